@@ -1,0 +1,17 @@
+# make test   - set up (idempotent) and run the whole test suite
+# make setup  - only the set-up
+SHELL := /bin/bash
+ENV := . scripts/env.sh &&
+
+.PHONY: setup test test-fast clean
+setup:
+	bash scripts/setup.sh
+
+test: setup
+	$(ENV) python -m pytest test
+
+test-fast: setup
+	$(ENV) python -m pytest test -x -q -m "not slow"
+
+clean:
+	rm -rf build install .venv

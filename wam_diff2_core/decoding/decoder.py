@@ -1,0 +1,254 @@
+"""Block-diffusion decoding with a KV cache, and the autoregressive baseline (B = 1).
+
+Reads top to bottom like the algorithm (spec section 3):
+
+1. prefill   - one forward over the prompt (and pixels) under the block-causal mask; keep K/V;
+2. denoise   - a block starts as B MASK tokens; each step forwards the block against the
+               cached prefix (read, not written), picks a token + confidence per position
+               and fixes some masked positions (strategy); at most S steps;
+3. commit    - the finished block's clean tokens are forwarded once more to write their K/V;
+               skipped after the last block;
+4. stop      - once every sequence has committed a block containing EOS.
+
+Outputs are truncated at the first EOS; MASK and special tokens are never emitted. Batches are
+left-padded and each sequence decodes to exactly the tokens it gets alone.
+
+    decoder = BlockDiffusionDecoder(loaded.model, loaded.config)
+    out = decoder.generate(processor_inputs)          # out.sequences, out.stats
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from ..config import DecodingSettings, DiffusionConfig
+from .masks import block_query_mask, prompt_block_mask, response_positions
+from .sampling import choose_transfer, sample_tokens, transfer_schedule
+
+VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
+
+
+@dataclass
+class DecodeStats:
+    """Cost of decoding one sequence, counted as if it had been decoded alone."""
+
+    block_size: int
+    forwards: int = 0           # forwards after the prefill: denoise steps + commits
+    denoise_steps: int = 0
+    commit_forwards: int = 0
+    blocks: int = 0
+    tokens: int = 0             # answer tokens, EOS excluded
+    steps_per_block: list[int] = field(default_factory=list)
+    prefill_ms: float = 0.0     # wall time of the batch call's phases
+    denoise_ms: float = 0.0
+    commit_ms: float = 0.0
+
+    @property
+    def decode_ms(self) -> float:
+        return self.prefill_ms + self.denoise_ms + self.commit_ms
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class DecodeOutput:
+    sequences: list[list[int]]  # answer token ids per sequence, truncated before the first EOS
+    finished: list[bool]        # True: EOS reached; False: stopped at max_new_tokens
+    stats: list[DecodeStats]
+
+
+@dataclass
+class Prefix:
+    """What the prefill leaves for decoding."""
+
+    cache: Any                  # transformers DynamicCache holding the prompt K/V
+    valid: torch.Tensor         # [N, L] keys in the cache that may be attended (False at padding)
+    next_position: torch.Tensor  # [N] MRoPE position of response offset 0 (= P + rope_delta)
+    last_logits: torch.Tensor   # [N, V] logits at the last prompt token (used by AR)
+
+
+class _Timer:
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.totals = {"prefill": 0.0, "denoise": 0.0, "commit": 0.0}
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elif self.device.type == "npu":
+            torch.npu.synchronize(self.device)
+
+    def __call__(self, phase: str):
+        timer = self
+
+        class _Phase:
+            def __enter__(self):
+                timer.sync()
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.sync()
+                timer.totals[phase] += (time.perf_counter() - self.t0) * 1e3
+
+        return _Phase()
+
+
+class BlockDiffusionDecoder:
+    """Plain cached decoder over a transformers Qwen3-VL model (the reference path)."""
+
+    def __init__(self, model, config: DiffusionConfig):
+        self.model = model
+        self.config = config
+        self.device = next(model.parameters()).device
+        self.banned = torch.tensor(config.banned_token_ids, dtype=torch.long, device=self.device)
+
+    # ---------------------------------------------------------------- prefill
+    def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int) -> Prefix:
+        from transformers import DynamicCache
+
+        input_ids = inputs["input_ids"].to(self.device)
+        attention_mask = inputs["attention_mask"].to(self.device)
+        mm_types = inputs.get("mm_token_type_ids")
+        if mm_types is None:
+            mm_types = torch.zeros_like(input_ids)
+        mm_types = mm_types.to(self.device)
+        vision = {k: inputs[k].to(self.device) for k in VISION_KEYS if inputs.get(k) is not None}
+        if "pixel_values" in vision:
+            vision["pixel_values"] = vision["pixel_values"].to(self.model.dtype)
+        positions, _ = self.model.model.get_rope_index(
+            input_ids, mm_token_type_ids=mm_types, image_grid_thw=vision.get("image_grid_thw"),
+            video_grid_thw=vision.get("video_grid_thw"), attention_mask=attention_mask)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(input_ids=input_ids, attention_mask=prompt_block_mask(attention_mask, block_size),
+                         position_ids=positions, past_key_values=cache, use_cache=True,
+                         mm_token_type_ids=mm_types, logits_to_keep=1, **vision)
+        valid = attention_mask.bool()
+        next_position = positions.masked_fill(~valid.unsqueeze(0), -1).amax(dim=(0, 2)) + 1   # [N]
+        return Prefix(cache=cache, valid=valid, next_position=next_position, last_logits=out.logits[:, -1])
+
+    def _forward(self, prefix: Prefix, tokens: torch.Tensor, offset: int, keep: bool) -> torch.Tensor:
+        """Forward response tokens at response offset ``offset`` against the cached prefix.
+
+        keep=False: a denoise step; the cache is read, and what the forward appended is cut
+        off again (transformers 5 appends even when use_cache=False). Returns [N, len, V].
+        """
+        length = tokens.shape[1]
+        out = self.model(input_ids=tokens, attention_mask=block_query_mask(prefix.valid, length),
+                         position_ids=response_positions(prefix.next_position, offset, length),
+                         past_key_values=prefix.cache, use_cache=True)
+        if keep:
+            prefix.valid = torch.cat([prefix.valid, prefix.valid.new_ones(tokens.shape[0], length)], dim=1)
+        else:
+            prefix.cache.crop(-length)
+        return out.logits
+
+    # ---------------------------------------------------------------- generate
+    @torch.no_grad()
+    def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
+                 generators: Sequence[torch.Generator | None] | None = None) -> DecodeOutput:
+        """Decode a (left-padded) processor batch. ``generators``: one per sequence when sampling."""
+        settings = settings or self.config.settings
+        n = inputs["input_ids"].shape[0]
+        if generators is not None and len(generators) != n:
+            raise ValueError(f"generators: expected {n}, got {len(generators)}")
+        timer = _Timer(self.device)
+        with timer("prefill"):
+            prefix = self.prefill(inputs, settings.block_size)
+        if settings.block_size == 1:
+            result = self._generate_ar(prefix, settings, generators, timer)
+        else:
+            result = self._generate_blocks(prefix, settings, generators, timer)
+        for stats in result.stats:
+            stats.prefill_ms, stats.denoise_ms, stats.commit_ms = (
+                timer.totals["prefill"], timer.totals["denoise"], timer.totals["commit"])
+        return result
+
+    def _generate_blocks(self, prefix: Prefix, settings: DecodingSettings,
+                         generators, timer: _Timer) -> DecodeOutput:
+        n, size = prefix.valid.shape[0], settings.block_size
+        mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
+        n_blocks = -(-settings.max_new_tokens // size)
+        schedule = transfer_schedule(size, settings.denoising_steps)
+        stats = [DecodeStats(block_size=size) for _ in range(n)]
+        done = [False] * n
+        answer: list[list[int]] = [[] for _ in range(n)]
+        for k in range(n_blocks):
+            live = [i for i in range(n) if not done[i]]
+            block = torch.full((n, size), mask_id, dtype=torch.long, device=self.device)
+            block[[i for i in range(n) if done[i]]] = eos_id      # finished rows: nothing to fill
+            steps = [0] * n
+            last_tokens = block
+            with timer("denoise"):
+                for step in range(settings.denoising_steps):
+                    masked = block == mask_id                      # [N, B]
+                    active = masked.any(dim=1).tolist()
+                    if not any(active):
+                        break
+                    logits = self._forward(prefix, block, k * size, keep=False)          # [N, B, V]
+                    rows = [i for i in range(n) if active[i]]
+                    last_tokens, conf = sample_tokens(logits, settings, self.banned, generators, rows)
+                    transfer = choose_transfer(masked, conf, settings, step, schedule)
+                    block = torch.where(transfer, last_tokens, block)
+                    for i in rows:
+                        steps[i] += 1
+                # Positions still masked after S steps take the last step's tokens.
+                block = torch.where(block == mask_id, last_tokens, block)
+            rows_tokens = block.tolist()
+            for i in live:
+                stats[i].blocks += 1
+                stats[i].steps_per_block.append(steps[i])
+                stats[i].denoise_steps += steps[i]
+                if eos_id in rows_tokens[i]:
+                    answer[i].extend(rows_tokens[i][:rows_tokens[i].index(eos_id)])
+                    done[i] = True
+                else:
+                    answer[i].extend(rows_tokens[i])
+            if all(done) or k == n_blocks - 1:
+                break
+            with timer("commit"):
+                self._forward(prefix, block, k * size, keep=True)
+            for i in live:
+                if not done[i]:
+                    stats[i].commit_forwards += 1
+        for i in range(n):
+            answer[i] = answer[i][:settings.max_new_tokens]
+            stats[i].tokens = len(answer[i])
+            stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
+        return DecodeOutput(sequences=answer, finished=done, stats=stats)
+
+    def _generate_ar(self, prefix: Prefix, settings: DecodingSettings, generators, timer: _Timer) -> DecodeOutput:
+        """B = 1: causal next-token decoding; each forward writes one token into the cache."""
+        n, eos_id = prefix.valid.shape[0], self.config.eos_token_id
+        stats = [DecodeStats(block_size=1) for _ in range(n)]
+        done = [False] * n
+        answer: list[list[int]] = [[] for _ in range(n)]
+        logits = prefix.last_logits.unsqueeze(1)                   # [N, 1, V]
+        for t in range(settings.max_new_tokens):
+            rows = [i for i in range(n) if not done[i]]
+            with timer("denoise"):
+                tokens, _ = sample_tokens(logits, settings, self.banned, generators, rows)
+            tokens = tokens[:, 0]
+            values = tokens.tolist()
+            for i in rows:
+                stats[i].steps_per_block.append(1)
+                stats[i].denoise_steps += 1
+                stats[i].blocks += 1
+                if values[i] == eos_id:
+                    done[i] = True
+                else:
+                    answer[i].append(values[i])
+            if all(done) or t == settings.max_new_tokens - 1:
+                break
+            for i in range(n):
+                if not done[i]:
+                    stats[i].forwards += 1
+            with timer("denoise"):
+                logits = self._forward(prefix, tokens.unsqueeze(1), t, keep=True)
+        for i in range(n):
+            stats[i].tokens = len(answer[i])
+        return DecodeOutput(sequences=answer, finished=done, stats=stats)

@@ -1,0 +1,107 @@
+"""Token choice for one denoising step and the remasking strategies (algorithm spec, section 3).
+
+Every function works on a whole block: logits [batch, block, vocab] in, tokens and their
+confidences [batch, block] out. Sampling draws from one torch.Generator per sequence, so a
+sequence decodes to the same tokens alone or in any batch.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..config import DecodingSettings
+
+
+def ban_tokens(logits: torch.Tensor, banned: torch.Tensor | None) -> torch.Tensor:
+    """Remove MASK and other special ids: they can never be emitted."""
+    if banned is None or banned.numel() == 0:
+        return logits
+    logits = logits.clone()
+    logits[..., banned] = float("-inf")
+    return logits
+
+
+def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """top-k, then nucleus top-p (the token that crosses p and the first token are kept)."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        remove = cum > top_p
+        remove[..., 1:] = remove[..., :-1].clone()
+        remove[..., 0] = False
+        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+    return logits
+
+
+def sample_tokens(logits: torch.Tensor, settings: DecodingSettings, banned: torch.Tensor | None,
+                  generators: Sequence[torch.Generator | None] | None = None,
+                  rows: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick a token per position and its confidence p.
+
+    logits: [batch, block, vocab]. Temperature 0: argmax and its softmax probability.
+    Otherwise logits / T, top-k, top-p, sample (multinomial or inverse CDF), p = probability
+    of the sampled token. ``rows`` limits random draws to those sequences (others get argmax),
+    so a finished sequence consumes no random numbers.
+    """
+    logits = ban_tokens(logits.float(), banned)
+    if settings.temperature == 0.0:
+        probs = torch.softmax(logits, dim=-1)
+        conf, tokens = probs.max(dim=-1)
+        return tokens, conf
+    logits = filter_top_k_top_p(logits / settings.temperature, settings.top_k, settings.top_p)
+    probs = torch.softmax(logits, dim=-1)                          # [N, block, V]
+    conf, tokens = probs.max(dim=-1)
+    for row in (range(probs.shape[0]) if rows is None else rows):
+        gen = generators[row] if generators is not None else None
+        p = probs[row]                                             # [block, V]
+        if settings.sampler == "inverse_cdf":
+            # One uniform per position; Ascend NPUs hang in torch.multinomial.
+            u = torch.rand(p.shape[0], 1, generator=gen, device=p.device, dtype=p.dtype)
+            idx = torch.searchsorted(p.cumsum(dim=-1), u, right=True).clamp_(max=p.shape[-1] - 1)
+            # Floating-point mass past the last allowed token must not select a removed one.
+            idx = torch.where(p.gather(-1, idx) > 0, idx, p.argmax(dim=-1, keepdim=True))
+        else:
+            idx = torch.multinomial(p, 1, generator=gen)
+        tokens[row] = idx.squeeze(-1)
+        conf[row] = p.gather(-1, idx).squeeze(-1)
+    return tokens, conf
+
+
+def transfer_schedule(block_size: int, steps: int) -> list[int]:
+    """Tokens to fix at each step for the static strategies: B spread evenly over min(S, B) steps."""
+    steps = max(1, min(steps, block_size))
+    base, extra = divmod(block_size, steps)
+    return [base + (1 if k < extra else 0) for k in range(steps)]
+
+
+def choose_transfer(masked: torch.Tensor, conf: torch.Tensor, settings: DecodingSettings,
+                    step: int, schedule: Sequence[int]) -> torch.Tensor:
+    """Which still-masked positions to fill this step. masked, conf: [batch, block] -> bool."""
+    neg = torch.finfo(conf.dtype).min
+    strategy = settings.remasking_strategy
+    if strategy == "low_confidence_dynamic":
+        scores = conf.masked_fill(~masked, neg)
+        transfer = masked & (conf >= settings.confidence_threshold)
+        # None over the threshold: fix the single most confident one.
+        need = masked.any(dim=1) & ~transfer.any(dim=1)
+        best = torch.zeros_like(masked).scatter_(1, scores.argmax(dim=1, keepdim=True), True)
+        return transfer | (best & need.unsqueeze(1))
+    if strategy == "low_confidence_static":
+        scores = conf.masked_fill(~masked, neg)
+    elif strategy == "sequential":
+        pos = torch.arange(masked.shape[1], device=masked.device, dtype=conf.dtype)
+        scores = (-pos).unsqueeze(0).expand_as(conf).masked_fill(~masked, neg)
+    else:
+        raise ValueError(f"remasking_strategy: unknown {strategy!r}")
+    n = schedule[min(step, len(schedule) - 1)]
+    n_row = torch.minimum(masked.sum(dim=1), torch.tensor(n, device=masked.device))   # [N]
+    k = int(n_row.max().item()) if masked.any() else 0
+    if k == 0:
+        return torch.zeros_like(masked)
+    top = torch.topk(scores, k, dim=1).indices                     # [N, k]
+    keep = torch.arange(k, device=masked.device).unsqueeze(0) < n_row.unsqueeze(1)
+    return torch.zeros_like(masked).scatter_(1, top, keep) & masked

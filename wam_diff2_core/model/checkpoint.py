@@ -1,0 +1,179 @@
+"""Load Qwen3-VL and WAM-Diff2 checkpoints into transformers' Qwen3-VL classes.
+
+Accepted: a stock Qwen3-VL directory (``model_type: qwen3_vl``, autoregressive) and the
+authors' WAM-Diff2 directories (``model_type: wam_diff2``, the same tensors), each with
+safetensors weights, a tokenizer and a processor. Only safetensors are read and
+``trust_remote_code`` stays off.
+
+    loaded = load_checkpoint("checkpoints/WAM-Diff2-B32-2B", device="auto", overrides={"block_size": 32})
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from ..config import ConfigError, DiffusionConfig
+
+log = logging.getLogger(__name__)
+
+# The authors' checkpoints name the same architecture differently.
+MODEL_TYPE_ALIASES = {
+    "wam_diff2": "qwen3_vl",
+    "wam_diff2_text": "qwen3_vl_text",
+    "wam_diff2_vision": "qwen3_vl_vision",
+}
+ACCEPTED_MODEL_TYPES = ("qwen3_vl", "wam_diff2")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json")
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint is missing, incomplete or malformed; the message names the file."""
+
+
+@dataclass
+class LoadedModel:
+    model: Any                 # Qwen3VLForConditionalGeneration, eval mode
+    processor: Any             # Qwen3VLProcessor (tokenizer padding on the left)
+    config: DiffusionConfig
+    path: Path
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def tokenizer(self):
+        return self.processor.tokenizer
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` picks cuda, then an Ascend npu (torch-npu, imported only then), then cpu."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if _npu_available():
+            return torch.device("npu")
+        return torch.device("cpu")
+    if device.startswith("npu"):
+        if not _npu_available():
+            raise ConfigError("device: npu needs torch-npu and Ascend CANN (pip install .[npu])")
+    elif device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device: {device} requested but CUDA is not available")
+    elif device.split(":")[0] not in ("cpu", "cuda", "npu"):
+        raise ConfigError(f"device: {device!r} is not one of auto, cpu, cuda, npu")
+    return torch.device(device)
+
+
+def _npu_available() -> bool:
+    try:
+        import torch_npu  # noqa: F401  (registers the npu device)
+    except ImportError:
+        return False
+    return hasattr(torch, "npu") and torch.npu.is_available()
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype: {dtype!r} is not one of auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def read_model_config(path: str | Path):
+    """The checkpoint's config as a Qwen3VLConfig, WAM-Diff2 names relabelled."""
+    from transformers import Qwen3VLConfig
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: checkpoint directory does not exist")
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise CheckpointError(f"{cfg_file}: missing (not a Hugging Face checkpoint directory)")
+    try:
+        raw = json.loads(cfg_file.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{cfg_file}: not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict) or raw.get("model_type") not in ACCEPTED_MODEL_TYPES:
+        found = raw.get("model_type") if isinstance(raw, dict) else type(raw).__name__
+        raise CheckpointError(f"{cfg_file}: model_type {found!r} is not one of {', '.join(ACCEPTED_MODEL_TYPES)}")
+    raw = _relabel(raw)
+    raw["architectures"] = ["Qwen3VLForConditionalGeneration"]
+    for key in ("text_config", "vision_config"):
+        if not isinstance(raw.get(key), dict):
+            raise CheckpointError(f"{cfg_file}: {key} missing or not an object")
+    try:
+        return Qwen3VLConfig.from_dict(raw)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{cfg_file}: invalid Qwen3-VL config ({exc})") from exc
+
+
+def _relabel(node):
+    if isinstance(node, dict):
+        out = {k: _relabel(v) for k, v in node.items()}
+        if out.get("model_type") in MODEL_TYPE_ALIASES:
+            out["model_type"] = MODEL_TYPE_ALIASES[out["model_type"]]
+        return out
+    return node
+
+
+def check_files(path: Path) -> None:
+    weights = list(path.glob("*.safetensors"))
+    if not weights:
+        other = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt"))
+        hint = f" (found {', '.join(other)}; only safetensors are loaded)" if other else ""
+        raise CheckpointError(f"{path}: no *.safetensors weights{hint}")
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, json.JSONDecodeError, KeyError, AttributeError) as exc:
+            raise CheckpointError(f"{index}: malformed shard index ({exc})") from exc
+        missing = sorted(s for s in shards if not (path / s).exists())
+        if missing:
+            raise CheckpointError(f"{index}: shard file(s) missing: {', '.join(missing)}")
+    if not any((path / f).exists() for f in TOKENIZER_FILES):
+        raise CheckpointError(f"{path}: no tokenizer ({' or '.join(TOKENIZER_FILES)})")
+    if not any((path / f).exists() for f in PROCESSOR_FILES):
+        raise CheckpointError(f"{path}: no image processor config ({' or '.join(PROCESSOR_FILES)})")
+
+
+def load_processor(path: str | Path):
+    from transformers import Qwen3VLProcessor
+    try:
+        processor = Qwen3VLProcessor.from_pretrained(str(path), trust_remote_code=False)
+    except (OSError, ValueError, TypeError, KeyError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot load the tokenizer/processor ({exc})") from exc
+    processor.tokenizer.padding_side = "left"
+    return processor
+
+
+def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "auto",
+                    overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> LoadedModel:
+    """Load model + processor and resolve the decoding config (checkpoint < ``overrides``)."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    path = Path(path)
+    model_config = read_model_config(path)
+    check_files(path)
+    processor = load_processor(path)
+    diffusion = DiffusionConfig.resolve(path, processor.tokenizer, model_config, overrides)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    try:
+        model = Qwen3VLForConditionalGeneration.from_pretrained(
+            str(path), config=model_config, dtype=torch_dtype, use_safetensors=True,
+            trust_remote_code=False, attn_implementation=attn_implementation)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise CheckpointError(f"{path}: cannot load the weights ({exc})") from exc
+    model.to(dev).eval()
+    log.info("loaded %s (%s, %s) block_size=%d", path, dev, torch_dtype, diffusion.block_size)
+    return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev, dtype=torch_dtype)

@@ -1,0 +1,54 @@
+"""Prompt builders: the NAVSIM planning prompt (exact) and the detection template (ours).
+
+    >>> format_planning_prompt("right", (4.66, -0.09), (0.17, -1.53))[:44]
+    'Here is a front-view images from a driving v'
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+COMMANDS = ("left", "straight", "right")
+IMAGE_PLACEHOLDER = "<image>"
+
+# The NAVSIM planning prompt as the authors trained it, including its grammar.
+PLANNING_TEMPLATE = (
+    "Here is a front-view images from a driving vehicle: <image>\n"
+    "The navigation information is: {command}\n"
+    "The current position is (0.00,0.00)\n"
+    "The current velocity is: ({vx:.2f},{vy:.2f}) and current accelerate is: ({ax:.2f},{ay:.2f})\n"
+    "Instruction: Based on the visual motion cues from the image (such as the relative speed of other "
+    "vehicles and the changing distance to the intersection) and the provided telemetry, predict the "
+    "optimal driving action for the next 4 seconds with 8 new waypoints."
+)
+
+# Ours (the paper publishes no detection prompt): Qwen3-VL grounding style.
+DEFAULT_DETECTION_CLASSES = ("car", "truck", "bus", "pedestrian", "bicycle", "motorcycle", "traffic light")
+DETECTION_TEMPLATE = (
+    "<image>\nLocate every object of these classes in the image: {classes}. "
+    'Report each one as a JSON object with "bbox_2d" [x1, y1, x2, y2] and "label", as a JSON list.'
+)
+
+
+def _zero(value: float) -> float:
+    # "-0.00" never appears in the authors' data: round first, then drop the sign of zero.
+    value = round(float(value), 2)
+    return 0.0 if value == 0 else value
+
+
+def format_planning_prompt(command: str, velocity: Sequence[float], acceleration: Sequence[float]) -> str:
+    """The exact NAVSIM prompt; velocity and acceleration in the ego frame (x forward, y left)."""
+    if command not in COMMANDS:
+        raise ValueError(f"command: {command!r} is not one of {', '.join(COMMANDS)}")
+    values = [*velocity, *acceleration]
+    if len(values) != 4 or not all(math.isfinite(float(v)) for v in values):
+        raise ValueError(f"velocity/acceleration must be 2 finite numbers each, got {velocity!r}, {acceleration!r}")
+    vx, vy, ax, ay = (_zero(v) for v in values)
+    return PLANNING_TEMPLATE.format(command=command, vx=vx, vy=vy, ax=ax, ay=ay)
+
+
+def format_detection_prompt(classes: Sequence[str] = DEFAULT_DETECTION_CLASSES,
+                            template: str = DETECTION_TEMPLATE) -> str:
+    if IMAGE_PLACEHOLDER not in template:
+        raise ValueError(f"detection template must contain {IMAGE_PLACEHOLDER}")
+    return template.format(classes=", ".join(classes))
