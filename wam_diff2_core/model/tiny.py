@@ -126,7 +126,7 @@ def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_d
 
 
 def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, *, block_size: int = 32,
-                          logit_scale: float = 8.0, hidden_size: int = 128, layers: int = 2) -> Path:
+                          logit_scale: float = 24.0, hidden_size: int = 128, layers: int = 2) -> Path:
     """Write a deterministic random tiny checkpoint; ``logit_scale`` sharpens the LM head so
     confidences spread over (0, 1) and thresholds matter."""
     from transformers import Qwen3VLForConditionalGeneration

@@ -30,7 +30,7 @@ DETECTION_TEMPLATE = (
 )
 
 
-def _zero(value: float) -> float:
+def round_2dp(value: float) -> float:
     # "-0.00" never appears in the authors' data: round first, then drop the sign of zero.
     value = round(float(value), 2)
     return 0.0 if value == 0 else value
@@ -43,7 +43,7 @@ def format_planning_prompt(command: str, velocity: Sequence[float], acceleration
     values = [*velocity, *acceleration]
     if len(values) != 4 or not all(math.isfinite(float(v)) for v in values):
         raise ValueError(f"velocity/acceleration must be 2 finite numbers each, got {velocity!r}, {acceleration!r}")
-    vx, vy, ax, ay = (_zero(v) for v in values)
+    vx, vy, ax, ay = (round_2dp(v) for v in values)
     return PLANNING_TEMPLATE.format(command=command, vx=vx, vy=vy, ax=ax, ay=ay)
 
 

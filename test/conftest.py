@@ -1,0 +1,31 @@
+"""Shared fixtures: tiny checkpoints built from code once per test session."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A random tiny Qwen3-VL block-diffusion checkpoint directory (seed 0, block size 32)."""
+    from wam_diff2_core.model.tiny import build_tiny_checkpoint
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_checkpoint):
+    """The tiny checkpoint loaded on CPU in float32 (shared: do not modify its weights)."""
+    from wam_diff2_core.model.checkpoint import load_checkpoint
+    return load_checkpoint(tiny_checkpoint, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def rgb_frame():
+    """A deterministic 90 x 160 RGB frame (uint8, H x W x 3)."""
+    rng = np.random.default_rng(0)
+    return (rng.random((90, 160, 3)) * 255).astype(np.uint8)

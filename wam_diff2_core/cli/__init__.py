@@ -1,0 +1,55 @@
+"""``wam-diff2`` command line: one subcommand per module in this package.
+
+    wam-diff2 tiny-checkpoint /tmp/tiny
+    wam-diff2 infer --model /tmp/tiny --input eval.json --output preds.json
+
+Each subcommand module defines ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``
+and imports heavy libraries inside ``run`` so ``--help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# subcommand -> module (in this package)
+SUBCOMMANDS = {
+    "tiny-checkpoint": "tiny_checkpoint",
+    "convert": "convert",
+    "infer": "infer",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wam-diff2", description="WAM-Diff2 block-diffusion driving VLA tools")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name in SUBCOMMANDS.items():
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        p = sub.add_parser(name, help=module.HELP, description=module.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    from ..config import ConfigError
+    try:
+        return int(args._run(args) or 0)
+    except ConfigError as exc:  # bad settings or checkpoint: a clear message, no traceback
+        print(f"wam-diff2 {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"wam-diff2 {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

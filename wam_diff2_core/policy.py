@@ -1,0 +1,139 @@
+"""The driving policy: RGB frame + ego state + command -> waypoints and/or boxes + statistics.
+
+The ROS planner node and the offline bag evaluator both call :meth:`DrivingPolicy.step`, so
+offline numbers are the node's numbers. No ROS here.
+
+    policy = DrivingPolicy.from_checkpoint("ckpt/", tasks=("plan",))
+    out = policy.step(frame_rgb, EgoState(velocity=(4.66, -0.09), acceleration=(0.17, -1.53)), "right")
+    out.plan.waypoints      # [8, 2] metres, ego frame (x forward, y left), or None when invalid
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .decoding.decoder import BlockDiffusionDecoder, DecodeStats
+from .model.checkpoint import LoadedModel, load_checkpoint
+from .model.inputs import encode_prompts
+from .outputs.parsing import Box, parse_boxes, parse_waypoints
+from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEMPLATE, IMAGE_PLACEHOLDER,
+                              format_detection_prompt, format_planning_prompt)
+
+TASKS = ("plan", "detect")
+NUM_WAYPOINTS = 8
+WAYPOINT_DT_S = 0.5
+
+
+@dataclass(frozen=True)
+class EgoState:
+    """Ego motion in the ego frame (x forward, y left)."""
+
+    velocity: tuple[float, float]       # m/s
+    acceleration: tuple[float, float]   # m/s^2
+
+    def check(self) -> None:
+        values = (*self.velocity, *self.acceleration)
+        if len(values) != 4 or not all(math.isfinite(float(v)) for v in values):
+            raise ValueError(f"ego state must be finite: velocity={self.velocity}, acceleration={self.acceleration}")
+
+
+@dataclass
+class TaskResult:
+    """One decoded answer; ``valid`` False means: do not use (reason in ``invalid_reason``)."""
+
+    valid: bool
+    invalid_reason: str
+    raw_text: str
+    stats: DecodeStats
+    waypoints: np.ndarray | None = None            # plan: [8, 2] metres
+    boxes: list[Box] = field(default_factory=list)  # detect: source-image pixels
+
+
+@dataclass
+class PolicyOutput:
+    command: str
+    plan: TaskResult | None
+    detections: TaskResult | None
+    latency_ms: float                               # whole step: encode + decode + parse
+
+
+class DrivingPolicy:
+    """Builds the prompts, decodes planning and detection together as one batch, parses."""
+
+    def __init__(self, loaded: LoadedModel, *, tasks: Sequence[str] = ("plan",),
+                 detection_classes: Sequence[str] = DEFAULT_DETECTION_CLASSES,
+                 detection_template: str = DETECTION_TEMPLATE,
+                 min_pixels: int | None = None, max_pixels: int | None = None,
+                 max_waypoint_abs_m: float = 200.0):
+        unknown = [t for t in tasks if t not in TASKS]
+        if not tasks or unknown:
+            raise ValueError(f"tasks: {list(tasks)!r} must be a non-empty subset of {TASKS}")
+        self.loaded = loaded
+        self.tasks = tuple(tasks)
+        self.detection_prompt = format_detection_prompt(detection_classes, detection_template)
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        self.max_waypoint_abs_m = max_waypoint_abs_m
+        self.decoder = BlockDiffusionDecoder(loaded.model, loaded.config)
+
+    @classmethod
+    def from_checkpoint(cls, path, *, device: str = "auto", dtype: str = "auto",
+                        overrides: Mapping[str, Any] | None = None, **kwargs) -> "DrivingPolicy":
+        return cls(load_checkpoint(path, device=device, dtype=dtype, overrides=overrides), **kwargs)
+
+    @property
+    def settings(self):
+        return self.loaded.config.settings
+
+    def _conversation(self, text: str) -> list[dict[str, Any]]:
+        before, after = text.split(IMAGE_PLACEHOLDER, 1)
+        content = ([{"type": "text", "text": before}] if before else []) + [{"type": "image"}]
+        content += [{"type": "text", "text": after}] if after else []
+        return [{"role": "user", "content": content}]
+
+    def step(self, frame_rgb: np.ndarray, ego: EgoState, command: str,
+             generator: torch.Generator | None = None) -> PolicyOutput:
+        """Plan (and/or detect) for one frame. ``frame_rgb``: [H, W, 3] uint8 RGB."""
+        from PIL import Image
+
+        t0 = time.perf_counter()
+        if frame_rgb.ndim != 3 or frame_rgb.shape[2] != 3 or frame_rgb.dtype != np.uint8 or 0 in frame_rgb.shape:
+            raise ValueError(f"frame must be a non-empty [H, W, 3] uint8 RGB array, got {frame_rgb.shape} {frame_rgb.dtype}")
+        if command not in COMMANDS:
+            raise ValueError(f"command: {command!r} is not one of {', '.join(COMMANDS)}")
+        ego.check()
+        image = Image.fromarray(frame_rgb)
+        prompts = []
+        if "plan" in self.tasks:
+            prompts.append(format_planning_prompt(command, ego.velocity, ego.acceleration))
+        if "detect" in self.tasks:
+            prompts.append(self.detection_prompt)
+        inputs = encode_prompts(self.loaded.processor, [self._conversation(p) for p in prompts],
+                                [[image] for _ in prompts], min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        gens = [generator] * len(prompts) if generator is not None else None
+        decoded = self.decoder.generate(inputs, generators=gens)
+        texts = self.loaded.tokenizer.batch_decode(decoded.sequences, skip_special_tokens=False)
+        results = dict(zip([t for t in TASKS if t in self.tasks], zip(texts, decoded.stats)))
+        plan = detections = None
+        if "plan" in results:
+            text, stats = results["plan"]
+            parsed = parse_waypoints(text, NUM_WAYPOINTS, self.max_waypoint_abs_m)
+            reason = "" if parsed.ok else str(parsed.error)
+            plan = TaskResult(valid=parsed.ok, invalid_reason=reason, raw_text=text, stats=stats,
+                              waypoints=parsed.waypoints if parsed.ok else None)
+        if "detect" in results:
+            text, stats = results["detect"]
+            parsed = parse_boxes(text, (frame_rgb.shape[1], frame_rgb.shape[0]))
+            reason = "" if parsed.ok else str(parsed.error)
+            detections = TaskResult(valid=parsed.ok, invalid_reason=reason, raw_text=text, stats=stats,
+                                    boxes=list(parsed.boxes))
+        return PolicyOutput(command=command, plan=plan, detections=detections,
+                            latency_ms=(time.perf_counter() - t0) * 1e3)
+
+    def warmup(self) -> None:
+        """One decode on a grey frame so the first real frame does not pay one-off costs."""
+        self.step(np.full((64, 64, 3), 128, np.uint8), EgoState((0.0, 0.0), (0.0, 0.0)), "straight")
