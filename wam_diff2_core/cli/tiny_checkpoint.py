@@ -11,6 +11,8 @@ def add_arguments(p) -> None:
     p.add_argument("out_dir", help="directory to write (created)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--block-size", type=int, default=32, help="block size stored in diffusion_config.json")
+    p.add_argument("--ar", action="store_true",
+                   help="a stock autoregressive Qwen3-VL checkpoint (no <|mask|>, no diffusion settings)")
 
 
 def run(args) -> int:
@@ -18,6 +20,6 @@ def run(args) -> int:
     from ..utils.atomic import atomic_directory
 
     with atomic_directory(args.out_dir) as tmp:
-        build_tiny_checkpoint(tmp, seed=args.seed, block_size=args.block_size)
+        build_tiny_checkpoint(tmp, seed=args.seed, block_size=args.block_size, diffusion=not args.ar)
     print(f"wrote {args.out_dir}")
     return 0

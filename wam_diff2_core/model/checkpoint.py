@@ -159,6 +159,7 @@ def load_processor(path: str | Path):
 def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "auto",
                     overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> LoadedModel:
     """Load model + processor and resolve the decoding config (checkpoint < ``overrides``)."""
+    from safetensors import SafetensorError
     from transformers import Qwen3VLForConditionalGeneration
 
     path = Path(path)
@@ -172,7 +173,7 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
         model = Qwen3VLForConditionalGeneration.from_pretrained(
             str(path), config=model_config, dtype=torch_dtype, use_safetensors=True,
             trust_remote_code=False, attn_implementation=attn_implementation)
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:
         raise CheckpointError(f"{path}: cannot load the weights ({exc})") from exc
     model.to(dev).eval()
     log.info("loaded %s (%s, %s) block_size=%d", path, dev, torch_dtype, diffusion.block_size)

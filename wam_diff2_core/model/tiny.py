@@ -66,8 +66,9 @@ def _corpus(rng: random.Random, n: int = 3000) -> list[str]:
     return lines
 
 
-def build_tokenizer(seed: int = 0, vocab_size: int = 1000):
-    """Train a byte-level BPE tokenizer with Qwen's pre-tokenizer and special tokens."""
+def build_tokenizer(seed: int = 0, vocab_size: int = 1000, with_mask: bool = True):
+    """Train a byte-level BPE tokenizer with Qwen's pre-tokenizer and special tokens
+    (plus ``<|mask|>`` unless ``with_mask`` is False, as in a stock Qwen3-VL tokenizer)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -83,7 +84,8 @@ def build_tokenizer(seed: int = 0, vocab_size: int = 1000):
     tok.train_from_iterator(_corpus(random.Random(seed)), trainer)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN_SPECIAL_TOKENS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_PLAIN_ADDED_TOKENS])
-    tok.add_special_tokens([AddedToken(MASK_TOKEN, special=True, normalized=False)])
+    if with_mask:
+        tok.add_special_tokens([AddedToken(MASK_TOKEN, special=True, normalized=False)])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token="<|endoftext|>",
         model_max_length=32768, clean_up_tokenization_spaces=False, padding_side="left")
@@ -99,11 +101,12 @@ def build_processor(tokenizer, min_pixels: int = TINY_MIN_PIXELS, max_pixels: in
                             video_processor=video_processor, chat_template=CHAT_TEMPLATE)
 
 
-def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_depth: int = 2):
+def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_depth: int = 2,
+                 head_padding: int = 32):
     from transformers import Qwen3VLConfig
     ids = tokenizer.convert_tokens_to_ids
     # Like the real 151936-wide head over a 151669-token vocabulary: unused rows past the end.
-    vocab_size = (len(tokenizer) + 31) // 32 * 32 + 32
+    vocab_size = len(tokenizer) + head_padding
     head_dim = 32
     return Qwen3VLConfig(
         text_config=dict(
@@ -126,16 +129,18 @@ def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_d
 
 
 def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, *, block_size: int = 32,
-                          logit_scale: float = 24.0, hidden_size: int = 128, layers: int = 2) -> Path:
+                          logit_scale: float = 24.0, hidden_size: int = 128, layers: int = 2,
+                          diffusion: bool = True, head_padding: int = 32) -> Path:
     """Write a deterministic random tiny checkpoint; ``logit_scale`` sharpens the LM head so
-    confidences spread over (0, 1) and thresholds matter."""
+    confidences spread over (0, 1) and thresholds matter. ``diffusion=False`` writes a stock
+    autoregressive Qwen3-VL checkpoint instead (no ``<|mask|>``, no diffusion settings)."""
     from transformers import Qwen3VLForConditionalGeneration
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(seed)
+    tokenizer = build_tokenizer(seed, with_mask=diffusion)
     processor = build_processor(tokenizer)
-    config = build_config(tokenizer, hidden_size=hidden_size, layers=layers)
+    config = build_config(tokenizer, hidden_size=hidden_size, layers=layers, head_padding=head_padding)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config).eval()
     with torch.no_grad():
@@ -144,6 +149,7 @@ def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, *, block_size: int
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     processor.save_pretrained(out)
-    write_diffusion_file(out, block_size=block_size, mask_token_id=tokenizer.convert_tokens_to_ids(MASK_TOKEN),
-                         eos_token_id=tokenizer.convert_tokens_to_ids(EOS_TOKEN), decoding=DecodingSettings())
+    if diffusion:
+        write_diffusion_file(out, block_size=block_size, mask_token_id=tokenizer.convert_tokens_to_ids(MASK_TOKEN),
+                             eos_token_id=tokenizer.convert_tokens_to_ids(EOS_TOKEN), decoding=DecodingSettings())
     return out

@@ -1,0 +1,130 @@
+"""Checkpoint loading: formats, the resolved diffusion config, conversion, clear errors."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+import torch
+
+from wam_diff2_core.config import DIFFUSION_CONFIG_FILE, MASK_TOKEN, ConfigError, DecodingSettings
+from wam_diff2_core.model.checkpoint import CheckpointError, load_checkpoint
+from wam_diff2_core.model.convert import convert_to_diffusion
+from wam_diff2_core.model.tiny import build_tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ar_checkpoint(tmp_path_factory):
+    # A tight LM head (no spare rows) so that adding <|mask|> must grow the vocabulary.
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("ar") / "ckpt", seed=1, diffusion=False, head_padding=0)
+
+
+def _logits(loaded, ids):
+    with torch.no_grad():
+        return loaded.model(input_ids=torch.tensor([ids])).logits[0]
+
+
+def _sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_tiny_checkpoint_is_deterministic_by_seed(tmp_path, tiny_checkpoint):
+    again = build_tiny_checkpoint(tmp_path / "again", seed=0)
+    other = build_tiny_checkpoint(tmp_path / "other", seed=3)
+    for name in ("model.safetensors", "tokenizer.json", DIFFUSION_CONFIG_FILE, "config.json"):
+        assert _sha(again / name) == _sha(tiny_checkpoint / name), name
+    assert _sha(other / "model.safetensors") != _sha(tiny_checkpoint / "model.safetensors")
+
+
+def test_tiny_checkpoint_resolves_ids_from_its_own_files(tiny_model):
+    tok, cfg = tiny_model.tokenizer, tiny_model.config
+    assert cfg.block_size == 32 and cfg.settings == DecodingSettings()
+    assert cfg.mask_token_id == tok.convert_tokens_to_ids(MASK_TOKEN)
+    assert cfg.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    banned = set(cfg.banned_token_ids)
+    assert cfg.mask_token_id in banned and cfg.eos_token_id not in banned
+    assert tok.convert_tokens_to_ids("<|im_start|>") in banned and tok.convert_tokens_to_ids("<|image_pad|>") in banned
+    assert set(range(len(tok), cfg.vocab_size)) <= banned          # rows past the tokenizer
+    assert tok.convert_tokens_to_ids("<think>") not in banned       # a plain added token
+    # Qwen's digit splitting: every digit its own token.
+    assert tok.tokenize("12.50") == ["1", "2", ".", "5", "0"]
+
+
+def test_overrides_apply_and_bad_values_name_the_field(tiny_checkpoint):
+    loaded = load_checkpoint(tiny_checkpoint, device="cpu", overrides={"block_size": 8, "confidence_threshold": 0.7})
+    assert loaded.config.block_size == 8 and loaded.config.settings.confidence_threshold == 0.7
+    with pytest.raises(ConfigError, match="confidence_threshold"):
+        load_checkpoint(tiny_checkpoint, device="cpu", overrides={"confidence_threshold": 1.5})
+    with pytest.raises(ConfigError, match="remasking_strategy"):
+        loaded.config.with_settings(remasking_strategy="random")
+    with pytest.raises(ConfigError, match="unknown decoding setting"):
+        loaded.config.with_settings(block=8)
+
+
+def test_wam_diff2_model_type_loads_with_identical_logits(tmp_path, tiny_checkpoint, tiny_model):
+    dst = tmp_path / "wam"
+    shutil.copytree(tiny_checkpoint, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["model_type"] = "wam_diff2"
+    cfg["text_config"]["model_type"] = "wam_diff2_text"
+    cfg["vision_config"]["model_type"] = "wam_diff2"
+    cfg["architectures"] = ["WAMDiff2ForConditionalGeneration"]
+    (dst / "config.json").write_text(json.dumps(cfg))
+    loaded = load_checkpoint(dst, device="cpu")
+    assert type(loaded.model).__name__ == "Qwen3VLForConditionalGeneration"
+    ids = [5, 17, 99, 3, 250]
+    assert torch.equal(_logits(loaded, ids), _logits(tiny_model, ids))
+
+
+def test_stock_ar_checkpoint_decodes_ar_and_refuses_blocks_until_converted(tmp_path, ar_checkpoint):
+    loaded = load_checkpoint(ar_checkpoint, device="cpu")
+    assert loaded.config.block_size == 1 and loaded.config.mask_token_id is None
+    with pytest.raises(ConfigError, match="wam-diff2 convert"):
+        load_checkpoint(ar_checkpoint, device="cpu", overrides={"block_size": 32})
+
+    dst = convert_to_diffusion(ar_checkpoint, tmp_path / "diff", block_size=4)
+    conv = load_checkpoint(dst, device="cpu")
+    mask_id = conv.tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+    assert conv.config.block_size == 4 and conv.config.mask_token_id == mask_id
+    assert mask_id == len(loaded.tokenizer)                        # appended after the stock vocabulary
+    assert conv.model.lm_head.weight.shape[0] == mask_id + 1       # the head grew by one row
+    emb = conv.model.get_input_embeddings().weight
+    assert torch.allclose(emb[mask_id], emb[:mask_id].mean(0), atol=1e-6)
+    ids = [5, 17, 99, 3]
+    assert torch.allclose(_logits(conv, ids)[:, :mask_id], _logits(loaded, ids), atol=1e-5)
+    with pytest.raises(ConfigError, match="already exists"):
+        convert_to_diffusion(ar_checkpoint, dst)
+
+
+def _broken(tmp_path, tiny_checkpoint, edit):
+    dst = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, dst)
+    edit(dst)
+    return dst
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda d: shutil.rmtree(d), "does not exist"),
+    (lambda d: (d / "config.json").unlink(), "config.json: missing"),
+    (lambda d: (d / "config.json").write_text("{not json"), "config.json: not valid JSON"),
+    (lambda d: (d / "config.json").write_text('{"model_type": "llama"}'), "model_type 'llama'"),
+    (lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"), "only safetensors"),
+    (lambda d: (d / "tokenizer.json").unlink(), "no tokenizer"),
+    (lambda d: (d / DIFFUSION_CONFIG_FILE).write_text('{"block_size": 4, "blok": 1}'), "unknown key"),
+    (lambda d: (d / DIFFUSION_CONFIG_FILE).write_text('{"block_size": 4, "mask_token_id": 99999}'),
+     "outside the LM head"),
+    (lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": {"a": "model-00002.safetensors"}}'),
+     "shard file"),
+])
+def test_broken_checkpoints_name_the_file_and_reason(tmp_path, tiny_checkpoint, edit, match):
+    with pytest.raises(ConfigError, match=match):
+        load_checkpoint(_broken(tmp_path, tiny_checkpoint, edit), device="cpu")
+
+
+def test_truncated_weights_are_a_checkpoint_error(tmp_path, tiny_checkpoint):
+    def cut(d):
+        data = (d / "model.safetensors").read_bytes()
+        (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cannot load the weights"):
+        load_checkpoint(_broken(tmp_path, tiny_checkpoint, cut), device="cpu")

@@ -1,0 +1,139 @@
+"""``wam-diff2 tiny-checkpoint`` and ``wam-diff2 infer`` from the command line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from wam_diff2_core.cli import main
+from wam_diff2_core.outputs.prompts import format_planning_prompt
+
+ANSWER = "2.26,-0.17,4.43,-0.70,6.52,-1.55,8.48,-2.64,10.28,-3.88,11.99,-5.25,13.76,-6.83,15.59,-8.59"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Five planning samples (seed format, relative image paths), one with a missing image and
+    one malformed record; as JSON list and as JSONL."""
+    root = tmp_path_factory.mktemp("data")
+    (root / "img").mkdir()
+    records = []
+    for i in range(5):
+        rng = np.random.default_rng(i)
+        Image.fromarray((rng.random((72, 128, 3)) * 255).astype(np.uint8)).save(root / "img" / f"{i}.jpg")
+        records.append({"id": f"s{i}", "datasource": "Navsim", "image": [f"img/{i}.jpg"], "conversations": [
+            {"from": "human", "value": format_planning_prompt(("left", "straight", "right")[i % 3], (4.0 + i, 0.1), (0.2, -0.1))},
+            {"from": "gpt", "value": ANSWER}]})
+    records.append({"id": "missing-image", "image": ["img/nope.jpg"],
+                    "conversations": [{"from": "human", "value": "<image> where?"}]})
+    records.append({"id": "malformed", "conversations": []})
+    (root / "eval.json").write_text(json.dumps(records))
+    (root / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return root
+
+
+@pytest.fixture(scope="module")
+def cli_checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "tiny"
+    assert main(["tiny-checkpoint", str(out), "--seed", "0"]) == 0
+    return out
+
+
+def _infer(ckpt, dataset, output, *extra):
+    return main(["infer", "--model", str(ckpt), "--input", str(dataset / "eval.json"), "--output", str(output),
+                 "--device", "cpu", "--max-new-tokens", "48", *extra])
+
+
+@pytest.mark.parametrize("block", ["1", "32"])
+def test_infer_writes_a_record_per_sample(cli_checkpoint, dataset, tmp_path, block):
+    out = tmp_path / "preds.json"
+    assert _infer(cli_checkpoint, dataset, out, "--block-size", block, "--batch-size", "2") == 0
+    records = json.loads(out.read_text())
+    assert [r["id"] for r in records] == ["s0", "s1", "s2", "s3", "s4", "missing-image", "malformed"]
+    for r in records[:5]:
+        assert r["ground_truth"] == ANSWER and isinstance(r["prediction"], str)
+        assert r["stats"]["block_size"] == int(block) and r["stats"]["tokens"] >= 1
+        assert "waypoints" in r and (r["waypoints"] is None) == bool(r["parse_error"])
+    assert "nope.jpg" in records[5]["error"] and "conversations" in records[6]["error"]
+    assert not list(tmp_path.glob("*.partial.jsonl"))
+
+
+def test_batching_does_not_change_predictions(cli_checkpoint, dataset, tmp_path):
+    _infer(cli_checkpoint, dataset, tmp_path / "b1.jsonl", "--batch-size", "1")
+    _infer(cli_checkpoint, dataset, tmp_path / "b3.jsonl", "--batch-size", "3")
+    one = [json.loads(x) for x in (tmp_path / "b1.jsonl").read_text().splitlines()]
+    three = [json.loads(x) for x in (tmp_path / "b3.jsonl").read_text().splitlines()]
+    assert [r.get("prediction") for r in one] == [r.get("prediction") for r in three]
+
+
+def test_resume_keeps_finished_records_and_drops_a_torn_line(cli_checkpoint, dataset, tmp_path):
+    out = tmp_path / "preds.json"
+    partial = tmp_path / "preds.json.partial.jsonl"
+    marker = {"id": "s1", "prediction": "FROM-EARLIER-RUN", "ground_truth": ANSWER}
+    partial.write_text(json.dumps(marker) + "\n" + '{"id": "s2", "predic')
+    assert _infer(cli_checkpoint, dataset, out, "--resume") == 0
+    records = {r["id"]: r for r in json.loads(out.read_text())}
+    assert len(records) == 7 and records["s1"]["prediction"] == "FROM-EARLIER-RUN"
+    assert records["s2"]["prediction"] != "FROM-EARLIER-RUN" and "stats" in records["s2"]
+    assert not partial.exists()
+
+
+def test_a_crash_leaves_no_output_and_a_resumable_partial(cli_checkpoint, dataset, tmp_path, monkeypatch):
+    from wam_diff2_core.decoding import decoder as decoder_module
+    calls = {"n": 0}
+    real = decoder_module.BlockDiffusionDecoder.generate
+
+    def flaky(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("simulated crash")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(decoder_module.BlockDiffusionDecoder, "generate", flaky)
+    out = tmp_path / "preds.json"
+    with pytest.raises(RuntimeError):
+        _infer(cli_checkpoint, dataset, out)
+    assert not out.exists()
+    partial = tmp_path / "preds.json.partial.jsonl"
+    assert [json.loads(x)["id"] for x in partial.read_text().splitlines()] == ["s0", "s1"]
+    monkeypatch.setattr(decoder_module.BlockDiffusionDecoder, "generate", real)
+    assert _infer(cli_checkpoint, dataset, out, "--resume") == 0
+    assert len(json.loads(out.read_text())) == 7
+
+
+def test_bad_model_path_is_a_clear_error(dataset, tmp_path, capsys):
+    assert _infer(tmp_path / "nowhere", dataset, tmp_path / "p.json") == 2
+    assert "checkpoint directory does not exist" in capsys.readouterr().err
+
+
+def test_decoding_flags_are_derived_from_the_settings_dataclass():
+    from wam_diff2_core.cli import build_parser
+    from wam_diff2_core.config import DECODING_FIELDS
+    text = build_parser()._subparsers._group_actions[0].choices["infer"].format_help()
+    for name in DECODING_FIELDS:
+        assert "--" + name.replace("_", "-") in text
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_equal_one_process(cli_checkpoint, dataset, tmp_path):
+    single = tmp_path / "single.json"
+    assert _infer(cli_checkpoint, dataset, single) == 0
+    multi = tmp_path / "multi.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29617",
+           "-m", "wam_diff2_core.cli", "infer", "--model", str(cli_checkpoint), "--input", str(dataset / "eval.json"),
+           "--output", str(multi), "--device", "cpu", "--max-new-tokens", "48"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _without_timings(json.loads(multi.read_text())) == _without_timings(json.loads(single.read_text()))
+
+
+def _without_timings(records):
+    """Records with the wall-time fields of their stats removed (they differ run to run)."""
+    return [{**r, "stats": {k: v for k, v in r["stats"].items() if not k.endswith("_ms")}} if "stats" in r else r
+            for r in records]

@@ -1,0 +1,35 @@
+"""Argument groups shared by subcommands, derived from the single sources of defaults."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..config import DECODING_FIELDS
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--block-size`` ... ``--max-new-tokens``: one flag per DecodingSettings field.
+
+    Defaults are None so that the checkpoint's diffusion_config.json applies unless a flag is given.
+    """
+    group = parser.add_argument_group("decoding (default: the checkpoint's diffusion_config.json, then "
+                                      "the paper's Block-32 settings)")
+    for name, f in DECODING_FIELDS.items():
+        meta = f.metadata
+        kind = f.type if isinstance(f.type, type) else _TYPES[f.type]
+        group.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
+                           choices=meta["choices"], help=f"{meta['help']} (default {f.default!r})")
+
+
+def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in DECODING_FIELDS if getattr(args, name, None) is not None}
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="checkpoint directory (Qwen3-VL or WAM-Diff2)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"))
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")
+    parser.add_argument("--max-pixels", type=int, default=None)

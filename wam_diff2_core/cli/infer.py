@@ -1,0 +1,175 @@
+"""Batch inference over the authors' sample format (JSON list or JSONL).
+
+    wam-diff2 infer --model CKPT --input eval.json --output preds.json [--data-root DIR]
+    torchrun --nproc-per-node 8 -m wam_diff2_core.cli infer --model CKPT --input eval.json --output preds.json
+
+Each output record: ``{id, prediction, ground_truth, waypoints | boxes, parse_error, stats}``,
+or ``{id, error}`` when the sample could not be run (never fatal). Records are appended to
+``OUTPUT.partial.jsonl`` as they finish; the final file is written atomically at the end;
+``--resume`` skips the ids already in the partial file. Under torchrun each rank decodes a
+shard and rank 0 merges them in input order.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from .common import add_decoding_arguments, add_model_arguments, decoding_overrides
+
+HELP = "decode a JSON/JSONL file of samples and write predictions"
+log = logging.getLogger(__name__)
+PARSERS = ("auto", "waypoints", "boxes", "none")
+
+
+def add_arguments(p) -> None:
+    add_model_arguments(p)
+    p.add_argument("--input", required=True, help="samples (JSON list or JSONL)")
+    p.add_argument("--output", required=True, help="predictions (.json list or .jsonl)")
+    p.add_argument("--data-root", default=None, help="image paths are relative to this (default: the input's folder)")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--parse", default="auto", choices=PARSERS,
+                   help="how to read answers: auto = waypoints for planning prompts, boxes for bbox_2d prompts")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (per sample: seed + index)")
+    p.add_argument("--resume", action="store_true", help="continue from OUTPUT.partial.jsonl")
+    add_decoding_arguments(p)
+
+
+def _parser_for(sample, mode: str) -> str:
+    if mode != "auto":
+        return mode
+    prompt = json.dumps(sample.raw.get("conversations", ""))
+    if "waypoints" in prompt:
+        return "waypoints"
+    if "bbox_2d" in prompt:
+        return "boxes"
+    return "none"
+
+
+def _parsed_fields(text: str, sample, images, mode: str) -> dict:
+    from ..outputs.parsing import parse_boxes, parse_waypoints
+
+    kind = _parser_for(sample, mode)
+    if kind == "waypoints":
+        r = parse_waypoints(text)
+        return {"waypoints": r.waypoints.tolist() if r.ok else None, "parse_error": None if r.ok else str(r.error)}
+    if kind == "boxes":
+        if not images:
+            return {"boxes": None, "parse_error": "no image to map boxes onto"}
+        r = parse_boxes(text, images[0].size)
+        return {"boxes": [vars(b) for b in r.boxes], "parse_error": None if r.ok else str(r.error)}
+    return {}
+
+
+def run(args) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from ..data.samples import SampleError, iter_samples, load_images
+    from ..decoding.decoder import BlockDiffusionDecoder
+    from ..model.checkpoint import load_checkpoint
+    from ..model.inputs import encode_prompts
+    from ..utils.atomic import atomic_write_json, atomic_write_text
+
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if world > 1 and args.device in ("auto", "cuda") and torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+
+    output = Path(args.output)
+    data_root = Path(args.data_root) if args.data_root else Path(args.input).parent
+    items = list(enumerate(iter_samples(args.input, data_root)))
+    shard = items[rank::world]
+    partial = output.with_name(output.name + (f".rank{rank}" if world > 1 else "") + ".partial.jsonl")
+    done: dict[str, dict] = {}
+    if args.resume and partial.exists():
+        for line in partial.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                done[rec["id"]] = rec
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line cut by a kill: redo that sample
+        log.info("resuming: %d samples already decoded", len(done))
+    elif partial.exists():
+        partial.unlink()
+    # Rewrite the partial file without any torn last line before appending.
+    atomic_write_text(partial, "".join(json.dumps(r) + "\n" for r in done.values()))
+
+    loaded = load_checkpoint(args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args))
+    decoder = BlockDiffusionDecoder(loaded.model, loaded.config)
+    tokenizer = loaded.tokenizer
+    todo = [(i, s) for i, s in shard if _key(i, s) not in done]
+    bar = tqdm(total=len(shard), initial=len(shard) - len(todo), desc=f"infer B={loaded.config.block_size}",
+               disable=rank != 0, unit="sample")
+    with partial.open("a") as sink:
+        for start in range(0, len(todo), args.batch_size):
+            batch = todo[start:start + args.batch_size]
+            records, ready = [], []
+            for i, s in batch:
+                if isinstance(s, SampleError):
+                    records.append({"id": s.sample_id, "error": str(s)})
+                    continue
+                try:
+                    ready.append((i, s, load_images(s)))
+                except SampleError as exc:
+                    records.append({"id": s.id, "error": str(exc)})
+            if ready:
+                records += _decode(ready, loaded, decoder, tokenizer, args, encode_prompts)
+            for rec in records:
+                sink.write(json.dumps(rec) + "\n")
+                done[rec["id"]] = rec
+            sink.flush()
+            bar.update(len(batch))
+    bar.close()
+
+    if world > 1:
+        torch.distributed.barrier()
+        if rank != 0:
+            return 0
+        parts = [output.with_name(output.name + f".rank{r}.partial.jsonl") for r in range(world)]
+        for part in parts[1:]:
+            for line in part.read_text().splitlines():
+                rec = json.loads(line)
+                done[rec["id"]] = rec
+    ordered = [done[_key(i, s)] for i, s in items if _key(i, s) in done]
+    if output.suffix == ".jsonl":
+        atomic_write_text(output, "".join(json.dumps(r) + "\n" for r in ordered))
+    else:
+        atomic_write_json(output, ordered)
+    for part in ([partial] if world == 1 else parts):
+        part.unlink(missing_ok=True)
+    failed = sum("error" in r for r in ordered)
+    unparsed = sum(bool(r.get("parse_error")) for r in ordered)
+    print(f"wrote {len(ordered)} predictions to {output} ({failed} failed samples, {unparsed} unparsed answers)")
+    return 0
+
+
+def _key(index: int, sample) -> str:
+    return sample.sample_id if hasattr(sample, "sample_id") else sample.id
+
+
+def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts) -> list[dict]:
+    import torch
+
+    from ..data.samples import SampleError
+
+    try:
+        inputs = encode_prompts(loaded.processor, [s.prompt_messages for _, s, _ in ready],
+                                [ims for _, _, ims in ready], min_pixels=args.min_pixels, max_pixels=args.max_pixels)
+    except (ValueError, TypeError) as exc:
+        if len(ready) == 1:
+            return [{"id": ready[0][1].id, "error": str(SampleError(ready[0][1].id, f"cannot encode ({exc})"))}]
+        # One bad sample must not sink the batch: retry one by one.
+        return [rec for item in ready for rec in _decode([item], loaded, decoder, tokenizer, args, encode_prompts)]
+    gens = [torch.Generator().manual_seed(args.seed + i) for i, _, _ in ready]
+    out = decoder.generate(inputs, generators=gens)
+    texts = tokenizer.batch_decode(out.sequences, skip_special_tokens=False)
+    records = []
+    for (i, s, ims), text, stats, finished in zip(ready, texts, out.stats, out.finished):
+        rec = {"id": s.id, "prediction": text, "ground_truth": s.answer, "finished": finished}
+        rec.update(_parsed_fields(text, s, ims, args.parse))
+        rec["stats"] = stats.as_dict()
+        records.append(rec)
+    return records

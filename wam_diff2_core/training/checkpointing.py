@@ -1,0 +1,162 @@
+"""Run directories, atomic checkpoints and the metrics file.
+
+    RUN_DIR/
+      config.yaml                 the resolved training config
+      metrics.jsonl               one JSON object per logged step (appended)
+      checkpoints/step-000500/    a Hugging Face checkpoint + trainer_state/ (optimizer,
+                                  scheduler, RNG, progress.json) for --resume
+      final/                      the stage's output: a Hugging Face checkpoint that
+                                  `wam-diff2 infer` and the node load directly
+
+Every checkpoint directory is written under a hidden ``.NAME.partial`` sibling and renamed
+into place only when complete (rename is atomic), so a killed run never leaves a directory
+with a final name that is not whole; resume ignores partial directories.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+CHECKPOINTS = "checkpoints"
+FINAL = "final"
+METRICS = "metrics.jsonl"
+TRAINER_STATE = "trainer_state"
+PROGRESS = "progress.json"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def partial_path(final: Path) -> Path:
+    return final.with_name(f".{final.name}.partial")
+
+
+def begin_partial(final: Path) -> Path:
+    """A fresh hidden directory to write ``final`` into (any stale one is removed)."""
+    tmp = partial_path(final)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Rename a complete ``tmp`` to ``final`` (replacing an older ``final``)."""
+    _fsync_tree(tmp)
+    if final.exists():
+        old = final.with_name(f".{final.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(final)
+    _fsync_dir(final.parent)
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in root.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
+    """Complete resumable checkpoints, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and child.is_dir() and (child / TRAINER_STATE / PROGRESS).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = checkpoint_dirs(run_dir)
+    return found[-1][1] if found else None
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+    for _, path in checkpoint_dirs(run_dir)[:-keep_last]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def has_run(run_dir: Path) -> bool:
+    run_dir = Path(run_dir)
+    return any((run_dir / name).exists() for name in (METRICS, CHECKPOINTS, FINAL))
+
+
+def read_progress(checkpoint: Path) -> dict[str, Any]:
+    return json.loads((checkpoint / TRAINER_STATE / PROGRESS).read_text())
+
+
+def write_progress(checkpoint: Path, progress: dict[str, Any]) -> None:
+    (checkpoint / TRAINER_STATE).mkdir(parents=True, exist_ok=True)
+    (checkpoint / TRAINER_STATE / PROGRESS).write_text(json.dumps(progress, indent=2) + "\n")
+
+
+class MetricsLog:
+    """Appends one JSON line per record to RUN_DIR/metrics.jsonl (main process only)."""
+
+    def __init__(self, path: Path, enabled: bool = True):
+        self.path = Path(path)
+        self.enabled = enabled
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: drop records of steps the resumed run will redo."""
+        if not self.enabled or not self.path.exists():
+            return
+        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
+        from ..utils.atomic import atomic_write_text
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS
+    records = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill: the step is redone after resume
+    return records
+
+
+def loss_curve(records: Iterable[dict[str, Any]], key: str = "loss") -> dict[int, float]:
+    return {r["step"]: r[key] for r in records if "step" in r and key in r}

@@ -1,0 +1,349 @@
+"""Training settings: one dataclass per YAML section, the only place their defaults live.
+
+The defaults are the paper's Stage I settings (algorithm spec, section 5). A shipped YAML
+sets only what its stage changes; ``wam-diff2 train --config X --print-config`` shows the
+resolved whole. Command-line overrides use the YAML's dotted names:
+
+    cfg = load_training_config("training/block4.yaml", ["--optim.lr", "1e-5", "--train.epochs=1"])
+
+An unknown section or key is a :class:`ConfigError` that names it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from ..config import ConfigError
+from ..model.inputs import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from .losses import KD_LOSSES
+
+RECIPES = ("finetune", "distill")
+ON_ERROR = ("skip", "fail")
+MIXED_PRECISION = ("auto", "bf16", "no")
+DEVICES = ("auto", "cpu", "cuda", "npu")
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+
+
+def _setting(default, help, *, choices=None, low=None, high=None, required=False):
+    return field(default=default, metadata={"help": help, "choices": choices, "low": low, "high": high,
+                                            "required": required})
+
+
+def _list(default, help, **kw):
+    return field(default_factory=lambda: list(default),
+                 metadata={"help": help, "choices": None, "low": kw.get("low"), "high": kw.get("high"),
+                           "required": False})
+
+
+@dataclass
+class ModelSection:
+    path: str = _setting("", "checkpoint directory to start from (Hugging Face layout)", required=True)
+    dtype: str = _setting("float32", "dtype the trained weights are kept in (autocast computes in bf16)",
+                          choices=DTYPES)
+    attn_implementation: str = _setting("sdpa", "transformers attention backend (needs 4-D boolean masks)",
+                                        choices=("sdpa", "eager"))
+    activation_checkpointing: bool = _setting(False, "recompute decoder layers in backward to save memory")
+    freeze_vision_tower: bool = _setting(False, "keep the vision tower fixed (the merger still trains)")
+
+
+@dataclass
+class DataSection:
+    train_file: str = _setting("", "JSON list or JSONL in the authors' sample format", required=True)
+    data_root: str = _setting(".", "image paths in the samples are relative to this directory")
+    min_pixels: int = _setting(DEFAULT_MIN_PIXELS, "pixel budget: smallest image area after resizing", low=1)
+    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, "pixel budget: largest image area after resizing", low=1)
+    max_length: int = _setting(0, "longest prefix + 2 x padded response in tokens; 0 = no limit", low=0)
+    on_error: str = _setting("skip", "a malformed sample or unreadable image: skip it (reported with its id) "
+                                     "or fail", choices=ON_ERROR)
+    shuffle: bool = _setting(True, "reshuffle the samples every epoch (seeded)")
+    num_workers: int = _setting(0, "DataLoader worker processes that read images and tokenise", low=0, high=64)
+
+
+@dataclass
+class DiffusionSection:
+    block_size: int = _setting(32, "training block size B; 1 = causal next-token (AR) training", low=1, high=1024)
+    min_mask_ratio: float = _setting(0.001, "u_i ~ U(0,1) is clamped to [this, 1] before t_i = (u_i + i) / N",
+                                     low=0.0, high=1.0)
+
+
+@dataclass
+class OptimSection:
+    lr: float = _setting(4e-5, "learning rate of the language model and LM head", low=0.0, high=1.0)
+    merger_lr: float = _setting(4e-5, "learning rate of the vision merger and DeepStack mergers", low=0.0, high=1.0)
+    vision_lr: float = _setting(2e-6, "learning rate of the vision tower", low=0.0, high=1.0)
+    weight_decay: float = _setting(0.05, "AdamW decay (never on norms, biases, embeddings, 1-D tensors)",
+                                   low=0.0, high=10.0)
+    beta1: float = _setting(0.9, "AdamW beta1", low=0.0, high=1.0)
+    beta2: float = _setting(0.95, "AdamW beta2", low=0.0, high=1.0)
+    eps: float = _setting(1e-8, "AdamW epsilon", low=0.0, high=1.0)
+    warmup_max_steps: int = _setting(1000, "warm-up lasts min(this, warmup_fraction x total steps)", low=0)
+    warmup_fraction: float = _setting(0.1, "see warmup_max_steps", low=0.0, high=1.0)
+    warmup_start_factor: float = _setting(0.1, "warm-up starts at this x lr", low=0.0, high=1.0)
+    final_lr_factor: float = _setting(0.01, "the cosine decays to this x lr", low=0.0, high=1.0)
+    max_grad_norm: float = _setting(1.0, "gradient clipping (global L2 norm); 0 = off", low=0.0)
+
+
+@dataclass
+class TrainSection:
+    epochs: float = _setting(5.0, "passes over the data (fractions allowed)", low=0.0)
+    max_steps: int = _setting(0, "optimizer steps; 0 = derived from epochs", low=0)
+    global_batch_size: int = _setting(128, "samples per optimizer step, over all processes", low=1)
+    micro_batch_size: int = _setting(1, "samples per forward on one process (gradients are accumulated)", low=1)
+    seed: int = _setting(42, "data order, noise and initialisation seed", low=0)
+    device: str = _setting("auto", "auto picks cuda, then npu, then cpu", choices=DEVICES)
+    mixed_precision: str = _setting("auto", "bf16 autocast; auto = bf16 where the device supports it",
+                                    choices=MIXED_PRECISION)
+    find_unused_parameters: bool = _setting(False, "DDP: set when some parameters get no gradient "
+                                                   "(for example text-only batches)")
+
+
+@dataclass
+class LossSection:
+    chunk_size: int = _setting(1024, "positions per LM-head chunk (memory: chunk x vocab logits)", low=1)
+
+
+@dataclass
+class DistillSection:
+    teacher_path: str = _setting("", "teacher checkpoint directory (recipe: distill)")
+    teacher_block_size: int = _setting(4, "the teacher's own block size for its mask; 1 = an AR teacher",
+                                       low=1, high=1024)
+    teacher_dtype: str = _setting("auto", "teacher weights dtype; auto = bf16 on accelerators, float32 on cpu",
+                                  choices=DTYPES)
+    loss: str = _setting("jsd", "divergence between student and teacher", choices=KD_LOSSES)
+    beta: float = _setting(0.5, "JSD mixture weight of the teacher: M = beta Q + (1 - beta) P", low=0.0, high=1.0)
+    temperature: float = _setting(1.0, "softmax temperature tau of both models (the loss is x tau^2)", low=1e-3)
+    kd_ratio: float = _setting(1.0, "total = (1 - kd_ratio) CE + kd_ratio KD", low=0.0, high=1.0)
+    on_policy: bool = _setting(False, "regenerate the answers with the student's decoder and noise them again")
+    generate_interval: int = _setting(2, "on-policy: regenerate every this many optimizer steps", low=1)
+    overlap_k: int = _setting(5, "log rho_K, the share of the teacher's top-K found in the student's top-K",
+                              low=1, high=1000)
+
+
+@dataclass
+class OutputSection:
+    dir: str = _setting("", "run directory: metrics.jsonl, checkpoints/, final/", required=True)
+    save_every_steps: int = _setting(500, "write a resumable checkpoint every this many steps; 0 = only at the end",
+                                     low=0)
+    keep_last: int = _setting(2, "resumable checkpoints kept (older ones are deleted)", low=1)
+    log_every_steps: int = _setting(1, "append a metrics line every this many steps", low=1)
+
+
+@dataclass
+class CurriculumSection:
+    block_sizes: list = _list([], "run one finetune stage per block size, each starting from the previous "
+                                  "stage's final/; empty = a single stage with diffusion.block_size", low=1)
+
+
+@dataclass
+class TrainingConfig:
+    recipe: str = _setting("finetune", "finetune (one block size, or a curriculum) or distill", choices=RECIPES)
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    diffusion: DiffusionSection = field(default_factory=DiffusionSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    loss: LossSection = field(default_factory=LossSection)
+    distill: DistillSection = field(default_factory=DistillSection)
+    output: OutputSection = field(default_factory=OutputSection)
+    curriculum: CurriculumSection = field(default_factory=CurriculumSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **dotted: Any) -> "TrainingConfig":
+        """A copy with ``{"section.key": value}`` applied and validated."""
+        data = self.to_dict()
+        for key, value in dotted.items():
+            _assign(data, key, value)
+        return config_from_dict(data)
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(TrainingConfig)
+                             if f.default_factory is not dataclasses.MISSING}
+
+
+def _field_type(cls: type, name: str) -> type:
+    hint = typing.get_type_hints(cls)[name]
+    return typing.get_origin(hint) or hint
+
+
+def _check(where: str, f: dataclasses.Field, value: Any, expected: type) -> Any:
+    meta = f.metadata
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if expected is float and isinstance(value, str):
+        try:  # YAML 1.1 reads 4e-5 (no dot) as a string
+            value = float(value)
+        except ValueError:
+            pass
+    if expected is list:
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ConfigError(f"{where}: expected a list of integers, got {value!r}")
+        for v in value:
+            if meta["low"] is not None and v < meta["low"]:
+                raise ConfigError(f"{where}: {v!r} is below {meta['low']}")
+        return list(value)
+    if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+        raise ConfigError(f"{where}: expected {expected.__name__}, got {value!r}")
+    if expected is float and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be finite, got {value!r}")
+    if meta["choices"] is not None and value not in meta["choices"]:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
+    if meta["low"] is not None and value < meta["low"]:
+        raise ConfigError(f"{where}: {value!r} is below {meta['low']}")
+    if meta["high"] is not None and value > meta["high"]:
+        raise ConfigError(f"{where}: {value!r} is above {meta['high']}")
+    return value
+
+
+def _build_section(cls: type, name: str, values: Mapping[str, Any] | None):
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{name}: expected a mapping of settings, got {values!r}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"unknown setting {name}.{key} (known in {name}: {', '.join(known)})")
+    kwargs = {k: _check(f"{name}.{k}", known[k], v, _field_type(cls, k)) for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> TrainingConfig:
+    """Build and validate a config from nested YAML data; unknown keys are errors naming them."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a training config is a mapping of sections, got {type(data).__name__}")
+    top = {f.name: f for f in dataclasses.fields(TrainingConfig)}
+    for key in data:
+        if key not in top:
+            raise ConfigError(f"unknown setting {key} (known: {', '.join(top)})")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in SECTIONS:
+            kwargs[name] = _build_section(SECTIONS[name], name, value)
+        else:
+            kwargs[name] = _check(name, top[name], value, _field_type(TrainingConfig, name))
+    cfg = TrainingConfig(**kwargs)
+    _check_consistency(cfg)
+    return cfg
+
+
+def _check_consistency(cfg: TrainingConfig) -> None:
+    if cfg.data.min_pixels > cfg.data.max_pixels:
+        raise ConfigError(f"data.min_pixels: {cfg.data.min_pixels} is above data.max_pixels {cfg.data.max_pixels}")
+    if cfg.train.global_batch_size % cfg.train.micro_batch_size:
+        raise ConfigError(f"train.global_batch_size: {cfg.train.global_batch_size} is not a multiple of "
+                          f"train.micro_batch_size {cfg.train.micro_batch_size}")
+    if cfg.recipe == "distill":
+        if cfg.curriculum.block_sizes:
+            raise ConfigError("curriculum.block_sizes: a curriculum chains finetune stages; recipe is distill")
+        if cfg.diffusion.block_size == 1:
+            raise ConfigError("diffusion.block_size: distillation trains a diffusion student (B >= 2)")
+        if not 0.0 < cfg.distill.beta < 1.0 and cfg.distill.loss == "jsd":
+            raise ConfigError(f"distill.beta: {cfg.distill.beta} must be strictly between 0 and 1 for jsd")
+
+
+def check_required(cfg: TrainingConfig) -> None:
+    """Settings without a usable default must be given before a run starts."""
+    for name, cls in SECTIONS.items():
+        section = getattr(cfg, name)
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("required") and getattr(section, f.name) in ("", None):
+                raise ConfigError(f"{name}.{f.name}: required ({f.metadata['help']})")
+    if cfg.recipe == "distill" and not cfg.distill.teacher_path:
+        raise ConfigError("distill.teacher_path: required by recipe distill")
+
+
+def _assign(data: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    if len(parts) == 1:
+        if parts[0] in SECTIONS:
+            raise ConfigError(f"{dotted}: is a section; set one of its keys as {dotted}.KEY")
+        data[parts[0]] = value
+        return
+    if len(parts) != 2:
+        raise ConfigError(f"unknown setting {dotted} (settings are SECTION.KEY)")
+    section, key = parts
+    if section not in SECTIONS:
+        raise ConfigError(f"unknown setting {dotted} (sections: {', '.join(SECTIONS)})")
+    data.setdefault(section, {})
+    if data[section] is None:
+        data[section] = {}
+    data[section][key] = value
+
+
+def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
+    """``--section.key value`` / ``--section.key=value`` pairs; values are parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    i = 0
+    args = list(args)
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(f"unexpected argument {arg!r} (overrides are --section.key value)")
+        if "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ConfigError(f"{arg}: missing a value")
+            key, raw = arg[2:], args[i + 1]
+            i += 2
+        try:
+            out[key] = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{key}: cannot parse value {raw!r} ({exc})") from exc
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections")
+    return data
+
+
+def load_training_config(path: str | Path | None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> TrainingConfig:
+    """YAML file (may be None: all defaults) < command-line overrides; validated."""
+    data = read_yaml(path) if path is not None else {}
+    if not isinstance(overrides, Mapping):
+        overrides = parse_overrides(overrides)
+    for key, value in overrides.items():
+        _assign(data, key, value)
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        if path is not None:
+            raise ConfigError(f"{path}: {exc}") from exc
+        raise
+
+
+def dump_yaml(cfg: TrainingConfig) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+
+
+def describe_settings() -> list[tuple[str, Any, str]]:
+    """(dotted name, default, help) for every setting: the README table is checked against it."""
+    rows = []
+    for f in dataclasses.fields(TrainingConfig):
+        if f.name in SECTIONS:
+            for g in dataclasses.fields(SECTIONS[f.name]):
+                default = g.default if g.default is not dataclasses.MISSING else g.default_factory()
+                rows.append((f"{f.name}.{g.name}", default, g.metadata["help"]))
+        else:
+            rows.append((f.name, f.default, f.metadata["help"]))
+    return rows

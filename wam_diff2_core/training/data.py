@@ -1,0 +1,281 @@
+"""Training data: samples in the authors' format -> tokenised examples -> a deterministic stream.
+
+An :class:`Example` is one sample tokenised with the chat template (no generation prompt):
+the **prefix** is every token up to and including the last ``<|im_start|>assistant\\n``, the
+**response** the tokens after it through the first EOS inclusive (algorithm spec, section 4).
+The prefix is exactly the prompt that :func:`wam_diff2_core.model.inputs.encode_prompts`
+gives the decoder at inference.
+
+Malformed samples and unreadable images are reported with their id and either skipped
+(``data.on_error: skip``) or raise (``fail``); they are never trained on.
+
+Order: samples form an endless stream, epoch after epoch, each epoch a seeded permutation.
+Optimizer step ``s`` consumes stream positions ``[s G, (s + 1) G)`` (G = global batch), split
+over processes and micro-batches, so the data position of a run is its step number and the
+split does not change which samples a step sees.
+
+    dataset = SampleDataset("train.jsonl", processor, data_root="data/", eos_token_id=eos)
+    order = DataOrder(len(dataset), seed=42)
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from ..data.samples import Sample, SampleError, load_images, parse_sample, read_records
+from ..model.inputs import pixel_size
+
+log = logging.getLogger(__name__)
+
+ASSISTANT_HEADER = "<|im_start|>assistant\n"
+
+
+@dataclass
+class Example:
+    """One tokenised sample (one process's view; tensors on the CPU)."""
+
+    id: str
+    prefix_ids: torch.Tensor            # [P] long: the prompt through "<|im_start|>assistant\n"
+    response_ids: torch.Tensor          # [R] long: the answer through the first EOS inclusive
+    mm_token_type_ids: torch.Tensor     # [P] long: 1 at image-pad tokens
+    pixel_values: torch.Tensor | None   # [patches, patch_dim]
+    image_grid_thw: torch.Tensor | None  # [images, 3]
+    position: int = -1                  # stream position (seeds this visit's noise)
+
+    @property
+    def prefix_length(self) -> int:
+        return int(self.prefix_ids.shape[0])
+
+
+def padded_length(response_length: int, multiple: int) -> int:
+    """Response length after EOS padding to a multiple of the block size."""
+    return -(-response_length // multiple) * multiple
+
+
+def sequence_length(prefix_length: int, response_length: int, block_size: int, multiple: int | None = None) -> int:
+    """Training sequence length: ``P + R`` for B = 1, else ``P + 2 L`` (clean and noisy copies)."""
+    if block_size == 1:
+        return prefix_length + response_length
+    return prefix_length + 2 * padded_length(response_length, multiple or block_size)
+
+
+def _find_last(haystack: list[int], needle: list[int]) -> int:
+    for start in range(len(haystack) - len(needle), -1, -1):
+        if haystack[start:start + len(needle)] == needle:
+            return start
+    return -1
+
+
+def encode_sample(processor, sample: Sample, images: Sequence[Any], *, eos_token_id: int,
+                  min_pixels: int | None = None, max_pixels: int | None = None) -> Example:
+    """Tokenise a sample with the chat template and split it into prefix and response."""
+    if not any(m["role"] == "assistant" for m in sample.messages):
+        raise SampleError(sample.id, "no 'gpt' turn to learn from")
+    text = processor.apply_chat_template(sample.messages, tokenize=False, add_generation_prompt=False)
+    kwargs: dict[str, Any] = {}
+    size = pixel_size(min_pixels, max_pixels)
+    if size is not None and images:
+        kwargs["size"] = size
+    try:
+        enc = processor(text=[text], images=list(images) or None, return_tensors="pt", **kwargs)
+    except (ValueError, RuntimeError) as exc:
+        raise SampleError(sample.id, f"cannot encode ({exc})") from exc
+    ids = enc["input_ids"][0]
+    header = processor.tokenizer(ASSISTANT_HEADER, add_special_tokens=False)["input_ids"]
+    start = _find_last(ids.tolist(), list(header))
+    if start < 0:
+        raise SampleError(sample.id, f"the tokenised text has no {ASSISTANT_HEADER!r} header")
+    start += len(header)
+    eos = (ids[start:] == eos_token_id).nonzero()
+    if eos.numel() == 0:
+        raise SampleError(sample.id, "the answer has no EOS after it")
+    end = start + int(eos[0, 0]) + 1
+    mm = enc.get("mm_token_type_ids")
+    mm = torch.zeros_like(ids) if mm is None else mm[0].long()
+    return Example(id=sample.id, prefix_ids=ids[:start].clone(), response_ids=ids[start:end].clone(),
+                   mm_token_type_ids=mm[:start].clone(), pixel_values=enc.get("pixel_values"),
+                   image_grid_thw=enc.get("image_grid_thw"))
+
+
+class SampleDataset(torch.utils.data.Dataset):
+    """Samples of one data file; ``dataset[i]`` is an :class:`Example` or the SampleError that
+    says why sample i cannot be used (with ``on_error="fail"`` it raises instead)."""
+
+    def __init__(self, path: str | Path, processor, *, eos_token_id: int, data_root: str | Path = ".",
+                 min_pixels: int | None = None, max_pixels: int | None = None, max_length: int = 0,
+                 block_size: int = 1, pad_multiple: int | None = None, on_error: str = "skip"):
+        self.processor = processor
+        self.eos_token_id = eos_token_id
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        self.max_length = max_length
+        self.block_size = block_size
+        self.pad_multiple = pad_multiple or block_size
+        self.on_error = on_error
+        self.samples: list[Sample] = []
+        self.rejected: list[SampleError] = []
+        for i, raw in enumerate(read_records(path)):
+            try:
+                sample = parse_sample(raw, data_root, i)
+                missing = [p for p in sample.image_paths if not p.is_file()]
+                if missing:
+                    raise SampleError(sample.id, f"image not found: {missing[0]}")
+            except SampleError as exc:
+                self._reject(exc)
+                continue
+            self.samples.append(sample)
+        if not self.samples:
+            from ..config import ConfigError
+            raise ConfigError(f"data.train_file: {path} has no usable sample ({len(self.rejected)} rejected)")
+        if self.rejected:
+            log.warning("%s: %d sample(s) skipped, first: %s", path, len(self.rejected), self.rejected[0])
+
+    def _reject(self, exc: SampleError) -> None:
+        if self.on_error == "fail":
+            raise exc
+        log.warning("skipping %s", exc)
+        self.rejected.append(exc)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Example | SampleError:
+        sample = self.samples[index]
+        try:
+            example = encode_sample(self.processor, sample, load_images(sample), eos_token_id=self.eos_token_id,
+                                    min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+            if self.max_length:
+                length = sequence_length(example.prefix_length, len(example.response_ids), self.block_size,
+                                         self.pad_multiple)
+                if length > self.max_length:
+                    raise SampleError(sample.id, f"{length} tokens is more than data.max_length {self.max_length}")
+        except SampleError as exc:
+            if self.on_error == "fail":
+                raise
+            return exc
+        return example
+
+
+class DataOrder:
+    """Stream position -> dataset index: epoch e is a permutation seeded by (seed, e)."""
+
+    def __init__(self, size: int, seed: int, shuffle: bool = True):
+        self.size, self.seed, self.shuffle = size, seed, shuffle
+
+    @lru_cache(maxsize=4)
+    def permutation(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.size))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.size, generator=g).tolist()
+
+    def index(self, position: int) -> int:
+        return self.permutation(position // self.size)[position % self.size]
+
+    def epoch(self, position: int) -> float:
+        return position / self.size
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one optimizer step's global batch is split: G = accum x processes x micro."""
+
+    global_batch_size: int
+    micro_batch_size: int
+    num_processes: int
+    process_index: int
+
+    def __post_init__(self):
+        per_step = self.micro_batch_size * self.num_processes
+        if self.global_batch_size % per_step:
+            from ..config import ConfigError
+            raise ConfigError(
+                f"train.global_batch_size: {self.global_batch_size} is not a multiple of train.micro_batch_size "
+                f"x processes ({self.micro_batch_size} x {self.num_processes})")
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.global_batch_size // (self.micro_batch_size * self.num_processes)
+
+    def positions(self, step: int, micro: int) -> list[int]:
+        """Stream positions of this process's micro-batch ``micro`` of optimizer step ``step``."""
+        start = step * self.global_batch_size + (micro * self.num_processes + self.process_index) * self.micro_batch_size
+        return list(range(start, start + self.micro_batch_size))
+
+
+class StreamDataset(torch.utils.data.Dataset):
+    """Indexed by stream position; tags each example with its position."""
+
+    def __init__(self, dataset: SampleDataset, order: DataOrder):
+        self.dataset, self.order = dataset, order
+
+    def __len__(self) -> int:  # unbounded; DataLoader only needs it for its own bookkeeping
+        return 2 ** 62
+
+    def __getitem__(self, position: int):
+        item = self.dataset[self.order.index(position)]
+        if isinstance(item, Example):
+            item.position = position
+        return item
+
+
+class StepBatches(torch.utils.data.Sampler):
+    """Yields this process's micro-batches (lists of stream positions) from ``start_step`` on."""
+
+    def __init__(self, plan: BatchPlan, start_step: int, total_steps: int):
+        self.plan, self.start_step, self.total_steps = plan, start_step, total_steps
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for step in range(self.start_step, self.total_steps):
+            for micro in range(self.plan.accumulation_steps):
+                yield self.plan.positions(step, micro)
+
+    def __len__(self) -> int:
+        return (self.total_steps - self.start_step) * self.plan.accumulation_steps
+
+
+def keep_list(items):
+    """DataLoader collate: keep the examples (and errors) as a list; batching happens in noise.py."""
+    return list(items)
+
+
+def make_loader(dataset: SampleDataset, order: DataOrder, plan: BatchPlan, start_step: int, total_steps: int,
+                num_workers: int = 0) -> torch.utils.data.DataLoader:
+    return torch.utils.data.DataLoader(StreamDataset(dataset, order),
+                                       batch_sampler=StepBatches(plan, start_step, total_steps),
+                                       collate_fn=keep_list, num_workers=num_workers,
+                                       persistent_workers=False)
+
+
+def total_steps(num_samples: int, epochs: float, global_batch_size: int, max_steps: int = 0) -> int:
+    if max_steps:
+        return max_steps
+    return max(1, math.ceil(epochs * num_samples / global_batch_size))
+
+
+def prompt_batch(examples: Sequence[Example], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """The examples' prefixes as a left-padded processor batch (what the decoder takes)."""
+    width = max(e.prefix_length for e in examples)
+    ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    mm = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, e in enumerate(examples):
+        ids[i, width - e.prefix_length:] = e.prefix_ids
+        mask[i, width - e.prefix_length:] = 1
+        mm[i, width - e.prefix_length:] = e.mm_token_type_ids
+    out = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": mm}
+    out.update(concat_vision(examples))
+    return out
+
+
+def concat_vision(examples: Sequence[Example]) -> dict[str, torch.Tensor]:
+    pixels = [e.pixel_values for e in examples if e.pixel_values is not None]
+    grids = [e.image_grid_thw for e in examples if e.image_grid_thw is not None]
+    if not pixels:
+        return {}
+    return {"pixel_values": torch.cat(pixels), "image_grid_thw": torch.cat(grids)}

@@ -1,0 +1,265 @@
+"""The diffusion objective's inputs: noise schedule, training sequence, mask, labels, positions.
+
+Exactly as the algorithm spec, section 4. Per sample, with the response padded with EOS to a
+multiple of B (L tokens, N = L / B blocks):
+
+    sequence   prefix (P) || clean response (L) || noisy response (L)
+    noise      u_i ~ U(0,1) clamped to [min_ratio, 1], t_i = (u_i + i) / N, permuted over the
+               blocks; each token of block i is masked independently when rand <= t_i
+    labels     at a masked noisy position, the clean token at the same position (no shift),
+               weighted 1 / t_i and divided by L
+    positions  Qwen3-VL MRoPE ids for the prefix; response offset j uses next_position + j on
+               all three axes, for the clean and the noisy copy alike
+    attention  prefix: block-causal from position 0 (block id = pos // B); clean block k: the
+               prefix and clean blocks <= k; noisy block k: the prefix, clean blocks < k and
+               itself. Clean blocks never see noisy ones (the reference's leak), so their K/V
+               are what inference caches.
+
+B = 1 is causal next-token training: ``prefix || response``, the hidden state at position
+p predicts the token at p + 1, every response token counts with weight 1 / R.
+
+Noise is drawn from a generator seeded by (seed, stream position, round), so a sample's
+noise does not depend on the batch it lands in, the number of processes, or a resume.
+
+    batch = build_batch(examples, block_size=8, mask_token_id=mask, eos_token_id=eos,
+                        rope_index=model.model.get_rope_index, seed=42)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .data import Example, concat_vision, padded_length
+
+PREFIX, CLEAN, NOISY, PAD = 0, 1, 2, 3   # segments of a training row
+
+
+def noise_generator(seed: int, position: int, round: int = 0) -> torch.Generator:
+    """A generator for one visit of one sample (independent of batching and processes)."""
+    state = np.random.SeedSequence([seed, max(position, 0), round]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state))
+
+
+def stratified_mask_ratios(num_blocks: int, generator: torch.Generator, min_ratio: float = 0.001) -> torch.Tensor:
+    """One mask ratio per block: t_i = (u_i + i) / N, u_i ~ U(0,1) clamped, then permuted. [N]"""
+    u = torch.rand(num_blocks, generator=generator).clamp(min_ratio, 1.0)
+    t = (u + torch.arange(num_blocks)) / num_blocks
+    return t[torch.randperm(num_blocks, generator=generator)]
+
+
+def noise_response(response: torch.Tensor, block_size: int, mask_token_id: int, generator: torch.Generator,
+                   min_ratio: float = 0.001) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mask a padded response. Returns (noisy [L], masked [L] bool, ratio per token [L])."""
+    length = response.shape[0]
+    assert length % block_size == 0, "the response must be padded to a multiple of the block size"
+    ratios = stratified_mask_ratios(length // block_size, generator, min_ratio).repeat_interleave(block_size)
+    masked = torch.rand(length, generator=generator) <= ratios
+    noisy = torch.where(masked, torch.full_like(response, mask_token_id), response)
+    return noisy, masked, ratios
+
+
+@dataclass
+class Layout:
+    """Where each sample's parts sit in its (right-padded) training row."""
+
+    prefix_lengths: torch.Tensor     # [N] P
+    response_lengths: torch.Tensor   # [N] L (padded; R for B = 1)
+    seq_len: int                     # T, the padded row length
+    with_noisy_copy: bool            # False for B = 1 (prefix || response)
+
+    def segments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(segment, offset) per position, [N, T] each; offset = position inside the segment."""
+        pos = torch.arange(self.seq_len).unsqueeze(0)                     # [1, T]
+        p = self.prefix_lengths.unsqueeze(1)                               # [N, 1]
+        ell = self.response_lengths.unsqueeze(1)
+        noisy_end = p + 2 * ell if self.with_noisy_copy else p + ell
+        pad = torch.full_like(pos + p, PAD)
+        segment = torch.where(pos < p, PREFIX,
+                              torch.where(pos < p + ell, CLEAN, torch.where(pos < noisy_end, NOISY, pad)))
+        start = torch.where(segment == PREFIX, 0, torch.where(segment == CLEAN, p, p + ell))
+        offset = (pos - start).clamp(min=0)
+        return segment, offset
+
+
+def training_attention_mask(layout: Layout, block_size: int) -> torch.Tensor:
+    """The block-causal training mask, boolean [N, 1, T, T] (True = may attend).
+
+    With a global block id g (prefix: pos // B; response offset j: ceil(P / B) + j // B):
+    a prefix or clean query sees prefix and clean keys with g_k <= g_q; a noisy query sees
+    prefix and clean keys with g_k < g_q and noisy keys with g_k == g_q. Padding rows see
+    only themselves.
+    """
+    segment, offset = layout.segments()                                   # [N, T]
+    first_response_block = -(-layout.prefix_lengths // block_size)        # ceil(P / B), [N]
+    g = torch.where(segment == PREFIX, offset // block_size,
+                    first_response_block.unsqueeze(1) + offset // block_size)
+    clean_stream = (segment == PREFIX) | (segment == CLEAN)
+    noisy = segment == NOISY
+    gq, gk = g.unsqueeze(2), g.unsqueeze(1)                               # [N, T, 1], [N, 1, T]
+    mask = clean_stream.unsqueeze(1) & ((gk <= gq) & clean_stream.unsqueeze(2)
+                                        | (gk < gq) & noisy.unsqueeze(2))
+    mask |= noisy.unsqueeze(1) & noisy.unsqueeze(2) & (gk == gq)
+    mask |= torch.eye(layout.seq_len, dtype=torch.bool).unsqueeze(0) & (segment == PAD).unsqueeze(2)
+    return mask.unsqueeze(1)
+
+
+@dataclass
+class TrainingBatch:
+    """One micro-batch, ready for a forward. Targets are flat indices into [N x T]."""
+
+    ids: list[str]
+    positions: list[int]                # stream positions
+    input_ids: torch.Tensor             # [N, T]
+    attention_mask: torch.Tensor        # [N, 1, T, T] bool, the student's block size
+    position_ids: torch.Tensor          # [3, N, T]
+    mm_token_type_ids: torch.Tensor     # [N, T]
+    vision: dict[str, torch.Tensor]     # pixel_values, image_grid_thw (absent without images)
+    layout: Layout
+    block_size: int
+    target_index: torch.Tensor          # [M] hidden state (flat index) whose logits predict the target
+    target_ids: torch.Tensor            # [M] the clean token
+    ce_weight: torch.Tensor             # [M] 1 / (t L)  (B = 1: 1 / R)
+    kd_weight: torch.Tensor             # [M] 1 / L      (distillation: no 1 / t)
+    target_sample: torch.Tensor         # [M] which sample
+    ar_predecessor_index: torch.Tensor  # [M] clean-stream position before the target (an AR teacher's view)
+    mask_ratio: torch.Tensor            # [M] t at the target (1 for B = 1)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.ids)
+
+    @property
+    def num_tokens(self) -> int:
+        copies = 2 if self.layout.with_noisy_copy else 1
+        return int((self.layout.prefix_lengths + copies * self.layout.response_lengths).sum())
+
+    def mask_for(self, block_size: int) -> torch.Tensor:
+        """The same sequences under another block size's mask (a distillation teacher)."""
+        if block_size == self.block_size:
+            return self.attention_mask
+        if not self.layout.with_noisy_copy:
+            raise ValueError("an AR batch has no noisy copy for a diffusion teacher")
+        return training_attention_mask(self.layout, block_size)
+
+    def to(self, device: torch.device) -> "TrainingBatch":
+        for name in ("input_ids", "attention_mask", "position_ids", "mm_token_type_ids", "target_index",
+                     "target_ids", "ce_weight", "kd_weight", "target_sample", "ar_predecessor_index", "mask_ratio"):
+            setattr(self, name, getattr(self, name).to(device))
+        self.vision = {k: v.to(device) for k, v in self.vision.items()}
+        return self
+
+    def model_inputs(self, attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.input_ids,
+                "attention_mask": self.attention_mask if attention_mask is None else attention_mask,
+                "position_ids": self.position_ids, "mm_token_type_ids": self.mm_token_type_ids, **self.vision}
+
+
+RopeIndex = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def prefix_positions(examples: Sequence[Example], rope_index: RopeIndex) -> list[torch.Tensor]:
+    """MRoPE ids of each prefix, [3, P_i] each, from Qwen3-VL's ``get_rope_index``."""
+    width = max(e.prefix_length for e in examples)
+    ids = torch.zeros((len(examples), width), dtype=torch.long)
+    mm = torch.zeros_like(ids)
+    valid = torch.zeros_like(ids)
+    for i, e in enumerate(examples):
+        ids[i, :e.prefix_length] = e.prefix_ids
+        mm[i, :e.prefix_length] = e.mm_token_type_ids
+        valid[i, :e.prefix_length] = 1
+    vision = concat_vision(examples)
+    device = _device_of(rope_index)
+    with torch.no_grad():
+        pos, _ = rope_index(ids.to(device), mm_token_type_ids=mm.to(device),
+                            image_grid_thw=vision["image_grid_thw"].to(device) if vision else None,
+                            attention_mask=valid.to(device))
+    pos = pos.cpu()
+    return [pos[:, i, :e.prefix_length] for i, e in enumerate(examples)]
+
+
+def _device_of(rope_index: RopeIndex) -> torch.device:
+    owner = getattr(rope_index, "__self__", None)
+    if owner is not None:
+        try:
+            return next(owner.parameters()).device
+        except (AttributeError, StopIteration):
+            pass
+    return torch.device("cpu")
+
+
+def build_batch(examples: Sequence[Example], *, block_size: int, mask_token_id: int | None, eos_token_id: int,
+                rope_index: RopeIndex, seed: int, min_ratio: float = 0.001, pad_multiple: int | None = None,
+                noise_round: int = 0) -> TrainingBatch:
+    """Lay out, noise and label a micro-batch (B = 1: causal next-token training).
+
+    ``pad_multiple`` (default B) pads responses further, e.g. to lcm(B_student, B_teacher)."""
+    if not examples:
+        raise ValueError("build_batch needs at least one example")
+    ar = block_size == 1
+    if not ar and mask_token_id is None:
+        raise ValueError("block_size > 1 needs a mask token")
+    multiple = 1 if ar else (pad_multiple or block_size)
+    if multiple % block_size:
+        raise ValueError(f"pad_multiple {multiple} is not a multiple of block_size {block_size}")
+    prefix_pos = prefix_positions(examples, rope_index)
+    n = len(examples)
+    p_len = torch.tensor([e.prefix_length for e in examples])
+    r_len = torch.tensor([e.response_ids.shape[0] for e in examples])
+    l_len = torch.tensor([padded_length(int(r), multiple) for r in r_len])
+    copies = 1 if ar else 2
+    seq_len = int((p_len + copies * l_len).max())
+    layout = Layout(prefix_lengths=p_len, response_lengths=l_len, seq_len=seq_len, with_noisy_copy=not ar)
+
+    input_ids = torch.full((n, seq_len), eos_token_id, dtype=torch.long)
+    mm = torch.zeros((n, seq_len), dtype=torch.long)
+    position_ids = torch.zeros((3, n, seq_len), dtype=torch.long)
+    target_index, target_ids, ce_w, kd_w, sample_of, pred_index, ratio_of = [], [], [], [], [], [], []
+    for i, e in enumerate(examples):
+        p, ell = int(p_len[i]), int(l_len[i])
+        clean = torch.full((ell,), eos_token_id, dtype=torch.long)   # EOS padding
+        clean[:e.response_ids.shape[0]] = e.response_ids
+        input_ids[i, :p] = e.prefix_ids
+        input_ids[i, p:p + ell] = clean
+        mm[i, :p] = e.mm_token_type_ids
+        position_ids[:, i, :p] = prefix_pos[i]
+        next_position = int(prefix_pos[i].max()) + 1
+        response_pos = next_position + torch.arange(ell)
+        position_ids[:, i, p:p + ell] = response_pos
+        row = i * seq_len
+        if ar:
+            # hidden state at p - 1 + j predicts response token j
+            idx = torch.arange(ell)
+            target_index.append(row + p - 1 + idx)
+            target_ids.append(clean)
+            ce_w.append(torch.full((ell,), 1.0 / ell))
+            kd_w.append(torch.full((ell,), 1.0 / ell))
+            ratio_of.append(torch.ones(ell))
+            pred_index.append(row + p - 1 + idx)
+        else:
+            g = noise_generator(seed, e.position, noise_round)
+            noisy, masked, ratios = noise_response(clean, block_size, mask_token_id, g, min_ratio)
+            input_ids[i, p + ell:p + 2 * ell] = noisy
+            position_ids[:, i, p + ell:p + 2 * ell] = response_pos       # the clean copy's ids
+            j = masked.nonzero().squeeze(1)
+            target_index.append(row + p + ell + j)
+            target_ids.append(clean[j])
+            ce_w.append(1.0 / (ratios[j] * ell))
+            kd_w.append(torch.full((j.numel(),), 1.0 / ell))
+            ratio_of.append(ratios[j])
+            pred_index.append(row + p - 1 + j)                            # clean token j - 1 (or last prompt token)
+        sample_of.append(torch.full((target_ids[-1].numel(),), i, dtype=torch.long))
+    return TrainingBatch(
+        ids=[e.id for e in examples], positions=[e.position for e in examples],
+        input_ids=input_ids, attention_mask=training_attention_mask(layout, block_size),
+        position_ids=position_ids, mm_token_type_ids=mm, vision=concat_vision(examples), layout=layout,
+        block_size=block_size, target_index=torch.cat(target_index).long(), target_ids=torch.cat(target_ids).long(),
+        ce_weight=torch.cat(ce_w).float(), kd_weight=torch.cat(kd_w).float(), target_sample=torch.cat(sample_of),
+        ar_predecessor_index=torch.cat(pred_index).long(), mask_ratio=torch.cat(ratio_of).float())
+
+
+def lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b)

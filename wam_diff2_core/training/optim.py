@@ -1,0 +1,97 @@
+"""AdamW with per-part learning rates, and the warm-up + cosine schedule (algorithm spec, section 5).
+
+Parameter groups: language model + LM head (``optim.lr``), vision merger + DeepStack mergers
+(``optim.merger_lr``), vision tower (``optim.vision_lr``); each split into a decayed group and
+a group without weight decay (norms, biases, ``nn.Embedding`` tables and every other 1-D
+tensor). Frozen parameters are left out.
+
+Schedule (factor of each group's lr, per optimizer step s of S): warm-up from
+``warmup_start_factor`` over W = min(warmup_max_steps, warmup_fraction x S) steps, then a
+cosine from 1 to ``final_lr_factor``.
+
+    optimizer = build_optimizer(model, cfg.optim); scheduler = build_scheduler(optimizer, 1000, cfg.optim)
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from .config import OptimSection
+
+LANGUAGE_MODEL, MERGER, VISION_TOWER = "language_model", "merger", "vision_tower"
+_MERGER = re.compile(r"(^|\.)visual\.(merger|deepstack_merger_list)\.")
+_VISION = re.compile(r"(^|\.)visual\.")
+
+
+def part_of(name: str) -> str:
+    """Which learning-rate group a parameter belongs to, from its name."""
+    if _MERGER.search(name):
+        return MERGER
+    if _VISION.search(name):
+        return VISION_TOWER
+    return LANGUAGE_MODEL
+
+
+def no_decay_names(model: torch.nn.Module) -> set[str]:
+    """Norms, biases, embedding tables and every other tensor with fewer than 2 dimensions."""
+    names = set()
+    for module_name, module in model.named_modules():
+        for param_name, param in module.named_parameters(recurse=False):
+            full = f"{module_name}.{param_name}" if module_name else param_name
+            if (param.ndim < 2 or isinstance(module, torch.nn.Embedding) or "norm" in module_name.split(".")[-1].lower()
+                    or param_name == "bias"):
+                names.add(full)
+    return names
+
+
+def freeze_vision_tower(model: torch.nn.Module) -> int:
+    """Stop training the vision tower (not the mergers). Returns the number of frozen tensors."""
+    frozen = 0
+    for name, param in model.named_parameters():
+        if part_of(name) == VISION_TOWER:
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen
+
+
+def parameter_groups(model: torch.nn.Module, cfg: OptimSection) -> list[dict]:
+    lrs = {LANGUAGE_MODEL: cfg.lr, MERGER: cfg.merger_lr, VISION_TOWER: cfg.vision_lr}
+    skip_decay = no_decay_names(model)
+    groups: dict[tuple[str, bool], list] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        key = (part_of(name), name not in skip_decay)
+        groups.setdefault(key, []).append(param)
+    out = []
+    for (part, decay), params in sorted(groups.items()):
+        out.append({"params": params, "lr": lrs[part], "weight_decay": cfg.weight_decay if decay else 0.0,
+                    "name": f"{part}{'' if decay else '_no_decay'}"})
+    return out
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimSection) -> torch.optim.AdamW:
+    groups = parameter_groups(model, cfg)
+    if not groups:
+        from ..config import ConfigError
+        raise ConfigError("model: no trainable parameters")
+    return torch.optim.AdamW(groups, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+
+
+def warmup_steps(total_steps: int, cfg: OptimSection) -> int:
+    return min(cfg.warmup_max_steps, int(cfg.warmup_fraction * total_steps))
+
+
+def lr_factor(step: int, total_steps: int, cfg: OptimSection) -> float:
+    """Multiplier of the base learning rates at optimizer step ``step`` (0-based)."""
+    warm = warmup_steps(total_steps, cfg)
+    if step < warm:
+        return cfg.warmup_start_factor + (1.0 - cfg.warmup_start_factor) * step / warm
+    progress = min(1.0, (step - warm) / max(1, total_steps - warm))
+    return cfg.final_lr_factor + (1.0 - cfg.final_lr_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OptimSection):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total_steps, cfg))

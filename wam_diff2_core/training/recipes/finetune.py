@@ -1,0 +1,396 @@
+"""Finetune recipe: train one block size B on a data file (B = 1: AR pretraining).
+
+    wam-diff2 train --config training/block4.yaml --data.train_file train.json
+
+setup -> train -> cleanup, like a torchtune recipe. One optimizer step:
+
+1. take this process's ``accum`` micro-batches of the step (data.py fixes which samples);
+2. noise and lay them out (noise.py); count the samples of the global batch over processes;
+3. per micro-batch: forward the student and its loss in one module (so DDP / FSDP / DeepSpeed
+   see the whole graph), scale so the global batch's gradient is the mean over its samples,
+   backward (gradients sync on the last micro-batch only);
+4. clip, AdamW step, scheduler step; log; every ``output.save_every_steps`` write a resumable
+   checkpoint, at the end ``final/``.
+
+The distillation recipe (distill.py) extends this one with a teacher.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ...config import ConfigError, DiffusionConfig, write_diffusion_file
+from ...data.samples import SampleError
+from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
+                             latest_checkpoint, prune_checkpoints, publish, read_progress, step_dir_name,
+                             write_progress)
+from ..config import TrainingConfig, check_required, dump_yaml
+from ..data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
+from ..losses import LossSettings, objective
+from ..noise import TrainingBatch, build_batch
+from ..optim import build_optimizer, build_scheduler, freeze_vision_tower
+
+log = logging.getLogger(__name__)
+
+
+class DiffusionObjective(torch.nn.Module):
+    """The student and its loss in one forward: what Accelerate wraps (DDP, FSDP, DeepSpeed).
+
+    Returns a dict of scalars: ``total`` (differentiable) and the detached ``ce``, ``kd``,
+    ``overlap`` sums (see losses.py)."""
+
+    def __init__(self, model: torch.nn.Module, settings: LossSettings):
+        super().__init__()
+        self.model = model                   # Qwen3VLForConditionalGeneration
+        self.settings = settings
+
+    def forward(self, input_ids, attention_mask, position_ids, mm_token_type_ids, target_index, target_ids,
+                ce_weight, pixel_values=None, image_grid_thw=None, teacher_hidden=None, teacher_head=None,
+                kd_weight=None) -> dict[str, torch.Tensor]:
+        out = self.model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               mm_token_type_ids=mm_token_type_ids, pixel_values=pixel_values,
+                               image_grid_thw=image_grid_thw, use_cache=False)
+        hidden = out.last_hidden_state.flatten(0, 1)[target_index]        # [M, H]: only positions that count
+        terms = objective(hidden, self.model.lm_head, target_ids, ce_weight, self.settings,
+                          teacher_hidden=teacher_hidden, teacher_head=teacher_head, kd_weight=kd_weight)
+        return {"total": terms.total, "ce": terms.ce, "kd": terms.kd, "overlap": terms.overlap}
+
+
+@dataclass
+class StepResult:
+    step: int
+    loss: float
+    ce: float
+    kd: float
+    overlap: float | None
+    samples: int
+    tokens: int
+    targets: int
+    skipped: list[str]
+    grad_norm: float | None = None
+    lr: float | None = None
+
+
+def resolve_mixed_precision(setting: str, device: str) -> str:
+    if setting != "auto":
+        return setting
+    if device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16"
+    if device == "npu":
+        return "bf16"
+    return "no"
+
+
+def resolve_train_device(setting: str) -> str:
+    if setting != "auto":
+        return setting
+    if torch.cuda.is_available():
+        return "cuda"
+    from ...model.checkpoint import _npu_available
+    return "npu" if _npu_available() else "cpu"
+
+
+class FinetuneRecipe:
+    """Masked-diffusion finetuning at one block size (B = 1: causal next-token training)."""
+
+    def __init__(self, cfg: TrainingConfig, *, resume: bool = False):
+        check_required(cfg)
+        self.cfg = cfg
+        self.resume = resume
+        self.run_dir = Path(cfg.output.dir)
+        self.block_size = cfg.diffusion.block_size
+        self.step = 0
+        self.finished = False
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedDataParallelKwargs, DistributedType
+
+        cfg = self.cfg
+        device = resolve_train_device(cfg.train.device)
+        precision = resolve_mixed_precision(cfg.train.mixed_precision, device)
+        self.accelerator = Accelerator(
+            cpu=device == "cpu", mixed_precision=precision,
+            gradient_accumulation_steps=1,  # set below, once the number of processes is known
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.train.find_unused_parameters)])
+        acc = self.accelerator
+        self.plan = BatchPlan(cfg.train.global_batch_size, cfg.train.micro_batch_size, acc.num_processes,
+                              acc.process_index)
+        acc.gradient_accumulation_steps = self.plan.accumulation_steps
+        acc.gradient_state.plugin_kwargs["num_steps"] = self.plan.accumulation_steps
+        if acc.distributed_type == DistributedType.DEEPSPEED:
+            acc.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.train.micro_batch_size
+            acc.state.deepspeed_plugin.deepspeed_config["gradient_accumulation_steps"] = self.plan.accumulation_steps
+
+        resume_from = self._check_run_dir()
+        if self.finished:
+            return
+        init_path = resume_from or Path(cfg.model.path)
+        torch.manual_seed(cfg.train.seed)
+        self.hf_model, self.processor, self.diffusion = self._load_student(init_path, device)
+        self.pad_multiple = self._pad_multiple()
+        self.dataset = SampleDataset(
+            cfg.data.train_file, self.processor, eos_token_id=self.diffusion.eos_token_id,
+            data_root=cfg.data.data_root, min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels,
+            max_length=cfg.data.max_length, block_size=self.block_size, pad_multiple=self.pad_multiple,
+            on_error=cfg.data.on_error)
+        self.order = DataOrder(len(self.dataset), cfg.train.seed, cfg.data.shuffle)
+        self.total_steps = total_steps(len(self.dataset), cfg.train.epochs, cfg.train.global_batch_size,
+                                       cfg.train.max_steps)
+        self.setup_extra()
+
+        if cfg.model.freeze_vision_tower:
+            log.info("froze %d vision-tower tensors", freeze_vision_tower(self.hf_model))
+        if cfg.model.activation_checkpointing:
+            self.hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.hf_model.train()
+        module = DiffusionObjective(self.hf_model, self.loss_settings())
+        optimizer = build_optimizer(module, cfg.optim)
+        self.scheduler = build_scheduler(optimizer, self.total_steps, cfg.optim)
+        self.module, self.optimizer = acc.prepare(module, optimizer)
+        acc.register_for_checkpointing(self.scheduler)
+        # Model weights live in the Hugging Face part of each checkpoint; trainer_state/ holds the rest.
+        acc.register_save_state_pre_hook(lambda models, weights, out: weights.clear())
+        acc.register_load_state_pre_hook(lambda models, inp: models.clear())
+        if resume_from is not None:
+            acc.load_state(str(resume_from / TRAINER_STATE))
+            progress = read_progress(resume_from)
+            self.step = int(progress["step"])
+            if progress.get("total_steps") != self.total_steps:
+                log.warning("resuming with %s total steps (the checkpoint planned %s)", self.total_steps,
+                            progress.get("total_steps"))
+            log.info("resumed %s at step %d", resume_from, self.step)
+        self.metrics = MetricsLog(self.run_dir / METRICS, enabled=acc.is_main_process)
+        if acc.is_main_process:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
+            if resume_from is not None:
+                self.metrics.truncate_after(self.step)
+        acc.wait_for_everyone()
+
+    def setup_extra(self) -> None:
+        """Hook for the distillation recipe (teacher); nothing here."""
+
+    def loss_settings(self) -> LossSettings:
+        return LossSettings(chunk_size=self.cfg.loss.chunk_size, kd_ratio=0.0)
+
+    def _pad_multiple(self) -> int:
+        return self.block_size
+
+    def _check_run_dir(self) -> Path | None:
+        if (self.run_dir / FINAL).exists() and self.resume:
+            log.info("%s is already finished", self.run_dir / FINAL)
+            self.finished = True
+            return None
+        if self.resume:
+            found = latest_checkpoint(self.run_dir)
+            if found is None:
+                log.warning("--resume: no checkpoint in %s yet; starting from model.path", self.run_dir)
+                if self.accelerator.is_main_process and (self.run_dir / METRICS).exists():
+                    (self.run_dir / METRICS).unlink()
+            return found
+        if has_run(self.run_dir):
+            raise ConfigError(f"output.dir: {self.run_dir} already holds a run; pass --resume to continue it "
+                              "or choose another directory")
+        return None
+
+    def _load_student(self, path: Path, device: str):
+        from accelerate.utils import DistributedType
+
+        from ...model.checkpoint import load_checkpoint
+        load_device = "cpu" if self.accelerator.distributed_type == DistributedType.DEEPSPEED else str(
+            self.accelerator.device)
+        loaded = load_checkpoint(path, device=load_device, dtype=self.cfg.model.dtype,
+                                 overrides={"block_size": self.block_size},
+                                 attn_implementation=self.cfg.model.attn_implementation)
+        if self.block_size > 1 and loaded.config.mask_token_id is None:
+            raise ConfigError(f"diffusion.block_size: {self.block_size} needs a mask token; {path} has none "
+                              "(convert it with `wam-diff2 convert`)")
+        loaded.model.config.use_cache = False
+        return loaded.model, loaded.processor, loaded.config
+
+    # ------------------------------------------------------------------ one step
+    def make_batch(self, examples: Sequence[Example], noise_round: int = 0) -> TrainingBatch:
+        return build_batch(examples, block_size=self.block_size, mask_token_id=self.diffusion.mask_token_id,
+                           eos_token_id=self.diffusion.eos_token_id, rope_index=self.hf_model.model.get_rope_index,
+                           seed=self.cfg.train.seed, min_ratio=self.cfg.diffusion.min_mask_ratio,
+                           pad_multiple=self.pad_multiple, noise_round=noise_round)
+
+    def prepare_examples(self, step: int, examples: list[Example]) -> list[Example]:
+        """Hook: the distillation recipe regenerates answers here (on-policy)."""
+        return examples
+
+    def loss_inputs(self, batch: TrainingBatch) -> dict[str, Any]:
+        return {"target_index": batch.target_index, "target_ids": batch.target_ids, "ce_weight": batch.ce_weight,
+                **batch.model_inputs()}
+
+    def _placeholder(self) -> Example:
+        """Some valid example, for a micro-batch whose samples were all rejected: it still has to
+        take part in the (synchronised) backward, with zero weight."""
+        if getattr(self, "_placeholder_example", None) is None:
+            for i in range(len(self.dataset)):
+                item = self.dataset[i]
+                if isinstance(item, Example):
+                    item.position = 0
+                    self._placeholder_example = item
+                    break
+            else:
+                raise ConfigError(f"data.train_file: no sample of {self.cfg.data.train_file} can be encoded")
+        return self._placeholder_example
+
+    def backward_step(self, step: int, micro_batches: Sequence[Sequence[Example | SampleError]]) -> StepResult:
+        """Forward and backward every micro-batch of one optimizer step; gradients are left in place."""
+        acc = self.accelerator
+        device = acc.device
+        skipped = [item.sample_id for mb in micro_batches for item in mb if isinstance(item, SampleError)]
+        for sample_id in skipped:
+            log.warning("step %d: skipped sample %s", step, sample_id)
+        valid = [[item for item in mb if isinstance(item, Example)] for mb in micro_batches]
+        counts = torch.tensor([float(sum(len(v) for v in valid))], device=device)
+        global_samples = float(acc.reduce(counts, reduction="sum").item())
+        # DDP averages gradients over processes and Accelerate divides by the accumulation
+        # steps: scaling by both makes the update the mean over the global batch's samples.
+        scale = acc.num_processes * self.plan.accumulation_steps / max(global_samples, 1.0)
+        sums = torch.zeros(6, device=device)       # total, ce, kd, overlap, targets, tokens
+        for examples in valid:
+            weight = scale
+            if examples:
+                examples = self.prepare_examples(step, examples)
+            else:
+                examples, weight = [self._placeholder()], 0.0
+            batch = self.make_batch(examples, noise_round=getattr(self, "_noise_round", 0)).to(device)
+            with acc.accumulate(self.module):
+                out = self.module(**self.loss_inputs(batch))
+                acc.backward(out["total"] * weight)
+            if weight:
+                sums += torch.stack([out["total"].detach().float(), out["ce"].float(), out["kd"].float(),
+                                     out["overlap"].float(), torch.tensor(float(batch.target_ids.numel()), device=device),
+                                     torch.tensor(float(batch.num_tokens), device=device)])
+        assert acc.sync_gradients, "the last micro-batch of a step must synchronise gradients"
+        sums = acc.reduce(sums, reduction="sum")
+        n = max(global_samples, 1.0)
+        return StepResult(step=step, loss=float(sums[0]) / n, ce=float(sums[1]) / n, kd=float(sums[2]) / n,
+                          overlap=float(sums[3] / sums[4]) if self.reports_overlap() and sums[4] > 0 else None,
+                          samples=int(global_samples), tokens=int(sums[5]), targets=int(sums[4]), skipped=skipped)
+
+    def reports_overlap(self) -> bool:
+        return False
+
+    def apply_update(self, result: StepResult) -> None:
+        """Clip, AdamW step, scheduler step (after :meth:`backward_step`)."""
+        acc = self.accelerator
+        max_norm = self.cfg.optim.max_grad_norm or float("inf")
+        norm = acc.clip_grad_norm_(self.module.parameters(), max_norm)
+        result.grad_norm = None if norm is None else float(norm)
+        result.lr = self.scheduler.get_last_lr()[0]
+        if result.samples:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+
+    # ------------------------------------------------------------------ train
+    def train(self) -> Path:
+        from tqdm.auto import tqdm
+
+        final = self.run_dir / FINAL
+        if self.finished:
+            return final
+        acc, cfg = self.accelerator, self.cfg
+        loader = make_loader(self.dataset, self.order, self.plan, self.step, self.total_steps, cfg.data.num_workers)
+        batches = iter(loader)
+        bar = tqdm(total=self.total_steps, initial=self.step, disable=not acc.is_local_main_process,
+                   desc=f"{cfg.recipe} B={self.block_size}", dynamic_ncols=True)
+        started = time.perf_counter()
+        first_loss = last_loss = None
+        while self.step < self.total_steps:
+            t0 = time.perf_counter()
+            micro_batches = [next(batches) for _ in range(self.plan.accumulation_steps)]
+            result = self.backward_step(self.step, micro_batches)
+            self.apply_update(result)
+            self.step += 1
+            elapsed = time.perf_counter() - t0
+            first_loss = result.loss if first_loss is None else first_loss
+            last_loss = result.loss
+            record = {"step": self.step, "epoch": round(self.order.epoch(self.step * self.plan.global_batch_size), 4),
+                      "loss": result.loss, "ce": result.ce, "lr": result.lr, "grad_norm": result.grad_norm,
+                      "samples": result.samples, "tokens": result.tokens, "masked_tokens": result.targets,
+                      "samples_per_s": result.samples / elapsed, "tokens_per_s": result.tokens / elapsed,
+                      "block_size": self.block_size}
+            record.update(self.extra_metrics(result))
+            if result.skipped:
+                record["skipped"] = result.skipped
+            if self.step % cfg.output.log_every_steps == 0 or self.step == self.total_steps:
+                self.metrics.write(record)
+            bar.set_postfix(loss=f"{result.loss:.4f}", samples_s=f"{record['samples_per_s']:.1f}",
+                            tok_s=f"{record['tokens_per_s']:.0f}")
+            bar.update(1)
+            if cfg.output.save_every_steps and self.step % cfg.output.save_every_steps == 0 \
+                    and self.step < self.total_steps:
+                self.save_checkpoint()
+        bar.close()
+        self.save_final()
+        if acc.is_main_process:
+            log.info("%s: %d steps in %.1f s, loss %.4f -> %.4f; wrote %s", self.run_dir, self.total_steps,
+                     time.perf_counter() - started, first_loss or float("nan"), last_loss or float("nan"), final)
+        return final
+
+    def extra_metrics(self, result: StepResult) -> dict[str, Any]:
+        return {}
+
+    # ------------------------------------------------------------------ checkpoints
+    def _write_hf(self, out: Path) -> None:
+        """A loadable Hugging Face checkpoint (main process writes; every process must call)."""
+        acc = self.accelerator
+        state = acc.get_state_dict(self.module)            # gathers shards under ZeRO-3 / FSDP
+        if acc.is_main_process:
+            prefix = "model."
+            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            self.hf_model.save_pretrained(out, state_dict=state, is_main_process=True)
+            self.processor.save_pretrained(out)
+            if self.diffusion.mask_token_id is not None:
+                write_diffusion_file(out, block_size=self.block_size, mask_token_id=self.diffusion.mask_token_id,
+                                     eos_token_id=self.diffusion.eos_token_id, decoding=self.diffusion.settings)
+
+    def save_checkpoint(self) -> Path:
+        acc = self.accelerator
+        final = self.run_dir / CHECKPOINTS / step_dir_name(self.step)
+        tmp = begin_partial(final) if acc.is_main_process else None
+        acc.wait_for_everyone()
+        tmp = tmp or final.with_name(f".{final.name}.partial")
+        self._write_hf(tmp)
+        acc.save_state(str(tmp / TRAINER_STATE))
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            write_progress(tmp, {"step": self.step, "total_steps": self.total_steps,
+                                 "global_batch_size": self.plan.global_batch_size, "block_size": self.block_size})
+            publish(tmp, final)
+            prune_checkpoints(self.run_dir, self.cfg.output.keep_last)
+        acc.wait_for_everyone()
+        return final
+
+    def save_final(self) -> Path:
+        acc = self.accelerator
+        final = self.run_dir / FINAL
+        tmp = begin_partial(final) if acc.is_main_process else None
+        acc.wait_for_everyone()
+        tmp = tmp or final.with_name(f".{final.name}.partial")
+        self._write_hf(tmp)
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            publish(tmp, final)
+        acc.wait_for_everyone()
+        return final
+
+    def cleanup(self) -> None:
+        acc = getattr(self, "accelerator", None)
+        if acc is not None:
+            acc.free_memory()
+        for name in ("module", "optimizer", "hf_model", "teacher"):
+            if hasattr(self, name):
+                setattr(self, name, None)
