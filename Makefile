@@ -15,3 +15,7 @@ test-fast: setup
 
 clean:
 	rm -rf build install .venv
+
+.PHONY: demo
+demo: setup
+	$(ENV) bash scripts/demo.sh

@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "tiny-checkpoint": "tiny_checkpoint",
     "convert": "convert",
     "infer": "infer",
+    "train": "train",
 }
 
 

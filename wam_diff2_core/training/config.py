@@ -111,8 +111,9 @@ class LossSection:
 @dataclass
 class DistillSection:
     teacher_path: str = _setting("", "teacher checkpoint directory (recipe: distill)")
-    teacher_block_size: int = _setting(4, "the teacher's own block size for its mask; 1 = an AR teacher",
-                                       low=1, high=1024)
+    teacher_block_size: int = _setting(0, "the teacher's own block size for its mask; 0 = the one stored with "
+                                          "the teacher checkpoint; 1 = an AR teacher (next-token view)",
+                                       low=0, high=1024)
     teacher_dtype: str = _setting("auto", "teacher weights dtype; auto = bf16 on accelerators, float32 on cpu",
                                   choices=DTYPES)
     loss: str = _setting("jsd", "divergence between student and teacher", choices=KD_LOSSES)
@@ -121,6 +122,8 @@ class DistillSection:
     kd_ratio: float = _setting(1.0, "total = (1 - kd_ratio) CE + kd_ratio KD", low=0.0, high=1.0)
     on_policy: bool = _setting(False, "regenerate the answers with the student's decoder and noise them again")
     generate_interval: int = _setting(2, "on-policy: regenerate every this many optimizer steps", low=1)
+    max_new_tokens: int = _setting(0, "on-policy: answer length limit; 0 = the micro-batch's longest "
+                                      "ground-truth answer rounded up to a block", low=0)
     overlap_k: int = _setting(5, "log rho_K, the share of the teacher's top-K found in the student's top-K",
                               low=1, high=1000)
 

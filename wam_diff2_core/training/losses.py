@@ -82,7 +82,8 @@ def _chunk_terms(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tens
     if teacher_hidden is not None:
         with torch.no_grad():
             teacher_logits = teacher_head(teacher_hidden).float()        # [c, V]
-            overlap = top_k_overlap(logits.detach(), teacher_logits, settings.overlap_k).sum()
+            counted = (kd_weight > 0).float()                             # zero-weight stand-ins do not count
+            overlap = (top_k_overlap(logits.detach(), teacher_logits, settings.overlap_k) * counted).sum()
         if settings.kd_ratio > 0.0:
             per_position = divergence(logits, teacher_logits, settings.kd_loss, settings.beta, settings.temperature)
             kd = (per_position * kd_weight).sum() * settings.temperature ** 2

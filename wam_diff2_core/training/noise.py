@@ -127,6 +127,11 @@ class TrainingBatch:
     target_sample: torch.Tensor         # [M] which sample
     ar_predecessor_index: torch.Tensor  # [M] clean-stream position before the target (an AR teacher's view)
     mask_ratio: torch.Tensor            # [M] t at the target (1 for B = 1)
+    placeholder_target: bool = False    # True: nothing was masked; one zero-weight target stands in
+
+    @property
+    def num_targets(self) -> int:
+        return 0 if self.placeholder_target else int(self.target_ids.numel())
 
     @property
     def num_samples(self) -> int:
@@ -252,13 +257,23 @@ def build_batch(examples: Sequence[Example], *, block_size: int, mask_token_id: 
             ratio_of.append(ratios[j])
             pred_index.append(row + p - 1 + j)                            # clean token j - 1 (or last prompt token)
         sample_of.append(torch.full((target_ids[-1].numel(),), i, dtype=torch.long))
+    placeholder = sum(t.numel() for t in target_ids) == 0
+    if placeholder:
+        # Nothing was masked: one zero-weight target keeps the LM head in the backward, which
+        # DDP needs from every process.
+        p, ell = int(p_len[0]), int(l_len[0])
+        first = p + ell if not ar else p - 1
+        target_index, target_ids = [torch.tensor([first])], [input_ids[0, p:p + 1]]
+        ce_w, kd_w, sample_of = [torch.zeros(1)], [torch.zeros(1)], [torch.zeros(1, dtype=torch.long)]
+        pred_index, ratio_of = [torch.tensor([p - 1])], [torch.ones(1)]
     return TrainingBatch(
         ids=[e.id for e in examples], positions=[e.position for e in examples],
         input_ids=input_ids, attention_mask=training_attention_mask(layout, block_size),
         position_ids=position_ids, mm_token_type_ids=mm, vision=concat_vision(examples), layout=layout,
         block_size=block_size, target_index=torch.cat(target_index).long(), target_ids=torch.cat(target_ids).long(),
         ce_weight=torch.cat(ce_w).float(), kd_weight=torch.cat(kd_w).float(), target_sample=torch.cat(sample_of),
-        ar_predecessor_index=torch.cat(pred_index).long(), mask_ratio=torch.cat(ratio_of).float())
+        ar_predecessor_index=torch.cat(pred_index).long(), mask_ratio=torch.cat(ratio_of).float(),
+        placeholder_target=placeholder)
 
 
 def lcm(a: int, b: int) -> int:

@@ -109,24 +109,22 @@ class FinetuneRecipe:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        from accelerate import Accelerator
+        from accelerate import Accelerator, PartialState
         from accelerate.utils import DistributedDataParallelKwargs, DistributedType
 
         cfg = self.cfg
         device = resolve_train_device(cfg.train.device)
-        precision = resolve_mixed_precision(cfg.train.mixed_precision, device)
+        state = PartialState(cpu=device == "cpu")          # joins the process group (torchrun / accelerate launch)
+        self.plan = BatchPlan(cfg.train.global_batch_size, cfg.train.micro_batch_size, state.num_processes,
+                              state.process_index)
         self.accelerator = Accelerator(
-            cpu=device == "cpu", mixed_precision=precision,
-            gradient_accumulation_steps=1,  # set below, once the number of processes is known
+            cpu=device == "cpu", mixed_precision=resolve_mixed_precision(cfg.train.mixed_precision, device),
+            gradient_accumulation_steps=self.plan.accumulation_steps,
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.train.find_unused_parameters)])
         acc = self.accelerator
-        self.plan = BatchPlan(cfg.train.global_batch_size, cfg.train.micro_batch_size, acc.num_processes,
-                              acc.process_index)
-        acc.gradient_accumulation_steps = self.plan.accumulation_steps
-        acc.gradient_state.plugin_kwargs["num_steps"] = self.plan.accumulation_steps
         if acc.distributed_type == DistributedType.DEEPSPEED:
+            # no DataLoader goes through prepare(), so DeepSpeed cannot infer its micro-batch
             acc.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.train.micro_batch_size
-            acc.state.deepspeed_plugin.deepspeed_config["gradient_accumulation_steps"] = self.plan.accumulation_steps
 
         resume_from = self._check_run_dir()
         if self.finished:
@@ -134,6 +132,7 @@ class FinetuneRecipe:
         init_path = resume_from or Path(cfg.model.path)
         torch.manual_seed(cfg.train.seed)
         self.hf_model, self.processor, self.diffusion = self._load_student(init_path, device)
+        self.setup_extra()
         self.pad_multiple = self._pad_multiple()
         self.dataset = SampleDataset(
             cfg.data.train_file, self.processor, eos_token_id=self.diffusion.eos_token_id,
@@ -143,7 +142,6 @@ class FinetuneRecipe:
         self.order = DataOrder(len(self.dataset), cfg.train.seed, cfg.data.shuffle)
         self.total_steps = total_steps(len(self.dataset), cfg.train.epochs, cfg.train.global_batch_size,
                                        cfg.train.max_steps)
-        self.setup_extra()
 
         if cfg.model.freeze_vision_tower:
             log.info("froze %d vision-tower tensors", freeze_vision_tower(self.hf_model))
@@ -222,9 +220,10 @@ class FinetuneRecipe:
                            seed=self.cfg.train.seed, min_ratio=self.cfg.diffusion.min_mask_ratio,
                            pad_multiple=self.pad_multiple, noise_round=noise_round)
 
-    def prepare_examples(self, step: int, examples: list[Example]) -> list[Example]:
-        """Hook: the distillation recipe regenerates answers here (on-policy)."""
-        return examples
+    def prepare_examples(self, step: int, examples: list[Example]) -> tuple[list[Example], int]:
+        """Hook: the distillation recipe regenerates answers here (on-policy). Returns the
+        examples and the noise round (0 for ground-truth answers)."""
+        return examples, 0
 
     def loss_inputs(self, batch: TrainingBatch) -> dict[str, Any]:
         return {"target_index": batch.target_index, "target_ids": batch.target_ids, "ce_weight": batch.ce_weight,
@@ -259,18 +258,18 @@ class FinetuneRecipe:
         scale = acc.num_processes * self.plan.accumulation_steps / max(global_samples, 1.0)
         sums = torch.zeros(6, device=device)       # total, ce, kd, overlap, targets, tokens
         for examples in valid:
-            weight = scale
+            weight, noise_round = scale, 0
             if examples:
-                examples = self.prepare_examples(step, examples)
+                examples, noise_round = self.prepare_examples(step, examples)
             else:
                 examples, weight = [self._placeholder()], 0.0
-            batch = self.make_batch(examples, noise_round=getattr(self, "_noise_round", 0)).to(device)
+            batch = self.make_batch(examples, noise_round=noise_round).to(device)
             with acc.accumulate(self.module):
                 out = self.module(**self.loss_inputs(batch))
                 acc.backward(out["total"] * weight)
             if weight:
                 sums += torch.stack([out["total"].detach().float(), out["ce"].float(), out["kd"].float(),
-                                     out["overlap"].float(), torch.tensor(float(batch.target_ids.numel()), device=device),
+                                     out["overlap"].float(), torch.tensor(float(batch.num_targets), device=device),
                                      torch.tensor(float(batch.num_tokens), device=device)])
         assert acc.sync_gradients, "the last micro-batch of a step must synchronise gradients"
         sums = acc.reduce(sums, reduction="sum")

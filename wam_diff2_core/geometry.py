@@ -1,0 +1,333 @@
+"""Ego-frame geometry for the driving stack: commands from routes, ego state, projections.
+
+Everything here is plain numpy (no ROS), so the planner node and offline tools share it.
+Frames follow REP-103: the ego frame has x forward, y left, z up; yaw is counter-clockwise.
+
+    >>> route = np.array([[0.0, 0.0], [10.0, 0.0], [20.0, 0.0], [20.0, 10.0], [20.0, 20.0]])
+    >>> command_from_route(route, ego_xy=(0.0, 0.0), ego_yaw=0.0, settings=RouteCommandSettings())
+    'left'
+    >>> command_from_road_option("CHANGELANERIGHT"), command_from_road_option("3")
+    ('right', 'straight')
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .outputs.prompts import COMMANDS
+
+# CARLA's RoadOption (agents.navigation.local_planner) as the leaderboard publishes it, mapped
+# onto the three NAVSIM commands: lane following and VOID drive straight on, lane changes
+# count as turns to that side.
+ROAD_OPTIONS = {"VOID": -1, "LEFT": 1, "RIGHT": 2, "STRAIGHT": 3, "LANEFOLLOW": 4,
+                "CHANGELANELEFT": 5, "CHANGELANERIGHT": 6}
+ROAD_OPTION_COMMANDS = {"VOID": "straight", "LEFT": "left", "RIGHT": "right", "STRAIGHT": "straight",
+                        "LANEFOLLOW": "straight", "CHANGELANELEFT": "left", "CHANGELANERIGHT": "right"}
+
+
+def command_from_road_option(value: str) -> str:
+    """``left|straight|right``, a RoadOption name (``LEFT``, ``RoadOption.LANEFOLLOW``) or number.
+
+    Raises ``ValueError`` naming the accepted forms when ``value`` is none of them.
+    """
+    text = str(value).strip()
+    lowered = text.lower()
+    if lowered in COMMANDS:
+        return lowered
+    name = text.upper()
+    if name.startswith("ROADOPTION."):
+        name = name[len("ROADOPTION."):]
+    if name in ROAD_OPTION_COMMANDS:
+        return ROAD_OPTION_COMMANDS[name]
+    try:
+        number = int(text)
+    except ValueError:
+        number = None
+    for option, code in ROAD_OPTIONS.items():
+        if number == code:
+            return ROAD_OPTION_COMMANDS[option]
+    raise ValueError(f"command {text!r} is not one of {', '.join(COMMANDS)}, a RoadOption name "
+                     f"({', '.join(ROAD_OPTIONS)}) or number ({', '.join(str(v) for v in ROAD_OPTIONS.values())})")
+
+
+# ----------------------------------------------------------------------------- transforms
+def wrap_angle(angle: float) -> float:
+    """An angle in radians wrapped into [-pi, pi)."""
+    return (angle + math.pi) % (2.0 * math.pi) - math.pi
+
+
+def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:
+    """Yaw (rotation about z) of a quaternion, radians."""
+    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def quaternion_from_yaw(yaw: float) -> tuple[float, float, float, float]:
+    """(x, y, z, w) of a rotation by ``yaw`` about z."""
+    return 0.0, 0.0, math.sin(yaw / 2.0), math.cos(yaw / 2.0)
+
+
+def ego_to_world(points_ego: np.ndarray, ego_xy: Sequence[float], ego_yaw: float) -> np.ndarray:
+    """[N, 2] ego-frame points -> [N, 2] in the frame where the ego sits at ``ego_xy``, ``ego_yaw``."""
+    c, s = math.cos(ego_yaw), math.sin(ego_yaw)
+    rotation = np.array([[c, -s], [s, c]])
+    return np.asarray(points_ego, dtype=np.float64).reshape(-1, 2) @ rotation.T + np.asarray(ego_xy, np.float64)
+
+
+def world_to_ego(points_world: np.ndarray, ego_xy: Sequence[float], ego_yaw: float) -> np.ndarray:
+    """Inverse of :func:`ego_to_world`."""
+    c, s = math.cos(ego_yaw), math.sin(ego_yaw)
+    rotation = np.array([[c, -s], [s, c]])
+    return (np.asarray(points_world, dtype=np.float64).reshape(-1, 2) - np.asarray(ego_xy, np.float64)) @ rotation
+
+
+def path_headings(points: np.ndarray, start_yaw: float = 0.0) -> np.ndarray:
+    """[N] heading of each point of a polyline: the direction from the previous point
+    (the first from the origin); a repeated point keeps the heading before it."""
+    points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    headings = np.empty(len(points))
+    previous_xy, previous_yaw = np.zeros(2), start_yaw
+    for i, p in enumerate(points):
+        d = p - previous_xy
+        previous_yaw = math.atan2(d[1], d[0]) if np.hypot(*d) > 1e-6 else previous_yaw
+        headings[i] = previous_yaw
+        previous_xy = p
+    return headings
+
+
+# ----------------------------------------------------------------------------- route -> command
+@dataclass(frozen=True)
+class RouteCommandSettings:
+    lookahead_m: float = 30.0          # route length ahead of the ego that is looked at
+    turn_angle_deg: float = 30.0       # heading change over the look-ahead that counts as a turn
+    lateral_offset_m: float = 2.0      # sideways offset at the look-ahead end that counts as a turn
+    max_distance_m: float = 10.0       # farther from the route than this: no command from it
+
+
+def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: float,
+                       settings: RouteCommandSettings) -> str | None:
+    """``left|straight|right`` from the route geometry ahead of the ego; None when off the route.
+
+    ``route_xy``: [N, 2] route points in the same frame as the ego pose. The route is entered at
+    the point closest to the ego; the heading change accumulated over the next
+    ``lookahead_m`` of route decides a turn (left when counter-clockwise). Below the turn angle,
+    a sideways offset of at least ``lateral_offset_m`` at the look-ahead end (a lane change, a
+    fork) also counts; smaller offsets (lane-centring wiggles) stay ``straight``. A route that
+    ends within a metre ahead is ``straight``.
+    """
+    pts = world_to_ego(route_xy, ego_xy, ego_yaw)
+    if len(pts) == 0 or not np.isfinite(pts).all():
+        return None
+    keep = np.ones(len(pts), bool)
+    keep[1:] = np.hypot(*np.diff(pts, axis=0).T) > 1e-3
+    pts = pts[keep]                                                  # [M, 2], no repeated points
+    if len(pts) < 2:
+        return None
+    seg_start, seg_vec = pts[:-1], np.diff(pts, axis=0)              # [M-1, 2]
+    seg_len = np.hypot(*seg_vec.T)
+    # closest point of each segment to the ego (the origin)
+    t = np.clip(-(seg_start * seg_vec).sum(1) / seg_len**2, 0.0, 1.0)
+    closest = seg_start + t[:, None] * seg_vec
+    distance = np.hypot(*closest.T)
+    i = int(np.argmin(distance))
+    if distance[i] > settings.max_distance_m:
+        return None
+    start, tangent0 = closest[i], seg_vec[i] / seg_len[i]
+
+    # walk lookahead_m along the route, summing the signed heading changes between segments
+    remaining = settings.lookahead_m
+    travelled = min(remaining, seg_len[i] * (1.0 - t[i]))
+    remaining -= travelled
+    end, heading_change, j = start + tangent0 * travelled, 0.0, i
+    while remaining > 1e-9 and j + 1 < len(seg_vec):
+        a, b = seg_vec[j], seg_vec[j + 1]
+        heading_change += math.atan2(a[0] * b[1] - a[1] * b[0], float(a @ b))
+        j += 1
+        step = min(remaining, seg_len[j])
+        end = pts[j] + seg_vec[j] / seg_len[j] * step
+        travelled += step
+        remaining -= step
+    if travelled < 1.0:
+        return "straight"
+    if abs(heading_change) >= math.radians(settings.turn_angle_deg):
+        return "left" if heading_change > 0 else "right"
+    offset = end - start
+    lateral = tangent0[0] * offset[1] - tangent0[1] * offset[0]     # + left of the entry direction
+    if abs(lateral) >= settings.lateral_offset_m:
+        return "left" if lateral > 0 else "right"
+    return "straight"
+
+
+# ----------------------------------------------------------------------------- ego state
+@dataclass(frozen=True)
+class EgoSample:
+    """Ego state at one time: pose in the odometry frame, motion in the ego frame."""
+
+    stamp_s: float
+    x: float                 # metres, odometry frame
+    y: float
+    yaw: float               # radians, odometry frame
+    vx: float                # m/s, ego frame
+    vy: float
+    ax: float = 0.0          # m/s^2, ego frame
+    ay: float = 0.0
+
+    def interpolate(self, other: "EgoSample", stamp_s: float) -> "EgoSample":
+        span = other.stamp_s - self.stamp_s
+        w = 0.0 if span <= 0 else min(max((stamp_s - self.stamp_s) / span, 0.0), 1.0)
+
+        def lerp(a: float, b: float) -> float:
+            return a + (b - a) * w
+
+        return EgoSample(stamp_s, lerp(self.x, other.x), lerp(self.y, other.y),
+                         wrap_angle(self.yaw + wrap_angle(other.yaw - self.yaw) * w),
+                         lerp(self.vx, other.vx), lerp(self.vy, other.vy),
+                         lerp(self.ax, other.ax), lerp(self.ay, other.ay))
+
+
+class AccelerationEstimator:
+    """Ego-frame acceleration from ego-frame velocities, low-pass filtered.
+
+    The ego frame rotates, so a_body = dv_body/dt + omega x v_body; the second term is the
+    centripetal part a turning car feels (NAVSIM's acceleration includes it). A first-order
+    filter with ``time_constant_s`` smooths the differentiated signal. Gaps longer than
+    ``max_gap_s`` or time going backwards (a bag restarting) reset the estimate to zero.
+    """
+
+    def __init__(self, time_constant_s: float = 0.5, max_gap_s: float = 1.0):
+        self.time_constant_s = time_constant_s
+        self.max_gap_s = max_gap_s
+        self.reset()
+
+    def reset(self) -> None:
+        self._last: tuple[float, float, float] | None = None
+        self.acceleration = (0.0, 0.0)
+
+    def update(self, stamp_s: float, vx: float, vy: float, yaw_rate: float) -> tuple[float, float]:
+        last, self._last = self._last, (stamp_s, vx, vy)
+        if last is None:
+            return self.acceleration
+        dt = stamp_s - last[0]
+        if dt == 0.0:
+            self._last = last
+            return self.acceleration
+        if dt < 0.0 or dt > self.max_gap_s:
+            self.acceleration = (0.0, 0.0)
+            return self.acceleration
+        raw_x = (vx - last[1]) / dt - yaw_rate * vy
+        raw_y = (vy - last[2]) / dt + yaw_rate * vx
+        alpha = 1.0 if self.time_constant_s <= 0 else 1.0 - math.exp(-dt / self.time_constant_s)
+        ax, ay = self.acceleration
+        self.acceleration = (ax + alpha * (raw_x - ax), ay + alpha * (raw_y - ay))
+        return self.acceleration
+
+
+class EgoHistory:
+    """A short, time-ordered buffer of ego samples, queried at image stamps."""
+
+    def __init__(self, max_samples: int = 400):
+        self.max_samples = max_samples
+        self._stamps: list[float] = []
+        self._samples: list[EgoSample] = []
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def clear(self) -> None:
+        self._stamps.clear()
+        self._samples.clear()
+
+    @property
+    def latest(self) -> EgoSample | None:
+        return self._samples[-1] if self._samples else None
+
+    def add(self, sample: EgoSample) -> None:
+        """Append; a sample older than the newest by over a second (a replay restart) clears the buffer."""
+        if self._stamps and sample.stamp_s < self._stamps[-1] - 1.0:
+            self.clear()
+        i = bisect.bisect_left(self._stamps, sample.stamp_s)
+        if i < len(self._stamps) and self._stamps[i] == sample.stamp_s:
+            self._samples[i] = sample
+        else:
+            self._stamps.insert(i, sample.stamp_s)
+            self._samples.insert(i, sample)
+        if len(self._samples) > self.max_samples:
+            del self._stamps[0], self._samples[0]
+
+    def at(self, stamp_s: float, tolerance_s: float) -> EgoSample | None:
+        """The state at ``stamp_s``: interpolated between neighbours, or the nearest sample when
+        it lies within ``tolerance_s``; None when no sample is that close."""
+        if not self._samples:
+            return None
+        i = bisect.bisect_left(self._stamps, stamp_s)
+        if 0 < i < len(self._samples):
+            before, after = self._samples[i - 1], self._samples[i]
+            if min(stamp_s - before.stamp_s, after.stamp_s - stamp_s) <= tolerance_s:
+                return before.interpolate(after, stamp_s)
+            return None
+        nearest = self._samples[0] if i == 0 else self._samples[-1]
+        if i < len(self._samples) and self._stamps[i] == stamp_s:
+            nearest = self._samples[i]
+        return nearest if abs(nearest.stamp_s - stamp_s) <= tolerance_s else None
+
+
+# ----------------------------------------------------------------------------- camera
+@dataclass(frozen=True)
+class PinholeCamera:
+    """Intrinsics in pixels for an image of ``width`` x ``height``."""
+
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    width: int
+    height: int
+
+    @classmethod
+    def from_horizontal_fov(cls, width: int, height: int, horizontal_fov_deg: float) -> "PinholeCamera":
+        """Square pixels and the principal point at the centre (how CARLA's cameras are built)."""
+        f = width / (2.0 * math.tan(math.radians(horizontal_fov_deg) / 2.0))
+        return cls(f, f, width / 2.0, height / 2.0, width, height)
+
+    def scaled_to(self, width: int, height: int) -> "PinholeCamera":
+        sx, sy = width / self.width, height / self.height
+        return PinholeCamera(self.fx * sx, self.fy * sy, self.cx * sx, self.cy * sy, width, height)
+
+
+@dataclass(frozen=True)
+class CameraMount:
+    """Camera pose in the ego frame (REP-103 roll/pitch/yaw: positive pitch looks down)."""
+
+    x_m: float = 0.0
+    y_m: float = 0.0
+    z_m: float = 0.0
+    roll_deg: float = 0.0
+    pitch_deg: float = 0.0
+    yaw_deg: float = 0.0
+
+    def rotation(self) -> np.ndarray:
+        """[3, 3] camera body axes (x forward, y left, z up) expressed in the ego frame."""
+        r, p, y = (math.radians(a) for a in (self.roll_deg, self.pitch_deg, self.yaw_deg))
+        rz = np.array([[math.cos(y), -math.sin(y), 0], [math.sin(y), math.cos(y), 0], [0, 0, 1]])
+        ry = np.array([[math.cos(p), 0, math.sin(p)], [0, 1, 0], [-math.sin(p), 0, math.cos(p)]])
+        rx = np.array([[1, 0, 0], [0, math.cos(r), -math.sin(r)], [0, math.sin(r), math.cos(r)]])
+        return rz @ ry @ rx
+
+
+def project_ego_points(points_ego: np.ndarray, camera: PinholeCamera, mount: CameraMount,
+                       min_depth_m: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """[N, 3] ego-frame points -> ([N, 2] pixel (u right, v down), [N] in front of the camera).
+
+    Points behind the camera (or nearer than ``min_depth_m``) get NaN pixels and False.
+    """
+    points = np.asarray(points_ego, dtype=np.float64).reshape(-1, 3)
+    body = (points - np.array([mount.x_m, mount.y_m, mount.z_m])) @ mount.rotation()   # [N, 3]
+    # camera body (x fwd, y left, z up) -> optical (x right, y down, z forward)
+    x_o, y_o, z_o = -body[:, 1], -body[:, 2], body[:, 0]
+    in_front = z_o >= min_depth_m
+    safe_z = np.where(in_front, z_o, np.nan)
+    uv = np.stack([camera.fx * x_o / safe_z + camera.cx, camera.fy * y_o / safe_z + camera.cy], axis=1)
+    return uv, in_front
