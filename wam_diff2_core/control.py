@@ -1,0 +1,180 @@
+"""Waypoints -> vehicle control, as TransFuser / TCP do for 0.5 s waypoints. ROS-free.
+
+    ctl = WaypointController()
+    control = ctl.step(plan, ego_pose_now, speed_mps, now_s)     # VehicleControl(throttle, steer, brake, ...)
+
+Rules (ros.md, "CARLA leaderboard"): desired speed = 2 x the length of the segment between the
+first two waypoints (they are 0.5 s apart); brake when the desired speed is below
+``brake_speed_mps`` or the speed is above ``brake_ratio`` x desired; otherwise throttle from a
+PID on the speed error (error clipped to ``clip_delta_mps``), capped at ``max_throttle``;
+steering from a PID on the angle to the mean of the first two waypoints. CARLA's steer is
+positive to the right; our ego frame (REP-103) has y to the left.
+
+The plan is followed as it stands *now*: its waypoints (ego frame at the plan stamp) are moved
+into the current ego frame with the ego poses at both times, and resampled at
+now + 0.5 s and now + 1.0 s. A missing, invalid or stale plan (older than ``plan_timeout_s``)
+gives a full brake with the wheels straight: the controller never accelerates on it.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+WAYPOINT_DT_S = 0.5
+
+
+@dataclass(frozen=True)
+class Pose2D:
+    """Ego pose in the odometry frame: position (m) and heading (rad, counter-clockwise from x)."""
+
+    x: float
+    y: float
+    yaw: float
+
+    def to_local(self, points: np.ndarray) -> np.ndarray:
+        """[N, 2] odometry-frame points -> this pose's ego frame."""
+        c, s = math.cos(self.yaw), math.sin(self.yaw)
+        d = np.asarray(points, dtype=float) - (self.x, self.y)
+        return np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]], axis=1)
+
+    def to_world(self, points: np.ndarray) -> np.ndarray:
+        """[N, 2] ego-frame points -> the odometry frame."""
+        c, s = math.cos(self.yaw), math.sin(self.yaw)
+        p = np.asarray(points, dtype=float)
+        return np.stack([self.x + c * p[:, 0] - s * p[:, 1], self.y + s * p[:, 0] + c * p[:, 1]], axis=1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A trajectory as published: waypoints in the ego frame at ``stamp_s``, 0.5 s apart."""
+
+    stamp_s: float
+    waypoints: np.ndarray            # [N, 2] metres, ego frame at stamp_s
+    valid: bool = True
+    ego_pose: Pose2D | None = None   # ego pose at stamp_s (None: look it up in the pose history)
+
+
+@dataclass(frozen=True)
+class VehicleControl:
+    throttle: float
+    steer: float                     # -1 (left) .. 1 (right), CARLA convention
+    brake: float
+    hand_brake: bool = False
+    reverse: bool = False
+    reason: str = ""                 # why a fallback brake was applied; empty when following a plan
+
+
+@dataclass
+class ControllerGains:
+    """TransFuser's defaults."""
+
+    turn_kp: float = 1.25
+    turn_ki: float = 0.75
+    turn_kd: float = 0.3
+    turn_window: int = 40
+    speed_kp: float = 5.0
+    speed_ki: float = 0.5
+    speed_kd: float = 1.0
+    speed_window: int = 40
+    brake_speed_mps: float = 0.4
+    brake_ratio: float = 1.1
+    clip_delta_mps: float = 0.25
+    max_throttle: float = 0.75
+    plan_timeout_s: float = 1.0
+
+
+class PID:
+    """PID with a windowed integral (mean of the last ``window`` errors), as TransFuser's."""
+
+    def __init__(self, kp: float, ki: float, kd: float, window: int):
+        self.kp, self.ki, self.kd = kp, ki, kd
+        self.errors: deque[float] = deque([0.0] * window, maxlen=window)
+
+    def step(self, error: float) -> float:
+        self.errors.append(error)
+        integral = float(np.mean(self.errors))
+        derivative = self.errors[-1] - self.errors[-2] if len(self.errors) >= 2 else 0.0
+        return self.kp * error + self.ki * integral + self.kd * derivative
+
+    def reset(self) -> None:
+        self.errors.extend([0.0] * self.errors.maxlen)
+
+
+@dataclass
+class PoseHistory:
+    """Recent (time, pose) pairs, to look up the ego pose at a plan's stamp."""
+
+    horizon_s: float = 10.0
+    items: deque = field(default_factory=deque)
+
+    def add(self, t: float, pose: Pose2D) -> None:
+        if self.items and t < self.items[-1][0]:
+            self.items.clear()          # time went backwards (a bag restart): start over
+        self.items.append((t, pose))
+        while self.items and self.items[0][0] < t - self.horizon_s:
+            self.items.popleft()
+
+    def at(self, t: float) -> Pose2D | None:
+        """Linearly interpolated pose at ``t``; None outside the history."""
+        if not self.items or t < self.items[0][0] or t > self.items[-1][0]:
+            return None
+        times = [a for a, _ in self.items]
+        j = int(np.searchsorted(times, t))
+        if times[j] == t:
+            return self.items[j][1]
+        (t0, p0), (t1, p1) = self.items[j - 1], self.items[j]
+        w = (t - t0) / (t1 - t0)
+        dyaw = math.atan2(math.sin(p1.yaw - p0.yaw), math.cos(p1.yaw - p0.yaw))
+        return Pose2D(p0.x + w * (p1.x - p0.x), p0.y + w * (p1.y - p0.y), p0.yaw + w * dyaw)
+
+
+def shift_plan(plan: Plan, plan_pose: Pose2D, now_pose: Pose2D, elapsed_s: float) -> np.ndarray:
+    """The plan's path in the current ego frame, resampled at elapsed + 0.5 s and + 1.0 s: [2, 2]."""
+    times = WAYPOINT_DT_S * np.arange(len(plan.waypoints) + 1)                  # 0 = the ego at stamp
+    path = np.vstack([[0.0, 0.0], plan.waypoints])
+    local = now_pose.to_local(plan_pose.to_world(path))
+    query = elapsed_s + np.array([WAYPOINT_DT_S, 2 * WAYPOINT_DT_S])
+    query = np.minimum(query, times[-1])
+    return np.stack([np.interp(query, times, local[:, 0]), np.interp(query, times, local[:, 1])], axis=1)
+
+
+class WaypointController:
+    """Turns the newest plan into control every tick; brakes when there is no usable plan."""
+
+    def __init__(self, gains: ControllerGains | None = None):
+        self.gains = gains or ControllerGains()
+        g = self.gains
+        self.turn = PID(g.turn_kp, g.turn_ki, g.turn_kd, g.turn_window)
+        self.speed = PID(g.speed_kp, g.speed_ki, g.speed_kd, g.speed_window)
+        self.poses = PoseHistory()
+
+    def brake(self, reason: str) -> VehicleControl:
+        return VehicleControl(throttle=0.0, steer=0.0, brake=1.0, reason=reason)
+
+    def step(self, plan: Plan | None, pose: Pose2D, speed_mps: float, now_s: float) -> VehicleControl:
+        g = self.gains
+        self.poses.add(now_s, pose)
+        if plan is None:
+            return self.brake("no plan")
+        if not plan.valid or not np.all(np.isfinite(plan.waypoints)) or len(plan.waypoints) < 2:
+            return self.brake("invalid plan")
+        elapsed = now_s - plan.stamp_s
+        if elapsed > g.plan_timeout_s:
+            return self.brake(f"stale plan ({elapsed:.2f} s old)")
+        if not math.isfinite(speed_mps):
+            return self.brake("invalid speed")
+        plan_pose = plan.ego_pose or self.poses.at(plan.stamp_s) or pose
+        wp = shift_plan(plan, plan_pose, pose, max(elapsed, 0.0))                # [2, 2]
+        desired = 2.0 * float(np.linalg.norm(wp[1] - wp[0]))
+        brake = desired < g.brake_speed_mps or speed_mps > g.brake_ratio * desired
+        delta = float(np.clip(desired - speed_mps, 0.0, g.clip_delta_mps))
+        throttle = float(np.clip(self.speed.step(delta), 0.0, g.max_throttle))
+        aim = wp.mean(axis=0)
+        angle = math.degrees(math.atan2(-aim[1], aim[0])) / 90.0                 # + = right (CARLA)
+        steer = float(np.clip(self.turn.step(angle), -1.0, 1.0))
+        if brake:
+            return VehicleControl(throttle=0.0, steer=steer, brake=1.0)
+        return VehicleControl(throttle=throttle, steer=steer, brake=0.0)
