@@ -1,0 +1,202 @@
+"""rosbag2 recordings of demo-world episodes that look like carla-ros-bridge recordings.
+
+Written with the pure-Python ``rosbags`` library (no ROS installation), in ``mcap`` or
+``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). Topics for role ``hero``:
+
+    /clock                                 rosgraph_msgs/msg/Clock      every tick (20 Hz)
+    /tf                                    tf2_msgs/msg/TFMessage       every tick: map -> hero, hero -> hero/rgb_front
+    /carla/hero/odometry                   nav_msgs/msg/Odometry        every tick; parent map, child hero,
+                                                                        twist in the child frame
+    /carla/hero/waypoints                  nav_msgs/msg/Path            once, first; transient-local QoS (latched)
+    /wam_diff2_planner/input/command       std_msgs/msg/String          every camera frame: left | straight | right
+    /carla/hero/rgb_front/camera_info      sensor_msgs/msg/CameraInfo   every camera frame
+    /carla/hero/rgb_front/image            sensor_msgs/msg/Image        every camera frame, bgra8, step = 4 * width
+
+All messages of a tick carry the tick's sim time as header stamp and as bag timestamp; within a
+tick they are written clock, tf, odometry, command, camera_info, image, so a reader triggered by
+the image already has the rest. The ``hero`` frame is the ego's **rear axle** (the origin of
+the ego frame the waypoints use), not CARLA's box centre. The ``hero/rgb_front`` frame is the
+camera body (x forward, y left, z up) as carla-ros-bridge publishes it; ``camera_info`` holds the
+optical-frame intrinsics.
+
+    writer = EpisodeBagWriter(path, "mcap", role="hero", camera=camera, mount=mount)
+    with writer:
+        writer.write_route(stamp_ns, lane_points)
+        writer.write_tick(stamp_ns, pose, speed, yaw_rate)
+        writer.write_frame(stamp_ns, rgb, "left")
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import cv2
+import numpy as np
+
+from ..evaluation.bag import DEFAULT_COMMAND_TOPIC
+from ..geometry import CameraMount, PinholeCamera, quaternion_from_yaw
+
+STORAGES = ("mcap", "sqlite3")
+BAG_VERSION = 9
+
+
+def topic_names(role: str, command_topic: str = DEFAULT_COMMAND_TOPIC) -> dict[str, str]:
+    """carla-ros-bridge topic names for an ego ``role``, plus the planner node's command input
+    (the evaluator's and the replay launch file's default command topic)."""
+    base = f"/carla/{role}"
+    return {
+        "clock": "/clock",
+        "tf": "/tf",
+        "odometry": f"{base}/odometry",
+        "route": f"{base}/waypoints",
+        "command": command_topic,
+        "camera_info": f"{base}/rgb_front/camera_info",
+        "image": f"{base}/rgb_front/image",
+    }
+
+
+TOPIC_TYPES = {
+    "clock": "rosgraph_msgs/msg/Clock",
+    "tf": "tf2_msgs/msg/TFMessage",
+    "odometry": "nav_msgs/msg/Odometry",
+    "route": "nav_msgs/msg/Path",
+    "command": "std_msgs/msg/String",
+    "camera_info": "sensor_msgs/msg/CameraInfo",
+    "image": "sensor_msgs/msg/Image",
+}
+
+
+def quaternion_from_rpy(roll: float, pitch: float, yaw: float) -> tuple[float, float, float, float]:
+    """(x, y, z, w) of R = Rz(yaw) Ry(pitch) Rx(roll), as CameraMount.rotation()."""
+    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
+    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
+    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
+    return (sr * cp * cy - cr * sp * sy, cr * sp * cy + sr * cp * sy,
+            cr * cp * sy - sr * sp * cy, cr * cp * cy + sr * sp * sy)
+
+
+class EpisodeBagWriter:
+    """One episode as one rosbag2 recording; use as a context manager."""
+
+    def __init__(self, path: str | Path, storage: str, *, role: str, camera: PinholeCamera, mount: CameraMount,
+                 command_topic: str = DEFAULT_COMMAND_TOPIC):
+        from rosbags.rosbag2 import StoragePlugin, Writer
+        from rosbags.typesys import Stores, get_typestore
+
+        if storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}")
+        self.path = Path(path)
+        self.role, self.camera, self.mount = role, camera, mount
+        self.frames = {"map": "map", "ego": role, "camera": f"{role}/rgb_front"}
+        self.typestore = get_typestore(Stores.ROS2_KILTED)
+        self.writer = Writer(self.path, version=BAG_VERSION,
+                             storage_plugin=StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3)
+        self.topics = topic_names(role, command_topic)
+        self.connections = {}
+        t = self.typestore.types
+        self._msg = {name: t[name] for name in ("builtin_interfaces/msg/Time", "std_msgs/msg/Header",
+                                                "geometry_msgs/msg/Point", "geometry_msgs/msg/Quaternion",
+                                                "geometry_msgs/msg/Pose", "geometry_msgs/msg/PoseStamped",
+                                                "geometry_msgs/msg/PoseWithCovariance", "geometry_msgs/msg/Vector3",
+                                                "geometry_msgs/msg/Twist", "geometry_msgs/msg/TwistWithCovariance",
+                                                "geometry_msgs/msg/Transform", "geometry_msgs/msg/TransformStamped",
+                                                "sensor_msgs/msg/RegionOfInterest", *TOPIC_TYPES.values())}
+        self.counts = {key: 0 for key in TOPIC_TYPES}
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "EpisodeBagWriter":
+        from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+        infinite = QosTime(2147483647, 4294967295)   # what rosbag2 records for "no limit"
+
+        def qos(depth: int, durability) -> Qos:
+            return Qos(QosHistory.KEEP_LAST, depth, QosReliability.RELIABLE, durability, infinite, infinite,
+                       QosLiveliness.AUTOMATIC, infinite, False)
+
+        self.writer.open()
+        for key, msgtype in TOPIC_TYPES.items():
+            offered = qos(1, QosDurability.TRANSIENT_LOCAL) if key == "route" else qos(10, QosDurability.VOLATILE)
+            self.connections[key] = self.writer.add_connection(self.topics[key], msgtype, typestore=self.typestore,
+                                                               offered_qos_profiles=[offered])
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # rosbags writes metadata.yaml on close; after an error the caller discards the folder
+        self.writer.close()
+
+    # ------------------------------------------------------------------ messages
+    def _write(self, key: str, stamp_ns: int, msg) -> None:
+        data = self.typestore.serialize_cdr(msg, TOPIC_TYPES[key])
+        self.writer.write(self.connections[key], stamp_ns, data)
+        self.counts[key] += 1
+
+    def _header(self, stamp_ns: int, frame_id: str):
+        m = self._msg
+        stamp = m["builtin_interfaces/msg/Time"](sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
+        return m["std_msgs/msg/Header"](stamp=stamp, frame_id=frame_id)
+
+    def _pose(self, x: float, y: float, z: float, q: Sequence[float]):
+        m = self._msg
+        return m["geometry_msgs/msg/Pose"](position=m["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=float(z)),
+                                           orientation=m["geometry_msgs/msg/Quaternion"](*map(float, q)))
+
+    def write_route(self, stamp_ns: int, points: np.ndarray) -> None:
+        """The route as a Path in the map frame: points [N, 2], each pose facing the next point."""
+        m = self._msg
+        points = np.asarray(points, dtype=np.float64)
+        deltas = np.diff(points, axis=0, append=points[-1:] + (points[-1:] - points[-2:-1]))
+        headings = np.arctan2(deltas[:, 1], deltas[:, 0])
+        header = self._header(stamp_ns, self.frames["map"])
+        poses = [m["geometry_msgs/msg/PoseStamped"](header=header, pose=self._pose(x, y, 0.0, quaternion_from_yaw(h)))
+                 for (x, y), h in zip(points, headings)]
+        self._write("route", stamp_ns, m["nav_msgs/msg/Path"](header=header, poses=poses))
+
+    def write_tick(self, stamp_ns: int, pose: Sequence[float], speed: float, yaw_rate: float) -> None:
+        """/clock, /tf and odometry for one tick; ``pose`` = (x, y, yaw) of the rear axle in the map frame."""
+        m = self._msg
+        header = self._header(stamp_ns, self.frames["map"])
+        self._write("clock", stamp_ns, m["rosgraph_msgs/msg/Clock"](clock=header.stamp))
+        x, y, yaw = (float(v) for v in pose)
+        q = quaternion_from_yaw(yaw)
+        vec = m["geometry_msgs/msg/Vector3"]
+        quat = m["geometry_msgs/msg/Quaternion"]
+        mount = self.mount
+        tf_ego = m["geometry_msgs/msg/TransformStamped"](
+            header=header, child_frame_id=self.frames["ego"],
+            transform=m["geometry_msgs/msg/Transform"](translation=vec(x=x, y=y, z=0.0), rotation=quat(*q)))
+        tf_camera = m["geometry_msgs/msg/TransformStamped"](
+            header=self._header(stamp_ns, self.frames["ego"]), child_frame_id=self.frames["camera"],
+            transform=m["geometry_msgs/msg/Transform"](
+                translation=vec(x=mount.x_m, y=mount.y_m, z=mount.z_m),
+                rotation=quat(*quaternion_from_rpy(*(math.radians(a) for a in
+                                                     (mount.roll_deg, mount.pitch_deg, mount.yaw_deg))))))
+        self._write("tf", stamp_ns, m["tf2_msgs/msg/TFMessage"](transforms=[tf_ego, tf_camera]))
+        zeros = np.zeros(36, dtype=np.float64)
+        odometry = m["nav_msgs/msg/Odometry"](
+            header=header, child_frame_id=self.frames["ego"],
+            pose=m["geometry_msgs/msg/PoseWithCovariance"](pose=self._pose(x, y, 0.0, q), covariance=zeros),
+            twist=m["geometry_msgs/msg/TwistWithCovariance"](
+                twist=m["geometry_msgs/msg/Twist"](linear=vec(x=float(speed), y=0.0, z=0.0),
+                                                   angular=vec(x=0.0, y=0.0, z=float(yaw_rate))),
+                covariance=zeros))
+        self._write("odometry", stamp_ns, odometry)
+
+    def write_frame(self, stamp_ns: int, rgb: np.ndarray, command: str) -> None:
+        """The command, camera_info and the bgra8 image of one camera frame."""
+        m = self._msg
+        self._write("command", stamp_ns, m["std_msgs/msg/String"](data=command))
+        cam = self.camera
+        header = self._header(stamp_ns, self.frames["camera"])
+        k = np.array([cam.fx, 0.0, cam.cx, 0.0, cam.fy, cam.cy, 0.0, 0.0, 1.0])
+        p = np.array([cam.fx, 0.0, cam.cx, 0.0, 0.0, cam.fy, cam.cy, 0.0, 0.0, 0.0, 1.0, 0.0])
+        info = m["sensor_msgs/msg/CameraInfo"](
+            header=header, height=cam.height, width=cam.width, distortion_model="plumb_bob",
+            d=np.zeros(5), k=k, r=np.eye(3).ravel(), p=p, binning_x=0, binning_y=0,
+            roi=m["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
+        self._write("camera_info", stamp_ns, info)
+        height, width = rgb.shape[:2]
+        bgra = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGRA)
+        image = m["sensor_msgs/msg/Image"](header=header, height=height, width=width, encoding="bgra8",
+                                           is_bigendian=0, step=4 * width, data=bgra.reshape(-1))
+        self._write("image", stamp_ns, image)

@@ -1,0 +1,271 @@
+"""Episodes: drive the expert through a generated world, then render frames with their ground truth.
+
+    >>> settings = EpisodeSettings(frames=3, camera=CameraSettings(width=160, height=90))
+    >>> episode = simulate_episode(seed=0, index=0, settings=settings)
+    >>> frames = list(episode.frames())
+    >>> len(frames), frames[0].rgb.shape, frames[0].truth.waypoints.shape
+    (3, (90, 160, 3), (8, 2))
+
+Two passes. :func:`simulate_episode` steps the world at 20 Hz from tick 0 through the last
+frame plus the 4 s planning horizon, storing the ego state every tick and the traffic at
+frame ticks (cheap). :meth:`Episode.frames` then renders each frame and derives its ground
+truth, so the future waypoints are the simulated future of the expert, not a prediction.
+
+Timeline: ``warmup_ticks`` (default 1 s) run before the first frame so the ego is moving and
+the acceleration estimate has history; frame i is tick ``warmup_ticks + i * frame_stride``;
+the track continues 80 ticks (4 s) after the last frame. Tick k is stamped
+``start_time_s + k * dt_s``.
+
+Everything is drawn from ``numpy.random.default_rng([seed, index])`` in a fixed order, so an
+episode is a pure function of (seed, index, settings).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+import numpy as np
+
+from ..geometry import AccelerationEstimator, world_to_ego
+from ..outputs.parsing import BOX_SCALE
+from .camera import CameraSettings, Palette, PixelBox, Renderer
+from .expert import Leader
+from .road import RoadMap
+from .truth import (QUESTIONS, CommandSettings, answer_action, answer_count, answer_lead, answer_road,
+                    route_command)
+from .world import VehicleBox, World, WorldSettings
+
+NUM_WAYPOINTS = 8
+WAYPOINT_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    frames: int = 200
+    frame_stride: int = 1                 # ticks between camera frames (1: 20 Hz)
+    warmup_ticks: int = 20
+    start_time_s: float = 1.0             # stamp of tick 0 (a zero stamp reads as "unset" in ROS)
+    traffic: bool = True
+    world: WorldSettings = field(default_factory=WorldSettings)
+    camera: CameraSettings = field(default_factory=CameraSettings)
+    command: CommandSettings = field(default_factory=CommandSettings)
+    estimator_time_constant_s: float = 0.5   # AccelerationEstimator, as the planner node runs it
+
+    def __post_init__(self):
+        if self.frames < 1:
+            raise ValueError(f"frames must be >= 1, got {self.frames}")
+        if self.frame_stride < 1:
+            raise ValueError(f"frame_stride must be >= 1, got {self.frame_stride}")
+        if self.warmup_ticks < 0:
+            raise ValueError(f"warmup_ticks must be >= 0, got {self.warmup_ticks}")
+
+    @property
+    def dt_s(self) -> float:
+        return self.world.dt_s
+
+    @property
+    def horizon_ticks(self) -> int:
+        return int(round(NUM_WAYPOINTS * WAYPOINT_INTERVAL_S / self.dt_s))
+
+    @property
+    def waypoint_ticks(self) -> int:
+        return int(round(WAYPOINT_INTERVAL_S / self.dt_s))
+
+    def frame_tick(self, frame: int) -> int:
+        return self.warmup_ticks + frame * self.frame_stride
+
+    @property
+    def total_ticks(self) -> int:
+        """Ticks stored: 0 .. last frame + horizon, inclusive."""
+        return self.frame_tick(self.frames - 1) + self.horizon_ticks + 1
+
+
+@dataclass
+class EgoTrack:
+    """The ego at every tick (arrays of length total_ticks)."""
+    stamp_s: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    yaw: np.ndarray            # continuous (not wrapped)
+    speed: np.ndarray
+    acceleration: np.ndarray   # longitudinal, over the step into this tick
+    yaw_rate: np.ndarray
+    steer_angle: np.ndarray
+    lane_s: np.ndarray
+    accel_estimated: np.ndarray   # [T, 2] AccelerationEstimator on the odometry twist
+
+    def pose(self, tick: int) -> tuple[float, float, float]:
+        return float(self.x[tick]), float(self.y[tick]), float(self.yaw[tick])
+
+
+@dataclass
+class FrameTruth:
+    episode: int
+    frame: int
+    tick: int
+    stamp_s: float
+    pose: tuple[float, float, float]             # rear axle x, y, yaw in the map frame
+    velocity: tuple[float, float]                # ego frame, m/s
+    acceleration: tuple[float, float]            # ego frame, m/s^2, true (dv/dt, v * yaw rate)
+    acceleration_estimated: tuple[float, float]  # what the planner node estimates from odometry
+    yaw_rate: float
+    steer_angle: float
+    lane_s: float
+    command: str
+    command_source: str
+    waypoints: np.ndarray                        # [8, 2] ego frame, +0.5 s ... +4.0 s
+    boxes: list[PixelBox]
+    box_lanes: dict[int, str]                    # vehicle id -> lane name
+    leader: Leader | None
+    leader_label: str | None
+    qa: dict[str, str]                           # question key -> answer
+    speed_in_2s: float
+    heading_change_4s: float
+
+    def qwen_boxes(self, width: int, height: int) -> list[dict]:
+        """Grounding answers: ``bbox_2d`` on the 0..1000 scale, left to right."""
+        out = []
+        for b in self.boxes:
+            x0, y0, x1, y1 = b.box
+            scale = int(BOX_SCALE)
+            scaled = [int(round(x0 / width * scale)), int(round(y0 / height * scale)),
+                      int(round(x1 / width * scale)), int(round(y1 / height * scale))]
+            out.append({"bbox_2d": [min(max(v, 0), scale) for v in scaled], "label": b.label})
+        return out
+
+    def record(self, width: int, height: int) -> dict:
+        """JSON-ready ground truth."""
+        return {
+            "episode": self.episode, "frame": self.frame, "tick": self.tick,
+            "stamp_s": round(self.stamp_s, 6),
+            "pose": {"x": self.pose[0], "y": self.pose[1], "yaw": math.remainder(self.pose[2], 2 * math.pi)},
+            "velocity": list(self.velocity), "acceleration": list(self.acceleration),
+            "acceleration_estimated": list(self.acceleration_estimated),
+            "yaw_rate": self.yaw_rate, "steer_angle": self.steer_angle, "lane_s": self.lane_s,
+            "command": self.command, "command_source": self.command_source,
+            "waypoints": self.waypoints.tolist(),
+            "boxes": [{"id": b.id, "label": b.label, "box": list(b.box), "amodal_box": list(b.amodal_box),
+                       "visible_pixels": b.visible_pixels, "visible_fraction": round(b.visible_fraction, 4),
+                       "distance_m": round(b.distance_m, 3), "lane": self.box_lanes.get(b.id, "")}
+                      for b in self.boxes],
+            "boxes_qwen": self.qwen_boxes(width, height),
+            "leader": None if self.leader is None else {"id": self.leader.vehicle_id, "gap_m": self.leader.gap_m,
+                                                        "speed": self.leader.speed, "label": self.leader_label},
+            "qa": dict(self.qa),
+        }
+
+
+@dataclass
+class Frame:
+    rgb: np.ndarray            # [H, W, 3] uint8
+    vehicle_ids: np.ndarray    # [H, W] int32, -1 where no vehicle
+    truth: FrameTruth
+
+
+@dataclass
+class Episode:
+    seed: int
+    index: int
+    settings: EpisodeSettings
+    road: RoadMap
+    palette: Palette
+    track: EgoTrack
+    snapshots: list[list[VehicleBox]]      # per frame: the traffic
+    leaders: list[Leader | None]           # per frame
+    renderer: Renderer
+
+    @property
+    def num_frames(self) -> int:
+        return self.settings.frames
+
+    def future_waypoints(self, tick: int) -> np.ndarray:
+        """[8, 2] the ego's positions at +0.5 ... +4.0 s, in the ego frame at ``tick``."""
+        step = self.settings.waypoint_ticks
+        future = np.arange(1, NUM_WAYPOINTS + 1) * step + tick
+        points = np.stack([self.track.x[future], self.track.y[future]], 1)
+        return world_to_ego(points, self.track.pose(tick)[:2], self.track.yaw[tick])
+
+    def truth(self, frame: int, boxes: list[PixelBox]) -> FrameTruth:
+        st, tr = self.settings, self.track
+        tick = st.frame_tick(frame)
+        pose = tr.pose(tick)
+        command, source = route_command(self.road, float(tr.lane_s[tick]), pose, st.command)
+        leader = self.leaders[frame]
+        lanes = {v.id: v.lane for v in self.snapshots[frame]}
+        labels = {v.id: v.label for v in self.snapshots[frame]}
+        visible_ids = {b.id for b in boxes}
+        leader_label = labels.get(leader.vehicle_id) if leader is not None else None
+        later = tick + int(round(2.0 / st.dt_s))
+        heading_change = float(tr.yaw[tick + st.horizon_ticks] - tr.yaw[tick])
+        speed_in_2s = float(tr.speed[later])
+        visible_leader = leader is not None and leader.vehicle_id in visible_ids
+        qa = {
+            "lead": answer_lead(leader_label if visible_leader else None, leader.gap_m if visible_leader else None),
+            "road": answer_road(self.road, float(tr.lane_s[tick])),
+            "count": answer_count(len(boxes)),
+            "action": answer_action(float(tr.speed[tick]), speed_in_2s, heading_change),
+        }
+        assert set(qa) == set(QUESTIONS)
+        return FrameTruth(
+            episode=self.index, frame=frame, tick=tick, stamp_s=float(tr.stamp_s[tick]), pose=pose,
+            velocity=(float(tr.speed[tick]), 0.0),
+            acceleration=(float(tr.acceleration[tick]), float(tr.speed[tick] * tr.yaw_rate[tick])),
+            acceleration_estimated=(float(tr.accel_estimated[tick, 0]), float(tr.accel_estimated[tick, 1])),
+            yaw_rate=float(tr.yaw_rate[tick]), steer_angle=float(tr.steer_angle[tick]),
+            lane_s=float(tr.lane_s[tick]), command=command, command_source=source,
+            waypoints=self.future_waypoints(tick), boxes=boxes, box_lanes=lanes, leader=leader,
+            leader_label=leader_label, qa=qa, speed_in_2s=speed_in_2s, heading_change_4s=heading_change)
+
+    def render(self, frame: int):
+        tick = self.settings.frame_tick(frame)
+        return self.renderer.render(self.track.pose(tick), self.snapshots[frame])
+
+    def frames(self) -> Iterator[Frame]:
+        for i in range(self.num_frames):
+            rendering = self.render(i)
+            yield Frame(rendering.rgb, rendering.vehicle_ids, self.truth(i, rendering.boxes))
+
+
+def episode_rng(seed: int, index: int) -> np.random.Generator:
+    if seed < 0 or index < 0:
+        raise ValueError(f"seed and episode index must be >= 0, got {seed}, {index}")
+    return np.random.default_rng([seed, index])
+
+
+def make_world(seed: int, index: int, settings: EpisodeSettings) -> tuple[World, np.random.Generator]:
+    """The episode's world at tick 0 and the generator positioned after it (for the palette)."""
+    rng = episode_rng(seed, index)
+    world_settings = settings.world
+    if not settings.traffic:
+        world_settings = replace(world_settings, traffic=replace(world_settings.traffic, enabled=False))
+    duration = settings.total_ticks * settings.dt_s
+    return World.generate(rng, world_settings, duration_s=duration, horizon_s=0.0), rng
+
+
+def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeSettings()) -> Episode:
+    world, rng = make_world(seed, index, settings)
+    palette = Palette.random(rng)
+    renderer = Renderer(world.road, settings.camera, palette, rng)
+    n = settings.total_ticks
+    frame_of_tick = {settings.frame_tick(i): i for i in range(settings.frames)}
+    cols = {k: np.zeros(n) for k in ("x", "y", "yaw", "speed", "acceleration", "yaw_rate", "steer_angle", "lane_s")}
+    snapshots: list[list[VehicleBox]] = [[] for _ in range(settings.frames)]
+    leaders: list[Leader | None] = [None] * settings.frames
+    estimator = AccelerationEstimator(time_constant_s=settings.estimator_time_constant_s)
+    accel_est = np.zeros((n, 2))
+    stamps = settings.start_time_s + np.arange(n) * settings.dt_s
+    for tick in range(n):
+        if tick > 0:
+            world.step()
+        ego = world.ego
+        for k, value in (("x", ego.x), ("y", ego.y), ("yaw", ego.yaw), ("speed", ego.speed),
+                         ("acceleration", ego.acceleration), ("yaw_rate", ego.yaw_rate),
+                         ("steer_angle", ego.steer_angle), ("lane_s", world.lane_s)):
+            cols[k][tick] = value
+        accel_est[tick] = estimator.update(float(stamps[tick]), ego.speed, 0.0, ego.yaw_rate)
+        if tick in frame_of_tick:
+            snapshots[frame_of_tick[tick]] = world.vehicle_boxes()
+            leaders[frame_of_tick[tick]] = world.leader()
+    track = EgoTrack(stamp_s=stamps, accel_estimated=accel_est, **cols)
+    return Episode(seed, index, settings, world.road, palette, track, snapshots, leaders, renderer)

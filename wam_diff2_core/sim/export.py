@@ -1,0 +1,279 @@
+"""Export demo-world episodes: a training/evaluation set in the seed's JSON format, and rosbag2 bags.
+
+    from wam_diff2_core.sim.export import ExportSettings, export
+    manifest = export("data/synth", ExportSettings(episodes=8, seed=0))
+
+Layout of the output folder (written atomically: it appears complete or not at all)::
+
+    manifest.json            settings, camera, topics, splits, counts, timings; written last
+    train.json, val.json     samples (JSON lists): planning, detection, question answering
+    frames.jsonl             per-frame ground truth (pose, motion, command, waypoints, boxes, QA, stamps)
+    images/eNNNN/FFFFF.jpg   camera frames (RGB), referenced relative to the folder
+    bags/mcap/eNNNN/         one rosbag2 recording per episode (see bag.py), and/or
+    bags/sqlite3/eNNNN/
+
+Episodes are split by episode, never by frame: the last ``round(episodes * val_fraction)``
+episodes (at least one when there are two or more) are validation.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import cv2
+import numpy as np
+
+from ..outputs.parsing import format_waypoints
+from ..outputs.prompts import format_detection_prompt, format_planning_prompt
+from ..utils.atomic import atomic_directory
+from .bag import DEFAULT_COMMAND_TOPIC, STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
+from .episode import EpisodeSettings, simulate_episode
+from .truth import QUESTIONS, vqa_prompt
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("json",) + STORAGES
+DATASOURCE = "WamDiff2Synth"
+MANIFEST_FORMAT = "wam-diff2-synth/1"
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    episodes: int = 8
+    seed: int = 0
+    episode: EpisodeSettings = field(default_factory=EpisodeSettings)
+    formats: tuple[str, ...] = FORMATS
+    val_fraction: float = 0.25
+    role: str = "hero"
+    command_topic: str = DEFAULT_COMMAND_TOPIC
+    image_format: str = "jpg"               # jpg | png
+    jpeg_quality: int = 95
+    vqa_per_frame: int = 1                  # question samples per frame (0..4)
+    prompt_acceleration: str = "estimated"  # estimated (as the node computes it from odometry) | true
+    detection: bool = True                  # a detection sample per frame
+    workers: int = 1
+
+    def __post_init__(self):
+        if self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {self.episodes}")
+        unknown = [f for f in self.formats if f not in FORMATS]
+        if unknown or not self.formats:
+            raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {list(self.formats)}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.image_format not in ("jpg", "png"):
+            raise ValueError(f"image_format must be jpg or png, got {self.image_format!r}")
+        if not 0 <= self.vqa_per_frame <= len(QUESTIONS):
+            raise ValueError(f"vqa_per_frame must be in [0, {len(QUESTIONS)}], got {self.vqa_per_frame}")
+        if self.prompt_acceleration not in ("estimated", "true"):
+            raise ValueError(f"prompt_acceleration must be 'estimated' or 'true', got {self.prompt_acceleration!r}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if not self.role or "/" in self.role:
+            raise ValueError(f"role must be a non-empty name without '/', got {self.role!r}")
+        if not self.command_topic.startswith("/"):
+            raise ValueError(f"command_topic must be an absolute topic name, got {self.command_topic!r}")
+
+
+def validation_episodes(episodes: int, fraction: float) -> list[int]:
+    if episodes < 2 or fraction <= 0:
+        return []
+    count = min(episodes - 1, max(1, int(round(episodes * fraction))))
+    return list(range(episodes - count, episodes))
+
+
+@dataclass
+class EpisodeResult:
+    index: int
+    split: str
+    samples: list[dict]
+    frames: list[dict]
+    bags: list[str]
+    seconds: float
+    bag_counts: dict[str, dict[str, int]]
+
+
+def _encode(rgb: np.ndarray, settings: ExportSettings) -> bytes:
+    bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    if settings.image_format == "jpg":
+        ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, settings.jpeg_quality])
+    else:
+        ok, data = cv2.imencode(".png", bgr, [cv2.IMWRITE_PNG_COMPRESSION, 3])
+    if not ok:
+        raise RuntimeError("image encoding failed")
+    return data.tobytes()
+
+
+def frame_samples(truth, image_path: str, width: int, height: int, settings: ExportSettings) -> list[dict]:
+    """The samples of one frame in the authors' format."""
+    stem = f"synth{settings.seed}-e{truth.episode:04d}-f{truth.frame:05d}"
+    velocity = truth.velocity
+    acceleration = truth.acceleration_estimated if settings.prompt_acceleration == "estimated" else truth.acceleration
+
+    def sample(task: str, prompt: str, answer: str) -> dict:
+        return {"id": f"{stem}-{task}", "datasource": DATASOURCE, "task": task, "image": [image_path],
+                "conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": answer}]}
+
+    out = [sample("plan", format_planning_prompt(truth.command, velocity, acceleration),
+                  format_waypoints(truth.waypoints))]
+    if settings.detection:
+        out.append(sample("detect", format_detection_prompt(), json.dumps(truth.qwen_boxes(width, height))))
+    if settings.vqa_per_frame:
+        rng = np.random.default_rng([settings.seed, truth.episode, truth.frame, 1])
+        keys = list(QUESTIONS)
+        for key in (keys[i] for i in sorted(rng.choice(len(keys), settings.vqa_per_frame, replace=False))):
+            out.append(sample(f"vqa-{key}", vqa_prompt(key, truth.command), truth.qa[key]))
+    return out
+
+
+def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
+                   on_frame: Callable[[], None] | None = None) -> EpisodeResult:
+    """Simulate one episode and write its images, bags and records under ``root``."""
+    start = time.perf_counter()
+    cv2.setNumThreads(1)   # parallelism comes from episodes, not from OpenCV's pool
+    es = settings.episode
+    episode = simulate_episode(settings.seed, index, es)
+    camera = episode.renderer.camera
+    ep_dir = f"e{index:04d}"
+    if "json" in settings.formats:
+        (root / "images" / ep_dir).mkdir(parents=True, exist_ok=True)
+    writers = [EpisodeBagWriter(root / "bags" / storage / ep_dir, storage, role=settings.role, camera=camera,
+                                mount=es.camera.mount, command_topic=settings.command_topic)
+               for storage in STORAGES if storage in settings.formats]
+    for w in writers:
+        w.path.parent.mkdir(parents=True, exist_ok=True)
+        w.__enter__()
+    samples, records = [], []
+    tick_ns = int(round(es.dt_s * 1e9))
+    start_ns = int(round(es.start_time_s * 1e9))
+    track = episode.track
+    try:
+        for w in writers:
+            w.write_route(start_ns, episode.road.lane.resampled(2.0))
+        frame_iter = episode.frames()
+        next_frame = 0
+        for tick in range(es.total_ticks):
+            stamp_ns = start_ns + tick * tick_ns
+            for w in writers:
+                w.write_tick(stamp_ns, track.pose(tick), float(track.speed[tick]), float(track.yaw_rate[tick]))
+            if next_frame < es.frames and tick == es.frame_tick(next_frame):
+                frame = next(frame_iter)
+                truth = frame.truth
+                for w in writers:
+                    w.write_frame(stamp_ns, frame.rgb, truth.command)
+                image_path = f"images/{ep_dir}/{truth.frame:05d}.{settings.image_format}"
+                record = truth.record(camera.width, camera.height)
+                record.update(split=split, stamp_ns=stamp_ns, image=image_path if "json" in settings.formats else None,
+                              camera={"width": camera.width, "height": camera.height, "fx": camera.fx,
+                                      "fy": camera.fy, "cx": camera.cx, "cy": camera.cy})
+                records.append(record)
+                if "json" in settings.formats:
+                    (root / image_path).write_bytes(_encode(frame.rgb, settings))
+                    samples.extend(frame_samples(truth, image_path, camera.width, camera.height, settings))
+                next_frame += 1
+                if on_frame is not None:
+                    on_frame()
+    finally:
+        for w in writers:
+            w.__exit__(None, None, None)
+    return EpisodeResult(index, split, samples, records, [str(w.path.relative_to(root)) for w in writers],
+                         time.perf_counter() - start, {str(w.path.relative_to(root)): dict(w.counts) for w in writers})
+
+
+def _export_episode_job(args) -> EpisodeResult:
+    root, index, split, settings = args
+    return export_episode(Path(root), index, split, settings)
+
+
+def _dump_json_list(path: Path, items: list[dict]) -> None:
+    with open(path, "w") as f:
+        f.write("[\n")
+        for i, item in enumerate(items):
+            f.write(json.dumps(item, ensure_ascii=False))
+            f.write(",\n" if i + 1 < len(items) else "\n")
+        f.write("]\n")
+
+
+def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = False, progress: bool = True,
+           command_line: list[str] | None = None) -> dict:
+    """Generate ``settings.episodes`` episodes into ``out_dir``; returns the manifest."""
+    from tqdm import tqdm
+
+    out_dir = Path(out_dir)
+    started = time.perf_counter()
+    val = set(validation_episodes(settings.episodes, settings.val_fraction))
+    splits = {i: ("val" if i in val else "train") for i in range(settings.episodes)}
+    es = settings.episode
+    total_frames = settings.episodes * es.frames
+    results: list[EpisodeResult] = []
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        with tqdm(total=total_frames, unit="frame", desc="synth", disable=not progress, dynamic_ncols=True) as bar:
+            if settings.workers == 1:
+                for i in range(settings.episodes):
+                    results.append(export_episode(tmp, i, splits[i], settings, on_frame=lambda: bar.update(1)))
+            else:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                jobs = [(str(tmp), i, splits[i], settings) for i in range(settings.episodes)]
+                context = multiprocessing.get_context("spawn")   # no fork of a process that may hold torch threads
+                with ProcessPoolExecutor(settings.workers, mp_context=context) as pool:
+                    try:
+                        for result in pool.map(_export_episode_job, jobs):
+                            results.append(result)
+                            bar.update(es.frames)
+                    except BaseException:
+                        pool.shutdown(wait=True, cancel_futures=True)
+                        raise
+        results.sort(key=lambda r: r.index)
+        counts = {"frames": total_frames, "episodes": settings.episodes}
+        if "json" in settings.formats:
+            for split in ("train", "val"):
+                samples = [s for r in results if r.split == split for s in r.samples]
+                _dump_json_list(tmp / f"{split}.json", samples)
+                counts[f"{split}_samples"] = len(samples)
+                counts[f"{split}_frames"] = sum(len(r.frames) for r in results if r.split == split)
+            tasks: dict[str, int] = {}
+            for r in results:
+                for s in r.samples:
+                    tasks[s["task"]] = tasks.get(s["task"], 0) + 1
+            counts["samples_by_task"] = tasks
+        with open(tmp / "frames.jsonl", "w") as f:
+            for r in results:
+                for record in r.frames:
+                    f.write(json.dumps(record) + "\n")
+        camera = es.camera.camera()
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "complete": True,
+            "command": command_line,
+            "seed": settings.seed,
+            "episodes": settings.episodes,
+            "frames_per_episode": es.frames,
+            "splits": {"train": [i for i in splits if splits[i] == "train"], "val": sorted(val)},
+            "formats": list(settings.formats),
+            "counts": counts,
+            "camera": {"width": camera.width, "height": camera.height, "fx": camera.fx, "fy": camera.fy,
+                       "cx": camera.cx, "cy": camera.cy, "horizontal_fov_deg": es.camera.horizontal_fov_deg,
+                       "mount": asdict(es.camera.mount), "ego_frame": "rear axle, x forward, y left, z up"},
+            "timing": {"dt_s": es.dt_s, "frame_stride": es.frame_stride, "warmup_ticks": es.warmup_ticks,
+                       "start_time_s": es.start_time_s, "waypoint_interval_s": 0.5, "num_waypoints": 8},
+            "prompt_acceleration": settings.prompt_acceleration,
+            "bags": {r.index: r.bag_counts for r in results} if any(r.bags for r in results) else {},
+            "topics": {key: {"name": name, "type": TOPIC_TYPES[key]} for key, name in topic_names(settings.role, settings.command_topic).items()},
+            "settings": asdict(settings),
+            "wall_time_s": round(time.perf_counter() - started, 3),
+            "episode_seconds": [round(r.seconds, 3) for r in results],
+            "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+        }
+        with open(tmp / "manifest.json", "w") as f:
+            json.dump(manifest, f, indent=2, default=str)
+            f.write("\n")
+    return manifest

@@ -1,0 +1,223 @@
+"""Vehicle models of the demo world: the ego's kinematic bicycle, traffic on lanes, IDM, speed limits.
+
+The ego is a kinematic bicycle referenced at the **rear axle** (the ego frame origin, as in
+NAVSIM): with steering angle delta and wheelbase L the path curvature is tan(delta) / L, so a
+constant steering angle drives a circle of radius L / tan(delta). One step integrates the
+arc exactly for the step's constant curvature and acceleration.
+
+    >>> model = KinematicBicycle(BicycleParams(wheelbase_m=2.8))
+    >>> state = EgoState(x=0.0, y=0.0, yaw=0.0, speed=10.0)
+    >>> state = model.step(state, Actuation(acceleration_mps2=0.0, steer_angle_rad=0.0), 0.05)
+    >>> round(state.x, 3), state.y
+    (0.5, 0.0)
+
+Two ways to drive it: :class:`Actuation` (longitudinal acceleration and a steering angle,
+REP-103 sign: + turns left; what the expert outputs) or CARLA's :class:`VehicleControl`
+(throttle, steer in [-1, 1] with **+ turning right** as in CARLA, brake), converted by
+:meth:`KinematicBicycle.actuation_from_control` with a documented first-order map.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .road import Path2D
+
+
+# ----------------------------------------------------------------------------- shapes
+@dataclass(frozen=True)
+class VehicleShape:
+    label: str            # detection class (DEFAULT_DETECTION_CLASSES)
+    length_m: float
+    width_m: float
+    height_m: float
+
+
+VEHICLE_SHAPES = {
+    "car": VehicleShape("car", 4.5, 1.85, 1.5),
+    "suv": VehicleShape("car", 4.8, 1.95, 1.8),
+    "truck": VehicleShape("truck", 7.5, 2.4, 3.2),
+    "bus": VehicleShape("bus", 11.5, 2.55, 3.2),
+}
+TRAFFIC_MIX = {"car": 0.6, "suv": 0.2, "truck": 0.12, "bus": 0.08}
+
+
+# ----------------------------------------------------------------------------- ego
+@dataclass(frozen=True)
+class BicycleParams:
+    wheelbase_m: float = 2.8
+    rear_overhang_m: float = 0.95     # rear axle -> rear bumper
+    length_m: float = 4.7
+    width_m: float = 1.9
+    height_m: float = 1.5
+    max_steer_rad: float = 0.6        # ~34 deg at the front wheel
+    max_accel_mps2: float = 3.5       # full throttle at standstill
+    max_decel_mps2: float = 8.0       # full brake
+    max_speed_mps: float = 30.0       # throttle authority fades to 0 here
+    rolling_decel_mps2: float = 0.3   # coasting (no throttle, no brake)
+
+    @property
+    def front_from_axle_m(self) -> float:
+        """Rear axle -> front bumper."""
+        return self.length_m - self.rear_overhang_m
+
+    @property
+    def centre_from_axle_m(self) -> float:
+        """Rear axle -> centre of the bounding box (forward)."""
+        return self.length_m / 2 - self.rear_overhang_m
+
+
+@dataclass(frozen=True)
+class EgoState:
+    """Ego at one tick: rear-axle pose in the map frame and its motion."""
+    x: float
+    y: float
+    yaw: float
+    speed: float                       # m/s along the heading (never negative)
+    steer_angle: float = 0.0           # rad, + left
+    acceleration: float = 0.0          # m/s^2 longitudinal, over the last step
+    yaw_rate: float = 0.0              # rad/s over the last step
+
+    def velocity_ego(self) -> tuple[float, float]:
+        """(vx, vy) in the ego frame: a rear-axle reference never slides sideways."""
+        return self.speed, 0.0
+
+    def acceleration_ego(self) -> tuple[float, float]:
+        """(ax, ay) in the ego frame: dv/dt forward, v * yaw rate (centripetal) sideways."""
+        return self.acceleration, self.speed * self.yaw_rate
+
+
+@dataclass(frozen=True)
+class Actuation:
+    acceleration_mps2: float
+    steer_angle_rad: float            # + left (REP-103)
+
+
+@dataclass(frozen=True)
+class VehicleControl:
+    """CARLA's control: throttle and brake in [0, 1], steer in [-1, 1] with + turning **right**."""
+    throttle: float = 0.0
+    steer: float = 0.0
+    brake: float = 0.0
+
+    def __post_init__(self):
+        for name, low in (("throttle", 0.0), ("steer", -1.0), ("brake", 0.0)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and low <= value <= 1.0):
+                raise ValueError(f"VehicleControl.{name} must be in [{low:g}, 1], got {value!r}")
+
+
+class KinematicBicycle:
+    def __init__(self, params: BicycleParams = BicycleParams()):
+        self.params = params
+
+    def actuation_from_control(self, control: VehicleControl, speed: float) -> Actuation:
+        """throttle -> max_accel * (1 - v / max_speed); brake -> max_decel; neither: rolling
+        resistance; steer -> -steer * max_steer (CARLA + right is REP-103 - left)."""
+        p = self.params
+        drive = control.throttle * p.max_accel_mps2 * max(0.0, 1.0 - speed / p.max_speed_mps)
+        resist = control.brake * p.max_decel_mps2 + (p.rolling_decel_mps2 if speed > 0 else 0.0)
+        return Actuation(drive - resist, -control.steer * p.max_steer_rad)
+
+    def step(self, state: EgoState, actuation: Actuation, dt: float) -> EgoState:
+        """Advance ``dt`` seconds with constant acceleration and steering (clamped to limits)."""
+        p = self.params
+        accel = float(np.clip(actuation.acceleration_mps2, -p.max_decel_mps2, p.max_accel_mps2))
+        steer = float(np.clip(actuation.steer_angle_rad, -p.max_steer_rad, p.max_steer_rad))
+        v0 = state.speed
+        v1 = v0 + accel * dt
+        if v1 < 0.0:                     # braking to a stop within the step: no reversing
+            distance = v0 * v0 / (2.0 * -accel) if accel < 0 else 0.0
+            v1 = 0.0
+        else:
+            distance = 0.5 * (v0 + v1) * dt
+        curvature = math.tan(steer) / p.wheelbase_m
+        dyaw = curvature * distance
+        if abs(dyaw) < 1e-9:
+            x = state.x + distance * math.cos(state.yaw)
+            y = state.y + distance * math.sin(state.yaw)
+        else:                            # exact arc of radius 1 / curvature
+            x = state.x + (math.sin(state.yaw + dyaw) - math.sin(state.yaw)) / curvature
+            y = state.y + (math.cos(state.yaw) - math.cos(state.yaw + dyaw)) / curvature
+        return EgoState(x=x, y=y, yaw=state.yaw + dyaw, speed=v1, steer_angle=steer,
+                        acceleration=(v1 - v0) / dt, yaw_rate=dyaw / dt)
+
+
+# ----------------------------------------------------------------------------- longitudinal
+@dataclass(frozen=True)
+class IdmParams:
+    """Intelligent Driver Model (Treiber et al. 2000) car-following."""
+    max_accel_mps2: float = 1.6
+    comfort_decel_mps2: float = 2.0
+    time_headway_s: float = 1.4
+    min_gap_m: float = 3.0
+    exponent: float = 4.0
+
+
+def idm_acceleration(speed: float, desired_speed: float, gap_m: float | None, leader_speed: float,
+                     p: IdmParams) -> float:
+    """IDM acceleration; ``gap_m`` bumper to bumper (None: free road).
+
+    A desired speed of (about) zero means "stop": the free-road term then brakes comfortably
+    to standstill instead of IDM's unbounded -(v / v0)^4.
+    """
+    if desired_speed <= 0.05:
+        free = -min(p.comfort_decel_mps2, speed / 0.5)
+    else:
+        free = p.max_accel_mps2 * (1.0 - (speed / desired_speed) ** p.exponent)
+    if gap_m is None:
+        return free
+    desired_gap = p.min_gap_m + max(0.0, speed * p.time_headway_s + speed * (speed - leader_speed)
+                                    / (2.0 * math.sqrt(p.max_accel_mps2 * p.comfort_decel_mps2)))
+    return free - p.max_accel_mps2 * (desired_gap / max(gap_m, 0.1)) ** 2
+
+
+def anticipated_speed_limit(path: Path2D, s: float, cruise_mps: float, lateral_accel_mps2: float,
+                            decel_mps2: float) -> float:
+    """The highest speed now from which every curve ahead can be taken at ``lateral_accel_mps2``
+    after braking at ``decel_mps2``: min_j sqrt(v_j^2 + 2 b d_j) over path points j ahead,
+    v_j = sqrt(a_lat / |curvature_j|), capped at ``cruise_mps``."""
+    profile = path.speed_profile(lateral_accel_mps2, decel_mps2)
+    i = bisect.bisect_left(path._s_list, s)
+    if i >= len(profile):
+        return cruise_mps
+    return min(cruise_mps, math.sqrt(max(0.0, float(profile[i]) - 2.0 * decel_mps2 * s)))
+
+
+# ----------------------------------------------------------------------------- traffic
+@dataclass(frozen=True)
+class SpeedEvent:
+    """Between ``start_s`` and ``end_s`` (sim time) the vehicle wants ``factor`` x its cruise speed."""
+    start_s: float
+    end_s: float
+    factor: float
+
+
+@dataclass
+class TrafficVehicle:
+    """A vehicle on rails: its box centre follows ``path`` at arc length ``s``."""
+    id: int
+    shape: VehicleShape
+    colour: tuple[int, int, int]      # RGB
+    path_name: str                    # which lane (key of World.lanes)
+    s: float
+    speed: float
+    cruise_mps: float
+    events: tuple[SpeedEvent, ...] = ()
+    parked: bool = False              # never moves (waiting at a side road)
+    acceleration: float = 0.0
+
+    def desired_speed(self, time_s: float) -> float:
+        factor = 1.0
+        for e in self.events:
+            if e.start_s <= time_s < e.end_s:
+                factor = min(factor, e.factor)
+        return self.cruise_mps * factor
+
+    @property
+    def braking(self) -> bool:
+        return self.acceleration < -0.5 or (self.speed < 0.1 and not self.parked)
+
