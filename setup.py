@@ -35,6 +35,7 @@ setup(
     entry_points={
         "console_scripts": [
             "wam-diff2=wam_diff2_core.cli:main",
+            "wam-diff2-planner=wam_diff2_ros.planner_node:main",
         ],
     },
 )

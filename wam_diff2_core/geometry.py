@@ -116,7 +116,8 @@ def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: f
     ``lookahead_m`` of route decides a turn (left when counter-clockwise). Below the turn angle,
     a sideways offset of at least ``lateral_offset_m`` at the look-ahead end (a lane change, a
     fork) also counts; smaller offsets (lane-centring wiggles) stay ``straight``. A route that
-    ends within a metre ahead is ``straight``.
+    ends within a metre ahead is ``straight``. The ego's heading is not used, only its position:
+    the route's own direction is the reference, so a heading error does not flip the command.
     """
     pts = world_to_ego(route_xy, ego_xy, ego_yaw)
     if len(pts) == 0 or not np.isfinite(pts).all():
@@ -135,27 +136,40 @@ def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: f
     i = int(np.argmin(distance))
     if distance[i] > settings.max_distance_m:
         return None
-    start, tangent0 = closest[i], seg_vec[i] / seg_len[i]
+    start = closest[i]
 
-    # walk lookahead_m along the route, summing the signed heading changes between segments
-    remaining = settings.lookahead_m
-    travelled = min(remaining, seg_len[i] * (1.0 - t[i]))
-    remaining -= travelled
-    end, heading_change, j = start + tangent0 * travelled, 0.0, i
-    while remaining > 1e-9 and j + 1 < len(seg_vec):
-        a, b = seg_vec[j], seg_vec[j + 1]
-        heading_change += math.atan2(a[0] * b[1] - a[1] * b[0], float(a @ b))
-        j += 1
-        step = min(remaining, seg_len[j])
-        end = pts[j] + seg_vec[j] / seg_len[j] * step
-        travelled += step
+    # the route window: from the entry point, lookahead_m along the route
+    window, heading_change, remaining = [start], 0.0, settings.lookahead_m
+    for j in range(i, len(seg_vec)):
+        if j > i:   # signed turn from segment j-1 to segment j (unwrapped over the window: U-turns add up)
+            a, b = seg_vec[j - 1], seg_vec[j]
+            heading_change += math.atan2(a[0] * b[1] - a[1] * b[0], float(a @ b))
+        available = float(np.hypot(*(pts[j + 1] - window[-1])))
+        step = min(remaining, available)
+        window.append(window[-1] + seg_vec[j] / seg_len[j] * step)
         remaining -= step
+        if remaining <= 1e-9:
+            break
+    window = np.array(window)                                        # [K, 2]
+    arc = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(window, axis=0).T))])
+    travelled = arc[-1]
     if travelled < 1.0:
         return "straight"
     if abs(heading_change) >= math.radians(settings.turn_angle_deg):
         return "left" if heading_change > 0 else "right"
-    offset = end - start
-    lateral = tangent0[0] * offset[1] - tangent0[1] * offset[0]     # + left of the entry direction
+
+    # Below a turn: a sideways shift of the route (lane change, fork). Measured across the mean of
+    # the route's start and end directions, each taken over a chord of a few metres, so that
+    # waypoint noise and lane-centring wiggles do not tilt the reference over the long lever arm.
+    def at(s: float) -> np.ndarray:
+        return np.array([np.interp(s, arc, window[:, 0]), np.interp(s, arc, window[:, 1])])
+
+    chord = min(5.0, travelled / 4.0)
+    d0, d1 = at(chord) - at(0.0), at(travelled) - at(travelled - chord)
+    h0 = math.atan2(d0[1], d0[0])
+    reference = h0 + 0.5 * wrap_angle(math.atan2(d1[1], d1[0]) - h0)
+    offset = window[-1] - window[0]
+    lateral = math.cos(reference) * offset[1] - math.sin(reference) * offset[0]   # + left
     if abs(lateral) >= settings.lateral_offset_m:
         return "left" if lateral > 0 else "right"
     return "straight"

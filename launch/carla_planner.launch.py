@@ -1,0 +1,60 @@
+"""The WAM-Diff2 planner on carla-ros-bridge topics, for CARLA in synchronous mode.
+
+    ros2 launch carla_ros_bridge carla_ros_bridge_with_example_ego_vehicle.launch.py synchronous_mode:=true
+    ros2 launch wam_diff2_ros carla_planner.launch.py model_path:=/path/to/checkpoint role_name:=ego_vehicle
+
+Remaps the node's inputs onto /carla/<role_name>/<camera_id>/image (bgra8) and camera_info,
+/carla/<role_name>/odometry and /carla/<role_name>/waypoints (the latched route; the command is
+derived from its geometry), and runs on simulation time. Lockstep mode plans on every N-th
+camera tick (CARLA ticks at 20 Hz; N=10 plans at 2 Hz, one plan per 0.5 s waypoint step) while a
+controller acts on the newest plan every tick. Publish a RoadOption on
+/<node_name>/input/command to override the route. The camera.* parameters must describe the
+camera you spawned (defaults: the bridge example's rgb_front, x 2.0 m, z 2.0 m, 90 deg FOV).
+"""
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import LifecycleNode
+from launch_ros.parameter_descriptions import ParameterValue
+
+
+def generate_launch_description():
+    default_params = os.path.join(get_package_share_directory("wam_diff2_ros"), "config", "planner.yaml")
+    role = LaunchConfiguration("role_name")
+    camera = LaunchConfiguration("camera_id")
+    return LaunchDescription([
+        DeclareLaunchArgument("model_path", description="checkpoint directory (Qwen3-VL or WAM-Diff2)"),
+        DeclareLaunchArgument("role_name", default_value="ego_vehicle", description="CARLA ego role name"),
+        DeclareLaunchArgument("camera_id", default_value="rgb_front", description="front camera sensor id"),
+        DeclareLaunchArgument("params_file", default_value=default_params),
+        DeclareLaunchArgument("mode", default_value="lockstep", description="realtime | lockstep"),
+        DeclareLaunchArgument("lockstep_every_n_images", default_value="10",
+                              description="lockstep: plan on every N-th camera tick"),
+        LifecycleNode(
+            package="wam_diff2_ros",
+            executable="wam-diff2-planner",
+            name="wam_diff2_planner",
+            namespace="",
+            output="screen",
+            parameters=[
+                LaunchConfiguration("params_file"),
+                {
+                    "model_path": ParameterValue(LaunchConfiguration("model_path"), value_type=str),
+                    "use_sim_time": True,
+                    "mode": LaunchConfiguration("mode"),
+                    "lockstep_every_n_images": ParameterValue(LaunchConfiguration("lockstep_every_n_images"),
+                                                              value_type=int),
+                    "image_transport": "raw",
+                },
+            ],
+            remappings=[
+                ("~/input/image", ["/carla/", role, "/", camera, "/image"]),
+                ("~/input/camera_info", ["/carla/", role, "/", camera, "/camera_info"]),
+                ("~/input/odometry", ["/carla/", role, "/odometry"]),
+                ("~/input/route", ["/carla/", role, "/waypoints"]),
+            ],
+        ),
+    ])

@@ -1,0 +1,77 @@
+"""``wam-diff2-planner --ros-args --params-file config/planner.yaml`` as its own process, over DDS.
+
+The installed console script with the shipped YAML and the tiny checkpoint: it configures and
+activates itself, answers camera + odometry + command with a trajectory stamped like the
+image, and exits cleanly on SIGINT.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
+
+from std_msgs.msg import String  # noqa: E402
+
+from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
+from wam_diff2_ros.testing import Probe, image_msg, unique_domain_id  # noqa: E402
+
+pytestmark = pytest.mark.ros
+ROOT = Path(__file__).resolve().parents[1]
+EXECUTABLE = Path(sys.executable).parent / "wam-diff2-planner"
+START_S = 180.0     # importing torch + transformers and loading, on 2 shared cores
+
+
+def test_console_script_answers_over_dds_and_exits_on_sigint(tiny_checkpoint, tmp_path):
+    assert EXECUTABLE.exists(), "console script missing: rerun bash scripts/setup.sh"
+    domain = unique_domain_id(2)
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    log_path = tmp_path / "planner.log"
+    cmd = [str(EXECUTABLE), "--ros-args", "--params-file", str(ROOT / "config" / "planner.yaml"),
+           "-p", f"model_path:={tiny_checkpoint}", "-p", "decoding.max_new_tokens:=32",
+           "-p", "diagnostics_period_s:=0.2", "-p", "image_timeout_s:=10.0"]
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    probe = Probe("/wam_diff2_planner", context=context).start()
+    try:
+        ready = probe.wait_for(lambda: probe.with_status(PlannerStatus.READY) or proc.poll() is not None, START_S)
+        assert proc.poll() is None and ready, log_path.read_text()
+        # active once the image subscription exists (created on configure, fed on activate)
+        assert probe.wait_for(lambda: probe.count_publishers(probe.topic("~/output/trajectory")) > 0, 30.0)
+        assert probe.wait_for(lambda: probe.state() == "active", 30.0)
+        probe.command_pub.publish(String(data="CHANGELANERIGHT"))
+        stamp = None
+        for _ in range(10):          # the first command or frames may race discovery: resend until answered
+            stamp = probe.now_ns()
+            time.sleep(0.06)           # let the odometry stream pass the stamp
+            probe.image_pub.publish(image_msg(stamp, encoding="bgra8", padding=4))
+            answers = probe.wait_for(lambda: probe.with_stamp("trajectory", stamp), 15.0)
+            if answers and answers[-1].command == "right":
+                break
+            probe.command_pub.publish(String(data="CHANGELANERIGHT"))
+        traj = probe.with_stamp("trajectory", stamp)
+        assert traj, log_path.read_text()
+        assert traj[-1].command == "right" and traj[-1].header.frame_id == "ego_vehicle"
+        assert not traj[-1].valid and traj[-1].invalid_reason        # the random model's answer does not parse
+        assert probe.with_stamp("path", stamp) == []
+    finally:
+        probe.stop()
+        rclpy.shutdown(context=context)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(30.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait(10.0)
+    assert code == 0, log_path.read_text()
+    text = log_path.read_text()
+    assert "configured:" in text and "active:" in text and "Traceback" not in text, text

@@ -1,0 +1,159 @@
+"""Pieces of the node without DDS: the keep-latest slot and the message conversions."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
+
+from sensor_msgs.msg import CameraInfo  # noqa: E402
+from std_msgs.msg import Header  # noqa: E402
+
+from wam_diff2_core.decoding.decoder import DecodeStats  # noqa: E402
+from wam_diff2_core.geometry import EgoSample, yaw_from_quaternion  # noqa: E402
+from wam_diff2_core.outputs.parsing import Box  # noqa: E402
+from wam_diff2_core.policy import TaskResult  # noqa: E402
+from wam_diff2_ros import conversions as conv  # noqa: E402
+from wam_diff2_ros.keep_latest import LatestSlot  # noqa: E402
+from wam_diff2_ros.testing import image_msg, odometry_msg, route_msg  # noqa: E402
+
+pytestmark = pytest.mark.ros
+STATS = DecodeStats(block_size=32, forwards=12, denoise_steps=10, commit_forwards=2, blocks=3, tokens=40,
+                    prefill_ms=5.0, denoise_ms=20.0, commit_ms=2.0)
+WAYPOINTS = np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 1.0], [3.0, 1.0], [4.0, 2.0], [5.0, 3.0], [6.0, 4.0], [7.0, 5.0]])
+
+
+# ----------------------------------------------------------------------------- keep-latest
+def test_slot_keeps_only_the_newest_and_reports_drops():
+    slot = LatestSlot()
+    assert slot.put(1) is False
+    assert slot.put(2) is True and slot.put(3) is True      # 1 and 2 dropped, never queued
+    assert slot.take(0.0) == 3
+    assert slot.take(0.01) is None                          # empty after a take
+
+
+def test_slot_wakes_a_waiting_worker_and_close_releases_it():
+    slot = LatestSlot()
+    got = []
+    worker = threading.Thread(target=lambda: got.append(slot.take(5.0)))
+    worker.start()
+    time.sleep(0.05)
+    slot.put("frame")
+    worker.join(2.0)
+    assert got == ["frame"]
+    worker = threading.Thread(target=lambda: got.append(slot.take(30.0)))
+    worker.start()
+    slot.close()
+    worker.join(2.0)
+    assert not worker.is_alive() and got[-1] is None
+    slot.reopen()
+    slot.put("x")
+    assert slot.clear() is True and slot.take(0.0) is None
+
+
+# ----------------------------------------------------------------------------- inputs
+def test_stamps_are_exact_nanoseconds():
+    ns = 1_700_000_123_456_789_012
+    assert conv.stamp_to_ns(conv.ns_to_stamp(ns)) == ns
+    d = conv.ns_to_duration(3 * conv.WAYPOINT_DT_NS)
+    assert (d.sec, d.nanosec) == (1, 500_000_000)
+
+
+def test_image_message_to_rgb_uses_step_and_encoding():
+    msg = image_msg(0, height=2, width=3, encoding="bgra8", padding=3, seed=1)
+    rows = np.frombuffer(msg.data, np.uint8).reshape(2, 15)[:, :12].reshape(2, 3, 4)
+    np.testing.assert_array_equal(conv.image_msg_to_rgb(msg), rows[:, :, [2, 1, 0]])
+
+
+def test_odometry_to_sample_and_non_finite_rejection():
+    sample, yaw_rate = conv.odometry_to_sample(odometry_msg(2_500_000_000, x=3.0, y=-1.0, yaw=0.7, vx=4.0, vy=0.2,
+                                                            yaw_rate=-0.1))
+    assert (sample.stamp_s, sample.x, sample.y, sample.vx, sample.vy) == (2.5, 3.0, -1.0, 4.0, 0.2)
+    assert sample.yaw == pytest.approx(0.7) and yaw_rate == -0.1
+    for bad in (dict(x=math.inf), dict(vy=math.nan), dict(yaw_rate=math.nan)):
+        with pytest.raises(ValueError, match="non-finite"):
+            conv.odometry_to_sample(odometry_msg(0, **bad))
+    zero_q = odometry_msg(0)
+    zero_q.pose.pose.orientation.w = 0.0
+    with pytest.raises(ValueError, match="zero quaternion"):
+        conv.odometry_to_sample(zero_q)
+
+
+def test_route_and_camera_info():
+    np.testing.assert_array_equal(conv.route_to_points(route_msg([(0, 0), (1, 2)])), [[0, 0], [1, 2]])
+    with pytest.raises(ValueError):
+        conv.route_to_points(route_msg([(0, 0), (math.nan, 2)]))
+    info = CameraInfo(width=800, height=600, k=[400.0, 0.0, 400.0, 0.0, 410.0, 300.0, 0.0, 0.0, 1.0])
+    cam = conv.camera_info_to_camera(info)
+    assert (cam.fx, cam.fy, cam.cx, cam.cy, cam.width, cam.height) == (400.0, 410.0, 400.0, 300.0, 800, 600)
+    with pytest.raises(ValueError):
+        conv.camera_info_to_camera(CameraInfo(width=800, height=600))     # K all zero: uncalibrated
+
+
+# ----------------------------------------------------------------------------- outputs
+def test_paths_in_ego_and_odometry_frames():
+    stamp = 10 * conv.NS_PER_S + 7
+    ego = EgoSample(10.0, x=50.0, y=20.0, yaw=math.pi / 2, vx=5.0, vy=0.0)
+    ego_path, odom_path = conv.plan_paths(stamp, "base_link", WAYPOINTS, "map", ego)
+    assert ego_path.header.frame_id == "base_link" and odom_path.header.frame_id == "map"
+    assert conv.stamp_to_ns(ego_path.header.stamp) == stamp
+    assert [conv.stamp_to_ns(p.header.stamp) - stamp for p in odom_path.poses] == \
+        [(k + 1) * 500_000_000 for k in range(8)]
+    np.testing.assert_allclose([(p.pose.position.x, p.pose.position.y) for p in ego_path.poses], WAYPOINTS)
+    # rotated by +90 deg and shifted: (x, y) -> (50 - y, 20 + x)
+    np.testing.assert_allclose([(p.pose.position.x, p.pose.position.y) for p in odom_path.poses],
+                               np.c_[50.0 - WAYPOINTS[:, 1], 20.0 + WAYPOINTS[:, 0]], atol=1e-9)
+
+    def yaw(p):
+        o = p.pose.orientation
+        return yaw_from_quaternion(o.x, o.y, o.z, o.w)
+
+    assert yaw(ego_path.poses[0]) == pytest.approx(0.0)
+    assert yaw(ego_path.poses[2]) == pytest.approx(math.pi / 4)
+    assert yaw(ego_path.poses[3]) == pytest.approx(math.pi / 4)          # a waypoint that stays keeps its heading
+    assert yaw(odom_path.poses[0]) == pytest.approx(math.pi / 2)
+    assert conv.plan_paths(stamp, "base_link", WAYPOINTS)[1] is None
+
+
+def test_invalid_results_carry_no_points_or_boxes():
+    invalid = TaskResult(valid=False, invalid_reason="wrong_count: expected 16 numbers, got 3", raw_text="1,2,3",
+                         stats=STATS)
+    traj = conv.trajectory_msg(5, "ego", "left", invalid, latency_ms=12.5)
+    assert not traj.valid and traj.points == [] and traj.invalid_reason.startswith("wrong_count")
+    assert traj.raw_text == "1,2,3" and traj.stats.forwards == 12 and traj.stats.latency_ms == 12.5
+    valid = TaskResult(valid=True, invalid_reason="", raw_text="...", stats=STATS, waypoints=WAYPOINTS)
+    assert len(conv.trajectory_msg(5, "ego", "left", valid, 1.0).points) == 8
+    boxes = TaskResult(valid=False, invalid_reason="invalid_json", raw_text="[", stats=STATS,
+                       boxes=[Box("car", 1.0, 0, 0, 1, 1)])
+    assert conv.detections_msg(Header(frame_id="cam"), boxes, 1.0).detections == []
+
+
+def test_vision_msgs_layout():
+    """vision_msgs is not installable here: a stand-in with the 4.x field layout."""
+    def ns(**fields):
+        return lambda **kw: SimpleNamespace(**{**{k: v() for k, v in fields.items()}, **kw})
+
+    point = ns(x=float, y=float)
+    vision = SimpleNamespace(
+        Detection2DArray=ns(detections=list),
+        Detection2D=ns(bbox=ns(center=ns(position=point, theta=float), size_x=float, size_y=float), results=list),
+        ObjectHypothesisWithPose=ns(hypothesis=ns(class_id=str, score=float)))
+    result = TaskResult(valid=True, invalid_reason="", raw_text="", stats=STATS,
+                        boxes=[Box("truck", 0.8, 10.0, 20.0, 50.0, 80.0)])
+    out = conv.vision_detections_msg(vision, Header(frame_id="cam"), result)
+    det = out.detections[0]
+    assert (det.bbox.center.position.x, det.bbox.center.position.y, det.bbox.size_x, det.bbox.size_y) == \
+        (30.0, 50.0, 40.0, 60.0)
+    assert (det.results[0].hypothesis.class_id, det.results[0].hypothesis.score) == ("truck", 0.8)
+
+
+def test_markers_draw_a_plan_or_delete_it():
+    shown = conv.plan_markers(5, "ego", WAYPOINTS, "left (route) plan ok").markers
+    assert [m.action for m in shown] == [shown[0].ADD] * 3 and len(shown[0].points) == 9
+    gone = conv.plan_markers(5, "ego", None, "INVALID").markers
+    assert gone[0].action == gone[0].DELETE and gone[1].action == gone[1].DELETE and gone[2].text == "INVALID"

@@ -1,0 +1,193 @@
+"""ROS messages <-> wam_diff2_core values. No node state here: every function is pure.
+
+Times: ``builtin_interfaces/Time`` is handled as integer nanoseconds so that
+``t0 + k * 0.5 s`` stamps are exact.
+"""
+from __future__ import annotations
+
+import math
+import numpy as np
+from builtin_interfaces.msg import Duration, Time
+from geometry_msgs.msg import Point, Pose, PoseStamped
+from nav_msgs.msg import Odometry, Path
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import ColorRGBA, Header
+from visualization_msgs.msg import Marker, MarkerArray
+
+from wam_diff2_core.geometry import (EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw,
+                                     yaw_from_quaternion)
+from wam_diff2_core.images import image_to_rgb
+from wam_diff2_core.policy import WAYPOINT_DT_S, TaskResult
+
+from .msg import DecodeStats, Detection2D, Detection2DArray, Trajectory, TrajectoryPoint
+
+NS_PER_S = 1_000_000_000
+WAYPOINT_DT_NS = int(round(WAYPOINT_DT_S * NS_PER_S))
+
+
+# ----------------------------------------------------------------------------- time
+def stamp_to_ns(stamp: Time) -> int:
+    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
+
+
+def ns_to_stamp(ns: int) -> Time:
+    return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
+
+
+def ns_to_duration(ns: int) -> Duration:
+    return Duration(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
+
+
+# ----------------------------------------------------------------------------- inputs
+def image_msg_to_rgb(msg: Image) -> np.ndarray:
+    """sensor_msgs/Image -> [H, W, 3] uint8 RGB (raises wam_diff2_core.images.ImageError)."""
+    return image_to_rgb(msg.data, msg.height, msg.width, msg.encoding, msg.step)
+
+
+def odometry_to_sample(msg: Odometry) -> tuple[EgoSample, float]:
+    """(ego sample without acceleration, yaw rate) from nav_msgs/Odometry.
+
+    The pose is in ``header.frame_id``; the twist in ``child_frame_id`` (the ego frame), as
+    nav_msgs/Odometry defines it. Raises ValueError on NaN/inf.
+    """
+    p, q, v, w = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear, msg.twist.twist.angular
+    values = (p.x, p.y, q.x, q.y, q.z, q.w, v.x, v.y, w.z)
+    if not all(math.isfinite(x) for x in values):
+        raise ValueError(f"non-finite odometry: position ({p.x}, {p.y}), orientation ({q.x}, {q.y}, {q.z}, {q.w}), "
+                         f"velocity ({v.x}, {v.y}), yaw rate {w.z}")
+    if q.x == q.y == q.z == q.w == 0.0:
+        raise ValueError("odometry orientation is the zero quaternion")
+    sample = EgoSample(stamp_to_ns(msg.header.stamp) / NS_PER_S, p.x, p.y, yaw_from_quaternion(q.x, q.y, q.z, q.w),
+                       v.x, v.y)
+    return sample, float(w.z)
+
+
+def route_to_points(msg: Path) -> np.ndarray:
+    """nav_msgs/Path -> [N, 2] xy in the path's frame. Raises ValueError on NaN/inf."""
+    points = np.array([(ps.pose.position.x, ps.pose.position.y) for ps in msg.poses], dtype=np.float64).reshape(-1, 2)
+    if not np.isfinite(points).all():
+        raise ValueError(f"route has non-finite points ({int((~np.isfinite(points)).any(1).sum())} of {len(points)})")
+    return points
+
+
+def camera_info_to_camera(msg: CameraInfo) -> PinholeCamera:
+    """Intrinsics from the K matrix. Raises ValueError when unusable."""
+    k = [float(v) for v in msg.k]
+    camera = PinholeCamera(fx=k[0], fy=k[4], cx=k[2], cy=k[5], width=int(msg.width), height=int(msg.height))
+    if not all(math.isfinite(v) for v in k) or camera.fx <= 0 or camera.fy <= 0 or camera.width <= 0 \
+            or camera.height <= 0:
+        raise ValueError(f"camera_info has no usable intrinsics: K={k}, {msg.width}x{msg.height}")
+    return camera
+
+
+# ----------------------------------------------------------------------------- outputs
+def decode_stats_msg(result: TaskResult, latency_ms: float) -> DecodeStats:
+    s = result.stats
+    return DecodeStats(block_size=s.block_size, forwards=s.forwards, denoise_steps=s.denoise_steps, blocks=s.blocks,
+                       tokens=s.tokens, prefill_ms=float(s.prefill_ms), denoise_ms=float(s.denoise_ms),
+                       commit_ms=float(s.commit_ms), latency_ms=float(latency_ms))
+
+
+def path_msg(stamp_ns: int, frame_id: str, points_xy: np.ndarray, headings: np.ndarray) -> Path:
+    """Waypoints -> nav_msgs/Path: pose k stamped t0 + (k + 1) * 0.5 s (the first waypoint is 0.5 s ahead)."""
+    path = Path(header=Header(stamp=ns_to_stamp(stamp_ns), frame_id=frame_id))
+    for k, ((x, y), yaw) in enumerate(zip(points_xy, headings)):
+        pose = PoseStamped(header=Header(stamp=ns_to_stamp(stamp_ns + (k + 1) * WAYPOINT_DT_NS), frame_id=frame_id))
+        pose.pose = _pose(float(x), float(y), float(yaw))
+        path.poses.append(pose)
+    return path
+
+
+def plan_paths(stamp_ns: int, ego_frame: str, waypoints_ego: np.ndarray, odom_frame: str | None = None,
+               ego_at_stamp: EgoSample | None = None) -> tuple[Path, Path | None]:
+    """The plan as a Path in the ego frame and, given the ego pose at the image stamp, in the odometry frame."""
+    headings = path_headings(waypoints_ego)
+    ego_path = path_msg(stamp_ns, ego_frame, waypoints_ego, headings)
+    if ego_at_stamp is None or odom_frame is None:
+        return ego_path, None
+    world = ego_to_world(waypoints_ego, (ego_at_stamp.x, ego_at_stamp.y), ego_at_stamp.yaw)
+    return ego_path, path_msg(stamp_ns, odom_frame, world, headings + ego_at_stamp.yaw)
+
+
+def _pose(x: float, y: float, yaw: float) -> Pose:
+    pose = Pose()
+    pose.position.x, pose.position.y = x, y
+    qx, qy, qz, qw = quaternion_from_yaw(yaw)
+    pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w = qx, qy, qz, qw
+    return pose
+
+
+def trajectory_msg(stamp_ns: int, ego_frame: str, command: str, result: TaskResult, latency_ms: float) -> Trajectory:
+    """The package's trajectory: waypoints only when valid; the reason and raw text always."""
+    msg = Trajectory(header=Header(stamp=ns_to_stamp(stamp_ns), frame_id=ego_frame), command=command,
+                     valid=bool(result.valid), invalid_reason=result.invalid_reason, raw_text=result.raw_text,
+                     stats=decode_stats_msg(result, latency_ms))
+    if result.valid and result.waypoints is not None:
+        msg.points = [TrajectoryPoint(time_from_start=ns_to_duration((k + 1) * WAYPOINT_DT_NS), x=float(x), y=float(y))
+                      for k, (x, y) in enumerate(result.waypoints)]
+    return msg
+
+
+def invalid_trajectory_msg(stamp_ns: int, ego_frame: str, command: str, reason: str) -> Trajectory:
+    """A trajectory that says why there is no plan for this frame (e.g. the decode raised)."""
+    return Trajectory(header=Header(stamp=ns_to_stamp(stamp_ns), frame_id=ego_frame), command=command,
+                      valid=False, invalid_reason=reason)
+
+
+def detections_msg(image_header: Header, result: TaskResult, latency_ms: float) -> Detection2DArray:
+    msg = Detection2DArray(header=image_header, valid=bool(result.valid), invalid_reason=result.invalid_reason,
+                           raw_text=result.raw_text, stats=decode_stats_msg(result, latency_ms))
+    if result.valid:
+        msg.detections = [Detection2D(label=b.label, score=float(b.score), x_min=float(b.x_min), y_min=float(b.y_min),
+                                      x_max=float(b.x_max), y_max=float(b.y_max)) for b in result.boxes]
+    return msg
+
+
+def vision_detections_msg(vision_msgs, image_header: Header, result: TaskResult):
+    """vision_msgs/Detection2DArray (4.x layout) from valid boxes; ``vision_msgs`` is its ``msg`` module."""
+    out = vision_msgs.Detection2DArray(header=image_header)
+    for b in result.boxes if result.valid else ():
+        det = vision_msgs.Detection2D(header=image_header)
+        det.bbox.center.position.x = (b.x_min + b.x_max) / 2.0
+        det.bbox.center.position.y = (b.y_min + b.y_max) / 2.0
+        det.bbox.size_x = float(b.x_max - b.x_min)
+        det.bbox.size_y = float(b.y_max - b.y_min)
+        hypothesis = vision_msgs.ObjectHypothesisWithPose()
+        hypothesis.hypothesis.class_id = b.label
+        hypothesis.hypothesis.score = float(b.score)
+        det.results.append(hypothesis)
+        out.detections.append(det)
+    return out
+
+
+def rgb_image_msg(rgb: np.ndarray, header: Header) -> Image:
+    height, width = rgb.shape[:2]
+    return Image(header=header, height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3,
+                 data=np.ascontiguousarray(rgb, dtype=np.uint8).tobytes())
+
+
+PLAN_NS, STATUS_NS = "wam_diff2/plan", "wam_diff2/status"
+_GREEN, _RED = ColorRGBA(r=0.1, g=0.9, b=0.2, a=1.0), ColorRGBA(r=0.95, g=0.1, b=0.1, a=1.0)
+
+
+def plan_markers(stamp_ns: int, ego_frame: str, waypoints_ego: np.ndarray | None, text: str) -> MarkerArray:
+    """A line and spheres through the plan (deleted when there is none) and a status text."""
+    header = Header(stamp=ns_to_stamp(stamp_ns), frame_id=ego_frame)
+    line = Marker(header=header, ns=PLAN_NS, id=0, type=Marker.LINE_STRIP)
+    spheres = Marker(header=header, ns=PLAN_NS, id=1, type=Marker.SPHERE_LIST)
+    if waypoints_ego is None:
+        line.action = spheres.action = Marker.DELETE
+    else:
+        points = [Point(x=0.0, y=0.0, z=0.0)] + [Point(x=float(x), y=float(y), z=0.0) for x, y in waypoints_ego]
+        line.action = spheres.action = Marker.ADD
+        line.points, spheres.points = points, points[1:]
+        line.scale.x = 0.2
+        spheres.scale.x = spheres.scale.y = spheres.scale.z = 0.5
+        line.color = spheres.color = _GREEN
+        line.pose.orientation.w = spheres.pose.orientation.w = 1.0
+    label = Marker(header=header, ns=STATUS_NS, id=0, type=Marker.TEXT_VIEW_FACING, action=Marker.ADD, text=text)
+    label.pose.position.z = 3.0
+    label.pose.orientation.w = 1.0
+    label.scale.z = 0.8
+    label.color = _GREEN if waypoints_ego is not None else _RED
+    return MarkerArray(markers=[line, spheres, label])

@@ -1,0 +1,319 @@
+"""The planner node's parameters: one table of specs, from which everything else is derived.
+
+Descriptors (description, range, read-only), validation on set, the defaults in
+``config/planner.yaml`` and the README's parameter table all come from :data:`SPECS`; the
+decoding parameters (``decoding.*``) are derived from ``wam_diff2_core.config.DECODING_FIELDS``
+so their defaults, ranges and help text exist in one place only.
+
+    python -m wam_diff2_ros.parameters --markdown    # the README table
+    python -m wam_diff2_ros.parameters --yaml        # config/planner.yaml's parameter block
+    python -m wam_diff2_ros.parameters --write       # rewrite both in place (after a spec change)
+
+Each parameter is applied at one of three moments:
+  ``live``       at the next frame (decoding settings, timeouts, camera model, ...);
+  ``configure``  when the model is loaded: changes are rejected while a model is loaded
+                 (cleanup the node, set, configure again);
+  ``start``      read once when the node starts (read-only).
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from wam_diff2_core.config import DECODING_FIELDS, ConfigError, DecodingSettings
+from wam_diff2_core.geometry import COMMANDS, RouteCommandSettings
+from wam_diff2_core.model.checkpoint import DTYPES
+from wam_diff2_core.policy import DrivingPolicy
+
+LIVE, CONFIGURE, START = "live", "configure", "start"
+DECODING_PREFIX = "decoding."
+TASKS = {"plan": ("plan",), "detect": ("detect",), "both": ("plan", "detect")}
+MODES = ("realtime", "lockstep")
+IMAGE_TRANSPORTS = ("raw", "compressed")
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
+
+_POLICY_DEFAULTS = {k: p.default for k, p in inspect.signature(DrivingPolicy.__init__).parameters.items()}
+_ROUTE_DEFAULTS = RouteCommandSettings()
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    default: Any
+    description: str
+    apply: str = LIVE
+    choices: tuple[str, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+
+SPECS: tuple[ParamSpec, ...] = (
+    # ---- model (applied on configure)
+    ParamSpec("model_path", "", "checkpoint directory (Qwen3-VL or WAM-Diff2, safetensors)", CONFIGURE),
+    ParamSpec("device", "auto", "auto, cpu, cuda[:N] or npu[:N]; auto picks cuda, then npu, then cpu", CONFIGURE),
+    ParamSpec("dtype", "auto", "model dtype; auto = float32 on cpu, bfloat16 otherwise", CONFIGURE,
+              choices=("auto", *DTYPES)),
+    ParamSpec("tasks", "plan", "what to decode per frame: plan (waypoints), detect (2-D boxes) or both "
+              "(one batched decode)", CONFIGURE, choices=tuple(TASKS)),
+    ParamSpec("detection_classes", list(_POLICY_DEFAULTS["detection_classes"]),
+              "object classes named in the detection prompt", CONFIGURE),
+    ParamSpec("image.min_pixels", 0, "lower pixel budget of the image the model sees; 0 = the processor's",
+              CONFIGURE, low=0, high=2**31 - 1),
+    ParamSpec("image.max_pixels", 0, "upper pixel budget of the image the model sees; 0 = the processor's",
+              CONFIGURE, low=0, high=2**31 - 1),
+    ParamSpec("max_waypoint_abs_m", float(_POLICY_DEFAULTS["max_waypoint_abs_m"]),
+              "answers with a waypoint coordinate beyond this are invalid (metres)", CONFIGURE, low=1.0, high=1e6),
+    ParamSpec("warmup", True, "decode one grey frame on configure so the first real frame is not slow", CONFIGURE),
+    # ---- start-up (read-only)
+    ParamSpec("image_transport", "raw", "raw: sensor_msgs/Image on ~/input/image; compressed: "
+              "sensor_msgs/CompressedImage (jpeg/png) on ~/input/image/compressed", START,
+              choices=IMAGE_TRANSPORTS),
+    ParamSpec("autostart", True, "configure and activate on start; false: wait for lifecycle transitions", START),
+    ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (seconds)", START, low=0.05, high=60.0),
+    # ---- run mode and inputs (live)
+    ParamSpec("mode", "realtime", "realtime: plan on the newest frame whenever the worker is free; "
+              "lockstep: plan only on every N-th received image (simulators)", choices=MODES),
+    ParamSpec("lockstep_every_n_images", 10, "lockstep mode: plan on images 1, N+1, 2N+1, ... since activation",
+              low=1, high=100000),
+    ParamSpec("image_timeout_s", 1.0, "skip a frame whose stamp differs from now by more than this (seconds)",
+              low=0.001, high=3600.0),
+    ParamSpec("odometry_timeout_s", 0.5, "skip a frame when no odometry lies within this of its stamp (seconds)",
+              low=0.001, high=3600.0),
+    ParamSpec("acceleration_time_constant_s", 0.5, "low-pass time constant of the acceleration "
+              "differentiated from odometry velocity (seconds; 0 = unfiltered)", low=0.0, high=60.0),
+    ParamSpec("default_command", "straight", "command when neither ~/input/command nor a usable route is there",
+              choices=COMMANDS),
+    ParamSpec("route.lookahead_m", _ROUTE_DEFAULTS.lookahead_m, "route length ahead of the ego used to "
+              "derive the command (metres)", low=1.0, high=1000.0),
+    ParamSpec("route.turn_angle_deg", _ROUTE_DEFAULTS.turn_angle_deg, "heading change over the look-ahead "
+              "that makes a left/right command (degrees)", low=1.0, high=180.0),
+    ParamSpec("route.lateral_offset_m", _ROUTE_DEFAULTS.lateral_offset_m, "sideways route offset at the "
+              "look-ahead end that makes a left/right command (metres; lane changes)", low=0.1, high=100.0),
+    ParamSpec("route.max_distance_m", _ROUTE_DEFAULTS.max_distance_m, "ignore the route when the ego is "
+              "farther from it than this (metres)", low=0.1, high=1000.0),
+    # ---- frames and outputs (live)
+    ParamSpec("ego_frame_id", "", "frame of the ego-frame outputs; empty = the odometry's child_frame_id "
+              "(base_link if that is empty)"),
+    ParamSpec("publish_odom_frame_path", True, "also publish ~/output/path_odom: the plan in the odometry "
+              "frame, placed with the ego pose at the image stamp"),
+    ParamSpec("debug.publish_image", True, "publish ~/debug/image (trajectory projected, boxes drawn)"),
+    ParamSpec("debug.publish_markers", True, "publish ~/debug/markers (visualization_msgs/MarkerArray)"),
+    ParamSpec("warn_throttle_s", 5.0, "at most one warning per cause in this period (seconds)",
+              low=0.0, high=3600.0),
+    # ---- camera model for the debug image (live)
+    ParamSpec("camera.use_camera_info", True, "take intrinsics from ~/input/camera_info once received; "
+              "otherwise from camera.horizontal_fov_deg"),
+    ParamSpec("camera.horizontal_fov_deg", 90.0, "horizontal field of view when no camera_info is used "
+              "(degrees; CARLA's default camera)", low=1.0, high=179.0),
+    ParamSpec("camera.x_m", 2.0, "camera position in the ego frame, forward (metres)", low=-100.0, high=100.0),
+    ParamSpec("camera.y_m", 0.0, "camera position in the ego frame, left (metres)", low=-100.0, high=100.0),
+    ParamSpec("camera.z_m", 2.0, "camera height above the ego-frame origin (metres)", low=-100.0, high=100.0),
+    ParamSpec("camera.roll_deg", 0.0, "camera roll in the ego frame (degrees)", low=-180.0, high=180.0),
+    ParamSpec("camera.pitch_deg", 0.0, "camera pitch in the ego frame (degrees, positive looks down)",
+              low=-90.0, high=90.0),
+    ParamSpec("camera.yaw_deg", 0.0, "camera yaw in the ego frame (degrees, positive looks left)",
+              low=-180.0, high=180.0),
+) + tuple(
+    ParamSpec(DECODING_PREFIX + name, f.default, str(f.metadata["help"]), LIVE, choices=f.metadata["choices"],
+              low=f.metadata["low"], high=f.metadata["high"])
+    for name, f in DECODING_FIELDS.items()
+)
+
+SPECS_BY_NAME: dict[str, ParamSpec] = {s.name: s for s in SPECS}
+DEFAULTS: dict[str, Any] = {s.name: s.default for s in SPECS}
+
+
+# ----------------------------------------------------------------------------- validation
+@dataclass(frozen=True)
+class ParamError:
+    names: tuple[str, ...]     # the parameters the problem involves
+    message: str               # names the offending field and value
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _type_ok(spec: ParamSpec, value: Any) -> bool:
+    if spec.kind is list:
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if spec.kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if spec.kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, spec.kind)
+
+
+def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
+    """Every problem with a full set of parameter values (unknown names are ignored)."""
+    errors: list[ParamError] = []
+    for spec in SPECS:
+        if spec.name not in values:
+            continue
+        value = values[spec.name]
+        if not _type_ok(spec, value):
+            errors.append(ParamError((spec.name,), f"{spec.name}: expected {spec.kind.__name__}, got {value!r}"))
+            continue
+        if spec.choices is not None and value not in spec.choices:
+            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is not one of {', '.join(spec.choices)}"))
+        if spec.low is not None and value < spec.low:
+            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is below {spec.low}"))
+        if spec.high is not None and value > spec.high:
+            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is above {spec.high}"))
+        if isinstance(value, float) and value != value:
+            errors.append(ParamError((spec.name,), f"{spec.name}: must be a number, got NaN"))
+    if errors:
+        return errors
+
+    if not DEVICE_PATTERN.match(values.get("device", "auto")):
+        errors.append(ParamError(("device",), f"device: {values['device']!r} is not auto, cpu, cuda[:N] or npu[:N]"))
+    low, high = values.get("image.min_pixels", 0), values.get("image.max_pixels", 0)
+    if low and high and low > high:
+        errors.append(ParamError(("image.min_pixels", "image.max_pixels"),
+                                 f"image.min_pixels: {low} is above image.max_pixels {high}"))
+    classes = values.get("detection_classes", DEFAULTS["detection_classes"])
+    if "detect" in TASKS[values.get("tasks", "plan")] and (not classes or not all(c.strip() for c in classes)):
+        errors.append(ParamError(("detection_classes", "tasks"),
+                                 f"detection_classes: {list(classes)!r} must be non-empty names when detecting"))
+    try:
+        decoding_settings(values)
+    except ConfigError as exc:
+        errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(DECODING_PREFIX)),
+                                 f"{DECODING_PREFIX}{exc}"))
+    return errors
+
+
+def decoding_settings(values: Mapping[str, Any]) -> DecodingSettings:
+    """The ``decoding.*`` values as validated core settings (raises ConfigError)."""
+    return DecodingSettings().replace(**decoding_overrides(values))
+
+
+def decoding_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {name[len(DECODING_PREFIX):]: value for name, value in values.items()
+            if name.startswith(DECODING_PREFIX) and name[len(DECODING_PREFIX):] in DECODING_FIELDS}
+
+
+# ----------------------------------------------------------------------------- ROS descriptors
+def _constraints(spec: ParamSpec) -> str:
+    parts = []
+    if spec.choices is not None:
+        parts.append("one of: " + ", ".join(spec.choices))
+    if spec.apply == CONFIGURE:
+        parts.append("applied on configure; rejected while a model is loaded (cleanup first)")
+    if spec.apply == START:
+        parts.append("read once at start")
+    return "; ".join(parts)
+
+
+def descriptor(spec: ParamSpec):
+    """An rcl_interfaces ParameterDescriptor (ranges are enforced by rclpy as well as here)."""
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
+    d = ParameterDescriptor(name=spec.name, description=spec.description,
+                            additional_constraints=_constraints(spec), read_only=spec.apply == START)
+    if spec.kind is int and (spec.low is not None or spec.high is not None):
+        d.integer_range = [IntegerRange(from_value=int(spec.low if spec.low is not None else -2**63),
+                                        to_value=int(spec.high if spec.high is not None else 2**63 - 1), step=0)]
+    elif spec.kind is float and (spec.low is not None or spec.high is not None):
+        d.floating_point_range = [FloatingPointRange(
+            from_value=float(spec.low if spec.low is not None else -sys.float_info.max),
+            to_value=float(spec.high if spec.high is not None else sys.float_info.max), step=0.0)]
+    return d
+
+
+def declare_all(node) -> dict[str, str]:
+    """Declare every spec on ``node`` with its descriptor; values come from overrides (YAML, -p).
+
+    An override rclpy refuses (wrong type, out of range) does not stop the node: the parameter is
+    declared with its default and the refusal is returned ({name: reason}), so configure can
+    fail with that reason while the node stays up to report it.
+    """
+    rejected: dict[str, str] = {}
+    for spec in SPECS:
+        try:
+            node.declare_parameter(spec.name, spec.default, descriptor(spec))
+        except Exception as exc:  # rclpy raises several exception types for a refused override
+            node.declare_parameter(spec.name, spec.default, descriptor(spec), ignore_override=True)
+            rejected[spec.name] = f"{spec.name}: the given value was refused ({exc})"
+    return rejected
+
+
+# ----------------------------------------------------------------------------- generated docs
+def _format_default(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+    return repr(value)
+
+
+def _format_range(spec: ParamSpec) -> str:
+    if spec.choices is not None:
+        return " / ".join(spec.choices)
+    if spec.low is not None or spec.high is not None:
+        return f"{_format_default(spec.low) if spec.low is not None else ''} .. " \
+               f"{_format_default(spec.high) if spec.high is not None else ''}"
+    return ""
+
+
+def markdown_table(specs: Iterable[ParamSpec] = SPECS) -> str:
+    rows = ["| name | type | default | range | applied | description |", "|---|---|---|---|---|---|"]
+    type_names = {str: "string", int: "int", float: "double", bool: "bool", list: "string[]"}
+    for s in specs:
+        description = s.description.replace("|", "\\|")
+        rows.append(f"| `{s.name}` | {type_names[s.kind]} | `{_format_default(s.default)}` | {_format_range(s)} "
+                    f"| {s.apply} | {description} |")
+    return "\n".join(rows)
+
+
+def yaml_block(specs: Iterable[ParamSpec] = SPECS, indent: int = 4) -> str:
+    """The ros__parameters block with every default, nested on the dots."""
+    lines, opened = [], []
+    for s in specs:
+        *groups, leaf = s.name.split(".")
+        common = 0
+        while common < min(len(groups), len(opened)) and groups[common] == opened[common]:
+            common += 1
+        opened = opened[:common]
+        for g in groups[common:]:
+            lines.append(" " * (indent + 2 * len(opened)) + f"{g}:")
+            opened.append(g)
+        lines.append(" " * (indent + 2 * len(opened)) + f"{leaf}: {_format_default(s.default)}")
+    return "\n".join(lines)
+
+
+YAML_MARKER = "  ros__parameters:\n"
+README_TABLE_START, README_TABLE_END = "| name | type | default |", "\n\n## Running with CARLA"
+
+
+def write_generated(root: Path) -> list[Path]:
+    """Rewrite the generated parts of ``config/planner.yaml`` (after its header comments) and of
+    ``wam_diff2_ros/README.md`` (the parameter table) from :data:`SPECS`."""
+    yaml_path, readme_path = root / "config" / "planner.yaml", root / "wam_diff2_ros" / "README.md"
+    text = yaml_path.read_text()
+    yaml_path.write_text(text[: text.index(YAML_MARKER) + len(YAML_MARKER)] + yaml_block() + "\n")
+    text = readme_path.read_text()
+    start, end = text.index(README_TABLE_START), text.index(README_TABLE_END)
+    readme_path.write_text(text[:start] + markdown_table() + text[end:])
+    return [yaml_path, readme_path]
+
+
+if __name__ == "__main__":
+    if "--markdown" in sys.argv:
+        print(markdown_table())
+    elif "--yaml" in sys.argv:
+        print(yaml_block())
+    elif "--write" in sys.argv:
+        for written in write_generated(Path(__file__).resolve().parents[1]):
+            print(f"wrote {written}")
+    else:
+        print(__doc__)

@@ -1,0 +1,672 @@
+"""WAM-Diff2 planner: a lifecycle node, camera + odometry + route/command in, plan and boxes out.
+
+    wam-diff2-planner --ros-args --params-file config/planner.yaml -p model_path:=/path/to/ckpt
+    ros2 run wam_diff2_ros wam-diff2-planner --ros-args --params-file config/planner.yaml   # ROS install
+
+Lifecycle: configure loads the model (a failure leaves the node unconfigured, with an ERROR
+status and diagnostic, publishing nothing), activate starts the worker, deactivate stops it,
+cleanup frees the model. With ``autostart`` (the default) the node configures and activates
+itself once its executor spins.
+
+Threads: subscription callbacks only store the newest input (a keep-latest slot for images,
+a short ego-state history for odometry); one worker thread takes the newest frame, runs
+:meth:`wam_diff2_core.policy.DrivingPolicy.step` (the same call the offline evaluator makes)
+and publishes. Every output carries the input image's stamp. See wam_diff2_ros/README.md.
+"""
+from __future__ import annotations
+
+import collections
+import gc
+import threading
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from nav_msgs.msg import Odometry, Path
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
+                       qos_profile_sensor_data)
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+from std_msgs.msg import Float64, Header, String
+from visualization_msgs.msg import MarkerArray
+
+from wam_diff2_core.config import read_diffusion_file
+from wam_diff2_core.geometry import (AccelerationEstimator, CameraMount, EgoHistory, EgoSample, PinholeCamera,
+                                     RouteCommandSettings, command_from_road_option, command_from_route,
+                                     project_ego_points)
+from wam_diff2_core.images import ImageError, check_raw_image, compressed_to_rgb, draw_debug_image
+from wam_diff2_core.policy import DrivingPolicy, EgoState
+
+from . import conversions as conv
+from . import parameters as params
+from .keep_latest import LatestSlot
+from .msg import Detection2DArray, PlannerStatus, Trajectory
+
+try:  # the common interop type, published too where the package exists
+    import vision_msgs.msg as vision_msgs
+except ImportError:
+    vision_msgs = None
+
+# Inputs: sensor QoS (best effort, keep last 5) for streams; the route is latched; commands
+# are few and must not be lost, so reliable (matches reliable publishers of any durability).
+ROUTE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                       history=HistoryPolicy.KEEP_LAST)
+COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                         history=HistoryPolicy.KEEP_LAST)
+OUTPUT_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                        history=HistoryPolicy.KEEP_LAST)
+STATUS_QOS = ROUTE_QOS
+# The node's topics (private names, remapped by launch files).
+INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
+                "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
+                "command": "~/input/command"}
+OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "trajectory": "~/output/trajectory",
+                 "detections": "~/output/detections", "vision_detections": "~/output/detections_vision",
+                 "debug_image": "~/debug/image", "markers": "~/debug/markers",
+                 "processing_ms": "~/debug/processing_time_ms", "latency_ms": "~/debug/pipeline_latency_ms",
+                 "status": "~/status", "diagnostics": "/diagnostics"}
+DEFAULT_EGO_FRAME = "base_link"
+RATE_WINDOW_S = 5.0
+STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
+               PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
+
+
+class _Frame:
+    """An image message as received, with where it came from."""
+
+    __slots__ = ("msg", "compressed", "received_s")
+
+    def __init__(self, msg, compressed: bool):
+        self.msg, self.compressed, self.received_s = msg, compressed, time.monotonic()
+
+
+class PlannerNode(LifecycleNode):
+    def __init__(self, node_name: str = "wam_diff2_planner", **kwargs: Any):
+        super().__init__(node_name, **kwargs)
+        self._rejected_overrides = params.declare_all(self)
+        self._values = {s.name: self.get_parameter(s.name).value for s in params.SPECS}
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.add_post_set_parameters_callback(self._after_set_parameters)
+
+        self._lock = threading.Lock()            # counters, ego state, command, route, status
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._received_times: collections.deque[float] = collections.deque()
+        self._processed_times: collections.deque[float] = collections.deque()
+        self._last_warn: dict[str, float] = {}
+        self._policy = None
+        self._policy_overrides: dict[str, Any] = {}
+        self._loading = False
+        self._active = False
+        self._lifecycle = "unconfigured"
+        self._model_state, self._model_message = PlannerStatus.UNCONFIGURED, "waiting for configure"
+        self._image_slot: LatestSlot[_Frame] = LatestSlot()
+        self._worker: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._init_inputs()
+        self._subscriptions_made: list = []
+        self._outputs: dict[str, Any] = {}
+
+        self._image_group = MutuallyExclusiveCallbackGroup()
+        self._state_group = MutuallyExclusiveCallbackGroup()
+        self._timer_group = MutuallyExclusiveCallbackGroup()
+        self._status_pub = self.create_publisher(PlannerStatus, OUTPUT_TOPICS["status"], STATUS_QOS)
+        self._diagnostics_pub = self.create_publisher(DiagnosticArray, OUTPUT_TOPICS["diagnostics"], 10)
+        self._diagnostics_timer = self.create_timer(self._values["diagnostics_period_s"], self.publish_diagnostics,
+                                                    callback_group=self._timer_group)
+        # Subscriptions and (lifecycle) publishers live as long as the node: destroying entities on
+        # cleanup races the MultiThreadedExecutor's wait-set (rclpy raises InvalidHandle in its
+        # spin thread). Inputs are ignored while nothing is active; outputs publish only when active.
+        self._make_entities(self._values)
+        self._publish_status()
+        self._autostart_timer = None
+        if self._values["autostart"]:
+            # one shot, once the executor spins, so the node answers lifecycle queries while loading
+            self._autostart_timer = self.create_timer(0.0, self._autostart)
+
+    # ------------------------------------------------------------------ parameters
+    def _on_set_parameters(self, changed: list) -> SetParametersResult:
+        names = [p.name for p in changed]
+        if self._policy is not None or self._loading:
+            for name in names:
+                spec = params.SPECS_BY_NAME.get(name)
+                if spec is not None and spec.apply == params.CONFIGURE:
+                    return SetParametersResult(successful=False, reason=(
+                        f"{name} is applied on configure and a model is loaded ({self._lifecycle}): "
+                        "deactivate and clean up the node, set it, then configure again"))
+        proposed = dict(self._values)
+        proposed.update({p.name: p.value for p in changed})
+        errors = [e for e in params.validate_values(proposed) if set(e.names) & set(names)]
+        if errors:
+            return SetParametersResult(successful=False, reason="; ".join(str(e) for e in errors))
+        return SetParametersResult(successful=True)
+
+    def _after_set_parameters(self, changed: list) -> None:
+        values = dict(self._values)
+        for p in changed:
+            if p.name in params.SPECS_BY_NAME:
+                values[p.name] = p.value
+                self._rejected_overrides.pop(p.name, None)
+        self._values = values                    # replaced whole: the worker reads one snapshot per frame
+        if any(p.name == "acceleration_time_constant_s" for p in changed):
+            with self._lock:
+                self._accel.time_constant_s = values["acceleration_time_constant_s"]
+        if any(p.name in ("mode", "lockstep_every_n_images") for p in changed):
+            with self._lock:
+                self._image_index = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def _autostart(self) -> None:
+        self._autostart_timer.cancel()
+        if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
+            self.trigger_activate()
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        values = self._values
+        errors = list(self._rejected_overrides.values()) + [str(e) for e in params.validate_values(values)]
+        if not values["model_path"]:
+            errors.append("model_path: empty; set it to a checkpoint directory")
+        if errors:
+            return self._configure_failed("; ".join(errors))
+        self._loading = True
+        self._set_model_state(PlannerStatus.LOADING, f"loading {values['model_path']}")
+        try:
+            policy = self._load_policy(values)
+        except Exception as exc:  # any load failure: stay alive, report, publish nothing
+            self._loading = False
+            self.get_logger().debug(traceback.format_exc())
+            return self._configure_failed(f"cannot load {values['model_path']!r}: {exc}")
+        self._policy, self._loading = policy, False
+        self._policy_overrides = params.decoding_overrides(values)
+        settings = policy.settings
+        self._lifecycle = "inactive"
+        message = (f"{values['model_path']} on {policy.loaded.device} "
+                   f"({str(policy.loaded.dtype).replace('torch.', '')}), tasks {'+'.join(policy.tasks)}, "
+                   f"block size {settings.block_size}")
+        self._set_model_state(PlannerStatus.READY, message)
+        self.get_logger().info(f"configured: {message}")
+        return super().on_configure(state)
+
+    def _load_policy(self, values: dict) -> DrivingPolicy:
+        try:  # a decoder run at another block size than trained degrades: say so
+            trained = read_diffusion_file(values["model_path"]).get("block_size")
+        except Exception:
+            trained = None
+        if trained is not None and trained != values["decoding.block_size"]:
+            self.get_logger().warning(f"decoding.block_size {values['decoding.block_size']} differs from the "
+                                      f"checkpoint's block size {trained}")
+        policy = DrivingPolicy.from_checkpoint(
+            values["model_path"], device=values["device"], dtype=values["dtype"],
+            overrides=params.decoding_overrides(values), tasks=params.TASKS[values["tasks"]],
+            detection_classes=tuple(values["detection_classes"]),
+            min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
+            max_waypoint_abs_m=values["max_waypoint_abs_m"])
+        if values["warmup"]:
+            policy.warmup()
+        return policy
+
+    def _configure_failed(self, message: str) -> TransitionCallbackReturn:
+        self.get_logger().error(f"configure failed: {message}")
+        self._set_model_state(PlannerStatus.ERROR, message)
+        self._lifecycle = "unconfigured"
+        return TransitionCallbackReturn.FAILURE
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        result = super().on_activate(state)       # enables the lifecycle publishers
+        with self._lock:
+            self._image_index = 0
+        self._image_slot.clear()
+        self._image_slot.reopen()
+        self._stop.clear()
+        self._worker = threading.Thread(target=self._worker_loop, name="wam_diff2_worker", daemon=True)
+        self._active = True
+        self._lifecycle = "active"
+        self._worker.start()
+        self.get_logger().info(f"active: {self._values['mode']} mode, {self._values['image_transport']} images")
+        return result
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.stop_worker()
+        self._lifecycle = "inactive"
+        self.get_logger().info("deactivated")
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.stop_worker()
+        self._free_policy()                     # inputs stay: the latched route is not sent again
+        self._lifecycle = "unconfigured"
+        self._set_model_state(PlannerStatus.UNCONFIGURED, "model freed; waiting for configure")
+        self.get_logger().info("cleaned up: model freed")
+        return super().on_cleanup(state)
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.stop_worker()
+        self._free_policy()
+        self._lifecycle = "finalized"
+        return super().on_shutdown(state)
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.stop_worker()
+        self._free_policy()
+        self._lifecycle = "unconfigured"
+        return TransitionCallbackReturn.SUCCESS
+
+    def stop_worker(self, timeout_s: float = 60.0) -> None:
+        """Stop the worker after its current frame (its outputs are still published)."""
+        self._active = False
+        self._stop.set()
+        self._image_slot.close()
+        worker, self._worker = self._worker, None
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout_s)
+            if worker.is_alive():
+                self.get_logger().error(f"worker did not stop within {timeout_s} s")
+
+    def _free_policy(self) -> None:
+        policy, self._policy = self._policy, None
+        if policy is None:
+            return
+        device = policy.loaded.device
+        del policy
+        gc.collect()
+        if device.type == "cuda":
+            import torch
+            torch.cuda.empty_cache()
+
+    def _make_entities(self, values: dict) -> None:
+        sub, group = self.create_subscription, self._state_group
+        if values["image_transport"] == "compressed":
+            image_sub = sub(CompressedImage, INPUT_TOPICS["image_compressed"], lambda m: self._on_image(m, True),
+                            qos_profile_sensor_data, callback_group=self._image_group)
+        else:
+            image_sub = sub(Image, INPUT_TOPICS["image"], lambda m: self._on_image(m, False), qos_profile_sensor_data,
+                            callback_group=self._image_group)
+        self._subscriptions_made = [
+            image_sub,
+            sub(Odometry, INPUT_TOPICS["odometry"], self._on_odometry, qos_profile_sensor_data, callback_group=group),
+            sub(Path, INPUT_TOPICS["route"], self._on_route, ROUTE_QOS, callback_group=group),
+            sub(String, INPUT_TOPICS["command"], self._on_command, COMMAND_QOS, callback_group=group),
+            sub(CameraInfo, INPUT_TOPICS["camera_info"], self._on_camera_info, qos_profile_sensor_data,
+                callback_group=group),
+        ]
+        types = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "detections": Detection2DArray,
+                 "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64}
+        if vision_msgs is not None:
+            types["vision_detections"] = vision_msgs.Detection2DArray
+        self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], OUTPUT_QOS)
+                         for key, kind in types.items()}
+
+    # ------------------------------------------------------------------ input callbacks (store only)
+    def _init_inputs(self) -> None:
+        self._ego_history = EgoHistory()
+        self._accel = AccelerationEstimator(self._values["acceleration_time_constant_s"])
+        self._odom_frames = ("", "")             # (header.frame_id, child_frame_id) of the newest odometry
+        self._command: str | None = None
+        self._command_text = ""
+        self._route: np.ndarray | None = None
+        self._route_frame = ""
+        self._camera: PinholeCamera | None = None
+        self._last_image_stamp_ns: int | None = None
+        self._last_odometry_stamp_ns: int | None = None
+        self._last_plan: tuple[bool, str, str] | None = None   # (valid, reason, command)
+        self._last_stats: dict[str, float] = {}
+        self._image_index = 0
+
+    def _on_image(self, msg, compressed: bool) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._counts["images_received"] += 1
+            self._received_times.append(now)
+            self._last_image_stamp_ns = conv.stamp_to_ns(msg.header.stamp)
+        try:
+            if compressed:
+                if len(msg.data) == 0:
+                    raise ImageError("empty", "no compressed bytes")
+            else:
+                check_raw_image(len(msg.data), msg.height, msg.width, msg.encoding, msg.step)
+        except ImageError as exc:
+            self._skip(f"image_{exc.code}", str(exc))
+            return
+        if not self._active:
+            return
+        values = self._values
+        with self._lock:
+            index = self._image_index
+            self._image_index += 1
+        if values["mode"] == "lockstep" and index % values["lockstep_every_n_images"] != 0:
+            self._count("images_skipped_lockstep")
+            return
+        if self._image_slot.put(_Frame(msg, compressed)):
+            self._count("images_dropped_newer_arrived")
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        try:
+            sample, yaw_rate = conv.odometry_to_sample(msg)
+        except ValueError as exc:
+            self._skip("odometry_non_finite", str(exc))
+            return
+        with self._lock:
+            ax, ay = self._accel.update(sample.stamp_s, sample.vx, sample.vy, yaw_rate)
+            self._ego_history.add(EgoSample(sample.stamp_s, sample.x, sample.y, sample.yaw, sample.vx, sample.vy,
+                                            ax, ay))
+            self._odom_frames = (msg.header.frame_id, msg.child_frame_id)
+            self._last_odometry_stamp_ns = conv.stamp_to_ns(msg.header.stamp)
+            self._counts["odometry_received"] += 1
+
+    def _on_route(self, msg: Path) -> None:
+        try:
+            points = conv.route_to_points(msg)
+        except ValueError as exc:
+            self._skip("route_non_finite", f"{exc}; keeping the previous route")
+            return
+        with self._lock:
+            self._route, self._route_frame = points, msg.header.frame_id
+            self._counts["routes_received"] += 1
+
+    def _on_command(self, msg: String) -> None:
+        text = msg.data.strip()
+        if text.lower() in ("", "auto", "route"):
+            with self._lock:
+                self._command, self._command_text = None, text
+            return
+        try:
+            command = command_from_road_option(text)
+        except ValueError as exc:
+            self._skip("command_invalid", f"{exc}; keeping the previous command")
+            return
+        with self._lock:
+            self._command, self._command_text = command, text
+            self._counts["commands_received"] += 1
+
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        try:
+            camera = conv.camera_info_to_camera(msg)
+        except ValueError as exc:
+            self._skip("camera_info_invalid", str(exc))
+            return
+        with self._lock:
+            self._camera = camera
+
+    # ------------------------------------------------------------------ counting and warnings
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def _skip(self, cause: str, message: str) -> None:
+        """Count a skipped input by cause and warn at most once per ``warn_throttle_s`` per cause."""
+        now = time.monotonic()
+        with self._lock:
+            self._counts["skipped_" + cause] += 1
+            last = self._last_warn.get(cause)
+            due = last is None or now - last >= self._values["warn_throttle_s"]
+            if due:
+                self._last_warn[cause] = now
+        if due:
+            self.get_logger().warning(f"skipped input ({cause}): {message}")
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    # ------------------------------------------------------------------ worker
+    def _worker_loop(self) -> None:
+        while not self._stop.is_set():
+            frame = self._image_slot.take(timeout_s=0.2)
+            if frame is None or self._stop.is_set():
+                continue
+            try:
+                self._process(frame)
+            except Exception as exc:  # the worker must survive anything one frame does
+                if not self.context.ok():
+                    return            # shut down (Ctrl-C) mid-frame: its outputs have nowhere to go
+                self._count("worker_errors")
+                self.get_logger().error(f"frame failed: {exc}\n{traceback.format_exc()}")
+
+    def _process(self, frame: _Frame) -> None:
+        values = self._values
+        t_start = time.perf_counter()
+        msg = frame.msg
+        stamp_ns = conv.stamp_to_ns(msg.header.stamp)
+        age_s = (self.get_clock().now().nanoseconds - stamp_ns) / conv.NS_PER_S
+        if abs(age_s) > values["image_timeout_s"]:
+            self._skip("image_stale", f"image stamp is {age_s:.3f} s from now (image_timeout_s "
+                                      f"{values['image_timeout_s']})")
+            return
+        try:
+            rgb = compressed_to_rgb(msg.data) if frame.compressed else conv.image_msg_to_rgb(msg)
+        except ImageError as exc:
+            self._skip(f"image_{exc.code}", str(exc))
+            return
+
+        with self._lock:
+            have_odometry = len(self._ego_history) > 0
+            ego = self._ego_history.at(stamp_ns / conv.NS_PER_S, values["odometry_timeout_s"])
+            odom_frame, child_frame = self._odom_frames
+        if ego is None:
+            if have_odometry:
+                self._skip("odometry_stale", f"no odometry within odometry_timeout_s {values['odometry_timeout_s']} "
+                                             "of the image stamp")
+            else:
+                self._skip("odometry_missing", "no odometry received yet")
+            return
+        command, source = self._resolve_command(ego, odom_frame, values)
+        ego_frame = values["ego_frame_id"] or child_frame or DEFAULT_EGO_FRAME
+
+        self._apply_decoding_changes(values)
+        try:
+            out = self._policy.step(rgb, EgoState(velocity=(ego.vx, ego.vy), acceleration=(ego.ax, ego.ay)), command)
+        except Exception as exc:
+            self._count("inference_errors")
+            self.get_logger().error(f"inference failed: {exc}")
+            if "trajectory" in self._outputs:
+                self._outputs["trajectory"].publish(
+                    conv.invalid_trajectory_msg(stamp_ns, ego_frame, command, f"inference_error: {exc}"))
+            return
+        if self.context.ok():
+            self._publish(frame, stamp_ns, rgb, ego, ego_frame, odom_frame, command, source, out, values, t_start)
+
+    def _resolve_command(self, ego: EgoSample, odom_frame: str, values: dict) -> tuple[str, str]:
+        with self._lock:
+            command, route, route_frame = self._command, self._route, self._route_frame
+        if command is not None:
+            return command, "command"
+        if route is not None:
+            if route_frame and odom_frame and route_frame != odom_frame:
+                self._skip("route_frame_mismatch", f"route frame {route_frame!r} is not the odometry frame "
+                                                   f"{odom_frame!r}; using default_command")
+            else:
+                derived = command_from_route(route, (ego.x, ego.y), ego.yaw, RouteCommandSettings(
+                    lookahead_m=values["route.lookahead_m"], turn_angle_deg=values["route.turn_angle_deg"],
+                    lateral_offset_m=values["route.lateral_offset_m"], max_distance_m=values["route.max_distance_m"]))
+                if derived is not None:
+                    return derived, "route"
+                self._count("route_off_route")
+        return values["default_command"], "default"
+
+    def _apply_decoding_changes(self, values: dict) -> None:
+        overrides = params.decoding_overrides(values)
+        if overrides == self._policy_overrides:
+            return
+        loaded = self._policy.loaded
+        config = loaded.config.with_settings(**overrides)
+        # TODO(core): a DrivingPolicy.update_settings() would keep this knowledge in the core
+        loaded.config = config
+        self._policy.decoder.config = config
+        self._policy_overrides = overrides
+        self.get_logger().info(f"decoding settings now {config.settings}")
+
+    def _publish(self, frame: _Frame, stamp_ns: int, rgb: np.ndarray, ego: EgoSample, ego_frame: str,
+                 odom_frame: str, command: str, source: str, out, values: dict, t_start: float) -> None:
+        outputs = self._outputs
+        plan, detections = out.plan, out.detections
+        waypoints = plan.waypoints if plan is not None and plan.valid else None
+        if plan is not None:
+            outputs["trajectory"].publish(conv.trajectory_msg(stamp_ns, ego_frame, command, plan, out.latency_ms))
+            if waypoints is not None:
+                path, path_odom = conv.plan_paths(stamp_ns, ego_frame, waypoints, odom_frame or None, ego)
+                outputs["path"].publish(path)
+                if values["publish_odom_frame_path"] and path_odom is not None:
+                    outputs["path_odom"].publish(path_odom)
+        if detections is not None:
+            outputs["detections"].publish(conv.detections_msg(frame.msg.header, detections, out.latency_ms))
+            if "vision_detections" in outputs:
+                outputs["vision_detections"].publish(conv.vision_detections_msg(vision_msgs, frame.msg.header,
+                                                                                detections))
+        status_line = self._status_line(command, source, plan)
+        if values["debug.publish_markers"] and plan is not None:
+            outputs["markers"].publish(conv.plan_markers(stamp_ns, ego_frame, waypoints, status_line))
+        if values["debug.publish_image"]:
+            outputs["debug_image"].publish(self._debug_image(rgb, frame.msg.header, waypoints, detections,
+                                                             status_line, plan, values))
+        processing_ms = (time.perf_counter() - t_start) * 1e3
+        outputs["processing_ms"].publish(Float64(data=processing_ms))
+        outputs["latency_ms"].publish(Float64(data=(self.get_clock().now().nanoseconds - stamp_ns) / 1e6))
+
+        with self._lock:
+            self._counts["images_processed"] += 1
+            self._processed_times.append(time.monotonic())
+            if plan is not None:
+                self._counts["plans_valid" if plan.valid else "plan_parse_failures"] += 1
+                self._last_plan = (plan.valid, plan.invalid_reason, command)
+            if detections is not None:
+                self._counts["detections_valid" if detections.valid else "detection_parse_failures"] += 1
+            stats = (plan or detections).stats
+            self._last_stats = {"forwards": stats.forwards, "denoise_steps": stats.denoise_steps,
+                                "tokens": stats.tokens, "block_size": stats.block_size,
+                                "policy_ms": round(out.latency_ms, 1), "processing_ms": round(processing_ms, 1)}
+
+    @staticmethod
+    def _status_line(command: str, source: str, plan) -> str:
+        if plan is None:
+            return f"{command} ({source})"
+        if plan.valid:
+            return f"{command} ({source}) plan ok"
+        return f"{command} ({source}) INVALID: {plan.invalid_reason[:60]}"
+
+    def _debug_image(self, rgb: np.ndarray, header: Header, waypoints, detections, status_line: str, plan,
+                     values: dict):
+        height, width = rgb.shape[:2]
+        with self._lock:
+            camera = self._camera if values["camera.use_camera_info"] else None
+        if camera is None:
+            camera = PinholeCamera.from_horizontal_fov(width, height, values["camera.horizontal_fov_deg"])
+        elif (camera.width, camera.height) != (width, height):
+            camera = camera.scaled_to(width, height)
+        path_px = None
+        if waypoints is not None:
+            mount = CameraMount(values["camera.x_m"], values["camera.y_m"], values["camera.z_m"],
+                                values["camera.roll_deg"], values["camera.pitch_deg"], values["camera.yaw_deg"])
+            points = np.concatenate([np.zeros((1, 2)), waypoints], axis=0)         # [9, 2], ego origin first
+            path_px, _ = project_ego_points(np.concatenate([points, np.zeros((9, 1))], axis=1), camera, mount)
+        boxes = detections.boxes if detections is not None and detections.valid else ()
+        canvas = draw_debug_image(rgb, path_px, boxes, [status_line], valid=plan is None or plan.valid)
+        return conv.rgb_image_msg(canvas, header)
+
+    # ------------------------------------------------------------------ status and diagnostics
+    def _set_model_state(self, state: int, message: str) -> None:
+        with self._lock:
+            self._model_state, self._model_message = state, message
+        self._publish_status()
+        self.publish_diagnostics()
+
+    def _publish_status(self) -> None:
+        with self._lock:
+            state, message = self._model_state, self._model_message
+        self._status_pub.publish(PlannerStatus(header=Header(stamp=self.get_clock().now().to_msg()), state=state,
+                                               model_path=self._values["model_path"], message=message))
+
+    def diagnostic_status(self) -> DiagnosticStatus:
+        values = self._values
+        now_ns = self.get_clock().now().nanoseconds
+        now = time.monotonic()
+        with self._lock:
+            for times in (self._received_times, self._processed_times):
+                while times and now - times[0] > RATE_WINDOW_S:
+                    times.popleft()
+            counts = dict(self._counts)
+            model_state, model_message = self._model_state, self._model_message
+            image_ns, odom_ns = self._last_image_stamp_ns, self._last_odometry_stamp_ns
+            last_plan, last_stats = self._last_plan, dict(self._last_stats)
+            received_hz = len(self._received_times) / RATE_WINDOW_S
+            processed_hz = len(self._processed_times) / RATE_WINDOW_S
+            command_text, route = self._command_text, self._route
+            camera = self._camera
+
+        def age(ns):
+            return "never" if ns is None else f"{(now_ns - ns) / conv.NS_PER_S:.3f}"
+
+        problems = []
+        if model_state == PlannerStatus.ERROR:
+            level, summary = DiagnosticStatus.ERROR, f"model error: {model_message}"
+        elif not self._active:
+            level, summary = DiagnosticStatus.WARN, f"not active ({self._lifecycle}): {model_message}"
+        else:
+            if image_ns is None or (now_ns - image_ns) / conv.NS_PER_S > values["image_timeout_s"]:
+                problems.append("no fresh image")
+            if odom_ns is None or (now_ns - odom_ns) / conv.NS_PER_S > values["image_timeout_s"]:
+                problems.append("no fresh odometry")
+            if last_plan is not None and not last_plan[0]:
+                problems.append(f"last plan invalid ({last_plan[1][:80]})")
+            level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
+            summary = "; ".join(problems) if problems else "planning"
+        kv = {
+            "lifecycle_state": self._lifecycle,
+            "model_state": STATE_NAMES[model_state],
+            "model_message": model_message,
+            "model_path": values["model_path"],
+            "mode": values["mode"] + (f" (every {values['lockstep_every_n_images']})" if values["mode"] == "lockstep"
+                                      else ""),
+            "image_age_s": age(image_ns),
+            "odometry_age_s": age(odom_ns),
+            "image_rate_hz": f"{received_hz:.2f}",
+            "processed_rate_hz": f"{processed_hz:.2f}",
+            "command_input": command_text,
+            "route_points": str(0 if route is None else len(route)),
+            "camera_model": "camera_info" if camera is not None and values["camera.use_camera_info"] else "fov",
+            "last_plan": "none" if last_plan is None else ("valid" if last_plan[0] else "invalid: " + last_plan[1]),
+            "last_command": "none" if last_plan is None else last_plan[2],
+        }
+        kv.update({f"last_{k}": str(v) for k, v in last_stats.items()})
+        kv.update({k: str(v) for k, v in sorted(counts.items())})
+        return DiagnosticStatus(level=level, name=f"{self.get_name()}: planner", message=summary,
+                                hardware_id="wam_diff2", values=[KeyValue(key=k, value=v) for k, v in kv.items()])
+
+    def publish_diagnostics(self) -> None:
+        msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()), status=[self.diagnostic_status()])
+        self._diagnostics_pub.publish(msg)
+
+    def destroy_node(self) -> None:
+        self.stop_worker()
+        self._free_policy()
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> int:
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+    rclpy.init(args=args)
+    node = PlannerNode()
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.stop_worker()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())
