@@ -89,6 +89,12 @@ class DrivingPolicy:
     def settings(self):
         return self.loaded.config.settings
 
+    def update_settings(self, **overrides: Any) -> None:
+        """Change decoding settings (validated) for the following steps; ids stay the checkpoint's."""
+        config = self.loaded.config.with_settings(**overrides)
+        self.loaded.config = config
+        self.decoder.config = config
+
     def _conversation(self, text: str) -> list[dict[str, Any]]:
         before, after = text.split(IMAGE_PLACEHOLDER, 1)
         content = ([{"type": "text", "text": before}] if before else []) + [{"type": "image"}]

@@ -492,13 +492,9 @@ class PlannerNode(LifecycleNode):
         overrides = params.decoding_overrides(values)
         if overrides == self._policy_overrides:
             return
-        loaded = self._policy.loaded
-        config = loaded.config.with_settings(**overrides)
-        # TODO(core): a DrivingPolicy.update_settings() would keep this knowledge in the core
-        loaded.config = config
-        self._policy.decoder.config = config
+        self._policy.update_settings(**overrides)
         self._policy_overrides = overrides
-        self.get_logger().info(f"decoding settings now {config.settings}")
+        self.get_logger().info(f"decoding settings now {self._policy.settings}")
 
     def _publish(self, frame: _Frame, stamp_ns: int, rgb: np.ndarray, ego: EgoSample, ego_frame: str,
                  odom_frame: str, command: str, source: str, out, values: dict, t_start: float) -> None:

@@ -1,0 +1,168 @@
+"""Evaluation building blocks against hand-computed values: metrics in both L2 conventions,
+percentiles, the recorded-future interpolation and ego-frame transform, the constant-velocity
+baseline, and the frame-input derivation shared with the planner node."""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace as NS
+
+import numpy as np
+import pytest
+
+from wam_diff2_core.evaluation.ground_truth import (BEYOND_END, ODOMETRY_GAP, EgoTrajectory, NoFuture,
+                                                    constant_velocity_waypoints)
+from wam_diff2_core.evaluation.inputs import (BAD_COMMAND, BAD_ODOMETRY, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER,
+                                              STALE_ODOMETRY, FrameInputTracker, InputSettings, InputSkip)
+from wam_diff2_core.evaluation.metrics import distribution, trajectory_metrics, waypoint_errors
+from wam_diff2_core.geometry import quaternion_from_yaw
+
+S = 1_000_000_000
+
+
+# ----------------------------------------------------------------------------- metrics
+def test_l2_in_both_conventions_ade_fde_and_curve_by_hand():
+    # frame A: e_k = 0.1 k; frame B: e_k = 1.0 for every k
+    errors = np.array([[0.1 * k for k in range(1, 9)], [1.0] * 8])
+    m = trajectory_metrics(errors)
+    # at t (UniAD/VAD): waypoint k = 2t, mean over the two frames
+    assert m["l2_at_t"] == pytest.approx({"1s": (0.2 + 1) / 2, "2s": (0.4 + 1) / 2, "3s": (0.6 + 1) / 2,
+                                          "4s": (0.8 + 1) / 2})
+    # averaged to t (ST-P3): mean of waypoints 1..2t per frame, then over frames
+    assert m["l2_avg_to_t"] == pytest.approx({"1s": (0.15 + 1) / 2, "2s": (0.25 + 1) / 2, "3s": (0.35 + 1) / 2,
+                                              "4s": (0.45 + 1) / 2})
+    assert m["ade"] == pytest.approx((0.45 + 1) / 2)
+    assert m["fde"] == pytest.approx((0.8 + 1) / 2)
+    assert m["l2_at_t_mean_1_3s"] == pytest.approx(((0.2 + 1) / 2 + (0.4 + 1) / 2 + (0.6 + 1) / 2) / 3)
+    assert m["per_waypoint"] == pytest.approx([(0.1 * k + 1) / 2 for k in range(1, 9)])
+    assert m["frames"] == 2
+
+
+def test_no_frames_gives_nulls_not_zeros():
+    m = trajectory_metrics(np.zeros((0, 8)))
+    assert m["frames"] == 0 and m["ade"] is None and m["l2_at_t"]["4s"] is None and m["per_waypoint"] == [None] * 8
+
+
+def test_waypoint_errors_are_euclidean():
+    gt = np.zeros((8, 2))
+    pred = np.tile([3.0, 4.0], (8, 1))
+    assert waypoint_errors(pred, gt).tolist() == [5.0] * 8
+
+
+def test_latency_percentiles_are_linear_interpolation():
+    d = distribution([10, 20, 30, 40, 50])
+    assert d == {"count": 5, "mean": 30.0, "p50": 30.0, "p90": 46.0, "p99": pytest.approx(49.6), "max": 50.0}
+    assert distribution([])["p50"] is None
+
+
+# ----------------------------------------------------------------------------- recorded future
+def _line(t0_ns=0, n=101, dt_ns=50_000_000, v=(2.0, 1.0), yaw=0.0, origin=(10.0, 5.0)):
+    stamps = [t0_ns + i * dt_ns for i in range(n)]
+    xy = np.array([[origin[0] + v[0] * i * dt_ns / S, origin[1] + v[1] * i * dt_ns / S] for i in range(n)])
+    return EgoTrajectory(stamps, xy, [yaw] * n)
+
+
+def test_future_on_recorded_stamps_is_exact_and_in_the_ego_frame():
+    # ego heading +y (yaw 90 deg) moving along +y at 2 m/s: in its own frame the future is straight ahead
+    n, dt = 101, 50_000_000
+    stamps = [i * dt for i in range(n)]
+    xy = np.array([[10.0, 5.0 + 2.0 * i * dt / S] for i in range(n)])
+    traj = EgoTrajectory(stamps, xy, [math.pi / 2] * n)
+    gt = traj.future_waypoints(0)
+    assert gt == pytest.approx(np.array([[1.0 * k, 0.0] for k in range(1, 9)]), abs=1e-12)
+
+
+def test_future_between_samples_is_interpolated_linearly():
+    traj = EgoTrajectory([0, S, 2 * S, 3 * S, 4 * S, 5 * S], np.array([[0, 0], [1, 0], [3, 0], [6, 0], [10, 0], [15, 0]],
+                                                                      float), [0.0] * 6, max_gap_s=2.0)
+    xy, yaw = traj.pose_at(S // 4)           # a quarter of the way from x=0 to x=1
+    assert xy.tolist() == [0.25, 0.0] and yaw == 0.0
+    gt = traj.future_waypoints(S // 2)       # origin x = 0.5; +0.5 s -> x=1 exactly, +1.0 s -> x=2 (mid 1..3)
+    assert gt[0].tolist() == [0.5, 0.0] and gt[1].tolist() == [1.5, 0.0]
+    assert gt[7].tolist() == [12.0, 0.0]     # +4.0 s -> t=4.5 s: x = 10 + 5 / 2 = 12.5, minus the origin
+
+
+def test_yaw_interpolates_along_the_short_arc_across_pi():
+    traj = EgoTrajectory([0, S], np.zeros((2, 2)), [math.pi - 0.1, -math.pi + 0.1], max_gap_s=2.0)
+    _, yaw = traj.pose_at(S // 2)
+    assert abs(abs(yaw) - math.pi) < 1e-12
+
+
+def test_frames_without_four_seconds_or_inside_a_gap_have_no_future():
+    traj = _line(n=81)                       # 4.0 s of odometry at 20 Hz
+    traj.future_waypoints(0)                 # exactly 4 s: fine
+    with pytest.raises(NoFuture) as err:
+        traj.future_waypoints(1)
+    assert err.value.code == BEYOND_END
+    gap = EgoTrajectory([0, S, 3 * S, 6 * S], np.zeros((4, 2)), [0.0] * 4, max_gap_s=1.5)
+    with pytest.raises(NoFuture) as err:
+        gap.future_waypoints(0)
+    assert err.value.code == ODOMETRY_GAP
+
+
+def test_constant_velocity_baseline_keeps_the_ego_frame_velocity():
+    cv = constant_velocity_waypoints((4.0, -1.0))
+    assert cv.tolist() == [[2.0 * k, -0.5 * k] for k in range(1, 9)]
+
+
+# ----------------------------------------------------------------------------- frame inputs
+def odom(t_ns, x=0.0, y=0.0, yaw=0.0, vx=5.0, vy=0.0, wz=0.0, frame="map"):
+    qx, qy, qz, qw = quaternion_from_yaw(yaw)
+    return NS(header=NS(stamp=NS(sec=t_ns // S, nanosec=t_ns % S), frame_id=frame),
+              pose=NS(pose=NS(position=NS(x=x, y=y, z=0.0), orientation=NS(x=qx, y=qy, z=qz, w=qw))),
+              twist=NS(twist=NS(linear=NS(x=vx, y=vy, z=0.0), angular=NS(x=0.0, y=0.0, z=wz))))
+
+
+def path(points, frame="map"):
+    return NS(header=NS(stamp=NS(sec=0, nanosec=0), frame_id=frame),
+              poses=[NS(pose=NS(position=NS(x=float(x), y=float(y), z=0.0))) for x, y in points])
+
+
+def test_ego_state_interpolates_at_the_image_stamp_with_filtered_acceleration():
+    tracker = FrameInputTracker(InputSettings(acceleration_time_constant_s=0.0))   # unfiltered: exact numbers
+    tracker.on_odometry(odom(0, vx=4.0))
+    tracker.on_odometry(odom(S // 10, x=0.45, vx=5.0))                           # +1 m/s in 0.1 s: 10 m/s^2
+    inputs = tracker.inputs_at(S // 20)                                           # halfway
+    assert inputs.ego.velocity == pytest.approx((4.5, 0.0))
+    assert inputs.ego.acceleration == pytest.approx((5.0, 0.0))                  # 0 and 10 interpolated
+    assert inputs.command == "straight" and inputs.command_source == "default"
+
+
+def test_centripetal_acceleration_of_a_turning_ego():
+    tracker = FrameInputTracker(InputSettings(acceleration_time_constant_s=0.0))
+    for i in range(3):
+        tracker.on_odometry(odom(i * S // 10, vx=6.0, wz=0.2))
+    assert tracker.inputs_at(2 * S // 10).ego.acceleration == pytest.approx((0.0, 1.2))   # v * omega, to the left
+
+
+def test_command_topic_overrides_the_route_and_auto_hands_back():
+    tracker = FrameInputTracker(InputSettings(default_command=None))
+    tracker.on_odometry(odom(0))
+    with pytest.raises(InputSkip) as err:
+        tracker.inputs_at(0)
+    assert err.value.code == "no_command"
+    tracker.on_route(path([(0, 0), (10, 0), (20, 0), (20, 10), (20, 20), (20, 40)]))  # turns left 20 m ahead
+    assert (tracker.inputs_at(0).command, tracker.inputs_at(0).command_source) == ("left", "route")
+    tracker.on_command(NS(data="CHANGELANERIGHT"))
+    assert (tracker.inputs_at(0).command, tracker.inputs_at(0).command_source) == ("right", "command")
+    with pytest.raises(InputSkip) as err:
+        tracker.on_command(NS(data="sideways"))
+    assert err.value.code == BAD_COMMAND and tracker.inputs_at(0).command == "right"   # previous one kept
+    tracker.on_command(NS(data="auto"))
+    assert tracker.inputs_at(0).command_source == "route"
+
+
+def test_bad_or_out_of_order_odometry_is_refused_and_changes_nothing():
+    tracker = FrameInputTracker()
+    with pytest.raises(InputSkip) as err:
+        tracker.inputs_at(0)
+    assert err.value.code == NO_ODOMETRY
+    tracker.on_odometry(odom(S))
+    for bad, code in ((odom(2 * S, x=float("nan")), BAD_ODOMETRY), (odom(S), ODOMETRY_OUT_OF_ORDER),
+                      (odom(S // 2), ODOMETRY_OUT_OF_ORDER)):
+        with pytest.raises(InputSkip) as err:
+            tracker.on_odometry(bad)
+        assert err.value.code == code
+    assert len(tracker.history) == 1
+    with pytest.raises(InputSkip) as err:
+        tracker.inputs_at(2 * S)                     # 1 s from the only sample > odometry_timeout_s 0.5
+    assert err.value.code == STALE_ODOMETRY

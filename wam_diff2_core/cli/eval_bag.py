@@ -1,0 +1,272 @@
+"""Open-loop evaluation of the planner on rosbag2 recordings (sqlite3 or mcap), without ROS.
+
+    wam-diff2 eval-bag run.mcap --model CKPT --out eval_run/ [--every 2] [--record preds_bag]
+    wam-diff2 eval-bag bag_a/ bag_b/ --model CKPT --out eval_run/ --role ego_vehicle --block-size 8
+    wam-diff2 eval-bag run.mcap --params-file config/planner.yaml --out eval_node/   # the node's settings
+    wam-diff2 eval-bag --compare eval_ar/ eval_b32/ --out eval_compare/
+
+For each camera frame (every N-th with --every) the odometry at its stamp and the newest route /
+command received give the policy's inputs, exactly as the planner node derives them;
+``DrivingPolicy.step`` plans; the 8 waypoints are compared with the recorded ego positions at
++0.5 ... +4.0 s (interpolated, ego frame at the frame time). Frames without 4 s of recorded
+future are excluded and counted. OUT gets metrics.json, frames.jsonl, report.md and PNG plots,
+written atomically. Topics default to carla-ros-bridge's names for --role.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from .common import add_decoding_arguments, add_model_arguments, decoding_overrides
+
+HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
+log = logging.getLogger(__name__)
+
+
+def _route_fields():
+    from ..geometry import RouteCommandSettings
+    return dataclasses.fields(RouteCommandSettings)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("bags", nargs="*", metavar="BAG", help="rosbag2 folder, .mcap or .db3 file (several: pooled)")
+    p.add_argument("--out", required=True, help="report folder (written atomically)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out (and --record)")
+    p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+                   help="instead of evaluating: put two finished runs side by side in --out")
+    p.add_argument("--label", default="", help="name of this run in reports and --compare (default: folder name)")
+    p.add_argument("--every", type=int, default=1, help="evaluate every N-th camera frame (default 1: all)")
+    p.add_argument("--max-frames", type=int, default=None, help="evaluate at most this many frames per bag")
+    p.add_argument("--record", metavar="OUT_BAG", default=None,
+                   help="also write the predictions (wam_diff2_ros/Trajectory + nav_msgs/Path) into this new bag")
+    p.add_argument("--record-storage", default="mcap", choices=("mcap", "sqlite3"))
+    p.add_argument("--ego-frame", default="base_link", help="frame_id of ego-frame outputs in --record")
+    p.add_argument("--bev-samples", type=int, default=6, help="frames in the bird's-eye-view plot")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    t = p.add_argument_group("topics (default: carla-ros-bridge names under /carla/ROLE)")
+    t.add_argument("--role", default="ego_vehicle", help="carla-ros-bridge role name (default ego_vehicle)")
+    t.add_argument("--camera", default="rgb_front", help="camera sensor id (default rgb_front)")
+    t.add_argument("--image-topic", default=None, help="sensor_msgs/Image or CompressedImage "
+                                                       "(default /carla/ROLE/CAMERA/image)")
+    t.add_argument("--odometry-topic", default=None, help="nav_msgs/Odometry (default /carla/ROLE/odometry)")
+    t.add_argument("--route-topic", default=None, help="nav_msgs/Path route (default /carla/ROLE/waypoints; used "
+                                                       "when the bag has it)")
+    t.add_argument("--command-topic", default=None, help="std_msgs/String command, overrides the route (default "
+                                                         "/wam_diff2_planner/input/command, the node's input; used "
+                                                         "when the bag has it)")
+    t.add_argument("--camera-info-topic", default=None, help="sensor_msgs/CameraInfo (default "
+                                                             "/carla/ROLE/CAMERA/camera_info; informational)")
+
+    i = p.add_argument_group("inputs, as the planner node derives them (default: --params-file, then the node's "
+                             "defaults)")
+    i.add_argument("--params-file", default=None,
+                   help="the planner node's parameter YAML (e.g. config/planner.yaml): its input, route, decoding, "
+                        "device, dtype, pixel budget and model_path values apply unless a flag here says otherwise")
+    i.add_argument("--default-command", default=None, choices=("left", "straight", "right", "none"),
+                   help="command when neither a command topic nor the route gives one (node default: straight; "
+                        "none: skip such frames)")
+    i.add_argument("--odometry-timeout-s", type=float, default=None,
+                   help="skip a frame when no odometry lies within this of its stamp (node default 0.5)")
+    i.add_argument("--acceleration-time-constant-s", type=float, default=None,
+                   help="low-pass time constant of the differentiated velocity (node default 0.5)")
+    for f in _route_fields():
+        i.add_argument("--route-" + f.name.replace("_", "-"), dest="route_" + f.name, type=float, default=None,
+                       help=f"route -> command: {f.name} (node default {f.default})")
+    p.add_argument("--max-gap-s", type=float, default=0.5,
+                   help="longest odometry gap the recorded future is interpolated over (default 0.5)")
+
+    add_model_arguments(p)
+    # --model is not needed for --compare; run() checks it for evaluation.
+    for action in p._actions:
+        if action.dest == "model":
+            action.required = False
+    p.add_argument("--max-waypoint-abs-m", type=float, default=None,
+                   help="answers with a coordinate beyond this are invalid (node default 200)")
+    add_decoding_arguments(p)
+
+
+def read_node_params(path: str | Path, node: str = "wam_diff2_planner") -> dict:
+    """The ``ros__parameters`` of a ROS 2 parameter YAML for ``node`` (``/**`` first, then the node's
+    own section), flattened to the node's dotted names (``route.lookahead_m``)."""
+    import yaml
+
+    from ..config import ConfigError
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--params-file {path}: cannot read it ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--params-file {path}: expected a mapping of node names to ros__parameters")
+    merged: dict = {}
+    for key in ("/**", node, "/" + node):
+        section = data.get(key)
+        if isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict):
+            merged.update(_flatten(section["ros__parameters"]))
+    if not merged:
+        raise ConfigError(f"--params-file {path}: no ros__parameters under '/**' or {node!r}")
+    return merged
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _apply_params_file(args) -> dict:
+    """Fill the flags the user did not give from --params-file; returns the file's values."""
+    from ..config import DECODING_FIELDS
+
+    node = read_node_params(args.params_file) if args.params_file else {}
+
+    def fill(attr, key, unset=None, convert=lambda v: v):
+        if getattr(args, attr) == unset and key in node:
+            setattr(args, attr, convert(node[key]))
+
+    fill("model", "model_path", unset=None, convert=lambda v: v or None)
+    fill("device", "device", unset="auto")
+    fill("dtype", "dtype", unset="auto")
+    fill("min_pixels", "image.min_pixels", convert=lambda v: int(v) or None)
+    fill("max_pixels", "image.max_pixels", convert=lambda v: int(v) or None)
+    fill("max_waypoint_abs_m", "max_waypoint_abs_m", convert=float)
+    fill("odometry_timeout_s", "odometry_timeout_s", convert=float)
+    fill("acceleration_time_constant_s", "acceleration_time_constant_s", convert=float)
+    fill("default_command", "default_command")
+    for f in _route_fields():
+        fill("route_" + f.name, "route." + f.name, convert=float)
+    for name in DECODING_FIELDS:
+        fill(name, "decoding." + name)
+    return node
+
+
+def _settings(args):
+    from ..evaluation.bag import BagTopics
+    from ..evaluation.inputs import InputSettings
+    from ..evaluation.runner import EvalSettings
+    from ..geometry import RouteCommandSettings
+
+    topics = BagTopics.carla(args.role, args.camera, image=args.image_topic, odometry=args.odometry_topic,
+                             route=args.route_topic, command=args.command_topic,
+                             camera_info=args.camera_info_topic)
+    required = frozenset(role for role, given in (("route", args.route_topic), ("command", args.command_topic),
+                                                  ("camera info", args.camera_info_topic)) if given)
+    defaults = InputSettings()
+    route = RouteCommandSettings(**{f.name: getattr(args, "route_" + f.name) for f in _route_fields()
+                                    if getattr(args, "route_" + f.name) is not None})
+    default_command = defaults.default_command if args.default_command is None else args.default_command
+    inputs = InputSettings(
+        odometry_timeout_s=defaults.odometry_timeout_s if args.odometry_timeout_s is None else args.odometry_timeout_s,
+        acceleration_time_constant_s=(defaults.acceleration_time_constant_s if args.acceleration_time_constant_s
+                                      is None else args.acceleration_time_constant_s),
+        default_command=None if default_command == "none" else default_command, route=route)
+    return EvalSettings(topics=topics, inputs=inputs, every=args.every, max_frames=args.max_frames,
+                        max_gap_s=args.max_gap_s, required=required)
+
+
+def _model_info(policy, args) -> dict:
+    info = {"path": str(Path(args.model).resolve()), "min_pixels": args.min_pixels, "max_pixels": args.max_pixels,
+            "params_file": str(Path(args.params_file).resolve()) if args.params_file else None,
+            "max_waypoint_abs_m": getattr(policy, "max_waypoint_abs_m", None)}
+    loaded = getattr(policy, "loaded", None)
+    if loaded is not None:
+        info.update(device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
+                    decoding=dataclasses.asdict(loaded.config.settings))
+    return info
+
+
+def _error(message: str) -> int:
+    print(f"wam-diff2 eval-bag: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args) -> int:
+    from ..config import ConfigError
+    from ..evaluation.bag import BagError
+
+    try:
+        if args.compare:
+            return _compare(args)
+        if not args.bags:
+            return _error("give at least one BAG (or --compare RUN_A RUN_B)")
+        _apply_params_file(args)
+        if not args.model:
+            return _error("--model is required to evaluate bags (or model_path in --params-file)")
+        if args.record and len(args.bags) != 1:
+            return _error("--record writes one bag: evaluate one input bag at a time with it")
+        out = Path(args.out)
+        if out.exists() and not args.overwrite:
+            return _error(f"--out {out} already exists (use --overwrite to replace it)")
+        if args.record and Path(args.record).exists() and not args.overwrite:
+            return _error(f"--record {args.record} already exists (use --overwrite to replace it)")
+        try:
+            settings = _settings(args)
+        except ValueError as exc:
+            return _error(str(exc))
+        return _evaluate(args, settings)
+    except (BagError, ConfigError) as exc:
+        return _error(str(exc))
+
+
+def _evaluate(args, settings) -> int:
+    from ..evaluation.bag import Bag
+    from ..evaluation.metrics import horizon_key
+    from ..evaluation.record import record_predictions
+    from ..evaluation.report import write_run_report
+    from ..evaluation.runner import evaluate_bags, plan_bag
+    from ..policy import DrivingPolicy
+
+    plans = []
+    for path in args.bags:          # check every bag before the (slow) model load
+        with Bag(path) as bag:
+            plans.append(plan_bag(bag, settings))
+        log.info("%s: %d camera frames, %d to evaluate", path, plans[-1].images, len(plans[-1].planned))
+    extra = {} if args.max_waypoint_abs_m is None else {"max_waypoint_abs_m": args.max_waypoint_abs_m}
+    policy = DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
+                                           overrides=decoding_overrides(args), tasks=("plan",),
+                                           min_pixels=args.min_pixels, max_pixels=args.max_pixels, **extra)
+    run = evaluate_bags(args.bags, policy, settings, progress=not args.no_progress, plans=plans)
+    record = None
+    if args.record:
+        b = run.bags[0]
+        record = str(record_predictions(args.record, b.frames, b.plan.trajectory, odometry_frame=b.plan.odometry_frame,
+                                        storage=args.record_storage, ego_frame=args.ego_frame,
+                                        overwrite=args.overwrite))
+    # the command line, when this process is `wam-diff2 eval-bag ...` (not a caller of main([...]))
+    argv = sys.argv[sys.argv.index("eval-bag") + 1:] if "eval-bag" in sys.argv else None
+    command = "wam-diff2 eval-bag " + " ".join(shlex.quote(a) for a in argv) if argv else ""
+    metrics = write_run_report(args.out, run, model=_model_info(policy, args), command=command, label=args.label,
+                               record=record, overwrite=args.overwrite, bev_samples=args.bev_samples)
+    c, o = metrics["counts"], metrics["overall"]
+    h = horizon_key(4.0)
+    model_l2, cv_l2 = o["model"]["l2_at_t"][h], o["constant_velocity"]["l2_at_t"][h]
+    fmt = lambda v: "-" if v is None else f"{v:.3f} m"   # noqa: E731
+    print(f"eval-bag: {c['evaluated']} frames evaluated of {c['images']} camera frames "
+          f"({c['not_selected']} not selected, {sum(c['skipped'].values())} skipped, "
+          f"{sum(c['excluded_no_future'].values())} without 4 s of future); {o['valid']} valid plans, "
+          f"parse failures {o['parse_failures']}; L2 at 4 s (UniAD/VAD) model {fmt(model_l2)} vs constant velocity "
+          f"{fmt(cv_l2)}; report: {Path(args.out) / 'report.md'}"
+          + (f"; predictions: {record}" if record else ""))
+    return 0
+
+
+def _compare(args) -> int:
+    from ..evaluation.report import compare_runs
+
+    if args.bags:
+        return _error("--compare takes two run folders, not bags")
+    if Path(args.out).exists() and not args.overwrite:
+        return _error(f"--out {args.out} already exists (use --overwrite to replace it)")
+    result = compare_runs(args.compare[0], args.compare[1], args.out, overwrite=args.overwrite)
+    a, b = list(result["runs"])
+    print(f"compare: {a} vs {b} on {result['common_valid_frames']['frames']} common valid frames; "
+          f"report: {Path(args.out) / 'compare.md'}")
+    return 0

@@ -1,0 +1,326 @@
+"""rosbag2 bags without ROS: open (sqlite3 or mcap, a folder or a single file), know the types, read.
+
+Types come from the bag itself first (rosbag2 stores each topic's message definition), then
+from the ROS 2 Kilted standard set and this package's ``msg/*.msg`` for bags that carry none.
+Every failure a bag can cause surfaces as :class:`BagError` with the bag and the reason: a
+missing path, a truncated or corrupt storage file, a topic that is absent or has an unexpected
+type, a type nobody can decode.
+
+    with open_bag("run.mcap") as bag:
+        print(bag.topic_types)                              # {topic: msgtype}
+        for topic, bag_time_ns, msg in bag.messages(["/carla/ego_vehicle/odometry"]):
+            ...
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
+PACKAGE = "wam_diff2_ros"
+DEFAULT_ROLE = "ego_vehicle"                                  # carla-ros-bridge's default role name
+DEFAULT_COMMAND_TOPIC = "/wam_diff2_planner/input/command"    # the planner node's command input
+
+IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+ODOMETRY_TYPES = ("nav_msgs/msg/Odometry",)
+ROUTE_TYPES = ("nav_msgs/msg/Path",)
+COMMAND_TYPES = ("std_msgs/msg/String",)
+CAMERA_INFO_TYPES = ("sensor_msgs/msg/CameraInfo",)
+
+
+class BagError(Exception):
+    """A bag cannot be used as asked; the message says which bag and why."""
+
+
+@dataclass(frozen=True)
+class BagTopics:
+    """Input topics; defaults are carla-ros-bridge's names for ``role``. None = not used."""
+
+    image: str
+    odometry: str
+    route: str | None = None          # nav_msgs/Path (latched); used when present in the bag
+    command: str | None = None        # std_msgs/String, overrides the route; used when present
+    camera_info: str | None = None    # informational (image size in the report); used when present
+
+    @classmethod
+    def carla(cls, role: str = DEFAULT_ROLE, camera: str = "rgb_front", **overrides: str | None) -> "BagTopics":
+        """carla-ros-bridge's topics for ``role``; the command is the planner node's own input topic."""
+        base = f"/carla/{role}"
+        topics = dict(image=f"{base}/{camera}/image", odometry=f"{base}/odometry", route=f"{base}/waypoints",
+                      command=DEFAULT_COMMAND_TOPIC, camera_info=f"{base}/{camera}/camera_info")
+        topics.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**topics)
+
+    def as_dict(self) -> dict[str, str | None]:
+        return dict(image=self.image, odometry=self.odometry, route=self.route, command=self.command,
+                    camera_info=self.camera_info)
+
+
+# ----------------------------------------------------------------------------- types
+def package_msg_dir() -> Path | None:
+    """This package's ``msg/`` folder: the source tree, else an installed ``share/<pkg>/msg``."""
+    candidates = [Path(__file__).resolve().parents[2] / "msg"]
+    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
+        if prefix:
+            candidates.append(Path(prefix) / "share" / PACKAGE / "msg")
+    return next((c for c in candidates if c.is_dir() and any(c.glob("*.msg"))), None)
+
+
+@lru_cache(maxsize=1)
+def default_types() -> dict[str, Any]:
+    """Kilted's standard message types plus this package's, as a rosbags types dict."""
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    types = dict(get_typestore(Stores.ROS2_KILTED).fielddefs)
+    msg_dir = package_msg_dir()
+    if msg_dir is not None:
+        for path in sorted(msg_dir.glob("*.msg")):
+            types.update(get_types_from_msg(path.read_text(), f"{PACKAGE}/msg/{path.stem}"))
+    return types
+
+
+def default_typestore():
+    """A typestore with :func:`default_types` (for writing bags)."""
+    from rosbags.typesys import Stores, get_typestore
+
+    store = get_typestore(Stores.EMPTY)
+    store.register(default_types())
+    return store
+
+
+def _types_from_connection(conn) -> dict[str, Any]:
+    from rosbags.interfaces import MessageDefinitionFormat
+    from rosbags.typesys import get_types_from_idl, get_types_from_msg
+
+    fmt, data = conn.msgdef.format, conn.msgdef.data
+    if fmt == MessageDefinitionFormat.MSG and data:
+        return get_types_from_msg(data, conn.msgtype)
+    if fmt == MessageDefinitionFormat.IDL and data:
+        sep = "=" * 80 + "\n"
+        types: dict[str, Any] = {}
+        for part in (data.split(sep)[1:] if data.startswith(f"{sep}IDL: ") else [data]):
+            types.update(get_types_from_idl(part.split("\n", 1)[1] if part.startswith("IDL: ") else part))
+        return types
+    return {}
+
+
+# ----------------------------------------------------------------------------- reading
+def resolve_bag_path(path: str | Path) -> Path:
+    """A rosbag2 folder, a ``metadata.yaml`` in one, or a single ``.mcap`` / ``.db3`` file.
+
+    A folder without ``metadata.yaml`` but with exactly one storage file is read as that file
+    (a bag copied without its metadata).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise BagError(f"{p}: no such file or folder")
+    if p.is_file() and p.name == "metadata.yaml":
+        p = p.parent
+    if p.is_dir():
+        if (p / "metadata.yaml").exists():
+            return p
+        files = sorted(x for x in p.iterdir() if x.suffix in STORAGE_SUFFIXES)
+        if len(files) == 1:
+            return files[0]
+        raise BagError(f"{p}: not a rosbag2 folder (no metadata.yaml"
+                       + (f", and {len(files)} storage files" if files else ", no .mcap or .db3 file") + ")")
+    if p.suffix not in STORAGE_SUFFIXES:
+        raise BagError(f"{p}: not a rosbag2 bag (expected a folder, a .mcap or a .db3 file)")
+    return p
+
+
+class Bag:
+    """An open bag: topics, types, message counts, and a message iterator. Use :func:`open_bag`."""
+
+    def __init__(self, path: str | Path):
+        from rosbags.rosbag2 import Reader
+
+        self.path = resolve_bag_path(path)
+        try:
+            self._reader = Reader(self.path)
+            self._reader.open()
+        except Exception as exc:  # rosbags raises ReaderError, sqlite/apsw errors, OSError, KeyError ...
+            raise BagError(f"{self.path}: cannot open the bag ({_reason(exc)}){_recover_hint(self.path, exc)}") from None
+        conns = self._reader.connections
+        self.storage = _storage_of(self.path)
+        self.topic_types: dict[str, str] = {}
+        self.topic_counts: dict[str, int] = {}
+        self.topic_qos: dict[str, list] = {}
+        for c in conns:
+            if c.topic in self.topic_types and self.topic_types[c.topic] != c.msgtype:
+                self.topic_types[c.topic] = "<several types>"
+            else:
+                self.topic_types.setdefault(c.topic, c.msgtype)
+            self.topic_counts[c.topic] = self.topic_counts.get(c.topic, 0) + c.msgcount
+            self.topic_qos.setdefault(c.topic, list(getattr(c.ext, "offered_qos_profiles", []) or []))
+        self.start_ns = self._reader.start_time if self._reader.message_count else 0
+        self.end_ns = self._reader.end_time if self._reader.message_count else 0
+        self.message_count = self._reader.message_count
+        self._typestore = None
+        self._undecodable: dict[str, str] = {}
+
+    # -- types
+    @property
+    def typestore(self):
+        """The bag's own definitions first, then Kilted's and this package's for what it lacks."""
+        if self._typestore is None:
+            from rosbags.typesys import Stores, TypesysError, get_typestore
+
+            store = get_typestore(Stores.EMPTY)
+            embedded: dict[str, Any] = {}
+            for conn in self._reader.connections:
+                try:
+                    embedded.update(_types_from_connection(conn))
+                except Exception as exc:  # a definition rosbags cannot parse: fall back to defaults
+                    self._undecodable[conn.msgtype] = f"its stored definition does not parse ({_reason(exc)})"
+            try:
+                store.register(embedded)
+            except TypesysError as exc:  # two topics disagree on one type
+                raise BagError(f"{self.path}: inconsistent message definitions in the bag ({exc})") from None
+            defaults = default_types()
+            store.register({k: v for k, v in defaults.items() if k not in store.fielddefs})
+            self._typestore = store
+        return self._typestore
+
+    def can_decode(self, msgtype: str) -> bool:
+        return msgtype in self.typestore.fielddefs
+
+    def require_topic(self, topic: str, expected_types: Sequence[str], role: str) -> str:
+        """The topic's type; BagError naming what is there when it is absent, mistyped or undecodable."""
+        if topic not in self.topic_types:
+            present = ", ".join(f"{t} [{m}]" for t, m in sorted(self.topic_types.items())) or "none"
+            raise BagError(f"{self.path}: no {role} topic {topic!r} in the bag (topics: {present}); "
+                           f"name the right one with --{role.replace(' ', '-')}-topic")
+        msgtype = self.topic_types[topic]
+        if msgtype not in expected_types:
+            raise BagError(f"{self.path}: {role} topic {topic!r} has type {msgtype}, expected "
+                           f"{' or '.join(expected_types)}")
+        if not self.can_decode(msgtype):
+            why = self._undecodable.get(msgtype, "the bag stores no definition for it and it is not a known type")
+            raise BagError(f"{self.path}: cannot decode {msgtype} on {topic!r}: {why}")
+        return msgtype
+
+    def has_topic(self, topic: str | None) -> bool:
+        return topic is not None and topic in self.topic_types and self.topic_counts.get(topic, 0) > 0
+
+    # -- messages
+    def raw_messages(self, topics: Iterable[str] | None = None) -> Iterator[tuple[str, int, str, bytes]]:
+        """(topic, bag time ns, msgtype, CDR bytes) in storage order (by bag time per file)."""
+        wanted = None if topics is None else set(topics)
+        conns = [c for c in self._reader.connections if wanted is None or c.topic in wanted]
+        if not conns:
+            return
+        read = {c.topic: 0 for c in conns}
+        try:
+            for conn, bag_time_ns, data in self._reader.messages(connections=conns):
+                read[conn.topic] += 1
+                yield conn.topic, bag_time_ns, conn.msgtype, data
+        except BagError:
+            raise
+        except Exception as exc:
+            done = sum(read.values())
+            raise BagError(f"{self.path}: the bag is truncated or corrupt: reading stopped after {done} messages "
+                           f"({_reason(exc)}){_recover_hint(self.path, exc)}") from None
+        short = {t: (n, self.topic_counts.get(t, 0)) for t, n in read.items() if n < self.topic_counts.get(t, 0)}
+        if short:
+            detail = ", ".join(f"{t}: {n} of {want}" for t, (n, want) in sorted(short.items()))
+            raise BagError(f"{self.path}: the bag is truncated: fewer messages than its index lists ({detail})"
+                           f"{_recover_hint(self.path, None)}")
+
+    def deserialize(self, data: bytes, msgtype: str):
+        return self.typestore.deserialize_cdr(data, msgtype)
+
+    def messages(self, topics: Iterable[str]) -> Iterator[tuple[str, int, Any]]:
+        """(topic, bag time ns, message or :class:`Undecodable`) in storage order."""
+        for topic, bag_time_ns, msgtype, data in self.raw_messages(topics):
+            try:
+                msg = self.deserialize(data, msgtype)
+            except Exception as exc:  # a message whose bytes do not match its type: a counted skip
+                msg = Undecodable(f"{msgtype} does not deserialize ({_reason(exc)})")
+            yield topic, bag_time_ns, msg
+
+    def info(self) -> dict[str, Any]:
+        return {"path": str(self.path), "storage": self.storage, "messages": self.message_count,
+                "start_ns": self.start_ns, "duration_s": (self.end_ns - self.start_ns) / 1e9 if self.message_count else 0.0,
+                "topics": {t: {"type": self.topic_types[t], "count": self.topic_counts[t]} for t in sorted(self.topic_types)}}
+
+    def close(self) -> None:
+        if self._reader is not None and self._reader.is_open:
+            self._reader.close()
+
+    def __enter__(self) -> "Bag":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """Stands in for a message whose bytes could not be deserialized."""
+
+    reason: str
+
+
+def open_bag(path: str | Path) -> Bag:
+    return Bag(path)
+
+
+def _storage_of(path: Path) -> str:
+    if path.is_file():
+        return STORAGE_SUFFIXES[path.suffix]
+    try:
+        from ruamel.yaml import YAML
+        meta = YAML(typ="safe").load((path / "metadata.yaml").read_text())
+        return str(meta["rosbag2_bagfile_information"]["storage_identifier"])
+    except Exception:  # informational only
+        return "unknown"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+def _recover_hint(path: Path, exc: BaseException | None) -> str:
+    kind = _storage_of(path) if path.exists() else "unknown"
+    if kind == "mcap":
+        return "; an mcap file cut off by a killed recorder can be repaired with `mcap recover` or `ros2 bag reindex`"
+    if kind == "sqlite3":
+        return "; a damaged .db3 may be partly recovered with `sqlite3 FILE .recover` and `ros2 bag reindex`"
+    return ""
+
+
+# ----------------------------------------------------------------------------- writing
+def write_bag(path: str | Path, topics: dict[str, str], messages: Iterable[tuple[str, int, Any]], *,
+              storage: str = "mcap", typestore=None, latched: Iterable[str] = ()) -> Path:
+    """Write ``(topic, bag time ns, message or CDR bytes)`` into a new rosbag2 folder ``path``.
+
+    ``topics``: topic -> msgtype. Message definitions are stored in the bag, so Foxglove and
+    ``ros2 bag`` read it without this package. ``latched`` topics are recorded with a
+    transient-local QoS profile (what ``ros2 bag play`` re-offers).
+    """
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    plugins = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
+    if storage not in plugins:
+        raise BagError(f"storage: {storage!r} is not one of {', '.join(plugins)}")
+    store = typestore or default_typestore()
+    latched = set(latched)
+    never = QosTime(0x7FFFFFFF, 0xFFFFFFFF)
+    with Writer(Path(path), version=9, storage_plugin=plugins[storage]) as writer:
+        conns = {}
+        for topic, msgtype in topics.items():
+            qos = []
+            if topic in latched:
+                qos = [Qos(QosHistory.KEEP_LAST, 1, QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL,
+                           never, never, QosLiveliness.AUTOMATIC, never, False)]
+            conns[topic] = writer.add_connection(topic, msgtype, typestore=store, offered_qos_profiles=qos)
+        for topic, bag_time_ns, msg in messages:
+            data = msg if isinstance(msg, (bytes, bytearray, memoryview)) else store.serialize_cdr(msg, topics[topic])
+            writer.write(conns[topic], int(bag_time_ns), data)
+    return Path(path)

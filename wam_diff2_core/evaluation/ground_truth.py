@@ -1,0 +1,90 @@
+"""Recorded ego future as waypoints: what the planner should have answered for a frame.
+
+The recorded odometry poses are interpolated (linearly in position, along the shorter arc in
+yaw) at the frame stamp and at +0.5 ... +4.0 s, and the future positions are expressed in the
+ego frame at the frame stamp (REP-103: x forward, y left), as the model's waypoints are.
+Times are integer nanoseconds, so a target that falls on a recorded stamp returns that pose
+exactly.
+
+    trajectory = EgoTrajectory.from_samples(stamps_ns, xy, yaw)
+    gt = trajectory.future_waypoints(frame_stamp_ns)       # [8, 2], or raises NoFuture
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..geometry import world_to_ego, wrap_angle
+from ..policy import NUM_WAYPOINTS, WAYPOINT_DT_S
+
+WAYPOINT_OFFSETS_NS = tuple(round((k + 1) * WAYPOINT_DT_S * 1e9) for k in range(NUM_WAYPOINTS))   # 0.5 ... 4.0 s
+
+# NoFuture codes
+BEYOND_END = "insufficient_future"     # the recording ends before +4 s
+BEFORE_START = "before_odometry"        # the frame is older than the first odometry sample
+ODOMETRY_GAP = "odometry_gap"           # a target time falls in a gap longer than max_gap_s
+
+
+class NoFuture(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class EgoTrajectory:
+    """Recorded ego poses in the odometry frame, strictly increasing in time."""
+
+    def __init__(self, stamps_ns: Sequence[int], xy: np.ndarray, yaw: Sequence[float], max_gap_s: float = 0.5):
+        self.stamps_ns = np.asarray(stamps_ns, dtype=np.int64)                  # [N]
+        self.xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)              # [N, 2]
+        self.yaw = np.asarray(yaw, dtype=np.float64)                            # [N]
+        if not (len(self.stamps_ns) == len(self.xy) == len(self.yaw)):
+            raise ValueError("stamps, xy and yaw must have the same length")
+        if len(self.stamps_ns) > 1 and not (np.diff(self.stamps_ns) > 0).all():
+            raise ValueError("odometry stamps must be strictly increasing")
+        self.max_gap_ns = int(round(max_gap_s * 1e9))
+
+    def __len__(self) -> int:
+        return len(self.stamps_ns)
+
+    def pose_at(self, t_ns: int) -> tuple[np.ndarray, float]:
+        """(xy [2], yaw) at ``t_ns``; NoFuture when outside the recording or inside a long gap."""
+        n = len(self.stamps_ns)
+        if n == 0 or t_ns < self.stamps_ns[0]:
+            raise NoFuture(BEFORE_START, f"{t_ns} ns is before the first odometry sample")
+        if t_ns > self.stamps_ns[-1]:
+            raise NoFuture(BEYOND_END, f"the odometry ends {(t_ns - self.stamps_ns[-1]) / 1e9:.3f} s before "
+                                       f"{t_ns} ns")
+        i = int(np.searchsorted(self.stamps_ns, t_ns, side="right")) - 1      # stamps[i] <= t
+        if self.stamps_ns[i] == t_ns:
+            return self.xy[i].copy(), float(self.yaw[i])
+        t0, t1 = int(self.stamps_ns[i]), int(self.stamps_ns[i + 1])
+        if t1 - t0 > self.max_gap_ns:
+            raise NoFuture(ODOMETRY_GAP, f"{(t1 - t0) / 1e9:.3f} s without odometry around {t_ns} ns "
+                                         f"(max {self.max_gap_ns / 1e9:.3f} s)")
+        w = (t_ns - t0) / (t1 - t0)
+        xy = self.xy[i] + (self.xy[i + 1] - self.xy[i]) * w
+        yaw = wrap_angle(self.yaw[i] + wrap_angle(self.yaw[i + 1] - self.yaw[i]) * w)
+        return xy, yaw
+
+    def future_waypoints(self, t_ns: int, offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> np.ndarray:
+        """[len(offsets), 2] recorded positions at ``t + offset`` in the ego frame at ``t``."""
+        origin, yaw = self.pose_at(t_ns)
+        future = np.stack([self.pose_at(t_ns + int(dt))[0] for dt in offsets_ns])   # [8, 2] odometry frame
+        return world_to_ego(future, origin, yaw)
+
+
+def constant_velocity_waypoints(velocity: Sequence[float], offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> np.ndarray:
+    """The constant-velocity baseline: the ego keeps its ego-frame velocity; [8, 2] metres."""
+    v = np.asarray(velocity, dtype=np.float64).reshape(1, 2)
+    t = np.asarray(offsets_ns, dtype=np.float64).reshape(-1, 1) / 1e9
+    return t * v
+
+
+def is_finite_waypoints(points) -> bool:
+    return points is not None and np.shape(points) == (NUM_WAYPOINTS, 2) and bool(np.isfinite(points).all())
+
+
+__all__ = ["EgoTrajectory", "NoFuture", "WAYPOINT_OFFSETS_NS", "constant_velocity_waypoints", "BEYOND_END",
+           "BEFORE_START", "ODOMETRY_GAP", "is_finite_waypoints"]

@@ -1,0 +1,232 @@
+"""Frame inputs: what the policy is given for one camera frame, derived from ROS messages.
+
+One derivation for the live planner node and the offline bag evaluator, so offline numbers
+are the node's numbers. ROS-free: it reads messages by attribute (``msg.header.stamp.sec``,
+``msg.twist.twist.linear.x`` ...), which rclpy messages and rosbags messages share.
+
+- **Ego state**: the odometry history at the image stamp
+  (:meth:`~wam_diff2_core.geometry.EgoHistory.at`: interpolated between the samples around
+  it, or the nearest sample within ``odometry_timeout_s``). Velocity is the odometry twist
+  (in the child frame, i.e. the ego frame); acceleration is differentiated from successive
+  twists with the centripetal term and low-pass filtered
+  (:class:`~wam_diff2_core.geometry.AccelerationEstimator`), sample by sample as they arrive.
+- **Command**: the newest ``std_msgs/String`` command received (``left|straight|right`` or a
+  CARLA RoadOption; ``""``, ``auto`` or ``route`` hand control back to the route), which
+  overrides the route; otherwise derived from the newest route (``nav_msgs/Path``) ahead of
+  the ego (:func:`~wam_diff2_core.geometry.command_from_route`); otherwise ``default_command``
+  (None: the frame is skipped).
+- **Image**: any ``sensor_msgs/Image`` encoding of :mod:`wam_diff2_core.images` or a
+  ``CompressedImage``, to RGB.
+
+The settings carry the planner node's parameter names and defaults (``config/planner.yaml``).
+
+    tracker = FrameInputTracker(InputSettings())
+    tracker.on_odometry(odom_msg); tracker.on_route(path_msg)
+    inputs = tracker.inputs_at(stamp_ns(image_msg.header.stamp))   # or raises InputSkip(code, why)
+    policy.step(image_msg_to_rgb(image_msg), inputs.ego, inputs.command)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..geometry import (AccelerationEstimator, EgoHistory, EgoSample, RouteCommandSettings,
+                        command_from_road_option, command_from_route, yaw_from_quaternion)
+from ..images import ImageError, check_raw_image, compressed_to_rgb, image_to_rgb
+from ..outputs.prompts import COMMANDS
+from ..policy import EgoState
+
+NS_PER_S = 1_000_000_000
+
+# Skip reasons (InputSkip.code); the evaluator and the node count skipped frames by these.
+NO_ODOMETRY = "no_odometry"                  # no odometry received yet
+STALE_ODOMETRY = "stale_odometry"            # no odometry within odometry_timeout_s of the image stamp
+NO_COMMAND = "no_command"                    # no command, no route and no default command
+OFF_ROUTE = "off_route"                      # the route is too far away (and no default command)
+ROUTE_FRAME_MISMATCH = "route_frame_mismatch"  # route and odometry frames differ, no tf (and no default)
+BAD_ODOMETRY = "bad_odometry"                # NaN/inf pose or twist, zero quaternion
+ODOMETRY_OUT_OF_ORDER = "odometry_out_of_order"  # stamp not after the newest sample
+BAD_COMMAND = "bad_command"                  # a command string that names no command
+BAD_ROUTE = "bad_route"                      # NaN/inf route points
+
+
+class InputSkip(Exception):
+    """An input that cannot be used (or a frame that cannot be planned); ``code`` says why."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+# ----------------------------------------------------------------------------- message fields
+def stamp_ns(stamp) -> int:
+    """``builtin_interfaces/Time`` -> integer nanoseconds."""
+    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
+
+
+def ego_pose_from_odometry(msg) -> tuple[float, float, float]:
+    """(x, y, yaw) of the ego in the odometry's frame."""
+    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    return float(p.x), float(p.y), yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w))
+
+
+def ego_twist_from_odometry(msg) -> tuple[float, float, float]:
+    """(vx, vy, yaw rate) in the ego (child) frame."""
+    lin, ang = msg.twist.twist.linear, msg.twist.twist.angular
+    return float(lin.x), float(lin.y), float(ang.z)
+
+
+def route_points_from_path(msg) -> np.ndarray:
+    """``nav_msgs/Path`` -> [N, 2] x, y in the path's frame."""
+    return np.array([[float(ps.pose.position.x), float(ps.pose.position.y)] for ps in msg.poses],
+                    dtype=np.float64).reshape(-1, 2)
+
+
+def is_compressed(msg) -> bool:
+    return hasattr(msg, "format") and not hasattr(msg, "encoding")
+
+
+def check_image_msg(msg) -> None:
+    """Cheap header checks of a raw ``sensor_msgs/Image`` (ImageError); compressed: non-empty."""
+    if is_compressed(msg):
+        if len(msg.data) == 0:
+            raise ImageError("empty", "no compressed bytes")
+        return
+    check_raw_image(len(msg.data), int(msg.height), int(msg.width), str(msg.encoding), int(msg.step))
+
+
+def image_msg_to_rgb(msg) -> np.ndarray:
+    """``sensor_msgs/Image`` or ``CompressedImage`` -> [H, W, 3] uint8 RGB (ImageError when it cannot)."""
+    if is_compressed(msg):
+        return compressed_to_rgb(msg.data)
+    return image_to_rgb(msg.data, int(msg.height), int(msg.width), str(msg.encoding), int(msg.step))
+
+
+# ----------------------------------------------------------------------------- the tracker
+@dataclass(frozen=True)
+class InputSettings:
+    """The planner node's input parameters (same names, same defaults as ``config/planner.yaml``)."""
+
+    odometry_timeout_s: float = 0.5             # no odometry within this of the image stamp: skip
+    acceleration_time_constant_s: float = 0.5   # low-pass on differentiated velocity (0 = unfiltered)
+    default_command: str | None = "straight"    # no command and no usable route; None = skip the frame
+    route: RouteCommandSettings = field(default_factory=RouteCommandSettings)
+
+    def __post_init__(self):
+        if self.default_command is not None and self.default_command not in COMMANDS:
+            raise ValueError(f"default_command: {self.default_command!r} is not one of {', '.join(COMMANDS)}")
+        if not self.odometry_timeout_s > 0:
+            raise ValueError(f"odometry_timeout_s: must be > 0, got {self.odometry_timeout_s!r}")
+        if not self.acceleration_time_constant_s >= 0:
+            raise ValueError(f"acceleration_time_constant_s: must be >= 0, got {self.acceleration_time_constant_s!r}")
+
+
+@dataclass(frozen=True)
+class FrameInputs:
+    stamp_ns: int                 # the image stamp
+    ego: EgoState                 # what the prompt gets (ego frame)
+    command: str                  # left | straight | right
+    command_source: str           # "command" | "route" | "default"
+    odometry: EgoSample           # the ego state at the stamp (pose in the odometry frame)
+
+
+# command strings that clear an earlier command, so the route decides again (the node's convention)
+ROUTE_COMMANDS = ("", "auto", "route")
+
+
+class FrameInputTracker:
+    """Stores the newest inputs and answers "what does the policy get for an image at stamp t".
+
+    Odometry must arrive in stamp order: a sample not newer than the newest is an
+    :class:`InputSkip` and changes nothing. Routes and commands are taken as received.
+    ``max_samples`` bounds the odometry history (the offline evaluator keeps all of it).
+    """
+
+    def __init__(self, settings: InputSettings | None = None, max_samples: int = 400):
+        self.settings = settings or InputSettings()
+        self.max_samples = max_samples
+        self.reset()
+
+    def reset(self) -> None:
+        self.history = EgoHistory(self.max_samples)
+        self._estimator = AccelerationEstimator(self.settings.acceleration_time_constant_s)
+        self._newest_ns: int | None = None
+        self.odometry_frame = ""
+        self.route_xy: np.ndarray | None = None
+        self.route_frame = ""
+        self.command: str | None = None
+
+    # -- inputs
+    def on_odometry(self, msg) -> EgoSample:
+        t_ns = stamp_ns(msg.header.stamp)
+        p, q = msg.pose.pose.position, msg.pose.pose.orientation
+        x, y, yaw = ego_pose_from_odometry(msg)
+        vx, vy, yaw_rate = ego_twist_from_odometry(msg)
+        if not all(math.isfinite(float(v)) for v in (p.x, p.y, q.x, q.y, q.z, q.w, vx, vy, yaw_rate)):
+            raise InputSkip(BAD_ODOMETRY, f"non-finite pose or twist at stamp {t_ns} ns")
+        if q.x == q.y == q.z == q.w == 0.0:
+            raise InputSkip(BAD_ODOMETRY, f"zero quaternion at stamp {t_ns} ns")
+        if self._newest_ns is not None and t_ns <= self._newest_ns:
+            kind = "repeats" if t_ns == self._newest_ns else "is older than"
+            raise InputSkip(ODOMETRY_OUT_OF_ORDER, f"stamp {t_ns} ns {kind} the newest odometry ({self._newest_ns} ns)")
+        t_s = t_ns / NS_PER_S          # as the node computes it, so interpolation weights agree to the bit
+        ax, ay = self._estimator.update(t_s, vx, vy, yaw_rate)
+        sample = EgoSample(t_s, x, y, yaw, vx, vy, ax, ay)
+        self.history.add(sample)
+        self._newest_ns = t_ns
+        self.odometry_frame = str(msg.header.frame_id)
+        return sample
+
+    def on_route(self, msg) -> None:
+        points = route_points_from_path(msg)
+        if not np.isfinite(points).all():
+            raise InputSkip(BAD_ROUTE, f"route with non-finite points ({len(points)} points)")
+        self.route_xy, self.route_frame = points, str(msg.header.frame_id)
+
+    def on_command(self, msg_or_text) -> str | None:
+        text = str(getattr(msg_or_text, "data", msg_or_text)).strip()
+        if text.lower() in ROUTE_COMMANDS:
+            self.command = None
+            return None
+        try:
+            self.command = command_from_road_option(text)
+        except ValueError as exc:
+            raise InputSkip(BAD_COMMAND, f"{exc}; keeping the previous command") from None
+        return self.command
+
+    # -- per frame
+    def odometry_at(self, t_ns: int) -> EgoSample:
+        """The ego state at ``t_ns`` (InputSkip when no odometry is within ``odometry_timeout_s``)."""
+        if len(self.history) == 0:
+            raise InputSkip(NO_ODOMETRY, "no odometry received yet")
+        sample = self.history.at(t_ns / NS_PER_S, self.settings.odometry_timeout_s)
+        if sample is None:
+            raise InputSkip(STALE_ODOMETRY, f"no odometry within odometry_timeout_s "
+                                            f"{self.settings.odometry_timeout_s} of the image stamp {t_ns} ns")
+        return sample
+
+    def command_for(self, sample: EgoSample) -> tuple[str, str]:
+        """(command, source): the command topic, else the route, else the default (else InputSkip)."""
+        if self.command is not None:
+            return self.command, "command"
+        reason = (NO_COMMAND, "no command received, no route and no default command")
+        if self.route_xy is not None:
+            if self.route_frame and self.odometry_frame and self.route_frame != self.odometry_frame:
+                reason = (ROUTE_FRAME_MISMATCH, f"route frame {self.route_frame!r} != odometry frame "
+                                                f"{self.odometry_frame!r}")
+            else:
+                command = command_from_route(self.route_xy, (sample.x, sample.y), sample.yaw, self.settings.route)
+                if command is not None:
+                    return command, "route"
+                reason = (OFF_ROUTE, f"the ego is more than {self.settings.route.max_distance_m} m from the route")
+        if self.settings.default_command is not None:
+            return self.settings.default_command, "default"
+        raise InputSkip(*reason)
+
+    def inputs_at(self, t_ns: int) -> FrameInputs:
+        sample = self.odometry_at(t_ns)
+        command, source = self.command_for(sample)
+        ego = EgoState(velocity=(sample.vx, sample.vy), acceleration=(sample.ax, sample.ay))
+        return FrameInputs(stamp_ns=t_ns, ego=ego, command=command, command_source=source, odometry=sample)

@@ -1,0 +1,162 @@
+"""Open-loop planning metrics over evaluated frames.
+
+Per frame, ``e_k = || predicted_k - recorded_k ||`` for the 8 waypoints (k = 1 .. 8 at
+0.5 s steps, metres, ego frame). Over the frames with a valid (parsed) plan:
+
+- **L2 at t** (UniAD / VAD convention, ``l2_at_t``): the mean over frames of ``e_k`` at
+  ``t = 0.5 k``;
+- **L2 averaged up to t** (ST-P3 convention, ``l2_avg_to_t``): the mean over frames of
+  ``mean(e_1 .. e_k)``;
+- **ADE** = mean of all ``e_k`` (= ST-P3 L2 at 4 s), **FDE** = mean ``e_8`` (= L2 at 4 s);
+- the **per-waypoint mean error** ``mean_frames(e_k)`` (the paper's exposure-bias curve).
+
+The constant-velocity baseline (the ego keeps its input velocity) is scored on exactly the
+frames the model is scored on, and separately on every evaluated frame. Parse failures,
+decode statistics and latencies count every evaluated frame. Percentiles are numpy's
+linear-interpolation percentiles.
+
+    summary = summarize(frames)          # frames: list[FrameResult]
+    summary["overall"]["model"]["l2_at_t"]["4s"]
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..outputs.prompts import COMMANDS
+from ..policy import NUM_WAYPOINTS, WAYPOINT_DT_S
+
+HORIZONS_S = (1.0, 2.0, 3.0, 4.0)
+CONVENTIONS = {
+    "l2_at_t": "UniAD/VAD convention: L2 error of the waypoint at time t, averaged over frames",
+    "l2_avg_to_t": "ST-P3 convention: L2 error averaged over the waypoints up to time t (0.5 s steps), "
+                   "then over frames",
+}
+LATENCY_PERCENTILES = (50, 90, 99)
+
+
+@dataclass
+class FrameResult:
+    """One evaluated camera frame (the policy ran on it)."""
+
+    bag: str
+    index: int                          # position of the image on its topic in the bag
+    stamp_ns: int                       # image header stamp
+    bag_time_ns: int                    # when the bag recorded the image
+    command: str
+    command_source: str                 # command | route | default
+    velocity: tuple[float, float]       # ego frame input, m/s
+    acceleration: tuple[float, float]   # ego frame input, m/s^2
+    ground_truth: np.ndarray            # [8, 2] recorded future, ego frame
+    baseline: np.ndarray                # [8, 2] constant-velocity prediction
+    valid: bool
+    invalid_reason: str = ""
+    raw_text: str = ""
+    predicted: np.ndarray | None = None  # [8, 2] when valid
+    stats: dict[str, Any] = field(default_factory=dict)   # forwards, tokens, denoise_steps, ... per frame
+    latency_ms: float = float("nan")
+
+    @property
+    def errors(self) -> np.ndarray | None:
+        return None if self.predicted is None else waypoint_errors(self.predicted, self.ground_truth)
+
+    @property
+    def baseline_errors(self) -> np.ndarray:
+        return waypoint_errors(self.baseline, self.ground_truth)
+
+    def as_record(self) -> dict[str, Any]:
+        def pts(a):
+            return None if a is None else np.asarray(a, dtype=float).round(6).tolist()
+
+        errors = self.errors
+        return {"bag": self.bag, "index": self.index, "stamp_ns": self.stamp_ns, "bag_time_ns": self.bag_time_ns,
+                "command": self.command, "command_source": self.command_source,
+                "velocity": list(self.velocity), "acceleration": list(self.acceleration),
+                "valid": self.valid, "invalid_reason": self.invalid_reason, "raw_text": self.raw_text,
+                "predicted": pts(self.predicted), "ground_truth": pts(self.ground_truth),
+                "baseline": pts(self.baseline), "errors": pts(errors), "baseline_errors": pts(self.baseline_errors),
+                "stats": self.stats, "latency_ms": self.latency_ms}
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> "FrameResult":
+        def arr(v):
+            return None if v is None else np.asarray(v, dtype=np.float64)
+
+        return cls(bag=r["bag"], index=r["index"], stamp_ns=r["stamp_ns"], bag_time_ns=r["bag_time_ns"],
+                   command=r["command"], command_source=r["command_source"], velocity=tuple(r["velocity"]),
+                   acceleration=tuple(r["acceleration"]), ground_truth=arr(r["ground_truth"]),
+                   baseline=arr(r["baseline"]), valid=r["valid"], invalid_reason=r["invalid_reason"],
+                   raw_text=r["raw_text"], predicted=arr(r["predicted"]), stats=r["stats"],
+                   latency_ms=r["latency_ms"])
+
+
+def waypoint_errors(predicted: np.ndarray, ground_truth: np.ndarray) -> np.ndarray:
+    """[8] Euclidean error per waypoint, metres."""
+    return np.hypot(*(np.asarray(predicted, np.float64) - np.asarray(ground_truth, np.float64)).reshape(-1, 2).T)
+
+
+def horizon_key(h: float) -> str:
+    return f"{h:g}s"
+
+
+def trajectory_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[str, Any]:
+    """L2 in both conventions, ADE, FDE and the per-waypoint curve from [frames, 8] errors."""
+    e = np.asarray(errors, dtype=np.float64).reshape(-1, NUM_WAYPOINTS)
+    if len(e) == 0:
+        none = {horizon_key(h): None for h in HORIZONS_S}
+        return {"frames": 0, "l2_at_t": dict(none), "l2_avg_to_t": dict(none), "l2_at_t_mean_1_3s": None,
+                "l2_avg_to_t_mean_1_3s": None, "ade": None, "fde": None, "per_waypoint": [None] * NUM_WAYPOINTS}
+    at_t, avg_to_t = {}, {}
+    for h in HORIZONS_S:
+        k = int(round(h / WAYPOINT_DT_S))
+        at_t[horizon_key(h)] = float(e[:, k - 1].mean())
+        avg_to_t[horizon_key(h)] = float(e[:, :k].mean(axis=1).mean())
+    first3 = [horizon_key(h) for h in HORIZONS_S if h <= 3.0]
+    return {"frames": int(len(e)), "l2_at_t": at_t, "l2_avg_to_t": avg_to_t,
+            "l2_at_t_mean_1_3s": float(np.mean([at_t[k] for k in first3])),
+            "l2_avg_to_t_mean_1_3s": float(np.mean([avg_to_t[k] for k in first3])),
+            "ade": float(e.mean()), "fde": float(e[:, -1].mean()),
+            "per_waypoint": [float(v) for v in e.mean(axis=0)]}
+
+
+def distribution(values: Iterable[float], percentiles: Sequence[int] = LATENCY_PERCENTILES) -> dict[str, Any]:
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
+    if len(v) == 0:
+        return {"count": 0, "mean": None, **{f"p{p}": None for p in percentiles}, "max": None}
+    return {"count": int(len(v)), "mean": float(v.mean()),
+            **{f"p{p}": float(np.percentile(v, p)) for p in percentiles}, "max": float(v.max())}
+
+
+def group_summary(frames: Sequence[FrameResult]) -> dict[str, Any]:
+    valid = [f for f in frames if f.valid and f.predicted is not None]
+    n, n_valid = len(frames), len(valid)
+    forwards = [f.stats.get("forwards") for f in frames if f.stats.get("forwards") is not None]
+    tokens = [f.stats.get("tokens") for f in frames if f.stats.get("tokens") is not None]
+    steps = [f.stats.get("denoise_steps") for f in frames if f.stats.get("denoise_steps") is not None]
+    return {
+        "frames": n,
+        "valid": n_valid,
+        "parse_failures": n - n_valid,
+        "parse_failure_rate": (n - n_valid) / n if n else None,
+        "invalid_reasons": dict(Counter(f.invalid_reason.split(":", 1)[0] or "unknown"
+                                        for f in frames if not f.valid).most_common()),
+        "model": trajectory_metrics([f.errors for f in valid]),
+        "constant_velocity": trajectory_metrics([f.baseline_errors for f in valid]),
+        "constant_velocity_all_frames": trajectory_metrics([f.baseline_errors for f in frames]),
+        "decode": {
+            "forwards_per_frame": distribution(forwards, (50,)),
+            "tokens_per_frame": distribution(tokens, (50,)),
+            "denoise_steps_per_frame": distribution(steps, (50,)),
+            "tokens_per_forward": (float(sum(tokens)) / sum(forwards)) if forwards and sum(forwards) else None,
+        },
+        "latency_ms": distribution(f.latency_ms for f in frames),
+    }
+
+
+def summarize(frames: Sequence[FrameResult]) -> dict[str, Any]:
+    """``{"overall": ..., "per_command": {left, straight, right}}`` of :func:`group_summary`."""
+    return {"overall": group_summary(frames),
+            "per_command": {c: group_summary([f for f in frames if f.command == c]) for c in COMMANDS}}

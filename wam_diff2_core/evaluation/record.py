@@ -1,0 +1,118 @@
+"""Write evaluated predictions into a rosbag2 bag (the package's messages + nav_msgs/Path).
+
+Each evaluated frame becomes, stamped with the frame's image stamp and logged at the time the
+input bag recorded the image (so it plays back in step with the inputs):
+
+- ``<prefix>/trajectory``  ``wam_diff2_ros/msg/Trajectory`` (waypoints, command, validity, raw
+  text, decode statistics), ego frame - what the planner node publishes on ``~/output/trajectory``;
+- ``<prefix>/path``  ``nav_msgs/Path`` in the ego frame (valid plans only);
+- ``<prefix>/path_odom``  ``nav_msgs/Path`` in the odometry frame, placed with the recorded ego
+  pose at the image stamp (valid plans only);
+- ``<prefix>/ground_truth/path``  the recorded future, ``nav_msgs/Path`` in the ego frame.
+
+The bag is written to a hidden sibling folder and renamed into place when complete.
+
+    record_predictions("preds_bag", run, storage="mcap")
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..geometry import ego_to_world, path_headings, quaternion_from_yaw
+from ..policy import WAYPOINT_DT_S
+from .bag import BagError, default_typestore, write_bag
+from .ground_truth import WAYPOINT_OFFSETS_NS
+from .metrics import FrameResult
+
+DEFAULT_PREFIX = "/wam_diff2"
+TRAJECTORY_TYPE = "wam_diff2_ros/msg/Trajectory"
+PATH_TYPE = "nav_msgs/msg/Path"
+
+
+def _time(types, t_ns: int):
+    return types["builtin_interfaces/msg/Time"](sec=int(t_ns // 1_000_000_000), nanosec=int(t_ns % 1_000_000_000))
+
+
+def _header(types, t_ns: int, frame_id: str):
+    return types["std_msgs/msg/Header"](stamp=_time(types, t_ns), frame_id=frame_id)
+
+
+def trajectory_message(types, frame: FrameResult, ego_frame: str):
+    """A ``Trajectory`` message (rosbags class) for one evaluated frame."""
+    points = []
+    if frame.valid and frame.predicted is not None:
+        for dt_ns, (x, y) in zip(WAYPOINT_OFFSETS_NS, frame.predicted):
+            duration = types["builtin_interfaces/msg/Duration"](sec=int(dt_ns // 1_000_000_000),
+                                                                nanosec=int(dt_ns % 1_000_000_000))
+            points.append(types["wam_diff2_ros/msg/TrajectoryPoint"](time_from_start=duration, x=float(x), y=float(y)))
+    s = frame.stats
+    stats = types["wam_diff2_ros/msg/DecodeStats"](
+        block_size=int(s.get("block_size", 0)), forwards=int(s.get("forwards", 0)),
+        denoise_steps=int(s.get("denoise_steps", 0)), blocks=int(s.get("blocks", 0)), tokens=int(s.get("tokens", 0)),
+        prefill_ms=float(s.get("prefill_ms", 0.0)), denoise_ms=float(s.get("denoise_ms", 0.0)),
+        commit_ms=float(s.get("commit_ms", 0.0)), latency_ms=float(frame.latency_ms))
+    return types[TRAJECTORY_TYPE](header=_header(types, frame.stamp_ns, ego_frame), points=points,
+                                  command=frame.command, valid=bool(frame.valid),
+                                  invalid_reason=frame.invalid_reason, raw_text=frame.raw_text, stats=stats)
+
+
+def path_message(types, t0_ns: int, points_xy: np.ndarray, frame_id: str, start_yaw: float = 0.0,
+                 origin_xy=(0.0, 0.0)):
+    """``nav_msgs/Path``: pose k stamped t0 + k * 0.5 s, oriented along the path."""
+    pts = np.asarray(points_xy, dtype=np.float64).reshape(-1, 2)
+    headings = path_headings(pts - np.asarray(origin_xy), start_yaw)   # direction from the previous point
+    poses = []
+    for k, ((x, y), yaw) in enumerate(zip(pts, headings), start=1):
+        qx, qy, qz, qw = quaternion_from_yaw(float(yaw))
+        pose = types["geometry_msgs/msg/Pose"](position=types["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=0.0),
+                                               orientation=types["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw))
+        stamp = t0_ns + int(round(k * WAYPOINT_DT_S * 1e9))
+        poses.append(types["geometry_msgs/msg/PoseStamped"](header=_header(types, stamp, frame_id), pose=pose))
+    return types[PATH_TYPE](header=_header(types, t0_ns, frame_id), poses=poses)
+
+
+def record_predictions(out_path: str | Path, frames: list[FrameResult], trajectory=None, *, odometry_frame: str = "",
+                       storage: str = "mcap", ego_frame: str = "base_link", prefix: str = DEFAULT_PREFIX,
+                       overwrite: bool = False) -> Path:
+    """Write ``frames`` (one bag's evaluated frames) as a new bag at ``out_path``, atomically.
+
+    ``trajectory``: the bag's :class:`EgoTrajectory`, for the odometry-frame path (skipped when None).
+    """
+    out = Path(out_path)
+    if out.exists() and not overwrite:
+        raise BagError(f"--record: {out} already exists")
+    store = default_typestore()
+    types = store.types
+    topics = {f"{prefix}/trajectory": TRAJECTORY_TYPE, f"{prefix}/path": PATH_TYPE,
+              f"{prefix}/ground_truth/path": PATH_TYPE}
+    if trajectory is not None:
+        topics[f"{prefix}/path_odom"] = PATH_TYPE
+
+    def messages() -> Iterator[tuple[str, int, Any]]:
+        for f in sorted(frames, key=lambda f: (f.bag_time_ns, f.stamp_ns)):
+            yield f"{prefix}/trajectory", f.bag_time_ns, trajectory_message(types, f, ego_frame)
+            if f.valid and f.predicted is not None:
+                yield f"{prefix}/path", f.bag_time_ns, path_message(types, f.stamp_ns, f.predicted, ego_frame)
+                if trajectory is not None:
+                    xy, yaw = trajectory.pose_at(f.stamp_ns)
+                    world = ego_to_world(f.predicted, xy, yaw)
+                    yield (f"{prefix}/path_odom", f.bag_time_ns,
+                           path_message(types, f.stamp_ns, world, odometry_frame or "odom", yaw, xy))
+            yield (f"{prefix}/ground_truth/path", f.bag_time_ns,
+                   path_message(types, f.stamp_ns, f.ground_truth, ego_frame))
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        write_bag(tmp / out.name, topics, messages(), storage=storage, typestore=store)
+        if out.exists():
+            shutil.rmtree(out)
+        (tmp / out.name).rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

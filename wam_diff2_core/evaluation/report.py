@@ -1,0 +1,359 @@
+"""The evaluation report: ``metrics.json``, ``frames.jsonl``, ``report.md`` and plots, written atomically.
+
+A run folder appears complete or not at all: everything is written into a hidden sibling
+folder that is renamed to ``--out`` at the end (an interrupted run leaves only a
+``.NAME.partial-*`` folder, never a ``metrics.json``). ``metrics.json`` carries
+``"complete": true`` as its last key.
+
+    write_run_report("out/", run, model={"path": "ckpt"}, command="wam-diff2 eval-bag ...")
+    compare_runs("out_ar/", "out_b32/", "out_compare/")
+"""
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..config import ConfigError
+from ..outputs.prompts import COMMANDS
+from ..policy import NUM_WAYPOINTS, WAYPOINT_DT_S
+from ..utils.atomic import atomic_directory
+from .metrics import CONVENTIONS, HORIZONS_S, FrameResult, horizon_key, summarize, trajectory_metrics
+
+FORMAT = "wam-diff2-eval-bag/1"
+PLOTS = {"per_waypoint": "per_waypoint_error.png", "bev": "bev_samples.png", "histogram": "error_histogram.png"}
+WAYPOINT_TIMES_S = [round((k + 1) * WAYPOINT_DT_S, 3) for k in range(NUM_WAYPOINTS)]
+
+
+# ----------------------------------------------------------------------------- metrics.json
+def build_metrics(run, *, model: dict[str, Any], command: str = "", label: str = "",
+                  record: str | None = None) -> dict[str, Any]:
+    summary = summarize(run.frames)
+    return {
+        "format": FORMAT,
+        "label": label,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "model": model,
+        "settings": run.settings.as_dict(),
+        "conventions": CONVENTIONS,
+        "horizons_s": list(HORIZONS_S),
+        "waypoint_times_s": WAYPOINT_TIMES_S,
+        "bags": [{"bag": b.plan.bag, "counts": b.counts(), "camera": b.plan.camera,
+                  "odometry_frame": b.plan.odometry_frame} for b in run.bags],
+        "counts": run.counts(),
+        "record": record,
+        **summary,
+        "complete": True,
+    }
+
+
+def write_run_report(out_dir: str | Path, run, *, model: dict[str, Any], command: str = "", label: str = "",
+                     record: str | None = None, overwrite: bool = False, bev_samples: int = 6) -> dict[str, Any]:
+    """Write the whole run folder atomically; returns the metrics dict."""
+    metrics = build_metrics(run, model=model, command=command, label=label, record=record)
+    frames = run.frames
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        (tmp / "frames.jsonl").write_text("".join(json.dumps(f.as_record()) + "\n" for f in frames))
+        plot_per_waypoint({label or "model": metrics}, tmp / PLOTS["per_waypoint"], baseline=True)
+        plot_bev_samples(frames, tmp / PLOTS["bev"], bev_samples)
+        plot_error_histogram(frames, tmp / PLOTS["histogram"])
+        (tmp / "report.md").write_text(render_markdown(metrics))
+        # metrics.json last: its presence (with "complete": true) marks a finished run
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
+    return metrics
+
+
+# ----------------------------------------------------------------------------- report.md
+def _f(v, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f} %"
+
+
+def _l2_table(rows: Sequence[tuple[str, dict[str, Any]]], key: str) -> list[str]:
+    hs = [horizon_key(h) for h in HORIZONS_S]
+    lines = ["| | frames | " + " | ".join(f"L2 {h}" for h in hs) + " | mean 1-3 s | ADE | FDE |",
+             "|---|---:|" + "---:|" * len(hs) + "---:|---:|---:|"]
+    for name, m in rows:
+        lines.append(f"| {name} | {m['frames']} | " + " | ".join(_f(m[key][h]) for h in hs)
+                     + f" | {_f(m[key + '_mean_1_3s'])} | {_f(m['ade'])} | {_f(m['fde'])} |")
+    return lines
+
+
+def render_markdown(m: dict[str, Any]) -> str:
+    o, counts = m["overall"], m["counts"]
+    title = f"# Open-loop evaluation{': ' + m['label'] if m.get('label') else ''}"
+    model = m["model"]
+    decoding = model.get("decoding") or {}
+    lines = [title, "",
+             f"- model: `{model.get('path', '?')}`" + (f" (block size {decoding.get('block_size')}, "
+                                                      f"threshold {decoding.get('confidence_threshold')}, "
+                                                      f"max {decoding.get('max_new_tokens')} tokens)" if decoding else ""),
+             *[f"- bag: `{b['bag']['path']}` ({b['bag']['storage']}, {b['bag']['duration_s']:.1f} s, "
+               f"odometry frame `{b['odometry_frame'] or '?'}`)" for b in m["bags"]],
+             f"- created {m['created']}" + (f" by `{m['command']}`" if m.get("command") else ""), "",
+             "## Frames", "",
+             "| camera frames | not selected (every N / max) | skipped | excluded: < 4 s recorded future | evaluated | valid plans |",
+             "|---:|---:|---:|---:|---:|---:|",
+             f"| {counts['images']} | {counts['not_selected']} | {sum(counts['skipped'].values())} | "
+             f"{sum(counts['excluded_no_future'].values())} | {counts['evaluated']} | {counts['valid']} |", ""]
+    if counts["skipped"]:
+        lines += ["Skipped: " + ", ".join(f"{k} {v}" for k, v in counts["skipped"].items()) + ".", ""]
+    if counts["excluded_no_future"]:
+        lines += ["Excluded: " + ", ".join(f"{k} {v}" for k, v in counts["excluded_no_future"].items()) + ".", ""]
+    lines += [f"Parse failures: {o['parse_failures']} of {o['frames']} ({_pct(o['parse_failure_rate'])})"
+              + (": " + ", ".join(f"{k} {v}" for k, v in o["invalid_reasons"].items()) if o["invalid_reasons"] else "")
+              + ". L2 is scored on the frames with a valid plan only; the constant-velocity baseline (the ego keeps "
+              "its input velocity) on the same frames, and on all evaluated frames for reference.", ""]
+    rows = [("model", o["model"]), ("constant velocity (same frames)", o["constant_velocity"]),
+            ("constant velocity (all evaluated)", o["constant_velocity_all_frames"])]
+    lines += ["## L2 at t (UniAD / VAD convention)", "", CONVENTIONS["l2_at_t"] + ". Metres.", "",
+              *_l2_table(rows, "l2_at_t"), "",
+              "## L2 averaged up to t (ST-P3 convention)", "", CONVENTIONS["l2_avg_to_t"] + ". Metres.", "",
+              *_l2_table(rows, "l2_avg_to_t"), "",
+              "## Per command (L2 at t, UniAD / VAD convention)", "",
+              "| command | frames | valid | parse failures | model L2 1s | 2s | 3s | 4s | ADE | FDE | CV L2 4s |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in COMMANDS:
+        g = m["per_command"][c]
+        at = g["model"]["l2_at_t"]
+        lines.append(f"| {c} | {g['frames']} | {g['valid']} | {_pct(g['parse_failure_rate'])} | "
+                     + " | ".join(_f(at[horizon_key(h)]) for h in HORIZONS_S)
+                     + f" | {_f(g['model']['ade'])} | {_f(g['model']['fde'])} | "
+                       f"{_f(g['constant_velocity']['l2_at_t'][horizon_key(HORIZONS_S[-1])])} |")
+    pw, cv = o["model"]["per_waypoint"], o["constant_velocity"]["per_waypoint"]
+    lines += ["", "## Per-waypoint mean error", "",
+              "| t (s) | " + " | ".join(f"{t:g}" for t in WAYPOINT_TIMES_S) + " |",
+              "|---|" + "---:|" * NUM_WAYPOINTS,
+              "| model | " + " | ".join(_f(v) for v in pw) + " |",
+              "| constant velocity | " + " | ".join(_f(v) for v in cv) + " |", "",
+              f"![per-waypoint error]({PLOTS['per_waypoint']})", ""]
+    d, lat = o["decode"], o["latency_ms"]
+    lines += ["## Decoding and latency", "",
+              "| forwards / frame (mean, median) | tokens / frame (mean, median) | tokens / forward | "
+              "latency ms mean | p50 | p90 | p99 | max |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|",
+              f"| {_f(d['forwards_per_frame']['mean'], 1)}, {_f(d['forwards_per_frame']['p50'], 1)} | "
+              f"{_f(d['tokens_per_frame']['mean'], 1)}, {_f(d['tokens_per_frame']['p50'], 1)} | "
+              f"{_f(d['tokens_per_forward'], 2)} | {_f(lat['mean'], 1)} | {_f(lat['p50'], 1)} | {_f(lat['p90'], 1)} | "
+              f"{_f(lat['p99'], 1)} | {_f(lat['max'], 1)} |", "",
+              "Latency is the whole `policy.step` call (image preprocessing, decoding, parsing) on "
+              f"`{model.get('device', '?')}`.", "",
+              f"![bird's-eye view of sample frames]({PLOTS['bev']})", "",
+              f"![error histogram]({PLOTS['histogram']})", ""]
+    if m.get("record"):
+        lines += [f"Predictions recorded to `{m['record']}`.", ""]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- plots
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path, baseline: bool = True) -> None:
+    """Mean error per waypoint (the exposure-bias curve) for each run, with the CV baseline."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    t = WAYPOINT_TIMES_S
+    for name, m in runs.items():
+        curve = m["overall"]["model"]["per_waypoint"]
+        if curve[0] is not None:
+            ax.plot(t, curve, marker="o", label=f"{name} ({m['overall']['valid']} frames)")
+    if baseline:
+        for name, m in runs.items():
+            curve = m["overall"]["constant_velocity"]["per_waypoint"]
+            if curve[0] is not None:
+                ax.plot(t, curve, linestyle="--", color="grey",
+                        label="constant velocity" + (f" ({name} frames)" if len(runs) > 1 else ""))
+                if len(runs) == 1:
+                    break
+    ax.set_xlabel("time ahead (s)")
+    ax.set_ylabel("mean L2 error (m)")
+    ax.set_title("Per-waypoint mean error")
+    ax.set_xticks(t)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no valid plans to score", ha="center", va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def sample_frames(frames: Sequence[FrameResult], n: int) -> list[FrameResult]:
+    """Up to ``n`` frames spread evenly over the run (valid plans preferred)."""
+    pool = [f for f in frames if f.valid] or list(frames)
+    if len(pool) <= n:
+        return list(pool)
+    return [pool[i] for i in np.linspace(0, len(pool) - 1, n).round().astype(int)]
+
+
+def plot_bev_samples(frames: Sequence[FrameResult], path: Path, n: int = 6) -> None:
+    """Bird's-eye view (ego frame: forward up, left to the left) of predicted vs recorded futures."""
+    plt = _pyplot()
+    chosen = sample_frames(frames, max(1, n))
+    first_ns = {}
+    for f in frames:
+        first_ns[f.bag] = min(first_ns.get(f.bag, f.stamp_ns), f.stamp_ns)
+    cols = min(3, max(1, len(chosen)))
+    rows = max(1, -(-len(chosen) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.6 * rows), dpi=100, squeeze=False)
+    for ax in axes.flat:
+        ax.set_axis_off()
+    for ax, f in zip(axes.flat, chosen):
+        ax.set_axis_on()
+        # plot (-y, x): forward is up, the ego's left is on the left
+        for pts, style, name in ((f.ground_truth, dict(color="black", marker="o"), "recorded"),
+                                 (f.baseline, dict(color="grey", linestyle="--", marker="."), "constant velocity"),
+                                 (f.predicted, dict(color="tab:green", marker="x"), "predicted")):
+            if pts is not None:
+                p = np.vstack([[0.0, 0.0], np.asarray(pts)])
+                ax.plot(-p[:, 1], p[:, 0], label=name, **style)
+        ax.plot([0], [0], marker="^", color="tab:red", markersize=9)
+        err = f.errors
+        state = f"L2@4s {err[-1]:.2f} m" if err is not None else "parse failure"
+        ax.set_title(f"+{(f.stamp_ns - first_ns[f.bag]) / 1e9:.2f} s ({f.stamp_ns / 1e9:.2f}), {f.command}\n{state}",
+                     fontsize=8)
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    if chosen:
+        axes.flat[0].legend(fontsize=7, loc="best")
+    else:
+        axes.flat[0].set_axis_on()
+        axes.flat[0].text(0.5, 0.5, "no evaluated frames", ha="center", va="center")
+    fig.suptitle("Predicted vs recorded future (ego frame, metres; forward is up)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_error_histogram(frames: Sequence[FrameResult], path: Path) -> None:
+    """Distribution of per-frame ADE and L2 at 4 s, model vs constant velocity on the same frames."""
+    plt = _pyplot()
+    valid = [f for f in frames if f.valid and f.predicted is not None]
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6), dpi=100)
+    for ax, (name, pick) in zip(axes, (("ADE (m)", lambda e: e.mean()), ("L2 at 4 s (m)", lambda e: e[-1]))):
+        model = [pick(f.errors) for f in valid]
+        cv = [pick(f.baseline_errors) for f in valid]
+        if model:
+            hi = max(max(model), max(cv), 1e-6)
+            bins = np.linspace(0.0, hi * 1.05, 21)
+            ax.hist(cv, bins=bins, alpha=0.5, color="grey", label="constant velocity")
+            ax.hist(model, bins=bins, alpha=0.6, color="tab:green", label="model")
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no valid plans to score", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel(name)
+        ax.set_ylabel("frames")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Per-frame errors over {len(valid)} frames with a valid plan", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- --compare
+def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[FrameResult]]:
+    """metrics.json and frames of a finished run; ConfigError when the folder is not one."""
+    d = Path(run_dir)
+    path = d / "metrics.json"
+    try:
+        metrics = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--compare: {d} is not a finished eval-bag run (no metrics.json)") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--compare: {path} cannot be read ({exc})") from None
+    if metrics.get("format") != FORMAT or not metrics.get("complete"):
+        raise ConfigError(f"--compare: {path} is not a complete {FORMAT} report")
+    try:
+        frames = [FrameResult.from_record(json.loads(line))
+                  for line in (d / "frames.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        raise ConfigError(f"--compare: {d / 'frames.jsonl'} cannot be read ({exc})") from None
+    return metrics, frames
+
+
+def _run_name(metrics: dict[str, Any], run_dir: Path) -> str:
+    if metrics.get("label"):
+        return metrics["label"]
+    block = (metrics.get("model", {}).get("decoding") or {}).get("block_size")
+    return f"{run_dir.name}" + (f" (B={block})" if block is not None else "")
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
+    """Side-by-side report of two runs, plus both scored on the frames where both have a valid plan."""
+    (ma, fa), (mb, fb) = load_run(run_a), load_run(run_b)
+    na, nb = _run_name(ma, Path(run_a)), _run_name(mb, Path(run_b))
+    if na == nb:
+        na, nb = f"A: {na}", f"B: {nb}"
+    key = lambda f: (Path(f.bag).name, f.stamp_ns)            # noqa: E731 - same bag copied elsewhere still pairs
+    valid_a = {key(f): f for f in fa if f.valid and f.predicted is not None}
+    valid_b = {key(f): f for f in fb if f.valid and f.predicted is not None}
+    common = sorted(set(valid_a) & set(valid_b))
+    paired = {
+        "frames": len(common),
+        na: trajectory_metrics([valid_a[k].errors for k in common]),
+        nb: trajectory_metrics([valid_b[k].errors for k in common]),
+        "constant_velocity": trajectory_metrics([valid_a[k].baseline_errors for k in common]),
+    }
+    result = {"format": FORMAT + "/compare", "runs": {na: str(run_a), nb: str(run_b)},
+              "conventions": CONVENTIONS, "overall": {na: ma["overall"], nb: mb["overall"]},
+              "per_command": {c: {na: ma["per_command"][c], nb: mb["per_command"][c]} for c in COMMANDS},
+              "common_valid_frames": paired, "complete": True}
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        plot_per_waypoint({na: ma, nb: mb}, tmp / "per_waypoint_compare.png", baseline=True)
+        (tmp / "compare.md").write_text(render_compare(result, na, nb, ma, mb))
+        (tmp / "compare.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    return result
+
+
+def render_compare(r: dict[str, Any], na: str, nb: str, ma: dict[str, Any], mb: dict[str, Any]) -> str:
+    hs = [horizon_key(h) for h in HORIZONS_S]
+
+    def row(label, fn):
+        return f"| {label} | {fn(ma)} | {fn(mb)} |"
+
+    o = lambda m: m["overall"]   # noqa: E731
+    lines = [f"# Comparison: {na} vs {nb}", "", f"- {na}: `{r['runs'][na]}`", f"- {nb}: `{r['runs'][nb]}`", "",
+             "## Side by side (each on its own valid frames)", "", f"| | {na} | {nb} |", "|---|---:|---:|",
+             row("frames evaluated", lambda m: o(m)["frames"]),
+             row("valid plans", lambda m: o(m)["valid"]),
+             row("parse failure rate", lambda m: _pct(o(m)["parse_failure_rate"]))]
+    for h in hs:
+        lines.append(row(f"L2 at {h} (UniAD/VAD)", lambda m, h=h: _f(o(m)["model"]["l2_at_t"][h])))
+    for h in hs:
+        lines.append(row(f"L2 avg to {h} (ST-P3)", lambda m, h=h: _f(o(m)["model"]["l2_avg_to_t"][h])))
+    lines += [row("ADE", lambda m: _f(o(m)["model"]["ade"])), row("FDE", lambda m: _f(o(m)["model"]["fde"])),
+              row("CV baseline L2 at 4s (same frames)",
+                  lambda m: _f(o(m)["constant_velocity"]["l2_at_t"][hs[-1]])),
+              row("forwards / frame", lambda m: _f(o(m)["decode"]["forwards_per_frame"]["mean"], 1)),
+              row("tokens / frame", lambda m: _f(o(m)["decode"]["tokens_per_frame"]["mean"], 1)),
+              row("tokens / forward", lambda m: _f(o(m)["decode"]["tokens_per_forward"], 2)),
+              row("latency p50 (ms)", lambda m: _f(o(m)["latency_ms"]["p50"], 1)),
+              row("latency p90 (ms)", lambda m: _f(o(m)["latency_ms"]["p90"], 1))]
+    for c in COMMANDS:
+        lines.append(row(f"{c}: L2 at 4s (frames)", lambda m, c=c: f"{_f(m['per_command'][c]['model']['l2_at_t'][hs[-1]])} "
+                                                                   f"({m['per_command'][c]['valid']})"))
+    p = r["common_valid_frames"]
+    lines += ["", f"## On the {p['frames']} frames where both have a valid plan", "",
+              f"| | {na} | {nb} | constant velocity |", "|---|---:|---:|---:|"]
+    for conv, label in (("l2_at_t", "L2 at"), ("l2_avg_to_t", "L2 avg to")):
+        for h in hs:
+            lines.append(f"| {label} {h} | {_f(p[na][conv][h])} | {_f(p[nb][conv][h])} | "
+                         f"{_f(p['constant_velocity'][conv][h])} |")
+    lines += [f"| ADE | {_f(p[na]['ade'])} | {_f(p[nb]['ade'])} | {_f(p['constant_velocity']['ade'])} |",
+              "", "L2 at t: " + CONVENTIONS["l2_at_t"] + ". L2 avg to t: " + CONVENTIONS["l2_avg_to_t"] + ".", "",
+              "![per-waypoint error](per_waypoint_compare.png)", ""]
+    return "\n".join(lines)

@@ -1,0 +1,350 @@
+"""The bag evaluation loop: index a bag, pick the frames, run the policy, score against the recording.
+
+Pass 1 (cheap, no pixels decoded) reads the odometry, route, command and image headers and
+decides for every camera frame whether it is evaluated, and if not why (every-N-th thinning,
+bad stamps, missing inputs, no 4 s of recorded future). Pass 2 decodes the chosen images and
+calls ``policy.step`` - the same call the planner node makes - with the inputs
+:class:`~wam_diff2_core.evaluation.inputs.FrameInputTracker` derived.
+
+    run = evaluate_bags(["run.mcap"], policy, EvalSettings(topics=BagTopics.carla("ego_vehicle")))
+    summarize(run.frames)["overall"]["model"]["l2_at_t"]
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..images import ImageError
+from ..policy import NUM_WAYPOINTS
+from .bag import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag, BagError,
+                  BagTopics, Undecodable)
+from .ground_truth import EgoTrajectory, NoFuture, constant_velocity_waypoints, is_finite_waypoints
+from .inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
+                     stamp_ns)
+from .metrics import FrameResult
+
+log = logging.getLogger(__name__)
+
+# frame skip codes of the runner (besides InputSkip / NoFuture / ImageError codes)
+UNDECODABLE = "undecodable_message"
+ZERO_STAMP = "zero_stamp"
+DUPLICATE_STAMP = "duplicate_stamp"
+TIME_BACKWARDS = "time_backwards"
+POLICY_REJECTED = "policy_rejected"
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    topics: BagTopics = field(default_factory=BagTopics.carla)
+    inputs: InputSettings = field(default_factory=InputSettings)
+    every: int = 1                      # evaluate every N-th camera frame (after dropping bad stamps)
+    max_frames: int | None = None       # per bag, after thinning; None = all
+    max_gap_s: float = 0.5              # longest odometry gap interpolated over for the ground truth
+    max_backward_jump_s: float = 1.0    # a stamp further back than this is a second run in one bag: an error
+    required: frozenset[str] = frozenset()   # optional topic roles the user named, so they must be present
+
+    def __post_init__(self):
+        if self.every < 1:
+            raise ValueError(f"every: must be >= 1, got {self.every}")
+        if self.max_frames is not None and self.max_frames < 1:
+            raise ValueError(f"max_frames: must be >= 1, got {self.max_frames}")
+
+    def as_dict(self) -> dict[str, Any]:
+        i = self.inputs
+        return {"topics": self.topics.as_dict(), "every": self.every, "max_frames": self.max_frames,
+                "max_gap_s": self.max_gap_s, "max_backward_jump_s": self.max_backward_jump_s,
+                "inputs": {"odometry_timeout_s": i.odometry_timeout_s,
+                           "acceleration_time_constant_s": i.acceleration_time_constant_s,
+                           "default_command": i.default_command, "route": vars(i.route)}}
+
+
+@dataclass
+class PlannedFrame:
+    index: int
+    stamp_ns: int
+    bag_time_ns: int
+    inputs: FrameInputs
+    ground_truth: np.ndarray        # [8, 2]
+    baseline: np.ndarray            # [8, 2]
+
+
+@dataclass
+class BagPlan:
+    bag: dict[str, Any]                                          # Bag.info()
+    images: int = 0                                              # camera messages in the bag
+    not_selected: int = 0                                        # thinned out by --every / --max-frames
+    skipped: Counter = field(default_factory=Counter)           # frame not evaluable: reason -> count
+    excluded: Counter = field(default_factory=Counter)          # no 4 s recorded future: reason -> count
+    input_messages_skipped: Counter = field(default_factory=Counter)   # "topic: reason" -> count
+    command_sources: Counter = field(default_factory=Counter)
+    camera: dict[str, Any] | None = None
+    odometry_frame: str = ""
+    trajectory: EgoTrajectory | None = None
+    planned: list[PlannedFrame] = field(default_factory=list)
+
+    def counts(self) -> dict[str, Any]:
+        return {"images": self.images, "not_selected": self.not_selected,
+                "skipped": dict(self.skipped.most_common()), "excluded_no_future": dict(self.excluded.most_common()),
+                "planned": len(self.planned),
+                "input_messages_skipped": dict(self.input_messages_skipped.most_common()),
+                "command_sources": dict(self.command_sources.most_common())}
+
+
+@dataclass
+class BagRun:
+    plan: BagPlan
+    frames: list[FrameResult] = field(default_factory=list)
+    skipped_at_run: Counter = field(default_factory=Counter)    # planned frames that failed in pass 2
+
+    def counts(self) -> dict[str, Any]:
+        counts = self.plan.counts()
+        skipped = Counter(self.plan.skipped) + self.skipped_at_run
+        counts.update(skipped=dict(skipped.most_common()), evaluated=len(self.frames),
+                      valid=sum(f.valid for f in self.frames))
+        return counts
+
+
+@dataclass
+class EvalRun:
+    settings: EvalSettings
+    bags: list[BagRun]
+
+    @property
+    def frames(self) -> list[FrameResult]:
+        return [f for b in self.bags for f in b.frames]
+
+    def counts(self) -> dict[str, Any]:
+        total: dict[str, Any] = {"images": 0, "not_selected": 0, "planned": 0, "evaluated": 0, "valid": 0}
+        skipped, excluded = Counter(), Counter()
+        for b in self.bags:
+            c = b.counts()
+            for k in total:
+                total[k] += c[k]
+            skipped.update(c["skipped"])
+            excluded.update(c["excluded_no_future"])
+        total["skipped"] = dict(skipped.most_common())
+        total["excluded_no_future"] = dict(excluded.most_common())
+        return total
+
+
+# ----------------------------------------------------------------------------- pass 1
+def _check_topics(bag: Bag, settings: EvalSettings) -> dict[str, str]:
+    """role -> topic of the topics this bag provides; BagError for what is missing or mistyped."""
+    t = settings.topics
+    used = {"image": t.image, "odometry": t.odometry}
+    bag.require_topic(t.image, IMAGE_TYPES, "image")
+    bag.require_topic(t.odometry, ODOMETRY_TYPES, "odometry")
+    for role, topic, types in (("route", t.route, ROUTE_TYPES), ("command", t.command, COMMAND_TYPES),
+                               ("camera info", t.camera_info, CAMERA_INFO_TYPES)):
+        if topic and (topic in bag.topic_types or role in settings.required):
+            bag.require_topic(topic, types, role)
+            used[role] = topic
+    if bag.topic_counts.get(t.image, 0) == 0:
+        raise BagError(f"{bag.path}: the image topic {t.image!r} has no messages")
+    if bag.topic_counts.get(t.odometry, 0) == 0:
+        raise BagError(f"{bag.path}: the odometry topic {t.odometry!r} has no messages")
+    if ("route" not in used and "command" not in used) and settings.inputs.default_command is None:
+        raise BagError(f"{bag.path}: neither the route topic {t.route!r} nor the command topic {t.command!r} is in "
+                       "the bag, so no frame has a command; name one (--route-topic / --command-topic) or give "
+                       "--default-command")
+    return used
+
+
+def _backwards_error(bag: Bag, topic: str, t_ns: int, last_ns: int, n: int) -> BagError:
+    return BagError(f"{bag.path}: time goes backwards on {topic!r} by {(last_ns - t_ns) / 1e9:.3f} s at message "
+                    f"{n} (stamp {t_ns} ns after {last_ns} ns): the bag holds more than one run or the "
+                    "simulator restarted; split it (e.g. `ros2 bag convert` with start/end times)")
+
+
+def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
+    """Pass 1: which camera frames are evaluated, with their inputs and recorded future."""
+    used = _check_topics(bag, settings)
+    plan = BagPlan(bag=bag.info())
+    jump_ns = int(settings.max_backward_jump_s * 1e9)
+
+    # Odometry first, all of it: the ego state at a frame's stamp is interpolated from the samples
+    # around it (as the node does once they have arrived), whatever order the topics were
+    # interleaved in when recorded. The same samples are the recorded future.
+    tracker = FrameInputTracker(settings.inputs, max_samples=2**62)
+    odom_topic = used["odometry"]
+    stamps, xy, yaw = [], [], []
+    last_ns, n = None, 0
+    for _, _, msg in bag.messages([odom_topic]):
+        n += 1
+        if isinstance(msg, Undecodable):
+            plan.input_messages_skipped[f"{odom_topic}: {UNDECODABLE}"] += 1
+            continue
+        t_ns = stamp_ns(msg.header.stamp)
+        if last_ns is not None and last_ns - t_ns > jump_ns:
+            raise _backwards_error(bag, odom_topic, t_ns, last_ns, n)
+        try:
+            sample = tracker.on_odometry(msg)
+        except InputSkip as skip:
+            plan.input_messages_skipped[f"{odom_topic}: {skip.code}"] += 1
+            continue
+        last_ns = t_ns
+        plan.odometry_frame = str(msg.header.frame_id)
+        stamps.append(t_ns)
+        xy.append((sample.x, sample.y))
+        yaw.append(sample.yaw)
+    if not stamps:
+        raise BagError(f"{bag.path}: no usable odometry on {odom_topic!r} "
+                       f"({dict(plan.input_messages_skipped) or 'no messages'})")
+    plan.trajectory = trajectory = EgoTrajectory(stamps, np.array(xy), yaw, max_gap_s=settings.max_gap_s)
+
+    # Then camera, route and command in recorded order: a frame gets the newest route/command
+    # received before it, as a live node does.
+    role_of = {topic: role for role, topic in used.items() if role != "odometry"}
+    last_image_ns, accepted = None, 0
+    for topic, bag_time_ns, msg in bag.messages(list(role_of)):
+        role = role_of[topic]
+        if role != "image":
+            if isinstance(msg, Undecodable):
+                plan.input_messages_skipped[f"{topic}: {UNDECODABLE}"] += 1
+            elif role == "camera info":
+                if plan.camera is None:
+                    plan.camera = {"width": int(msg.width), "height": int(msg.height),
+                                   "k": [float(v) for v in msg.k], "frame_id": str(msg.header.frame_id)}
+            else:
+                try:
+                    tracker.on_route(msg) if role == "route" else tracker.on_command(msg)
+                except InputSkip as skip:
+                    plan.input_messages_skipped[f"{topic}: {skip.code}"] += 1
+            continue
+
+        index = plan.images
+        plan.images += 1
+        if isinstance(msg, Undecodable):
+            plan.skipped[UNDECODABLE] += 1
+            continue
+        t_ns = stamp_ns(msg.header.stamp)
+        if t_ns == 0:
+            plan.skipped[ZERO_STAMP] += 1
+            continue
+        if last_image_ns is not None and t_ns <= last_image_ns:
+            if last_image_ns - t_ns > jump_ns:
+                raise _backwards_error(bag, topic, t_ns, last_image_ns, plan.images)
+            plan.skipped[DUPLICATE_STAMP if t_ns == last_image_ns else TIME_BACKWARDS] += 1
+            continue
+        last_image_ns = t_ns
+        accepted += 1
+        if (accepted - 1) % settings.every or (settings.max_frames is not None
+                                               and len(plan.planned) >= settings.max_frames):
+            plan.not_selected += 1
+            continue
+        try:
+            check_image_msg(msg)
+            inputs = tracker.inputs_at(t_ns)
+            ground_truth = trajectory.future_waypoints(t_ns)
+        except ImageError as exc:
+            plan.skipped[f"image_{exc.code}"] += 1
+            continue
+        except InputSkip as skip:
+            plan.skipped[skip.code] += 1
+            continue
+        except NoFuture as nf:
+            plan.excluded[nf.code] += 1
+            continue
+        plan.command_sources[inputs.command_source] += 1
+        plan.planned.append(PlannedFrame(index, t_ns, bag_time_ns, inputs, ground_truth,
+                                         constant_velocity_waypoints(inputs.ego.velocity)))
+    return plan
+
+
+# ----------------------------------------------------------------------------- pass 2
+def _stats_dict(stats) -> dict[str, Any]:
+    if stats is None:
+        return {}
+    keys = ("block_size", "forwards", "denoise_steps", "commit_forwards", "blocks", "tokens",
+            "prefill_ms", "denoise_ms", "commit_ms")
+    return {k: getattr(stats, k) for k in keys if getattr(stats, k, None) is not None}
+
+
+def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str) -> FrameResult:
+    """``policy.step`` on one frame, scored; the plan's waypoints must be [8, 2] and finite to count."""
+    out = policy.step(rgb, planned.inputs.ego, planned.inputs.command)
+    plan = out.plan
+    if plan is None:
+        raise ValueError("the policy was not asked to plan (tasks must include 'plan')")
+    predicted = None
+    valid, reason = bool(plan.valid), str(plan.invalid_reason or "")
+    if valid:
+        if is_finite_waypoints(plan.waypoints):
+            predicted = np.asarray(plan.waypoints, dtype=np.float64).reshape(NUM_WAYPOINTS, 2)
+        else:
+            valid, reason = False, f"bad_waypoints: expected finite [{NUM_WAYPOINTS}, 2], got {np.shape(plan.waypoints)}"
+    ins = planned.inputs
+    return FrameResult(bag=bag_name, index=planned.index, stamp_ns=planned.stamp_ns, bag_time_ns=planned.bag_time_ns,
+                       command=ins.command, command_source=ins.command_source,
+                       velocity=tuple(float(v) for v in ins.ego.velocity),
+                       acceleration=tuple(float(v) for v in ins.ego.acceleration),
+                       ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
+                       invalid_reason=reason, raw_text=str(plan.raw_text or ""), predicted=predicted,
+                       stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms))
+
+
+def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
+            on_frame: Callable[[FrameResult | None], None] = lambda f: None) -> BagRun:
+    """Pass 2: decode the planned images and run the policy on them, in bag order."""
+    run = BagRun(plan)
+    todo = {p.index: p for p in plan.planned}
+    if not todo:
+        return run
+    last = max(todo)
+    for i, (_, _, msgtype, data) in enumerate(bag.raw_messages([settings.topics.image])):
+        planned = todo.get(i)
+        if planned is not None:
+            try:
+                rgb = image_msg_to_rgb(bag.deserialize(data, msgtype))
+            except ImageError as exc:
+                run.skipped_at_run[f"image_{exc.code}"] += 1
+                on_frame(None)
+                continue
+            try:
+                result = run_frame(policy, rgb, planned, plan.bag["path"])
+            except ValueError as exc:   # the policy refused the input (e.g. a non-finite ego state)
+                log.warning("frame %d (stamp %d): %s", i, planned.stamp_ns, exc)
+                run.skipped_at_run[POLICY_REJECTED] += 1
+                on_frame(None)
+                continue
+            run.frames.append(result)
+            on_frame(result)
+        if i >= last:
+            break
+    return run
+
+
+def evaluate_bags(paths: Sequence[str | Path], policy, settings: EvalSettings | None = None,
+                  progress: bool = True, plans: Sequence[BagPlan] | None = None) -> EvalRun:
+    """Evaluate ``policy`` on every bag (BagError for a bag that cannot be used: nothing is scored).
+
+    ``plans``: the bags' :func:`plan_bag` results when already computed with the same settings.
+    """
+    from tqdm import tqdm
+
+    settings = settings or EvalSettings()
+    if plans is None:
+        plans = []
+        for path in paths:                  # plan every bag first: bad input fails before any decoding
+            with Bag(path) as bag:
+                plans.append(plan_bag(bag, settings))
+    total = sum(len(p.planned) for p in plans)
+    runs = []
+    with tqdm(total=total, desc="eval-bag", unit="frame", disable=not progress, dynamic_ncols=True) as bar:
+        valid = [0, 0]
+
+        def on_frame(result: FrameResult | None) -> None:
+            valid[1] += 1
+            valid[0] += bool(result is not None and result.valid)
+            bar.set_postfix(valid=f"{valid[0]}/{valid[1]}", refresh=False)
+            bar.update(1)
+
+        for path, plan in zip(paths, plans):
+            with Bag(path) as bag:
+                runs.append(run_bag(bag, plan, policy, settings, on_frame))
+    return EvalRun(settings=settings, bags=runs)

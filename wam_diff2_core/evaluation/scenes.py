@@ -1,0 +1,201 @@
+"""Small carla-ros-bridge-like bags from analytic ego motions, with exactly known ground truth.
+
+For the evaluator's and the replay tool's tests and smoke runs (the demo world with rendered
+roads is a separate, larger thing). A scene is an ego pose and twist as functions of time; the
+bag gets a ``bgra8`` camera (+ camera_info), odometry (frame ``map``, child ``ROLE``, twist in
+the child frame), optionally a route ``nav_msgs/Path`` (latched) and ``std_msgs/String``
+commands, every message logged at its header stamp.
+
+    scene = straight_scene(speed_mps=8.0, duration_s=6.0)
+    write_scene_bag("straight_bag", scene, storage="mcap")
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..geometry import quaternion_from_yaw
+from .bag import DEFAULT_ROLE, BagTopics, default_typestore, write_bag
+
+START_NS = 1_000 * 1_000_000_000        # scenes start at t = 1000 s (a zero stamp means "unstamped")
+
+
+@dataclass
+class Scene:
+    pose: Callable[[float], tuple[float, float, float]]          # t (s from start) -> x, y, yaw (map)
+    twist: Callable[[float], tuple[float, float, float]]         # t -> vx, vy (ego frame), yaw rate
+    duration_s: float = 6.0
+    camera_hz: float = 20.0
+    odometry_hz: float = 50.0
+    image_size: tuple[int, int] = (32, 48)                       # height, width
+    route: np.ndarray | None = None                              # [N, 2] map frame
+    commands: Sequence[tuple[float, str]] = ()                   # (t, text): published at t - 1 ms
+    role: str = DEFAULT_ROLE
+    camera_log_delay_s: float = 0.0                              # images logged this long after their stamp
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def topics(self) -> BagTopics:
+        return BagTopics.carla(self.role)
+
+    def camera_times_ns(self) -> list[int]:
+        n = int(math.floor(self.duration_s * self.camera_hz + 1e-9)) + 1
+        return [START_NS + round(i * 1e9 / self.camera_hz) for i in range(n)]
+
+    def odometry_times_ns(self) -> list[int]:
+        n = int(math.floor(self.duration_s * self.odometry_hz + 1e-9)) + 1
+        return [START_NS + round(i * 1e9 / self.odometry_hz) for i in range(n)]
+
+
+def straight_scene(speed_mps: float = 8.0, yaw: float = 0.0, origin=(10.0, -5.0), **kw) -> Scene:
+    """Constant velocity along a straight line at heading ``yaw``."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    kw.setdefault("route", np.array([[origin[0] + c * d, origin[1] + s * d] for d in np.arange(-20.0, 400.0, 5.0)]))
+    return Scene(pose=lambda t: (origin[0] + c * speed_mps * t, origin[1] + s * speed_mps * t, yaw),
+                 twist=lambda t: (speed_mps, 0.0, 0.0), **kw)
+
+
+def circle_scene(radius_m: float = 30.0, speed_mps: float = 6.0, left: bool = True, **kw) -> Scene:
+    """Constant speed on a circle (turning left when ``left``), starting at the origin heading +x."""
+    sign = 1.0 if left else -1.0
+    omega = sign * speed_mps / radius_m
+
+    def pose(t):
+        a = omega * t
+        return radius_m * math.sin(abs(a)), sign * radius_m * (1.0 - math.cos(a)), a
+
+    return Scene(pose=pose, twist=lambda t: (speed_mps, 0.0, omega), **kw)
+
+
+def frame_image(scene: Scene, index: int) -> np.ndarray:
+    """[H, W, 4] bgra8 pixels for camera frame ``index`` (deterministic noise, different per frame)."""
+    h, w = scene.image_size
+    rng = np.random.default_rng(scene.seed * 100_003 + index)
+    bgra = (rng.random((h, w, 4)) * 255).astype(np.uint8)
+    bgra[..., 3] = 255
+    return bgra
+
+
+def scene_messages(scene: Scene, types) -> Iterator[tuple[str, int, Any]]:
+    """(topic, log time ns, rosbags message), in log-time order."""
+    topics = scene.topics
+    T = types
+
+    def header(t_ns, frame_id):
+        return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=t_ns // 10**9, nanosec=t_ns % 10**9),
+                                        frame_id=frame_id)
+
+    def vec(x, y, z):
+        return T["geometry_msgs/msg/Vector3"](x=float(x), y=float(y), z=float(z))
+
+    def pose_msg(x, y, yaw):
+        qx, qy, qz, qw = quaternion_from_yaw(yaw)
+        return T["geometry_msgs/msg/Pose"](position=T["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=0.0),
+                                           orientation=T["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw))
+
+    events: list[tuple[int, int, str, Any]] = []     # (time, order, topic, message)
+    if scene.route is not None:
+        poses = [T["geometry_msgs/msg/PoseStamped"](header=header(START_NS, "map"), pose=pose_msg(x, y, 0.0))
+                 for x, y in scene.route]
+        events.append((START_NS - 10_000_000, 0, topics.route,
+                       T["nav_msgs/msg/Path"](header=header(START_NS, "map"), poses=poses)))
+    for t, text in scene.commands:
+        t_ns = START_NS + round(t * 1e9) - 1_000_000
+        events.append((t_ns, 1, topics.command, T["std_msgs/msg/String"](data=text)))
+    h, w = scene.image_size
+    fx = w / 2.0
+    for t_ns in scene.odometry_times_ns():
+        t = (t_ns - START_NS) / 1e9
+        x, y, yaw = scene.pose(t)
+        vx, vy, wz = scene.twist(t)
+        odom = T["nav_msgs/msg/Odometry"](
+            header=header(t_ns, "map"), child_frame_id=scene.role,
+            pose=T["geometry_msgs/msg/PoseWithCovariance"](pose=pose_msg(x, y, yaw), covariance=np.zeros(36)),
+            twist=T["geometry_msgs/msg/TwistWithCovariance"](
+                twist=T["geometry_msgs/msg/Twist"](linear=vec(vx, vy, 0.0), angular=vec(0.0, 0.0, wz)),
+                covariance=np.zeros(36)))
+        events.append((t_ns, 2, topics.odometry, odom))
+    for index, t_ns in enumerate(scene.camera_times_ns()):
+        bgra = frame_image(scene, index)
+        image = T["sensor_msgs/msg/Image"](header=header(t_ns, f"{scene.role}/rgb_front"), height=h, width=w,
+                                           encoding="bgra8", is_bigendian=0, step=w * 4, data=bgra.reshape(-1))
+        info = T["sensor_msgs/msg/CameraInfo"](
+            header=header(t_ns, f"{scene.role}/rgb_front"), height=h, width=w, distortion_model="plumb_bob",
+            d=np.zeros(5), k=np.array([fx, 0, w / 2, 0, fx, h / 2, 0, 0, 1], float), r=np.eye(3).reshape(-1),
+            p=np.array([fx, 0, w / 2, 0, 0, fx, h / 2, 0, 0, 0, 1, 0], float), binning_x=0, binning_y=0,
+            roi=T["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
+        log_ns = t_ns + round(scene.camera_log_delay_s * 1e9)
+        events.append((log_ns, 3, topics.camera_info, info))
+        events.append((log_ns, 4, topics.image, image))
+    events.sort(key=lambda e: (e[0], e[1]))
+    for t_ns, _, topic, msg in events:
+        yield topic, t_ns, msg
+
+
+def scene_topic_types(scene: Scene) -> dict[str, str]:
+    t = scene.topics
+    types = {t.image: "sensor_msgs/msg/Image", t.camera_info: "sensor_msgs/msg/CameraInfo",
+             t.odometry: "nav_msgs/msg/Odometry"}
+    if scene.route is not None:
+        types[t.route] = "nav_msgs/msg/Path"
+    if scene.commands:
+        types[t.command] = "std_msgs/msg/String"
+    return types
+
+
+def write_scene_bag(path: str | Path, scene: Scene, storage: str = "mcap",
+                    transform: Callable[[Iterator[tuple[str, int, Any]]], Iterator[tuple[str, int, Any]]] | None = None,
+                    ) -> Path:
+    """Write ``scene`` as a rosbag2 folder; ``transform`` may edit the message stream (bad-input tests)."""
+    store = default_typestore()
+    messages = scene_messages(scene, store.types)
+    if transform is not None:
+        messages = transform(messages)
+    latched = [scene.topics.route] if scene.route is not None else []
+    return write_bag(path, scene_topic_types(scene), messages, storage=storage, typestore=store, latched=latched)
+
+
+# ----------------------------------------------------------------------------- known answers
+class ScriptedPolicy:
+    """Stands in for :class:`~wam_diff2_core.policy.DrivingPolicy` with answers known in advance.
+
+    ``answer(call_index, ego, command)`` returns [8, 2] waypoints, or a string: the reason the
+    answer "does not parse" (an invalid plan). Decode statistics and latency are scripted per
+    call (``forwards(i)``, ``tokens(i)``, ``latency_ms(i)``), so every metric is predictable.
+    The default answer is the constant-velocity one.
+
+        ScriptedPolicy(lambda i, ego, cmd: constant_velocity_waypoints(ego.velocity) + offset)
+    """
+
+    def __init__(self, answer=None, forwards=lambda i: 1, tokens=lambda i: 1, latency_ms=lambda i: 1.0,
+                 keep_frames: bool = False):
+        from .ground_truth import constant_velocity_waypoints
+
+        self.answer = answer or (lambda i, ego, command: constant_velocity_waypoints(ego.velocity))
+        self.forwards, self.tokens, self.latency_ms = forwards, tokens, latency_ms
+        self.calls: list[tuple[Any, str, tuple[int, ...]]] = []     # (ego, command, frame shape)
+        self.frames: list[np.ndarray] | None = [] if keep_frames else None
+
+    def step(self, frame_rgb: np.ndarray, ego, command: str, generator=None):
+        from ..decoding.decoder import DecodeStats
+        from ..policy import PolicyOutput, TaskResult
+
+        i = len(self.calls)
+        self.calls.append((ego, command, tuple(frame_rgb.shape)))
+        if self.frames is not None:
+            self.frames.append(frame_rgb.copy())
+        result = self.answer(i, ego, command)
+        stats = DecodeStats(block_size=32, forwards=self.forwards(i), denoise_steps=self.forwards(i), blocks=1,
+                            tokens=self.tokens(i))
+        if isinstance(result, str):
+            plan = TaskResult(valid=False, invalid_reason=result, raw_text=f"answer {i}", stats=stats)
+        else:
+            points = np.asarray(result, dtype=np.float64)
+            text = ",".join(f"{v:.2f}" for v in points.reshape(-1))
+            plan = TaskResult(valid=True, invalid_reason="", raw_text=text, stats=stats, waypoints=points)
+        return PolicyOutput(command=command, plan=plan, detections=None, latency_ms=float(self.latency_ms(i)))
