@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 # subcommand -> module (in this package)
@@ -18,7 +19,11 @@ SUBCOMMANDS = {
     "tiny-checkpoint": "tiny_checkpoint",
     "convert": "convert",
     "infer": "infer",
+    "bench": "bench",
     "train": "train",
+    "synth": "synth",
+    "eval-bag": "eval_bag",
+    "replay": "replay",
 }
 
 
@@ -38,9 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
-    from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    # Quiet transformers without importing it (replay and synth never need it).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ..config import ConfigError
     try:
         return int(args._run(args) or 0)

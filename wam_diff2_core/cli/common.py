@@ -27,8 +27,8 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in DECODING_FIELDS if getattr(args, name, None) is not None}
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="checkpoint directory (Qwen3-VL or WAM-Diff2)")
+def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--model", required=required, help="checkpoint directory (Qwen3-VL or WAM-Diff2)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"))
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     parser.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")

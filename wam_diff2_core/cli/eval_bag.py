@@ -79,11 +79,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-gap-s", type=float, default=0.5,
                    help="longest odometry gap the recorded future is interpolated over (default 0.5)")
 
-    add_model_arguments(p)
-    # --model is not needed for --compare; run() checks it for evaluation.
-    for action in p._actions:
-        if action.dest == "model":
-            action.required = False
+    add_model_arguments(p, required=False)  # --compare needs no model; run() checks it for evaluation
     p.add_argument("--max-waypoint-abs-m", type=float, default=None,
                    help="answers with a coordinate beyond this are invalid (node default 200)")
     add_decoding_arguments(p)

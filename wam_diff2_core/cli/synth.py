@@ -14,6 +14,8 @@ import logging
 import os
 import sys
 
+from ..evaluation.bag import DEFAULT_ROLE
+
 HELP = "generate synthetic driving scenes (JSON samples and rosbag2 bags)"
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--formats", type=_formats, default=("json", "mcap", "sqlite3"),
                    help="comma-separated subset of json,mcap,sqlite3 (default: all)")
     p.add_argument("--val-fraction", type=float, default=0.25, help="share of episodes held out as val.json")
-    p.add_argument("--role", default="hero", help="CARLA role name in the bag topics and frames")
+    p.add_argument("--role", default=DEFAULT_ROLE, help="CARLA role name in the bag topics and frames")
     p.add_argument("--command-topic", default=None,
                    help="std_msgs/String command topic in the bags (default: the planner node's input, "
                         "/wam_diff2_planner/input/command)")

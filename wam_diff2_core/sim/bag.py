@@ -1,7 +1,7 @@
 """rosbag2 recordings of demo-world episodes that look like carla-ros-bridge recordings.
 
 Written with the pure-Python ``rosbags`` library (no ROS installation), in ``mcap`` or
-``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). Topics for role ``hero``:
+``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). Topics for role ``hero`` (the CARLA leaderboard's; the default is carla-ros-bridge's ``ego_vehicle``):
 
     /clock                                 rosgraph_msgs/msg/Clock      every tick (20 Hz)
     /tf                                    tf2_msgs/msg/TFMessage       every tick: map -> hero, hero -> hero/rgb_front

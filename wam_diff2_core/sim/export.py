@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..evaluation.bag import DEFAULT_ROLE
+
 import cv2
 import numpy as np
 
@@ -51,7 +53,7 @@ class ExportSettings:
     episode: EpisodeSettings = field(default_factory=EpisodeSettings)
     formats: tuple[str, ...] = FORMATS
     val_fraction: float = 0.25
-    role: str = "hero"
+    role: str = DEFAULT_ROLE
     command_topic: str = DEFAULT_COMMAND_TOPIC
     image_format: str = "jpg"               # jpg | png
     jpeg_quality: int = 95
