@@ -14,6 +14,7 @@ stage's Hugging Face checkpoint; a curriculum writes OUTPUT/blockB/final/ per st
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "train (AR pretraining, block curriculum, distillation) from a YAML config"
 
@@ -47,5 +48,6 @@ def run(args) -> int:
     from ..training.recipes import run as run_training
 
     final = run_training(cfg, resume=args.resume)
-    print(f"wrote {final}")
+    if os.environ.get("RANK", "0") == "0":     # one line per run, not per process
+        print(f"wrote {final}")
     return 0

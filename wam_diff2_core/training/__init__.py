@@ -9,6 +9,8 @@ The pipeline reads top to bottom (algorithm spec, sections 4 and 5):
     optim.py          AdamW parameter groups, warm-up + cosine schedule
     checkpointing.py  atomic Hugging Face checkpoints, resume state, metrics.jsonl
     recipes/          finetune (one block size; B = 1 is AR) and distill; curriculum chaining
+    evaluate.py       fixed-noise validation loss (compare checkpoints)
+    tiny_data.py      a tiny data set in the authors' format (tests, smoke runs)
 
     wam-diff2 train --config training/curriculum.yaml --data.train_file train.json
 """

@@ -350,3 +350,17 @@ def describe_settings() -> list[tuple[str, Any, str]]:
         else:
             rows.append((f.name, f.default, f.metadata["help"]))
     return rows
+
+
+def settings_table() -> str:
+    """The Markdown settings table of training/README.md (a test keeps the README in sync)."""
+    def show(value: Any) -> str:
+        if value == "":
+            return "required"
+        if isinstance(value, bool):
+            return f"`{str(value).lower()}`"
+        return f'`"{value}"`' if isinstance(value, str) else f"`{value!r}`"
+
+    lines = ["| setting | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{name}` | {show(default)} | {help} |" for name, default, help in describe_settings()]
+    return "\n".join(lines) + "\n"

@@ -46,11 +46,16 @@ class LossTerms:
     overlap: torch.Tensor   # sum over positions of |topK_t ∩ topK_s| / K (divide by the position count)
 
 
+def _fp32(x: torch.Tensor) -> torch.Tensor:
+    """Softmax statistics in at least float32 (bf16 logits under autocast lose too much)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def divergence(student_logits: torch.Tensor, teacher_logits: torch.Tensor, kind: str = "jsd",
                beta: float = 0.5, temperature: float = 1.0) -> torch.Tensor:
     """Per-position divergence between student P and teacher Q, [M] (not yet x tau^2)."""
-    log_p = F.log_softmax(student_logits.float() / temperature, dim=-1)     # [M, V]
-    log_q = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    log_p = F.log_softmax(_fp32(student_logits) / temperature, dim=-1)     # [M, V]
+    log_q = F.log_softmax(_fp32(teacher_logits) / temperature, dim=-1)
     if kind == "forward_kl":
         return (log_q.exp() * (log_q - log_p)).sum(-1)
     if kind == "reverse_kl":
@@ -75,13 +80,13 @@ def _chunk_terms(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tens
                  ce_weight: torch.Tensor, teacher_hidden: torch.Tensor | None, teacher_head, kd_weight: torch.Tensor | None,
                  settings: LossSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(total, ce, kd, overlap) of one chunk; logits [chunk, V] live only inside this call."""
-    logits = head(hidden).float()                                        # [c, V]
+    logits = _fp32(head(hidden))                                         # [c, V]
     zero = logits.new_zeros(())
     ce = (F.cross_entropy(logits, targets, reduction="none") * ce_weight).sum()   # logged even when kd_ratio = 1
     kd, overlap = zero, zero
     if teacher_hidden is not None:
         with torch.no_grad():
-            teacher_logits = teacher_head(teacher_hidden).float()        # [c, V]
+            teacher_logits = _fp32(teacher_head(teacher_hidden))         # [c, V]
             counted = (kd_weight > 0).float()                             # zero-weight stand-ins do not count
             overlap = (top_k_overlap(logits.detach(), teacher_logits, settings.overlap_k) * counted).sum()
         if settings.kd_ratio > 0.0:

@@ -111,8 +111,7 @@ def training_attention_mask(layout: Layout, block_size: int) -> torch.Tensor:
 class TrainingBatch:
     """One micro-batch, ready for a forward. Targets are flat indices into [N x T]."""
 
-    ids: list[str]
-    positions: list[int]                # stream positions
+    ids: list[str]                      # sample ids
     input_ids: torch.Tensor             # [N, T]
     attention_mask: torch.Tensor        # [N, 1, T, T] bool, the student's block size
     position_ids: torch.Tensor          # [3, N, T]
@@ -267,7 +266,7 @@ def build_batch(examples: Sequence[Example], *, block_size: int, mask_token_id: 
         ce_w, kd_w, sample_of = [torch.zeros(1)], [torch.zeros(1)], [torch.zeros(1, dtype=torch.long)]
         pred_index, ratio_of = [torch.tensor([p - 1])], [torch.ones(1)]
     return TrainingBatch(
-        ids=[e.id for e in examples], positions=[e.position for e in examples],
+        ids=[e.id for e in examples],
         input_ids=input_ids, attention_mask=training_attention_mask(layout, block_size),
         position_ids=position_ids, mm_token_type_ids=mm, vision=concat_vision(examples), layout=layout,
         block_size=block_size, target_index=torch.cat(target_index).long(), target_ids=torch.cat(target_ids).long(),

@@ -33,6 +33,18 @@ from .finetune import FinetuneRecipe, StepResult
 log = logging.getLogger(__name__)
 
 
+@torch.no_grad()
+def teacher_hidden_states(teacher, batch: TrainingBatch, teacher_block_size: int) -> torch.Tensor:
+    """Teacher hidden states at the batch's targets, [M, H_t], under the teacher's own mask.
+    An AR teacher (B_t = 1) is read at the clean token before each target (its next-token view)."""
+    inputs = batch.model_inputs(batch.mask_for(teacher_block_size))
+    if "pixel_values" in inputs:
+        inputs["pixel_values"] = inputs["pixel_values"].to(teacher.dtype)
+    out = teacher.model(**inputs, use_cache=False)
+    index = batch.ar_predecessor_index if teacher_block_size == 1 else batch.target_index
+    return out.last_hidden_state.flatten(0, 1)[index]
+
+
 class DistillRecipe(FinetuneRecipe):
     """Student (``model.path``, ``diffusion.block_size``) + frozen teacher (``distill.teacher_path``)."""
 
@@ -70,17 +82,11 @@ class DistillRecipe(FinetuneRecipe):
         return LossSettings(chunk_size=self.cfg.loss.chunk_size, kd_loss=d.loss, beta=d.beta,
                             temperature=d.temperature, kd_ratio=d.kd_ratio, overlap_k=d.overlap_k)
 
-    @torch.no_grad()
-    def teacher_hidden(self, batch: TrainingBatch) -> torch.Tensor:
-        """Teacher hidden states at the targets, [M, H_t], under the teacher's own mask."""
-        with self.accelerator.autocast():
-            out = self.teacher.model(**batch.model_inputs(batch.mask_for(self.teacher_block_size)), use_cache=False)
-        index = batch.ar_predecessor_index if self.teacher_block_size == 1 else batch.target_index
-        return out.last_hidden_state.flatten(0, 1)[index]
-
     def loss_inputs(self, batch: TrainingBatch) -> dict[str, Any]:
-        return {**super().loss_inputs(batch), "teacher_hidden": self.teacher_hidden(batch),
-                "teacher_head": self.teacher.lm_head, "kd_weight": batch.kd_weight}
+        with self.accelerator.autocast():
+            hidden = teacher_hidden_states(self.teacher, batch, self.teacher_block_size)
+        return {**super().loss_inputs(batch), "teacher_hidden": hidden, "teacher_head": self.teacher.lm_head,
+                "kd_weight": batch.kd_weight}
 
     # ------------------------------------------------------------------ on-policy
     def prepare_examples(self, step: int, examples: list[Example]) -> tuple[list[Example], int]:

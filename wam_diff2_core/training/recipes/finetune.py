@@ -24,8 +24,10 @@ from typing import Any, Sequence
 
 import torch
 
-from ...config import ConfigError, DiffusionConfig, write_diffusion_file
+from ...config import ConfigError, write_diffusion_file
 from ...data.samples import SampleError
+from ...model.inputs import pixel_size
+from ...utils.atomic import atomic_write_text
 from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
                              latest_checkpoint, prune_checkpoints, publish, read_progress, step_dir_name,
                              write_progress)
@@ -52,6 +54,8 @@ class DiffusionObjective(torch.nn.Module):
     def forward(self, input_ids, attention_mask, position_ids, mm_token_type_ids, target_index, target_ids,
                 ce_weight, pixel_values=None, image_grid_thw=None, teacher_hidden=None, teacher_head=None,
                 kd_weight=None) -> dict[str, torch.Tensor]:
+        if pixel_values is not None:
+            pixel_values = pixel_values.to(self.model.dtype)
         out = self.model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                mm_token_type_ids=mm_token_type_ids, pixel_values=pixel_values,
                                image_grid_thw=image_grid_thw, use_cache=False)
@@ -87,12 +91,8 @@ def resolve_mixed_precision(setting: str, device: str) -> str:
 
 
 def resolve_train_device(setting: str) -> str:
-    if setting != "auto":
-        return setting
-    if torch.cuda.is_available():
-        return "cuda"
-    from ...model.checkpoint import _npu_available
-    return "npu" if _npu_available() else "cpu"
+    from ...model.checkpoint import resolve_device
+    return resolve_device(setting).type
 
 
 class FinetuneRecipe:
@@ -106,6 +106,7 @@ class FinetuneRecipe:
         self.block_size = cfg.diffusion.block_size
         self.step = 0
         self.finished = False
+        self._placeholder_example: Example | None = None
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -144,9 +145,14 @@ class FinetuneRecipe:
                                        cfg.train.max_steps)
 
         if cfg.model.freeze_vision_tower:
-            log.info("froze %d vision-tower tensors", freeze_vision_tower(self.hf_model))
+            frozen = freeze_vision_tower(self.hf_model)
+            log.info("froze %d vision-tower tensors", frozen)
         if cfg.model.activation_checkpointing:
-            self.hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False}
+            if hasattr(self.hf_model, "activation_checkpointing_enable"):       # transformers >= 5.2x
+                self.hf_model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                self.hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.hf_model.train()
         module = DiffusionObjective(self.hf_model, self.loss_settings())
         optimizer = build_optimizer(module, cfg.optim)
@@ -167,7 +173,7 @@ class FinetuneRecipe:
         self.metrics = MetricsLog(self.run_dir / METRICS, enabled=acc.is_main_process)
         if acc.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
+            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
             if resume_from is not None:
                 self.metrics.truncate_after(self.step)
         acc.wait_for_everyone()
@@ -211,6 +217,9 @@ class FinetuneRecipe:
             raise ConfigError(f"diffusion.block_size: {self.block_size} needs a mask token; {path} has none "
                               "(convert it with `wam-diff2 convert`)")
         loaded.model.config.use_cache = False
+        # The saved processor carries the pixel budget the model is trained with, so inference
+        # (which uses the checkpoint's processor unless told otherwise) sees images the same way.
+        loaded.processor.image_processor.size = pixel_size(self.cfg.data.min_pixels, self.cfg.data.max_pixels)
         return loaded.model, loaded.processor, loaded.config
 
     # ------------------------------------------------------------------ one step
@@ -232,7 +241,7 @@ class FinetuneRecipe:
     def _placeholder(self) -> Example:
         """Some valid example, for a micro-batch whose samples were all rejected: it still has to
         take part in the (synchronised) backward, with zero weight."""
-        if getattr(self, "_placeholder_example", None) is None:
+        if self._placeholder_example is None:
             for i in range(len(self.dataset)):
                 item = self.dataset[i]
                 if isinstance(item, Example):
@@ -250,6 +259,9 @@ class FinetuneRecipe:
         skipped = [item.sample_id for mb in micro_batches for item in mb if isinstance(item, SampleError)]
         for sample_id in skipped:
             log.warning("step %d: skipped sample %s", step, sample_id)
+        if acc.num_processes > 1:
+            from accelerate.utils import gather_object
+            skipped = gather_object(skipped)          # every process's, for the metrics line
         valid = [[item for item in mb if isinstance(item, Example)] for mb in micro_batches]
         counts = torch.tensor([float(sum(len(v) for v in valid))], device=device)
         global_samples = float(acc.reduce(counts, reduction="sum").item())
@@ -390,6 +402,12 @@ class FinetuneRecipe:
         acc = getattr(self, "accelerator", None)
         if acc is not None:
             acc.free_memory()
+            # Accelerate keeps its settings (mixed precision, accumulation) in process-wide
+            # singletons; forget them so a next recipe in this process (a curriculum stage, a
+            # test) may choose others. The process group (PartialState) stays.
+            from accelerate.state import AcceleratorState, GradientState
+            AcceleratorState._reset_state()
+            GradientState._reset_state()
         for name in ("module", "optimizer", "hf_model", "teacher"):
             if hasattr(self, name):
                 setattr(self, name, None)

@@ -1,0 +1,91 @@
+"""A training run killed with SIGKILL mid-way and resumed with --resume reproduces the loss
+curve and the final weights of an uninterrupted run (model, optimizer, scheduler, RNG and
+data position restored); the kill leaves no half checkpoint that looks whole."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
+from wam_diff2_core.training.checkpointing import checkpoint_dirs, loss_curve, read_metrics
+from wam_diff2_core.training.tiny_data import write_tiny_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 12
+KILL_AFTER_CHECKPOINT = "step-000004"
+
+
+def _command(model, data, out, *extra):
+    return [sys.executable, "-m", "wam_diff2_core.training", "--log-level", "WARNING",
+            "--config", str(REPO / "training" / "block4.yaml"), "--model.path", str(model),
+            "--data.train_file", str(data), "--data.data_root", str(data.parent),
+            "--data.min_pixels", str(TINY_MIN_PIXELS), "--data.max_pixels", str(TINY_MAX_PIXELS),
+            "--train.global_batch_size", "4", "--train.micro_batch_size", "2", "--train.max_steps", str(STEPS),
+            "--optim.lr", "2e-3", "--optim.merger_lr", "2e-3", "--output.dir", str(out),
+            "--output.save_every_steps", "2", "--output.keep_last", "3", *extra]
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tiny_checkpoint, tmp_path):
+    data = write_tiny_dataset(tmp_path / "data", num_samples=6)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+
+    # 1. the run that gets killed, as soon as its step-4 checkpoint is complete
+    proc = subprocess.Popen(_command(tiny_checkpoint, data, killed), cwd=REPO, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    target = killed / "checkpoints" / KILL_AFTER_CHECKPOINT
+    while not target.exists():
+        assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stderr.read().decode()[-3000:]}"
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (killed / "final").exists(), "the run finished before the kill"
+    saved = [step for step, _ in checkpoint_dirs(killed)]
+    assert saved and saved[-1] < STEPS
+    for path in (killed / "checkpoints").iterdir():
+        # anything without the hidden partial prefix is a complete checkpoint
+        assert path.name.startswith(".") or (path / "trainer_state" / "progress.json").is_file()
+
+    # 2. resume it, and 3. the same run without interruption
+    resumed = subprocess.run(_command(tiny_checkpoint, data, killed, "--resume"), cwd=REPO, env=_env(),
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    from wam_diff2_core.training.__main__ import main          # in this process: one launch less
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                                    # as OMP_NUM_THREADS=1 in the subprocesses
+    try:
+        assert main(_command(tiny_checkpoint, data, straight)[3:]) == 0
+    finally:
+        torch.set_num_threads(threads)
+
+    want = loss_curve(read_metrics(straight))
+    got_records = read_metrics(killed)
+    assert [r["step"] for r in got_records] == list(range(1, STEPS + 1))   # each step once, none lost
+    got = loss_curve(got_records)
+    assert sorted(want) == list(range(1, STEPS + 1))
+    for step in want:
+        assert got[step] == pytest.approx(want[step], rel=1e-6, abs=1e-7), step
+    lrs = {r["step"]: r["lr"] for r in read_metrics(straight)}
+    assert {r["step"]: r["lr"] for r in got_records} == pytest.approx(lrs)
+
+    a = load_file(str(straight / "final" / "model.safetensors"))
+    b = load_file(str(killed / "final" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst < 1e-6
