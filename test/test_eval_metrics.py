@@ -11,10 +11,10 @@ import pytest
 
 from wam_diff2_core.evaluation.ground_truth import (BEYOND_END, ODOMETRY_GAP, EgoTrajectory, NoFuture,
                                                     constant_velocity_waypoints)
-from wam_diff2_core.evaluation.inputs import (BAD_COMMAND, BAD_ODOMETRY, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER,
-                                              STALE_ODOMETRY, FrameInputTracker, InputSettings, InputSkip)
 from wam_diff2_core.evaluation.metrics import distribution, trajectory_metrics, waypoint_errors
 from wam_diff2_core.geometry import quaternion_from_yaw
+from wam_diff2_core.inputs import (BAD_COMMAND, BAD_ODOMETRY, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, STALE_ODOMETRY,
+                                   FrameInputTracker, InputSettings, InputSkip)
 
 S = 1_000_000_000
 
@@ -165,4 +165,23 @@ def test_bad_or_out_of_order_odometry_is_refused_and_changes_nothing():
     assert len(tracker.history) == 1
     with pytest.raises(InputSkip) as err:
         tracker.inputs_at(2 * S)                     # 1 s from the only sample > odometry_timeout_s 0.5
+    assert err.value.code == STALE_ODOMETRY
+
+
+def test_odometry_jumping_back_over_a_second_restarts_the_history():
+    """A replay or simulator restart: the tracker starts over instead of refusing odometry until the
+    clock passes the first run's newest stamp (the node would plan nothing for that long)."""
+    tracker = FrameInputTracker(InputSettings(acceleration_time_constant_s=0.0))
+    for k in range(10, 21):                                          # 10 .. 20 s, accelerating
+        tracker.on_odometry(odom(k * S, vx=0.1 * k))
+    assert tracker.inputs_at(20 * S).ego.acceleration[0] == pytest.approx(0.1)
+    with pytest.raises(InputSkip) as err:                           # late by exactly TIME_RESET_S: still refused
+        tracker.on_odometry(odom(19 * S))
+    assert err.value.code == ODOMETRY_OUT_OF_ORDER and tracker.time_resets == 0
+    tracker.on_odometry(odom(S, vx=7.0))                             # the run starts again at 1 s
+    assert tracker.time_resets == 1 and len(tracker.history) == 1 and tracker.newest_odometry_ns == S
+    inputs = tracker.inputs_at(S)
+    assert inputs.ego.velocity == (7.0, 0.0) and inputs.ego.acceleration == (0.0, 0.0)   # no old samples mixed in
+    with pytest.raises(InputSkip) as err:
+        tracker.inputs_at(20 * S)                                    # the first run's history is gone
     assert err.value.code == STALE_ODOMETRY

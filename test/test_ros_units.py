@@ -1,4 +1,5 @@
-"""Pieces of the node without DDS: the keep-latest slot and the message conversions."""
+"""Pieces of the node without DDS: the keep-latest slot, the message conversions and the core input
+tracker on rclpy messages."""
 from __future__ import annotations
 
 import math
@@ -16,6 +17,8 @@ from std_msgs.msg import Header  # noqa: E402
 
 from wam_diff2_core.decoding.decoder import DecodeStats  # noqa: E402
 from wam_diff2_core.geometry import EgoSample, yaw_from_quaternion  # noqa: E402
+from wam_diff2_core.inputs import (BAD_ODOMETRY, BAD_ROUTE, FrameInputTracker, InputSettings, InputSkip,  # noqa: E402
+                                   image_msg_to_rgb)
 from wam_diff2_core.outputs.parsing import Box  # noqa: E402
 from wam_diff2_core.policy import TaskResult  # noqa: E402
 from wam_diff2_ros import conversions as conv  # noqa: E402
@@ -67,27 +70,33 @@ def test_stamps_are_exact_nanoseconds():
 def test_image_message_to_rgb_uses_step_and_encoding():
     msg = image_msg(0, height=2, width=3, encoding="bgra8", padding=3, seed=1)
     rows = np.frombuffer(msg.data, np.uint8).reshape(2, 15)[:, :12].reshape(2, 3, 4)
-    np.testing.assert_array_equal(conv.image_msg_to_rgb(msg), rows[:, :, [2, 1, 0]])
+    np.testing.assert_array_equal(image_msg_to_rgb(msg), rows[:, :, [2, 1, 0]])
 
 
-def test_odometry_to_sample_and_non_finite_rejection():
-    sample, yaw_rate = conv.odometry_to_sample(odometry_msg(2_500_000_000, x=3.0, y=-1.0, yaw=0.7, vx=4.0, vy=0.2,
-                                                            yaw_rate=-0.1))
+def test_the_core_input_tracker_reads_rclpy_odometry_and_routes():
+    """The node hands rclpy messages to the core's tracker (the evaluator hands it rosbags ones)."""
+    tracker = FrameInputTracker(InputSettings(acceleration_time_constant_s=0.0))
+    sample = tracker.on_odometry(odometry_msg(2_500_000_000, x=3.0, y=-1.0, yaw=0.7, vx=4.0, vy=0.2, yaw_rate=-0.1))
     assert (sample.stamp_s, sample.x, sample.y, sample.vx, sample.vy) == (2.5, 3.0, -1.0, 4.0, 0.2)
-    assert sample.yaw == pytest.approx(0.7) and yaw_rate == -0.1
+    assert sample.yaw == pytest.approx(0.7)
+    assert (tracker.odometry_frame, tracker.child_frame) == ("map", "ego_vehicle")
+    sample = tracker.on_odometry(odometry_msg(2_600_000_000, vx=4.0, vy=0.2, yaw_rate=-0.1))
+    assert (sample.ax, sample.ay) == pytest.approx((0.1 * 0.2, -0.1 * 4.0))    # centripetal only: omega x v
     for bad in (dict(x=math.inf), dict(vy=math.nan), dict(yaw_rate=math.nan)):
-        with pytest.raises(ValueError, match="non-finite"):
-            conv.odometry_to_sample(odometry_msg(0, **bad))
-    zero_q = odometry_msg(0)
+        with pytest.raises(InputSkip, match="non-finite") as err:
+            tracker.on_odometry(odometry_msg(3_000_000_000, **bad))
+        assert err.value.code == BAD_ODOMETRY
+    zero_q = odometry_msg(3_000_000_000)
     zero_q.pose.pose.orientation.w = 0.0
-    with pytest.raises(ValueError, match="zero quaternion"):
-        conv.odometry_to_sample(zero_q)
+    with pytest.raises(InputSkip, match="zero quaternion"):
+        tracker.on_odometry(zero_q)
+    np.testing.assert_array_equal(tracker.on_route(route_msg([(0, 0), (1, 2)])), [[0, 0], [1, 2]])
+    with pytest.raises(InputSkip) as err:
+        tracker.on_route(route_msg([(0, 0), (math.nan, 2)]))
+    assert err.value.code == BAD_ROUTE and tracker.route_xy.tolist() == [[0, 0], [1, 2]]   # the previous one kept
 
 
-def test_route_and_camera_info():
-    np.testing.assert_array_equal(conv.route_to_points(route_msg([(0, 0), (1, 2)])), [[0, 0], [1, 2]])
-    with pytest.raises(ValueError):
-        conv.route_to_points(route_msg([(0, 0), (math.nan, 2)]))
+def test_camera_info():
     info = CameraInfo(width=800, height=600, k=[400.0, 0.0, 400.0, 0.0, 410.0, 300.0, 0.0, 0.0, 1.0])
     cam = conv.camera_info_to_camera(info)
     assert (cam.fx, cam.fy, cam.cx, cam.cy, cam.width, cam.height) == (400.0, 410.0, 400.0, 300.0, 800, 600)

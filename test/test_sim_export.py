@@ -186,7 +186,7 @@ def test_bags_open_with_rosbags_and_look_like_carla_ros_bridge(exported, storage
 def test_the_bag_evaluators_inputs_reproduce_the_prompts_of_the_json_set(exported):
     """What the planner node / eval-bag derive from a bag is what the JSON set was built from."""
     from wam_diff2_core.evaluation.bag import open_bag
-    from wam_diff2_core.evaluation.inputs import FrameInputTracker
+    from wam_diff2_core.inputs import FrameInputTracker
 
     out, _ = exported
     topics = topic_names("hero")

@@ -239,6 +239,11 @@ class AccelerationEstimator:
         return self.acceleration
 
 
+# A stamp further back than this is a new run (a bag replayed again, a simulator restarted),
+# not a late message: ego history and bag readers start over (or stop) instead of sorting it in.
+TIME_RESET_S = 1.0
+
+
 class EgoHistory:
     """A short, time-ordered buffer of ego samples, queried at image stamps."""
 
@@ -259,8 +264,8 @@ class EgoHistory:
         return self._samples[-1] if self._samples else None
 
     def add(self, sample: EgoSample) -> None:
-        """Append; a sample older than the newest by over a second (a replay restart) clears the buffer."""
-        if self._stamps and sample.stamp_s < self._stamps[-1] - 1.0:
+        """Append; a sample older than the newest by over ``TIME_RESET_S`` (a replay restart) clears the buffer."""
+        if self._stamps and sample.stamp_s < self._stamps[-1] - TIME_RESET_S:
             self.clear()
         i = bisect.bisect_left(self._stamps, sample.stamp_s)
         if i < len(self._stamps) and self._stamps[i] == sample.stamp_s:

@@ -9,27 +9,22 @@ import math
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import Point, Pose, PoseStamped
-from nav_msgs.msg import Odometry, Path
+from nav_msgs.msg import Path
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
-from wam_diff2_core.geometry import (EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw,
-                                     yaw_from_quaternion)
-from wam_diff2_core.images import image_to_rgb
+from wam_diff2_core.geometry import EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw
+from wam_diff2_core.inputs import NS_PER_S
+from wam_diff2_core.inputs import stamp_ns as stamp_to_ns  # noqa: F401  (re-exported: the evaluator's conversion)
 from wam_diff2_core.policy import WAYPOINT_DT_S, TaskResult
 
 from .msg import DecodeStats, Detection2D, Detection2DArray, Trajectory, TrajectoryPoint
 
-NS_PER_S = 1_000_000_000
 WAYPOINT_DT_NS = int(round(WAYPOINT_DT_S * NS_PER_S))
 
 
 # ----------------------------------------------------------------------------- time
-def stamp_to_ns(stamp: Time) -> int:
-    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
-
-
 def ns_to_stamp(ns: int) -> Time:
     return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
 
@@ -39,37 +34,8 @@ def ns_to_duration(ns: int) -> Duration:
 
 
 # ----------------------------------------------------------------------------- inputs
-def image_msg_to_rgb(msg: Image) -> np.ndarray:
-    """sensor_msgs/Image -> [H, W, 3] uint8 RGB (raises wam_diff2_core.images.ImageError)."""
-    return image_to_rgb(msg.data, msg.height, msg.width, msg.encoding, msg.step)
-
-
-def odometry_to_sample(msg: Odometry) -> tuple[EgoSample, float]:
-    """(ego sample without acceleration, yaw rate) from nav_msgs/Odometry.
-
-    The pose is in ``header.frame_id``; the twist in ``child_frame_id`` (the ego frame), as
-    nav_msgs/Odometry defines it. Raises ValueError on NaN/inf.
-    """
-    p, q, v, w = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear, msg.twist.twist.angular
-    values = (p.x, p.y, q.x, q.y, q.z, q.w, v.x, v.y, w.z)
-    if not all(math.isfinite(x) for x in values):
-        raise ValueError(f"non-finite odometry: position ({p.x}, {p.y}), orientation ({q.x}, {q.y}, {q.z}, {q.w}), "
-                         f"velocity ({v.x}, {v.y}), yaw rate {w.z}")
-    if q.x == q.y == q.z == q.w == 0.0:
-        raise ValueError("odometry orientation is the zero quaternion")
-    sample = EgoSample(stamp_to_ns(msg.header.stamp) / NS_PER_S, p.x, p.y, yaw_from_quaternion(q.x, q.y, q.z, q.w),
-                       v.x, v.y)
-    return sample, float(w.z)
-
-
-def route_to_points(msg: Path) -> np.ndarray:
-    """nav_msgs/Path -> [N, 2] xy in the path's frame. Raises ValueError on NaN/inf."""
-    points = np.array([(ps.pose.position.x, ps.pose.position.y) for ps in msg.poses], dtype=np.float64).reshape(-1, 2)
-    if not np.isfinite(points).all():
-        raise ValueError(f"route has non-finite points ({int((~np.isfinite(points)).any(1).sum())} of {len(points)})")
-    return points
-
-
+# Odometry, route, command and image messages are read by wam_diff2_core.inputs (shared with the
+# offline evaluator); only the camera model for the debug image is converted here.
 def camera_info_to_camera(msg: CameraInfo) -> PinholeCamera:
     """Intrinsics from the K matrix. Raises ValueError when unusable."""
     k = [float(v) for v in msg.k]

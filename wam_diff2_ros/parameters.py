@@ -20,12 +20,13 @@ from __future__ import annotations
 import inspect
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from wam_diff2_core.config import DECODING_FIELDS, ConfigError, DecodingSettings
 from wam_diff2_core.geometry import COMMANDS, RouteCommandSettings
+from wam_diff2_core.inputs import InputSettings
 from wam_diff2_core.model.checkpoint import DTYPES
 from wam_diff2_core.policy import DrivingPolicy
 
@@ -37,7 +38,8 @@ IMAGE_TRANSPORTS = ("raw", "compressed")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
 _POLICY_DEFAULTS = {k: p.default for k, p in inspect.signature(DrivingPolicy.__init__).parameters.items()}
-_ROUTE_DEFAULTS = RouteCommandSettings()
+_INPUT_DEFAULTS = InputSettings()
+_ROUTE_DEFAULTS = _INPUT_DEFAULTS.route
 
 
 @dataclass(frozen=True)
@@ -85,12 +87,13 @@ SPECS: tuple[ParamSpec, ...] = (
               low=1, high=100000),
     ParamSpec("image_timeout_s", 1.0, "skip a frame whose stamp differs from now by more than this (seconds)",
               low=0.001, high=3600.0),
-    ParamSpec("odometry_timeout_s", 0.5, "skip a frame when no odometry lies within this of its stamp (seconds)",
-              low=0.001, high=3600.0),
-    ParamSpec("acceleration_time_constant_s", 0.5, "low-pass time constant of the acceleration "
-              "differentiated from odometry velocity (seconds; 0 = unfiltered)", low=0.0, high=60.0),
-    ParamSpec("default_command", "straight", "command when neither ~/input/command nor a usable route is there",
-              choices=COMMANDS),
+    ParamSpec("odometry_timeout_s", _INPUT_DEFAULTS.odometry_timeout_s, "skip a frame when no odometry lies "
+              "within this of its stamp (seconds)", low=0.001, high=3600.0),
+    ParamSpec("acceleration_time_constant_s", _INPUT_DEFAULTS.acceleration_time_constant_s, "low-pass time "
+              "constant of the acceleration differentiated from odometry velocity (seconds; 0 = unfiltered)",
+              low=0.0, high=60.0),
+    ParamSpec("default_command", _INPUT_DEFAULTS.default_command, "command when neither ~/input/command nor "
+              "a usable route is there", choices=COMMANDS),
     ParamSpec("route.lookahead_m", _ROUTE_DEFAULTS.lookahead_m, "route length ahead of the ego used to "
               "derive the command (metres)", low=1.0, high=1000.0),
     ParamSpec("route.turn_angle_deg", _ROUTE_DEFAULTS.turn_angle_deg, "heading change over the look-ahead "
@@ -193,6 +196,14 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
 def decoding_settings(values: Mapping[str, Any]) -> DecodingSettings:
     """The ``decoding.*`` values as validated core settings (raises ConfigError)."""
     return DecodingSettings().replace(**decoding_overrides(values))
+
+
+def input_settings(values: Mapping[str, Any]) -> InputSettings:
+    """The input parameters as the core's settings (the offline evaluator's ``--params-file`` reads the same)."""
+    route = RouteCommandSettings(**{f.name: values["route." + f.name] for f in fields(RouteCommandSettings)})
+    return InputSettings(odometry_timeout_s=values["odometry_timeout_s"],
+                         acceleration_time_constant_s=values["acceleration_time_constant_s"],
+                         default_command=values["default_command"], route=route)
 
 
 def decoding_overrides(values: Mapping[str, Any]) -> dict[str, Any]:

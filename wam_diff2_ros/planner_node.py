@@ -8,10 +8,12 @@ status and diagnostic, publishing nothing), activate starts the worker, deactiva
 cleanup frees the model. With ``autostart`` (the default) the node configures and activates
 itself once its executor spins.
 
-Threads: subscription callbacks only store the newest input (a keep-latest slot for images,
-a short ego-state history for odometry); one worker thread takes the newest frame, runs
-:meth:`wam_diff2_core.policy.DrivingPolicy.step` (the same call the offline evaluator makes)
-and publishes. Every output carries the input image's stamp. See wam_diff2_ros/README.md.
+Threads: subscription callbacks only store the newest input (a keep-latest slot for images;
+odometry, route and command in a :class:`wam_diff2_core.inputs.FrameInputTracker`); one worker
+thread takes the newest frame, asks the tracker for the policy's inputs at its stamp, runs
+:meth:`wam_diff2_core.policy.DrivingPolicy.step` and publishes. The offline evaluator derives
+its inputs with the same tracker and makes the same call, so its numbers are the node's.
+Every output carries the input image's stamp. See wam_diff2_ros/README.md.
 """
 from __future__ import annotations
 
@@ -37,11 +39,12 @@ from std_msgs.msg import Float64, Header, String
 from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.config import read_diffusion_file
-from wam_diff2_core.geometry import (AccelerationEstimator, CameraMount, EgoHistory, EgoSample, PinholeCamera,
-                                     RouteCommandSettings, command_from_road_option, command_from_route,
-                                     project_ego_points)
-from wam_diff2_core.images import ImageError, check_raw_image, compressed_to_rgb, draw_debug_image
-from wam_diff2_core.policy import DrivingPolicy, EgoState
+from wam_diff2_core.geometry import TIME_RESET_S, CameraMount, EgoSample, PinholeCamera, project_ego_points
+from wam_diff2_core.images import ImageError, draw_debug_image
+from wam_diff2_core.inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, OFF_ROUTE,
+                                   ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip, check_image_msg,
+                                   image_msg_to_rgb)
+from wam_diff2_core.policy import DrivingPolicy
 
 from . import conversions as conv
 from . import parameters as params
@@ -75,15 +78,11 @@ DEFAULT_EGO_FRAME = "base_link"
 RATE_WINDOW_S = 5.0
 STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
                PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
-
-
-class _Frame:
-    """An image message as received, with where it came from."""
-
-    __slots__ = ("msg", "compressed", "received_s")
-
-    def __init__(self, msg, compressed: bool):
-        self.msg, self.compressed, self.received_s = msg, compressed, time.monotonic()
+# The node's diagnostics count input problems as skipped_<cause> (README.md). Those cause names
+# predate the core's InputSkip codes and dashboards read them, so the codes are mapped here.
+SKIP_CAUSES = {BAD_ODOMETRY: "odometry_non_finite", ODOMETRY_OUT_OF_ORDER: "odometry_out_of_order",
+               NO_ODOMETRY: "odometry_missing", STALE_ODOMETRY: "odometry_stale", BAD_ROUTE: "route_non_finite",
+               BAD_COMMAND: "command_invalid", ROUTE_FRAME_MISMATCH: "route_frame_mismatch"}
 
 
 class PlannerNode(LifecycleNode):
@@ -94,7 +93,7 @@ class PlannerNode(LifecycleNode):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
-        self._lock = threading.Lock()            # counters, ego state, command, route, status
+        self._lock = threading.Lock()            # counters, the input tracker, camera, status
         self._counts: collections.Counter[str] = collections.Counter()
         self._received_times: collections.deque[float] = collections.deque()
         self._processed_times: collections.deque[float] = collections.deque()
@@ -105,7 +104,7 @@ class PlannerNode(LifecycleNode):
         self._active = False
         self._lifecycle = "unconfigured"
         self._model_state, self._model_message = PlannerStatus.UNCONFIGURED, "waiting for configure"
-        self._image_slot: LatestSlot[_Frame] = LatestSlot()
+        self._image_slot: LatestSlot[Any] = LatestSlot()     # the newest image message
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
         self._init_inputs()
@@ -153,9 +152,8 @@ class PlannerNode(LifecycleNode):
                 values[p.name] = p.value
                 self._rejected_overrides.pop(p.name, None)
         self._values = values                    # replaced whole: the worker reads one snapshot per frame
-        if any(p.name == "acceleration_time_constant_s" for p in changed):
-            with self._lock:
-                self._accel.time_constant_s = values["acceleration_time_constant_s"]
+        with self._lock:                         # input settings apply from the next message / frame
+            self._inputs.update_settings(params.input_settings(values))
         if any(p.name in ("mode", "lockstep_every_n_images") for p in changed):
             with self._lock:
                 self._image_index = 0
@@ -281,10 +279,10 @@ class PlannerNode(LifecycleNode):
     def _make_entities(self, values: dict) -> None:
         sub, group = self.create_subscription, self._state_group
         if values["image_transport"] == "compressed":
-            image_sub = sub(CompressedImage, INPUT_TOPICS["image_compressed"], lambda m: self._on_image(m, True),
+            image_sub = sub(CompressedImage, INPUT_TOPICS["image_compressed"], self._on_image,
                             qos_profile_sensor_data, callback_group=self._image_group)
         else:
-            image_sub = sub(Image, INPUT_TOPICS["image"], lambda m: self._on_image(m, False), qos_profile_sensor_data,
+            image_sub = sub(Image, INPUT_TOPICS["image"], self._on_image, qos_profile_sensor_data,
                             callback_group=self._image_group)
         self._subscriptions_made = [
             image_sub,
@@ -303,32 +301,23 @@ class PlannerNode(LifecycleNode):
 
     # ------------------------------------------------------------------ input callbacks (store only)
     def _init_inputs(self) -> None:
-        self._ego_history = EgoHistory()
-        self._accel = AccelerationEstimator(self._values["acceleration_time_constant_s"])
-        self._odom_frames = ("", "")             # (header.frame_id, child_frame_id) of the newest odometry
-        self._command: str | None = None
-        self._command_text = ""
-        self._route: np.ndarray | None = None
-        self._route_frame = ""
+        # odometry, route and command -> the policy's inputs at an image stamp: the core's tracker,
+        # which the offline evaluator uses too. Not thread-safe: every call holds self._lock.
+        self._inputs = FrameInputTracker(params.input_settings(self._values))
         self._camera: PinholeCamera | None = None
         self._last_image_stamp_ns: int | None = None
-        self._last_odometry_stamp_ns: int | None = None
         self._last_plan: tuple[bool, str, str] | None = None   # (valid, reason, command)
         self._last_stats: dict[str, float] = {}
         self._image_index = 0
 
-    def _on_image(self, msg, compressed: bool) -> None:
+    def _on_image(self, msg) -> None:
         now = time.monotonic()
         with self._lock:
             self._counts["images_received"] += 1
             self._received_times.append(now)
             self._last_image_stamp_ns = conv.stamp_to_ns(msg.header.stamp)
         try:
-            if compressed:
-                if len(msg.data) == 0:
-                    raise ImageError("empty", "no compressed bytes")
-            else:
-                check_raw_image(len(msg.data), msg.height, msg.width, msg.encoding, msg.step)
+            check_image_msg(msg)
         except ImageError as exc:
             self._skip(f"image_{exc.code}", str(exc))
             return
@@ -341,47 +330,40 @@ class PlannerNode(LifecycleNode):
         if values["mode"] == "lockstep" and index % values["lockstep_every_n_images"] != 0:
             self._count("images_skipped_lockstep")
             return
-        if self._image_slot.put(_Frame(msg, compressed)):
+        if self._image_slot.put(msg):
             self._count("images_dropped_newer_arrived")
 
     def _on_odometry(self, msg: Odometry) -> None:
         try:
-            sample, yaw_rate = conv.odometry_to_sample(msg)
-        except ValueError as exc:
-            self._skip("odometry_non_finite", str(exc))
+            with self._lock:
+                resets = self._inputs.time_resets
+                self._inputs.on_odometry(msg)
+                self._counts["odometry_received"] += 1
+                restarted = self._inputs.time_resets != resets
+                if restarted:
+                    self._counts["odometry_time_resets"] += 1
+        except InputSkip as skip:
+            self._skip_input(skip)
             return
-        with self._lock:
-            ax, ay = self._accel.update(sample.stamp_s, sample.vx, sample.vy, yaw_rate)
-            self._ego_history.add(EgoSample(sample.stamp_s, sample.x, sample.y, sample.yaw, sample.vx, sample.vy,
-                                            ax, ay))
-            self._odom_frames = (msg.header.frame_id, msg.child_frame_id)
-            self._last_odometry_stamp_ns = conv.stamp_to_ns(msg.header.stamp)
-            self._counts["odometry_received"] += 1
+        if restarted:
+            self._warn("odometry_time_reset", "odometry time went back by more than "
+                       f"{TIME_RESET_S} s (a replay or simulator restarted): ego history restarted")
 
     def _on_route(self, msg: Path) -> None:
         try:
-            points = conv.route_to_points(msg)
-        except ValueError as exc:
-            self._skip("route_non_finite", f"{exc}; keeping the previous route")
-            return
-        with self._lock:
-            self._route, self._route_frame = points, msg.header.frame_id
-            self._counts["routes_received"] += 1
+            with self._lock:
+                self._inputs.on_route(msg)
+                self._counts["routes_received"] += 1
+        except InputSkip as skip:
+            self._skip_input(skip)
 
     def _on_command(self, msg: String) -> None:
-        text = msg.data.strip()
-        if text.lower() in ("", "auto", "route"):
-            with self._lock:
-                self._command, self._command_text = None, text
-            return
         try:
-            command = command_from_road_option(text)
-        except ValueError as exc:
-            self._skip("command_invalid", f"{exc}; keeping the previous command")
-            return
-        with self._lock:
-            self._command, self._command_text = command, text
-            self._counts["commands_received"] += 1
+            with self._lock:
+                if self._inputs.on_command(msg) is not None:
+                    self._counts["commands_received"] += 1
+        except InputSkip as skip:
+            self._skip_input(skip)
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         try:
@@ -399,15 +381,22 @@ class PlannerNode(LifecycleNode):
 
     def _skip(self, cause: str, message: str) -> None:
         """Count a skipped input by cause and warn at most once per ``warn_throttle_s`` per cause."""
+        self._count("skipped_" + cause)
+        self._warn(cause, f"skipped input ({cause}): {message}")
+
+    def _skip_input(self, skip: InputSkip) -> None:
+        self._skip(SKIP_CAUSES.get(skip.code, skip.code), skip.message)
+
+    def _warn(self, cause: str, message: str) -> None:
+        """Log a warning at most once per ``warn_throttle_s`` per cause."""
         now = time.monotonic()
         with self._lock:
-            self._counts["skipped_" + cause] += 1
             last = self._last_warn.get(cause)
             due = last is None or now - last >= self._values["warn_throttle_s"]
             if due:
                 self._last_warn[cause] = now
         if due:
-            self.get_logger().warning(f"skipped input ({cause}): {message}")
+            self.get_logger().warning(message)
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -416,21 +405,20 @@ class PlannerNode(LifecycleNode):
     # ------------------------------------------------------------------ worker
     def _worker_loop(self) -> None:
         while not self._stop.is_set():
-            frame = self._image_slot.take(timeout_s=0.2)
-            if frame is None or self._stop.is_set():
+            msg = self._image_slot.take(timeout_s=0.2)
+            if msg is None or self._stop.is_set():
                 continue
             try:
-                self._process(frame)
+                self._process(msg)
             except Exception as exc:  # the worker must survive anything one frame does
                 if not self.context.ok():
                     return            # shut down (Ctrl-C) mid-frame: its outputs have nowhere to go
                 self._count("worker_errors")
                 self.get_logger().error(f"frame failed: {exc}\n{traceback.format_exc()}")
 
-    def _process(self, frame: _Frame) -> None:
+    def _process(self, msg) -> None:
         values = self._values
         t_start = time.perf_counter()
-        msg = frame.msg
         stamp_ns = conv.stamp_to_ns(msg.header.stamp)
         age_s = (self.get_clock().now().nanoseconds - stamp_ns) / conv.NS_PER_S
         if abs(age_s) > values["image_timeout_s"]:
@@ -438,28 +426,30 @@ class PlannerNode(LifecycleNode):
                                       f"{values['image_timeout_s']})")
             return
         try:
-            rgb = compressed_to_rgb(msg.data) if frame.compressed else conv.image_msg_to_rgb(msg)
+            rgb = image_msg_to_rgb(msg)
         except ImageError as exc:
             self._skip(f"image_{exc.code}", str(exc))
             return
 
-        with self._lock:
-            have_odometry = len(self._ego_history) > 0
-            ego = self._ego_history.at(stamp_ns / conv.NS_PER_S, values["odometry_timeout_s"])
-            odom_frame, child_frame = self._odom_frames
-        if ego is None:
-            if have_odometry:
-                self._skip("odometry_stale", f"no odometry within odometry_timeout_s {values['odometry_timeout_s']} "
-                                             "of the image stamp")
-            else:
-                self._skip("odometry_missing", "no odometry received yet")
+        try:
+            with self._lock:      # held over the route lookup too: ~1.5 ms for a 4000-point route, once a frame
+                inputs = self._inputs.inputs_at(stamp_ns)
+                odom_frame, child_frame = self._inputs.odometry_frame, self._inputs.child_frame
+        except InputSkip as skip:
+            self._skip_input(skip)
             return
-        command, source = self._resolve_command(ego, odom_frame, values)
+        if inputs.default_because is not None:       # the route gave no command: say why
+            code, why = inputs.default_because
+            if code == OFF_ROUTE:
+                self._count("route_off_route")
+            elif code in SKIP_CAUSES:
+                self._skip(SKIP_CAUSES[code], f"{why}; using default_command")
+        command, ego = inputs.command, inputs.odometry
         ego_frame = values["ego_frame_id"] or child_frame or DEFAULT_EGO_FRAME
 
         self._apply_decoding_changes(values)
         try:
-            out = self._policy.step(rgb, EgoState(velocity=(ego.vx, ego.vy), acceleration=(ego.ax, ego.ay)), command)
+            out = self._policy.step(rgb, inputs.ego, command)
         except Exception as exc:
             self._count("inference_errors")
             self.get_logger().error(f"inference failed: {exc}")
@@ -468,25 +458,8 @@ class PlannerNode(LifecycleNode):
                     conv.invalid_trajectory_msg(stamp_ns, ego_frame, command, f"inference_error: {exc}"))
             return
         if self.context.ok():
-            self._publish(frame, stamp_ns, rgb, ego, ego_frame, odom_frame, command, source, out, values, t_start)
-
-    def _resolve_command(self, ego: EgoSample, odom_frame: str, values: dict) -> tuple[str, str]:
-        with self._lock:
-            command, route, route_frame = self._command, self._route, self._route_frame
-        if command is not None:
-            return command, "command"
-        if route is not None:
-            if route_frame and odom_frame and route_frame != odom_frame:
-                self._skip("route_frame_mismatch", f"route frame {route_frame!r} is not the odometry frame "
-                                                   f"{odom_frame!r}; using default_command")
-            else:
-                derived = command_from_route(route, (ego.x, ego.y), ego.yaw, RouteCommandSettings(
-                    lookahead_m=values["route.lookahead_m"], turn_angle_deg=values["route.turn_angle_deg"],
-                    lateral_offset_m=values["route.lateral_offset_m"], max_distance_m=values["route.max_distance_m"]))
-                if derived is not None:
-                    return derived, "route"
-                self._count("route_off_route")
-        return values["default_command"], "default"
+            self._publish(msg, stamp_ns, rgb, ego, ego_frame, odom_frame, command, inputs.command_source, out, values,
+                          t_start)
 
     def _apply_decoding_changes(self, values: dict) -> None:
         overrides = params.decoding_overrides(values)
@@ -496,7 +469,7 @@ class PlannerNode(LifecycleNode):
         self._policy_overrides = overrides
         self.get_logger().info(f"decoding settings now {self._policy.settings}")
 
-    def _publish(self, frame: _Frame, stamp_ns: int, rgb: np.ndarray, ego: EgoSample, ego_frame: str,
+    def _publish(self, msg, stamp_ns: int, rgb: np.ndarray, ego: EgoSample, ego_frame: str,
                  odom_frame: str, command: str, source: str, out, values: dict, t_start: float) -> None:
         outputs = self._outputs
         plan, detections = out.plan, out.detections
@@ -509,16 +482,15 @@ class PlannerNode(LifecycleNode):
                 if values["publish_odom_frame_path"] and path_odom is not None:
                     outputs["path_odom"].publish(path_odom)
         if detections is not None:
-            outputs["detections"].publish(conv.detections_msg(frame.msg.header, detections, out.latency_ms))
+            outputs["detections"].publish(conv.detections_msg(msg.header, detections, out.latency_ms))
             if "vision_detections" in outputs:
-                outputs["vision_detections"].publish(conv.vision_detections_msg(vision_msgs, frame.msg.header,
-                                                                                detections))
+                outputs["vision_detections"].publish(conv.vision_detections_msg(vision_msgs, msg.header, detections))
         status_line = self._status_line(command, source, plan)
         if values["debug.publish_markers"] and plan is not None:
             outputs["markers"].publish(conv.plan_markers(stamp_ns, ego_frame, waypoints, status_line))
         if values["debug.publish_image"]:
-            outputs["debug_image"].publish(self._debug_image(rgb, frame.msg.header, waypoints, detections,
-                                                             status_line, plan, values))
+            outputs["debug_image"].publish(self._debug_image(rgb, msg.header, waypoints, detections, status_line,
+                                                             plan, values))
         processing_ms = (time.perf_counter() - t_start) * 1e3
         outputs["processing_ms"].publish(Float64(data=processing_ms))
         outputs["latency_ms"].publish(Float64(data=(self.get_clock().now().nanoseconds - stamp_ns) / 1e6))
@@ -586,11 +558,11 @@ class PlannerNode(LifecycleNode):
                     times.popleft()
             counts = dict(self._counts)
             model_state, model_message = self._model_state, self._model_message
-            image_ns, odom_ns = self._last_image_stamp_ns, self._last_odometry_stamp_ns
+            image_ns, odom_ns = self._last_image_stamp_ns, self._inputs.newest_odometry_ns
             last_plan, last_stats = self._last_plan, dict(self._last_stats)
             received_hz = len(self._received_times) / RATE_WINDOW_S
             processed_hz = len(self._processed_times) / RATE_WINDOW_S
-            command_text, route = self._command_text, self._route
+            command_text, route = self._inputs.command_text, self._inputs.route_xy
             camera = self._camera
 
         def age(ns):

@@ -146,9 +146,9 @@ def _apply_params_file(args) -> dict:
 
 def _settings(args):
     from ..evaluation.bag import BagTopics
-    from ..evaluation.inputs import InputSettings
     from ..evaluation.runner import EvalSettings
     from ..geometry import RouteCommandSettings
+    from ..inputs import InputSettings
 
     topics = BagTopics.carla(args.role, args.camera, image=args.image_topic, odometry=args.odometry_topic,
                              route=args.route_topic, command=args.command_topic,

@@ -3,7 +3,6 @@
 The pipeline, one module per step:
 
 - :mod:`.bag`          open a bag (sqlite3 / mcap, folder or file), its types, its messages;
-- :mod:`.inputs`       messages -> what the policy gets for a frame (shared with the planner node);
 - :mod:`.ground_truth` recorded odometry -> the future waypoints at +0.5 ... +4.0 s, ego frame;
 - :mod:`.runner`       pick the frames, run ``DrivingPolicy.step`` on them, score them;
 - :mod:`.metrics`      L2 (UniAD/VAD "at t" and ST-P3 "averaged to t"), ADE/FDE, per-waypoint curve,
@@ -12,7 +11,8 @@ The pipeline, one module per step:
 - :mod:`.record`       predictions as the package's ``Trajectory`` messages into a bag;
 - :mod:`.scenes`       small carla-like bags with exact ground truth and a scripted policy (tests, demos).
 
-See README.md in this folder.
+The inputs of a frame (ego state, command) come from :mod:`wam_diff2_core.inputs`, the code the
+planner node derives them with. See README.md in this folder.
 
     wam-diff2 eval-bag run.mcap --model CKPT --out eval_run/
 """

@@ -4,7 +4,7 @@ Pass 1 (cheap, no pixels decoded) reads the odometry, route, command and image h
 decides for every camera frame whether it is evaluated, and if not why (every-N-th thinning,
 bad stamps, missing inputs, no 4 s of recorded future). Pass 2 decodes the chosen images and
 calls ``policy.step`` - the same call the planner node makes - with the inputs
-:class:`~wam_diff2_core.evaluation.inputs.FrameInputTracker` derived.
+:class:`~wam_diff2_core.inputs.FrameInputTracker` derived, the planner node's own input tracker.
 
     run = evaluate_bags(["run.mcap"], policy, EvalSettings(topics=BagTopics.carla("ego_vehicle")))
     summarize(run.frames)["overall"]["model"]["l2_at_t"]
@@ -19,13 +19,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..geometry import TIME_RESET_S
 from ..images import ImageError
+from ..inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
+                      stamp_ns)
 from ..policy import NUM_WAYPOINTS
 from .bag import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag, BagError,
                   BagTopics, Undecodable)
 from .ground_truth import EgoTrajectory, NoFuture, constant_velocity_waypoints, is_finite_waypoints
-from .inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
-                     stamp_ns)
 from .metrics import FrameResult
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class EvalSettings:
     every: int = 1                      # evaluate every N-th camera frame (after dropping bad stamps)
     max_frames: int | None = None       # per bag, after thinning; None = all
     max_gap_s: float = 0.5              # longest odometry gap interpolated over for the ground truth
-    max_backward_jump_s: float = 1.0    # a stamp further back than this is a second run in one bag: an error
+    max_backward_jump_s: float = TIME_RESET_S   # a stamp further back is a second run in one bag: an error
     required: frozenset[str] = frozenset()   # optional topic roles the user named, so they must be present
 
     def __post_init__(self):

@@ -1,7 +1,8 @@
 """Frame inputs: what the policy is given for one camera frame, derived from ROS messages.
 
-One derivation for the live planner node and the offline bag evaluator, so offline numbers
-are the node's numbers. ROS-free: it reads messages by attribute (``msg.header.stamp.sec``,
+The one derivation for the live planner node (``wam_diff2_ros/planner_node.py``) and the
+offline bag evaluator (:mod:`wam_diff2_core.evaluation.runner`), so offline numbers are the
+node's numbers. ROS-free: it reads messages by attribute (``msg.header.stamp.sec``,
 ``msg.twist.twist.linear.x`` ...), which rclpy messages and rosbags messages share.
 
 - **Ego state**: the odometry history at the image stamp
@@ -10,6 +11,8 @@ are the node's numbers. ROS-free: it reads messages by attribute (``msg.header.s
   (in the child frame, i.e. the ego frame); acceleration is differentiated from successive
   twists with the centripetal term and low-pass filtered
   (:class:`~wam_diff2_core.geometry.AccelerationEstimator`), sample by sample as they arrive.
+  A sample not newer than the newest is refused; one more than ``TIME_RESET_S`` older starts
+  the history over (see :meth:`FrameInputTracker.on_odometry`).
 - **Command**: the newest ``std_msgs/String`` command received (``left|straight|right`` or a
   CARLA RoadOption; ``""``, ``auto`` or ``route`` hand control back to the route), which
   overrides the route; otherwise derived from the newest route (``nav_msgs/Path``) ahead of
@@ -19,6 +22,7 @@ are the node's numbers. ROS-free: it reads messages by attribute (``msg.header.s
   ``CompressedImage``, to RGB.
 
 The settings carry the planner node's parameter names and defaults (``config/planner.yaml``).
+The tracker is not thread-safe: the node calls it under its input lock.
 
     tracker = FrameInputTracker(InputSettings())
     tracker.on_odometry(odom_msg); tracker.on_route(path_msg)
@@ -32,22 +36,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..geometry import (AccelerationEstimator, EgoHistory, EgoSample, RouteCommandSettings,
-                        command_from_road_option, command_from_route, yaw_from_quaternion)
-from ..images import ImageError, check_raw_image, compressed_to_rgb, image_to_rgb
-from ..outputs.prompts import COMMANDS
-from ..policy import EgoState
+from .geometry import (TIME_RESET_S, AccelerationEstimator, EgoHistory, EgoSample, RouteCommandSettings,
+                       command_from_road_option, command_from_route, yaw_from_quaternion)
+from .images import ImageError, check_raw_image, compressed_to_rgb, image_to_rgb
+from .outputs.prompts import COMMANDS
+from .policy import EgoState
 
 NS_PER_S = 1_000_000_000
 
-# Skip reasons (InputSkip.code); the evaluator and the node count skipped frames by these.
+# Skip reasons (InputSkip.code); the evaluator and the node count skipped frames and messages by these.
+# Frames (inputs_at): the frame is not planned.
 NO_ODOMETRY = "no_odometry"                  # no odometry received yet
 STALE_ODOMETRY = "stale_odometry"            # no odometry within odometry_timeout_s of the image stamp
-NO_COMMAND = "no_command"                    # no command, no route and no default command
-OFF_ROUTE = "off_route"                      # the route is too far away (and no default command)
-ROUTE_FRAME_MISMATCH = "route_frame_mismatch"  # route and odometry frames differ, no tf (and no default)
+# ... these three only without a default command; with one they are FrameInputs.default_because
+NO_COMMAND = "no_command"                    # no command and no route
+OFF_ROUTE = "off_route"                      # the ego is farther than route.max_distance_m from the route
+ROUTE_FRAME_MISMATCH = "route_frame_mismatch"  # route and odometry frames differ (no tf here)
+# Messages (on_odometry / on_route / on_command): the message is ignored, the previous input kept.
 BAD_ODOMETRY = "bad_odometry"                # NaN/inf pose or twist, zero quaternion
-ODOMETRY_OUT_OF_ORDER = "odometry_out_of_order"  # stamp not after the newest sample
+ODOMETRY_OUT_OF_ORDER = "odometry_out_of_order"  # stamp not after the newest sample (by up to TIME_RESET_S)
 BAD_COMMAND = "bad_command"                  # a command string that names no command
 BAD_ROUTE = "bad_route"                      # NaN/inf route points
 
@@ -57,7 +64,7 @@ class InputSkip(Exception):
 
     def __init__(self, code: str, message: str):
         super().__init__(f"{code}: {message}")
-        self.code = code
+        self.code, self.message = code, message
 
 
 # ----------------------------------------------------------------------------- message fields
@@ -130,6 +137,7 @@ class FrameInputs:
     command: str                  # left | straight | right
     command_source: str           # "command" | "route" | "default"
     odometry: EgoSample           # the ego state at the stamp (pose in the odometry frame)
+    default_because: tuple[str, str] | None = None   # (code, message): why the route gave no command
 
 
 # command strings that clear an earlier command, so the route decides again (the node's convention)
@@ -139,27 +147,48 @@ ROUTE_COMMANDS = ("", "auto", "route")
 class FrameInputTracker:
     """Stores the newest inputs and answers "what does the policy get for an image at stamp t".
 
-    Odometry must arrive in stamp order: a sample not newer than the newest is an
-    :class:`InputSkip` and changes nothing. Routes and commands are taken as received.
+    Routes and commands are taken as received; odometry in stamp order (see :meth:`on_odometry`).
     ``max_samples`` bounds the odometry history (the offline evaluator keeps all of it).
+    Not thread-safe: a caller with several threads holds one lock around every call.
     """
 
     def __init__(self, settings: InputSettings | None = None, max_samples: int = 400):
         self.settings = settings or InputSettings()
         self.max_samples = max_samples
+        self.time_resets = 0          # odometry that jumped back over TIME_RESET_S (replay / simulator restarts)
         self.reset()
 
     def reset(self) -> None:
         self.history = EgoHistory(self.max_samples)
         self._estimator = AccelerationEstimator(self.settings.acceleration_time_constant_s)
-        self._newest_ns: int | None = None
-        self.odometry_frame = ""
+        self.newest_odometry_ns: int | None = None
+        self.odometry_frame = ""      # header.frame_id of the newest odometry: the pose's frame
+        self.child_frame = ""         # its child_frame_id: the ego frame
         self.route_xy: np.ndarray | None = None
         self.route_frame = ""
         self.command: str | None = None
+        self.command_text = ""        # the command message as received ("" = none yet)
+
+    def update_settings(self, settings: InputSettings) -> None:
+        """Use ``settings`` from the next message / frame on; the history, route and command stay."""
+        self.settings = settings
+        self._estimator.time_constant_s = settings.acceleration_time_constant_s
 
     # -- inputs
     def on_odometry(self, msg) -> EgoSample:
+        """Add one odometry sample (InputSkip when it is unusable or out of order).
+
+        A stamp at or before the newest one is refused (ODOMETRY_OUT_OF_ORDER), unless it lies
+        more than ``TIME_RESET_S`` back: then the odometry history and the acceleration estimate
+        start over from it. Why, for both a live vehicle and a replayed bag: a slightly late or
+        repeated sample carries nothing the history lacks, and sorting it in would restart the
+        acceleration estimate (time going back) and differentiate across the wrong pair of
+        samples, so the ego state given to the model would jump; a large jump back is a new run
+        (``ros2 bag play --loop``, a replay or simulator restarted), after which refusing every
+        sample until the clock passed the old newest stamp would leave the node with stale
+        odometry - no plans - for as long as the first run lasted. The offline evaluator stops
+        with an error at such a jump before it gets here (one run per bag).
+        """
         t_ns = stamp_ns(msg.header.stamp)
         p, q = msg.pose.pose.position, msg.pose.pose.orientation
         x, y, yaw = ego_pose_from_odometry(msg)
@@ -168,33 +197,43 @@ class FrameInputTracker:
             raise InputSkip(BAD_ODOMETRY, f"non-finite pose or twist at stamp {t_ns} ns")
         if q.x == q.y == q.z == q.w == 0.0:
             raise InputSkip(BAD_ODOMETRY, f"zero quaternion at stamp {t_ns} ns")
-        if self._newest_ns is not None and t_ns <= self._newest_ns:
-            kind = "repeats" if t_ns == self._newest_ns else "is older than"
-            raise InputSkip(ODOMETRY_OUT_OF_ORDER, f"stamp {t_ns} ns {kind} the newest odometry ({self._newest_ns} ns)")
-        t_s = t_ns / NS_PER_S          # as the node computes it, so interpolation weights agree to the bit
+        newest = self.newest_odometry_ns
+        if newest is not None and t_ns <= newest:
+            if newest - t_ns <= TIME_RESET_S * NS_PER_S:
+                kind = "repeats" if t_ns == newest else "is older than"
+                raise InputSkip(ODOMETRY_OUT_OF_ORDER, f"stamp {t_ns} ns {kind} the newest odometry ({newest} ns)")
+            self.history.clear()
+            self._estimator.reset()
+            self.time_resets += 1
+        t_s = t_ns / NS_PER_S          # one conversion for samples and image stamps: interpolation weights agree
         ax, ay = self._estimator.update(t_s, vx, vy, yaw_rate)
         sample = EgoSample(t_s, x, y, yaw, vx, vy, ax, ay)
         self.history.add(sample)
-        self._newest_ns = t_ns
+        self.newest_odometry_ns = t_ns
         self.odometry_frame = str(msg.header.frame_id)
+        self.child_frame = str(getattr(msg, "child_frame_id", ""))
         return sample
 
-    def on_route(self, msg) -> None:
+    def on_route(self, msg) -> np.ndarray:
         points = route_points_from_path(msg)
         if not np.isfinite(points).all():
-            raise InputSkip(BAD_ROUTE, f"route with non-finite points ({len(points)} points)")
+            raise InputSkip(BAD_ROUTE, f"route with non-finite points ({int((~np.isfinite(points)).any(1).sum())} "
+                                       f"of {len(points)}); keeping the previous route")
         self.route_xy, self.route_frame = points, str(msg.header.frame_id)
+        return points
 
     def on_command(self, msg_or_text) -> str | None:
+        """Store a command (None: back to the route); InputSkip when the text names none."""
         text = str(getattr(msg_or_text, "data", msg_or_text)).strip()
         if text.lower() in ROUTE_COMMANDS:
-            self.command = None
+            self.command, self.command_text = None, text
             return None
         try:
-            self.command = command_from_road_option(text)
+            command = command_from_road_option(text)
         except ValueError as exc:
             raise InputSkip(BAD_COMMAND, f"{exc}; keeping the previous command") from None
-        return self.command
+        self.command, self.command_text = command, text
+        return command
 
     # -- per frame
     def odometry_at(self, t_ns: int) -> EgoSample:
@@ -207,26 +246,28 @@ class FrameInputTracker:
                                             f"{self.settings.odometry_timeout_s} of the image stamp {t_ns} ns")
         return sample
 
-    def command_for(self, sample: EgoSample) -> tuple[str, str]:
-        """(command, source): the command topic, else the route, else the default (else InputSkip)."""
+    def command_for(self, sample: EgoSample) -> tuple[str, str, tuple[str, str] | None]:
+        """(command, source, why the default): the command topic, else the route, else the default
+        (else InputSkip)."""
         if self.command is not None:
-            return self.command, "command"
-        reason = (NO_COMMAND, "no command received, no route and no default command")
+            return self.command, "command", None
+        reason = (NO_COMMAND, "no command received and no route")
         if self.route_xy is not None:
             if self.route_frame and self.odometry_frame and self.route_frame != self.odometry_frame:
-                reason = (ROUTE_FRAME_MISMATCH, f"route frame {self.route_frame!r} != odometry frame "
+                reason = (ROUTE_FRAME_MISMATCH, f"route frame {self.route_frame!r} is not the odometry frame "
                                                 f"{self.odometry_frame!r}")
             else:
                 command = command_from_route(self.route_xy, (sample.x, sample.y), sample.yaw, self.settings.route)
                 if command is not None:
-                    return command, "route"
+                    return command, "route", None
                 reason = (OFF_ROUTE, f"the ego is more than {self.settings.route.max_distance_m} m from the route")
         if self.settings.default_command is not None:
-            return self.settings.default_command, "default"
+            return self.settings.default_command, "default", reason
         raise InputSkip(*reason)
 
     def inputs_at(self, t_ns: int) -> FrameInputs:
         sample = self.odometry_at(t_ns)
-        command, source = self.command_for(sample)
+        command, source, default_because = self.command_for(sample)
         ego = EgoState(velocity=(sample.vx, sample.vy), acceleration=(sample.ax, sample.ay))
-        return FrameInputs(stamp_ns=t_ns, ego=ego, command=command, command_source=source, odometry=sample)
+        return FrameInputs(stamp_ns=t_ns, ego=ego, command=command, command_source=source, odometry=sample,
+                           default_because=default_because)
