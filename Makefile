@@ -8,10 +8,10 @@ setup:
 	bash scripts/setup.sh
 
 test: setup
-	$(ENV) python -m pytest test
+	$(ENV) OMP_NUM_THREADS=1 python -m pytest test
 
 test-fast: setup
-	$(ENV) python -m pytest test -x -q -m "not slow"
+	$(ENV) OMP_NUM_THREADS=1 python -m pytest test -x -q -m "not slow"
 
 clean:
 	rm -rf build install .venv

@@ -10,6 +10,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """The tiny models' matrices are small: one thread is several times faster than two on
+    the 2-core CI machines (and far faster when they are shared). Subprocesses get the same
+    through OMP_NUM_THREADS=1 (Makefile)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """A random tiny Qwen3-VL block-diffusion checkpoint directory (seed 0, block size 32)."""

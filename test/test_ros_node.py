@@ -25,7 +25,7 @@ from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_core.decoding.decoder import DecodeOutput  # noqa: E402
 from wam_diff2_core.geometry import CameraMount, PinholeCamera, ego_to_world, project_ego_points  # noqa: E402
-from wam_diff2_ros.conversions import stamp_to_ns  # noqa: E402
+from wam_diff2_core.inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import STATUS_QOS, PlannerNode  # noqa: E402
 from wam_diff2_ros.testing import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
@@ -126,7 +126,7 @@ def test_bgra8_frame_odometry_and_command_answered_with_the_image_stamp(probe, p
     debug = answer_for(probe, stamp, "debug_image")
     assert (debug.height, debug.width, debug.encoding) == (90, 160, "rgb8")
     markers = probe.wait_for(lambda: [m for m in probe.messages("markers")
-                                      if stamp_to_ns(m.markers[0].header.stamp) == stamp], 5.0)
+                                      if stamp_ns(m.markers[0].header.stamp) == stamp], 5.0)
     assert markers and markers[-1].markers[0].action == markers[-1].markers[0].DELETE   # no plan line drawn
     assert probe.wait_for(lambda: probe.messages("processing_ms") and probe.messages("latency_ms"), 5.0)
     time.sleep(0.5)
@@ -172,7 +172,7 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
 
     path = answer_for(probe, stamp, "path")
     assert path.header.frame_id == "ego_vehicle" and len(path.poses) == 8
-    assert [stamp_to_ns(p.header.stamp) - stamp for p in path.poses] == [500_000_000 * (k + 1) for k in range(8)]
+    assert [stamp_ns(p.header.stamp) - stamp for p in path.poses] == [500_000_000 * (k + 1) for k in range(8)]
     np.testing.assert_allclose([(p.pose.position.x, p.pose.position.y) for p in path.poses], WAYPOINTS)
 
     path_odom = answer_for(probe, stamp, "path_odom")
@@ -198,7 +198,7 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
     assert g > 200 and r < 80 and b < 80, "the last visible waypoint is drawn in the plan colour"
 
     markers = probe.wait_for(lambda: [m for m in probe.messages("markers")
-                                      if stamp_to_ns(m.markers[0].header.stamp) == stamp], 5.0)
+                                      if stamp_ns(m.markers[0].header.stamp) == stamp], 5.0)
     line = markers[-1].markers[0]
     assert line.action == line.ADD and len(line.points) == 9 and line.header.frame_id == "ego_vehicle"
     wait_counter(probe, "plans_valid", 1)
@@ -230,11 +230,11 @@ def test_30hz_burst_processes_the_newest_frame_and_drops_the_rest(probe, planner
         time.sleep(1 / 30)
     answer_for(probe, stamps[-1])                              # the newest frame is always answered
     time.sleep(0.5)
-    answered = sorted(stamp_to_ns(t.header.stamp) for t in probe.messages("trajectory")
-                      if stamp_to_ns(t.header.stamp) in set(stamps))
+    answered = sorted(stamp_ns(t.header.stamp) for t in probe.messages("trajectory")
+                      if stamp_ns(t.header.stamp) in set(stamps))
     assert len(answered) < len(stamps) // 2, f"{len(answered)} of {len(stamps)} frames decoded: frames were queued"
-    order = [stamp_to_ns(t.header.stamp) for t in probe.messages("trajectory")
-             if stamp_to_ns(t.header.stamp) in set(stamps)]
+    order = [stamp_ns(t.header.stamp) for t in probe.messages("trajectory")
+             if stamp_ns(t.header.stamp) in set(stamps)]
     assert order == sorted(order), "an older frame was answered after a newer one"
     assert order[-1] == stamps[-1]
     wait_counter(probe, "images_dropped_newer_arrived", dropped_before + 1)

@@ -18,7 +18,7 @@ from std_msgs.msg import Header  # noqa: E402
 from wam_diff2_core.decoding.decoder import DecodeStats  # noqa: E402
 from wam_diff2_core.geometry import EgoSample, yaw_from_quaternion  # noqa: E402
 from wam_diff2_core.inputs import (BAD_ODOMETRY, BAD_ROUTE, FrameInputTracker, InputSettings, InputSkip,  # noqa: E402
-                                   image_msg_to_rgb)
+                                   image_msg_to_rgb, stamp_ns)
 from wam_diff2_core.outputs.parsing import Box  # noqa: E402
 from wam_diff2_core.policy import TaskResult  # noqa: E402
 from wam_diff2_ros import conversions as conv  # noqa: E402
@@ -62,7 +62,7 @@ def test_slot_wakes_a_waiting_worker_and_close_releases_it():
 # ----------------------------------------------------------------------------- inputs
 def test_stamps_are_exact_nanoseconds():
     ns = 1_700_000_123_456_789_012
-    assert conv.stamp_to_ns(conv.ns_to_stamp(ns)) == ns
+    assert stamp_ns(conv.ns_to_stamp(ns)) == ns
     d = conv.ns_to_duration(3 * conv.WAYPOINT_DT_NS)
     assert (d.sec, d.nanosec) == (1, 500_000_000)
 
@@ -110,8 +110,8 @@ def test_paths_in_ego_and_odometry_frames():
     ego = EgoSample(10.0, x=50.0, y=20.0, yaw=math.pi / 2, vx=5.0, vy=0.0)
     ego_path, odom_path = conv.plan_paths(stamp, "base_link", WAYPOINTS, "map", ego)
     assert ego_path.header.frame_id == "base_link" and odom_path.header.frame_id == "map"
-    assert conv.stamp_to_ns(ego_path.header.stamp) == stamp
-    assert [conv.stamp_to_ns(p.header.stamp) - stamp for p in odom_path.poses] == \
+    assert stamp_ns(ego_path.header.stamp) == stamp
+    assert [stamp_ns(p.header.stamp) - stamp for p in odom_path.poses] == \
         [(k + 1) * 500_000_000 for k in range(8)]
     np.testing.assert_allclose([(p.pose.position.x, p.pose.position.y) for p in ego_path.poses], WAYPOINTS)
     # rotated by +90 deg and shifted: (x, y) -> (50 - y, 20 + x)

@@ -14,14 +14,6 @@ from wam_diff2_core.training.data import BatchPlan, DataOrder, Example, SampleDa
 from wam_diff2_core.training.tiny_data import tiny_records, write_tiny_dataset
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny models' matrices are small: one thread is several times faster than two on
-    the 2-core CI machines (and far faster when they are shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 PIXELS = {"min_pixels": TINY_MIN_PIXELS, "max_pixels": TINY_MAX_PIXELS}

@@ -56,12 +56,6 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _jobs(model, data, tmp_path, tag, micro_finetune, micro_distill):

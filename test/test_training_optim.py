@@ -11,14 +11,6 @@ from wam_diff2_core.training.optim import (LANGUAGE_MODEL, MERGER, VISION_TOWER,
                                            freeze_vision_tower, lr_factor, no_decay_names, part_of, warmup_steps)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny models' matrices are small: one thread is several times faster than two on
-    the 2-core CI machines (and far faster when they are shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 

@@ -21,14 +21,6 @@ from wam_diff2_core.training.recipes import DistillRecipe, FinetuneRecipe, run_s
 from wam_diff2_core.training.tiny_data import write_tiny_dataset
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny models' matrices are small: one thread is several times faster than two on
-    the 2-core CI machines (and far faster when they are shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 TRAINING = Path(__file__).resolve().parents[1] / "training"

@@ -43,7 +43,7 @@ from wam_diff2_core.geometry import TIME_RESET_S, CameraMount, EgoSample, Pinhol
 from wam_diff2_core.images import ImageError, draw_debug_image
 from wam_diff2_core.inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, OFF_ROUTE,
                                    ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip, check_image_msg,
-                                   image_msg_to_rgb)
+                                   image_msg_to_rgb, stamp_ns)
 from wam_diff2_core.policy import DrivingPolicy
 
 from . import conversions as conv
@@ -315,7 +315,7 @@ class PlannerNode(LifecycleNode):
         with self._lock:
             self._counts["images_received"] += 1
             self._received_times.append(now)
-            self._last_image_stamp_ns = conv.stamp_to_ns(msg.header.stamp)
+            self._last_image_stamp_ns = stamp_ns(msg.header.stamp)
         try:
             check_image_msg(msg)
         except ImageError as exc:
@@ -419,8 +419,8 @@ class PlannerNode(LifecycleNode):
     def _process(self, msg) -> None:
         values = self._values
         t_start = time.perf_counter()
-        stamp_ns = conv.stamp_to_ns(msg.header.stamp)
-        age_s = (self.get_clock().now().nanoseconds - stamp_ns) / conv.NS_PER_S
+        image_stamp_ns = stamp_ns(msg.header.stamp)
+        age_s = (self.get_clock().now().nanoseconds - image_stamp_ns) / conv.NS_PER_S
         if abs(age_s) > values["image_timeout_s"]:
             self._skip("image_stale", f"image stamp is {age_s:.3f} s from now (image_timeout_s "
                                       f"{values['image_timeout_s']})")
@@ -433,7 +433,7 @@ class PlannerNode(LifecycleNode):
 
         try:
             with self._lock:      # held over the route lookup too: ~1.5 ms for a 4000-point route, once a frame
-                inputs = self._inputs.inputs_at(stamp_ns)
+                inputs = self._inputs.inputs_at(image_stamp_ns)
                 odom_frame, child_frame = self._inputs.odometry_frame, self._inputs.child_frame
         except InputSkip as skip:
             self._skip_input(skip)
@@ -455,10 +455,10 @@ class PlannerNode(LifecycleNode):
             self.get_logger().error(f"inference failed: {exc}")
             if "trajectory" in self._outputs:
                 self._outputs["trajectory"].publish(
-                    conv.invalid_trajectory_msg(stamp_ns, ego_frame, command, f"inference_error: {exc}"))
+                    conv.invalid_trajectory_msg(image_stamp_ns, ego_frame, command, f"inference_error: {exc}"))
             return
         if self.context.ok():
-            self._publish(msg, stamp_ns, rgb, ego, ego_frame, odom_frame, command, inputs.command_source, out, values,
+            self._publish(msg, image_stamp_ns, rgb, ego, ego_frame, odom_frame, command, inputs.command_source, out, values,
                           t_start)
 
     def _apply_decoding_changes(self, values: dict) -> None:

@@ -27,7 +27,9 @@ from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.geometry import quaternion_from_yaw
 
-from .conversions import ns_to_stamp, stamp_to_ns
+from wam_diff2_core.inputs import stamp_ns as stamp_to_ns
+
+from .conversions import ns_to_stamp
 from .msg import Detection2DArray, PlannerStatus, Trajectory
 from .planner_node import COMMAND_QOS, INPUT_TOPICS, OUTPUT_QOS, OUTPUT_TOPICS, ROUTE_QOS, STATUS_QOS
 
