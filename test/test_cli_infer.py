@@ -137,3 +137,17 @@ def _without_timings(records):
     """Records with the wall-time fields of their stats removed (they differ run to run)."""
     return [{**r, "stats": {k: v for k, v in r["stats"].items() if not k.endswith("_ms")}} if "stats" in r else r
             for r in records]
+
+
+def test_static_engine_gives_the_plain_predictions(cli_checkpoint, dataset, tmp_path):
+    _infer(cli_checkpoint, dataset, tmp_path / "plain.json", "--batch-size", "2")
+    _infer(cli_checkpoint, dataset, tmp_path / "static.json", "--batch-size", "2", "--implementation", "static")
+    plain, static = (json.loads((tmp_path / f).read_text()) for f in ("plain.json", "static.json"))
+    assert [r.get("prediction") for r in static] == [r.get("prediction") for r in plain]
+    with pytest.raises(SystemExit):
+        _infer(cli_checkpoint, dataset, tmp_path / "x.json", "--implementation", "fast")
+
+
+def test_engine_flags_are_checked_together(cli_checkpoint, dataset, tmp_path, capsys):
+    assert _infer(cli_checkpoint, dataset, tmp_path / "x.json", "--cuda-graphs") == 2
+    assert "need implementation static" in capsys.readouterr().err

@@ -48,25 +48,13 @@ class DecodingSettings:
     sampler: str = _setting("multinomial", "how to sample when temperature > 0 (inverse_cdf for Ascend NPUs)",
                             choices=SAMPLERS)
     max_new_tokens: int = _setting(256, "upper bound on the answer length in tokens", low=1, high=65536)
+    mask_check_interval: int = _setting(
+        1, "static decoder: read the remaining-mask count on the host every k denoising steps (1 = every "
+        "step; larger = fewer host syncs but possibly idle steps; sampling with temperature > 0 checks every "
+        "step); never changes the tokens", low=1, high=1024)
 
     def validated(self) -> "DecodingSettings":
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            meta = f.metadata
-            expected = f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str}[f.type]
-            if expected is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-                object.__setattr__(self, f.name, value)
-            if not isinstance(value, expected) or isinstance(value, bool):
-                raise ConfigError(f"{f.name}: expected {expected.__name__}, got {value!r}")
-            if expected is float and not math.isfinite(value):
-                raise ConfigError(f"{f.name}: must be finite, got {value!r}")
-            if meta["choices"] is not None and value not in meta["choices"]:
-                raise ConfigError(f"{f.name}: {value!r} is not one of {', '.join(meta['choices'])}")
-            if meta["low"] is not None and value < meta["low"]:
-                raise ConfigError(f"{f.name}: {value!r} is below {meta['low']}")
-            if meta["high"] is not None and value > meta["high"]:
-                raise ConfigError(f"{f.name}: {value!r} is above {meta['high']}")
+        _validate_fields(self)
         if self.top_p <= 0.0:
             raise ConfigError("top_p: must be > 0")
         return self
@@ -79,6 +67,67 @@ class DecodingSettings:
 
 
 DECODING_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(DecodingSettings)}
+
+IMPLEMENTATIONS = ("plain", "static")
+ATTENTION_BACKENDS = ("sdpa", "flashinfer")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How decoding runs on the device; never which tokens come out (see decoding/static.py)."""
+
+    implementation: str = _setting("plain", "decoder: plain (transformers cache, the reference) or static "
+                                   "(preallocated KV cache, fused commit, optional CUDA graphs)",
+                                   choices=IMPLEMENTATIONS)
+    attention_backend: str = _setting("sdpa", "static decoder attention: sdpa (reference) or flashinfer "
+                                      "(CUDA, bf16/fp16, pip install .[gpu])", choices=ATTENTION_BACKENDS)
+    cuda_graphs: bool = _setting(False, "static decoder: capture the fixed-shape denoise step in CUDA graphs "
+                                 "per batch-size bucket (CUDA only; falls back to eager with a logged reason)")
+    fused_commit: bool = _setting(True, "static decoder: commit block b in the first denoise forward of block "
+                                  "b + 1 (S_b forwards per block instead of S_b + 1)")
+    max_context_tokens: int = _setting(4096, "static decoder with CUDA graphs: KV cache slots per sequence "
+                                       "(prompt + answer), allocated once", low=64, high=1 << 20)
+    max_graph_batch: int = _setting(8, "static decoder with CUDA graphs: largest batch-size bucket "
+                                    "(buckets 1, 2, 4, ... up to this); larger batches run eagerly",
+                                    low=1, high=1024)
+
+    def validated(self) -> "EngineSettings":
+        _validate_fields(self)
+        if self.implementation == "plain" and (self.cuda_graphs or self.attention_backend != "sdpa"):
+            raise ConfigError("implementation: cuda_graphs and attention_backend flashinfer need "
+                              "implementation static")
+        return self
+
+    def replace(self, **overrides: Any) -> "EngineSettings":
+        unknown = set(overrides) - set(ENGINE_FIELDS)
+        if unknown:
+            raise ConfigError(f"unknown engine setting(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **overrides).validated()
+
+
+ENGINE_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(EngineSettings)}
+
+
+def _validate_fields(settings) -> None:
+    """Type, finiteness, choices and range of every field of a settings dataclass (errors name the field)."""
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        meta = f.metadata
+        expected = f.type if isinstance(f.type, type) else \
+            {"int": int, "float": float, "str": str, "bool": bool}[f.type]
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+            object.__setattr__(settings, f.name, value)
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+            raise ConfigError(f"{f.name}: expected {expected.__name__}, got {value!r}")
+        if expected is float and not math.isfinite(value):
+            raise ConfigError(f"{f.name}: must be finite, got {value!r}")
+        if meta["choices"] is not None and value not in meta["choices"]:
+            raise ConfigError(f"{f.name}: {value!r} is not one of {', '.join(meta['choices'])}")
+        if meta["low"] is not None and value < meta["low"]:
+            raise ConfigError(f"{f.name}: {value!r} is below {meta['low']}")
+        if meta["high"] is not None and value > meta["high"]:
+            raise ConfigError(f"{f.name}: {value!r} is above {meta['high']}")
 
 
 @dataclass(frozen=True)

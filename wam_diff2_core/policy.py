@@ -17,7 +17,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .decoding.decoder import BlockDiffusionDecoder, DecodeStats
+from .config import EngineSettings
+from .decoding import make_decoder
+from .decoding.decoder import DecodeStats
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.inputs import encode_prompts
 from .outputs.parsing import Box, parse_boxes, parse_waypoints
@@ -69,7 +71,7 @@ class DrivingPolicy:
                  detection_classes: Sequence[str] = DEFAULT_DETECTION_CLASSES,
                  detection_template: str = DETECTION_TEMPLATE,
                  min_pixels: int | None = None, max_pixels: int | None = None,
-                 max_waypoint_abs_m: float = 200.0):
+                 max_waypoint_abs_m: float = 200.0, engine: EngineSettings | None = None):
         unknown = [t for t in tasks if t not in TASKS]
         if not tasks or unknown:
             raise ValueError(f"tasks: {list(tasks)!r} must be a non-empty subset of {TASKS}")
@@ -78,7 +80,8 @@ class DrivingPolicy:
         self.detection_prompt = format_detection_prompt(detection_classes, detection_template)
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.max_waypoint_abs_m = max_waypoint_abs_m
-        self.decoder = BlockDiffusionDecoder(loaded.model, loaded.config)
+        self.engine = engine or EngineSettings()
+        self.decoder = make_decoder(loaded.model, loaded.config, engine=self.engine)
 
     @classmethod
     def from_checkpoint(cls, path, *, device: str = "auto", dtype: str = "auto",
@@ -141,5 +144,13 @@ class DrivingPolicy:
                             latency_ms=(time.perf_counter() - t0) * 1e3)
 
     def warmup(self) -> None:
-        """One decode on a grey frame so the first real frame does not pay one-off costs."""
-        self.step(np.full((64, 64, 3), 128, np.uint8), EgoState((0.0, 0.0), (0.0, 0.0)), "straight")
+        """One decode on a grey frame so the first real frame does not pay one-off costs; with CUDA
+        graphs, also capture every step shape for this policy's batch (one row per task)."""
+        frame = np.full((64, 64, 3), 128, np.uint8)
+        self.step(frame, EgoState((0.0, 0.0), (0.0, 0.0)), "straight")
+        if self.engine.cuda_graphs:
+            prompt = format_planning_prompt("straight", (0.0, 0.0), (0.0, 0.0))
+            from PIL import Image
+            tokens = encode_prompts(self.loaded.processor, [self._conversation(prompt)], [[Image.fromarray(frame)]],
+                                    min_pixels=self.min_pixels, max_pixels=self.max_pixels)["input_ids"].shape[1]
+            self.decoder.warmup([len(self.tasks)], prompt_tokens=tokens)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from wam_diff2_core.config import DECODING_FIELDS, ConfigError, DecodingSettings
+from wam_diff2_core.config import DECODING_FIELDS, ENGINE_FIELDS, ConfigError, DecodingSettings, EngineSettings
 from wam_diff2_core.geometry import COMMANDS, RouteCommandSettings
 from wam_diff2_core.inputs import InputSettings
 from wam_diff2_core.model.checkpoint import DTYPES
@@ -32,6 +32,7 @@ from wam_diff2_core.policy import DrivingPolicy
 
 LIVE, CONFIGURE, START = "live", "configure", "start"
 DECODING_PREFIX = "decoding."
+ENGINE_PREFIX = "engine."
 TASKS = {"plan": ("plan",), "detect": ("detect",), "both": ("plan", "detect")}
 MODES = ("realtime", "lockstep")
 IMAGE_TRANSPORTS = ("raw", "compressed")
@@ -128,6 +129,10 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec(DECODING_PREFIX + name, f.default, str(f.metadata["help"]), LIVE, choices=f.metadata["choices"],
               low=f.metadata["low"], high=f.metadata["high"])
     for name, f in DECODING_FIELDS.items()
+) + tuple(
+    ParamSpec(ENGINE_PREFIX + name, f.default, str(f.metadata["help"]), CONFIGURE, choices=f.metadata["choices"],
+              low=f.metadata["low"], high=f.metadata["high"])
+    for name, f in ENGINE_FIELDS.items()
 )
 
 SPECS_BY_NAME: dict[str, ParamSpec] = {s.name: s for s in SPECS}
@@ -190,12 +195,23 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
     except ConfigError as exc:
         errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(DECODING_PREFIX)),
                                  f"{DECODING_PREFIX}{exc}"))
+    try:
+        engine_settings({k: v for k, v in {**DEFAULTS, **values}.items() if k.startswith(ENGINE_PREFIX)})
+    except ConfigError as exc:
+        errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(ENGINE_PREFIX)),
+                                 f"{ENGINE_PREFIX}{exc}"))
     return errors
 
 
 def decoding_settings(values: Mapping[str, Any]) -> DecodingSettings:
     """The ``decoding.*`` values as validated core settings (raises ConfigError)."""
     return DecodingSettings().replace(**decoding_overrides(values))
+
+
+def engine_settings(values: Mapping[str, Any]) -> EngineSettings:
+    """The ``engine.*`` values as validated core settings (raises ConfigError)."""
+    return EngineSettings().replace(**{name[len(ENGINE_PREFIX):]: value for name, value in values.items()
+                                       if name.startswith(ENGINE_PREFIX)})
 
 
 def input_settings(values: Mapping[str, Any]) -> InputSettings:

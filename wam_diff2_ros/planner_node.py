@@ -203,7 +203,7 @@ class PlannerNode(LifecycleNode):
             overrides=params.decoding_overrides(values), tasks=params.TASKS[values["tasks"]],
             detection_classes=tuple(values["detection_classes"]),
             min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
-            max_waypoint_abs_m=values["max_waypoint_abs_m"])
+            max_waypoint_abs_m=values["max_waypoint_abs_m"], engine=params.engine_settings(values))
         if values["warmup"]:
             policy.warmup()
         return policy

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import DECODING_FIELDS
+from ..config import DECODING_FIELDS, ENGINE_FIELDS, EngineSettings
 
-_TYPES = {"int": int, "float": float, "str": str}
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +25,25 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in DECODING_FIELDS if getattr(args, name, None) is not None}
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--implementation``, ``--cuda-graphs`` ...: one flag per EngineSettings field (how, never which tokens)."""
+    group = parser.add_argument_group("decoding engine (the tokens do not depend on these)")
+    for name, f in ENGINE_FIELDS.items():
+        meta = f.metadata
+        kind = f.type if isinstance(f.type, type) else _TYPES[f.type]
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=f.default,
+                               help=meta["help"])
+        else:
+            group.add_argument(flag, dest=name, type=kind, default=f.default, choices=meta["choices"],
+                               help=f"{meta['help']} (default {f.default!r})")
+
+
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
+    return EngineSettings().replace(**{name: getattr(args, name) for name in ENGINE_FIELDS})
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:

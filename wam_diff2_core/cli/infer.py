@@ -16,7 +16,8 @@ import logging
 import os
 from pathlib import Path
 
-from .common import add_decoding_arguments, add_model_arguments, decoding_overrides
+from .common import (add_decoding_arguments, add_engine_arguments, add_model_arguments, decoding_overrides,
+                     engine_settings)
 
 HELP = "decode a JSON/JSONL file of samples and write predictions"
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (per sample: seed + index)")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT.partial.jsonl")
     add_decoding_arguments(p)
+    add_engine_arguments(p)
 
 
 def _parser_for(sample, mode: str) -> str:
@@ -67,7 +69,7 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from ..data.samples import SampleError, iter_samples, load_images
-    from ..decoding.decoder import BlockDiffusionDecoder
+    from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
     from ..model.inputs import encode_prompts
     from ..utils.atomic import atomic_write_json, atomic_write_text
@@ -97,8 +99,9 @@ def run(args) -> int:
     # Rewrite the partial file without any torn last line before appending.
     atomic_write_text(partial, "".join(json.dumps(r) + "\n" for r in done.values()))
 
+    engine = engine_settings(args)
     loaded = load_checkpoint(args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args))
-    decoder = BlockDiffusionDecoder(loaded.model, loaded.config)
+    decoder = make_decoder(loaded.model, loaded.config, engine=engine)
     tokenizer = loaded.tokenizer
     todo = [(i, s) for i, s in shard if _key(i, s) not in done]
     bar = tqdm(total=len(shard), initial=len(shard) - len(todo), desc=f"infer B={loaded.config.block_size}",

@@ -1,0 +1,375 @@
+"""Decoding speed: ms per forward beside its memory-bandwidth floor, ms per token, end-to-end decodes.
+
+    wam-diff2 bench --shape small --device cpu                         # CPU: plain vs static (+ fused commit)
+    wam-diff2 bench --shape 2b --device cuda --dtype bfloat16 --json bench.json   # GPU, 2B-shaped, random bf16
+
+Random weights in a Qwen3-VL shape (``2b``: the text dimensions of Qwen3-VL-2B; ``small`` and ``tiny``
+for CPUs) or ``--model CKPT``; prompts are random text tokens. Three tables, medians of
+``--repeats`` timed runs after a warm-up:
+
+1. forward: ms of one forward after a prompt of each ``--prompt-lengths`` (AR: 1 query; Block-B:
+   B queries; fused commit + step: 2B queries) for each variant (plain = transformers + DynamicCache;
+   static eager / CUDA graph; SDPA / FlashInfer), beside the memory-bandwidth floor of that forward
+   (bytes of weights + K/V read / the device's measured copy bandwidth);
+2. per token at ``--tokens-per-forward`` (measure it on a trained model: answer tokens / denoise steps):
+   a block costs S_b = B / tpf forwards, plus one commit forward on the plain path; AR costs one
+   forward per token;
+3. decode: whole generate() calls, plain vs static, same prompts (EOS is banned so every run
+   produces exactly ``--new-tokens`` tokens), split into prefill and decoding time.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import statistics
+import time
+from pathlib import Path
+
+HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
+log = logging.getLogger(__name__)
+
+# Text dimensions (Qwen3-VL-2B-Instruct's config for "2b"); the vision tower is minimal (unused here).
+SHAPES = {
+    "2b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+               num_attention_heads=16, num_key_value_heads=8, head_dim=128, mrope_section=[24, 20, 20],
+               tie_word_embeddings=True),
+    "small": dict(vocab_size=8192, hidden_size=512, intermediate_size=1536, num_hidden_layers=6,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=64, mrope_section=[12, 10, 10],
+                  tie_word_embeddings=False),
+    "tiny": dict(vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, mrope_section=[6, 5, 5],
+                 tie_word_embeddings=False),
+}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--shape", default="small", choices=sorted(SHAPES), help="random-weight model shape")
+    p.add_argument("--model", default=None, help="a checkpoint directory instead of random weights")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"))
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--prompt-lengths", type=int, nargs="+", default=[1024, 2048])
+    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--tokens-per-forward", type=float, default=4.0,
+                   help="answer tokens fixed per denoise forward, measured on a trained model (default 4.0)")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens per decode in the decode table")
+    p.add_argument("--repeats", type=int, default=10, help="timed runs per measurement (median)")
+    p.add_argument("--variants", nargs="+", default=None,
+                   help="subset of: plain static-sdpa static-sdpa-graph static-flashinfer static-flashinfer-graph")
+    p.add_argument("--skip-decode", action="store_true", help="no end-to-end decode table")
+    p.add_argument("--logit-scale", type=float, default=24.0,
+                   help="random weights: LM head scale, so confidences spread like a trained model's")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
+    p.add_argument("--json", default=None, help="also write every number here")
+
+
+# ---------------------------------------------------------------------------------- model
+def build_random_model(shape: str, device, dtype, seed: int, logit_scale: float):
+    """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape."""
+    import torch
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    from ..config import DecodingSettings, DiffusionConfig
+
+    dims = dict(SHAPES[shape])
+    section, tie = dims.pop("mrope_section"), dims.pop("tie_word_embeddings")
+    config = Qwen3VLConfig(
+        text_config=dict(**dims, max_position_embeddings=262144, rms_norm_eps=1e-6,
+                         rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0,
+                                          "mrope_section": section, "mrope_interleaved": True}),
+        vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=dims["hidden_size"],
+                           num_position_embeddings=256, deepstack_visual_indexes=[]),
+        image_token_id=dims["vocab_size"] - 3, video_token_id=dims["vocab_size"] - 4,
+        vision_start_token_id=dims["vocab_size"] - 5, vision_end_token_id=dims["vocab_size"] - 6,
+        tie_word_embeddings=tie)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Qwen3VLForConditionalGeneration(config)
+    model = model.to(dtype).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+    vocab = dims["vocab_size"]
+    mask_id, eos_id = vocab - 1, vocab - 2
+    # EOS is banned too: every decode runs to --new-tokens, so timings compare like for like.
+    diffusion = DiffusionConfig(settings=DecodingSettings(), eos_token_id=eos_id, mask_token_id=mask_id,
+                                banned_token_ids=tuple(range(vocab - 6, vocab)), vocab_size=vocab)
+    return model, diffusion
+
+
+# ---------------------------------------------------------------------------------- timing
+def _sync(device) -> None:
+    from ..decoding.decoder import _Timer
+    _Timer(device).sync()
+
+
+def _time_ms(fn, device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _median_ms(fn, device, repeats: int, warmup: int = 2) -> float:
+    return _interleaved_times({"x": fn}, device, repeats, warmup)["x"][0]
+
+
+def _interleaved_times(fns: dict, device, repeats: int, warmup: int = 2) -> dict:
+    """(median, min) ms of each callable, timed round-robin (A B C A B C ...) so that every one sees
+    the same machine state: fair side-by-side numbers on a shared or throttling machine."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {key: [] for key in fns}
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            times[key].append(_time_ms(fn, device))
+    return {key: (statistics.median(t), min(t)) for key, t in times.items()}
+
+
+def measure_bandwidth(device) -> float:
+    """Device memory bandwidth in bytes/s: a large copy reads and writes every byte once."""
+    import torch
+    size = (1 << 30) if device.type != "cpu" else (256 << 20)
+    src = torch.empty(size, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = _median_ms(lambda: dst.copy_(src), device, repeats=5)
+    return 2 * size / (ms / 1e3)
+
+
+def weight_bytes(model) -> int:
+    """Bytes a forward must read: the text layers, the final norm and the LM head (the embedding
+    table is only gathered from, unless it is the LM head)."""
+    text = model.model.language_model
+    params = {id(p): p for p in list(text.layers.parameters()) + list(text.norm.parameters())
+              + list(model.lm_head.parameters())}
+    return sum(p.numel() * p.element_size() for p in params.values())
+
+
+def kv_bytes(model, keys: int, batch: int) -> int:
+    cfg = model.model.language_model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return 2 * cfg.num_hidden_layers * batch * keys * cfg.num_key_value_heads * head_dim * model.dtype.itemsize
+
+
+# ---------------------------------------------------------------------------------- variants
+def available_variants(device) -> list[str]:
+    variants = ["plain", "static-sdpa"]
+    if device.type == "cuda":
+        variants.append("static-sdpa-graph")
+        try:
+            import flashinfer  # noqa: F401
+            variants += ["static-flashinfer", "static-flashinfer-graph"]
+        except ImportError:
+            log.warning("flashinfer is not installed: no FlashInfer rows (pip install .[gpu])")
+    return variants
+
+
+def make_variant(name: str, model, config):
+    from ..decoding import make_decoder
+    if name == "plain":
+        return make_decoder(model, config, "plain")
+    backend = "flashinfer" if "flashinfer" in name else "sdpa"
+    decoder = make_decoder(model, config, "static", attention_backend=backend, cuda_graphs=name.endswith("-graph"))
+    if name.endswith("-graph") and not decoder.graphs.enabled:
+        raise RuntimeError(decoder.graphs.reason)
+    return decoder
+
+
+def _prompt(vocab: int, batch: int, length: int, seed: int, device):
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab - 8, (batch, length), generator=gen)
+    return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
+
+
+def forward_steps(name, decoder, config, args, device, length: int) -> list[tuple[dict, object]]:
+    """(row, callable) per step shape after a prompt of ``length``: AR (1 query), block (B), and for
+    the static path the fused commit + step (2B). Each callable runs one forward."""
+    import torch
+    size, batch = args.block_size, args.batch
+    inputs = _prompt(config.vocab_size, batch, length, args.seed, device)
+    shapes = [("AR", 1, [(0, 1)]), (f"Block-{size}", size, [(0, size)])]
+    if name != "plain":
+        shapes.append((f"fused commit+step ({2 * size} q)", 2 * size, [(0, size), (size, size)]))
+    steps = []
+    with torch.no_grad():
+        if name == "plain":
+            prefix = decoder.prefill(inputs, size)
+            block = torch.full((batch, size), config.mask_token_id, device=device)
+        else:
+            run = decoder._begin(batch, length + 4 * size)
+            prefix = decoder.prefill(inputs, size, run)
+        for label, queries, segments in shapes:
+            if name == "plain":   # transformers forward on a DynamicCache, cropped back
+                fn = (lambda q=queries: decoder._forward(prefix, block[:, :q], 0, keep=False))
+            else:
+                buf = decoder._plan(run, prefix, segments)
+                buf.tokens.fill_(config.mask_token_id)
+                fn = (lambda b=buf: decoder._forward(run, b))
+            keys = length + segments[-1][0] + segments[-1][1]
+            steps.append(({"variant": name, "prompt": length, "step": label, "queries": queries,
+                           "keys": keys}, torch.no_grad()(fn)))
+    return steps
+
+
+def time_forwards(variants: dict, model, config, args, device, bandwidth) -> list[dict]:
+    """Median ms of one forward per (variant, prompt length, step shape), variants interleaved."""
+    rows = []
+    for length in args.prompt_lengths:
+        steps = [step for name, decoder in variants.items()
+                 for step in forward_steps(name, decoder, config, args, device, length)]
+        times = _interleaved_times({i: fn for i, (_, fn) in enumerate(steps)}, device, args.repeats)
+        for i, (row, _) in enumerate(steps):
+            floor = (weight_bytes(model) + kv_bytes(model, row["keys"], args.batch)) / bandwidth * 1e3
+            median, fastest = times[i]
+            rows.append({**row, "ms": median, "min_ms": fastest, "floor_ms": floor, "x_floor": median / floor})
+    return rows
+
+
+def per_token(forward_rows: list[dict], args) -> list[dict]:
+    """ms/token and tokens/s from per-forward medians at --tokens-per-forward."""
+    size, tpf, out = args.block_size, args.tokens_per_forward, []
+    by_key = {(r["variant"], r["prompt"], r["queries"]): r["ms"] for r in forward_rows}
+    for (variant, prompt, queries), ms in by_key.items():
+        if queries == 1:
+            ms_token = ms
+            mode = "AR"
+        elif queries == size:
+            steps = max(1.0, size / tpf)
+            if variant == "plain":      # S_b steps + a commit forward of the same shape
+                ms_block, mode = (steps + 1) * ms, f"Block-{size}"
+            else:                       # the first step carries the previous block's commit
+                fused = by_key[(variant, prompt, 2 * size)]
+                ms_block, mode = (steps - 1) * ms + fused, f"Block-{size} fused"
+            ms_token = ms_block / size
+        else:
+            continue
+        out.append({"variant": variant, "prompt": prompt, "mode": mode, "tokens_per_forward":
+                    1.0 if queries == 1 else tpf, "ms_per_token": ms_token,
+                    "tokens_per_s": 1e3 / ms_token * args.batch})
+    return out
+
+
+def time_decodes(variants: dict, config, args, device) -> list[dict]:
+    """Whole generate() calls on the same prompts, AR and Block-B, variants interleaved."""
+    import torch
+    rows = []
+    for length in args.prompt_lengths:
+        inputs = _prompt(config.vocab_size, args.batch, length, args.seed + 1, device)
+        for block in (1, args.block_size):
+            settings = config.settings.replace(block_size=block, denoising_steps=block,
+                                               max_new_tokens=args.new_tokens)
+            outs = {name: [] for name in variants}
+            fns = {name: (lambda d=decoder, o=outs[name]: o.append(d.generate(inputs, settings)))
+                   for name, decoder in variants.items()}
+            with torch.no_grad():
+                times = _interleaved_times(fns, device, args.repeats, warmup=1)
+            reference = None
+            for name in variants:
+                out = outs[name][-1]
+                reference = out.sequences if reference is None else reference
+                s = out.stats[0]
+                tokens = sum(x.tokens for x in out.stats)
+                ms, fastest = times[name]
+                # Decoding alone (prefill excluded), per call from the decoder's own phase timers.
+                decode_ms = statistics.median(o.stats[0].denoise_ms + o.stats[0].commit_ms for o in outs[name])
+                rows.append({"variant": name, "prompt": length, "mode": "AR" if block == 1 else f"Block-{block}",
+                             "ms": ms, "min_ms": fastest, "forwards": s.forwards, "tokens": s.tokens,
+                             "tokens_per_forward": s.tokens / max(1, s.denoise_steps),
+                             "prefill_ms": statistics.median(o.stats[0].prefill_ms for o in outs[name]),
+                             "decode_ms": decode_ms, "ms_per_token": decode_ms / max(1, s.tokens),
+                             "tokens_per_s": tokens / (decode_ms / 1e3), "same_tokens_as_first": out.sequences == reference})
+    return rows
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    header = [title for _, title, _ in columns]
+    body = [[format(r[key], fmt) if isinstance(r[key], float) else str(r[key]) for key, _, fmt in columns]
+            for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    import torch
+
+    from ..config import ConfigError
+    from ..model.checkpoint import load_checkpoint, resolve_device, resolve_dtype
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    if args.model:
+        loaded = load_checkpoint(args.model, device=str(device), dtype=args.dtype)
+        model, config, shape = loaded.model, loaded.config, str(args.model)
+        config = config.with_settings(block_size=args.block_size)
+    else:
+        model, config = build_random_model(args.shape, device, dtype, args.seed, args.logit_scale)
+        shape = args.shape
+    if args.block_size < 2:
+        raise ConfigError("block_size: the benchmark compares AR with Block-B, give B >= 2")
+    names = args.variants or available_variants(device)
+    variants = {}
+    for name in names:
+        try:
+            variants[name] = make_variant(name, model, config)
+        except (ConfigError, RuntimeError) as exc:
+            log.warning("variant %s skipped: %s", name, exc)
+    bandwidth = measure_bandwidth(device)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {dtype}, shape {shape}, "
+          f"batch {args.batch}, B={args.block_size}, "
+          f"measured bandwidth {bandwidth / 1e9:.1f} GB/s, weights {weight_bytes(model) / 1e6:.1f} MB, "
+          f"medians of {args.repeats}")
+
+    for name, decoder in variants.items():
+        if name.endswith("-graph"):
+            decoder.warmup(batch_sizes=(args.batch,), prompt_tokens=args.prompt_lengths[0],
+                           settings=config.settings.replace(block_size=args.block_size))
+    forward_rows = time_forwards(variants, model, config, args, device, bandwidth)
+    print("\n1. one forward (median and fastest ms) vs the memory-bandwidth floor (weights + K/V read / bandwidth)")
+    print(_table(forward_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("step", "step", ""),
+                                ("ms", "ms", ".3f"), ("min_ms", "min ms", ".3f"), ("floor_ms", "floor ms", ".3f"),
+                                ("x_floor", "x floor", ".2f")]))
+    token_rows = per_token(forward_rows, args)
+    print(f"\n2. per token at {args.tokens_per_forward} tokens per denoise forward (AR: 1)")
+    print(_table(token_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
+                              ("ms_per_token", "ms/token", ".3f"), ("tokens_per_s", "tokens/s", ".1f")]))
+    decode_rows = []
+    if not args.skip_decode:
+        decode_rows = time_decodes(variants, config, args, device)
+        print(f"\n3. decode {args.new_tokens} tokens: whole generate() calls (total: median and fastest of "
+              "--repeats), split into prefill and decoding (medians); ms/token and tokens/s exclude the prefill")
+        print(_table(decode_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
+                                   ("ms", "total ms", ".1f"), ("min_ms", "min ms", ".1f"),
+                                   ("prefill_ms", "prefill ms", ".1f"), ("decode_ms", "decode ms", ".1f"),
+                                   ("forwards", "forwards", ""), ("tokens_per_forward", "tok/fwd", ".2f"),
+                                   ("ms_per_token", "decode ms/token", ".3f"), ("tokens_per_s", "tokens/s", ".1f"),
+                                   ("same_tokens_as_first", "same tokens", "")]))
+    if args.json:
+        payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
+                   "dtype": str(dtype), "shape": shape, "tokens_per_forward": args.tokens_per_forward,
+                   "batch": args.batch, "block_size": args.block_size, "bandwidth_gbps": bandwidth / 1e9,
+                   "torch": torch.__version__, "forward": forward_rows, "per_token": token_rows,
+                   "decode": decode_rows}
+        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0

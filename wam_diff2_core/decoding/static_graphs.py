@@ -1,0 +1,94 @@
+"""CUDA graphs for the static decoder's fixed-shape step (decoding/static.py).
+
+A step shape (batch-size bucket, queries, key span for SDPA) is captured the first time it runs,
+after ``WARMUP_RUNS`` eager runs on a side stream (allocator and library handles settle, lazy
+kernels compile); later runs replay it. The graph reads its inputs from the step's fixed buffers
+(tokens, slots, cos/sin, mask; FlashInfer's index buffers are re-planned once per block) and writes
+K/V into the one preallocated cache, so replaying is exactly the eager step. Anything that fails
+to capture runs eagerly from then on, with the reason logged once and kept in ``failures``.
+
+    graphs = StepGraphs(torch.device("cuda"), enabled=True)
+    logits = graphs.run(key, lambda: forward_step(text, cache, attention, buffers))
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+import torch
+
+log = logging.getLogger(__name__)
+
+WARMUP_RUNS = 2
+
+
+def batch_bucket(n: int, max_batch: int) -> int | None:
+    """Smallest power of two >= n (capped at ``max_batch``, itself always a bucket); None if n > max_batch."""
+    if n > max_batch:
+        return None
+    bucket = 1
+    while bucket < n:
+        bucket *= 2
+    return min(bucket, max_batch)
+
+
+@dataclass
+class _Captured:
+    graph: "torch.cuda.CUDAGraph"
+    output: torch.Tensor
+
+
+class StepGraphs:
+    """Capture-once, replay-many CUDA graphs keyed by step shape, with an eager fallback."""
+
+    def __init__(self, device: torch.device, enabled: bool):
+        self.device = device
+        self.graphs: dict[Hashable, _Captured] = {}
+        self.failures: dict[str, str] = {}       # str(key) -> why that shape runs eagerly
+        self.reason = ""                          # why graphs are off altogether ("" when on)
+        self._pool = None
+        if enabled and device.type != "cuda":
+            self.reason = f"CUDA graphs need a CUDA device (the model is on {device.type})"
+            log.warning("cuda_graphs: %s; decoding eagerly", self.reason)
+        elif enabled and not torch.cuda.is_available():
+            self.reason = "CUDA is not available"
+            log.warning("cuda_graphs: %s; decoding eagerly", self.reason)
+        self.enabled = enabled and not self.reason
+
+    def run(self, key: Hashable, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """Replay the graph of ``key`` (capturing it on first use); eager if capture is impossible."""
+        if not self.enabled or str(key) in self.failures:
+            return step()
+        captured = self.graphs.get(key)
+        if captured is None:
+            captured = self._capture(key, step)
+            if captured is None:
+                return step()
+        captured.graph.replay()
+        return captured.output
+
+    def _capture(self, key: Hashable, step: Callable[[], torch.Tensor]) -> _Captured | None:
+        # Warm-up runs and the capture repeat the step on the same inputs: each writes the same K/V
+        # into the same cache slots, so they change nothing the replay that follows does not redo.
+        try:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_RUNS):
+                    step()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                output = step()
+            self._pool = graph.pool()
+        except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager, logged
+            reason = f"{type(exc).__name__}: {exc}"
+            self.failures[str(key)] = reason
+            log.warning("CUDA graph capture failed for step %s (%s); this step shape runs eagerly", key, reason)
+            torch.cuda.synchronize(self.device)
+            return None
+        captured = _Captured(graph, output)
+        self.graphs[key] = captured
+        log.info("captured CUDA graph for step %s (%d graphs)", key, len(self.graphs))
+        return captured
