@@ -97,11 +97,9 @@ def choose_transfer(masked: torch.Tensor, conf: torch.Tensor, settings: Decoding
         scores = (-pos).unsqueeze(0).expand_as(conf).masked_fill(~masked, neg)
     else:
         raise ValueError(f"remasking_strategy: unknown {strategy!r}")
+    # A fixed k (no host sync): rows with fewer masked positions keep only their first n_row.
     n = schedule[min(step, len(schedule) - 1)]
-    n_row = torch.minimum(masked.sum(dim=1), torch.tensor(n, device=masked.device))   # [N]
-    k = int(n_row.max().item()) if masked.any() else 0
-    if k == 0:
-        return torch.zeros_like(masked)
-    top = torch.topk(scores, k, dim=1).indices                     # [N, k]
-    keep = torch.arange(k, device=masked.device).unsqueeze(0) < n_row.unsqueeze(1)
+    n_row = masked.sum(dim=1).clamp(max=n)                          # [N]
+    top = torch.topk(scores, n, dim=1).indices                     # [N, n]
+    keep = torch.arange(n, device=masked.device).unsqueeze(0) < n_row.unsqueeze(1)
     return torch.zeros_like(masked).scatter_(1, top, keep) & masked
