@@ -36,6 +36,7 @@ setup(
         "console_scripts": [
             "wam-diff2=wam_diff2_core.cli:main",
             "wam-diff2-planner=wam_diff2_ros.planner_node:main",
+            "wam-diff2-controller=wam_diff2_ros.controller_node:main",
         ],
     },
 )

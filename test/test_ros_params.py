@@ -128,8 +128,9 @@ def _const_args(calls: list[ast.Call]) -> set[str]:
     return {c.args[0].value for c in calls if c.args and isinstance(c.args[0], ast.Constant)}
 
 
-def test_the_three_launch_files_exist():
-    assert {p.name for p in LAUNCH_FILES} == {"planner.launch.py", "carla_planner.launch.py", "bag_replay.launch.py"}
+def test_the_launch_files_exist():
+    assert {p.name for p in LAUNCH_FILES} == {"planner.launch.py", "carla_planner.launch.py", "bag_replay.launch.py",
+                                             "leaderboard.launch.py"}
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
@@ -138,7 +139,8 @@ def test_launch_file_parses_and_sets_only_declared_parameters(path, declared):
     tree = ast.parse(source, filename=str(path))
     compile(tree, str(path), "exec")
     assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
-    nodes = _calls(tree, "LifecycleNode") + _calls(tree, "Node")
+    nodes = [n for n in _calls(tree, "LifecycleNode") + _calls(tree, "Node")   # the controller: test_controller_node
+             if any(k.arg == "executable" and ast.literal_eval(k.value) == "wam-diff2-planner" for k in n.keywords)]
     assert len(nodes) == 1, "one planner per launch file"
     kwargs = {k.arg: k.value for k in nodes[0].keywords}
     assert ast.literal_eval(kwargs["package"]) == "wam_diff2_ros"

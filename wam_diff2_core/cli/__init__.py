@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "synth": "synth",
     "eval-bag": "eval_bag",
     "replay": "replay",
+    "closed-loop": "closed_loop",
 }
 
 

@@ -1,0 +1,261 @@
+"""Route progress and the navigation command: a route -> left / straight / right, without flicker.
+
+ROS-free. A route is a polyline in the odometry frame, optionally with one CARLA RoadOption per
+point (the leaderboard's ``carla_msgs/CarlaRoute`` on ``/carla/<role>/global_plan``); a
+``nav_msgs/Path`` route (carla-ros-bridge's ``/carla/<role>/waypoints``) has none.
+
+    tracker = RouteTracker()
+    tracker.set_route(points_xy, road_options=[4, 4, 1, 4])   # CarlaRoute-like; None for a Path
+    tracker.update((x, y), yaw, stamp_s)                      # 'left' | 'straight' | 'right' | None (off route)
+
+**Progress.** The tracker remembers how far along the route the ego is (arc length
+``progress_m``). Each update projects the ego onto the route between ``search_back_m`` behind
+and ``search_ahead_m`` ahead of the remembered progress, and progress never goes back: a route
+that passes near itself (a loop, a bridge over its own start) cannot capture the ego, and a
+wobble around a route point cannot step the command back and forth. The first fix, and a
+new fix when the ego is farther than ``geometry.max_distance_m`` from that window (a respawn
+or teleport), take the closest point of the earliest stretch of the route within
+``max_distance_m`` (leaderboard routes start at the ego); none: off route, no command (None).
+
+**RoadOptions -> command** (the rules, in order):
+
+1. *Under the ego*: the route segment the ego is on has the option of its first point (CARLA's
+   ``downsample_route`` keeps the first point of every option stretch). ``LEFT`` / ``RIGHT`` /
+   ``STRAIGHT`` (a turn or a straight crossing at an intersection) give left / right / straight
+   for the whole stretch, i.e. through the intersection. ``CHANGELANELEFT`` / ``CHANGELANERIGHT``
+   give left / right only within ``lane_change_length_m`` after their point: the downsampled
+   route keeps no point where lane following resumes, so the stretch after a lane change
+   carries the lane change's option although the car follows its new lane there.
+2. *Ahead*: otherwise the first route point within ``option_lookahead_m`` ahead whose option is
+   one of those five decides (a ``STRAIGHT`` crossing first means straight, whatever follows).
+3. Otherwise ``VOID`` and ``LANEFOLLOW``: straight. With ``lanefollow_geometry`` the route's
+   geometry decides instead (rule below), as in the demo world's training commands, where
+   sharp curves read left / right.
+
+**Path routes (no options) -> command**: :func:`wam_diff2_core.geometry.command_from_route` on
+the route around the tracked progress (a heading change of ``turn_angle_deg`` within
+``lookahead_m``, or a sideways shift of ``lateral_offset_m``, is a turn).
+
+**Hysteresis.** A new command replaces the current one only after it has been the candidate
+for ``hysteresis_m`` of route progress or ``hysteresis_s`` of time, whichever comes first, in
+one unbroken run: a candidate that flips back and forth (a pose jittering at a rule boundary,
+a car waiting at a junction) never switches the command.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .geometry import ROAD_OPTION_COMMANDS, ROAD_OPTIONS, RouteCommandSettings, command_from_route
+
+# Options that name a maneuver (rules 1 and 2); LANEFOLLOW and VOID do not.
+MANEUVERS = ("LEFT", "RIGHT", "STRAIGHT", "CHANGELANELEFT", "CHANGELANERIGHT")
+LANE_CHANGES = ("CHANGELANELEFT", "CHANGELANERIGHT")
+_OPTION_BY_CODE = {code: name for name, code in ROAD_OPTIONS.items()}
+
+
+def road_option_name(value: Any) -> str:
+    """A RoadOption as its name: an int (-1..6; 255 is VOID sent as uint8), a name
+    (``LEFT``, ``RoadOption.LEFT``) or an enum member. Raises ValueError naming the forms."""
+    name = getattr(value, "name", None)          # an enum member (agents.navigation RoadOption)
+    if isinstance(name, str) and name.upper() in ROAD_OPTIONS:
+        return name.upper()
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        code = int(value)
+        code = -1 if code == 255 else code
+        if code in _OPTION_BY_CODE:
+            return _OPTION_BY_CODE[code]
+    text = str(value).strip().upper()
+    text = text[len("ROADOPTION."):] if text.startswith("ROADOPTION.") else text
+    if text in ROAD_OPTIONS:
+        return text
+    raise ValueError(f"road option {value!r} is not a RoadOption name ({', '.join(ROAD_OPTIONS)}) or number "
+                     f"({', '.join(str(v) for v in ROAD_OPTIONS.values())}, 255 = VOID as uint8)")
+
+
+@dataclass(frozen=True)
+class RouteTrackerSettings:
+    # RoadOption routes: a maneuver this far ahead is announced. 60 m is the demo world's crossing
+    # rule (sim.truth.CommandSettings.crossing_distance_m, checked by a test): braking from 13 m/s
+    # to a turn's speed fits in it.
+    option_lookahead_m: float = 60.0
+    lane_change_length_m: float = 10.0      # a CHANGELANE option holds this far past its point
+    lanefollow_geometry: bool = False       # LANEFOLLOW / VOID: the geometric rule instead of straight
+    geometry: RouteCommandSettings = field(default_factory=RouteCommandSettings)   # Path routes; max_distance_m
+    search_back_m: float = 5.0              # progress window behind the remembered progress
+    search_ahead_m: float = 30.0            # ... and ahead of it (more than one tick of travel)
+    hysteresis_m: float = 2.0               # a new command must persist this much progress ...
+    hysteresis_s: float = 1.0               # ... or this long, whichever first
+
+    def __post_init__(self):
+        for name in ("option_lookahead_m", "lane_change_length_m", "search_back_m", "search_ahead_m",
+                     "hysteresis_m", "hysteresis_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
+
+
+class RouteTracker:
+    """Remembers the progress along one route and turns it into a stable command."""
+
+    def __init__(self, settings: RouteTrackerSettings | None = None):
+        self.settings = settings or RouteTrackerSettings()
+        self.points: np.ndarray | None = None      # [N, 2]
+        self.options: list[str] | None = None      # [N] RoadOption names, None for a Path route
+        self.clear_progress()
+
+    # ------------------------------------------------------------------ route
+    def set_route(self, points_xy: np.ndarray, road_options: Sequence[Any] | None = None) -> None:
+        """A new route (progress starts over). Repeated points are dropped (with their options).
+
+        Raises ValueError for fewer than 2 distinct points, non-finite points, or options that are
+        not RoadOptions or do not match the points one to one.
+        """
+        points = np.asarray(points_xy, dtype=np.float64).reshape(-1, 2)
+        if not np.isfinite(points).all():
+            bad = int((~np.isfinite(points)).any(1).sum())
+            raise ValueError(f"route has non-finite points ({bad} of {len(points)})")
+        options = None
+        if road_options is not None:
+            if len(road_options) != len(points):
+                raise ValueError(f"route has {len(points)} points but {len(road_options)} road options")
+            options = [road_option_name(o) for o in road_options]
+        keep = np.ones(len(points), bool)
+        keep[1:] = np.hypot(*np.diff(points, axis=0).T) > 1e-3
+        points = points[keep]
+        if len(points) < 2:
+            raise ValueError("route needs at least 2 distinct points")
+        self.points = points
+        self.options = None if options is None else [o for o, k in zip(options, keep) if k]
+        seg = np.diff(points, axis=0)                                  # [N-1, 2]
+        self._seg_len = np.hypot(*seg.T)                               # [N-1]
+        self._s = np.concatenate([[0.0], np.cumsum(self._seg_len)])   # [N] arc length of each point
+        self.clear_progress()
+
+    def clear_progress(self) -> None:
+        self.progress_m: float | None = None
+        self.distance_m: float | None = None       # ego to the route at the last update
+        self.command: str | None = None            # the held command
+        self._pending: tuple[str, float, float] | None = None   # (candidate, progress, time) it began
+
+    @property
+    def length_m(self) -> float:
+        return 0.0 if self.points is None else float(self._s[-1])
+
+    @property
+    def completion(self) -> float:
+        """Progress / route length (0 before the first update)."""
+        if self.progress_m is None or self.length_m == 0.0:
+            return 0.0
+        return min(1.0, self.progress_m / self.length_m)
+
+    # ------------------------------------------------------------------ per tick
+    def update(self, ego_xy: Sequence[float], ego_yaw: float, stamp_s: float) -> str | None:
+        """The command for the ego at ``ego_xy`` / ``ego_yaw`` (route frame) at ``stamp_s``;
+        None without a route or when off it."""
+        if self.points is None:
+            return None
+        located = self._localise(np.asarray(ego_xy, dtype=np.float64))
+        if located is None:
+            return None
+        candidate = self._candidate(self.progress_m, ego_xy, ego_yaw)
+        return self._hold(candidate, self.progress_m, stamp_s)
+
+    def _project(self, xy: np.ndarray, lo: int, hi: int, earliest_within_m: float | None = None) -> tuple[float, float]:
+        """(arc length, distance) of the closest point on segments lo .. hi-1; with
+        ``earliest_within_m``, the closest point of the earliest run of segments within that
+        distance (when there is one)."""
+        a, d = self.points[lo:hi], np.diff(self.points[lo:hi + 1], axis=0)
+        length = self._seg_len[lo:hi]
+        t = np.clip(((xy - a) * d).sum(1) / length**2, 0.0, 1.0)
+        closest = a + t[:, None] * d
+        dist = np.hypot(*(xy - closest).T)
+        first, last = 0, len(dist)
+        if earliest_within_m is not None:
+            near = dist <= earliest_within_m
+            if near.any():
+                first = int(np.argmax(near))
+                after = np.flatnonzero(~near[first:])
+                last = first + int(after[0]) if len(after) else len(dist)
+        i = first + int(np.argmin(dist[first:last]))
+        return float(self._s[lo + i] + t[i] * length[i]), float(dist[i])
+
+    def _localise(self, xy: np.ndarray) -> float | None:
+        st, n = self.settings, len(self.points) - 1
+        max_distance = st.geometry.max_distance_m
+        if self.progress_m is not None:
+            lo = max(0, int(np.searchsorted(self._s, self.progress_m - st.search_back_m, "right")) - 1)
+            hi = min(n, int(np.searchsorted(self._s, self.progress_m + st.search_ahead_m, "left")) + 1)
+            s, dist = self._project(xy, lo, max(hi, lo + 1))
+            if dist <= max_distance:
+                self.progress_m, self.distance_m = max(self.progress_m, s), dist
+                return self.progress_m
+        # first fix, or lost the window (a respawn): the earliest stretch of the route within reach
+        s, dist = self._project(xy, 0, n, earliest_within_m=max_distance)
+        self.distance_m = dist
+        if dist > max_distance:
+            return None
+        if self.progress_m is not None and s < self.progress_m:
+            self._pending = None                  # re-localised backwards: a new start, no carried candidate
+        self.progress_m = s
+        return s
+
+    def _segment(self, s: float) -> int:
+        return int(np.clip(np.searchsorted(self._s, s, "right") - 1, 0, len(self._s) - 2))
+
+    def _candidate(self, s: float, ego_xy: Sequence[float], ego_yaw: float) -> str:
+        st = self.settings
+        if self.options is not None:
+            k = self._segment(s)
+            here = self.options[k]
+            if here in MANEUVERS and (here not in LANE_CHANGES or s - self._s[k] <= st.lane_change_length_m):
+                return ROAD_OPTION_COMMANDS[here]
+            for j in range(k + 1, len(self.options)):
+                if self._s[j] - s > st.option_lookahead_m:
+                    break
+                if self.options[j] in MANEUVERS:
+                    return ROAD_OPTION_COMMANDS[self.options[j]]
+            if not st.lanefollow_geometry:
+                return "straight"
+        # the geometric rule on the route around the progress point (not the whole route: a stretch
+        # passing near the ego elsewhere must not decide)
+        lo = int(np.searchsorted(self._s, s - 5.0))
+        hi = int(np.searchsorted(self._s, s + st.geometry.lookahead_m + 5.0)) + 1
+        lo = max(0, min(lo, self._segment(s)))
+        command = command_from_route(self.points[lo:hi + 1], ego_xy, ego_yaw, st.geometry)
+        return command or "straight"
+
+    def _hold(self, candidate: str, s: float, t: float) -> str:
+        st = self.settings
+        if self.command is None or candidate == self.command:
+            self.command, self._pending = candidate, None
+            return self.command
+        if self._pending is None or self._pending[0] != candidate:
+            self._pending = (candidate, s, t)
+        _, s0, t0 = self._pending
+        if s - s0 >= st.hysteresis_m or t - t0 >= st.hysteresis_s:
+            self.command, self._pending = candidate, None
+        return self.command
+
+
+# ----------------------------------------------------------------------------- messages (duck-typed)
+def route_from_path_msg(msg) -> np.ndarray:
+    """``nav_msgs/Path`` (rclpy or rosbags message) -> [N, 2] points in its frame."""
+    return np.array([[float(p.pose.position.x), float(p.pose.position.y)] for p in msg.poses],
+                    dtype=np.float64).reshape(-1, 2)
+
+
+def route_from_carla_route_msg(msg) -> tuple[np.ndarray, list[str]]:
+    """``carla_msgs/CarlaRoute`` (``poses``: geometry_msgs/Pose[], ``road_options``) -> (points, options).
+
+    Poses given as PoseStamped are accepted too; the leaderboard publishes the route in the
+    bridge's ``map`` frame (the odometry's).
+    """
+    poses = [getattr(p, "pose", p) for p in msg.poses]
+    points = np.array([[float(p.position.x), float(p.position.y)] for p in poses], dtype=np.float64).reshape(-1, 2)
+    # uint8[] arrives as array('B') or bytes, int8[] as array('b'), names as str: list() gives items
+    options = [road_option_name(o if isinstance(o, str) else int(o)) for o in list(msg.road_options)]
+    return points, options

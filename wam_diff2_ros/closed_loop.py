@@ -1,0 +1,423 @@
+"""The demo world behind carla-ros-bridge topics, driven by the planner and controller nodes over DDS.
+
+    with RosClosedLoop(RosLoopSettings(planner="inprocess", model_path="ckpt/")) as loop:
+        result = loop.run_route(RouteRun(0, ClosedLoopSettings()))
+
+What runs (all in one DDS domain; the planner optionally in its own process):
+
+- **the simulator** (:class:`SimulatorNode`, this process): per tick it publishes ``/clock``,
+  ``/carla/<role>/odometry`` (frame ``map``, child ``<role>``, twist in the child frame), the
+  command (``command_source`` world: the demo world's rule, on the planner's
+  ``input/command``, as the demo bags carry it), ``/carla/<role>/rgb_front/camera_info`` and
+  ``/carla/<role>/rgb_front/image`` (``bgra8``), all stamped with the tick's sim time, and once
+  per route the latched route ``/carla/<role>/waypoints`` (``nav_msgs/Path``). Like the
+  leaderboard, it starts only after a latched ``std_msgs/Bool`` on ``/carla/<role>/status``,
+  then waits up to ``control_timeout_s`` (1.0 s) of wall time for the control stamped with the
+  tick (none: an empty control, as the leaderboard applies) and integrates it.
+- **the planner** (``wam_diff2_ros.planner_node.PlannerNode``, lockstep mode, every N-th image,
+  ``use_sim_time``): in this process (``planner="inprocess"``) or as ``wam-diff2-planner`` in a
+  subprocess (``"subprocess"``); or, to test the loop without a model, **the oracle**
+  (``"oracle"``): the simulator itself publishes the demo world's expert future on the
+  planner's trajectory topic and a READY planner status - an oracle, not a planner.
+- **the controller** (``wam_diff2_ros.controller_node.ControllerNode``, this process): newest
+  plan + odometry -> control every tick, the leaderboard handshake, and (``command_source``
+  route) the command from the route.
+
+Timing: ``lockstep`` waits, on each planning tick, for that tick's trajectory before the world
+moves on (results do not depend on how fast the model runs here); ``leaderboard`` waits only
+for the control, as the leaderboard does, and ticks no faster than ``realtime_factor`` x real
+time, so a slow planner's plans arrive late and go stale (and the controller brakes).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import cv2
+import numpy as np
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from nav_msgs.msg import Odometry, Path
+from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock as ClockMsg
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import Bool, Header, String
+
+from wam_diff2_core.control import ControllerGains, Plan
+from wam_diff2_core.geometry import quaternion_from_yaw
+from wam_diff2_core.sim.bag import topic_names
+from wam_diff2_core.sim.closed_loop import ExpertOracle, RouteResult, RouteRun
+
+from .controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
+                              controller_topics, ns_stamp, stamp_ns)
+from .msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
+
+PLANNERS = ("inprocess", "subprocess", "oracle")
+TIMINGS = ("lockstep", "leaderboard")
+READY_REORDER_S = 0.05
+STREAM_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                        history=HistoryPolicy.KEEP_LAST)   # like the bridge; matches best-effort subscribers too
+RECEIVE_QOS = QoSProfile(depth=20, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                         history=HistoryPolicy.KEEP_LAST)
+
+
+@dataclass
+class RosLoopSettings:
+    role: str = "hero"                       # the leaderboard's role name
+    planner: str = "oracle"                  # inprocess | subprocess | oracle
+    model_path: str = ""
+    planner_parameters: dict[str, Any] = field(default_factory=dict)   # extra planner parameters (decoding.*, device)
+    lockstep_n: int = 10
+    timing: str = "lockstep"
+    command_source: str = "world"            # world: the simulator publishes the command; route: the controller
+    gains: ControllerGains = field(default_factory=ControllerGains)
+    control_timeout_s: float = 1.0           # the leaderboard's wall wait for each control
+    plan_timeout_s: float = 300.0            # lockstep timing: wall wait for a planning tick's trajectory
+    ready_timeout_s: float = 900.0           # wall wait for the handshake (model load + warm-up)
+    realtime_factor: float = 1.0             # leaderboard timing: at most this x real time
+    domain_id: int | None = None             # None: ROS_DOMAIN_ID or 0
+
+    def __post_init__(self):
+        if self.planner not in PLANNERS:
+            raise ValueError(f"planner: {self.planner!r} is not one of {', '.join(PLANNERS)}")
+        if self.timing not in TIMINGS:
+            raise ValueError(f"timing: {self.timing!r} is not one of {', '.join(TIMINGS)}")
+        if self.planner != "oracle" and not self.model_path:
+            raise ValueError("model_path: empty; the planner needs a checkpoint (or use planner='oracle')")
+        if self.lockstep_n < 1:
+            raise ValueError(f"lockstep_n: must be >= 1, got {self.lockstep_n}")
+
+
+def planner_ros_arguments(role: str, lockstep_n: int, model_path: str, extra: dict[str, Any]) -> tuple[dict, list]:
+    """(parameters, remap rules) of the planner for the simulator's topics: lockstep, sim time, no debug outputs."""
+    topics = topic_names(role)
+    params = {"model_path": model_path, "use_sim_time": True, "mode": "lockstep",
+              "lockstep_every_n_images": lockstep_n, "tasks": "plan", "debug.publish_image": False,
+              "debug.publish_markers": False, "publish_odom_frame_path": False, **extra}
+    planner = f"/{DEFAULT_PLANNER}"
+    remaps = [f"{planner}/input/image:={topics['image']}", f"{planner}/input/camera_info:={topics['camera_info']}",
+              f"{planner}/input/odometry:={topics['odometry']}", f"{planner}/input/route:={topics['route']}"]
+    return params, remaps
+
+
+class SimulatorNode(Node):
+    """The simulator's DDS face: sensors out, controls in, plus the oracle's planner topics."""
+
+    def __init__(self, role: str, **kwargs: Any):
+        super().__init__("wam_diff2_sim", **kwargs)
+        self.sensors = topic_names(role)
+        self.control_topics = controller_topics(role)
+        t, c = self.sensors, self.control_topics
+        self.clock_pub = self.create_publisher(ClockMsg, "/clock", STREAM_QOS)
+        self.odometry_pub = self.create_publisher(Odometry, t["odometry"], STREAM_QOS)
+        self.image_pub = self.create_publisher(Image, t["image"], STREAM_QOS)
+        self.info_pub = self.create_publisher(CameraInfo, t["camera_info"], STREAM_QOS)
+        self.route_pub = self.create_publisher(Path, t["route"], LATCHED_QOS)
+        self.command_pub = self.create_publisher(String, c["command"], CONTROL_QOS)
+        self.oracle_plan_pub = self.create_publisher(Trajectory, c["trajectory"], CONTROL_QOS)
+        self.oracle_status_pub = self.create_publisher(PlannerStatus, c["planner_status"], LATCHED_QOS)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self.controls: dict[int, VehicleControl] = {}
+        self.trajectories: dict[int, Trajectory] = {}
+        self.ready_at: float | None = None          # wall time of the leaderboard status True
+        self.planner_ready_at: float | None = None  # wall time the planner's READY was seen
+        self.create_subscription(VehicleControl, "/wam_diff2_controller/output/control", self._on_control, RECEIVE_QOS)
+        self.create_subscription(Trajectory, c["trajectory"], self._on_trajectory, RECEIVE_QOS)
+        self.create_subscription(Bool, c["leaderboard_status"], self._on_ready, LATCHED_QOS)
+        self.create_subscription(PlannerStatus, c["planner_status"], self._on_planner_status, LATCHED_QOS)
+
+    # ---- receiving
+    def _on_control(self, msg: VehicleControl) -> None:
+        with self._cond:
+            self.controls[stamp_ns(msg.header.stamp)] = msg
+            self._cond.notify_all()
+
+    def _on_trajectory(self, msg: Trajectory) -> None:
+        with self._cond:
+            self.trajectories[stamp_ns(msg.header.stamp)] = msg
+            self._cond.notify_all()
+
+    def _on_ready(self, msg: Bool) -> None:
+        with self._cond:
+            if msg.data and self.ready_at is None:
+                self.ready_at = time.monotonic()
+            self._cond.notify_all()
+
+    def _on_planner_status(self, msg: PlannerStatus) -> None:
+        with self._cond:
+            if msg.state == PlannerStatus.READY and self.planner_ready_at is None:
+                self.planner_ready_at = time.monotonic()
+
+    def wait(self, predicate, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                value = predicate()
+                remaining = deadline - time.monotonic()
+                if value or remaining <= 0:
+                    return value
+                self._cond.wait(min(remaining, 0.5))
+
+    def take_control(self, stamp: int, timeout_s: float) -> VehicleControl | None:
+        msg = self.wait(lambda: self.controls.get(stamp), timeout_s)
+        with self._lock:
+            self.controls = {k: v for k, v in self.controls.items() if k > stamp}
+        return msg
+
+    def take_trajectory(self, stamp: int, timeout_s: float) -> Trajectory | None:
+        msg = self.wait(lambda: self.trajectories.get(stamp), timeout_s)
+        with self._lock:
+            self.trajectories = {k: v for k, v in self.trajectories.items() if k > stamp}
+        return msg
+
+    # ---- publishing
+    def publish_route(self, run: RouteRun) -> None:
+        header = Header(stamp=ns_stamp(run.stamp_ns), frame_id="map")
+        path = Path(header=header)
+        points = run.route_xy()
+        headings = np.arctan2(*np.diff(points, axis=0, append=points[-1:] * 2 - points[-2:-1]).T[::-1])
+        for (x, y), h in zip(points, headings):
+            pose = PoseStamped(header=header)
+            pose.pose.position.x, pose.pose.position.y = float(x), float(y)
+            q = quaternion_from_yaw(float(h))
+            pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z, pose.pose.orientation.w = q
+            path.poses.append(pose)
+        self.route_pub.publish(path)
+
+    def publish_tick(self, run: RouteRun, command: str | None, camera: bool) -> None:
+        """/clock, odometry, the command and (when ``camera``) camera_info + image for the tick, in that order."""
+        stamp = ns_stamp(run.stamp_ns)
+        self.clock_pub.publish(ClockMsg(clock=stamp))
+        ego, role = run.world.ego, self.sensors["odometry"].split("/")[2]
+        odom = Odometry(header=Header(stamp=stamp, frame_id="map"), child_frame_id=role)
+        odom.pose.pose.position.x, odom.pose.pose.position.y = float(ego.x), float(ego.y)
+        o = odom.pose.pose.orientation
+        o.x, o.y, o.z, o.w = quaternion_from_yaw(float(ego.yaw))
+        odom.twist.twist.linear.x = float(ego.speed)        # child frame: a rear axle never slides
+        odom.twist.twist.angular.z = float(ego.yaw_rate)
+        self.odometry_pub.publish(odom)
+        if command is not None:
+            self.command_pub.publish(String(data=command))
+        if camera:
+            cam = run.renderer.camera
+            header = Header(stamp=stamp, frame_id=f"{role}/rgb_front")
+            info = CameraInfo(header=header, height=cam.height, width=cam.width, distortion_model="plumb_bob")
+            info.d = [0.0] * 5
+            info.k = [cam.fx, 0.0, cam.cx, 0.0, cam.fy, cam.cy, 0.0, 0.0, 1.0]
+            info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+            info.p = [cam.fx, 0.0, cam.cx, 0.0, 0.0, cam.fy, cam.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+            self.info_pub.publish(info)
+            bgra = cv2.cvtColor(run.render(), cv2.COLOR_RGB2BGRA)
+            self.image_pub.publish(Image(header=header, height=bgra.shape[0], width=bgra.shape[1], encoding="bgra8",
+                                         is_bigendian=0, step=4 * bgra.shape[1], data=bgra.tobytes()))
+
+    def publish_oracle_plan(self, stamp: int, plan: Plan, frame_id: str) -> None:
+        msg = Trajectory(header=Header(stamp=ns_stamp(stamp), frame_id=frame_id), command="oracle", valid=True)
+        for k, (x, y) in enumerate(plan.waypoints):
+            point = TrajectoryPoint(x=float(x), y=float(y))
+            point.time_from_start.sec, point.time_from_start.nanosec = divmod((k + 1) * 500_000_000, 1_000_000_000)
+            msg.points.append(point)
+        self.oracle_plan_pub.publish(msg)
+
+
+def wait_until(condition, timeout_s: float, poll_s: float = 0.0005) -> bool:
+    """Poll ``condition`` (state another thread changes without notifying us) until true or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+class _Spinner:
+    def __init__(self, node: Node, executor):
+        self.node, self.executor = node, executor
+        executor.add_node(node)
+        self.thread = threading.Thread(target=executor.spin, daemon=True, name=f"spin-{node.get_name()}")
+        self.thread.start()
+
+    def stop(self) -> None:
+        stop_worker = getattr(self.node, "stop_worker", None)
+        if stop_worker is not None:
+            stop_worker()
+        self.executor.shutdown()
+        self.thread.join(10.0)
+        self.node.destroy_node()
+
+
+@dataclass
+class _Empty:
+    """The leaderboard's empty control when none arrives in time (coast)."""
+    throttle: float = 0.0
+    steer: float = 0.0
+    brake: float = 0.0
+    reason: str = "no control in time"
+
+
+class RosClosedLoop:
+    """Nodes, DDS context and the handshake; :meth:`run_route` drives one route. A context manager."""
+
+    def __init__(self, settings: RosLoopSettings):
+        self.settings = settings
+        self.context: rclpy.Context | None = None
+        self._spinners: list[_Spinner] = []
+        self._process: subprocess.Popen | None = None
+        self.images_published = 0
+        self.handshake: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ set-up
+    def __enter__(self) -> "RosClosedLoop":
+        st = self.settings
+        domain = st.domain_id if st.domain_id is not None else int(os.environ.get("ROS_DOMAIN_ID", "0"))
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain)
+        try:
+            self.sim = SimulatorNode(st.role, context=self.context)
+            self._spinners.append(_Spinner(self.sim, SingleThreadedExecutor(context=self.context)))
+            controller_params = {"role_name": st.role, "use_sim_time": True,
+                                 "route.publish_command": st.command_source == "route",
+                                 **{GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}
+            self.controller = ControllerNode(context=self.context, parameter_overrides=[
+                Parameter(k, value=v) for k, v in controller_params.items()])
+            self._spinners.append(_Spinner(self.controller, SingleThreadedExecutor(context=self.context)))
+            self._start_planner(domain)
+            self._handshake()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start_planner(self, domain: int) -> None:
+        st = self.settings
+        if st.planner == "oracle":
+            with self.sim._lock:
+                self.sim.planner_ready_at = time.monotonic()     # the oracle is the planner: READY now
+            self.sim.oracle_status_pub.publish(PlannerStatus(state=PlannerStatus.READY, model_path="oracle",
+                                                             message="the demo world's expert (an oracle)"))
+            return
+        params, remaps = planner_ros_arguments(st.role, st.lockstep_n, st.model_path, st.planner_parameters)
+        if st.planner == "subprocess":
+            args = [sys.executable, "-m", "wam_diff2_ros.planner_node", "--ros-args"]
+            for k, v in params.items():
+                args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
+            for r in remaps:
+                args += ["-r", r]
+            self._process = subprocess.Popen(args, env={**os.environ, "ROS_DOMAIN_ID": str(domain)})
+            return
+        from .planner_node import PlannerNode      # torch and the model: only when planning in-process
+        planner = PlannerNode(DEFAULT_PLANNER, context=self.context,
+                              parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
+                              cli_args=["--ros-args", *[a for r in remaps for a in ("-r", r)]],
+                              use_global_arguments=False)
+        self._spinners.append(_Spinner(planner, MultiThreadedExecutor(num_threads=3, context=self.context)))
+
+    def _handshake(self) -> None:
+        """Wait, like the leaderboard's agent, for the latched True on /carla/<role>/status."""
+        st, t0 = self.settings, time.monotonic()
+        ready = self.sim.wait(lambda: self.sim.ready_at is not None, st.ready_timeout_s)
+        if not ready:
+            raise TimeoutError(f"no True on {self.sim.control_topics['leaderboard_status']} within "
+                               f"{st.ready_timeout_s} s (planner: {st.planner})")
+        if self._process is not None and self._process.poll() is not None:
+            raise RuntimeError(f"the planner process exited with {self._process.returncode}")
+        # the planner activates right after READY; its subscriptions must see us before tick 0
+        sim, topics = self.sim, self.sim.sensors
+        wanted = [topics["odometry"]] + ([topics["image"], sim.control_topics["command"]] if st.planner != "oracle"
+                                         else [])
+        if not sim.wait(lambda: all(sim.count_subscribers(t) > 0 for t in wanted), 30.0):
+            raise TimeoutError(f"nobody subscribed to {wanted} within 30 s")
+        time.sleep(0.5)                               # discovery of the reverse direction (controls)
+        # DDS orders messages per topic, not across topics: the planner's READY may reach us a little
+        # after the controller's Bool that it caused; allow READY_REORDER_S
+        sim.wait(lambda: sim.planner_ready_at is not None, 2.0)
+        self.handshake = {"ready_wait_s": round(sim.ready_at - t0, 3),
+                          "planner_ready_before_status": sim.planner_ready_at is not None
+                          and sim.planner_ready_at <= sim.ready_at + READY_REORDER_S}
+
+    def __exit__(self, *exc) -> None:
+        for spinner in reversed(self._spinners):
+            spinner.stop()
+        self._spinners.clear()
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(20.0)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+            self._process = None
+        if self.context is not None:
+            rclpy.shutdown(context=self.context)
+            self.context = None
+
+    # ------------------------------------------------------------------ one route
+    def run_route(self, run: RouteRun) -> RouteResult:
+        st, sim = self.settings, self.sim
+        oracle = ExpertOracle() if st.planner == "oracle" else None
+        camera = st.planner != "oracle"
+        routes_before = self.controller.counts["routes_received"]
+        sim.publish_route(run)
+        if st.command_source == "route" and not wait_until(
+                lambda: self.controller.counts["routes_received"] > routes_before, 10.0):
+            raise TimeoutError("the controller did not receive the route")
+        counts_before = dict(self.controller.counts)
+        stats = {"control_timeouts": 0, "plan_timeouts": 0, "control_wait_ms": [], "plan_wait_ms": []}
+        wall0 = time.monotonic()
+        frame = "base_link"
+        while not run.done:
+            stamp = run.stamp_ns
+            planning = (self.images_published % st.lockstep_n == 0) if camera else run.tick % st.lockstep_n == 0
+            sim.publish_tick(run, run.command() if st.command_source == "world" else None, camera)
+            if camera:
+                self.images_published += 1
+            t = time.monotonic()
+            msg = sim.take_control(stamp, st.control_timeout_s)
+            stats["control_wait_ms"].append((time.monotonic() - t) * 1e3)
+            if msg is None:
+                stats["control_timeouts"] += 1
+            else:
+                frame = msg.header.frame_id or frame
+            if oracle is not None and planning:          # the oracle plans on the tick's state, after the control
+                plan = oracle(run)
+                sim.publish_oracle_plan(stamp, plan, frame)
+                run.count_plan(plan)
+            if planning and (st.timing == "lockstep" or oracle is not None):
+                # the tick's plan must reach the controller before the next tick (lockstep)
+                t = time.monotonic()
+                trajectory = sim.take_trajectory(stamp, st.plan_timeout_s if oracle is None else 10.0)
+                delivered = trajectory is not None and wait_until(
+                    lambda: (self.controller.plan_stamp_ns or -1) >= stamp, 10.0)
+                stats["plan_wait_ms"].append((time.monotonic() - t) * 1e3)
+                if not delivered:
+                    stats["plan_timeouts"] += 1
+                if trajectory is not None and oracle is None:
+                    run.plans += 1
+                    run.plans_valid += int(trajectory.valid)
+            elif oracle is None:
+                with sim._lock:                           # leaderboard timing: count what arrived
+                    arrived = [m for k, m in sim.trajectories.items() if k <= stamp]
+                    sim.trajectories = {k: m for k, m in sim.trajectories.items() if k > stamp}
+                run.plans += len(arrived)
+                run.plans_valid += sum(int(m.valid) for m in arrived)
+            run.apply(msg if msg is not None else _Empty())
+            if st.timing == "leaderboard":
+                due = wall0 + run.tick * run.dt_ns / 1e9 / st.realtime_factor
+                time.sleep(max(0.0, due - time.monotonic()))
+        waits, plan_waits = stats.pop("control_wait_ms"), stats.pop("plan_wait_ms")
+        counts = {k: v - counts_before.get(k, 0) for k, v in self.controller.counts.items()
+                  if v != counts_before.get(k, 0)}                 # this route's share
+        extra = {"loop": "ros", "planner": st.planner, "timing": st.timing, "lockstep_n": st.lockstep_n, **stats,
+                 "control_wait_ms_mean": float(np.mean(waits)) if waits else None,
+                 "control_wait_ms_max": float(np.max(waits)) if waits else None,
+                 "plan_wait_ms_mean": float(np.mean(plan_waits)) if plan_waits else None,
+                 "controller": counts, **self.handshake}
+        return run.result(extra)
