@@ -59,12 +59,20 @@ class Plan:
 
 @dataclass(frozen=True)
 class VehicleControl:
-    throttle: float
-    steer: float                     # -1 (left) .. 1 (right), CARLA convention
-    brake: float
+    """CARLA's control: throttle and brake in [0, 1], steer in [-1, 1] with + turning **right**."""
+
+    throttle: float = 0.0
+    steer: float = 0.0               # -1 (left) .. 1 (right), CARLA convention
+    brake: float = 0.0
     hand_brake: bool = False
     reverse: bool = False
     reason: str = ""                 # why a fallback brake was applied; empty when following a plan
+
+    def __post_init__(self):
+        for name, low in (("throttle", 0.0), ("steer", -1.0), ("brake", 0.0)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and low <= value <= 1.0):
+                raise ValueError(f"VehicleControl.{name} must be in [{low:g}, 1], got {value!r}")
 
 
 @dataclass

@@ -53,13 +53,12 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..control import WAYPOINT_DT_S, ControllerGains, Plan, Pose2D, WaypointController
+from ..control import WAYPOINT_DT_S, ControllerGains, Plan, Pose2D, VehicleControl, WaypointController
 from ..geometry import AccelerationEstimator, world_to_ego
 from ..routes import RouteTracker, RouteTrackerSettings
 from .camera import CameraSettings, Palette, Renderer
 from .episode import NUM_WAYPOINTS, EpisodeSettings, episode_rng
 from .truth import CommandSettings, route_command
-from .vehicles import VehicleControl
 from .world import World, WorldSettings
 
 COLLISION_PENALTY = 0.60          # leaderboard: collision with a vehicle
@@ -249,6 +248,7 @@ class RouteRun:
             self.max_throttle_on_fallback = max(self.max_throttle_on_fallback, float(control.throttle))
         ego = self.world.ego
         self.trace.append((ego.x, ego.y, ego.speed, fallback))
+        # Any object with CARLA's fields (the core's VehicleControl or a ROS message), clipped as CARLA does.
         self.world.step(VehicleControl(throttle=float(np.clip(control.throttle, 0.0, 1.0)),
                                        steer=float(np.clip(control.steer, -1.0, 1.0)),
                                        brake=float(np.clip(control.brake, 0.0, 1.0))))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..control import VehicleControl
 from .road import Path2D
 
 
@@ -94,20 +95,6 @@ class EgoState:
 class Actuation:
     acceleration_mps2: float
     steer_angle_rad: float            # + left (REP-103)
-
-
-@dataclass(frozen=True)
-class VehicleControl:
-    """CARLA's control: throttle and brake in [0, 1], steer in [-1, 1] with + turning **right**."""
-    throttle: float = 0.0
-    steer: float = 0.0
-    brake: float = 0.0
-
-    def __post_init__(self):
-        for name, low in (("throttle", 0.0), ("steer", -1.0), ("brake", 0.0)):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and low <= value <= 1.0):
-                raise ValueError(f"VehicleControl.{name} must be in [{low:g}, 1], got {value!r}")
 
 
 class KinematicBicycle:
