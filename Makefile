@@ -19,3 +19,7 @@ clean:
 .PHONY: demo
 demo: setup
 	$(ENV) bash scripts/demo.sh
+
+.PHONY: replay-demo
+replay-demo: setup
+	$(ENV) bash scripts/replay_demo.sh

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import rclpy
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -48,6 +49,9 @@ STREAM_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=
 # reliable subscribers too
 CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.VOLATILE)
+
+
+DRAIN_TIMEOUT_S = 5.0   # how long the end of playback waits for reliable readers to acknowledge
 
 
 class ReplayError(Exception):
@@ -109,6 +113,7 @@ class ReplayOptions:
 class ReplaySummary:
     published: dict[str, int] = field(default_factory=dict)
     skipped_topics: dict[str, str] = field(default_factory=dict)
+    unacknowledged_topics: list[str] = field(default_factory=list)   # reliable readers that did not ack in time
     clock_messages: int = 0
     bag_seconds: float = 0.0
     wall_seconds: float = 0.0
@@ -210,6 +215,11 @@ class BagPlayer:
             self.summary.published[topic] += 1
             last_ns = t_ns
         self._publish_clock(last_ns)
+        # Reliable subscribers still receiving must get the tail too: exiting right after the last
+        # publish can drop it, so wait (bounded) until every reliable message is acknowledged.
+        for publisher in [*self.publishers.values(), self.clock_publisher]:
+            if publisher is not None and not publisher.wait_for_all_acked(Duration(seconds=DRAIN_TIMEOUT_S)):
+                self.summary.unacknowledged_topics.append(publisher.topic_name)
         self.summary.bag_seconds = (last_ns - start_ns) / 1e9
         self.summary.wall_seconds = time.monotonic() - wall0
         return self.summary
@@ -241,6 +251,8 @@ def run(args, ros_args: Sequence[str] | None = None) -> int:
         summary = player.play()
         for topic, reason in summary.skipped_topics.items():
             print(f"replay: skipped {topic}: {reason}", file=sys.stderr)
+        for topic in summary.unacknowledged_topics:
+            print(f"replay: {topic}: not every message was acknowledged within {DRAIN_TIMEOUT_S} s", file=sys.stderr)
         print(f"replay: published {sum(summary.published.values())} messages "
               f"({', '.join(f'{t} {n}' for t, n in sorted(summary.published.items()))}) covering "
               f"{summary.bag_seconds:.2f} s of bag time in {summary.wall_seconds:.2f} s", flush=True)
