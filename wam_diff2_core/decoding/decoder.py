@@ -72,6 +72,22 @@ class Prefix:
     last_logits: torch.Tensor   # [N, V] logits at the last prompt token (used by AR)
 
 
+def record_block(rows_tokens: list[list[int]], steps: Sequence[int], live: Sequence[int], eos_id: int,
+                 stats: list[DecodeStats], answer: list[list[int]], done: list[bool]) -> None:
+    """Book a finished block for the rows still decoding: its steps, and its tokens up to the first
+    EOS (a row with an EOS is done)."""
+    for i in live:
+        stats[i].blocks += 1
+        stats[i].steps_per_block.append(steps[i])
+        stats[i].denoise_steps += steps[i]
+        tokens = rows_tokens[i]
+        if eos_id in tokens:
+            answer[i].extend(tokens[:tokens.index(eos_id)])
+            done[i] = True
+        else:
+            answer[i].extend(tokens)
+
+
 class _Timer:
     def __init__(self, device: torch.device):
         self.device = device
@@ -198,16 +214,7 @@ class BlockDiffusionDecoder:
                         steps[i] += 1
                 # Positions still masked after S steps take the last step's tokens.
                 block = torch.where(block == mask_id, last_tokens, block)
-            rows_tokens = block.tolist()
-            for i in live:
-                stats[i].blocks += 1
-                stats[i].steps_per_block.append(steps[i])
-                stats[i].denoise_steps += steps[i]
-                if eos_id in rows_tokens[i]:
-                    answer[i].extend(rows_tokens[i][:rows_tokens[i].index(eos_id)])
-                    done[i] = True
-                else:
-                    answer[i].extend(rows_tokens[i])
+            record_block(block.tolist(), steps, live, eos_id, stats, answer, done)
             if all(done) or k == n_blocks - 1:
                 break
             with timer("commit"):

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
-from .decoder import VISION_KEYS, DecodeOutput, DecodeStats, _Timer
+from .decoder import VISION_KEYS, DecodeOutput, DecodeStats, _Timer, record_block
 from .masks import prompt_block_mask, response_positions
 from .sampling import choose_transfer, sample_tokens, transfer_schedule
 from .static_graphs import StepGraphs, batch_bucket
@@ -575,16 +575,7 @@ class StaticBlockDiffusionDecoder:
                     steps += pending
                 # Positions still masked after S steps take the last step's tokens.
                 block[:n] = torch.where(block[:n] == mask_id, last_tokens, block[:n])
-            rows_tokens, steps_done = block[:n].tolist(), steps[:n].tolist()
-            for i in live:
-                stats[i].blocks += 1
-                stats[i].steps_per_block.append(steps_done[i])
-                stats[i].denoise_steps += steps_done[i]
-                if eos_id in rows_tokens[i]:
-                    answer[i].extend(rows_tokens[i][:rows_tokens[i].index(eos_id)])
-                    done[i] = True
-                else:
-                    answer[i].extend(rows_tokens[i])
+            record_block(block[:n].tolist(), steps[:n].tolist(), live, eos_id, stats, answer, done)
             if all(done) or k == n_blocks - 1:
                 break
             previous = block
