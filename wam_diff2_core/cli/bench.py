@@ -2,6 +2,11 @@
 
     wam-diff2 bench --shape small --device cpu                         # CPU: plain vs static (+ fused commit)
     wam-diff2 bench --shape 2b --device cuda --dtype bfloat16 --json bench.json   # GPU, 2B-shaped, random bf16
+    wam-diff2 bench --model B32_CKPT --ar-model AR_CKPT --data eval.json --out bench_models/   # models on samples
+
+With ``--data`` the command compares trained models on planning samples instead (AR at B = 1 vs
+block diffusion at each block size and threshold: speed, L2 at 4 s, parse failures; see
+``bench_models.py``). Without it:
 
 Random weights in a Qwen3-VL shape (``2b``: the text dimensions of Qwen3-VL-2B; ``small`` and ``tiny``
 for CPUs) or ``--model CKPT``; prompts are random text tokens. Three tables, medians of
@@ -63,6 +68,8 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     p.add_argument("--json", default=None, help="also write every number here")
+    from . import bench_models
+    bench_models.add_arguments(p)
 
 
 # ---------------------------------------------------------------------------------- model
@@ -308,6 +315,9 @@ def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 
 
 def run(args) -> int:
+    if args.data:
+        from . import bench_models
+        return bench_models.run(args)
     import torch
 
     from ..config import ConfigError

@@ -1,0 +1,130 @@
+"""``wam-diff2 bench --model CKPT --data SAMPLES.json``: AR vs block diffusion on planning samples."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from wam_diff2_core.cli import bench_models, main
+from wam_diff2_core.outputs.prompts import format_planning_prompt
+
+
+def _answer(points) -> str:
+    return ",".join(f"{v:.2f}" for p in points for v in p)
+
+
+# Ground truths: straight ahead 1 m per waypoint, and 2 m per waypoint.
+TRUTHS = [[(k, 0.0) for k in range(1, 9)], [(2 * k, 0.0) for k in range(1, 9)]]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Two planning samples, one with a non-planning answer (skipped), one malformed record."""
+    root = tmp_path_factory.mktemp("bench_data")
+    records = []
+    for i, truth in enumerate(TRUTHS):
+        rng = np.random.default_rng(i)
+        Image.fromarray((rng.random((48, 64, 3)) * 255).astype(np.uint8)).save(root / f"{i}.png")
+        records.append({"id": f"s{i}", "image": [f"{i}.png"], "conversations": [
+            {"from": "human", "value": format_planning_prompt("straight", (4.0 + i, 0.0), (0.0, 0.0))},
+            {"from": "gpt", "value": _answer(truth)}]})
+    records.append({"id": "qa", "image": [], "conversations": [
+        {"from": "human", "value": "what colour?"}, {"from": "gpt", "value": "red"}]})
+    records.append({"id": "malformed", "conversations": []})
+    (root / "samples.json").write_text(json.dumps(records))
+    (root / "qa.json").write_text(json.dumps(records[2:]))
+    return root
+
+
+def _bench(ckpt, data, out, *extra):
+    return main(["bench", "--model", str(ckpt), "--data", str(data), "--out", str(out), "--device", "cpu",
+                 "--dtype", "float32", "--block-sizes", "4", "32", "--thresholds", "0.8", "0.9",
+                 "--max-new-tokens", "8", *extra])
+
+
+def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, tmp_path, monkeypatch, capsys):
+    """AR answers 1 m left of the truth at every waypoint (errors 1); Block-32 t=0.9 answers 3 m ahead and
+    4 m left of the truth's 4th waypoint onwards (errors 0,0,0,5,...,5 on sample 0; the exact truth on
+    sample 1); every other configuration answers the random model's text (never parses)."""
+    real = bench_models.decode_one
+    calls = {"n": 0}
+
+    def stub(decoder, tokenizer, inputs, settings, generator):
+        text, stats = real(decoder, tokenizer, inputs, settings, generator)
+        calls["n"] += 1
+        truth = TRUTHS[0] if inputs["input_ids"].equal(stub.first_ids) else TRUTHS[1]
+        if settings.block_size == 1:
+            return _answer([(x, y + 1.0) for x, y in truth]), stats
+        if settings.block_size == 32 and settings.confidence_threshold == 0.9:
+            if truth is TRUTHS[1]:
+                return _answer(truth), stats
+            return _answer([(x + 3.0, y + 4.0) if k >= 3 else (x, y) for k, (x, y) in enumerate(truth)]), stats
+        return text, stats
+
+    from wam_diff2_core.data.samples import iter_samples, load_images
+    from wam_diff2_core.model.checkpoint import load_checkpoint
+    from wam_diff2_core.model.inputs import encode_prompts
+    first = next(iter_samples(dataset / "samples.json", dataset))
+    proc = load_checkpoint(tiny_checkpoint, device="cpu", dtype="float32").processor
+    stub.first_ids = encode_prompts(proc, [first.prompt_messages], [load_images(first)])["input_ids"]
+    monkeypatch.setattr(bench_models, "decode_one", stub)
+
+    out = tmp_path / "bench"
+    assert _bench(tiny_checkpoint, dataset / "samples.json", out) == 0
+    table = capsys.readouterr().out
+    result = json.loads((out / "bench.json").read_text())
+    assert (out / "bench.png").stat().st_size > 1000
+    labels = [c["label"] for c in result["configurations"]]
+    assert labels == ["AR", "Block-4 t=0.9", "Block-32 t=0.9", "Block-32 t=0.8"]
+    for label in labels:
+        assert label in table
+    assert "prefill excluded" in table and "L2@4s med" in table
+    assert result["samples"] == 2 and {s["id"] for s in result["skipped"]} == {"qa", "malformed"}
+    assert calls["n"] == 4 * 3   # per configuration: one warm-up + two samples
+
+    ar, b4, b32, b32_08 = result["configurations"]
+    assert ar["block_size"] == 1 and ar["confidence_threshold"] is None
+    assert ar["parsed"] == 2 and ar["parse_failures"] == 0
+    assert ar["l2_4s_median"] == pytest.approx(1.0) and ar["l2_4s_mean"] == pytest.approx(1.0)
+    assert ar["per_waypoint"] == pytest.approx([1.0] * 8)
+    assert b32["parsed"] == 2 and b32["parse_failures"] == 0
+    assert b32["l2_4s_median"] == pytest.approx(2.5) and b32["l2_4s_mean"] == pytest.approx(2.5)
+    assert b32["per_waypoint"] == pytest.approx([0, 0, 0, 2.5, 2.5, 2.5, 2.5, 2.5])
+    assert b32["per_sample"][0]["errors"] == pytest.approx([0, 0, 0, 5, 5, 5, 5, 5])
+    for c in (b4, b32_08):   # the random model's answers
+        assert c["parsed"] == 0 and c["parse_failures"] == 2
+        assert c["l2_4s_median"] is None and c["per_waypoint"] == [None] * 8
+    for c in result["configurations"]:
+        assert c["samples"] == 2 and c["forwards_per_answer"] >= 1 and c["tokens_per_answer"] >= 1
+        assert c["tokens_per_forward"] > 0 and c["ms_per_token"] > 0 and c["tokens_per_s"] > 0
+        assert c["total_ms"] >= c["decode_ms"] > 0
+        rows = c["per_sample"]
+        assert c["forwards_per_answer"] == pytest.approx(np.median([r["forwards"] for r in rows]))
+        assert c["ms_per_token"] == pytest.approx(np.median([r["decode_ms"] / r["tokens"] for r in rows]))
+        assert c["tokens_per_forward"] == pytest.approx(np.median([r["tokens"] / r["forwards"] for r in rows]))
+    # AR: the prefill's logits give the first token, then one forward per token
+    assert all(r["forwards"] == r["tokens"] - 1 for r in ar["per_sample"])
+    # existing --out is refused without --overwrite
+    assert _bench(tiny_checkpoint, dataset / "samples.json", out) == 2
+
+
+def test_bench_models_real_tiny_model(tiny_checkpoint, dataset, tmp_path):
+    """The random tiny model end to end: nothing parses, the structure is still complete."""
+    out = tmp_path / "b"
+    assert main(["bench", "--model", str(tiny_checkpoint), "--data", str(dataset / "samples.json"), "--out",
+                 str(out), "--device", "cpu", "--block-sizes", "8", "--thresholds", "0.9", "--limit", "1",
+                 "--max-new-tokens", "8"]) == 0
+    result = json.loads((out / "bench.json").read_text())
+    assert [c["label"] for c in result["configurations"]] == ["AR", "Block-8 t=0.9", "Block-32 t=0.9"]
+    assert result["samples"] == 1 and all(c["parse_failures"] == 1 for c in result["configurations"])
+    assert (out / "bench.png").exists()
+
+
+def test_bench_models_bad_inputs(tiny_checkpoint, dataset, tmp_path, capsys):
+    assert _bench(tiny_checkpoint, tmp_path / "nope.json", tmp_path / "o1") == 2
+    assert "no such file" in capsys.readouterr().err
+    assert _bench(tiny_checkpoint, dataset / "qa.json", tmp_path / "o2") == 2
+    assert "no planning samples" in capsys.readouterr().err
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()

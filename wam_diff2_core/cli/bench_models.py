@@ -1,0 +1,261 @@
+"""``wam-diff2 bench --model CKPT --data SAMPLES.json``: AR vs block diffusion on real planning samples.
+
+One run, side by side: the AR model (``--ar-model``, default ``--model`` decoded at B = 1) and the
+diffusion model at each ``--block-sizes`` (threshold 0.9) and at B = 32 for each ``--thresholds``.
+Per configuration, medians over the samples of: tokens per forward (answer tokens / forwards after
+the prefill, commits included), forwards per answer, ms per token and tokens per second (decoding
+time = denoise + commit phases, **prefill excluded**; the prefill and the whole call are reported
+separately), and over the samples whose answer parses: L2 at 4 s (median and mean) and the
+per-waypoint mean L2 curve, against the sample's ground-truth answer (parsed); parse failures count
+every sample. Samples whose ground truth is not a planning answer are skipped.
+
+Writes ``bench.json`` and ``bench.png`` (per-waypoint error of AR vs Block-32, the exposure-bias
+figure, and ms/token per configuration) into ``--out``, atomically.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLD = 0.9
+SWEEP_BLOCK = 32
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("model comparison mode (with --data)")
+    g.add_argument("--data", default=None,
+                   help="planning samples (seed JSON/JSONL): compare --ar-model (B=1) with --model's block sizes")
+    g.add_argument("--ar-model", default=None, help="AR checkpoint (default: --model decoded at B = 1)")
+    g.add_argument("--data-root", default=None, help="image paths are relative to this (default: the data's folder)")
+    g.add_argument("--block-sizes", type=int, nargs="+", default=[4, 8, 16, 32])
+    g.add_argument("--thresholds", type=float, nargs="+", default=[0.7, 0.8, 0.9, 0.95],
+                   help=f"confidence thresholds swept at B = {SWEEP_BLOCK}")
+    g.add_argument("--limit", type=int, default=None, help="at most this many planning samples")
+    g.add_argument("--max-new-tokens", type=int, default=None, help="answer bound (default: the checkpoint's)")
+    g.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")
+    g.add_argument("--max-pixels", type=int, default=None)
+    g.add_argument("--out", default="bench_models", help="folder for bench.json and bench.png (written atomically)")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+
+
+def configurations(block_sizes, thresholds) -> list[tuple[str, int, float | None]]:
+    """(label, block size, threshold) in table order: AR, Block-B at 0.9, Block-32 at each threshold."""
+    out = [("AR", 1, None)]
+    for b in block_sizes:
+        out.append((f"Block-{b} t={DEFAULT_THRESHOLD:g}", b, DEFAULT_THRESHOLD))
+    for t in thresholds:
+        label = f"Block-{SWEEP_BLOCK} t={t:g}"
+        if label not in [c[0] for c in out]:
+            out.append((label, SWEEP_BLOCK, t))
+    return out
+
+
+def planning_samples(data: str, data_root: str | None, limit: int | None):
+    """[(Sample, ground truth [8, 2])] whose answer is a planning answer; ConfigError when none."""
+    from ..config import ConfigError
+    from ..data.samples import SampleError, iter_samples
+    from ..outputs.parsing import parse_waypoints
+
+    path = Path(data)
+    if not path.is_file():
+        raise ConfigError(f"--data {path}: no such file")
+    try:
+        items = list(iter_samples(path, Path(data_root) if data_root else path.parent))
+    except ValueError as exc:
+        raise ConfigError(f"--data {exc}") from exc
+    out, skipped = [], []
+    for s in items:
+        if isinstance(s, SampleError):
+            skipped.append({"id": s.sample_id, "reason": str(s)})
+            continue
+        truth = parse_waypoints(s.answer or "")
+        if not truth.ok:
+            skipped.append({"id": s.id, "reason": f"ground truth is not a planning answer ({truth.error})"})
+            continue
+        out.append((s, truth.waypoints))
+    if limit is not None:
+        out = out[:max(0, limit)]
+    if not out:
+        raise ConfigError(f"--data {path}: no planning samples (records whose last assistant answer is "
+                          f"8 waypoints; {len(skipped)} record(s) skipped)")
+    return out, skipped
+
+
+def decode_one(decoder, tokenizer, inputs, settings, generator):
+    """(answer text, DecodeStats) of one sample (the test stubs this to pin the L2 math)."""
+    out = decoder.generate(inputs, settings, [generator])
+    return tokenizer.batch_decode(out.sequences, skip_special_tokens=False)[0], out.stats[0]
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(statistics.median(values)) if values else None
+
+
+def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -> dict[str, Any]:
+    """Medians over samples + L2 over the parsed ones (metrics.trajectory_metrics)."""
+    import numpy as np
+
+    from ..evaluation.metrics import trajectory_metrics
+
+    errors = [r["errors"] for r in rows if r["errors"] is not None]
+    traj = trajectory_metrics(np.array(errors) if errors else np.zeros((0, 8)))
+    return {
+        "label": label, "block_size": block, "confidence_threshold": threshold, "model": model,
+        "samples": len(rows), "parsed": len(errors), "parse_failures": len(rows) - len(errors),
+        "tokens_per_forward": _median(r["tokens"] / r["forwards"] if r["forwards"] else None for r in rows),
+        "forwards_per_answer": _median(r["forwards"] for r in rows),
+        "tokens_per_answer": _median(r["tokens"] for r in rows),
+        "ms_per_token": _median(r["decode_ms"] / r["tokens"] if r["tokens"] else None for r in rows),
+        "tokens_per_s": _median(r["tokens"] / (r["decode_ms"] / 1e3) if r["decode_ms"] > 0 else None for r in rows),
+        "prefill_ms": _median(r["prefill_ms"] for r in rows),
+        "decode_ms": _median(r["decode_ms"] for r in rows),
+        "total_ms": _median(r["prefill_ms"] + r["decode_ms"] for r in rows),
+        "l2_4s_median": _median(e[-1] for e in errors),
+        "l2_4s_mean": traj["l2_at_t"]["4s"],
+        "per_waypoint": traj["per_waypoint"],
+        "per_sample": rows,
+    }
+
+
+def run_config(decoder, tokenizer, encoded, truths, settings, seed: int) -> list[dict]:
+    import torch
+
+    from ..evaluation.metrics import waypoint_errors
+    from ..outputs.parsing import parse_waypoints
+
+    rows = []
+    with torch.no_grad():
+        decode_one(decoder, tokenizer, encoded[0][1], settings, torch.Generator().manual_seed(seed))  # warm-up
+        for i, ((sid, inputs), truth) in enumerate(zip(encoded, truths)):
+            text, s = decode_one(decoder, tokenizer, inputs, settings, torch.Generator().manual_seed(seed + i))
+            plan = parse_waypoints(text)
+            rows.append({"id": sid, "text": text, "parse_error": None if plan.ok else str(plan.error),
+                         "errors": waypoint_errors(plan.waypoints, truth).tolist() if plan.ok else None,
+                         "forwards": s.forwards, "tokens": s.tokens, "prefill_ms": s.prefill_ms,
+                         "decode_ms": s.denoise_ms + s.commit_ms})
+    return rows
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    from ..evaluation.report import WAYPOINT_TIMES_S, _pyplot
+
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.0), dpi=100)
+    configs = result["configurations"]
+    ar = configs[0]
+    b32 = next((c for c in configs if c["block_size"] == SWEEP_BLOCK
+                and c["confidence_threshold"] == DEFAULT_THRESHOLD), None)
+    drawn = False
+    for c, style in ((ar, "o-"), (b32, "s-")):
+        if c is not None and c["per_waypoint"][0] is not None:
+            ax1.plot(WAYPOINT_TIMES_S, c["per_waypoint"], style, label=f"{c['label']} ({c['parsed']} parsed)")
+            drawn = True
+    ax1.set_xlabel("time ahead (s)")
+    ax1.set_ylabel("mean L2 error (m)")
+    ax1.set_title("Per-waypoint error: AR vs Block-32 (exposure bias)")
+    ax1.set_xticks(WAYPOINT_TIMES_S)
+    ax1.grid(alpha=0.3)
+    if drawn:
+        ax1.legend(fontsize=8)
+    else:
+        ax1.text(0.5, 0.5, "no parsed answers to score", ha="center", va="center", transform=ax1.transAxes)
+    labels = [c["label"] for c in configs]
+    ax2.barh(labels, [c["ms_per_token"] or 0.0 for c in configs])
+    ax2.invert_yaxis()
+    ax2.set_xlabel("ms per token (median, prefill excluded)")
+    ax2.set_title("Decoding cost per configuration")
+    ax2.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+COLUMNS = [("label", "config", ""), ("tokens_per_forward", "tok/fwd", ".2f"),
+           ("forwards_per_answer", "fwd/answer", ".1f"), ("ms_per_token", "ms/token", ".3f"),
+           ("tokens_per_s", "tokens/s", ".1f"), ("total_ms", "ms/answer", ".1f"),
+           ("l2_4s_median", "L2@4s med", ".3f"), ("l2_4s_mean", "L2@4s mean", ".3f"),
+           ("parse_failures", "parse fail", "")]
+
+
+def run(args) -> int:
+    import platform
+
+    import torch
+
+    from ..config import ConfigError
+    from ..decoding import make_decoder
+    from ..model.checkpoint import load_checkpoint
+    from ..model.inputs import encode_prompts
+    from ..utils.atomic import atomic_directory, atomic_write_json
+    from .bench import _cpu_name, _table
+
+    if not args.model:
+        raise ConfigError("--data needs --model (the block-diffusion checkpoint)")
+    if any(b < 2 for b in args.block_sizes):
+        raise ConfigError("--block-sizes: give B >= 2 (the AR model is the B = 1 row)")
+    if any(not 0.0 <= t <= 1.0 for t in args.thresholds):
+        raise ConfigError("--thresholds: each must be in [0, 1]")
+    out_dir = Path(args.out)
+    if out_dir.exists() and not args.overwrite:
+        raise ConfigError(f"--out {out_dir} already exists (use --overwrite to replace it)")
+    samples, skipped = planning_samples(args.data, args.data_root, args.limit)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    overrides = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else None
+    from ..data.samples import SampleError, load_images
+    images = {}
+    for s, _ in samples:
+        try:
+            images[s.id] = load_images(s)
+        except SampleError as exc:
+            skipped.append({"id": s.id, "reason": str(exc)})
+    samples = [(s, t) for s, t in samples if s.id in images]
+    if not samples:
+        raise ConfigError(f"--data {args.data}: no planning sample has readable images")
+
+    models = {"diffusion": args.model, "ar": args.ar_model or args.model}
+    loaded_by_path: dict[str, Any] = {}
+    results = []
+    for label, block, threshold in configurations(args.block_sizes, args.thresholds):
+        path = models["ar" if block == 1 else "diffusion"]
+        if path not in loaded_by_path:
+            loaded = load_checkpoint(path, device=args.device, dtype=args.dtype, overrides=overrides)
+            encoded = [(s.id, encode_prompts(loaded.processor, [s.prompt_messages], [images[s.id]],
+                                             min_pixels=args.min_pixels, max_pixels=args.max_pixels).to(loaded.device))
+                       for s, _ in samples]
+            loaded_by_path[path] = (loaded, make_decoder(loaded.model, loaded.config), encoded)
+        loaded, decoder, encoded = loaded_by_path[path]
+        config = loaded.config.with_settings(block_size=block, denoising_steps=block,
+                                             **({} if threshold is None else {"confidence_threshold": threshold}))
+        log.info("bench %s (%s, %d samples)", label, path, len(samples))
+        rows = run_config(decoder, loaded.tokenizer, encoded, [t for _, t in samples], config.settings, args.seed)
+        results.append(summarize(label, block, threshold, str(path), rows))
+
+    loaded = next(iter(loaded_by_path.values()))[0]
+    device = loaded.device
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {loaded.dtype}, "
+          f"{len(samples)} planning samples, model {args.model}, AR model {models['ar']}"
+          + ("" if args.ar_model else " (the diffusion model at B = 1)"))
+    print("medians over samples; ms/token and tokens/s: decoding only (denoise + commit), prefill excluded; "
+          "ms/answer includes the prefill; L2 at 4 s over parsed answers (m)")
+    print(_table([{k: "-" if v is None else v for k, v in r.items()} for r in results], COLUMNS))
+
+    payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
+               "dtype": str(loaded.dtype), "torch": torch.__version__, "platform": platform.platform(),
+               "model": str(args.model), "ar_model": str(models["ar"]), "data": str(args.data),
+               "samples": len(samples), "skipped": skipped,
+               "timing": "ms_per_token and tokens_per_s: denoise + commit time (prefill excluded); "
+                         "total_ms: prefill + decoding; tokens exclude EOS; forwards exclude the prefill",
+               "configurations": results}
+    with atomic_directory(out_dir, overwrite=True) as tmp:
+        atomic_write_json(tmp / "bench.json", payload)
+        plot(payload, tmp / "bench.png")
+    print(f"\nwrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'}")
+    return 0
