@@ -18,7 +18,7 @@ from PIL import Image
 
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding import make_decoder
-from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder, _Timer
+from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder, PhaseTimer
 from wam_diff2_core.decoding.static import (StaticBlockDiffusionDecoder, StaticKVCache, _pending, device_settings,
                                             eager_twin_step, forward_step)
 from wam_diff2_core.decoding.static_graphs import batch_bucket
@@ -422,7 +422,7 @@ def test_npu_timing_synchronizes_the_npu(monkeypatch):
     monkeypatch.setattr(torch, "npu", types.SimpleNamespace(synchronize=lambda device: calls.append(device)),
                         raising=False)
     device = types.SimpleNamespace(type="npu")
-    with _Timer(device)("denoise"):
+    with PhaseTimer(device)("denoise"):
         pass
     assert calls == [device, device]
 

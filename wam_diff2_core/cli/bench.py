@@ -108,8 +108,8 @@ def build_random_model(shape: str, device, dtype, seed: int, logit_scale: float)
 
 # ---------------------------------------------------------------------------------- timing
 def _sync(device) -> None:
-    from ..decoding.decoder import _Timer
-    _Timer(device).sync()
+    from ..decoding.decoder import PhaseTimer
+    PhaseTimer(device).sync()
 
 
 def _time_ms(fn, device) -> float:
@@ -293,7 +293,7 @@ def time_decodes(variants: dict, config, args, device) -> list[dict]:
     return rows
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -303,7 +303,7 @@ def _cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
-def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     header = [title for _, title, _ in columns]
     body = [[format(r[key], fmt) if isinstance(r[key], float) else str(r[key]) for key, _, fmt in columns]
             for r in rows]
@@ -344,7 +344,7 @@ def run(args) -> int:
         except (ConfigError, RuntimeError) as exc:
             log.warning("variant %s skipped: %s", name, exc)
     bandwidth = measure_bandwidth(device)
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {dtype}, shape {shape}, "
           f"batch {args.batch}, B={args.block_size}, "
           f"measured bandwidth {bandwidth / 1e9:.1f} GB/s, weights {weight_bytes(model) / 1e6:.1f} MB, "
@@ -356,19 +356,19 @@ def run(args) -> int:
                            settings=config.settings.replace(block_size=args.block_size))
     forward_rows = time_forwards(variants, model, config, args, device, bandwidth)
     print("\n1. one forward (median and fastest ms) vs the memory-bandwidth floor (weights + K/V read / bandwidth)")
-    print(_table(forward_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("step", "step", ""),
+    print(format_table(forward_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("step", "step", ""),
                                 ("ms", "ms", ".3f"), ("min_ms", "min ms", ".3f"), ("floor_ms", "floor ms", ".3f"),
                                 ("x_floor", "x floor", ".2f")]))
     token_rows = per_token(forward_rows, args)
     print(f"\n2. per token at {args.tokens_per_forward} tokens per denoise forward (AR: 1)")
-    print(_table(token_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
+    print(format_table(token_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
                               ("ms_per_token", "ms/token", ".3f"), ("tokens_per_s", "tokens/s", ".1f")]))
     decode_rows = []
     if not args.skip_decode:
         decode_rows = time_decodes(variants, config, args, device)
         print(f"\n3. decode {args.new_tokens} tokens: whole generate() calls (total: median and fastest of "
               "--repeats), split into prefill and decoding (medians); ms/token and tokens/s exclude the prefill")
-        print(_table(decode_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
+        print(format_table(decode_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
                                    ("ms", "total ms", ".1f"), ("min_ms", "min ms", ".1f"),
                                    ("prefill_ms", "prefill ms", ".1f"), ("decode_ms", "decode ms", ".1f"),
                                    ("forwards", "forwards", ""), ("tokens_per_forward", "tok/fwd", ".2f"),

@@ -142,9 +142,9 @@ def run_config(decoder, tokenizer, encoded, truths, settings, seed: int) -> list
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    from ..evaluation.report import WAYPOINT_TIMES_S, _pyplot
+    from ..evaluation.report import WAYPOINT_TIMES_S, pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.0), dpi=100)
     configs = result["configurations"]
     ar = configs[0]
@@ -192,7 +192,7 @@ def run(args) -> int:
     from ..model.checkpoint import load_checkpoint
     from ..model.inputs import encode_prompts
     from ..utils.atomic import atomic_directory, atomic_write_json
-    from .bench import _cpu_name, _table
+    from .bench import cpu_name, format_table
 
     if not args.model:
         raise ConfigError("--data needs --model (the block-diffusion checkpoint)")
@@ -239,13 +239,13 @@ def run(args) -> int:
 
     loaded = next(iter(loaded_by_path.values()))[0]
     device = loaded.device
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {loaded.dtype}, "
           f"{len(samples)} planning samples, model {args.model}, AR model {models['ar']}"
           + ("" if args.ar_model else " (the diffusion model at B = 1)"))
     print("medians over samples; ms/token and tokens/s: decoding only (denoise + commit), prefill excluded; "
           "ms/answer includes the prefill; L2 at 4 s over parsed answers (m)")
-    print(_table([{k: "-" if v is None else v for k, v in r.items()} for r in results], COLUMNS))
+    print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in results], COLUMNS))
 
     payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
                "dtype": str(loaded.dtype), "torch": torch.__version__, "platform": platform.platform(),

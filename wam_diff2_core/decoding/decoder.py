@@ -88,7 +88,7 @@ def record_block(rows_tokens: list[list[int]], steps: Sequence[int], live: Seque
             answer[i].extend(tokens)
 
 
-class _Timer:
+class PhaseTimer:
     def __init__(self, device: torch.device):
         self.device = device
         self.totals = {"prefill": 0.0, "denoise": 0.0, "commit": 0.0}
@@ -172,7 +172,7 @@ class BlockDiffusionDecoder:
         n = inputs["input_ids"].shape[0]
         if generators is not None and len(generators) != n:
             raise ValueError(f"generators: expected {n}, got {len(generators)}")
-        timer = _Timer(self.device)
+        timer = PhaseTimer(self.device)
         with timer("prefill"):
             prefix = self.prefill(inputs, settings.block_size)
         if settings.block_size == 1:
@@ -185,7 +185,7 @@ class BlockDiffusionDecoder:
         return result
 
     def _generate_blocks(self, prefix: Prefix, settings: DecodingSettings,
-                         generators, timer: _Timer) -> DecodeOutput:
+                         generators, timer: PhaseTimer) -> DecodeOutput:
         n, size = prefix.valid.shape[0], settings.block_size
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         n_blocks = -(-settings.max_new_tokens // size)
@@ -228,7 +228,7 @@ class BlockDiffusionDecoder:
             stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
         return DecodeOutput(sequences=answer, finished=done, stats=stats)
 
-    def _generate_ar(self, prefix: Prefix, settings: DecodingSettings, generators, timer: _Timer) -> DecodeOutput:
+    def _generate_ar(self, prefix: Prefix, settings: DecodingSettings, generators, timer: PhaseTimer) -> DecodeOutput:
         """B = 1: causal next-token decoding; each forward writes one token into the cache."""
         n, eos_id = prefix.valid.shape[0], self.config.eos_token_id
         stats = [DecodeStats(block_size=1) for _ in range(n)]

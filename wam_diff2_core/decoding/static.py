@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
-from .decoder import VISION_KEYS, DecodeOutput, DecodeStats, _Timer, record_block
+from .decoder import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
 from .masks import prompt_block_mask, response_positions
 from .sampling import choose_transfer, sample_tokens, transfer_schedule
 from .static_graphs import StepGraphs, batch_bucket
@@ -510,7 +510,7 @@ class StaticBlockDiffusionDecoder:
         size = settings.block_size
         answer_slots = settings.max_new_tokens if size == 1 else -(-settings.max_new_tokens // size) * size
         run = self._begin(n, length + answer_slots)
-        timer = _Timer(self.device)
+        timer = PhaseTimer(self.device)
         with timer("prefill"):
             prefix = self.prefill(inputs, size, run)
         if size == 1:
@@ -523,7 +523,7 @@ class StaticBlockDiffusionDecoder:
         return result
 
     def _generate_blocks(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
-                         generators, timer: _Timer) -> DecodeOutput:
+                         generators, timer: PhaseTimer) -> DecodeOutput:
         n, rows, size = prefix.n, run.rows, settings.block_size
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         n_blocks = -(-settings.max_new_tokens // size)
@@ -586,7 +586,7 @@ class StaticBlockDiffusionDecoder:
         return DecodeOutput(sequences=answer, finished=done, stats=stats)
 
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
-                     generators, timer: _Timer) -> DecodeOutput:
+                     generators, timer: PhaseTimer) -> DecodeOutput:
         """B = 1: causal next-token decoding; each forward writes one token's K/V in place."""
         n, eos_id, limit = prefix.n, self.config.eos_token_id, settings.max_new_tokens
         interval = 1 if settings.temperature > 0 else settings.mask_check_interval
@@ -640,7 +640,7 @@ class StaticBlockDiffusionDecoder:
 
 
 def _synchronize(device: torch.device) -> None:
-    _Timer(device).sync()
+    PhaseTimer(device).sync()
 
 
 def _pending(block: torch.Tensor, masked: torch.Tensor, eos_id: int) -> torch.Tensor:

@@ -153,7 +153,7 @@ def render_markdown(m: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- plots
-def _pyplot():
+def pyplot():
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
@@ -162,7 +162,7 @@ def _pyplot():
 
 def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path, baseline: bool = True) -> None:
     """Mean error per waypoint (the exposure-bias curve) for each run, with the CV baseline."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     t = WAYPOINT_TIMES_S
     for name, m in runs.items():
@@ -201,7 +201,7 @@ def sample_frames(frames: Sequence[FrameResult], n: int) -> list[FrameResult]:
 
 def plot_bev_samples(frames: Sequence[FrameResult], path: Path, n: int = 6) -> None:
     """Bird's-eye view (ego frame: forward up, left to the left) of predicted vs recorded futures."""
-    plt = _pyplot()
+    plt = pyplot()
     chosen = sample_frames(frames, max(1, n))
     first_ns = {}
     for f in frames:
@@ -241,7 +241,7 @@ def plot_bev_samples(frames: Sequence[FrameResult], path: Path, n: int = 6) -> N
 
 def plot_error_histogram(frames: Sequence[FrameResult], path: Path) -> None:
     """Distribution of per-frame ADE and L2 at 4 s, model vs constant velocity on the same frames."""
-    plt = _pyplot()
+    plt = pyplot()
     valid = [f for f in frames if f.valid and f.predicted is not None]
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6), dpi=100)
     for ax, (name, pick) in zip(axes, (("ADE (m)", lambda e: e.mean()), ("L2 at 4 s (m)", lambda e: e[-1]))):
