@@ -3,35 +3,12 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
+from decoder_prompts import encode
 from reference_decoder import full_block_causal_mask, reference_decode
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
-from wam_diff2_core.model.inputs import encode_prompts
-
-PROMPTS = [
-    ("The navigation information is: left\nThe current velocity is: (4.66,-0.09)", True),
-    ("Is there a car ahead?", False),
-    ("Here is a front-view images from a driving vehicle: predict 8 new waypoints 12.50,-3.25", True),
-]
-
-
-def _image(seed: int, size=(90, 160)) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray((rng.random((*size, 3)) * 255).astype(np.uint8))
-
-
-def _encode(processor, idx: list[int]):
-    convs, images = [], []
-    for i in idx:
-        text, with_image = PROMPTS[i]
-        content = ([{"type": "image"}] if with_image else []) + [{"type": "text", "text": text}]
-        convs.append([{"role": "user", "content": content}])
-        images.append([_image(i, (64 + 16 * i, 96))] if with_image else [])
-    return encode_prompts(processor, convs, images)
 
 
 def _gen(seed):
@@ -66,7 +43,7 @@ def test_cached_decoder_equals_full_recompute(tiny_model, prompt, block, steps, 
     settings = tiny_model.config.settings.replace(
         block_size=block, denoising_steps=steps, remasking_strategy=strategy, confidence_threshold=threshold,
         temperature=temperature, top_k=top_k, top_p=top_p, sampler=sampler, max_new_tokens=48)
-    inputs = _encode(tiny_model.processor, [prompt])
+    inputs = encode(tiny_model.processor, [prompt])
     decoder = BlockDiffusionDecoder(tiny_model.model, tiny_model.config)
     out = decoder.generate(inputs, settings, generators=[_gen(seed)])
     expected = reference_decode(tiny_model.model, tiny_model.config, inputs, settings, _gen(seed))
@@ -81,11 +58,11 @@ def test_batch_equals_single(tiny_model, block, temperature):
                                                   confidence_threshold=0.6, max_new_tokens=40)
     decoder = BlockDiffusionDecoder(tiny_model.model, tiny_model.config)
     idx = [0, 1, 2]
-    batch = _encode(tiny_model.processor, idx)
+    batch = encode(tiny_model.processor, idx)
     assert len(set(batch["attention_mask"].sum(1).tolist())) == 3  # really different lengths
     together = decoder.generate(batch, settings, generators=[_gen(10 + i) for i in idx])
     for row, i in enumerate(idx):
-        alone = decoder.generate(_encode(tiny_model.processor, [i]), settings, generators=[_gen(10 + i)])
+        alone = decoder.generate(encode(tiny_model.processor, [i]), settings, generators=[_gen(10 + i)])
         assert together.sequences[row] == alone.sequences[0]
         a, b = together.stats[row], alone.stats[0]
         assert (a.forwards, a.steps_per_block, a.commit_forwards, a.tokens) == \
@@ -96,7 +73,7 @@ def test_batch_equals_single(tiny_model, block, temperature):
 def test_ar_equals_transformers_greedy_generate(tiny_model, idx):
     cfg = tiny_model.config
     settings = cfg.settings.replace(block_size=1, max_new_tokens=30)
-    inputs = _encode(tiny_model.processor, idx)
+    inputs = encode(tiny_model.processor, idx)
     out = BlockDiffusionDecoder(tiny_model.model, cfg).generate(inputs, settings)
     generated = tiny_model.model.generate(**inputs, max_new_tokens=30, do_sample=False, eos_token_id=cfg.eos_token_id,
                                           pad_token_id=cfg.eos_token_id, suppress_tokens=list(cfg.banned_token_ids))
@@ -122,7 +99,7 @@ def test_mask_and_special_tokens_are_never_emitted(tiny_model, block):
     cfg = tiny_model.config
     model = _edited_model(tiny_model, cfg.mask_token_id, 1e4)
     settings = cfg.settings.replace(block_size=block, denoising_steps=block, max_new_tokens=32)
-    out = BlockDiffusionDecoder(model, cfg).generate(_encode(tiny_model.processor, [1]), settings)
+    out = BlockDiffusionDecoder(model, cfg).generate(encode(tiny_model.processor, [1]), settings)
     assert len(out.sequences[0]) == 32
     assert not set(out.sequences[0]) & set(cfg.banned_token_ids)
     assert cfg.mask_token_id in cfg.banned_token_ids and cfg.eos_token_id not in cfg.banned_token_ids
@@ -133,7 +110,7 @@ def test_eos_stops_and_truncates(tiny_model, block):
     cfg = tiny_model.config
     model = _edited_model(tiny_model, cfg.eos_token_id, 1e4)
     settings = cfg.settings.replace(block_size=block, denoising_steps=block, max_new_tokens=64)
-    out = BlockDiffusionDecoder(model, cfg).generate(_encode(tiny_model.processor, [0, 1]), settings)
+    out = BlockDiffusionDecoder(model, cfg).generate(encode(tiny_model.processor, [0, 1]), settings)
     assert out.sequences == [[], []] and out.finished == [True, True]
     for s in out.stats:
         assert s.blocks == 1 and s.commit_forwards == 0 and s.tokens == 0
@@ -142,7 +119,7 @@ def test_eos_stops_and_truncates(tiny_model, block):
 def test_stats_count_forwards(tiny_model):
     cfg = tiny_model.config
     settings = cfg.settings.replace(block_size=8, denoising_steps=8, max_new_tokens=40)
-    out = BlockDiffusionDecoder(tiny_model.model, cfg).generate(_encode(tiny_model.processor, [1]), settings)
+    out = BlockDiffusionDecoder(tiny_model.model, cfg).generate(encode(tiny_model.processor, [1]), settings)
     s = out.stats[0]
     assert s.blocks == len(s.steps_per_block) and s.denoise_steps == sum(s.steps_per_block)
     assert all(1 <= n <= 8 for n in s.steps_per_block)

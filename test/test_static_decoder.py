@@ -11,40 +11,18 @@ import copy
 import logging
 import types
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
+from decoder_prompts import encode
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding import make_decoder
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder, PhaseTimer
 from wam_diff2_core.decoding.static import (StaticBlockDiffusionDecoder, StaticKVCache, _pending, device_settings,
                                             eager_twin_step, forward_step)
 from wam_diff2_core.decoding.static_graphs import batch_bucket
-from wam_diff2_core.model.inputs import encode_prompts
 
-PROMPTS = [
-    ("The navigation information is: left\nThe current velocity is: (4.66,-0.09)", True),
-    ("Is there a car ahead?", False),
-    ("Here is a front-view images from a driving vehicle: predict 8 new waypoints 12.50,-3.25", True),
-]
 STATIC = EngineSettings(implementation="static")
-
-
-def _image(seed: int, size) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray((rng.random((*size, 3)) * 255).astype(np.uint8))
-
-
-def _encode(processor, idx):
-    convs, images = [], []
-    for i in idx:
-        text, with_image = PROMPTS[i]
-        content = ([{"type": "image"}] if with_image else []) + [{"type": "text", "text": text}]
-        convs.append([{"role": "user", "content": content}])
-        images.append([_image(i, (64 + 16 * i, 96))] if with_image else [])
-    return encode_prompts(processor, convs, images)
 
 
 def _gens(seed, n):
@@ -58,7 +36,7 @@ def decoders(tiny_model):
         plain=BlockDiffusionDecoder(m.model, m.config),
         fused=StaticBlockDiffusionDecoder(m.model, m.config, STATIC),
         unfused=StaticBlockDiffusionDecoder(m.model, m.config, STATIC.replace(fused_commit=False)),
-        batches={key: _encode(m.processor, key) for key in ((0,), (1,), (2,), (0, 1, 2), (1, 2))})
+        batches={key: encode(m.processor, key) for key in ((0,), (1,), (2,), (0, 1, 2), (1, 2))})
 
 
 def _assert_same(plain_out, static_out):
@@ -193,7 +171,7 @@ def test_stops_once_eos_is_fixed_with_nothing_masked_before_it(tiny_model):
     model = _eos_model(tiny_model)
     settings = cfg.settings.replace(block_size=16, denoising_steps=16, remasking_strategy="sequential",
                                     max_new_tokens=64)
-    batch = _encode(tiny_model.processor, [1])
+    batch = encode(tiny_model.processor, [1])
     plain = BlockDiffusionDecoder(model, cfg).generate(batch, settings)
     static = StaticBlockDiffusionDecoder(model, cfg, STATIC)
     out = static.generate(batch, settings)
@@ -215,7 +193,7 @@ def test_own_prefill_equals_transformers_prefill(tiny_model):
     """The static prefill (our text forward over the HF modules, images + DeepStack) writes exactly
     the K/V transformers computes, in the same left-padded layout."""
     cfg = tiny_model.config
-    batch = _encode(tiny_model.processor, [0, 1, 2])
+    batch = encode(tiny_model.processor, [0, 1, 2])
     plain = BlockDiffusionDecoder(tiny_model.model, cfg)
     static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC)
     with torch.no_grad():
@@ -238,7 +216,7 @@ def test_step_function_equals_eager_twin(tiny_model, span_bucket):
     over a DynamicCache: bit-identical with exact key spans, within float32 rounding when keys are
     padded to span buckets (the graph-shaped attention)."""
     cfg = tiny_model.config
-    batch = _encode(tiny_model.processor, [0, 1, 2])
+    batch = encode(tiny_model.processor, [0, 1, 2])
     static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC, span_bucket=span_bucket)
     size = 8
     with torch.no_grad():
@@ -458,7 +436,7 @@ def test_factory(tiny_model, caplog):
             graphed = make_decoder(m.model, m.config, "static", cuda_graphs=True)
         assert not graphed.graphs.enabled and "CUDA graphs need a CUDA device" in caplog.text
         settings = m.config.settings.replace(block_size=8, denoising_steps=8, max_new_tokens=16)
-        batch = _encode(m.processor, [1])
+        batch = encode(m.processor, [1])
         summary = graphed.warmup(batch_sizes=(1, 2), prompt_tokens=20, settings=settings)
         assert summary["cuda_graphs"] is False and summary["graphs"] == 0
         assert graphed.generate(batch, settings).sequences == \
@@ -495,7 +473,7 @@ def test_gpu_graph_replay_equals_eager_step(cuda_model, dtype):
     m = cuda_model[dtype]
     graphed = StaticBlockDiffusionDecoder(m.model, m.config, STATIC.replace(cuda_graphs=True))
     assert graphed.graphs.enabled, graphed.graphs.reason
-    batch = _encode(m.processor, [0, 1, 2])
+    batch = encode(m.processor, [0, 1, 2])
     with torch.no_grad():
         run = graphed._begin(3, batch["input_ids"].shape[1] + 64)
         prefix = graphed.prefill(batch, 16, run)
@@ -516,7 +494,7 @@ def test_gpu_graphs_float32_tokens_equal_plain(cuda_model, block, temperature):
     m = cuda_model["float32"]
     settings = m.config.settings.replace(block_size=block, denoising_steps=block, temperature=temperature,
                                          confidence_threshold=0.7, max_new_tokens=48)
-    batch = _encode(m.processor, [0, 1, 2])
+    batch = encode(m.processor, [0, 1, 2])
     plain = BlockDiffusionDecoder(m.model, m.config).generate(batch, settings, _cuda_gens(3, 3))
     graphed = make_decoder(m.model, m.config, "static", cuda_graphs=True)
     graphed.warmup(batch_sizes=(4,), prompt_tokens=batch["input_ids"].shape[1], settings=settings)
@@ -537,7 +515,7 @@ def test_gpu_flashinfer_matches_sdpa(cuda_model, cuda_graphs):
     flash = make_decoder(m.model, m.config, "static", attention_backend="flashinfer", cuda_graphs=cuda_graphs)
     same = total = 0
     for idx in ([0], [1], [2], [0, 1, 2]):
-        batch = _encode(m.processor, idx)
+        batch = encode(m.processor, idx)
         a, b = sdpa.generate(batch, settings), flash.generate(batch, settings)
         same += sum(x == y for x, y in zip(a.sequences, b.sequences))
         total += len(idx)
