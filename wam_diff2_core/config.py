@@ -111,23 +111,27 @@ ENGINE_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fi
 def _validate_fields(settings) -> None:
     """Type, finiteness, choices and range of every field of a settings dataclass (errors name the field)."""
     for f in dataclasses.fields(settings):
-        value = getattr(settings, f.name)
-        meta = f.metadata
         expected = f.type if isinstance(f.type, type) else \
             {"int": int, "float": float, "str": str, "bool": bool}[f.type]
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-            object.__setattr__(settings, f.name, value)
-        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
-            raise ConfigError(f"{f.name}: expected {expected.__name__}, got {value!r}")
-        if expected is float and not math.isfinite(value):
-            raise ConfigError(f"{f.name}: must be finite, got {value!r}")
-        if meta["choices"] is not None and value not in meta["choices"]:
-            raise ConfigError(f"{f.name}: {value!r} is not one of {', '.join(meta['choices'])}")
-        if meta["low"] is not None and value < meta["low"]:
-            raise ConfigError(f"{f.name}: {value!r} is below {meta['low']}")
-        if meta["high"] is not None and value > meta["high"]:
-            raise ConfigError(f"{f.name}: {value!r} is above {meta['high']}")
+        object.__setattr__(settings, f.name, check_value(f.name, getattr(settings, f.name), expected, f.metadata))
+
+
+def check_value(where: str, value: Any, expected: type, meta: Mapping[str, Any]) -> Any:
+    """One setting against its type and its ``choices`` / ``low`` / ``high`` metadata; returns the
+    value (an int where a float is expected becomes a float). Errors start with ``where``."""
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+        raise ConfigError(f"{where}: expected {expected.__name__}, got {value!r}")
+    if expected is float and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be finite, got {value!r}")
+    if meta["choices"] is not None and value not in meta["choices"]:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
+    if meta["low"] is not None and value < meta["low"]:
+        raise ConfigError(f"{where}: {value!r} is below {meta['low']}")
+    if meta["high"] is not None and value > meta["high"]:
+        raise ConfigError(f"{where}: {value!r} is above {meta['high']}")
+    return value
 
 
 @dataclass(frozen=True)

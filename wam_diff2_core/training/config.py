@@ -11,7 +11,6 @@ An unknown section or key is a :class:`ConfigError` that names it.
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from ..config import ConfigError
+from ..config import ConfigError, check_value
 from ..model.inputs import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from .losses import KD_LOSSES
 
@@ -178,8 +177,6 @@ def _field_type(cls: type, name: str) -> type:
 
 def _check(where: str, f: dataclasses.Field, value: Any, expected: type) -> Any:
     meta = f.metadata
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
     if expected is float and isinstance(value, str):
         try:  # YAML 1.1 reads 4e-5 (no dot) as a string
             value = float(value)
@@ -192,17 +189,7 @@ def _check(where: str, f: dataclasses.Field, value: Any, expected: type) -> Any:
             if meta["low"] is not None and v < meta["low"]:
                 raise ConfigError(f"{where}: {v!r} is below {meta['low']}")
         return list(value)
-    if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
-        raise ConfigError(f"{where}: expected {expected.__name__}, got {value!r}")
-    if expected is float and not math.isfinite(value):
-        raise ConfigError(f"{where}: must be finite, got {value!r}")
-    if meta["choices"] is not None and value not in meta["choices"]:
-        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
-    if meta["low"] is not None and value < meta["low"]:
-        raise ConfigError(f"{where}: {value!r} is below {meta['low']}")
-    if meta["high"] is not None and value > meta["high"]:
-        raise ConfigError(f"{where}: {value!r} is above {meta['high']}")
-    return value
+    return check_value(where, value, expected, meta)
 
 
 def _build_section(cls: type, name: str, values: Mapping[str, Any] | None):
