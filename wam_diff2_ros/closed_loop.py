@@ -42,6 +42,7 @@ import cv2
 import numpy as np
 import rclpy
 from geometry_msgs.msg import PoseStamped
+from lifecycle_msgs.srv import GetState
 from nav_msgs.msg import Odometry, Path
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
@@ -336,6 +337,9 @@ class RosClosedLoop:
                                          else [])
         if not sim.wait(lambda: all(sim.count_subscribers(t) > 0 for t in wanted), 30.0):
             raise TimeoutError(f"nobody subscribed to {wanted} within 30 s")
+        if st.planner != "oracle" and not self._planner_active(30.0):
+            # subscribed is not enough: an inactive planner ignores images, which would shift lockstep
+            raise TimeoutError(f"the planner did not become active within 30 s (planner: {st.planner})")
         time.sleep(0.5)                               # discovery of the reverse direction (controls)
         # DDS orders messages per topic, not across topics: the planner's READY may reach us a little
         # after the controller's Bool that it caused; allow READY_REORDER_S
@@ -343,6 +347,22 @@ class RosClosedLoop:
         self.handshake = {"ready_wait_s": round(sim.ready_at - t0, 3),
                           "planner_ready_before_status": sim.planner_ready_at is not None
                           and sim.planner_ready_at <= sim.ready_at + READY_REORDER_S}
+
+    def _planner_active(self, timeout_s: float) -> bool:
+        """Poll the planner's lifecycle ``get_state`` service until it reports ``active``."""
+        client = self.sim.create_client(GetState, f"/{DEFAULT_PLANNER}/get_state")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if client.wait_for_service(timeout_sec=0.5):
+                    future = client.call_async(GetState.Request())
+                    if wait_until(future.done, max(0.0, deadline - time.monotonic())) and \
+                            future.result() is not None and future.result().current_state.label == "active":
+                        return True
+                time.sleep(0.05)
+            return False
+        finally:
+            self.sim.destroy_client(client)
 
     def __exit__(self, *exc) -> None:
         for spinner in reversed(self._spinners):
