@@ -128,3 +128,28 @@ def test_truncated_weights_are_a_checkpoint_error(tmp_path, tiny_checkpoint):
         (d / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match="cannot load the weights"):
         load_checkpoint(_broken(tmp_path, tiny_checkpoint, cut), device="cpu")
+
+
+def test_export_casts_the_weights_and_keeps_everything_else(tmp_path, tiny_checkpoint, tiny_model):
+    from safetensors import safe_open
+
+    from wam_diff2_core.cli import main
+    assert main(["export", str(tiny_checkpoint), str(tmp_path / "bf16"), "--dtype", "bfloat16"]) == 0
+    with safe_open(str(tmp_path / "bf16" / "model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+    assert _sha(tmp_path / "bf16" / DIFFUSION_CONFIG_FILE) == _sha(tiny_checkpoint / DIFFUSION_CONFIG_FILE)
+    assert (tmp_path / "bf16" / "model.safetensors").stat().st_size < 0.6 * (tiny_checkpoint / "model.safetensors").stat().st_size
+    shipped = load_checkpoint(tmp_path / "bf16", device="cpu", dtype="float32")
+    assert shipped.config == tiny_model.config
+    for (name, a), (_, b) in zip(shipped.model.state_dict().items(), tiny_model.model.state_dict().items()):
+        assert torch.equal(a, b.to(torch.bfloat16).float()), name
+    assert main(["export", str(tiny_checkpoint), str(tmp_path / "bf16")]) == 2     # exists: refused, untouched
+
+
+def test_tiny_checkpoint_cli_sizes(tmp_path):
+    from wam_diff2_core.cli import main
+    from wam_diff2_core.model.checkpoint import read_model_config
+    assert main(["tiny-checkpoint", str(tmp_path / "m"), "--ar", "--hidden-size", "64", "--layers", "3"]) == 0
+    text = read_model_config(tmp_path / "m").text_config
+    assert (text.hidden_size, text.num_hidden_layers) == (64, 3)
+    assert not (tmp_path / "m" / DIFFUSION_CONFIG_FILE).exists()

@@ -104,6 +104,18 @@ def test_overrides_are_typed_like_the_yaml():
     assert parse_overrides(["--a.b=x y"]) == {"a.b": "x y"}
 
 
+def test_yaml_booleans_are_only_true_and_false(tmp_path):
+    # YAML 1.1 reads no/yes/on/off as booleans; a choice named "no" must stay a string
+    cfg = load_training_config(TRAINING / "block4.yaml", ["--train.mixed_precision", "no"])
+    assert cfg.train.mixed_precision == "no"
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  mixed_precision: no\ndata:\n  shuffle: False\n")
+    cfg = load_training_config(path)
+    assert cfg.train.mixed_precision == "no" and cfg.data.shuffle is False
+    with pytest.raises(ConfigError, match="data.shuffle: expected bool, got 'yes'"):
+        load_training_config(path, ["--data.shuffle", "yes"])
+
+
 @pytest.mark.parametrize("args,key", [
     (["--optim.lrr", "1"], "optim.lrr"),
     (["--trian.epochs", "1"], "trian.epochs"),

@@ -18,6 +18,7 @@ import sys
 SUBCOMMANDS = {
     "tiny-checkpoint": "tiny_checkpoint",
     "convert": "convert",
+    "export": "export",
     "infer": "infer",
     "bench": "bench",
     "train": "train",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import EOS_TOKEN, MASK_TOKEN, DecodingSettings, write_diffusion_file
+from ..config import DIFFUSION_CONFIG_FILE, EOS_TOKEN, MASK_TOKEN, DecodingSettings, write_diffusion_file
 from ..utils.atomic import atomic_directory
 from .checkpoint import check_files, load_processor, read_model_config
 
@@ -46,4 +46,21 @@ def convert_to_diffusion(src: str | Path, dst: str | Path, *, block_size: int = 
         processor.save_pretrained(tmp)
         write_diffusion_file(tmp, block_size=block_size, mask_token_id=mask_id, eos_token_id=eos_id,
                              decoding=DecodingSettings())
+    return Path(dst)
+
+
+def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat16") -> Path:
+    """Write ``dst``: ``src`` with its weights cast to ``dtype`` (for shipping a trained model);
+    tokenizer, processor and ``diffusion_config.json`` (when present) are copied unchanged."""
+    import shutil
+
+    from .checkpoint import load_checkpoint
+
+    src = Path(src)
+    loaded = load_checkpoint(src, device="cpu", dtype=dtype)
+    with atomic_directory(dst) as tmp:
+        loaded.model.save_pretrained(tmp)
+        loaded.processor.save_pretrained(tmp)
+        if (src / DIFFUSION_CONFIG_FILE).is_file():
+            shutil.copyfile(src / DIFFUSION_CONFIG_FILE, Path(tmp) / DIFFUSION_CONFIG_FILE)
     return Path(dst)

@@ -11,6 +11,7 @@ An unknown section or key is a :class:`ConfigError` that names it.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,21 @@ ON_ERROR = ("skip", "fail")
 MIXED_PRECISION = ("auto", "bf16", "no")
 DEVICES = ("auto", "cpu", "cuda", "npu")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """YAML with only true/false as booleans (YAML 1.2): ``mixed_precision: no`` stays the string "no"."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                    list("tTfF"))
+
+
+def _load_yaml(text: str):
+    return yaml.load(text, Loader=_Yaml12Loader)
 
 
 def _setting(default, help, *, choices=None, low=None, high=None, required=False):
@@ -286,7 +302,7 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
             key, raw = arg[2:], args[i + 1]
             i += 2
         try:
-            out[key] = yaml.safe_load(raw) if raw != "" else ""
+            out[key] = _load_yaml(raw) if raw != "" else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"{key}: cannot parse value {raw!r} ({exc})") from exc
     return out
@@ -295,7 +311,7 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _load_yaml(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
     except yaml.YAMLError as exc:

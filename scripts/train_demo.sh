@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The demo models' whole recipe, from the synthetic world to the shipped weights (models/):
+# data -> a 3.2M-parameter Qwen3-VL built from code -> AR training (B = 1) -> convert ->
+# Stage I curriculum B = 4 -> 8 -> 16 -> 32 -> bf16 copies. Every step is skipped when its output
+# exists and training steps resume, so an interrupted run continues where it stopped.
+#   make train-demo            (CPU: about 1.5 h on 2 cores; any GPU: minutes, add --train.device auto)
+#   RUNS=runs/demo bash scripts/train_demo.sh [extra wam-diff2 train overrides]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${RUNS:-runs/demo}
+models=${MODELS:-models}
+data="--data.train_file $runs/data/train.json --data.data_root $runs/data"
+[ -f "$runs/data/manifest.json" ] || wam-diff2 synth "$runs/data" --episodes 160 --frames 100 --frame-stride 5 \
+  --formats json --vqa-per-frame 0 --no-detection --recovery-fraction 0.3 --workers 2 --no-progress --overwrite
+[ -d "$runs/init" ] || wam-diff2 tiny-checkpoint "$runs/init" --ar --seed 0 --hidden-size 256 --layers 4 --logit-scale 1
+resume() { [ -d "$1" ] && echo --resume || true; }
+[ -d "$runs/ar/final" ] || wam-diff2 train --config training/demo/ar.yaml --model.path "$runs/init" $data \
+  --output.dir "$runs/ar" $(resume "$runs/ar") "$@"
+[ -d "$runs/init_diffusion" ] || wam-diff2 convert "$runs/ar/final" "$runs/init_diffusion" --block-size 4
+[ -d "$runs/curriculum/block32/final" ] || wam-diff2 train --config training/demo/curriculum.yaml \
+  --model.path "$runs/init_diffusion" $data --output.dir "$runs/curriculum" $(resume "$runs/curriculum") "$@"
+[ -d "$models/wam-diff2-demo-ar" ] || wam-diff2 export "$runs/ar/final" "$models/wam-diff2-demo-ar" --dtype bfloat16
+[ -d "$models/wam-diff2-demo-b32" ] || wam-diff2 export "$runs/curriculum/block32/final" "$models/wam-diff2-demo-b32" --dtype bfloat16
+echo "demo models: $models/wam-diff2-demo-ar (AR), $models/wam-diff2-demo-b32 (Block-32)"
