@@ -17,7 +17,7 @@ import pytest
 
 from wam_diff2_core.control import ControllerGains
 from wam_diff2_core.sim.closed_loop import (ClosedLoopSettings, ExpertOracle, RouteRun, demo_world_gains,
-                                            drive_direct, expert_future, summarize)
+                                            drive_direct, summarize)
 from wam_diff2_core.sim.episode import NUM_WAYPOINTS
 from wam_diff2_core.sim.truth import route_command
 
@@ -27,7 +27,7 @@ LEFT_CROSSING_ROUTE = 2          # seed 2000: a left turn at a crossing within t
 def test_expert_future_leaves_the_world_as_it_was():
     run = RouteRun(0, ClosedLoopSettings(route_length_m=100.0, traffic=True))
     before = (run.world.ego, run.world.lane_s, run.world.tick, [(v.s, v.speed) for v in run.world.traffic])
-    future = expert_future(run.world)
+    future = run.world.expert_future(NUM_WAYPOINTS, 0.5)
     assert future.shape == (NUM_WAYPOINTS, 2) and np.all(np.diff(future[:, 0]) > 0)
     assert before == (run.world.ego, run.world.lane_s, run.world.tick, [(v.s, v.speed) for v in run.world.traffic])
 

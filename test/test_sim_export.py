@@ -290,3 +290,27 @@ def test_cli_writes_a_set_and_rejects_bad_settings(tmp_path, capsys):
     assert main(["synth", str(tmp_path / "bad"), "--frames", "0"]) == 2
     assert "frames" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_recovery_samples_are_training_only_plan_samples_with_their_own_images(tmp_path):
+    from wam_diff2_core.sim.episode import RecoverySettings
+    settings = ExportSettings(episodes=2, seed=7, val_fraction=0.5, formats=("json",), vqa_per_frame=0, detection=False,
+                              episode=EpisodeSettings(frames=8, frame_stride=5, camera=CAMERA,
+                                                      recovery=RecoverySettings(fraction=1.0)))
+    export(tmp_path / "set", settings, progress=False)
+    train = json.loads((tmp_path / "set" / "train.json").read_text())
+    val = json.loads((tmp_path / "set" / "val.json").read_text())
+    recovery = [s for s in train if "recovery" in s]
+    assert len(recovery) == 8 and len(train) == 16 and len(val) == 8
+    assert not any("recovery" in s for s in val)
+    episode = simulate_episode(7, 0, settings.episode)
+    plain = {s["id"]: s for s in train}
+    for s in recovery:
+        assert s["task"] == "plan" and s["id"].endswith("-plan-recovery")
+        frame = int(s["id"].split("-f")[1][:5])
+        original = plain[s["id"].removesuffix("-recovery")]
+        assert s["conversations"][0] == original["conversations"][0]        # same prompt, displaced image
+        np.testing.assert_allclose(parse_waypoints(s["conversations"][1]["value"]).waypoints,
+                                   episode.recoveries[frame].waypoints, atol=0.006)
+        assert (tmp_path / "set" / s["image"][0]).is_file() and s["image"] != original["image"]
+    assert len(list(iter_samples(tmp_path / "set" / "train.json"))) == 16

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.geometry import world_to_ego
-from wam_diff2_core.sim import (Actuation, BicycleParams, Crossing, Curve, EgoState, EpisodeSettings,
+from wam_diff2_core.sim import (Actuation, BicycleParams, Crossing, Curve, EgoState, EpisodeSettings, RecoverySettings,
                                 KinematicBicycle, RoadSettings, Straight, VehicleControl, World, WorldSettings,
                                 build_road, make_world, route_command, simulate_episode)
 from wam_diff2_core.sim.camera import CameraSettings
@@ -280,3 +280,26 @@ def test_question_answers_agree_with_the_ground_truth(episode):
         else:
             assert truth.qa["lead"] == "No."
         assert truth.qa["action"].endswith(("follow the lane.", "turn left.", "turn right."))
+
+
+def test_recovery_copies_start_displaced_and_drive_back_to_the_lane_centre():
+    plain = EpisodeSettings(frames=30, frame_stride=5, camera=SMALL_CAMERA)
+    with_recovery = EpisodeSettings(frames=30, frame_stride=5, camera=SMALL_CAMERA,
+                                    recovery=RecoverySettings(fraction=0.5, max_offset_m=1.0, max_yaw_deg=10.0))
+    episode, reference = simulate_episode(4, 1, with_recovery), simulate_episode(4, 1, plain)
+    np.testing.assert_array_equal(episode.track.x, reference.track.x)     # the episode itself is unchanged
+    assert not reference.recoveries and 5 <= len(episode.recoveries) <= 25
+    for frame, rec in episode.recoveries.items():
+        x, y, yaw = rec.pose
+        tick_pose = episode.track.pose(episode.settings.frame_tick(frame))
+        assert math.degrees(yaw - tick_pose[2]) == pytest.approx(rec.yaw_deg)
+        assert abs(rec.offset_m) <= 1.0 and abs(rec.yaw_deg) <= 10.0
+        s, lateral = episode.road.lane.project((x, y))[:2]
+        assert lateral == pytest.approx(rec.offset_m, abs=0.05)
+        # the expert's future from there, back in the map frame, ends on the lane centre
+        c, si = math.cos(yaw), math.sin(yaw)
+        end = (x + c * rec.waypoints[-1, 0] - si * rec.waypoints[-1, 1],
+               y + si * rec.waypoints[-1, 0] + c * rec.waypoints[-1, 1])
+        assert abs(episode.road.lane.project(end, s)[1]) < 0.35
+        rgb = episode.render_recovery(frame).rgb
+        assert rgb.shape == (54, 96, 3) and not np.array_equal(rgb, episode.render(frame).rgb)

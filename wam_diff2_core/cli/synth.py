@@ -10,6 +10,7 @@ the output path. See wam_diff2_core/sim/README.md for the world, the camera and 
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -50,6 +51,13 @@ def add_arguments(p) -> None:
     p.add_argument("--prompt-acceleration", default="estimated", choices=("estimated", "true"),
                    help="acceleration in the planning prompt: the planner node's estimate from odometry "
                         "(default) or the simulator's true value")
+    p.add_argument("--recovery-fraction", type=float, default=0.0,
+                   help="share of training frames that also get a copy seen from a displaced ego (sideways "
+                        "offset, heading error) answered with the expert's drive back to the lane")
+    p.add_argument("--recovery-offset-m", dest="recovery_max_offset_m", type=float, default=argparse.SUPPRESS,
+                   help="largest sideways displacement of a recovery copy")
+    p.add_argument("--recovery-yaw-deg", dest="recovery_max_yaw_deg", type=float, default=argparse.SUPPRESS,
+                   help="largest heading error of a recovery copy")
     p.add_argument("--workers", type=int, default=1, help="episodes generated in parallel processes")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -60,7 +68,7 @@ def settings_from_args(args):
 
     from ..config import ConfigError
     from ..sim.camera import CameraSettings
-    from ..sim.episode import EpisodeSettings
+    from ..sim.episode import EpisodeSettings, RecoverySettings
     from ..sim.export import ExportSettings
 
     for name in ("width", "height"):
@@ -70,8 +78,11 @@ def settings_from_args(args):
         raise ConfigError(f"--fov-deg must be in [10, 150], got {args.fov_deg}")
     try:
         camera = replace(CameraSettings(), width=args.width, height=args.height, horizontal_fov_deg=args.fov_deg)
+        limits = {k: getattr(args, f"recovery_{k}") for k in ("max_offset_m", "max_yaw_deg")
+                  if hasattr(args, f"recovery_{k}")}
+        recovery = RecoverySettings(fraction=args.recovery_fraction, **limits)
         episode = EpisodeSettings(frames=args.frames, frame_stride=args.frame_stride, traffic=args.traffic,
-                                  camera=camera)
+                                  camera=camera, recovery=recovery)
         extra = {} if args.command_topic is None else {"command_topic": args.command_topic}
         return ExportSettings(episodes=args.episodes, seed=args.seed, episode=episode, formats=args.formats,
                               val_fraction=args.val_fraction, role=args.role, image_format=args.image_format,

@@ -23,7 +23,7 @@ Modules, in pipeline order: ``road`` (geometry), ``vehicles`` (bicycle model, ID
 ``export`` (files). See README.md in this folder.
 """
 from .camera import CameraSettings, Palette, PixelBox, Renderer, Rendering
-from .episode import Episode, EpisodeSettings, Frame, FrameTruth, make_world, simulate_episode
+from .episode import Episode, EpisodeSettings, RecoverySettings, Frame, FrameTruth, make_world, simulate_episode
 from .expert import ExpertDriver, ExpertSettings, Leader
 from .road import Crossing, Curve, Path2D, RoadMap, RoadSettings, RouteSettings, Straight, build_road, generate_road
 from .truth import CommandSettings, route_command
@@ -32,7 +32,7 @@ from .world import EgoStatus, VehicleBox, World, WorldSettings
 
 __all__ = [
     "Actuation", "BicycleParams", "CameraSettings", "CommandSettings", "Crossing", "Curve", "EgoState", "EgoStatus",
-    "Episode", "EpisodeSettings", "ExpertDriver", "ExpertSettings", "Frame", "FrameTruth", "KinematicBicycle",
+    "Episode", "EpisodeSettings", "RecoverySettings", "ExpertDriver", "ExpertSettings", "Frame", "FrameTruth", "KinematicBicycle",
     "Leader", "Palette", "Path2D", "PixelBox", "Renderer", "Rendering", "RoadMap", "RoadSettings", "RouteSettings",
     "Straight", "VehicleBox", "VehicleControl", "World", "WorldSettings", "build_road", "generate_road", "make_world",
     "route_command", "simulate_episode",

@@ -54,7 +54,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..control import WAYPOINT_DT_S, ControllerGains, Plan, Pose2D, VehicleControl, WaypointController
-from ..geometry import AccelerationEstimator, world_to_ego
+from ..geometry import AccelerationEstimator
 from ..routes import RouteTracker, RouteTrackerSettings
 from .camera import CameraSettings, Palette, Renderer
 from .episode import NUM_WAYPOINTS, EpisodeSettings, episode_rng
@@ -316,26 +316,6 @@ class RouteRun:
 
 
 # ----------------------------------------------------------------------------- planners for the direct loop
-def expert_future(world: World, num_waypoints: int = NUM_WAYPOINTS, interval_s: float = WAYPOINT_DT_S) -> np.ndarray:
-    """[num_waypoints, 2] the expert's positions every ``interval_s`` from now, in the ego frame now.
-
-    Steps a copy of the world's moving state with the expert and puts it back, so the world is
-    unchanged (traffic included: its future is deterministic)."""
-    saved = (world.ego, world.lane_s, world.tick, world.time_s, world.traffic)
-    world.traffic = [replace(v) for v in world.traffic]
-    every = int(round(interval_s / world.settings.dt_s))
-    points = []
-    try:
-        for k in range(1, num_waypoints * every + 1):
-            world.step()
-            if k % every == 0:
-                points.append((world.ego.x, world.ego.y))
-    finally:
-        world.ego, world.lane_s, world.tick, world.time_s, world.traffic = saved
-    ego = world.ego
-    return world_to_ego(np.array(points), (ego.x, ego.y), ego.yaw)
-
-
 class ExpertOracle:
     """An ORACLE, not a planner: the demo world's expert future from the simulator's state.
 
@@ -346,7 +326,7 @@ class ExpertOracle:
     name = "oracle"
 
     def __call__(self, run: RouteRun) -> Plan:
-        return Plan(run.stamp_s, expert_future(run.world), valid=True, ego_pose=run.pose)
+        return Plan(run.stamp_s, run.world.expert_future(NUM_WAYPOINTS, WAYPOINT_DT_S), valid=True, ego_pose=run.pose)
 
 
 class PolicyPlanner:

@@ -41,6 +41,31 @@ WAYPOINT_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
+class RecoverySettings:
+    """Recovery samples: a share of the frames also gets a copy seen from a displaced ego (sideways
+    offset and heading error, uniform within the limits) whose future is the expert's drive back to
+    the lane from there, so a model trained on them learns to correct its own drift in closed loop.
+    The episode itself is not changed (a separate random stream)."""
+    fraction: float = 0.0
+    max_offset_m: float = 1.0
+    max_yaw_deg: float = 10.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.fraction <= 1.0:
+            raise ValueError(f"recovery fraction must be in [0, 1], got {self.fraction}")
+        if self.max_offset_m < 0 or self.max_yaw_deg < 0:
+            raise ValueError(f"recovery limits must be >= 0, got {self.max_offset_m} m, {self.max_yaw_deg} deg")
+
+
+@dataclass(frozen=True)
+class Recovery:
+    pose: tuple[float, float, float]   # the displaced rear axle x, y, yaw in the map frame
+    offset_m: float                    # sideways, + left
+    yaw_deg: float                     # + left
+    waypoints: np.ndarray              # [8, 2] the expert's drive from the displaced pose, in its ego frame
+
+
+@dataclass(frozen=True)
 class EpisodeSettings:
     frames: int = 200
     frame_stride: int = 1                 # ticks between camera frames (1: 20 Hz)
@@ -51,6 +76,7 @@ class EpisodeSettings:
     camera: CameraSettings = field(default_factory=CameraSettings)
     command: CommandSettings = field(default_factory=CommandSettings)
     estimator_time_constant_s: float = 0.5   # AccelerationEstimator, as the planner node runs it
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)
 
     def __post_init__(self):
         if self.frames < 1:
@@ -174,6 +200,7 @@ class Episode:
     snapshots: list[list[VehicleBox]]      # per frame: the traffic
     leaders: list[Leader | None]           # per frame
     renderer: Renderer
+    recoveries: dict[int, Recovery] = field(default_factory=dict)   # frame -> its displaced copy
 
     @property
     def num_frames(self) -> int:
@@ -221,6 +248,9 @@ class Episode:
         tick = self.settings.frame_tick(frame)
         return self.renderer.render(self.track.pose(tick), self.snapshots[frame])
 
+    def render_recovery(self, frame: int):
+        return self.renderer.render(self.recoveries[frame].pose, self.snapshots[frame])
+
     def frames(self) -> Iterator[Frame]:
         for i in range(self.num_frames):
             rendering = self.render(i)
@@ -255,6 +285,8 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
     estimator = AccelerationEstimator(time_constant_s=settings.estimator_time_constant_s)
     accel_est = np.zeros((n, 2))
     stamps = settings.start_time_s + np.arange(n) * settings.dt_s
+    recovery_rng = np.random.default_rng([seed, index, 2])
+    recoveries: dict[int, Recovery] = {}
     for tick in range(n):
         if tick > 0:
             world.step()
@@ -267,5 +299,17 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
         if tick in frame_of_tick:
             snapshots[frame_of_tick[tick]] = world.vehicle_boxes()
             leaders[frame_of_tick[tick]] = world.leader()
+            if recovery_rng.random() < settings.recovery.fraction:
+                recoveries[frame_of_tick[tick]] = _recovery(world, recovery_rng, settings.recovery)
     track = EgoTrack(stamp_s=stamps, accel_estimated=accel_est, **cols)
-    return Episode(seed, index, settings, world.road, palette, track, snapshots, leaders, renderer)
+    return Episode(seed, index, settings, world.road, palette, track, snapshots, leaders, renderer, recoveries)
+
+
+def _recovery(world: World, rng: np.random.Generator, settings: RecoverySettings) -> Recovery:
+    ego = world.ego
+    offset = float(rng.uniform(-settings.max_offset_m, settings.max_offset_m))
+    yaw_deg = float(rng.uniform(-settings.max_yaw_deg, settings.max_yaw_deg))
+    displaced = replace(ego, x=ego.x - math.sin(ego.yaw) * offset, y=ego.y + math.cos(ego.yaw) * offset,
+                        yaw=ego.yaw + math.radians(yaw_deg))
+    waypoints = world.expert_future(NUM_WAYPOINTS, WAYPOINT_INTERVAL_S, ego=displaced)
+    return Recovery((displaced.x, displaced.y, displaced.yaw), offset, yaw_deg, waypoints)

@@ -23,7 +23,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -135,6 +135,19 @@ def frame_samples(truth, image_path: str, width: int, height: int, settings: Exp
     return out
 
 
+def _recovery_sample(root: Path, episode, truth, settings: ExportSettings) -> dict:
+    """The frame's planning sample seen from the displaced ego (training split only: held-out
+    frames stay what a vehicle sees)."""
+    recovery = episode.recoveries[truth.frame]
+    image_path = f"images/e{truth.episode:04d}/{truth.frame:05d}r.{settings.image_format}"
+    (root / image_path).write_bytes(_encode(episode.render_recovery(truth.frame).rgb, settings))
+    sample = frame_samples(replace(truth, waypoints=recovery.waypoints), image_path, 0, 0,
+                           replace(settings, detection=False, vqa_per_frame=0))[0]
+    sample["id"] += "-recovery"
+    sample["recovery"] = {"offset_m": round(recovery.offset_m, 3), "yaw_deg": round(recovery.yaw_deg, 2)}
+    return sample
+
+
 def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
                    on_frame: Callable[[], None] | None = None) -> EpisodeResult:
     """Simulate one episode and write its images, bags and records under ``root``."""
@@ -179,6 +192,8 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
                 if "json" in settings.formats:
                     (root / image_path).write_bytes(_encode(frame.rgb, settings))
                     samples.extend(frame_samples(truth, image_path, camera.width, camera.height, settings))
+                    if split == "train" and truth.frame in episode.recoveries:
+                        samples.append(_recovery_sample(root, episode, truth, settings))
                 next_frame += 1
                 if on_frame is not None:
                     on_frame()

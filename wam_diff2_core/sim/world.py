@@ -17,11 +17,12 @@ lane, never by steering.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
+from ..geometry import world_to_ego
 from .expert import ExpertDriver, ExpertSettings, Leader
 from .road import Path2D, RoadMap, RoadSettings, RouteSettings, generate_road
 from .vehicles import (VEHICLE_SHAPES, TRAFFIC_MIX, Actuation, BicycleParams, EgoState, IdmParams,
@@ -124,6 +125,27 @@ class World:
         self.traffic = list(traffic)
         self.tick = 0
         self.time_s = 0.0
+
+    def expert_future(self, num_waypoints: int, interval_s: float, ego: EgoState | None = None) -> np.ndarray:
+        """[num_waypoints, 2] the expert's positions every ``interval_s`` from now, in the ego frame
+        now; from ``ego`` instead of the world's ego when given (a perturbed start: the expert's
+        recovery). Steps a copy of the moving state and puts it back, so the world is unchanged
+        (traffic included: its future is deterministic)."""
+        saved = (self.ego, self.lane_s, self.tick, self.time_s, self.traffic)
+        self.traffic = [replace(v) for v in self.traffic]
+        if ego is not None:
+            replace_ego(self, ego)
+        start = self.ego
+        every = int(round(interval_s / self.settings.dt_s))
+        points = []
+        try:
+            for k in range(1, num_waypoints * every + 1):
+                self.step()
+                if k % every == 0:
+                    points.append((self.ego.x, self.ego.y))
+        finally:
+            self.ego, self.lane_s, self.tick, self.time_s, self.traffic = saved
+        return world_to_ego(np.array(points), (start.x, start.y), start.yaw)
 
     # ------------------------------------------------------------------ construction
     @classmethod
