@@ -17,6 +17,7 @@ from wam_diff2_core.training.recipes import curriculum_stages
 REPO = Path(__file__).resolve().parents[1]
 TRAINING = REPO / "training"
 SHIPPED = sorted(TRAINING.glob("*.yaml"))
+DEMO = sorted((TRAINING / "demo").glob("*.yaml"))      # the demo models' recipe (scripts/train_demo.sh)
 EXPECTED = {"ar_pretrain", "block4", "block8", "block16", "block32", "curriculum", "distill_blockwise",
             "distill_modelwise"}
 
@@ -25,14 +26,14 @@ def test_the_paper_configs_are_shipped():
     assert {p.stem for p in SHIPPED} == EXPECTED
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SHIPPED + DEMO, ids=lambda p: str(p.relative_to(TRAINING)))
 def test_shipped_yaml_loads_validates_and_shows_its_command(path):
     cfg = load_training_config(path)
     check_required(cfg)
     header = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
     header = re.sub(r"\\\s+", " ", header)                        # join shell line continuations
     command = re.compile(r"(wam-diff2 train|-m wam_diff2_core\.training)\b[^#]*?--config training/"
-                         + re.escape(path.name))
+                         + re.escape(path.relative_to(TRAINING).as_posix()))
     assert command.search(header), f"{path.name}: header shows no command that runs it"
     # every key the YAML sets is one the config knows (load would have raised otherwise) and is not dead
     assert yaml.safe_load(path.read_text())
