@@ -23,3 +23,8 @@ demo: setup
 .PHONY: replay-demo
 replay-demo: setup
 	$(ENV) bash scripts/replay_demo.sh
+
+# the demo models' whole recipe (CPU: about 1.5 h on 2 cores); writes runs/demo/ and models/
+.PHONY: train-demo
+train-demo: setup
+	$(ENV) bash scripts/train_demo.sh

@@ -106,6 +106,16 @@ def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, 
         assert c["tokens_per_forward"] == pytest.approx(np.median([r["tokens"] / r["forwards"] for r in rows]))
     # AR: the prefill's logits give the first token, then one forward per token
     assert all(r["forwards"] == r["tokens"] - 1 for r in ar["per_sample"])
+    assert ar["forwards_per_token"] == pytest.approx(np.median([(r["tokens"] - 1) / r["tokens"] for r in ar["per_sample"]]))
+    # constant velocity from the prompts (4 and 5 m/s, truths 2 and 4 m/s): errors k and 0.5 k at waypoint k
+    cv = result["baseline"]
+    assert cv["samples"] == 2 and cv["l2_4s_mean"] == pytest.approx(6.0) and cv["l2_4s_median"] == pytest.approx(6.0)
+    assert cv["per_waypoint"] == pytest.approx([0.75 * k for k in range(1, 9)])
+    assert ar["l2_4s_vs_cv"] == pytest.approx(1 / 6) and ar["l2_4s_vs_ar"] == pytest.approx(1.0)
+    assert b32["l2_4s_vs_ar"] == pytest.approx(2.5) and b32["l2_4s_vs_cv"] == pytest.approx(2.5 / 6)
+    assert b4["l2_4s_vs_ar"] is None and ar["speedup_vs_ar"] == pytest.approx(1.0)
+    assert b32["speedup_vs_ar"] == pytest.approx(ar["ms_per_token"] / b32["ms_per_token"])
+    assert "constant-velocity baseline (2 samples)" in table and "x AR speed" in table
     # existing --out is refused without --overwrite
     assert _bench(tiny_checkpoint, dataset / "samples.json", out) == 2
 

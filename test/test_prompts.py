@@ -58,3 +58,11 @@ def test_detection_template_must_hold_the_image():
     assert format_detection_prompt(["car"], "<image> find {classes}") == "<image> find car"
     with pytest.raises(ValueError, match="<image>"):
         format_detection_prompt(["car"], "find {classes}")
+
+
+def test_planning_prompt_parses_back():
+    from wam_diff2_core.outputs.prompts import parse_planning_prompt
+    text = format_planning_prompt("left", (12.345, -0.004), (-1.5, 0.25))
+    assert parse_planning_prompt(text) == ("left", (12.35, 0.0), (-1.5, 0.25))
+    assert parse_planning_prompt(format_detection_prompt()) is None
+    assert parse_planning_prompt(text.replace("left", "backwards")) is None

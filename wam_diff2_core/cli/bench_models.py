@@ -108,6 +108,7 @@ def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -
         "label": label, "block_size": block, "confidence_threshold": threshold, "model": model,
         "samples": len(rows), "parsed": len(errors), "parse_failures": len(rows) - len(errors),
         "tokens_per_forward": _median(r["tokens"] / r["forwards"] if r["forwards"] else None for r in rows),
+        "forwards_per_token": _median(r["forwards"] / r["tokens"] if r["tokens"] else None for r in rows),
         "forwards_per_answer": _median(r["forwards"] for r in rows),
         "tokens_per_answer": _median(r["tokens"] for r in rows),
         "ms_per_token": _median(r["decode_ms"] / r["tokens"] if r["tokens"] else None for r in rows),
@@ -120,6 +121,39 @@ def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -
         "per_waypoint": traj["per_waypoint"],
         "per_sample": rows,
     }
+
+
+def constant_velocity_baseline(samples) -> dict[str, Any]:
+    """L2 of the constant-velocity extrapolation of each sample's prompt velocity (the floor a
+    planner must beat), over the samples whose prompt is the planning prompt."""
+    import numpy as np
+
+    from ..evaluation.ground_truth import constant_velocity_waypoints
+    from ..evaluation.metrics import trajectory_metrics, waypoint_errors
+    from ..outputs.prompts import parse_planning_prompt
+
+    errors = []
+    for sample, truth in samples:
+        text = "\n".join(item["text"] for m in sample.prompt_messages for item in m["content"] if item["type"] == "text")
+        telemetry = parse_planning_prompt(text)
+        if telemetry is not None:
+            errors.append(waypoint_errors(constant_velocity_waypoints(telemetry[1]), truth))
+    traj = trajectory_metrics(np.array(errors) if errors else np.zeros((0, 8)))
+    return {"label": "CV baseline", "samples": len(errors), "l2_4s_median": _median(e[-1] for e in errors),
+            "l2_4s_mean": traj["l2_at_t"]["4s"], "per_waypoint": traj["per_waypoint"]}
+
+
+def compare(results: list[dict[str, Any]], baseline: dict[str, Any]) -> None:
+    """Add each configuration's decoding speed-up over the AR row (ratio of median ms/token) and its
+    L2 at 4 s relative to the AR row and to the constant-velocity baseline (ratio of means)."""
+    ar = results[0]
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+    for r in results:
+        r["speedup_vs_ar"] = ratio(ar["ms_per_token"], r["ms_per_token"])
+        r["l2_4s_vs_ar"] = ratio(r["l2_4s_mean"], ar["l2_4s_mean"])
+        r["l2_4s_vs_cv"] = ratio(r["l2_4s_mean"], baseline["l2_4s_mean"])
 
 
 def run_config(decoder, tokenizer, encoded, truths, settings, seed: int) -> list[dict]:
@@ -151,6 +185,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     b32 = next((c for c in configs if c["block_size"] == SWEEP_BLOCK
                 and c["confidence_threshold"] == DEFAULT_THRESHOLD), None)
     drawn = False
+    cv = result.get("baseline")
+    if cv and cv["per_waypoint"][0] is not None:
+        ax1.plot(WAYPOINT_TIMES_S, cv["per_waypoint"], "k--", label=f"CV baseline ({cv['samples']} samples)")
     for c, style in ((ar, "o-"), (b32, "s-")):
         if c is not None and c["per_waypoint"][0] is not None:
             ax1.plot(WAYPOINT_TIMES_S, c["per_waypoint"], style, label=f"{c['label']} ({c['parsed']} parsed)")
@@ -176,10 +213,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 COLUMNS = [("label", "config", ""), ("tokens_per_forward", "tok/fwd", ".2f"),
-           ("forwards_per_answer", "fwd/answer", ".1f"), ("ms_per_token", "ms/token", ".3f"),
+           ("forwards_per_token", "fwd/tok", ".3f"), ("forwards_per_answer", "fwd/answer", ".1f"),
+           ("ms_per_token", "ms/token", ".3f"), ("speedup_vs_ar", "x AR speed", ".2f"),
            ("tokens_per_s", "tokens/s", ".1f"), ("total_ms", "ms/answer", ".1f"),
            ("l2_4s_median", "L2@4s med", ".3f"), ("l2_4s_mean", "L2@4s mean", ".3f"),
-           ("parse_failures", "parse fail", "")]
+           ("l2_4s_vs_ar", "/AR", ".2f"), ("l2_4s_vs_cv", "/CV", ".2f"), ("parse_failures", "parse fail", "")]
 
 
 def run(args) -> int:
@@ -237,6 +275,8 @@ def run(args) -> int:
         rows = run_config(decoder, loaded.tokenizer, encoded, [t for _, t in samples], config.settings, args.seed)
         results.append(summarize(label, block, threshold, str(path), rows))
 
+    baseline = constant_velocity_baseline(samples)
+    compare(results, baseline)
     loaded = next(iter(loaded_by_path.values()))[0]
     device = loaded.device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
@@ -246,6 +286,10 @@ def run(args) -> int:
     print("medians over samples; ms/token and tokens/s: decoding only (denoise + commit), prefill excluded; "
           "ms/answer includes the prefill; L2 at 4 s over parsed answers (m)")
     print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in results], COLUMNS))
+    if baseline["samples"]:
+        print(f"constant-velocity baseline ({baseline['samples']} samples): L2@4s median "
+              f"{baseline['l2_4s_median']:.3f} m, mean {baseline['l2_4s_mean']:.3f} m; /AR and /CV: the row's "
+              "mean L2@4s over the AR row's and the baseline's; x AR speed: AR ms/token over the row's")
 
     payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
                "dtype": str(loaded.dtype), "torch": torch.__version__, "platform": platform.platform(),
@@ -253,7 +297,7 @@ def run(args) -> int:
                "samples": len(samples), "skipped": skipped,
                "timing": "ms_per_token and tokens_per_s: denoise + commit time (prefill excluded); "
                          "total_ms: prefill + decoding; tokens exclude EOS; forwards exclude the prefill",
-               "configurations": results}
+               "baseline": baseline, "configurations": results}
     with atomic_directory(out_dir, overwrite=True) as tmp:
         atomic_write_json(tmp / "bench.json", payload)
         plot(payload, tmp / "bench.png")

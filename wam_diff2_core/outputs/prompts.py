@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Sequence
 
 COMMANDS = ("left", "straight", "right")
@@ -45,6 +46,19 @@ def format_planning_prompt(command: str, velocity: Sequence[float], acceleration
         raise ValueError(f"velocity/acceleration must be 2 finite numbers each, got {velocity!r}, {acceleration!r}")
     vx, vy, ax, ay = (round_2dp(v) for v in values)
     return PLANNING_TEMPLATE.format(command=command, vx=vx, vy=vy, ax=ax, ay=ay)
+
+
+_TELEMETRY = re.compile(r"navigation information is: (\w+)\n.*?The current velocity is: \((-?[\d.]+),(-?[\d.]+)\) "
+                        r"and current accelerate is: \((-?[\d.]+),(-?[\d.]+)\)", re.S)
+
+
+def parse_planning_prompt(text: str) -> tuple[str, tuple[float, float], tuple[float, float]] | None:
+    """(command, velocity, acceleration) from a planning prompt; None when ``text`` is not one."""
+    m = _TELEMETRY.search(text or "")
+    if m is None or m.group(1) not in COMMANDS:
+        return None
+    vx, vy, ax, ay = (float(m.group(i)) for i in range(2, 6))
+    return m.group(1), (vx, vy), (ax, ay)
 
 
 def format_detection_prompt(classes: Sequence[str] = DEFAULT_DETECTION_CLASSES,
