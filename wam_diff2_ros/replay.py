@@ -2,6 +2,7 @@
 
     wam-diff2 replay BAG [--rate 1.0] [--clock] [--topics T ...] [--delay-s 1.0]
     python -m wam_diff2_ros.replay BAG --clock              # the same
+    wam-diff2 replay BAG --clock --wait-for-planner --record OUT_BAG   # + record what the planner answers
 
 Like ``ros2 bag play [--clock]``: every message is published, as recorded (the CDR bytes, no
 re-encoding), at ``start + (t_log - t_first) / rate`` wall time; with ``--clock``,
@@ -17,7 +18,20 @@ here are skipped with a warning (an error when named in ``--topics``).
 
 DDS discovery takes a moment (seconds on a busy machine) and messages published before a
 subscriber is matched are lost: ``--wait-for-subscribers TOPIC ...`` holds the start until
-each named topic has a subscriber, then waits ``--delay-s`` more.
+each named topic has a subscriber, then waits ``--delay-s`` more. ``--wait-for-planner`` also
+waits until the planner's latched ``--planner-node``/status says READY (model loaded).
+
+``--record OUT_BAG`` records what comes back while playing: the player subscribes to
+``--record-topics`` (default: the planner's ``~/output/trajectory``, ``~/output/detections`` and
+``~/status`` under ``--planner-node``, default ``/wam_diff2_planner``) and writes every message it
+receives, as received (the CDR bytes), into a new rosbag2 bag. Playback starts only once every
+recorded topic has a publisher (its type and QoS are taken from that publisher; none within
+``--wait-timeout-s`` is an error) and the subscriptions have matched it. Each message is logged at
+the **playback time** of its arrival, ``start + (wall - wall_start) x rate`` in the bag's time
+base: the /clock value with ``--clock`` (the same mapping without it), so the recording lines up
+with the source bag. Recording goes on for ``--record-grace-s`` (2 s) of wall time after the last
+played message, for the planner's last answers. The bag is written into a hidden sibling folder
+and renamed into place at the end: an error or Ctrl-C leaves nothing at ``OUT_BAG``.
 """
 from __future__ import annotations
 
@@ -25,9 +39,11 @@ import argparse
 import importlib
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import rclpy
 from rclpy.duration import Duration
@@ -35,7 +51,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
-from wam_diff2_core.evaluation.bag import Bag, BagError
+from wam_diff2_core.evaluation.bag import Bag, BagError, BagStreamWriter
 
 log = logging.getLogger("wam_diff2.replay")
 
@@ -52,6 +68,21 @@ CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=Rel
 
 
 DRAIN_TIMEOUT_S = 5.0   # how long the end of playback waits for reliable readers to acknowledge
+
+# The planner node's name and the outputs --record takes by default (planner_node.OUTPUT_TOPICS;
+# not imported from there, which would load the model code into the player).
+PLANNER_NODE = "/wam_diff2_planner"
+PLANNER_RECORD_OUTPUTS = ("output/trajectory", "output/detections", "status")
+
+
+def planner_record_topics(node: str = PLANNER_NODE) -> tuple[str, ...]:
+    """The planner outputs --record takes by default, for the planner node ``node`` (full name)."""
+    return tuple(f"{node.rstrip('/')}/{name}" for name in PLANNER_RECORD_OUTPUTS)
+
+
+DEFAULT_RECORD_TOPICS = planner_record_topics()
+# a reader subscription keeps this many messages while the executor is busy
+RECORD_DEPTH = 1000
 
 
 class ReplayError(Exception):
@@ -95,6 +126,13 @@ class ReplayOptions:
     playback_duration_s: float | None = None   # stop after this much bag time
     wait_for_subscribers: Sequence[str] = ()   # start once each of these topics has a subscriber
     wait_timeout_s: float = 60.0
+    wait_for_planner: bool = False        # start once the planner's latched status says READY
+    planner_node: str = PLANNER_NODE      # the planner's full node name (--wait-for-planner)
+    record: str | None = None             # record --record-topics into this new bag while playing
+    record_topics: Sequence[str] = DEFAULT_RECORD_TOPICS
+    record_storage: str = "mcap"
+    record_grace_s: float = 2.0           # keep recording this long (wall) after the last played message
+    overwrite: bool = False               # replace an existing --record bag
 
     def check(self) -> None:
         if not self.rate > 0:
@@ -107,6 +145,19 @@ class ReplayOptions:
             raise ReplayError(f"--playback-duration must be > 0, got {self.playback_duration_s}")
         if self.wait_timeout_s <= 0:
             raise ReplayError(f"--wait-timeout-s must be > 0, got {self.wait_timeout_s}")
+        if self.record is None:
+            return
+        if not self.record_grace_s >= 0:
+            raise ReplayError(f"--record-grace-s must be >= 0, got {self.record_grace_s}")
+        if self.record_storage not in ("mcap", "sqlite3"):
+            raise ReplayError(f"--record-storage must be mcap or sqlite3, got {self.record_storage!r}")
+        if not self.record_topics:
+            raise ReplayError("--record-topics: name at least one topic")
+        bad = [t for t in self.record_topics if not t.startswith("/")]
+        if bad:
+            raise ReplayError(f"--record-topics: {', '.join(bad)} is not an absolute topic name (/...)")
+        if Path(self.record).exists() and not self.overwrite:
+            raise ReplayError(f"--record {self.record} already exists (use --overwrite to replace it)")
 
 
 @dataclass
@@ -117,6 +168,92 @@ class ReplaySummary:
     clock_messages: int = 0
     bag_seconds: float = 0.0
     wall_seconds: float = 0.0
+    recorded: dict[str, int] = field(default_factory=dict)       # --record: messages per recorded topic
+    recorded_types: dict[str, str] = field(default_factory=dict)
+    record_path: str | None = None
+
+
+def _publishers_qos(infos) -> tuple[str | None, bool, bool, str | None]:
+    """(type, reliable, transient local, conflict) for the publishers of one topic.
+
+    A reliable subscription does not match a best-effort publisher and a transient-local one does
+    not match a volatile publisher, so either is chosen only when every publisher offers it
+    (what ``ros2 bag record`` does).
+    """
+    types = sorted({i.topic_type for i in infos})
+    if len(types) > 1:
+        return None, False, False, f"publishers disagree on the type ({', '.join(types)})"
+    reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
+    latched = all(i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
+    return types[0], reliable, latched, None
+
+
+class TopicRecorder:
+    """Subscribes (raw: the CDR bytes) to topics once their publishers are discovered and writes
+    every message received into a :class:`BagStreamWriter`, logged at ``clock_ns()``."""
+
+    def __init__(self, node: Node, path: str | Path, topics: Sequence[str], *, storage: str = "mcap",
+                 overwrite: bool = False, clock_ns: Callable[[], int] = time.time_ns):
+        self.node, self.clock_ns = node, clock_ns
+        self.pending = list(dict.fromkeys(topics))
+        self.subscriptions: dict[str, Any] = {}
+        self.publishers_seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.writer = BagStreamWriter(path, storage=storage, overwrite=overwrite)
+
+    def discover(self) -> list[str]:
+        """Subscribe to every pending topic that has a publisher now; returns those still pending."""
+        for topic in list(self.pending):
+            infos = self.node.get_publishers_info_by_topic(topic)
+            if not infos:
+                continue
+            msgtype, reliable, latched, conflict = _publishers_qos(infos)
+            if conflict:
+                raise ReplayError(f"--record-topics {topic}: {conflict}")
+            cls = message_class(msgtype)
+            if cls is None:
+                raise ReplayError(f"--record-topics {topic}: no Python message package for {msgtype} is "
+                                  "importable here")
+            try:
+                with self._lock:
+                    self.writer.add_topic(topic, msgtype, reliable=reliable, latched=latched)
+            except BagError as exc:
+                raise ReplayError(f"--record-topics {exc}") from None
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=RECORD_DEPTH,
+                             reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+            self.subscriptions[topic] = self.node.create_subscription(cls, topic, self._recorder(topic), qos,
+                                                                      raw=True)
+            self.publishers_seen[topic] = len(infos)
+            self.pending.remove(topic)
+        return list(self.pending)
+
+    def unmatched(self) -> list[str]:
+        """Subscribed topics whose subscription has not matched every publisher discovered yet."""
+        return [t for t, sub in self.subscriptions.items() if sub.get_publisher_count() < self.publishers_seen[t]]
+
+    def _recorder(self, topic: str) -> Callable[[bytes], None]:
+        def record(data: bytes) -> None:
+            with self._lock:
+                if not self._closed:
+                    self.writer.write(topic, self.clock_ns(), data)
+        return record
+
+    @property
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.writer.counts)
+
+    def finish(self) -> Path:
+        with self._lock:
+            self._closed = True
+            return self.writer.close()
+
+    def abort(self) -> None:
+        with self._lock:
+            self._closed = True
+            self.writer.abort()
 
 
 class BagPlayer:
@@ -153,18 +290,103 @@ class BagPlayer:
                    if t not in self.publishers and not (t == "/clock" and self.clock_publisher is not None)]
         if unknown:
             raise ReplayError(f"--wait-for-subscribers: {', '.join(unknown)} is not played")
+        if options.record is not None:
+            record = Path(options.record).resolve()
+            if record == self.bag.path.resolve() or record in self.bag.path.resolve().parents:
+                raise ReplayError(f"--record {options.record} is the bag being played")
+        # playback time: the bag's time base, advancing at `rate` once the first message is due
+        self.start_ns = self.bag.start_ns + int(options.start_offset_s * 1e9)
+        self._wall0: float | None = None
+        self.planner_status: tuple[int, str] | None = None
+        if options.wait_for_planner:
+            from wam_diff2_ros.msg import PlannerStatus
+
+            self.status_topic = options.planner_node.rstrip("/") + "/status"
+            latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            node.create_subscription(PlannerStatus, self.status_topic, self._on_planner_status, latched)
+        self.recorder: TopicRecorder | None = None
+        if options.record is not None:
+            try:
+                self.recorder = TopicRecorder(node, options.record, options.record_topics,
+                                              storage=options.record_storage, overwrite=options.overwrite,
+                                              clock_ns=self.playback_ns)
+            except BagError as exc:
+                raise ReplayError(f"--record: {exc}") from None
+        self._executor = None
+        self._spin_thread: threading.Thread | None = None
+
+    def playback_ns(self) -> int:
+        """The playback clock: the bag's start until playback begins, then start + elapsed wall x rate."""
+        if self._wall0 is None:
+            return self.start_ns
+        return self.start_ns + int((time.monotonic() - self._wall0) * self.options.rate * 1e9)
+
+    def _on_planner_status(self, msg) -> None:
+        self.planner_status = (int(msg.state), str(msg.message))
+
+    def _start_spinning(self) -> None:
+        """Subscriptions (recording, planner status) need an executor: spin the node in a thread."""
+        if self._spin_thread is not None or (self.recorder is None and not self.options.wait_for_planner):
+            return
+        from rclpy.executors import SingleThreadedExecutor
+
+        self._executor = SingleThreadedExecutor(context=self.node.context)
+        self._executor.add_node(self.node)
+        self._spin_thread = threading.Thread(target=self._spin, args=(self._executor,), name="replay-spin",
+                                             daemon=True)
+        self._spin_thread.start()
+
+    @staticmethod
+    def _spin(executor) -> None:
+        from rclpy.executors import ExternalShutdownException, ShutdownException
+
+        try:
+            executor.spin()
+        except (ExternalShutdownException, ShutdownException):   # Ctrl-C shuts the context down
+            pass
+
+    def _stop_spinning(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(timeout_sec=DRAIN_TIMEOUT_S)
+            self._executor = None
+        if self._spin_thread is not None:
+            self._spin_thread.join(DRAIN_TIMEOUT_S)
+            self._spin_thread = None
 
     def _wait_for_subscribers(self, start_ns: int) -> None:
-        """Publish the start time on /clock until every --wait-for-subscribers topic has a subscriber."""
+        """Publish the start time on /clock until every --wait-for-subscribers topic has a subscriber,
+        every recorded topic has a publisher matched by its subscription and the planner is READY."""
         o = self.options
+        if o.wait_for_planner:
+            from wam_diff2_ros.msg import PlannerStatus
         publishers = {t: (self.clock_publisher if t == "/clock" else self.publishers[t]) for t in o.wait_for_subscribers}
         deadline = time.monotonic() + o.wait_timeout_s
+        self._start_spinning()
         while True:
-            waiting = [t for t, p in publishers.items() if p.get_subscription_count() == 0]
+            waiting = []
+            no_subscriber = [t for t, p in publishers.items() if p.get_subscription_count() == 0]
+            if no_subscriber:
+                waiting.append(f"no subscriber on {', '.join(no_subscriber)}")
+            if self.recorder is not None:
+                no_publisher = self.recorder.discover()
+                if no_publisher:
+                    waiting.append(f"no publisher of --record-topics {', '.join(no_publisher)} (is the node "
+                                   "running, in this ROS_DOMAIN_ID?)")
+                unmatched = self.recorder.unmatched()
+                if unmatched:
+                    waiting.append(f"the recording subscription has not matched {', '.join(unmatched)}")
+            if o.wait_for_planner:
+                status = self.planner_status
+                if status is not None and status[0] == PlannerStatus.ERROR:
+                    raise ReplayError(f"--wait-for-planner: {self.status_topic} reports ERROR: {status[1]}")
+                if status is None or status[0] != PlannerStatus.READY:
+                    waiting.append(f"no READY on {self.status_topic}"
+                                   + (f" (last: {status[1]})" if status else " (no status received)"))
             if not waiting:
                 return
             if time.monotonic() > deadline:
-                raise ReplayError(f"no subscriber on {', '.join(waiting)} within {o.wait_timeout_s} s")
+                raise ReplayError(f"{'; '.join(waiting)} within {o.wait_timeout_s} s")
             self._publish_clock(start_ns)
             time.sleep(1.0 / o.clock_hz)
 
@@ -176,8 +398,20 @@ class BagPlayer:
             self.summary.clock_messages += 1
 
     def play(self) -> ReplaySummary:
+        try:
+            summary = self._play()
+            if self.recorder is not None:
+                self._stop_spinning()
+                summary.recorded = self.recorder.counts
+                summary.recorded_types = dict(self.recorder.writer.topics)
+                summary.record_path = str(self.recorder.finish())
+            return summary
+        finally:
+            self._stop_spinning()
+
+    def _play(self) -> ReplaySummary:
         o = self.options
-        start_ns = self.bag.start_ns + int(o.start_offset_s * 1e9)
+        start_ns = self.start_ns
         stop_ns = None if o.playback_duration_s is None else start_ns + int(o.playback_duration_s * 1e9)
         clock_period_s = 1.0 / o.clock_hz
         # the clock stands at the bag's start while subscribers discover us
@@ -189,7 +423,7 @@ class BagPlayer:
             if left <= 0:
                 break
             time.sleep(min(left, clock_period_s))
-        wall0 = time.monotonic()
+        wall0 = self._wall0 = time.monotonic()
         next_clock = wall0
         last_ns = start_ns
 
@@ -214,6 +448,7 @@ class BagPlayer:
             self.publishers[topic].publish(bytes(data))
             self.summary.published[topic] += 1
             last_ns = t_ns
+        last_played = time.monotonic()
         self._publish_clock(last_ns)
         # Reliable subscribers still receiving must get the tail too: exiting right after the last
         # publish can drop it, so wait (bounded) until every reliable message is acknowledged.
@@ -222,9 +457,17 @@ class BagPlayer:
                 self.summary.unacknowledged_topics.append(publisher.topic_name)
         self.summary.bag_seconds = (last_ns - start_ns) / 1e9
         self.summary.wall_seconds = time.monotonic() - wall0
+        if self.recorder is not None:      # the planner's answers to the last frames are still coming
+            left = last_played + o.record_grace_s - time.monotonic()
+            if left > 0:
+                time.sleep(left)
         return self.summary
 
     def close(self) -> None:
+        """Stop spinning, drop an unfinished recording (nothing appears at --record) and close the bag."""
+        self._stop_spinning()
+        if self.recorder is not None:
+            self.recorder.abort()
         self.bag.close()
 
 
@@ -233,12 +476,31 @@ def options_from_args(args) -> ReplayOptions:
     return ReplayOptions(rate=args.rate, clock=args.clock, clock_hz=args.clock_hz, topics=tuple(args.topics),
                          latched=tuple(args.latched), delay_s=args.delay_s, start_offset_s=args.start_offset,
                          playback_duration_s=args.playback_duration,
-                         wait_for_subscribers=tuple(args.wait_for_subscribers), wait_timeout_s=args.wait_timeout_s)
+                         wait_for_subscribers=tuple(args.wait_for_subscribers), wait_timeout_s=args.wait_timeout_s,
+                         wait_for_planner=args.wait_for_planner, planner_node=args.planner_node, record=args.record,
+                         record_topics=(tuple(args.record_topics) if args.record_topics
+                                        else planner_record_topics(args.planner_node)),
+                         record_storage=args.record_storage, record_grace_s=args.record_grace_s,
+                         overwrite=args.overwrite)
 
 
 def run(args, ros_args: Sequence[str] | None = None) -> int:
     """Play ``args.bag``; 0 when done, 2 with a one-line error for a bag or option that cannot be played."""
+    if args.record is None and (args.record_topics or args.record_grace_s is not None
+                                or args.record_storage is not None):
+        print("wam-diff2 replay: error: --record-topics, --record-grace-s and --record-storage need --record OUT_BAG",
+              file=sys.stderr)
+        return 2
+    if args.record_grace_s is None:
+        args.record_grace_s = ReplayOptions.record_grace_s
+    if args.record_storage is None:
+        args.record_storage = ReplayOptions.record_storage
     options = options_from_args(args)
+    try:
+        options.check()
+    except ReplayError as exc:
+        print(f"wam-diff2 replay: error: {exc}", file=sys.stderr)
+        return 2
     rclpy.init(args=list(ros_args) if ros_args else None)
     node = None
     player = None
@@ -248,6 +510,9 @@ def run(args, ros_args: Sequence[str] | None = None) -> int:
         counts = sum(player.bag.topic_counts.get(t, 0) for t in player.publishers)
         print(f"replay: {player.bag.path} ({player.bag.storage}), {counts} messages on {len(player.publishers)} "
               f"topics at rate {options.rate}" + (", publishing /clock" if options.clock else ""), flush=True)
+        if options.record is not None:
+            print(f"replay: recording {', '.join(options.record_topics)} into {options.record} "
+                  f"(playback starts once each has a publisher)", flush=True)
         summary = player.play()
         for topic, reason in summary.skipped_topics.items():
             print(f"replay: skipped {topic}: {reason}", file=sys.stderr)
@@ -256,6 +521,13 @@ def run(args, ros_args: Sequence[str] | None = None) -> int:
         print(f"replay: published {sum(summary.published.values())} messages "
               f"({', '.join(f'{t} {n}' for t, n in sorted(summary.published.items()))}) covering "
               f"{summary.bag_seconds:.2f} s of bag time in {summary.wall_seconds:.2f} s", flush=True)
+        if summary.record_path is not None:
+            print(f"replay: recorded {sum(summary.recorded.values())} messages "
+                  f"({', '.join(f'{t} {n}' for t, n in sorted(summary.recorded.items()))}) into "
+                  f"{summary.record_path} ({options.record_storage}; logged at playback time)", flush=True)
+            for topic, n in sorted(summary.recorded.items()):
+                if n == 0:
+                    print(f"replay: note: nothing was received on {topic}", file=sys.stderr)
         return 0
     except (BagError, ReplayError) as exc:
         print(f"wam-diff2 replay: error: {exc}", file=sys.stderr)

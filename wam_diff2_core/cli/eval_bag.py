@@ -4,6 +4,7 @@
     wam-diff2 eval-bag bag_a/ bag_b/ --model CKPT --out eval_run/ --role ego_vehicle --block-size 8
     wam-diff2 eval-bag run.mcap --params-file config/planner.yaml --out eval_node/   # the node's settings
     wam-diff2 eval-bag --compare eval_ar/ eval_b32/ --out eval_compare/
+    wam-diff2 eval-bag run.mcap --predictions node_out --out eval_node/     # score what a node published
 
 For each camera frame (every N-th with --every) the odometry at its stamp and the newest route /
 command received give the policy's inputs, exactly as the planner node derives them;
@@ -11,6 +12,11 @@ command received give the policy's inputs, exactly as the planner node derives t
 +0.5 ... +4.0 s (interpolated, ego frame at the frame time). Frames without 4 s of recorded
 future are excluded and counted. OUT gets metrics.json, frames.jsonl, report.md and PNG plots,
 written atomically. Topics default to carla-ros-bridge's names for --role.
+
+With --predictions NODE_BAG no model runs: the wam_diff2_ros/msg/Trajectory messages a planner
+node published while the bag was replayed (``wam-diff2 replay BAG --record NODE_BAG``) are matched
+to the frames by stamp (the node stamps each output with its input image's stamp) and scored the
+same way; frames the node did not answer are skipped as ``not_published``.
 """
 from __future__ import annotations
 
@@ -45,6 +51,13 @@ def add_arguments(p) -> None:
     p.add_argument("--record-storage", default="mcap", choices=("mcap", "sqlite3"))
     p.add_argument("--ego-frame", default="base_link", help="frame_id of ego-frame outputs in --record")
     p.add_argument("--bev-samples", type=int, default=6, help="frames in the bird's-eye-view plot")
+    p.add_argument("--predictions", nargs="+", metavar="NODE_BAG", default=None,
+                   help="instead of running a model: score the Trajectory messages recorded in NODE_BAG (e.g. by "
+                        "`wam-diff2 replay BAG --record NODE_BAG`), one NODE_BAG per BAG in the same order; no "
+                        "--model or decoding flags")
+    p.add_argument("--trajectory-topic", default=None, metavar="TOPIC",
+                   help="the Trajectory topic in NODE_BAG (default /wam_diff2_planner/output/trajectory, else the "
+                        "bag's only Trajectory topic)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     t = p.add_argument_group("topics (default: carla-ros-bridge names under /carla/ROLE)")
@@ -190,12 +203,19 @@ def run(args) -> int:
 
     try:
         if args.compare:
+            if args.predictions is not None:
+                return _error("--compare takes two finished run folders; --predictions goes with BAG")
             return _compare(args)
         if not args.bags:
             return _error("give at least one BAG (or --compare RUN_A RUN_B)")
+        if args.predictions is not None:
+            return _predictions(args)
+        if args.trajectory_topic is not None:
+            return _error("--trajectory-topic goes with --predictions")
         _apply_params_file(args)
         if not args.model:
-            return _error("--model is required to evaluate bags (or model_path in --params-file)")
+            return _error("--model is required to evaluate bags (or model_path in --params-file; or score what a "
+                          "node published with --predictions NODE_BAG)")
         if args.record and len(args.bags) != 1:
             return _error("--record writes one bag: evaluate one input bag at a time with it")
         out = Path(args.out)
@@ -214,7 +234,6 @@ def run(args) -> int:
 
 def _evaluate(args, settings) -> int:
     from ..evaluation.bag import Bag
-    from ..evaluation.metrics import horizon_key
     from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
     from ..evaluation.runner import evaluate_bags, plan_bag
@@ -236,22 +255,105 @@ def _evaluate(args, settings) -> int:
         record = str(record_predictions(args.record, b.frames, b.plan.trajectory, odometry_frame=b.plan.odometry_frame,
                                         storage=args.record_storage, ego_frame=args.ego_frame,
                                         overwrite=args.overwrite))
-    # the command line, when this process is `wam-diff2 eval-bag ...` (not a caller of main([...]))
+    metrics = write_run_report(args.out, run, model=_model_info(policy, args), command=_command_line(),
+                               label=args.label, record=record, overwrite=args.overwrite, bev_samples=args.bev_samples)
+    _print_summary(args, metrics, record)
+    return 0
+
+
+def _model_flags_given(args) -> list[str]:
+    """The model / decoding flags given on the command line (they mean nothing with --predictions)."""
+    given = [f"--{name.replace('_', '-')}" for name in ("model", "min_pixels", "max_pixels", "max_waypoint_abs_m")
+             if getattr(args, name) is not None]
+    given += [f"--{name}" for name in ("device", "dtype") if getattr(args, name) != "auto"]
+    given += [f"--{name.replace('_', '-')}" for name in decoding_overrides(args)]
+    return given
+
+
+def _command_line() -> str:
+    """The command line, when this process is `wam-diff2 eval-bag ...` (not a caller of main([...]))."""
     argv = sys.argv[sys.argv.index("eval-bag") + 1:] if "eval-bag" in sys.argv else None
-    command = "wam-diff2 eval-bag " + " ".join(shlex.quote(a) for a in argv) if argv else ""
-    metrics = write_run_report(args.out, run, model=_model_info(policy, args), command=command, label=args.label,
-                               record=record, overwrite=args.overwrite, bev_samples=args.bev_samples)
+    return "wam-diff2 eval-bag " + " ".join(shlex.quote(a) for a in argv) if argv else ""
+
+
+def _predictions(args) -> int:
+    """--predictions: score what a planner node published (no model)."""
+    from collections import Counter
+
+    from ..evaluation.bag import Bag
+    from ..evaluation.record import record_predictions
+    from ..evaluation.report import write_run_report
+    from ..evaluation.runner import evaluate_predictions, plan_bag
+
+    given = _model_flags_given(args)
+    if given:
+        return _error(f"--predictions scores what the node published, so no model runs here: drop "
+                      f"{', '.join(given)} (the node's own settings made the predictions)")
+    if len(args.predictions) != len(args.bags):
+        return _error(f"--predictions: {len(args.predictions)} NODE_BAG(s) for {len(args.bags)} BAG(s); give one "
+                      "per BAG, in the same order")
+    if args.record and len(args.bags) != 1:
+        return _error("--record writes one bag: evaluate one input bag at a time with it")
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        return _error(f"--out {out} already exists (use --overwrite to replace it)")
+    if args.record and Path(args.record).exists() and not args.overwrite:
+        return _error(f"--record {args.record} already exists (use --overwrite to replace it)")
+    node = _apply_params_file(args)      # the input settings (odometry timeout, route, default command)
+    if node.get("model_path"):
+        log.info("--predictions: model_path in --params-file is not used (the node's predictions are scored)")
+    try:
+        settings = _settings(args)
+    except ValueError as exc:
+        return _error(str(exc))
+    plans = []
+    for path in args.bags:
+        with Bag(path) as bag:
+            plans.append(plan_bag(bag, settings))
+    run = evaluate_predictions(args.bags, args.predictions, settings, topic=args.trajectory_topic, plans=plans)
+    block_sizes = Counter(f.stats["block_size"] for f in run.frames if "block_size" in f.stats)
+    model = {"source": "predictions", "path": None,
+             "predictions": [{"path": b.predictions["path"], "topic": b.predictions["topic"],
+                              "bag": b.plan.bag["path"]} for b in run.bags],
+             "params_file": str(Path(args.params_file).resolve()) if args.params_file else None,
+             "block_sizes": {str(k): v for k, v in block_sizes.most_common()}}
+    if len(block_sizes) == 1:
+        model["decoding"] = {"block_size": next(iter(block_sizes))}
+    record = None
+    if args.record:
+        b = run.bags[0]
+        record = str(record_predictions(args.record, b.frames, b.plan.trajectory, odometry_frame=b.plan.odometry_frame,
+                                        storage=args.record_storage, ego_frame=args.ego_frame,
+                                        overwrite=args.overwrite))
+    metrics = write_run_report(args.out, run, model=model, command=_command_line(), label=args.label, record=record,
+                               overwrite=args.overwrite, bev_samples=args.bev_samples)
+    _print_summary(args, metrics, record, "node")
+    pc = metrics["counts"]["predictions"]
+    if pc["messages"] == 0:
+        print("eval-bag: note: the predictions bag holds no trajectories: did the planner run (and was it READY) "
+              "while the bag was replayed?", file=sys.stderr)
+    return 0
+
+
+def _print_summary(args, metrics: dict, record: str | None, who: str = "model") -> None:
+    from ..evaluation.metrics import horizon_key
+
     c, o = metrics["counts"], metrics["overall"]
     h = horizon_key(4.0)
     model_l2, cv_l2 = o["model"]["l2_at_t"][h], o["constant_velocity"]["l2_at_t"][h]
     fmt = lambda v: "-" if v is None else f"{v:.3f} m"   # noqa: E731
+    published = ""
+    if "predictions" in c:
+        pc = c["predictions"]
+        published = (f"; node trajectories: {pc['messages']} ({pc['matched']} matched, "
+                     f"{c['skipped'].get('not_published', 0)} frames not published, {pc['unscored_frame']} for unscored frames, {pc['unmatched_stamp']} "
+                     f"unmatched stamps)")
     print(f"eval-bag: {c['evaluated']} frames evaluated of {c['images']} camera frames "
           f"({c['not_selected']} not selected, {sum(c['skipped'].values())} skipped, "
           f"{sum(c['excluded_no_future'].values())} without 4 s of future); {o['valid']} valid plans, "
-          f"parse failures {o['parse_failures']}; L2 at 4 s (UniAD/VAD) model {fmt(model_l2)} vs constant velocity "
-          f"{fmt(cv_l2)}; report: {Path(args.out) / 'report.md'}"
+          f"parse failures {o['parse_failures']}; L2 at 4 s (UniAD/VAD) {who} {fmt(model_l2)} vs constant velocity "
+          f"{fmt(cv_l2)}{published}; report: {Path(args.out) / 'report.md'}"
           + (f"; predictions: {record}" if record else ""))
-    return 0
 
 
 def _compare(args) -> int:

@@ -3,6 +3,13 @@
     wam-diff2 replay run.mcap --clock                      # then: wam-diff2-planner ... -p use_sim_time:=true
     wam-diff2 replay bag_dir/ --rate 0.5 --topics /carla/ego_vehicle/rgb_front/image /carla/ego_vehicle/odometry
     wam-diff2 replay run.mcap --clock --ros-args -r __ns:=/replay     # ROS arguments go last
+    wam-diff2 replay run.mcap --clock --wait-for-planner --record node_out    # + what the planner answers
+
+``--record OUT_BAG`` subscribes to ``--record-topics`` (default: the planner's trajectory,
+detections and status under /wam_diff2_planner) and writes every message received, as received,
+into a new bag (logged at the playback time of arrival, i.e. the bag's time base; kept going
+``--record-grace-s`` after the last played message; written atomically). Score it with
+``wam-diff2 eval-bag BAG --predictions OUT_BAG``.
 
 On a ROS 2 installation ``ros2 bag play --clock BAG`` does the same. Needs rclpy (the set-up's
 ROS 2 wheels); the player lives in ``wam_diff2_ros.replay``.
@@ -29,9 +36,26 @@ def add_arguments(p, ros_args: bool = True) -> None:
                    help="start once each of these topics (or /clock) has a subscriber, then wait --delay-s")
     p.add_argument("--wait-timeout-s", type=float, default=60.0,
                    help="give up (exit 2) when --wait-for-subscribers is not met in time (default 60)")
+    p.add_argument("--wait-for-planner", action="store_true",
+                   help="also wait until the planner's latched PLANNER_NODE/status says READY (model loaded); an "
+                        "ERROR status stops with exit 2")
+    p.add_argument("--planner-node", default="/wam_diff2_planner", metavar="NODE",
+                   help="the planner's full node name, for --wait-for-planner and the default --record-topics "
+                        "(default /wam_diff2_planner)")
     p.add_argument("--start-offset", type=float, default=0.0, metavar="S", help="skip the bag's first S seconds")
     p.add_argument("--playback-duration", type=float, default=None, metavar="S",
                    help="stop after S seconds of bag time")
+    r = p.add_argument_group("recording what comes back (e.g. the planner's answers)")
+    r.add_argument("--record", metavar="OUT_BAG", default=None,
+                   help="while playing, record --record-topics into this new rosbag2 bag (written atomically)")
+    r.add_argument("--record-topics", nargs="+", default=None, metavar="TOPIC",
+                   help="topics to record (default: the planner's NODE/output/trajectory, NODE/output/detections "
+                        "and NODE/status, NODE = --planner-node); playback waits (up to --wait-timeout-s) until each "
+                        "has a publisher")
+    r.add_argument("--record-storage", default=None, choices=("mcap", "sqlite3"), help="default mcap")
+    r.add_argument("--record-grace-s", type=float, default=None, metavar="S",
+                   help="keep recording S seconds (wall) after the last played message (default 2.0)")
+    r.add_argument("--overwrite", action="store_true", help="replace an existing --record bag")
     if ros_args:
         p.add_argument("--ros-args", dest="ros_args", nargs="...", default=None,
                        help="ROS arguments for the player node (remaps, log level), last on the line")

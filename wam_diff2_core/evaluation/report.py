@@ -91,10 +91,19 @@ def render_markdown(m: dict[str, Any]) -> str:
     title = f"# Open-loop evaluation{': ' + m['label'] if m.get('label') else ''}"
     model = m["model"]
     decoding = model.get("decoding") or {}
-    lines = [title, "",
-             f"- model: `{model.get('path', '?')}`" + (f" (block size {decoding.get('block_size')}, "
-                                                      f"threshold {decoding.get('confidence_threshold')}, "
-                                                      f"max {decoding.get('max_new_tokens')} tokens)" if decoding else ""),
+    from_node = model.get("source") == "predictions"
+    if from_node:      # --predictions: what a planner node published, no model run here
+        source = [f"- predictions: what the planner node published, read from `{p['path']}` topic `{p['topic']}` "
+                  f"(for `{p['bag']}`); no model was run by the evaluator" for p in model.get("predictions", [])]
+        if model.get("block_sizes"):
+            source.append("- block size in the published decode statistics: "
+                          + ", ".join(f"{b} ({n} frames)" for b, n in model["block_sizes"].items()))
+    else:
+        source = [f"- model: `{model.get('path', '?')}`" + (f" (block size {decoding.get('block_size')}, "
+                                                           f"threshold {decoding.get('confidence_threshold')}, "
+                                                           f"max {decoding.get('max_new_tokens')} tokens)"
+                                                           if decoding else "")]
+    lines = [title, "", *source,
              *[f"- bag: `{b['bag']['path']}` ({b['bag']['storage']}, {b['bag']['duration_s']:.1f} s, "
                f"odometry frame `{b['odometry_frame'] or '?'}`)" for b in m["bags"]],
              f"- created {m['created']}" + (f" by `{m['command']}`" if m.get("command") else ""), "",
@@ -107,6 +116,13 @@ def render_markdown(m: dict[str, Any]) -> str:
         lines += ["Skipped: " + ", ".join(f"{k} {v}" for k, v in counts["skipped"].items()) + ".", ""]
     if counts["excluded_no_future"]:
         lines += ["Excluded: " + ", ".join(f"{k} {v}" for k, v in counts["excluded_no_future"].items()) + ".", ""]
+    if "predictions" in counts:
+        pc = counts["predictions"]
+        lines += [f"Published trajectories: {pc['messages']} messages; {pc['matched']} matched a scored frame by "
+                  f"stamp, {pc['unscored_frame']} answered a frame that is not scored, {pc['unmatched_stamp']} "
+                  f"matched no camera frame, {pc['duplicate']} duplicates, {pc['undecodable']} undecodable; "
+                  f"{pc['command_differs']} matched frames with another command than the evaluator derives. Scored "
+                  f"frames the node did not answer are skipped as `not_published`.", ""]
     lines += [f"Parse failures: {o['parse_failures']} of {o['frames']} ({_pct(o['parse_failure_rate'])})"
               + (": " + ", ".join(f"{k} {v}" for k, v in o["invalid_reasons"].items()) if o["invalid_reasons"] else "")
               + ". L2 is scored on the frames with a valid plan only; the constant-velocity baseline (the ego keeps "
@@ -143,8 +159,10 @@ def render_markdown(m: dict[str, Any]) -> str:
               f"{_f(d['tokens_per_frame']['mean'], 1)}, {_f(d['tokens_per_frame']['p50'], 1)} | "
               f"{_f(d['tokens_per_forward'], 2)} | {_f(lat['mean'], 1)} | {_f(lat['p50'], 1)} | {_f(lat['p90'], 1)} | "
               f"{_f(lat['p99'], 1)} | {_f(lat['max'], 1)} |", "",
-              "Latency is the whole `policy.step` call (image preprocessing, decoding, parsing) on "
-              f"`{model.get('device', '?')}`.", "",
+              ("Latency is the node's `DecodeStats.latency_ms`: its whole `policy.step` call (image "
+               "preprocessing, decoding, parsing)." if from_node else
+               "Latency is the whole `policy.step` call (image preprocessing, decoding, parsing) on "
+               f"`{model.get('device', '?')}`."), "",
               f"![bird's-eye view of sample frames]({PLOTS['bev']})", "",
               f"![error histogram]({PLOTS['histogram']})", ""]
     if m.get("record"):
