@@ -27,7 +27,7 @@ from wam_diff2_ros.replay import DEFAULT_RECORD_TOPICS, PLANNER_NODE  # noqa: E4
 from wam_diff2_ros.testing import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
-DOMAIN = unique_domain_id(5)
+DOMAIN = unique_domain_id(8)
 REPO = Path(__file__).resolve().parents[1]
 ROLE = "/carla/ego_vehicle"
 TOPICS = {"image": f"{ROLE}/rgb_front/image", "odometry": f"{ROLE}/odometry", "route": f"{ROLE}/waypoints",
