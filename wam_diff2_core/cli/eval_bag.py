@@ -336,24 +336,31 @@ def _predictions(args) -> int:
 
 
 def _print_summary(args, metrics: dict, record: str | None, who: str = "model") -> None:
-    from ..evaluation.metrics import horizon_key
-
+    """Counts, L2 at 1-4 s beside the constant-velocity baseline, decoding and latency, the report."""
     c, o = metrics["counts"], metrics["overall"]
-    h = horizon_key(4.0)
-    model_l2, cv_l2 = o["model"]["l2_at_t"][h], o["constant_velocity"]["l2_at_t"][h]
-    fmt = lambda v: "-" if v is None else f"{v:.3f} m"   # noqa: E731
     published = ""
     if "predictions" in c:
         pc = c["predictions"]
         published = (f"; node trajectories: {pc['messages']} ({pc['matched']} matched, "
-                     f"{c['skipped'].get('not_published', 0)} frames not published, {pc['unscored_frame']} for unscored frames, {pc['unmatched_stamp']} "
-                     f"unmatched stamps)")
+                     f"{c['skipped'].get('not_published', 0)} frames not published, {pc['unscored_frame']} for "
+                     f"unscored frames, {pc['unmatched_stamp']} unmatched stamps)")
     print(f"eval-bag: {c['evaluated']} frames evaluated of {c['images']} camera frames "
           f"({c['not_selected']} not selected, {sum(c['skipped'].values())} skipped, "
           f"{sum(c['excluded_no_future'].values())} without 4 s of future); {o['valid']} valid plans, "
-          f"parse failures {o['parse_failures']}; L2 at 4 s (UniAD/VAD) {who} {fmt(model_l2)} vs constant velocity "
-          f"{fmt(cv_l2)}{published}; report: {Path(args.out) / 'report.md'}"
-          + (f"; predictions: {record}" if record else ""))
+          f"parse failures {o['parse_failures']}{published}")
+    horizons = list(o["model"]["l2_at_t"])
+    print(f"  L2 (m, UniAD/VAD)    " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
+    for name, key in ((who, "model"), ("constant velocity", "constant_velocity")):
+        row = o[key]["l2_at_t"]
+        print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{row[h]:8.3f}" for h in horizons)
+              + f"   {o[key]['frames']:>6}")
+    d, lat = o.get("decode") or {}, o.get("latency_ms") or {}
+    if d.get("tokens_per_frame", {}).get("count"):
+        print(f"  decoding: median {d['tokens_per_frame']['p50']:.0f} tokens in {d['forwards_per_frame']['p50']:.0f} "
+              f"forwards per answer ({d['tokens_per_forward']:.2f} tokens/forward)")
+    if lat.get("count"):
+        print(f"  latency per plan: median {lat['p50']:.1f} ms, p90 {lat['p90']:.1f} ms, max {lat['max']:.1f} ms")
+    print(f"  report: {Path(args.out) / 'report.md'} (plots beside it)" + (f"; predictions: {record}" if record else ""))
 
 
 def _compare(args) -> int:
