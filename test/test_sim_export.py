@@ -314,3 +314,20 @@ def test_recovery_samples_are_training_only_plan_samples_with_their_own_images(t
                                    episode.recoveries[frame].waypoints, atol=0.006)
         assert (tmp_path / "set" / s["image"][0]).is_file() and s["image"] != original["image"]
     assert len(list(iter_samples(tmp_path / "set" / "train.json"))) == 16
+
+
+def test_a_recovery_copy_from_rest_says_so_in_its_prompt(tmp_path):
+    from wam_diff2_core.sim.episode import RecoverySettings
+    recovery = RecoverySettings(fraction=1.0, standstill_probability=1.0)
+    settings = ExportSettings(episodes=1, seed=7, val_fraction=0.0, formats=("json",), vqa_per_frame=0,
+                              detection=False, episode=EpisodeSettings(frames=3, frame_stride=5, camera=CAMERA,
+                                                                       recovery=recovery))
+    export(tmp_path / "set", settings, progress=False)
+    train = json.loads((tmp_path / "set" / "train.json").read_text())
+    copies = [s for s in train if "recovery" in s]
+    assert len(copies) == 3
+    commands = {(f["episode"], f["frame"]): f["command"] for f in _frames(tmp_path / "set")}
+    for s in copies:
+        assert s["recovery"]["speed_changed"] and s["recovery"]["speed_mps"] == 0.0
+        frame = int(s["id"].split("-f")[1][:5])
+        assert s["conversations"][0]["value"] == format_planning_prompt(commands[(0, frame)], (0.0, 0.0), (0.0, 0.0))

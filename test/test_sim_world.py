@@ -303,3 +303,24 @@ def test_recovery_copies_start_displaced_and_drive_back_to_the_lane_centre():
         assert abs(episode.road.lane.project(end, s)[1]) < 0.35
         rgb = episode.render_recovery(frame).rgb
         assert rgb.shape == (54, 96, 3) and not np.array_equal(rgb, episode.render(frame).rgb)
+
+
+def test_recovery_copies_can_start_from_rest_or_slowed_down():
+    settings = EpisodeSettings(frames=30, frame_stride=5, camera=SMALL_CAMERA, traffic=False,
+                               recovery=RecoverySettings(fraction=1.0, standstill_probability=0.4, slow_probability=0.4))
+    episode = simulate_episode(4, 1, settings)
+    kinds = {"rest": 0, "slow": 0, "same": 0}
+    for frame, rec in episode.recoveries.items():
+        speed = episode.track.speed[episode.settings.frame_tick(frame)]
+        if not rec.speed_changed:
+            kinds["same"] += 1
+            assert rec.speed == speed
+        elif rec.speed == 0.0:
+            kinds["rest"] += 1          # the expert drives off from rest on an empty road
+            assert 0.0 < rec.waypoints[0, 0] < 0.5 and rec.waypoints[-1, 0] > 5.0
+        else:
+            kinds["slow"] += 1
+            assert 0.0 < rec.speed < speed
+            # the expert speeds up again: it covers more than the slowed speed would in 4 s
+            assert rec.waypoints[-1, 0] > 4.0 * rec.speed
+    assert all(n >= 3 for n in kinds.values()), kinds

@@ -58,6 +58,10 @@ def add_arguments(p) -> None:
                    help="largest sideways displacement of a recovery copy")
     p.add_argument("--recovery-yaw-deg", dest="recovery_max_yaw_deg", type=float, default=argparse.SUPPRESS,
                    help="largest heading error of a recovery copy")
+    p.add_argument("--recovery-standstill", dest="recovery_standstill_probability", type=float,
+                   default=argparse.SUPPRESS, help="share of recovery copies started from a standstill")
+    p.add_argument("--recovery-slow", dest="recovery_slow_probability", type=float, default=argparse.SUPPRESS,
+                   help="share of recovery copies slowed to a uniform share of their speed")
     p.add_argument("--workers", type=int, default=1, help="episodes generated in parallel processes")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -78,8 +82,8 @@ def settings_from_args(args):
         raise ConfigError(f"--fov-deg must be in [10, 150], got {args.fov_deg}")
     try:
         camera = replace(CameraSettings(), width=args.width, height=args.height, horizontal_fov_deg=args.fov_deg)
-        limits = {k: getattr(args, f"recovery_{k}") for k in ("max_offset_m", "max_yaw_deg")
-                  if hasattr(args, f"recovery_{k}")}
+        limits = {k: getattr(args, f"recovery_{k}") for k in ("max_offset_m", "max_yaw_deg", "standstill_probability",
+                                                               "slow_probability") if hasattr(args, f"recovery_{k}")}
         recovery = RecoverySettings(fraction=args.recovery_fraction, **limits)
         episode = EpisodeSettings(frames=args.frames, frame_stride=args.frame_stride, traffic=args.traffic,
                                   camera=camera, recovery=recovery)

@@ -45,14 +45,25 @@ class RecoverySettings:
     """Recovery samples: a share of the frames also gets a copy seen from a displaced ego (sideways
     offset and heading error, uniform within the limits) whose future is the expert's drive back to
     the lane from there, so a model trained on them learns to correct its own drift in closed loop.
-    The episode itself is not changed (a separate random stream)."""
+    The episode itself is not changed (a separate random stream).
+
+    A copy may also change the ego's speed: to a standstill (``standstill_probability``: the
+    expert's start from rest, or its wait behind a stopped vehicle) or to a uniform share of it
+    (``slow_probability``: the expert's speed-up back to its cruise). A model trained only on the
+    expert's own speeds learns that standing still continues (the inertia problem of behaviour
+    cloning); its prompt then carries the new speed and zero acceleration."""
     fraction: float = 0.0
     max_offset_m: float = 1.0
     max_yaw_deg: float = 10.0
+    standstill_probability: float = 0.0
+    slow_probability: float = 0.0
 
     def __post_init__(self):
-        if not 0.0 <= self.fraction <= 1.0:
-            raise ValueError(f"recovery fraction must be in [0, 1], got {self.fraction}")
+        for name in ("fraction", "standstill_probability", "slow_probability"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"recovery {name} must be in [0, 1], got {getattr(self, name)}")
+        if self.standstill_probability + self.slow_probability > 1.0:
+            raise ValueError("recovery standstill_probability + slow_probability must be <= 1")
         if self.max_offset_m < 0 or self.max_yaw_deg < 0:
             raise ValueError(f"recovery limits must be >= 0, got {self.max_offset_m} m, {self.max_yaw_deg} deg")
 
@@ -62,6 +73,8 @@ class Recovery:
     pose: tuple[float, float, float]   # the displaced rear axle x, y, yaw in the map frame
     offset_m: float                    # sideways, + left
     yaw_deg: float                     # + left
+    speed: float                       # m/s: the frame's own, or the changed one
+    speed_changed: bool                # then the prompt's acceleration is zero
     waypoints: np.ndarray              # [8, 2] the expert's drive from the displaced pose, in its ego frame
 
 
@@ -309,7 +322,12 @@ def _recovery(world: World, rng: np.random.Generator, settings: RecoverySettings
     ego = world.ego
     offset = float(rng.uniform(-settings.max_offset_m, settings.max_offset_m))
     yaw_deg = float(rng.uniform(-settings.max_yaw_deg, settings.max_yaw_deg))
+    u, share = float(rng.random()), float(rng.random())
     displaced = replace(ego, x=ego.x - math.sin(ego.yaw) * offset, y=ego.y + math.cos(ego.yaw) * offset,
                         yaw=ego.yaw + math.radians(yaw_deg))
+    changed = u < settings.standstill_probability + settings.slow_probability
+    if changed:
+        speed = 0.0 if u < settings.standstill_probability else share * ego.speed
+        displaced = replace(displaced, speed=speed, acceleration=0.0, yaw_rate=0.0)
     waypoints = world.expert_future(NUM_WAYPOINTS, WAYPOINT_INTERVAL_S, ego=displaced)
-    return Recovery((displaced.x, displaced.y, displaced.yaw), offset, yaw_deg, waypoints)
+    return Recovery((displaced.x, displaced.y, displaced.yaw), offset, yaw_deg, displaced.speed, changed, waypoints)

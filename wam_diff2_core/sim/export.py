@@ -141,10 +141,14 @@ def _recovery_sample(root: Path, episode, truth, settings: ExportSettings) -> di
     recovery = episode.recoveries[truth.frame]
     image_path = f"images/e{truth.episode:04d}/{truth.frame:05d}r.{settings.image_format}"
     (root / image_path).write_bytes(_encode(episode.render_recovery(truth.frame).rgb, settings))
-    sample = frame_samples(replace(truth, waypoints=recovery.waypoints), image_path, 0, 0,
+    motion = {}
+    if recovery.speed_changed:
+        motion = dict(velocity=(recovery.speed, 0.0), acceleration=(0.0, 0.0), acceleration_estimated=(0.0, 0.0))
+    sample = frame_samples(replace(truth, waypoints=recovery.waypoints, **motion), image_path, 0, 0,
                            replace(settings, detection=False, vqa_per_frame=0))[0]
     sample["id"] += "-recovery"
-    sample["recovery"] = {"offset_m": round(recovery.offset_m, 3), "yaw_deg": round(recovery.yaw_deg, 2)}
+    sample["recovery"] = {"offset_m": round(recovery.offset_m, 3), "yaw_deg": round(recovery.yaw_deg, 2),
+                          "speed_mps": round(recovery.speed, 3), "speed_changed": recovery.speed_changed}
     return sample
 
 
