@@ -138,3 +138,13 @@ def test_bench_models_bad_inputs(tiny_checkpoint, dataset, tmp_path, capsys):
     assert _bench(tiny_checkpoint, dataset / "qa.json", tmp_path / "o2") == 2
     assert "no planning samples" in capsys.readouterr().err
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_every_and_limit_pick_spread_samples(dataset):
+    picked, skipped = bench_models.planning_samples(str(dataset / "samples.json"), None, None, every=2)
+    assert [s.id for s, _ in picked] == ["s0"] and len(skipped) == 2
+    picked, _ = bench_models.planning_samples(str(dataset / "samples.json"), None, 1)
+    assert [s.id for s, _ in picked] == ["s0"]
+    from wam_diff2_core.config import ConfigError
+    with pytest.raises(ConfigError, match="--every"):
+        bench_models.planning_samples(str(dataset / "samples.json"), None, None, every=0)

@@ -34,7 +34,8 @@ def add_arguments(p) -> None:
     g.add_argument("--block-sizes", type=int, nargs="+", default=[4, 8, 16, 32])
     g.add_argument("--thresholds", type=float, nargs="+", default=[0.7, 0.8, 0.9, 0.95],
                    help=f"confidence thresholds swept at B = {SWEEP_BLOCK}")
-    g.add_argument("--limit", type=int, default=None, help="at most this many planning samples")
+    g.add_argument("--every", type=int, default=1, help="take every N-th planning sample (spread over the set)")
+    g.add_argument("--limit", type=int, default=None, help="at most this many planning samples (after --every)")
     g.add_argument("--max-new-tokens", type=int, default=None, help="answer bound (default: the checkpoint's)")
     g.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")
     g.add_argument("--max-pixels", type=int, default=None)
@@ -54,7 +55,7 @@ def configurations(block_sizes, thresholds) -> list[tuple[str, int, float | None
     return out
 
 
-def planning_samples(data: str, data_root: str | None, limit: int | None):
+def planning_samples(data: str, data_root: str | None, limit: int | None, every: int = 1):
     """[(Sample, ground truth [8, 2])] whose answer is a planning answer; ConfigError when none."""
     from ..config import ConfigError
     from ..data.samples import SampleError, iter_samples
@@ -77,6 +78,9 @@ def planning_samples(data: str, data_root: str | None, limit: int | None):
             skipped.append({"id": s.id, "reason": f"ground truth is not a planning answer ({truth.error})"})
             continue
         out.append((s, truth.waypoints))
+    if every < 1:
+        raise ConfigError(f"--every must be >= 1, got {every}")
+    out = out[::every]
     if limit is not None:
         out = out[:max(0, limit)]
     if not out:
@@ -241,7 +245,7 @@ def run(args) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not args.overwrite:
         raise ConfigError(f"--out {out_dir} already exists (use --overwrite to replace it)")
-    samples, skipped = planning_samples(args.data, args.data_root, args.limit)
+    samples, skipped = planning_samples(args.data, args.data_root, args.limit, args.every)
     if args.threads:
         torch.set_num_threads(args.threads)
 
