@@ -16,13 +16,10 @@ test-fast: setup
 clean:
 	rm -rf build install .venv
 
+# the main job: the demo model drives the planner node over DDS on a held-out bag (MODEL= FRAMES= RATE=)
 .PHONY: demo
 demo: setup
 	$(ENV) bash scripts/demo.sh
-
-.PHONY: replay-demo
-replay-demo: setup
-	$(ENV) bash scripts/replay_demo.sh
 
 # the demo models' whole recipe (CPU: about 1.5 h on 2 cores); writes runs/demo/ and models/
 .PHONY: train-demo

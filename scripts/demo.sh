@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
-# The README's main job until the trained demo model lands: build the tiny random checkpoint,
-# decode the embedded NAVSIM-format example with the AR baseline (B = 1) and Block-32, and
-# print what each did. A random model answers garbage: this shows the pipeline, not driving.
+# The README's main job: the embedded Block-32 demo model drives the planner node over real DDS.
+# A held-out demo-world drive (seed 1000, never trained on) is generated as a carla-ros-bridge-like
+# bag, played with /clock (wam-diff2 replay) into the planner node running on sim time, and what
+# the node published is recorded and scored against the recorded drive (wam-diff2 eval-bag
+# --predictions): L2 at 1-4 s beside the constant-velocity baseline, decode statistics, latency.
+#   make demo [MODEL=ckpt] [FRAMES=120] [RATE=1.0] [OUT=outputs/demo]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=outputs/demo
+out=${OUT:-outputs/demo}
+model=${MODEL:-models/wam-diff2-demo-b32}
+frames=${FRAMES:-120}
+rate=${RATE:-1.0}
+role=/carla/ego_vehicle
 mkdir -p "$out"
-[ -d "$out/tiny" ] || wam-diff2 tiny-checkpoint "$out/tiny" --seed 0
-for b in 1 32; do
-  wam-diff2 --log-level WARNING infer --model "$out/tiny" --input examples/navsim_mini/eval.json \
-    --output "$out/preds_b$b.json" --block-size "$b" --max-new-tokens 64
-done
-python - "$out" <<'PY'
-import json, sys, statistics
-out = sys.argv[1]
-print(f"{'decoder':<10}{'samples':>8}{'tokens':>8}{'forwards':>10}{'tok/fwd':>9}{'decode ms':>11}{'parsed':>8}")
-for b in (1, 32):
-    recs = [r for r in json.load(open(f"{out}/preds_b{b}.json")) if "stats" in r]
-    tok = sum(r["stats"]["tokens"] for r in recs)
-    fwd = sum(r["stats"]["forwards"] for r in recs)
-    ms = statistics.median(r["stats"]["prefill_ms"] + r["stats"]["denoise_ms"] + r["stats"]["commit_ms"] for r in recs)
-    ok = sum(r.get("waypoints") is not None for r in recs)
-    name = "AR" if b == 1 else f"Block-{b}"
-    print(f"{name:<10}{len(recs):>8}{tok:>8}{fwd:>10}{tok / max(fwd, 1):>9.2f}{ms:>11.1f}{ok:>8}")
-print(f"predictions: {out}/preds_b1.json, {out}/preds_b32.json")
-PY
+bag=$out/drive_f$frames/bags/mcap/e0000
+[ -d "$bag" ] || wam-diff2 synth "$out/drive_f$frames" --episodes 1 --frames "$frames" --frame-stride 5 --seed 1000 \
+  --formats mcap --val-fraction 0 --no-progress --overwrite
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-57}
+wam-diff2-planner --ros-args --params-file config/planner.yaml -p model_path:="$model" -p use_sim_time:=true \
+  -r "~/input/image:=$role/rgb_front/image" -r "~/input/camera_info:=$role/rgb_front/camera_info" \
+  -r "~/input/odometry:=$role/odometry" -r "~/input/route:=$role/waypoints" > "$out/planner.log" 2>&1 &
+planner=$!
+trap 'kill -INT $planner 2>/dev/null || true; wait $planner 2>/dev/null || true' EXIT
+echo "planner node: $model (log $out/planner.log); replaying $bag ($frames camera frames at ${rate}x)"
+wam-diff2 --log-level WARNING replay "$bag" --clock --rate "$rate" --wait-for-planner \
+  --record "$out/node_answers" --overwrite
+kill -INT $planner && wait $planner || true
+trap - EXIT
+wam-diff2 --log-level WARNING eval-bag "$bag" --predictions "$out/node_answers" --out "$out/eval" --overwrite \
+  --label "planner node, $(basename "$model")" --no-progress
