@@ -4,7 +4,7 @@
 # Stage I curriculum B = 4 -> 8 -> 16 -> 32 -> closed-loop adaptation at B = 32 (recovery,
 # standstill and slowed-down copies of every frame) -> bf16 copies. Every step is skipped when its output
 # exists and training steps resume, so an interrupted run continues where it stopped.
-#   make train-demo            (CPU: about 1.5 h on 2 cores; any GPU: minutes, add --train.device auto)
+#   make train-demo            (CPU: about 1.75 h on 2 cores; on a GPU add --train.device auto)
 #   RUNS=runs/demo bash scripts/train_demo.sh [extra wam-diff2 train overrides]
 set -euo pipefail
 cd "$(dirname "$0")/.."
