@@ -17,9 +17,10 @@ bag=$out/drive_f$frames/bags/mcap/e0000
 [ -d "$bag" ] || wam-diff2 synth "$out/drive_f$frames" --episodes 1 --frames "$frames" --frame-stride 5 --seed 1000 \
   --formats mcap --val-fraction 0 --no-progress --overwrite
 export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-57}
-# One intra-op thread: torch's default (one per core) spin-waits against the node's executor
-# threads and the player on a 2-core machine and made each plan ~50x slower (16 s instead of 0.3 s).
-OMP_NUM_THREADS=${PLANNER_THREADS:-1} wam-diff2-planner --ros-args --params-file config/planner.yaml -p model_path:="$model" -p use_sim_time:=true \
+# engine.cpu_threads 1: torch's default (one per core) spin-waits against the node's executor
+# threads and the player on a 2-core machine and made each plan ~40x slower (16 s instead of 0.4 s).
+wam-diff2-planner --ros-args --params-file config/planner.yaml -p model_path:="$model" -p use_sim_time:=true \
+  -p engine.cpu_threads:="${PLANNER_THREADS:-1}" \
   -r "~/input/image:=$role/rgb_front/image" -r "~/input/camera_info:=$role/rgb_front/camera_info" \
   -r "~/input/odometry:=$role/odometry" -r "~/input/route:=$role/waypoints" > "$out/planner.log" 2>&1 &
 planner=$!

@@ -67,3 +67,19 @@ def test_demo_model_completes_a_short_route_in_closed_loop():
     result = drive_direct(run, PolicyPlanner(policy), demo_world_gains())
     assert result.termination == "completed", result.to_json()
     assert result.lane_departures == 0 and result.collisions == []
+
+
+def test_engine_cpu_threads_sets_torch_intra_op_threads(tiny_model):
+    import torch
+
+    from wam_diff2_core.config import EngineSettings
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        DrivingPolicy(tiny_model, engine=EngineSettings(cpu_threads=1))
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        DrivingPolicy(tiny_model, engine=EngineSettings())          # 0: torch's default is left alone
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -90,6 +90,10 @@ class EngineSettings:
     max_graph_batch: int = _setting(8, "static decoder with CUDA graphs: largest batch-size bucket "
                                     "(buckets 1, 2, 4, ... up to this); larger batches run eagerly",
                                     low=1, high=1024)
+    cpu_threads: int = _setting(0, "torch intra-op threads when the model runs on CPU; 0 = torch's default "
+                                "(one per core), which can oversubscribe a small CPU shared with the ROS "
+                                "executor and other processes (2 cores: 16 s per plan instead of 0.4 s)",
+                                low=0, high=1024)
 
     def validated(self) -> "EngineSettings":
         _validate_fields(self)

@@ -81,6 +81,8 @@ class DrivingPolicy:
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.max_waypoint_abs_m = max_waypoint_abs_m
         self.engine = engine or EngineSettings()
+        if self.engine.cpu_threads and loaded.device.type == "cpu":
+            torch.set_num_threads(self.engine.cpu_threads)      # process-wide, as torch allows
         self.decoder = make_decoder(loaded.model, loaded.config, engine=self.engine)
 
     @classmethod
