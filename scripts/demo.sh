@@ -24,11 +24,21 @@ wam-diff2-planner --ros-args --params-file config/planner.yaml -p model_path:="$
   -r "~/input/image:=$role/rgb_front/image" -r "~/input/camera_info:=$role/rgb_front/camera_info" \
   -r "~/input/odometry:=$role/odometry" -r "~/input/route:=$role/waypoints" > "$out/planner.log" 2>&1 &
 planner=$!
-trap 'kill -INT $planner 2>/dev/null || true; wait $planner 2>/dev/null || true' EXIT
+# As ros2 launch does: SIGINT, then SIGTERM after 10 s, then SIGKILL (a node has once been seen
+# to miss its first SIGINT on shutdown).
+stop_planner() {
+  for sig in INT TERM KILL; do
+    kill -$sig $planner 2>/dev/null || break
+    for _ in $(seq 50); do kill -0 $planner 2>/dev/null || break 2; sleep 0.2; done
+    echo "planner did not stop on SIG$sig within 10 s" >&2
+  done
+  wait $planner 2>/dev/null || true
+}
+trap stop_planner EXIT
 echo "planner node: $model (log $out/planner.log); replaying $bag ($frames camera frames at ${rate}x)"
 wam-diff2 --log-level WARNING replay "$bag" --clock --rate "$rate" --wait-for-planner \
   --record "$out/node_answers" --overwrite
-kill -INT $planner && wait $planner || true
+stop_planner
 trap - EXIT
 wam-diff2 --log-level WARNING eval-bag "$bag" --predictions "$out/node_answers" --out "$out/eval" --overwrite \
   --label "planner node, $(basename "$model")" --no-progress
