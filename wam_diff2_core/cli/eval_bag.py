@@ -216,13 +216,9 @@ def run(args) -> int:
         if not args.model:
             return _error("--model is required to evaluate bags (or model_path in --params-file; or score what a "
                           "node published with --predictions NODE_BAG)")
-        if args.record and len(args.bags) != 1:
-            return _error("--record writes one bag: evaluate one input bag at a time with it")
-        out = Path(args.out)
-        if out.exists() and not args.overwrite:
-            return _error(f"--out {out} already exists (use --overwrite to replace it)")
-        if args.record and Path(args.record).exists() and not args.overwrite:
-            return _error(f"--record {args.record} already exists (use --overwrite to replace it)")
+        problem = _output_problem(args)
+        if problem:
+            return _error(problem)
         try:
             settings = _settings(args)
         except ValueError as exc:
@@ -261,6 +257,17 @@ def _evaluate(args, settings) -> int:
     return 0
 
 
+def _output_problem(args) -> str | None:
+    """Why --out / --record cannot be written (one input bag with --record; no overwriting unasked)."""
+    if args.record and len(args.bags) != 1:
+        return "--record writes one bag: evaluate one input bag at a time with it"
+    if Path(args.out).exists() and not args.overwrite:
+        return f"--out {args.out} already exists (use --overwrite to replace it)"
+    if args.record and Path(args.record).exists() and not args.overwrite:
+        return f"--record {args.record} already exists (use --overwrite to replace it)"
+    return None
+
+
 def _model_flags_given(args) -> list[str]:
     """The model / decoding flags given on the command line (they mean nothing with --predictions)."""
     given = [f"--{name.replace('_', '-')}" for name in ("model", "min_pixels", "max_pixels", "max_waypoint_abs_m")
@@ -292,13 +299,9 @@ def _predictions(args) -> int:
     if len(args.predictions) != len(args.bags):
         return _error(f"--predictions: {len(args.predictions)} NODE_BAG(s) for {len(args.bags)} BAG(s); give one "
                       "per BAG, in the same order")
-    if args.record and len(args.bags) != 1:
-        return _error("--record writes one bag: evaluate one input bag at a time with it")
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        return _error(f"--out {out} already exists (use --overwrite to replace it)")
-    if args.record and Path(args.record).exists() and not args.overwrite:
-        return _error(f"--record {args.record} already exists (use --overwrite to replace it)")
+    problem = _output_problem(args)
+    if problem:
+        return _error(problem)
     node = _apply_params_file(args)      # the input settings (odometry timeout, route, default command)
     if node.get("model_path"):
         log.info("--predictions: model_path in --params-file is not used (the node's predictions are scored)")
