@@ -22,6 +22,13 @@ py=$venv/bin/python
 deps_hash=$(cat requirements/*.txt setup.py | sha256sum | cut -c1-16)
 if ! stamp_ok "$venv/.deps-stamp" "$deps_hash"; then
   step "installing Python dependencies (torch, transformers, ROS 2 wheels)"
+  # torch's CUDA build (the one torchvision imports beside, see requirements/core.txt) makes the
+  # venv about 6.2 GB: say so up front rather than let pip stop half-way with ENOSPC.
+  free_kb=$(df -Pk "$venv" | awk 'NR == 2 {print $4}')
+  if [ "${free_kb:-0}" -lt $((7 * 1024 * 1024)) ]; then
+    printf '[setup] warning: %s MB free under %s; the dependencies need about 6200 MB\n' \
+      "$((free_kb / 1024))" "$venv" >&2
+  fi
   "$py" -m pip install -q --upgrade pip
   "$py" -m pip install -q -r requirements/core.txt -r requirements/ros.txt -r requirements/test.txt
   # compat mode puts the source root on sys.path (a .pth file), so wam_diff2_ros can be
