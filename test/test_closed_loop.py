@@ -18,7 +18,7 @@ import pytest
 from wam_diff2_core.control import ControllerGains
 from wam_diff2_core.sim.closed_loop import (ClosedLoopSettings, ExpertOracle, RouteRun, demo_world_gains,
                                             drive_direct, summarize)
-from wam_diff2_core.sim.episode import NUM_WAYPOINTS
+from wam_diff2_core.outputs.prompts import NUM_WAYPOINTS
 from wam_diff2_core.sim.truth import route_command
 
 LEFT_CROSSING_ROUTE = 2          # seed 2000: a left turn at a crossing within the first 200 m
@@ -69,7 +69,7 @@ def test_route_commands_from_road_options_follow_the_demo_worlds_rule():
     assert sum(a != b for a, b in zip(tracked, tracked[1:])) == sum(a != b for a, b in zip(truth, truth[1:]))
 
 
-def test_cli_writes_a_summary_and_a_plot_per_route(tmp_path):
+def test_cli_writes_a_summary_and_a_plot_per_route(tmp_path, capsys):
     from wam_diff2_core.cli import main
     out = tmp_path / "cl"
     assert main(["closed-loop", "--oracle", "--loop", "direct", "--routes", "2", "--route-length-m", "40",
@@ -79,6 +79,8 @@ def test_cli_writes_a_summary_and_a_plot_per_route(tmp_path):
     assert [r["index"] for r in record["results"]] == [0, 1] and record["settings"]["planner"] == "oracle"
     assert (out / "route_000.png").stat().st_size > 10_000 and (out / "route_001.png").exists()
     assert main(["closed-loop", "--loop", "direct", "--routes", "1", "--out", str(tmp_path / "x")]) == 2
+    assert main(["closed-loop", "--oracle", "--threads", "-1", "--out", str(tmp_path / "y")]) == 2
+    assert "cpu_threads: -1 is below 0" in capsys.readouterr().err and not (tmp_path / "y").exists()
 
 
 def test_summary_scores():

@@ -9,10 +9,10 @@ every frame the evaluator scores.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -34,7 +34,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from wam_diff2_core.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.scenes import circle_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory  # noqa: E402
-from wam_diff2_ros.testing import unique_domain_id  # noqa: E402
+from wam_diff2_ros.testing import planner_command, running, unique_domain_id  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 DOMAIN = unique_domain_id(4)
@@ -45,19 +45,6 @@ TOPICS = {"image": f"{ROLE}/rgb_front/image", "odometry": f"{ROLE}/odometry", "r
 # AR and short answers keep a frame to ~16 forwards; 16 tokens (not fewer) are needed for the random
 # model's text to depend on the velocity / acceleration digits of the prompt, so inputs are compared too
 DECODING = {"block_size": 1, "max_new_tokens": 16}
-
-
-def planner_command(checkpoint) -> list[str]:
-    cmd = [str(Path(sys.executable).parent / "wam-diff2-planner"), "--ros-args",
-           "--params-file", str(REPO / "config" / "planner.yaml"),
-           "-p", f"model_path:={checkpoint}", "-p", "use_sim_time:=true", "-p", "device:=cpu", "-p", "warmup:=false",
-           "-p", "image_timeout_s:=3600.0", "-p", "debug.publish_image:=false", "-p", "debug.publish_markers:=false",
-           "-p", "diagnostics_period_s:=0.2"]
-    for name, value in DECODING.items():
-        cmd += ["-p", f"decoding.{name}:={value}"]
-    for key, topic in TOPICS.items():
-        cmd += ["-r", f"~/input/{key}:={topic}"]
-    return cmd
 
 
 class Outputs:
@@ -116,9 +103,9 @@ def test_replay_into_the_planner_matches_the_offline_evaluator(tiny_checkpoint, 
 
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN))
     outputs = Outputs()
-    log = (tmp_path / "planner.log").open("w")
-    planner = subprocess.Popen(planner_command(tiny_checkpoint), env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
+    command = planner_command(REPO / "config" / "planner.yaml", tiny_checkpoint, TOPICS,
+                              {"diagnostics_period_s": 0.2, **{f"decoding.{k}": v for k, v in DECODING.items()}})
+    with contextlib.closing(outputs), running(command, env, tmp_path / "planner.log") as planner:
         # offline, while the node starts
         out = tmp_path / "offline"
         rc = main(["eval-bag", str(bag), "--model", str(tiny_checkpoint), "--params-file",
@@ -142,15 +129,6 @@ def test_replay_into_the_planner_matches_the_offline_evaluator(tiny_checkpoint, 
         stamps = [f["stamp_ns"] for f in offline]
         wait(lambda: all(s in outputs.trajectories for s in stamps), 120, "trajectories for every offline frame",
              planner)
-    finally:
-        planner.send_signal(signal.SIGINT)
-        try:
-            planner.wait(30)
-        except subprocess.TimeoutExpired:
-            planner.kill()
-            planner.wait()
-        log.close()
-        outputs.close()
 
     for frame in offline:
         msg = outputs.trajectories[frame["stamp_ns"]]

@@ -24,7 +24,7 @@ from wam_diff2_core.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bag import Bag  # noqa: E402
 from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.replay import DEFAULT_RECORD_TOPICS, PLANNER_NODE  # noqa: E402
-from wam_diff2_ros.testing import unique_domain_id  # noqa: E402
+from wam_diff2_ros.testing import planner_command, running, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 DOMAIN = unique_domain_id(8)
@@ -96,17 +96,6 @@ def test_record_refuses_what_it_cannot_do(scene_bag, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exists"]     # nothing half-written
 
 
-def planner_command(checkpoint) -> list[str]:
-    cmd = [str(Path(sys.executable).parent / "wam-diff2-planner"), "--ros-args",
-           "--params-file", str(REPO / "config" / "planner.yaml"),
-           "-p", f"model_path:={checkpoint}", "-p", "use_sim_time:=true", "-p", "device:=cpu", "-p", "warmup:=false",
-           "-p", "image_timeout_s:=3600.0", "-p", "debug.publish_image:=false", "-p", "debug.publish_markers:=false",
-           "-p", "decoding.block_size:=1", "-p", "decoding.max_new_tokens:=6"]
-    for key, topic in TOPICS.items():
-        cmd += ["-r", f"~/input/{key}:={topic}"]
-    return cmd
-
-
 @pytest.mark.slow
 def test_replay_into_the_planner_records_its_answers_and_eval_bag_scores_them(tiny_checkpoint, tmp_path):
     synth = tmp_path / "synth"
@@ -120,22 +109,14 @@ def test_replay_into_the_planner_records_its_answers_and_eval_bag_scores_them(ti
     assert len(image_stamps) == 6
 
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN), OMP_NUM_THREADS="1")
-    log = (tmp_path / "planner.log").open("w")
-    planner = subprocess.Popen(planner_command(tiny_checkpoint), env=env, stdout=log, stderr=subprocess.STDOUT)
     out = tmp_path / "node_out"
-    try:
+    command = planner_command(REPO / "config" / "planner.yaml", tiny_checkpoint, TOPICS,
+                              {"decoding.block_size": 1, "decoding.max_new_tokens": 6})
+    with running(command, env, tmp_path / "planner.log"):
         # the whole 4 s of frames (+ 0.5 s) at rate 1; waits for the node's model and subscriptions
         r = replay(str(bag), "--clock", "--playback-duration", "4.5", "--delay-s", "0.5", "--wait-for-planner",
                    "--wait-timeout-s", "120", "--wait-for-subscribers", TOPICS["image"], TOPICS["odometry"],
                    "--record", str(out), "--record-grace-s", "3", timeout=240)
-    finally:
-        planner.send_signal(signal.SIGINT)
-        try:
-            planner.wait(30)
-        except subprocess.TimeoutExpired:
-            planner.kill()
-            planner.wait()
-        log.close()
     assert r.returncode == 0, r.stderr + (tmp_path / "planner.log").read_text()[-3000:]
 
     with Bag(out) as rec:

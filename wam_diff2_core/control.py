@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-WAYPOINT_DT_S = 0.5
+from .outputs.prompts import WAYPOINT_DT_S
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,9 @@ from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.inputs import encode_prompts
 from .outputs.parsing import Box, parse_boxes, parse_waypoints
 from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEMPLATE, IMAGE_PLACEHOLDER,
-                              format_detection_prompt, format_planning_prompt)
+                              NUM_WAYPOINTS, format_detection_prompt, format_planning_prompt)
 
 TASKS = ("plan", "detect")
-NUM_WAYPOINTS = 8
-WAYPOINT_DT_S = 0.5
 
 
 @dataclass(frozen=True)

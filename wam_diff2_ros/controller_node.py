@@ -57,7 +57,8 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityP
 from rosgraph_msgs.msg import Clock as ClockMsg
 from std_msgs.msg import Bool, Header, String
 
-from wam_diff2_core.control import WAYPOINT_DT_S, ControllerGains, Plan, Pose2D, WaypointController
+from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointController
+from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.evaluation.bag import DEFAULT_ROLE
 from wam_diff2_core.geometry import TIME_RESET_S, RouteCommandSettings, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,

@@ -16,7 +16,8 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from wam_diff2_core.geometry import EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw
 from wam_diff2_core.inputs import NS_PER_S
-from wam_diff2_core.policy import WAYPOINT_DT_S, TaskResult
+from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
+from wam_diff2_core.policy import TaskResult
 
 from .msg import DecodeStats, Detection2D, Detection2DArray, Trajectory, TrajectoryPoint
 

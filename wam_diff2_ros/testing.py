@@ -9,10 +9,15 @@ Used by the tests and handy for smoke runs without a simulator:
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
+import signal
+import subprocess
+import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -42,6 +47,41 @@ def unique_domain_id(offset: int) -> int:
     if not 0 <= offset < 10:
         raise ValueError(f"offset: {offset} is not in 0..9")
     return 1 + (os.getpid() % 23) * 10 + offset
+
+
+def planner_command(params_file: str | pathlib.Path, checkpoint: str | pathlib.Path, topics: Mapping[str, str],
+                    params: Mapping[str, Any] | None = None) -> list[str]:
+    """``wam-diff2-planner`` as a replay test or a smoke run starts it: ``params_file``, then sim time,
+    the CPU, no warm-up, no image timeout and no debug outputs, then ``params`` (``{"decoding.block_size":
+    1}``); its inputs remapped to ``topics`` (``{"image": "/carla/ego_vehicle/rgb_front/image", ...}``)."""
+    settings = {"model_path": str(checkpoint), "use_sim_time": "true", "device": "cpu", "warmup": "false",
+                "image_timeout_s": "3600.0", "debug.publish_image": "false", "debug.publish_markers": "false",
+                **(params or {})}
+    cmd = [str(pathlib.Path(sys.executable).parent / "wam-diff2-planner"), "--ros-args",
+           "--params-file", str(params_file)]
+    for name, value in settings.items():
+        cmd += ["-p", f"{name}:={value}"]
+    for key, topic in topics.items():
+        cmd += ["-r", f"~/input/{key}:={topic}"]
+    return cmd
+
+
+@contextlib.contextmanager
+def running(cmd: list[str], env: Mapping[str, str], log_path: str | pathlib.Path,
+            stop_timeout_s: float = 30.0) -> Iterator[subprocess.Popen]:
+    """``cmd`` as a process with its output in ``log_path``; on leaving, stopped as ``ros2 launch``
+    stops a node: SIGINT, then SIGKILL after ``stop_timeout_s``."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=dict(env), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def image_msg(stamp_ns: int, height: int = 90, width: int = 160, encoding: str = "bgra8", padding: int = 8,

@@ -54,6 +54,9 @@ def add_arguments(p) -> None:
     p.add_argument("--steer-gain-scale", type=float, default=None,
                    help="scale of the steering PID gains (default: CARLA's 70 deg / the demo car's 0.6 rad "
                         "max wheel angle, about 2.04; 1 = TransFuser's gains as in CARLA)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads for the model (the planner's engine.cpu_threads; default 0: torch's, one "
+                        "per core, which the ros loop's simulator and executors then compete with)")
     p.add_argument("--no-plots", action="store_true", help="skip the bird's-eye PNGs")
     add_decoding_arguments(p)
 
@@ -61,6 +64,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
+    from ..config import EngineSettings
     from ..control import ControllerGains
     from ..sim.closed_loop import (ClosedLoopSettings, ExpertOracle, PolicyPlanner, RouteRun, demo_world_gains,
                                    drive_direct, plot_route, summarize, summary_line)
@@ -69,6 +73,7 @@ def run(args) -> int:
     if args.oracle == bool(args.model):
         print("wam-diff2 closed-loop: error: give exactly one of --model CKPT or --oracle", file=sys.stderr)
         return 2
+    engine = EngineSettings().replace(cpu_threads=args.threads)      # validated here, for both loops
     overrides = {k: v for k, v in (("seed", args.seed), ("route_length_m", args.route_length_m)) if v is not None}
     settings = ClosedLoopSettings(traffic=args.traffic, command_source=args.command_source, **overrides)
     gains = demo_world_gains(ControllerGains(), args.steer_gain_scale)
@@ -96,7 +101,8 @@ def run(args) -> int:
                 from ..policy import DrivingPolicy
                 planner = PolicyPlanner(DrivingPolicy.from_checkpoint(
                     args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args),
-                    min_pixels=args.min_pixels, max_pixels=args.max_pixels))
+                    min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+                    engine=engine))
             drive(lambda r: drive_direct(r, planner, gains, args.lockstep_n))
         else:
             try:
@@ -105,7 +111,7 @@ def run(args) -> int:
                 print(f"wam-diff2 closed-loop: error: --loop ros needs rclpy and the package's messages ({exc}); "
                       "run `make setup`, or use --loop direct", file=sys.stderr)
                 return 2
-            planner_params = {"device": args.device, "dtype": args.dtype,
+            planner_params = {"device": args.device, "dtype": args.dtype, "engine.cpu_threads": engine.cpu_threads,
                               **{"decoding." + k: v for k, v in decoding_overrides(args).items()}}
             if args.min_pixels:
                 planner_params["image.min_pixels"] = args.min_pixels

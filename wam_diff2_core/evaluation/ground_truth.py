@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ..geometry import world_to_ego, wrap_angle
-from ..policy import NUM_WAYPOINTS, WAYPOINT_DT_S
+from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 
 WAYPOINT_OFFSETS_NS = tuple(round((k + 1) * WAYPOINT_DT_S * 1e9) for k in range(NUM_WAYPOINTS))   # 0.5 ... 4.0 s
 

@@ -26,8 +26,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..outputs.prompts import COMMANDS
-from ..policy import NUM_WAYPOINTS, WAYPOINT_DT_S
+from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
 
 HORIZONS_S = (1.0, 2.0, 3.0, 4.0)
 CONVENTIONS = {

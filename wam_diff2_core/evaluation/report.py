@@ -18,8 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..config import ConfigError
-from ..outputs.prompts import COMMANDS
-from ..policy import NUM_WAYPOINTS, WAYPOINT_DT_S
+from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
 from ..utils.atomic import atomic_directory
 from .metrics import CONVENTIONS, HORIZONS_S, FrameResult, horizon_key, summarize, trajectory_metrics
 

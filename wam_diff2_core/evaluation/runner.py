@@ -30,7 +30,7 @@ from ..geometry import TIME_RESET_S
 from ..images import ImageError
 from ..inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
                       stamp_ns)
-from ..policy import NUM_WAYPOINTS
+from ..outputs.prompts import NUM_WAYPOINTS
 from .bag import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag, BagError,
                   BagTopics, Undecodable)
 from .ground_truth import (WAYPOINT_OFFSETS_NS, EgoTrajectory, NoFuture, constant_velocity_waypoints,

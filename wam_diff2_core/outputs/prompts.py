@@ -11,6 +11,9 @@ from typing import Sequence
 
 COMMANDS = ("left", "straight", "right")
 IMAGE_PLACEHOLDER = "<image>"
+# What the planning prompt asks for: 8 waypoints over the next 4 s, one every 0.5 s (ego frame).
+NUM_WAYPOINTS = 8
+WAYPOINT_DT_S = 0.5
 
 # The NAVSIM planning prompt as the authors trained it, including its grammar.
 PLANNING_TEMPLATE = (

@@ -53,11 +53,12 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..control import WAYPOINT_DT_S, ControllerGains, Plan, Pose2D, VehicleControl, WaypointController
+from ..control import ControllerGains, Plan, Pose2D, VehicleControl, WaypointController
 from ..geometry import AccelerationEstimator
+from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 from ..routes import RouteTracker, RouteTrackerSettings
 from .camera import CameraSettings, Palette, Renderer
-from .episode import NUM_WAYPOINTS, EpisodeSettings, episode_rng
+from .episode import EpisodeSettings, episode_rng
 from .truth import CommandSettings, route_command
 from .world import World, WorldSettings
 

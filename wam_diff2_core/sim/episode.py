@@ -29,15 +29,13 @@ import numpy as np
 
 from ..geometry import AccelerationEstimator, world_to_ego
 from ..outputs.parsing import BOX_SCALE
+from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 from .camera import CameraSettings, Palette, PixelBox, Renderer
 from .expert import Leader
 from .road import RoadMap
 from .truth import (QUESTIONS, CommandSettings, answer_action, answer_count, answer_lead, answer_road,
                     route_command)
 from .world import VehicleBox, World, WorldSettings
-
-NUM_WAYPOINTS = 8
-WAYPOINT_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -105,11 +103,11 @@ class EpisodeSettings:
 
     @property
     def horizon_ticks(self) -> int:
-        return int(round(NUM_WAYPOINTS * WAYPOINT_INTERVAL_S / self.dt_s))
+        return int(round(NUM_WAYPOINTS * WAYPOINT_DT_S / self.dt_s))
 
     @property
     def waypoint_ticks(self) -> int:
-        return int(round(WAYPOINT_INTERVAL_S / self.dt_s))
+        return int(round(WAYPOINT_DT_S / self.dt_s))
 
     def frame_tick(self, frame: int) -> int:
         return self.warmup_ticks + frame * self.frame_stride
@@ -329,5 +327,5 @@ def _recovery(world: World, rng: np.random.Generator, settings: RecoverySettings
     if changed:
         speed = 0.0 if u < settings.standstill_probability else share * ego.speed
         displaced = replace(displaced, speed=speed, acceleration=0.0, yaw_rate=0.0)
-    waypoints = world.expert_future(NUM_WAYPOINTS, WAYPOINT_INTERVAL_S, ego=displaced)
+    waypoints = world.expert_future(NUM_WAYPOINTS, WAYPOINT_DT_S, ego=displaced)
     return Recovery((displaced.x, displaced.y, displaced.yaw), offset, yaw_deg, displaced.speed, changed, waypoints)
