@@ -10,6 +10,17 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _process_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# tempfile makes private files (0600) and directories (0700); what we publish gets the modes a plain
+# open() / mkdir() would give (read once: reading the umask means setting it, process-wide)
+_UMASK = _process_umask()
+
+
 @contextlib.contextmanager
 def atomic_directory(dst: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it is renamed to ``dst``."""
@@ -19,6 +30,7 @@ def atomic_directory(dst: str | Path, *, overwrite: bool = False) -> Iterator[Pa
         raise ConfigError(f"{dst}: already exists")
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.partial-", dir=dst.parent))
+    tmp.chmod(0o777 & ~_UMASK)
     try:
         yield tmp
         if dst.exists():
@@ -38,6 +50,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
