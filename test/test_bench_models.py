@@ -55,6 +55,7 @@ def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, 
         text, stats = real(decoder, tokenizer, inputs, settings, generator)
         calls["n"] += 1
         truth = TRUTHS[0] if inputs["input_ids"].equal(stub.first_ids) else TRUTHS[1]
+        calls.setdefault("order", []).append((settings.block_size, settings.confidence_threshold, truth is TRUTHS[0]))
         if settings.block_size == 1:
             return _answer([(x, y + 1.0) for x, y in truth]), stats
         if settings.block_size == 32 and settings.confidence_threshold == 0.9:
@@ -83,6 +84,11 @@ def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, 
     assert "prefill excluded" in table and "L2@4s med" in table
     assert result["samples"] == 2 and {s["id"] for s in result["skipped"]} == {"qa", "malformed"}
     assert calls["n"] == 4 * 3   # per configuration: one warm-up + two samples
+    # the warm-ups (sample 0), then sample 0 under every configuration, then sample 1: a change in the
+    # machine's load reaches every configuration alike
+    configs = [(1, 0.9), (4, 0.9), (32, 0.9), (32, 0.8)]
+    assert [(b, t) for b, t, _ in calls["order"]] == configs * 3
+    assert [first for _, _, first in calls["order"]] == [True] * 8 + [False] * 4
 
     ar, b4, b32, b32_08 = result["configurations"]
     assert ar["block_size"] == 1 and ar["confidence_threshold"] is None

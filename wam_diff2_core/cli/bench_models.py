@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -160,23 +161,20 @@ def compare(results: list[dict[str, Any]], baseline: dict[str, Any]) -> None:
         r["l2_4s_vs_cv"] = ratio(r["l2_4s_mean"], baseline["l2_4s_mean"])
 
 
-def run_config(decoder, tokenizer, encoded, truths, settings, seed: int) -> list[dict]:
+def decode_row(decoder, tokenizer, sample_id: str, inputs, truth, settings, seed: int) -> dict[str, Any]:
+    """One sample under one configuration: its answer, errors against ``truth`` and decode statistics."""
     import torch
 
     from ..evaluation.metrics import waypoint_errors
     from ..outputs.parsing import parse_waypoints
 
-    rows = []
     with torch.no_grad():
-        decode_one(decoder, tokenizer, encoded[0][1], settings, torch.Generator().manual_seed(seed))  # warm-up
-        for i, ((sid, inputs), truth) in enumerate(zip(encoded, truths)):
-            text, s = decode_one(decoder, tokenizer, inputs, settings, torch.Generator().manual_seed(seed + i))
-            plan = parse_waypoints(text)
-            rows.append({"id": sid, "text": text, "parse_error": None if plan.ok else str(plan.error),
-                         "errors": waypoint_errors(plan.waypoints, truth).tolist() if plan.ok else None,
-                         "forwards": s.forwards, "tokens": s.tokens, "prefill_ms": s.prefill_ms,
-                         "decode_ms": s.denoise_ms + s.commit_ms})
-    return rows
+        text, s = decode_one(decoder, tokenizer, inputs, settings, torch.Generator().manual_seed(seed))
+    plan = parse_waypoints(text)
+    return {"id": sample_id, "text": text, "parse_error": None if plan.ok else str(plan.error),
+            "errors": waypoint_errors(plan.waypoints, truth).tolist() if plan.ok else None,
+            "forwards": s.forwards, "tokens": s.tokens, "prefill_ms": s.prefill_ms,
+            "decode_ms": s.denoise_ms + s.commit_ms}
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -263,21 +261,31 @@ def run(args) -> int:
 
     models = {"diffusion": args.model, "ar": args.ar_model or args.model}
     loaded_by_path: dict[str, Any] = {}
-    results = []
+    runs = []
     for label, block, threshold in configurations(args.block_sizes, args.thresholds):
         path = models["ar" if block == 1 else "diffusion"]
         if path not in loaded_by_path:
             loaded = load_checkpoint(path, device=args.device, dtype=args.dtype, overrides=overrides)
-            encoded = [(s.id, encode_prompts(loaded.processor, [s.prompt_messages], [images[s.id]],
-                                             min_pixels=args.min_pixels, max_pixels=args.max_pixels).to(loaded.device))
+            encoded = [encode_prompts(loaded.processor, [s.prompt_messages], [images[s.id]],
+                                      min_pixels=args.min_pixels, max_pixels=args.max_pixels).to(loaded.device)
                        for s, _ in samples]
             loaded_by_path[path] = (loaded, make_decoder(loaded.model, loaded.config), encoded)
         loaded, decoder, encoded = loaded_by_path[path]
-        config = loaded.config.with_settings(block_size=block, denoising_steps=block,
-                                             **({} if threshold is None else {"confidence_threshold": threshold}))
-        log.info("bench %s (%s, %d samples)", label, path, len(samples))
-        rows = run_config(decoder, loaded.tokenizer, encoded, [t for _, t in samples], config.settings, args.seed)
-        results.append(summarize(label, block, threshold, str(path), rows))
+        settings = loaded.config.with_settings(block_size=block, denoising_steps=block,
+                                               **({} if threshold is None else {"confidence_threshold": threshold})
+                                               ).settings
+        decode_row(decoder, loaded.tokenizer, "warm-up", encoded[0], samples[0][1], settings, args.seed)
+        runs.append(SimpleNamespace(label=label, block=block, threshold=threshold, path=path, loaded=loaded,
+                                    decoder=decoder, encoded=encoded, settings=settings))
+    # samples outer, configurations inner: a change in the machine's load while the benchmark runs
+    # reaches every configuration alike instead of skewing the ratios between them
+    rows: list[list[dict]] = [[] for _ in runs]
+    for i, (sample, truth) in enumerate(samples):
+        log.info("bench sample %d/%d (%s)", i + 1, len(samples), sample.id)
+        for r, config_rows in zip(runs, rows):
+            config_rows.append(decode_row(r.decoder, r.loaded.tokenizer, sample.id, r.encoded[i], truth, r.settings,
+                                          args.seed + i))
+    results = [summarize(r.label, r.block, r.threshold, str(r.path), config_rows) for r, config_rows in zip(runs, rows)]
 
     baseline = constant_velocity_baseline(samples)
     compare(results, baseline)
