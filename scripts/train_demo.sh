@@ -2,15 +2,17 @@
 # The demo models' whole recipe, from the synthetic world to the shipped weights (models/):
 # data -> a 3.2M-parameter Qwen3-VL built from code -> AR training (B = 1) -> convert ->
 # Stage I curriculum B = 4 -> 8 -> 16 -> 32 -> closed-loop adaptation at B = 32 (recovery,
-# standstill and slowed-down copies of every frame) -> bf16 copies. Every step is skipped when its output
-# exists and training steps resume, so an interrupted run continues where it stopped.
-#   make train-demo            (CPU: about 1.75 h on 2 cores; on a GPU add --train.device auto)
+# standstill and slowed-down copies of every frame) -> a longer B = 32 refinement on fresh scenes
+# -> bf16 copies. Every step is skipped when its output exists and training steps resume, so an
+# interrupted run continues where it stopped.
+#   make train-demo            (CPU: about 3 h on 2 cores; on a GPU add --train.device auto)
 #   RUNS=runs/demo bash scripts/train_demo.sh [extra wam-diff2 train overrides]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-runs/demo}
 models=${MODELS:-models}
 data="--data.train_file $runs/data/train.json --data.data_root $runs/data"
+overrides=("$@")
 [ -f "$runs/data/manifest.json" ] || wam-diff2 synth "$runs/data" --episodes 160 --frames 100 --frame-stride 5 \
   --formats json --vqa-per-frame 0 --no-detection --recovery-fraction 0.3 --workers 2 --no-progress --overwrite
 [ -d "$runs/init" ] || wam-diff2 tiny-checkpoint "$runs/init" --ar --seed 0 --hidden-size 256 --layers 4 --logit-scale 1
@@ -20,12 +22,21 @@ resume() { [ -d "$1" ] && echo --resume || true; }
 [ -d "$runs/init_diffusion" ] || wam-diff2 convert "$runs/ar/final" "$runs/init_diffusion" --block-size 4
 [ -d "$runs/curriculum/block32/final" ] || wam-diff2 train --config training/demo/curriculum.yaml \
   --model.path "$runs/init_diffusion" $data --output.dir "$runs/curriculum" $(resume "$runs/curriculum") "$@"
-[ -f "$runs/data_closed_loop/manifest.json" ] || wam-diff2 synth "$runs/data_closed_loop" --seed 3000 --episodes 40 \
-  --frames 60 --frame-stride 5 --formats json --vqa-per-frame 0 --no-detection --recovery-fraction 1 \
-  --recovery-standstill 0.3 --recovery-slow 0.3 --val-fraction 0 --workers 2 --no-progress --overwrite
-[ -d "$runs/closed_loop/final" ] || wam-diff2 train --config training/demo/closed_loop.yaml \
-  --model.path "$runs/curriculum/block32/final" --data.train_file "$runs/data_closed_loop/train.json" \
-  --data.data_root "$runs/data_closed_loop" --output.dir "$runs/closed_loop" $(resume "$runs/closed_loop") "$@"
+# a B = 32 stage on scenes of its own: NAME (training/demo/NAME.yaml, runs/data_NAME, runs/NAME), the model
+# it starts from, then the synth options of its scenes
+b32_stage() {
+  local name=$1 from=$2 scenes=$runs/data_$1
+  shift 2
+  [ -f "$scenes/manifest.json" ] || wam-diff2 synth "$scenes" "$@" --frame-stride 5 --formats json --vqa-per-frame 0 \
+    --no-detection --val-fraction 0 --workers 2 --no-progress --overwrite
+  [ -d "$runs/$name/final" ] || wam-diff2 train --config "training/demo/$name.yaml" --model.path "$from" \
+    --data.train_file "$scenes/train.json" --data.data_root "$scenes" --output.dir "$runs/$name" \
+    $(resume "$runs/$name") "${overrides[@]}"
+}
+b32_stage closed_loop "$runs/curriculum/block32/final" --seed 3000 --episodes 40 --frames 60 --recovery-fraction 1 \
+  --recovery-standstill 0.3 --recovery-slow 0.3
+b32_stage refine "$runs/closed_loop/final" --seed 4000 --episodes 120 --frames 80 --recovery-fraction 0.5 \
+  --recovery-standstill 0.3 --recovery-slow 0.3
 [ -d "$models/wam-diff2-demo-ar" ] || wam-diff2 export "$runs/ar/final" "$models/wam-diff2-demo-ar" --dtype bfloat16
-[ -d "$models/wam-diff2-demo-b32" ] || wam-diff2 export "$runs/closed_loop/final" "$models/wam-diff2-demo-b32" --dtype bfloat16
+[ -d "$models/wam-diff2-demo-b32" ] || wam-diff2 export "$runs/refine/final" "$models/wam-diff2-demo-b32" --dtype bfloat16
 echo "demo models: $models/wam-diff2-demo-ar (AR), $models/wam-diff2-demo-b32 (Block-32)"
