@@ -83,6 +83,32 @@ def test_cli_writes_a_summary_and_a_plot_per_route(tmp_path, capsys):
     assert "cpu_threads: -1 is below 0" in capsys.readouterr().err and not (tmp_path / "y").exists()
 
 
+def test_expert_labels_keep_every_planned_frame_with_the_experts_answer(tmp_path, capsys):
+    from wam_diff2_core.cli import main
+    from wam_diff2_core.data.samples import iter_samples, load_images
+    from wam_diff2_core.outputs.parsing import parse_waypoints
+    from wam_diff2_core.outputs.prompts import parse_planning_prompt
+    out = tmp_path / "cl"
+    assert main(["closed-loop", "--oracle", "--loop", "direct", "--routes", "1", "--route-length-m", "30",
+                 "--expert-labels", "--no-plots", "--out", str(out)]) == 0
+    record = json.loads((out / "summary.json").read_text())
+    root = out / "expert_labels"
+    samples = list(iter_samples(root / "train.json", root))
+    assert len(samples) == record["results"][0]["plans"] > 5
+    assert f"{len(samples)} expert-labelled frames" in capsys.readouterr().out
+    run = RouteRun(0, ClosedLoopSettings(route_length_m=30.0))
+    first = samples[0]
+    assert first.id == "closed-loop-s2000-r0000-t000000"
+    assert load_images(first)[0].size == (run.settings.camera.width, run.settings.camera.height)
+    answer = parse_waypoints(first.raw["conversations"][-1]["value"])
+    # the oracle drives the expert's path, so its first frame is the route's first frame
+    assert answer.ok and np.allclose(answer.waypoints, run.world.expert_future(NUM_WAYPOINTS, 0.5), atol=0.006)
+    command, velocity, _ = parse_planning_prompt(first.raw["conversations"][0]["value"])
+    assert command == run.command() and velocity[0] == pytest.approx(run.speed, abs=0.006)
+    assert main(["closed-loop", "--oracle", "--expert-labels", "--out", str(tmp_path / "ros")]) == 2
+    assert "--expert-labels needs --loop direct" in capsys.readouterr().err
+
+
 def test_summary_scores():
     run = RouteRun(0, ClosedLoopSettings(route_length_m=30.0))
     result = drive_direct(run, ExpertOracle(), demo_world_gains())

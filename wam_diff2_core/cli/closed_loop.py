@@ -4,6 +4,7 @@
     wam-diff2 closed-loop --model CKPT --routes 10 --out runs/cl --loop direct      # same policy + controller, no ROS
     wam-diff2 closed-loop --oracle --routes 3 --out /tmp/cl_oracle                 # test the loop, no model
     wam-diff2 closed-loop --model CKPT --timing leaderboard --planner-process subprocess --out runs/cl_lb
+    wam-diff2 closed-loop --model CKPT --loop direct --seed 5000 --routes 20 --expert-labels --out runs/dagger
 
 Loops (``--loop``): ``ros`` (default) runs the simulator on carla-ros-bridge topics, the planner
 node (in this process or ``--planner-process subprocess``) in lockstep mode every
@@ -57,6 +58,10 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=0,
                    help="CPU threads for the model (the planner's engine.cpu_threads; default 0: torch's, one "
                         "per core, which the ros loop's simulator and executors then compete with)")
+    p.add_argument("--expert-labels", action="store_true",
+                   help="direct loop: also keep every planned frame labelled with the expert's drive from "
+                        "that state (DAgger data) in OUT/expert_labels/ (train.json + images: wam-diff2 train "
+                        "--data.train_file OUT/expert_labels/train.json --data.data_root OUT/expert_labels)")
     p.add_argument("--no-plots", action="store_true", help="skip the bird's-eye PNGs")
     add_decoding_arguments(p)
 
@@ -66,12 +71,15 @@ def run(args) -> int:
 
     from ..config import EngineSettings
     from ..control import ControllerGains
-    from ..sim.closed_loop import (ClosedLoopSettings, ExpertOracle, PolicyPlanner, RouteRun, demo_world_gains,
-                                   drive_direct, plot_route, summarize, summary_line)
+    from ..sim.closed_loop import (ClosedLoopSettings, ExpertLabels, ExpertOracle, PolicyPlanner, RouteRun,
+                                   demo_world_gains, drive_direct, plot_route, summarize, summary_line)
     from ..utils.atomic import atomic_directory
 
     if args.oracle == bool(args.model):
         print("wam-diff2 closed-loop: error: give exactly one of --model CKPT or --oracle", file=sys.stderr)
+        return 2
+    if args.expert_labels and args.loop != "direct":
+        print("wam-diff2 closed-loop: error: --expert-labels needs --loop direct", file=sys.stderr)
         return 2
     engine = EngineSettings().replace(cpu_threads=args.threads)      # validated here, for both loops
     overrides = {k: v for k, v in (("seed", args.seed), ("route_length_m", args.route_length_m)) if v is not None}
@@ -103,7 +111,11 @@ def run(args) -> int:
                     args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args),
                     min_pixels=args.min_pixels, max_pixels=args.max_pixels,
                     engine=engine))
+            if args.expert_labels:
+                planner = labels = ExpertLabels(planner, out / "expert_labels")
             drive(lambda r: drive_direct(r, planner, gains, args.lockstep_n))
+            if args.expert_labels:
+                (out / "expert_labels" / "train.json").write_text(json.dumps(labels.samples, indent=1) + "\n")
         else:
             try:
                 from wam_diff2_ros.closed_loop import RosClosedLoop, RosLoopSettings
@@ -127,6 +139,8 @@ def run(args) -> int:
         record.update(summary=summary, results=[r.to_json() for r in results])
         (out / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"closed loop: {summary_line(summary)}")
-    print(f"wrote {args.out}/summary.json" + ("" if args.no_plots else f" and {len(results)} bird's-eye plots"))
+    print(f"wrote {args.out}/summary.json" + ("" if args.no_plots else f" and {len(results)} bird's-eye plots")
+          + (f"; {len(labels.samples)} expert-labelled frames in {args.out}/expert_labels/train.json"
+             if args.expert_labels else ""))
     return 0
 

@@ -102,15 +102,33 @@ class EpisodeResult:
     bag_counts: dict[str, dict[str, int]]
 
 
-def _encode(rgb: np.ndarray, settings: ExportSettings) -> bytes:
+def make_sample(sample_id: str, task: str, image_path: str, prompt: str, answer: str) -> dict:
+    """One sample in the authors' format (one image, one question, one answer)."""
+    return {"id": sample_id, "datasource": DATASOURCE, "task": task, "image": [image_path],
+            "conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": answer}]}
+
+
+def planning_sample(sample_id: str, image_path: str, command: str, velocity, acceleration,
+                    waypoints: np.ndarray) -> dict:
+    """A planning sample: the NAVSIM prompt for this telemetry, answered with ``waypoints`` [8, 2]."""
+    return make_sample(sample_id, "plan", image_path, format_planning_prompt(command, velocity, acceleration),
+                       format_waypoints(waypoints))
+
+
+def encode_image(rgb: np.ndarray, image_format: str, jpeg_quality: int) -> bytes:
+    """[H, W, 3] RGB as PNG or JPEG bytes."""
     bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-    if settings.image_format == "jpg":
-        ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, settings.jpeg_quality])
+    if image_format == "jpg":
+        ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
     else:
         ok, data = cv2.imencode(".png", bgr, [cv2.IMWRITE_PNG_COMPRESSION, 3])
     if not ok:
         raise RuntimeError("image encoding failed")
     return data.tobytes()
+
+
+def _encode(rgb: np.ndarray, settings: ExportSettings) -> bytes:
+    return encode_image(rgb, settings.image_format, settings.jpeg_quality)
 
 
 def frame_samples(truth, image_path: str, width: int, height: int, settings: ExportSettings) -> list[dict]:
@@ -120,11 +138,9 @@ def frame_samples(truth, image_path: str, width: int, height: int, settings: Exp
     acceleration = truth.acceleration_estimated if settings.prompt_acceleration == "estimated" else truth.acceleration
 
     def sample(task: str, prompt: str, answer: str) -> dict:
-        return {"id": f"{stem}-{task}", "datasource": DATASOURCE, "task": task, "image": [image_path],
-                "conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": answer}]}
+        return make_sample(f"{stem}-{task}", task, image_path, prompt, answer)
 
-    out = [sample("plan", format_planning_prompt(truth.command, velocity, acceleration),
-                  format_waypoints(truth.waypoints))]
+    out = [planning_sample(f"{stem}-plan", image_path, truth.command, velocity, acceleration, truth.waypoints)]
     if settings.detection:
         out.append(sample("detect", format_detection_prompt(), json.dumps(truth.qwen_boxes(width, height))))
     if settings.vqa_per_frame:
