@@ -13,5 +13,5 @@ mkdir -p "$out"
   --vqa-per-frame 0 --no-detection --recovery-fraction 0.3 --workers 2 --no-progress --overwrite
 wam-diff2 --log-level WARNING bench --model models/wam-diff2-demo-b32 --ar-model models/wam-diff2-demo-ar \
   --data "$data/val.json" --every 50 --device cpu --threads 2 --out "$out/bench" --overwrite | tee "$out/bench.txt"
-wam-diff2 --log-level WARNING closed-loop --model models/wam-diff2-demo-b32 --routes 10 --loop direct --threads 2 --out "$out/closed_loop" \
-  --overwrite | tee "$out/closed_loop.txt"
+wam-diff2 --log-level WARNING closed-loop --model models/wam-diff2-demo-b32 --routes 10 --loop direct --threads 2 \
+  --out "$out/closed_loop" --overwrite | tee "$out/closed_loop.txt"

@@ -115,7 +115,7 @@ def run(args) -> int:
                 planner = labels = ExpertLabels(planner, out / "expert_labels")
             drive(lambda r: drive_direct(r, planner, gains, args.lockstep_n))
             if args.expert_labels:
-                (out / "expert_labels" / "train.json").write_text(json.dumps(labels.samples, indent=1) + "\n")
+                labels.write()
         else:
             try:
                 from wam_diff2_ros.closed_loop import RosClosedLoop, RosLoopSettings

@@ -354,7 +354,7 @@ class ExpertLabels:
     """DAgger's data: wraps a planner and keeps every frame it is asked about, labelled with the demo
     world's expert drive from that state, i.e. the states the planner's own driving leads to (off the
     expert's path, slowed down, stopped), as planning samples in the authors' format under ``root``
-    (images/rNNNN/TTTTTT.jpg + :meth:`samples`). Train on them to teach a model to recover from its
+    (images/rNNNN/TTTTTT.jpg, and train.json once :meth:`write` is called). Train on them to teach a model to recover from its
     own mistakes (Ross et al., DAgger); collect on routes other than the evaluation ones."""
 
     def __init__(self, planner: Callable[["RouteRun"], Plan], root: str | Path):
@@ -374,6 +374,13 @@ class ExpertLabels:
         self.samples.append(planning_sample(f"closed-loop-s{run.settings.seed}-r{run.index:04d}-t{run.tick:06d}",
                                             image_path, run.command(), (run.speed, 0.0), run.acceleration, expert))
         return self.planner(run)
+
+    def write(self) -> Path:
+        """``root``/train.json with the samples so far (the synthetic datasets' layout)."""
+        from .export import dump_json_list
+        self.root.mkdir(parents=True, exist_ok=True)
+        dump_json_list(self.root / "train.json", self.samples)
+        return self.root / "train.json"
 
 
 def drive_direct(run: RouteRun, planner: Callable[[RouteRun], Plan], gains: ControllerGains | None = None,

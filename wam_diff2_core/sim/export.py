@@ -229,7 +229,8 @@ def _export_episode_job(args) -> EpisodeResult:
     return export_episode(Path(root), index, split, settings)
 
 
-def _dump_json_list(path: Path, items: list[dict]) -> None:
+def dump_json_list(path: Path, items: list[dict]) -> None:
+    """A JSON list with one item per line (the datasets' train.json / val.json)."""
     with open(path, "w") as f:
         f.write("[\n")
         for i, item in enumerate(items):
@@ -274,7 +275,7 @@ def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = F
         if "json" in settings.formats:
             for split in ("train", "val"):
                 samples = [s for r in results if r.split == split for s in r.samples]
-                _dump_json_list(tmp / f"{split}.json", samples)
+                dump_json_list(tmp / f"{split}.json", samples)
                 counts[f"{split}_samples"] = len(samples)
                 counts[f"{split}_frames"] = sum(len(r.frames) for r in results if r.split == split)
             tasks: dict[str, int] = {}
