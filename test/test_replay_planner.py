@@ -104,7 +104,8 @@ def test_replay_into_the_planner_matches_the_offline_evaluator(tiny_checkpoint, 
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN))
     outputs = Outputs()
     command = planner_command(REPO / "config" / "planner.yaml", tiny_checkpoint, TOPICS,
-                              {"diagnostics_period_s": 0.2, **{f"decoding.{k}": v for k, v in DECODING.items()}})
+                              {"diagnostics_period_s": 0.2, "odometry_wait_s": 10.0,    # the stamp's odometry, as offline
+                               **{f"decoding.{k}": v for k, v in DECODING.items()}})
     with contextlib.closing(outputs), running(command, env, tmp_path / "planner.log") as planner:
         # offline, while the node starts
         out = tmp_path / "offline"

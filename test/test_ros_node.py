@@ -134,6 +134,9 @@ def test_bgra8_frame_odometry_and_command_answered_with_the_image_stamp(probe, p
     assert wait_counter(probe, "plan_parse_failures", 1) >= 1
     values = probe.diagnostic_values(DIAG)
     assert values["last_plan"].startswith("invalid") and values["model_state"] == "READY"
+    # matched publishers per input: the probe's, and nobody's on camera_info
+    assert all(int(values[f"{k}_publishers"]) >= 1 for k in ("image", "odometry", "route", "command"))
+    assert values["camera_info_publishers"] == "0"
 
 
 def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, planner, monkeypatch):

@@ -42,7 +42,7 @@ import cv2
 import numpy as np
 import rclpy
 from geometry_msgs.msg import PoseStamped
-from lifecycle_msgs.srv import GetState
+from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry, Path
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
@@ -66,6 +66,8 @@ TIMINGS = ("lockstep", "leaderboard")
 READY_REORDER_S = 0.05
 STREAM_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
                         history=HistoryPolicy.KEEP_LAST)   # like the bridge; matches best-effort subscribers too
+IMAGE_QOS = QoSProfile(depth=0, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                       history=HistoryPolicy.KEEP_ALL)     # none overwritten before the planner's reader has it
 RECEIVE_QOS = QoSProfile(depth=20, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
                          history=HistoryPolicy.KEEP_LAST)
 
@@ -98,10 +100,12 @@ class RosLoopSettings:
 
 
 def planner_ros_arguments(role: str, lockstep_n: int, model_path: str, extra: dict[str, Any]) -> tuple[dict, list]:
-    """(parameters, remap rules) of the planner for the simulator's topics: lockstep, sim time, no debug outputs."""
+    """(parameters, remap rules) of the planner for the simulator's topics: lockstep, sim time, reliable images,
+    no debug outputs."""
     topics = topic_names(role)
-    params = {"model_path": model_path, "use_sim_time": True, "mode": "lockstep",
-              "lockstep_every_n_images": lockstep_n, "tasks": "plan", "debug.publish_image": False,
+    # images reliable: a lost image would shift which ticks the planner plans on (it counts images)
+    params = {"model_path": model_path, "use_sim_time": True, "mode": "lockstep", "lockstep_every_n_images": lockstep_n,
+              "image_reliability": "reliable", "tasks": "plan", "debug.publish_image": False,
               "debug.publish_markers": False, "publish_odom_frame_path": False, **extra}
     planner = f"/{DEFAULT_PLANNER}"
     remaps = [f"{planner}/input/image:={topics['image']}", f"{planner}/input/camera_info:={topics['camera_info']}",
@@ -119,7 +123,7 @@ class SimulatorNode(Node):
         t, c = self.sensors, self.control_topics
         self.clock_pub = self.create_publisher(ClockMsg, "/clock", STREAM_QOS)
         self.odometry_pub = self.create_publisher(Odometry, t["odometry"], STREAM_QOS)
-        self.image_pub = self.create_publisher(Image, t["image"], STREAM_QOS)
+        self.image_pub = self.create_publisher(Image, t["image"], IMAGE_QOS)
         self.info_pub = self.create_publisher(CameraInfo, t["camera_info"], STREAM_QOS)
         self.route_pub = self.create_publisher(Path, t["route"], LATCHED_QOS)
         self.command_pub = self.create_publisher(String, c["command"], CONTROL_QOS)
@@ -131,8 +135,11 @@ class SimulatorNode(Node):
         self.trajectories: dict[int, Trajectory] = {}
         self.ready_at: float | None = None          # wall time of the leaderboard status True
         self.planner_ready_at: float | None = None  # wall time the planner's READY was seen
-        self.create_subscription(VehicleControl, "/wam_diff2_controller/output/control", self._on_control, RECEIVE_QOS)
-        self.create_subscription(Trajectory, c["trajectory"], self._on_trajectory, RECEIVE_QOS)
+        self.planner_diagnostics: dict[str, str] = {}   # the planner's newest /diagnostics key/values
+        self.control_sub = self.create_subscription(VehicleControl, "/wam_diff2_controller/output/control",
+                                                    self._on_control, RECEIVE_QOS)
+        self.trajectory_sub = self.create_subscription(Trajectory, c["trajectory"], self._on_trajectory, RECEIVE_QOS)
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, RECEIVE_QOS)
         self.create_subscription(Bool, c["leaderboard_status"], self._on_ready, LATCHED_QOS)
         self.create_subscription(PlannerStatus, c["planner_status"], self._on_planner_status, LATCHED_QOS)
 
@@ -152,6 +159,13 @@ class SimulatorNode(Node):
             if msg.data and self.ready_at is None:
                 self.ready_at = time.monotonic()
             self._cond.notify_all()
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.startswith(f"{DEFAULT_PLANNER}:"):
+                with self._cond:
+                    self.planner_diagnostics = {kv.key: kv.value for kv in status.values}
+                    self._cond.notify_all()
 
     def _on_planner_status(self, msg: PlannerStatus) -> None:
         with self._cond:
@@ -275,6 +289,7 @@ class RosClosedLoop:
         self._process: subprocess.Popen | None = None
         self.images_published = 0
         self.handshake: dict[str, Any] = {}
+        self.planner_node = None          # the in-process planner: its counts go into each route's result
 
     # ------------------------------------------------------------------ set-up
     def __enter__(self) -> "RosClosedLoop":
@@ -321,6 +336,7 @@ class RosClosedLoop:
                               cli_args=["--ros-args", *[a for r in remaps for a in ("-r", r)]],
                               use_global_arguments=False)
         self._spinners.append(_Spinner(planner, MultiThreadedExecutor(num_threads=3, context=self.context)))
+        self.planner_node = planner
 
     def _handshake(self) -> None:
         """Wait, like the leaderboard's agent, for the latched True on /carla/<role>/status."""
@@ -331,38 +347,34 @@ class RosClosedLoop:
                                f"{st.ready_timeout_s} s (planner: {st.planner})")
         if self._process is not None and self._process.poll() is not None:
             raise RuntimeError(f"the planner process exited with {self._process.returncode}")
-        # the planner activates right after READY; its subscriptions must see us before tick 0
-        sim, topics = self.sim, self.sim.sensors
-        wanted = [topics["odometry"]] + ([topics["image"], sim.control_topics["command"]] if st.planner != "oracle"
-                                         else [])
-        if not sim.wait(lambda: all(sim.count_subscribers(t) > 0 for t in wanted), 30.0):
-            raise TimeoutError(f"nobody subscribed to {wanted} within 30 s")
-        if st.planner != "oracle" and not self._planner_active(30.0):
-            # subscribed is not enough: an inactive planner ignores images, which would shift lockstep
-            raise TimeoutError(f"the planner did not become active within 30 s (planner: {st.planner})")
-        time.sleep(0.5)                               # discovery of the reverse direction (controls)
+        # tick 0 only after every link is matched at both ends: a sample sent before its reader has
+        # matched the writer is lost, and a lost image would shift the planner's lockstep count
+        sim, planner = self.sim, st.planner != "oracle"
+        writers = [(sim.odometry_pub, 2 if planner else 1)]       # (publisher, subscribers it must have matched)
+        writers += [(sim.image_pub, 1), (sim.command_pub, 1)] if planner else []
+        readers = [sim.control_sub] + ([sim.trajectory_sub] if planner else [])
+        readers += [r for r in self.controller.subscriptions if r.topic_name == sim.sensors["odometry"]]
+
+        def unmatched() -> list[str]:
+            missing = [f"{w.topic_name} has {w.get_subscription_count()} of {n} subscribers matched"
+                       for w, n in writers if w.get_subscription_count() < n]
+            missing += [f"{r.topic_name}: no publisher matched" for r in readers if r.get_publisher_count() == 0]
+            diagnostics = sim.planner_diagnostics
+            if planner and not (diagnostics.get("lifecycle_state") == "active" and all(
+                    int(diagnostics.get(f"{k}_publishers", 0)) > 0 for k in ("image", "odometry", "command"))):
+                state = {k: diagnostics.get(k, "?") for k in ("lifecycle_state", "image_publishers",
+                                                              "odometry_publishers", "command_publishers")}
+                missing.append(f"the planner's /diagnostics: {state}")
+            return missing
+
+        if not wait_until(lambda: not unmatched(), 30.0, poll_s=0.05):
+            raise TimeoutError(f"not matched within 30 s: {'; '.join(unmatched())} (planner: {st.planner})")
         # DDS orders messages per topic, not across topics: the planner's READY may reach us a little
         # after the controller's Bool that it caused; allow READY_REORDER_S
         sim.wait(lambda: sim.planner_ready_at is not None, 2.0)
         self.handshake = {"ready_wait_s": round(sim.ready_at - t0, 3),
                           "planner_ready_before_status": sim.planner_ready_at is not None
                           and sim.planner_ready_at <= sim.ready_at + READY_REORDER_S}
-
-    def _planner_active(self, timeout_s: float) -> bool:
-        """Poll the planner's lifecycle ``get_state`` service until it reports ``active``."""
-        client = self.sim.create_client(GetState, f"/{DEFAULT_PLANNER}/get_state")
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                if client.wait_for_service(timeout_sec=0.5):
-                    future = client.call_async(GetState.Request())
-                    if wait_until(future.done, max(0.0, deadline - time.monotonic())) and \
-                            future.result() is not None and future.result().current_state.label == "active":
-                        return True
-                time.sleep(0.05)
-            return False
-        finally:
-            self.sim.destroy_client(client)
 
     def __exit__(self, *exc) -> None:
         for spinner in reversed(self._spinners):
@@ -390,6 +402,7 @@ class RosClosedLoop:
                 lambda: self.controller.counts["routes_received"] > routes_before, 10.0):
             raise TimeoutError("the controller did not receive the route")
         counts_before = dict(self.controller.counts)
+        planner_before = self._planner_counts()
         stats = {"control_timeouts": 0, "plan_timeouts": 0, "control_wait_ms": [], "plan_wait_ms": []}
         wall0 = time.monotonic()
         frame = "base_link"
@@ -440,4 +453,13 @@ class RosClosedLoop:
                  "control_wait_ms_max": float(np.max(waits)) if waits else None,
                  "plan_wait_ms_mean": float(np.mean(plan_waits)) if plan_waits else None,
                  "controller": counts, **self.handshake}
+        if self.planner_node is not None:
+            extra["planner_counts"] = {k: v - planner_before.get(k, 0) for k, v in self._planner_counts().items()
+                                       if v != planner_before.get(k, 0)}
         return run.result(extra)
+
+    def _planner_counts(self) -> dict[str, int]:
+        if self.planner_node is None:
+            return {}
+        with self.planner_node._lock:
+            return dict(self.planner_node._counts)

@@ -36,6 +36,7 @@ ENGINE_PREFIX = "engine."
 TASKS = {"plan": ("plan",), "detect": ("detect",), "both": ("plan", "detect")}
 MODES = ("realtime", "lockstep")
 IMAGE_TRANSPORTS = ("raw", "compressed")
+IMAGE_RELIABILITIES = ("best_effort", "reliable")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
 _POLICY_DEFAULTS = {k: p.default for k, p in inspect.signature(DrivingPolicy.__init__).parameters.items()}
@@ -79,6 +80,9 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("image_transport", "raw", "raw: sensor_msgs/Image on ~/input/image; compressed: "
               "sensor_msgs/CompressedImage (jpeg/png) on ~/input/image/compressed", START,
               choices=IMAGE_TRANSPORTS),
+    ParamSpec("image_reliability", "best_effort", "best_effort: sensor-data QoS (keep last 5); reliable, keep all: no "
+              "image is lost (lockstep simulators; the publisher must be reliable, as carla-ros-bridge's is)", START,
+              choices=IMAGE_RELIABILITIES),
     ParamSpec("autostart", True, "configure and activate on start; false: wait for lifecycle transitions", START),
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (seconds)", START, low=0.05, high=60.0),
     # ---- run mode and inputs (live)
@@ -90,6 +94,9 @@ SPECS: tuple[ParamSpec, ...] = (
               low=0.001, high=3600.0),
     ParamSpec("odometry_timeout_s", _INPUT_DEFAULTS.odometry_timeout_s, "skip a frame when no odometry lies "
               "within this of its stamp (seconds)", low=0.001, high=3600.0),
+    ParamSpec("odometry_wait_s", 0.2, "an image may arrive before the odometry of its stamp (another topic): wait "
+              "up to this (wall seconds) for odometry at or after the stamp, then use the newest within "
+              "odometry_timeout_s", low=0.0, high=60.0),
     ParamSpec("acceleration_time_constant_s", _INPUT_DEFAULTS.acceleration_time_constant_s, "low-pass time "
               "constant of the acceleration differentiated from odometry velocity (seconds; 0 = unfiltered)",
               low=0.0, high=60.0),

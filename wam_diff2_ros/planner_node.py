@@ -30,6 +30,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
@@ -65,6 +66,11 @@ COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durabi
 OUTPUT_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
                         history=HistoryPolicy.KEEP_LAST)
 STATUS_QOS = ROUTE_QOS
+# reliable keeps all: lockstep counts images, so none may be lost on the wire or overwritten in a
+# reader queue while the callbacks wait for the GIL (the callback only hands the newest to the worker)
+IMAGE_QOS = {"best_effort": qos_profile_sensor_data,
+             "reliable": QoSProfile(depth=0, reliability=ReliabilityPolicy.RELIABLE,
+                                    durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_ALL)}
 # The node's topics (private names, remapped by launch files).
 INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
                 "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
@@ -94,6 +100,7 @@ class PlannerNode(LifecycleNode):
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
         self._lock = threading.Lock()            # counters, the input tracker, camera, status
+        self._odometry_arrived = threading.Condition(self._lock)
         self._counts: collections.Counter[str] = collections.Counter()
         self._received_times: collections.deque[float] = collections.deque()
         self._processed_times: collections.deque[float] = collections.deque()
@@ -108,7 +115,7 @@ class PlannerNode(LifecycleNode):
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
         self._init_inputs()
-        self._subscriptions_made: list = []
+        self._input_subscriptions: dict[str, Any] = {}     # input name -> subscription
         self._outputs: dict[str, Any] = {}
 
         self._image_group = MutuallyExclusiveCallbackGroup()
@@ -116,8 +123,10 @@ class PlannerNode(LifecycleNode):
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._status_pub = self.create_publisher(PlannerStatus, OUTPUT_TOPICS["status"], STATUS_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, OUTPUT_TOPICS["diagnostics"], 10)
+        # wall time: diagnostics keep coming while the simulator is paused (sim time stands still)
         self._diagnostics_timer = self.create_timer(self._values["diagnostics_period_s"], self.publish_diagnostics,
-                                                    callback_group=self._timer_group)
+                                                    callback_group=self._timer_group,
+                                                    clock=Clock(clock_type=ClockType.STEADY_TIME))
         # Subscriptions and (lifecycle) publishers live as long as the node: destroying entities on
         # cleanup races the MultiThreadedExecutor's wait-set (rclpy raises InvalidHandle in its
         # spin thread). Inputs are ignored while nothing is active; outputs publish only when active.
@@ -278,20 +287,21 @@ class PlannerNode(LifecycleNode):
 
     def _make_entities(self, values: dict) -> None:
         sub, group = self.create_subscription, self._state_group
+        image_qos = IMAGE_QOS[values["image_reliability"]]
         if values["image_transport"] == "compressed":
-            image_sub = sub(CompressedImage, INPUT_TOPICS["image_compressed"], self._on_image,
-                            qos_profile_sensor_data, callback_group=self._image_group)
-        else:
-            image_sub = sub(Image, INPUT_TOPICS["image"], self._on_image, qos_profile_sensor_data,
+            image_sub = sub(CompressedImage, INPUT_TOPICS["image_compressed"], self._on_image, image_qos,
                             callback_group=self._image_group)
-        self._subscriptions_made = [
-            image_sub,
-            sub(Odometry, INPUT_TOPICS["odometry"], self._on_odometry, qos_profile_sensor_data, callback_group=group),
-            sub(Path, INPUT_TOPICS["route"], self._on_route, ROUTE_QOS, callback_group=group),
-            sub(String, INPUT_TOPICS["command"], self._on_command, COMMAND_QOS, callback_group=group),
-            sub(CameraInfo, INPUT_TOPICS["camera_info"], self._on_camera_info, qos_profile_sensor_data,
-                callback_group=group),
-        ]
+        else:
+            image_sub = sub(Image, INPUT_TOPICS["image"], self._on_image, image_qos, callback_group=self._image_group)
+        self._input_subscriptions = {
+            "image": image_sub,
+            "odometry": sub(Odometry, INPUT_TOPICS["odometry"], self._on_odometry, qos_profile_sensor_data,
+                            callback_group=group),
+            "route": sub(Path, INPUT_TOPICS["route"], self._on_route, ROUTE_QOS, callback_group=group),
+            "command": sub(String, INPUT_TOPICS["command"], self._on_command, COMMAND_QOS, callback_group=group),
+            "camera_info": sub(CameraInfo, INPUT_TOPICS["camera_info"], self._on_camera_info, qos_profile_sensor_data,
+                               callback_group=group),
+        }
         types = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "detections": Detection2DArray,
                  "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64}
         if vision_msgs is not None:
@@ -340,6 +350,7 @@ class PlannerNode(LifecycleNode):
                 self._inputs.on_odometry(msg)
                 self._counts["odometry_received"] += 1
                 restarted = self._inputs.time_resets != resets
+                self._odometry_arrived.notify_all()
                 if restarted:
                     self._counts["odometry_time_resets"] += 1
         except InputSkip as skip:
@@ -433,6 +444,7 @@ class PlannerNode(LifecycleNode):
 
         try:
             with self._lock:      # held over the route lookup too: ~1.5 ms for a 4000-point route, once a frame
+                self._wait_for_odometry(image_stamp_ns, values["odometry_wait_s"])
                 inputs = self._inputs.inputs_at(image_stamp_ns)
                 odom_frame, child_frame = self._inputs.odometry_frame, self._inputs.child_frame
         except InputSkip as skip:
@@ -460,6 +472,15 @@ class PlannerNode(LifecycleNode):
         if self.context.ok():
             self._publish(msg, image_stamp_ns, rgb, ego, ego_frame, odom_frame, command, inputs.command_source, out, values,
                           t_start)
+
+    def _wait_for_odometry(self, stamp_ns: int, timeout_s: float) -> None:
+        """Called holding ``self._lock``: wait until odometry at or after ``stamp_ns`` is in (or the timeout)."""
+        def arrived():
+            newest = self._inputs.newest_odometry_ns
+            return newest is not None and newest >= stamp_ns
+        if not arrived() and not self._odometry_arrived.wait_for(
+                lambda: arrived() or self._stop.is_set(), timeout_s):
+            self._counts["odometry_wait_expired"] += 1
 
     def _apply_decoding_changes(self, values: dict) -> None:
         overrides = params.decoding_overrides(values)
@@ -599,6 +620,9 @@ class PlannerNode(LifecycleNode):
             "last_plan": "none" if last_plan is None else ("valid" if last_plan[0] else "invalid: " + last_plan[1]),
             "last_command": "none" if last_plan is None else last_plan[2],
         }
+        # matched on this side: a publisher the graph lists but this reader has not matched yet delivers nothing
+        kv.update({f"{name}_publishers": str(subscription.get_publisher_count())
+                   for name, subscription in self._input_subscriptions.items()})
         kv.update({f"last_{k}": str(v) for k, v in last_stats.items()})
         kv.update({k: str(v) for k, v in sorted(counts.items())})
         return DiagnosticStatus(level=level, name=f"{self.get_name()}: planner", message=summary,
