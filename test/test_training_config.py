@@ -10,8 +10,8 @@ import yaml
 
 from wam_diff2_core.config import ConfigError
 from wam_diff2_core.model.inputs import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from wam_diff2_core.training.config import (TrainingConfig, check_required, load_training_config, parse_overrides,
-                                            settings_table)
+from wam_diff2_core.training.config import (TrainingConfig, check_required, load_training_config, parse_mix,
+                                            parse_overrides, settings_table)
 from wam_diff2_core.training.recipes import curriculum_stages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,6 +103,8 @@ def test_overrides_are_typed_like_the_yaml():
     assert cfg.train.max_steps == 7 and cfg.curriculum.block_sizes == [4, 8]
     assert cfg.model.freeze_vision_tower is True and cfg.train.epochs == 2.0
     assert parse_overrides(["--a.b=x y"]) == {"a.b": "x y"}
+    cfg = load_training_config(TRAINING / "block4.yaml", ["--data.mix", "[dagger/train.json*3, more.jsonl]"])
+    assert parse_mix(cfg.data.mix) == [(Path("dagger/train.json"), 3), (Path("more.jsonl"), 1)]
 
 
 def test_yaml_booleans_are_only_true_and_false(tmp_path):
@@ -141,6 +143,10 @@ def test_unknown_yaml_key_is_an_error_naming_the_key_and_file(tmp_path):
     (["--distill.loss", "l2"], "distill.loss: 'l2' is not one of jsd"),
     (["--train.global_batch_size", "10", "--train.micro_batch_size", "3"], "not a multiple"),
     (["--model.freeze_vision_tower", "maybe"], "model.freeze_vision_tower: expected bool"),
+    (["--curriculum.block_sizes", "[4, 0]"], "curriculum.block_sizes[1]: 0 is below 1"),
+    (["--data.mix", "[a.json, 3]"], "data.mix: expected a list of str"),
+    (["--data.mix", "[a.json, 'b.json*0']"], "data.mix[1]: 'b.json*0' is not FILE or FILE*N with N >= 1"),
+    (["--data.mix", "['*2']"], "data.mix[0]"),
 ])
 def test_invalid_values_name_the_field(args, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

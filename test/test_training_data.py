@@ -55,6 +55,20 @@ def test_bad_samples_are_skipped_and_reported_by_id(tiny_model, messy_data, capl
     assert sum(isinstance(item, Example) for item in items) == 3
 
 
+def test_mix_files_add_their_samples_n_times_with_images_beside_them(tiny_model, tmp_path, messy_data):
+    mixed = write_tiny_dataset(tmp_path / "elsewhere" / "dagger", num_samples=2, seed=1)
+    ds = _dataset(tiny_model, messy_data, mix=[(mixed, 3)])
+    base = len(_dataset(tiny_model, messy_data))
+    mixed_ids = [s.id for s in ds.samples[base:]]
+    assert len(ds) == base + 2 * 3 and mixed_ids == mixed_ids[:2] * 3
+    assert ds.samples[base].image_paths[0].parent == mixed.parent / "images"    # relative to its own file
+    assert isinstance(ds[len(ds) - 1], Example)
+    lonely = write_tiny_dataset(tmp_path / "lonely", num_samples=1)
+    (lonely.parent / "images" / "000.png").unlink()
+    with pytest.raises(ConfigError, match=r"data\.mix\[1\]: .*train\.json has no usable sample \(1 rejected\)"):
+        _dataset(tiny_model, messy_data, mix=[(mixed, 1), (lonely, 1)])
+
+
 def test_bad_samples_fail_fast_when_asked(tiny_model, messy_data):
     with pytest.raises(SampleError, match="no-turns"):
         _dataset(tiny_model, messy_data, on_error="fail")

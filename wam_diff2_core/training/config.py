@@ -71,6 +71,8 @@ class ModelSection:
 class DataSection:
     train_file: str = _setting("", "JSON list or JSONL in the authors' sample format", required=True)
     data_root: str = _setting(".", "image paths in the samples are relative to this directory")
+    mix: list[str] = _list([], "more sample files trained on with train_file, each `FILE` or `FILE*N` (its samples "
+                               "N times); image paths relative to each FILE's directory")
     min_pixels: int = _setting(DEFAULT_MIN_PIXELS, "pixel budget: smallest image area after resizing", low=1)
     max_pixels: int = _setting(DEFAULT_MAX_PIXELS, "pixel budget: largest image area after resizing", low=1)
     max_length: int = _setting(0, "longest prefix + 2 x padded response in tokens; 0 = no limit", low=0)
@@ -154,7 +156,7 @@ class OutputSection:
 
 @dataclass
 class CurriculumSection:
-    block_sizes: list = _list([], "run one finetune stage per block size, each starting from the previous "
+    block_sizes: list[int] = _list([], "run one finetune stage per block size, each starting from the previous "
                                   "stage's final/; empty = a single stage with diffusion.block_size", low=1)
 
 
@@ -186,9 +188,8 @@ SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fiel
                              if f.default_factory is not dataclasses.MISSING}
 
 
-def _field_type(cls: type, name: str) -> type:
-    hint = typing.get_type_hints(cls)[name]
-    return typing.get_origin(hint) or hint
+def _field_type(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
 
 
 def _check(where: str, f: dataclasses.Field, value: Any, expected: type) -> Any:
@@ -198,13 +199,11 @@ def _check(where: str, f: dataclasses.Field, value: Any, expected: type) -> Any:
             value = float(value)
         except ValueError:
             pass
-    if expected is list:
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ConfigError(f"{where}: expected a list of integers, got {value!r}")
-        for v in value:
-            if meta["low"] is not None and v < meta["low"]:
-                raise ConfigError(f"{where}: {v!r} is below {meta['low']}")
-        return list(value)
+    if typing.get_origin(expected) is list:
+        item = typing.get_args(expected)[0]
+        if not isinstance(value, list) or not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
+            raise ConfigError(f"{where}: expected a list of {item.__name__}, got {value!r}")
+        return [check_value(f"{where}[{i}]", v, item, meta) for i, v in enumerate(value)]
     return check_value(where, value, expected, meta)
 
 
@@ -240,7 +239,19 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainingConfig:
     return cfg
 
 
+def parse_mix(entries: Sequence[str]) -> list[tuple[Path, int]]:
+    """``data.mix`` entries ``FILE`` / ``FILE*N`` -> (file, times); ConfigError names a bad one."""
+    out = []
+    for i, entry in enumerate(entries):
+        path, _, times = entry.rpartition("*") if "*" in entry else (entry, "", "1")
+        if not path or not times.isdigit() or int(times) < 1:
+            raise ConfigError(f"data.mix[{i}]: {entry!r} is not FILE or FILE*N with N >= 1")
+        out.append((Path(path), int(times)))
+    return out
+
+
 def _check_consistency(cfg: TrainingConfig) -> None:
+    parse_mix(cfg.data.mix)
     if cfg.data.min_pixels > cfg.data.max_pixels:
         raise ConfigError(f"data.min_pixels: {cfg.data.min_pixels} is above data.max_pixels {cfg.data.max_pixels}")
     if cfg.train.global_batch_size % cfg.train.micro_batch_size:

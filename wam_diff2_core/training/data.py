@@ -104,12 +104,14 @@ def encode_sample(processor, sample: Sample, images: Sequence[Any], *, eos_token
 
 
 class SampleDataset(torch.utils.data.Dataset):
-    """Samples of one data file; ``dataset[i]`` is an :class:`Example` or the SampleError that
-    says why sample i cannot be used (with ``on_error="fail"`` it raises instead)."""
+    """Samples of one data file, plus ``mix`` files (each ``(file, times)``, its image paths relative
+    to its own directory, its samples ``times`` times); ``dataset[i]`` is an :class:`Example` or the
+    SampleError that says why sample i cannot be used (with ``on_error="fail"`` it raises instead)."""
 
     def __init__(self, path: str | Path, processor, *, eos_token_id: int, data_root: str | Path = ".",
-                 min_pixels: int | None = None, max_pixels: int | None = None, max_length: int = 0,
-                 block_size: int = 1, pad_multiple: int | None = None, on_error: str = "skip"):
+                 mix: Sequence[tuple[Path, int]] = (), min_pixels: int | None = None,
+                 max_pixels: int | None = None, max_length: int = 0, block_size: int = 1,
+                 pad_multiple: int | None = None, on_error: str = "skip"):
         self.processor = processor
         self.eos_token_id = eos_token_id
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
@@ -117,8 +119,13 @@ class SampleDataset(torch.utils.data.Dataset):
         self.block_size = block_size
         self.pad_multiple = pad_multiple or block_size
         self.on_error = on_error
-        self.samples: list[Sample] = []
         self.rejected: list[SampleError] = []
+        self.samples: list[Sample] = self._read("data.train_file", path, data_root)
+        for i, (file, times) in enumerate(mix):
+            self.samples += self._read(f"data.mix[{i}]", file, file.parent) * times
+
+    def _read(self, setting: str, path: str | Path, data_root: str | Path) -> list[Sample]:
+        samples, rejected = [], len(self.rejected)
         for i, raw in enumerate(read_records(path)):
             try:
                 sample = parse_sample(raw, data_root, i)
@@ -128,12 +135,14 @@ class SampleDataset(torch.utils.data.Dataset):
             except SampleError as exc:
                 self._reject(exc)
                 continue
-            self.samples.append(sample)
-        if not self.samples:
+            samples.append(sample)
+        rejected = self.rejected[rejected:]
+        if not samples:
             from ..config import ConfigError
-            raise ConfigError(f"data.train_file: {path} has no usable sample ({len(self.rejected)} rejected)")
-        if self.rejected:
-            log.warning("%s: %d sample(s) skipped, first: %s", path, len(self.rejected), self.rejected[0])
+            raise ConfigError(f"{setting}: {path} has no usable sample ({len(rejected)} rejected)")
+        if rejected:
+            log.warning("%s: %d sample(s) skipped, first: %s", path, len(rejected), rejected[0])
+        return samples
 
     def _reject(self, exc: SampleError) -> None:
         if self.on_error == "fail":

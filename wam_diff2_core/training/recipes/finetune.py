@@ -31,7 +31,7 @@ from ...utils.atomic import atomic_write_text
 from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
                              latest_checkpoint, prune_checkpoints, publish, read_progress, step_dir_name,
                              write_progress)
-from ..config import TrainingConfig, check_required, dump_yaml
+from ..config import TrainingConfig, check_required, dump_yaml, parse_mix
 from ..data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
 from ..losses import LossSettings, objective
 from ..noise import TrainingBatch, build_batch
@@ -137,7 +137,8 @@ class FinetuneRecipe:
         self.pad_multiple = self._pad_multiple()
         self.dataset = SampleDataset(
             cfg.data.train_file, self.processor, eos_token_id=self.diffusion.eos_token_id,
-            data_root=cfg.data.data_root, min_pixels=cfg.data.min_pixels, max_pixels=cfg.data.max_pixels,
+            data_root=cfg.data.data_root, mix=parse_mix(cfg.data.mix), min_pixels=cfg.data.min_pixels,
+            max_pixels=cfg.data.max_pixels,
             max_length=cfg.data.max_length, block_size=self.block_size, pad_multiple=self.pad_multiple,
             on_error=cfg.data.on_error)
         self.order = DataOrder(len(self.dataset), cfg.train.seed, cfg.data.shuffle)
