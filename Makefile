@@ -21,7 +21,7 @@ clean:
 demo: setup
 	$(ENV) bash scripts/demo.sh
 
-# the demo models' whole recipe (CPU: about 3 h on 2 cores); writes runs/demo/ and models/
+# the demo models' whole recipe (CPU: about 3.5 h on 2 cores); writes runs/demo/ and models/
 .PHONY: train-demo
 train-demo: setup
 	$(ENV) bash scripts/train_demo.sh

@@ -3,9 +3,10 @@
 # data -> a 3.2M-parameter Qwen3-VL built from code -> AR training (B = 1) -> convert ->
 # Stage I curriculum B = 4 -> 8 -> 16 -> 32 -> closed-loop adaptation at B = 32 (recovery,
 # standstill and slowed-down copies of every frame) -> a longer B = 32 refinement on fresh scenes
-# -> bf16 copies. Every step is skipped when its output exists and training steps resume, so an
-# interrupted run continues where it stopped.
-#   make train-demo            (CPU: about 3 h on 2 cores; on a GPU add --train.device auto)
+# -> a DAgger round (the model's own drive, labelled by the expert) -> bf16 copies. Every step
+# is skipped when its output exists and training steps resume, so an interrupted run continues
+# where it stopped.
+#   make train-demo            (CPU: about 3.5 h on 2 cores; on a GPU add --train.device auto)
 #   RUNS=runs/demo bash scripts/train_demo.sh [extra wam-diff2 train overrides]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,14 @@ b32_stage closed_loop "$runs/curriculum/block32/final" --seed 3000 --episodes 40
   --recovery-standstill 0.3 --recovery-slow 0.3
 b32_stage refine "$runs/closed_loop/final" --seed 4000 --episodes 120 --frames 80 --recovery-fraction 0.5 \
   --recovery-standstill 0.3 --recovery-slow 0.3
+# a DAgger round (training/demo/dagger.yaml): the refined model drives 10 routes of seed 5000, the expert
+# labels every frame it planned on from the state it reached; those labels mixed into the refinement scenes
+[ -f "$runs/dagger1_labels/expert_labels/train.json" ] || wam-diff2 closed-loop --model "$runs/refine/final" \
+  --loop direct --seed 5000 --routes 10 --threads 2 --expert-labels --no-plots --overwrite --out "$runs/dagger1_labels"
+mix=$(sed -n 's/^  mix: //p' training/demo/dagger.yaml | sed "s#runs/demo/#$runs/#g")
+[ -d "$runs/dagger1/final" ] || wam-diff2 train --config training/demo/dagger.yaml --model.path "$runs/refine/final" \
+  --data.train_file "$runs/data_refine/train.json" --data.data_root "$runs/data_refine" --data.mix "$mix" \
+  --output.dir "$runs/dagger1" $(resume "$runs/dagger1") "${overrides[@]}"
 [ -d "$models/wam-diff2-demo-ar" ] || wam-diff2 export "$runs/ar/final" "$models/wam-diff2-demo-ar" --dtype bfloat16
-[ -d "$models/wam-diff2-demo-b32" ] || wam-diff2 export "$runs/refine/final" "$models/wam-diff2-demo-b32" --dtype bfloat16
+[ -d "$models/wam-diff2-demo-b32" ] || wam-diff2 export "$runs/dagger1/final" "$models/wam-diff2-demo-b32" --dtype bfloat16
 echo "demo models: $models/wam-diff2-demo-ar (AR), $models/wam-diff2-demo-b32 (Block-32)"

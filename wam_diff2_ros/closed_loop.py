@@ -11,8 +11,9 @@ What runs (all in one DDS domain; the planner optionally in its own process):
   ``input/command``, as the demo bags carry it), ``/carla/<role>/rgb_front/camera_info`` and
   ``/carla/<role>/rgb_front/image`` (``bgra8``), all stamped with the tick's sim time, and once
   per route the latched route ``/carla/<role>/waypoints`` (``nav_msgs/Path``). Like the
-  leaderboard, it starts only after a latched ``std_msgs/Bool`` on ``/carla/<role>/status``,
-  then waits up to ``control_timeout_s`` (1.0 s) of wall time for the control stamped with the
+  leaderboard, it starts only after a latched ``std_msgs/Bool`` on ``/carla/<role>/status``
+  (and, unlike it, once every topic is matched at both ends, so that no image is lost: the
+  lockstep planner counts them; its images go reliable, keep all), then waits up to ``control_timeout_s`` (1.0 s) of wall time for the control stamped with the
   tick (none: an empty control, as the leaderboard applies) and integrates it.
 - **the planner** (``wam_diff2_ros.planner_node.PlannerNode``, lockstep mode, every N-th image,
   ``use_sim_time``): in this process (``planner="inprocess"``) or as ``wam-diff2-planner`` in a

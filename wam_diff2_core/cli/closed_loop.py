@@ -60,8 +60,8 @@ def add_arguments(p) -> None:
                         "per core, which the ros loop's simulator and executors then compete with)")
     p.add_argument("--expert-labels", action="store_true",
                    help="direct loop: also keep every planned frame labelled with the expert's drive from "
-                        "that state (DAgger data) in OUT/expert_labels/ (train.json + images: wam-diff2 train "
-                        "--data.train_file OUT/expert_labels/train.json --data.data_root OUT/expert_labels)")
+                        "that state (DAgger data) in OUT/expert_labels/ (train.json + images: mix them into "
+                        "training with wam-diff2 train ... --data.mix '[OUT/expert_labels/train.json*4]')")
     p.add_argument("--no-plots", action="store_true", help="skip the bird's-eye PNGs")
     add_decoding_arguments(p)
 
