@@ -104,7 +104,7 @@ def test_replay_into_the_planner_matches_the_offline_evaluator(tiny_checkpoint, 
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN))
     outputs = Outputs()
     command = planner_command(REPO / "config" / "planner.yaml", tiny_checkpoint, TOPICS,
-                              {"diagnostics_period_s": 0.2, "odometry_wait_s": 10.0,    # the stamp's odometry, as offline
+                              {"diagnostics_period_s": 0.2, "odometry_wait_s": 10.0,   # its stamp's odometry
                                **{f"decoding.{k}": v for k, v in DECODING.items()}})
     with contextlib.closing(outputs), running(command, env, tmp_path / "planner.log") as planner:
         # offline, while the node starts

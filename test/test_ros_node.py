@@ -345,6 +345,25 @@ def test_set_parameters_service_rejects_and_live_values_apply(probe, planner):
     assert planner.set_parameters([Parameter("decoding.max_new_tokens", value=32)])[0].successful
 
 
+def test_an_image_ahead_of_its_odometry_waits_for_it_up_to_odometry_wait_s(probe, planner):
+    """The probe's odometry stream is stamped now; an image stamped 0.3 s ahead needs 0.3 s of it."""
+    try:
+        assert planner.set_parameters([Parameter("odometry_wait_s", value=2.0)])[0].successful
+        expired = probe.counter(DIAG, "odometry_wait_expired")
+        stamp = probe.now_ns() + 300_000_000
+        probe.image_pub.publish(image_msg(stamp))
+        answer_for(probe, stamp)
+        time.sleep(0.5)                                          # a diagnostics period
+        assert probe.counter(DIAG, "odometry_wait_expired") == expired          # waited, then planned
+        assert planner.set_parameters([Parameter("odometry_wait_s", value=0.0)])[0].successful
+        stamp = probe.now_ns() + 300_000_000
+        probe.image_pub.publish(image_msg(stamp))
+        answer_for(probe, stamp)                                 # planned at once with the newest odometry
+        wait_counter(probe, "odometry_wait_expired", expired + 1)
+    finally:
+        planner.set_parameters([Parameter("odometry_wait_s", value=0.2)])
+
+
 def test_lockstep_mode_plans_on_every_nth_image(probe, planner):
     assert planner.set_parameters([Parameter("mode", value="lockstep"),
                                    Parameter("lockstep_every_n_images", value=3)])[0].successful

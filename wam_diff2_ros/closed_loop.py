@@ -13,8 +13,9 @@ What runs (all in one DDS domain; the planner optionally in its own process):
   per route the latched route ``/carla/<role>/waypoints`` (``nav_msgs/Path``). Like the
   leaderboard, it starts only after a latched ``std_msgs/Bool`` on ``/carla/<role>/status``
   (and, unlike it, once every topic is matched at both ends, so that no image is lost: the
-  lockstep planner counts them; its images go reliable, keep all), then waits up to ``control_timeout_s`` (1.0 s) of wall time for the control stamped with the
-  tick (none: an empty control, as the leaderboard applies) and integrates it.
+  lockstep planner counts them; its images go reliable, keep all), then waits up to
+  ``control_timeout_s`` (1.0 s) of wall time for the control stamped with the tick (none: an
+  empty control, as the leaderboard applies) and integrates it.
 - **the planner** (``wam_diff2_ros.planner_node.PlannerNode``, lockstep mode, every N-th image,
   ``use_sim_time``): in this process (``planner="inprocess"``) or as ``wam-diff2-planner`` in a
   subprocess (``"subprocess"``); or, to test the loop without a model, **the oracle**
@@ -354,7 +355,8 @@ class RosClosedLoop:
         writers = [(sim.odometry_pub, 2 if planner else 1)]       # (publisher, subscribers it must have matched)
         writers += [(sim.image_pub, 1), (sim.command_pub, 1)] if planner else []
         readers = [sim.control_sub] + ([sim.trajectory_sub] if planner else [])
-        readers += [r for r in self.controller.subscriptions if r.topic_name == sim.sensors["odometry"]]
+        controller_inputs = {sim.sensors["odometry"]} | ({sim.control_topics["trajectory"]} if not planner else set())
+        readers += [r for r in self.controller.subscriptions if r.topic_name in controller_inputs]
 
         def unmatched() -> list[str]:
             missing = [f"{w.topic_name} has {w.get_subscription_count()} of {n} subscribers matched"

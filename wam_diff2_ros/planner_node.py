@@ -268,6 +268,8 @@ class PlannerNode(LifecycleNode):
         self._active = False
         self._stop.set()
         self._image_slot.close()
+        with self._lock:
+            self._odometry_arrived.notify_all()      # a frame waiting for its odometry stops waiting
         worker, self._worker = self._worker, None
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout_s)
