@@ -354,8 +354,9 @@ class ExpertLabels:
     """DAgger's data: wraps a planner and keeps every frame it is asked about, labelled with the demo
     world's expert drive from that state, i.e. the states the planner's own driving leads to (off the
     expert's path, slowed down, stopped), as planning samples in the authors' format under ``root``
-    (images/rNNNN/TTTTTT.jpg, and train.json once :meth:`write` is called). Train on them to teach a model to recover from its
-    own mistakes (Ross et al., DAgger); collect on routes other than the evaluation ones."""
+    (images/rNNNN/TTTTTT.jpg, and train.json once :meth:`write` is called). Train on them to teach a
+    model to recover from its own mistakes (Ross et al., DAgger); collect on routes other than the
+    evaluation ones."""
 
     def __init__(self, planner: Callable[["RouteRun"], Plan], root: str | Path):
         from .export import ExportSettings
@@ -368,8 +369,7 @@ class ExpertLabels:
         from .export import encode_image, planning_sample
         image_path = f"images/r{run.index:04d}/{run.tick:06d}.{self.image.image_format}"
         (self.root / image_path).parent.mkdir(parents=True, exist_ok=True)
-        (self.root / image_path).write_bytes(encode_image(run.render(), self.image.image_format,
-                                                          self.image.jpeg_quality))
+        (self.root / image_path).write_bytes(encode_image(run.render(), self.image))
         expert = run.world.expert_future(NUM_WAYPOINTS, WAYPOINT_DT_S)
         self.samples.append(planning_sample(f"closed-loop-s{run.settings.seed}-r{run.index:04d}-t{run.tick:06d}",
                                             image_path, run.command(), (run.speed, 0.0), run.acceleration, expert))

@@ -115,20 +115,16 @@ def planning_sample(sample_id: str, image_path: str, command: str, velocity, acc
                        format_waypoints(waypoints))
 
 
-def encode_image(rgb: np.ndarray, image_format: str, jpeg_quality: int) -> bytes:
-    """[H, W, 3] RGB as PNG or JPEG bytes."""
+def encode_image(rgb: np.ndarray, settings: ExportSettings) -> bytes:
+    """[H, W, 3] RGB as PNG or JPEG bytes (``settings.image_format``, ``jpeg_quality``)."""
     bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-    if image_format == "jpg":
-        ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
+    if settings.image_format == "jpg":
+        ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, settings.jpeg_quality])
     else:
         ok, data = cv2.imencode(".png", bgr, [cv2.IMWRITE_PNG_COMPRESSION, 3])
     if not ok:
         raise RuntimeError("image encoding failed")
     return data.tobytes()
-
-
-def _encode(rgb: np.ndarray, settings: ExportSettings) -> bytes:
-    return encode_image(rgb, settings.image_format, settings.jpeg_quality)
 
 
 def frame_samples(truth, image_path: str, width: int, height: int, settings: ExportSettings) -> list[dict]:
@@ -156,7 +152,7 @@ def _recovery_sample(root: Path, episode, truth, settings: ExportSettings) -> di
     frames stay what a vehicle sees)."""
     recovery = episode.recoveries[truth.frame]
     image_path = f"images/e{truth.episode:04d}/{truth.frame:05d}r.{settings.image_format}"
-    (root / image_path).write_bytes(_encode(episode.render_recovery(truth.frame).rgb, settings))
+    (root / image_path).write_bytes(encode_image(episode.render_recovery(truth.frame).rgb, settings))
     motion = {}
     if recovery.speed_changed:
         motion = dict(velocity=(recovery.speed, 0.0), acceleration=(0.0, 0.0), acceleration_estimated=(0.0, 0.0))
@@ -210,7 +206,7 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
                                       "fy": camera.fy, "cx": camera.cx, "cy": camera.cy})
                 records.append(record)
                 if "json" in settings.formats:
-                    (root / image_path).write_bytes(_encode(frame.rgb, settings))
+                    (root / image_path).write_bytes(encode_image(frame.rgb, settings))
                     samples.extend(frame_samples(truth, image_path, camera.width, camera.height, settings))
                     if split == "train" and truth.frame in episode.recoveries:
                         samples.append(_recovery_sample(root, episode, truth, settings))

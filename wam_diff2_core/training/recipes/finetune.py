@@ -138,9 +138,8 @@ class FinetuneRecipe:
         self.dataset = SampleDataset(
             cfg.data.train_file, self.processor, eos_token_id=self.diffusion.eos_token_id,
             data_root=cfg.data.data_root, mix=parse_mix(cfg.data.mix), min_pixels=cfg.data.min_pixels,
-            max_pixels=cfg.data.max_pixels,
-            max_length=cfg.data.max_length, block_size=self.block_size, pad_multiple=self.pad_multiple,
-            on_error=cfg.data.on_error)
+            max_pixels=cfg.data.max_pixels, max_length=cfg.data.max_length, block_size=self.block_size,
+            pad_multiple=self.pad_multiple, on_error=cfg.data.on_error)
         self.order = DataOrder(len(self.dataset), cfg.train.seed, cfg.data.shuffle)
         self.total_steps = total_steps(len(self.dataset), cfg.train.epochs, cfg.train.global_batch_size,
                                        cfg.train.max_steps)
