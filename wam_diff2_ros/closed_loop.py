@@ -405,7 +405,7 @@ class RosClosedLoop:
                 lambda: self.controller.counts["routes_received"] > routes_before, 10.0):
             raise TimeoutError("the controller did not receive the route")
         counts_before = dict(self.controller.counts)
-        planner_before = self._planner_counts()
+        planner_before = self.planner_counts()
         stats = {"control_timeouts": 0, "plan_timeouts": 0, "control_wait_ms": [], "plan_wait_ms": []}
         wall0 = time.monotonic()
         frame = "base_link"
@@ -457,11 +457,12 @@ class RosClosedLoop:
                  "plan_wait_ms_mean": float(np.mean(plan_waits)) if plan_waits else None,
                  "controller": counts, **self.handshake}
         if self.planner_node is not None:
-            extra["planner_counts"] = {k: v - planner_before.get(k, 0) for k, v in self._planner_counts().items()
+            extra["planner_counts"] = {k: v - planner_before.get(k, 0) for k, v in self.planner_counts().items()
                                        if v != planner_before.get(k, 0)}
         return run.result(extra)
 
-    def _planner_counts(self) -> dict[str, int]:
+    def planner_counts(self) -> dict[str, int]:
+        """The in-process planner's counters so far (images received, processed, ...); {} otherwise."""
         if self.planner_node is None:
             return {}
         with self.planner_node._lock:
