@@ -39,7 +39,7 @@ def trajectory(types, stamp_ns, points=None, *, valid=True, reason="", command="
                 x=float(x), y=float(y)))
     stats = t["wam_diff2_ros/msg/DecodeStats"](block_size=block_size, forwards=forwards, denoise_steps=forwards - 1,
                                                blocks=1, tokens=tokens, prefill_ms=1.0, denoise_ms=2.0, commit_ms=0.5,
-                                               latency_ms=latency_ms)
+                                               retries=0, latency_ms=latency_ms)
     header = t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9,
                                                                               nanosec=stamp_ns % 10**9),
                                       frame_id="ego_vehicle")
@@ -98,7 +98,7 @@ def test_predictions_give_exact_l2_and_every_count(scene_bag, predictions_bag):
     assert frames[4].command == "left" and frames[4].command_source == "node"
     assert frames[0].command_source == "route" and frames[0].raw_text == "answer"
     assert frames[1].stats == {"block_size": 32, "forwards": 4, "denoise_steps": 3, "blocks": 1, "tokens": 8,
-                               "prefill_ms": 1.0, "denoise_ms": 2.0, "commit_ms": 0.5}
+                               "prefill_ms": 1.0, "denoise_ms": 2.0, "commit_ms": 0.5, "retries": 0}
     assert [f.latency_ms for f in run.frames] == [100.0, 200.0, 300.0, 400.0, 500.0]
 
 

@@ -21,6 +21,9 @@ EOS_TOKEN = "<|im_end|>"
 
 STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 SAMPLERS = ("multinomial", "inverse_cdf")
+# The driving policy decodes an answer that does not parse once more with this strategy ("none": never).
+PARSE_RETRIES = ("none", *STRATEGIES)
+DEFAULT_PARSE_RETRY = "sequential"
 
 
 class ConfigError(ValueError):

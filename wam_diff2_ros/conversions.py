@@ -51,7 +51,7 @@ def decode_stats_msg(result: TaskResult, latency_ms: float) -> DecodeStats:
     s = result.stats
     return DecodeStats(block_size=s.block_size, forwards=s.forwards, denoise_steps=s.denoise_steps, blocks=s.blocks,
                        tokens=s.tokens, prefill_ms=float(s.prefill_ms), denoise_ms=float(s.denoise_ms),
-                       commit_ms=float(s.commit_ms), latency_ms=float(latency_ms))
+                       commit_ms=float(s.commit_ms), retries=s.retries, latency_ms=float(latency_ms))
 
 
 def path_msg(stamp_ns: int, frame_id: str, points_xy: np.ndarray, headings: np.ndarray) -> Path:

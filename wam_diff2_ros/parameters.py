@@ -24,7 +24,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from wam_diff2_core.config import DECODING_FIELDS, ENGINE_FIELDS, ConfigError, DecodingSettings, EngineSettings
+from wam_diff2_core.config import (DECODING_FIELDS, ENGINE_FIELDS, PARSE_RETRIES, ConfigError, DecodingSettings,
+                                   EngineSettings)
 from wam_diff2_core.geometry import COMMANDS, RouteCommandSettings
 from wam_diff2_core.inputs import InputSettings
 from wam_diff2_core.model.checkpoint import DTYPES
@@ -75,6 +76,10 @@ SPECS: tuple[ParamSpec, ...] = (
               CONFIGURE, low=0, high=2**31 - 1),
     ParamSpec("max_waypoint_abs_m", float(_POLICY_DEFAULTS["max_waypoint_abs_m"]),
               "answers with a waypoint coordinate beyond this are invalid (metres)", CONFIGURE, low=1.0, high=1e6),
+    ParamSpec("parse_retry", _POLICY_DEFAULTS["parse_retry"], "an answer that does not parse is decoded once more "
+              "with this remasking strategy before it counts as invalid (sequential: left to right, one token per "
+              "step at denoising_steps = block_size); none = never; no retry at block size 1",
+              CONFIGURE, choices=PARSE_RETRIES),
     ParamSpec("warmup", True, "decode one grey frame on configure so the first real frame is not slow", CONFIGURE),
     # ---- start-up (read-only)
     ParamSpec("image_transport", "raw", "raw: sensor_msgs/Image on ~/input/image; compressed: "

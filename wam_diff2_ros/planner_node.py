@@ -212,7 +212,8 @@ class PlannerNode(LifecycleNode):
             overrides=params.decoding_overrides(values), tasks=params.TASKS[values["tasks"]],
             detection_classes=tuple(values["detection_classes"]),
             min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
-            max_waypoint_abs_m=values["max_waypoint_abs_m"], engine=params.engine_settings(values))
+            max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
+            engine=params.engine_settings(values))
         if values["warmup"]:
             policy.warmup()
         return policy
@@ -527,6 +528,7 @@ class PlannerNode(LifecycleNode):
             if detections is not None:
                 self._counts["detections_valid" if detections.valid else "detection_parse_failures"] += 1
             stats = (plan or detections).stats
+            self._counts["answers_retried"] += sum(r.stats.retries > 0 for r in (plan, detections) if r is not None)
             self._last_stats = {"forwards": stats.forwards, "denoise_steps": stats.denoise_steps,
                                 "tokens": stats.tokens, "block_size": stats.block_size,
                                 "policy_ms": round(out.latency_ms, 1), "processing_ms": round(processing_ms, 1)}

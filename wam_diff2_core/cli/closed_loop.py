@@ -24,7 +24,7 @@ import dataclasses
 import json
 import sys
 
-from .common import add_decoding_arguments, add_model_arguments, decoding_overrides
+from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument, decoding_overrides
 
 HELP = "drive demo-world routes in closed loop (planner + controller) and report a driving score"
 
@@ -63,6 +63,7 @@ def add_arguments(p) -> None:
                         "that state (DAgger data) in OUT/expert_labels/ (train.json + images: mix them into "
                         "training with wam-diff2 train ... --data.mix '[OUT/expert_labels/train.json*4]')")
     p.add_argument("--no-plots", action="store_true", help="skip the bird's-eye PNGs")
+    add_parse_retry_argument(p)
     add_decoding_arguments(p)
 
 
@@ -110,7 +111,7 @@ def run(args) -> int:
                 planner = PolicyPlanner(DrivingPolicy.from_checkpoint(
                     args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args),
                     min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                    engine=engine))
+                    **({} if args.parse_retry is None else {"parse_retry": args.parse_retry}), engine=engine))
             if args.expert_labels:
                 planner = labels = ExpertLabels(planner, out / "expert_labels")
             drive(lambda r: drive_direct(r, planner, gains, args.lockstep_n))
@@ -129,6 +130,8 @@ def run(args) -> int:
                 planner_params["image.min_pixels"] = args.min_pixels
             if args.max_pixels:
                 planner_params["image.max_pixels"] = args.max_pixels
+            if args.parse_retry is not None:
+                planner_params["parse_retry"] = args.parse_retry
             ros = RosLoopSettings(role=args.role, planner="oracle" if args.oracle else args.planner_process,
                                   model_path=args.model or "", planner_parameters=planner_params,
                                   lockstep_n=args.lockstep_n, timing=args.timing, command_source=args.command_source,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import DECODING_FIELDS, ENGINE_FIELDS, EngineSettings
+from ..config import DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -25,6 +25,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in DECODING_FIELDS if getattr(args, name, None) is not None}
+
+
+def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--parse-retry", default=None, choices=PARSE_RETRIES,
+                        help="decode an answer that does not parse once more with this remasking strategy before "
+                             f"it counts as invalid; none = never (default {DEFAULT_PARSE_RETRY})")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

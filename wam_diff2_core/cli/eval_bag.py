@@ -26,7 +26,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .common import add_decoding_arguments, add_model_arguments, decoding_overrides
+from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument, decoding_overrides
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ def add_arguments(p) -> None:
     add_model_arguments(p, required=False)  # --compare needs no model; run() checks it for evaluation
     p.add_argument("--max-waypoint-abs-m", type=float, default=None,
                    help="answers with a coordinate beyond this are invalid (node default 200)")
+    add_parse_retry_argument(p)
     add_decoding_arguments(p)
 
 
@@ -147,6 +148,7 @@ def _apply_params_file(args) -> dict:
     fill("min_pixels", "image.min_pixels", convert=lambda v: int(v) or None)
     fill("max_pixels", "image.max_pixels", convert=lambda v: int(v) or None)
     fill("max_waypoint_abs_m", "max_waypoint_abs_m", convert=float)
+    fill("parse_retry", "parse_retry")
     fill("odometry_timeout_s", "odometry_timeout_s", convert=float)
     fill("acceleration_time_constant_s", "acceleration_time_constant_s", convert=float)
     fill("default_command", "default_command")
@@ -184,7 +186,8 @@ def _settings(args):
 def _model_info(policy, args) -> dict:
     info = {"path": str(Path(args.model).resolve()), "min_pixels": args.min_pixels, "max_pixels": args.max_pixels,
             "params_file": str(Path(args.params_file).resolve()) if args.params_file else None,
-            "max_waypoint_abs_m": getattr(policy, "max_waypoint_abs_m", None)}
+            "max_waypoint_abs_m": getattr(policy, "max_waypoint_abs_m", None),
+            "parse_retry": getattr(policy, "parse_retry", None)}
     loaded = getattr(policy, "loaded", None)
     if loaded is not None:
         info.update(device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
@@ -240,7 +243,7 @@ def _evaluate(args, settings) -> int:
         with Bag(path) as bag:
             plans.append(plan_bag(bag, settings))
         log.info("%s: %d camera frames, %d to evaluate", path, plans[-1].images, len(plans[-1].planned))
-    extra = {} if args.max_waypoint_abs_m is None else {"max_waypoint_abs_m": args.max_waypoint_abs_m}
+    extra = {k: getattr(args, k) for k in ("max_waypoint_abs_m", "parse_retry") if getattr(args, k) is not None}
     policy = DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
                                            overrides=decoding_overrides(args), tasks=("plan",),
                                            min_pixels=args.min_pixels, max_pixels=args.max_pixels, **extra)
@@ -270,8 +273,8 @@ def _output_problem(args) -> str | None:
 
 def _model_flags_given(args) -> list[str]:
     """The model / decoding flags given on the command line (they mean nothing with --predictions)."""
-    given = [f"--{name.replace('_', '-')}" for name in ("model", "min_pixels", "max_pixels", "max_waypoint_abs_m")
-             if getattr(args, name) is not None]
+    names = ("model", "min_pixels", "max_pixels", "max_waypoint_abs_m", "parse_retry")
+    given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
     given += [f"--{name}" for name in ("device", "dtype") if getattr(args, name) != "auto"]
     given += [f"--{name.replace('_', '-')}" for name in decoding_overrides(args)]
     return given
@@ -359,8 +362,10 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
               + f"   {o[key]['frames']:>6}")
     d, lat = o.get("decode") or {}, o.get("latency_ms") or {}
     if d.get("tokens_per_frame", {}).get("count"):
+        retried = d.get("retried_frames")
         print(f"  decoding: median {d['tokens_per_frame']['p50']:.0f} tokens in {d['forwards_per_frame']['p50']:.0f} "
-              f"forwards per answer ({d['tokens_per_forward']:.2f} tokens/forward)")
+              f"forwards per answer ({d['tokens_per_forward']:.2f} tokens/forward)"
+              + (f"; {retried} decoded again after a parse failure" if retried else ""))
     if lat.get("count"):
         print(f"  latency per plan: median {lat['p50']:.1f} ms, p90 {lat['p90']:.1f} ms, max {lat['max']:.1f} ms")
     print(f"  report: {Path(args.out) / 'report.md'} (plots beside it)" + (f"; predictions: {record}" if record else ""))

@@ -46,10 +46,20 @@ class DecodeStats:
     prefill_ms: float = 0.0     # wall time of the batch call's phases
     denoise_ms: float = 0.0
     commit_ms: float = 0.0
+    retries: int = 0            # decodes repeated because the answer did not parse (the policy's parse_retry)
 
     @property
     def decode_ms(self) -> float:
         return self.prefill_ms + self.denoise_ms + self.commit_ms
+
+    def then_retried(self, retry: "DecodeStats") -> "DecodeStats":
+        """This decode's cost plus a retry's; the answer (``tokens``) is the retry's."""
+        return dataclasses.replace(
+            retry, forwards=self.forwards + retry.forwards, denoise_steps=self.denoise_steps + retry.denoise_steps,
+            commit_forwards=self.commit_forwards + retry.commit_forwards, blocks=self.blocks + retry.blocks,
+            steps_per_block=self.steps_per_block + retry.steps_per_block,
+            prefill_ms=self.prefill_ms + retry.prefill_ms, denoise_ms=self.denoise_ms + retry.denoise_ms,
+            commit_ms=self.commit_ms + retry.commit_ms, retries=self.retries + retry.retries + 1)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

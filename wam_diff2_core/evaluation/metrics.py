@@ -150,6 +150,7 @@ def group_summary(frames: Sequence[FrameResult]) -> dict[str, Any]:
             "tokens_per_frame": distribution(tokens, (50,)),
             "denoise_steps_per_frame": distribution(steps, (50,)),
             "tokens_per_forward": (float(sum(tokens)) / sum(forwards)) if forwards and sum(forwards) else None,
+            "retried_frames": sum(1 for f in frames if f.stats.get("retries")),
         },
         "latency_ms": distribution(f.latency_ms for f in frames),
     }

@@ -55,7 +55,7 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
         block_size=int(s.get("block_size", 0)), forwards=int(s.get("forwards", 0)),
         denoise_steps=int(s.get("denoise_steps", 0)), blocks=int(s.get("blocks", 0)), tokens=int(s.get("tokens", 0)),
         prefill_ms=float(s.get("prefill_ms", 0.0)), denoise_ms=float(s.get("denoise_ms", 0.0)),
-        commit_ms=float(s.get("commit_ms", 0.0)), latency_ms=float(frame.latency_ms))
+        commit_ms=float(s.get("commit_ms", 0.0)), retries=int(s.get("retries", 0)), latency_ms=float(frame.latency_ms))
     return types[TRAJECTORY_TYPE](header=_header(types, frame.stamp_ns, ego_frame), points=points,
                                   command=frame.command, valid=bool(frame.valid),
                                   invalid_reason=frame.invalid_reason, raw_text=frame.raw_text, stats=stats)

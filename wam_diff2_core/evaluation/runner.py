@@ -50,7 +50,7 @@ NOT_PUBLISHED = "not_published"     # --predictions: the node published no traje
 TRAJECTORY_TYPE = "wam_diff2_ros/msg/Trajectory"
 DEFAULT_TRAJECTORY_TOPIC = "/wam_diff2_planner/output/trajectory"   # the planner node's ~/output/trajectory
 DECODE_STATS_KEYS = ("block_size", "forwards", "denoise_steps", "blocks", "tokens", "prefill_ms", "denoise_ms",
-                     "commit_ms")
+                     "commit_ms", "retries")
 
 
 @dataclass(frozen=True)
@@ -285,8 +285,7 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
 def _stats_dict(stats) -> dict[str, Any]:
     if stats is None:
         return {}
-    keys = ("block_size", "forwards", "denoise_steps", "commit_forwards", "blocks", "tokens",
-            "prefill_ms", "denoise_ms", "commit_ms")
+    keys = (*DECODE_STATS_KEYS, "commit_forwards")
     return {k: getattr(stats, k) for k in keys if getattr(stats, k, None) is not None}
 
 
@@ -409,7 +408,7 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
         else:
             predicted = xy
     s = msg.stats
-    stats = {k: getattr(s, k) for k in DECODE_STATS_KEYS}
+    stats = {k: getattr(s, k, 0) for k in DECODE_STATS_KEYS}    # 0: a bag recorded before a field existed
     stats = {k: (float(v) if k.endswith("_ms") else int(v)) for k, v in stats.items()}
     decoded = stats["forwards"] > 0 or stats["tokens"] > 0 or float(s.latency_ms) > 0
     command = str(msg.command) or ins.command

@@ -1,0 +1,69 @@
+"""DrivingPolicy's parse retry: an answer that does not parse is decoded once more (another remasking
+strategy) before it counts as invalid; the retry's cost is counted, its answer is the one kept."""
+from __future__ import annotations
+
+import pytest
+
+from wam_diff2_core.model.checkpoint import load_checkpoint
+from wam_diff2_core.model.inputs import encode_prompts
+from wam_diff2_core.outputs.prompts import format_planning_prompt
+from wam_diff2_core.policy import DrivingPolicy, EgoState
+
+EGO = EgoState(velocity=(5.0, 0.0), acceleration=(0.0, 0.0))
+SHORT = {"max_new_tokens": 32}      # one block of the random tiny model, whose answers never parse
+
+
+def _policy(checkpoint, **kwargs) -> DrivingPolicy:
+    return DrivingPolicy(load_checkpoint(checkpoint, device="cpu", dtype="float32", overrides=SHORT), **kwargs)
+
+
+def _direct_decode(policy: DrivingPolicy, frame, strategy: str):
+    """The same planning prompt decoded by the decoder alone under ``strategy``."""
+    from PIL import Image
+    prompt = policy._conversation(format_planning_prompt("straight", EGO.velocity, EGO.acceleration))
+    inputs = encode_prompts(policy.loaded.processor, [prompt], [[Image.fromarray(frame)]])
+    out = policy.decoder.generate(inputs, policy.settings.replace(remasking_strategy=strategy))
+    return policy.loaded.tokenizer.batch_decode(out.sequences, skip_special_tokens=False)[0], out.stats[0]
+
+
+def test_an_unparseable_answer_is_decoded_again_with_the_retry_strategy(tiny_checkpoint, rgb_frame):
+    policy = _policy(tiny_checkpoint, parse_retry="sequential")
+    first_text, first = _direct_decode(policy, rgb_frame, "low_confidence_dynamic")
+    retry_text, retry = _direct_decode(policy, rgb_frame, "sequential")
+    assert first_text != retry_text                 # the retry is another decode, not a repeat
+
+    plan = policy.step(rgb_frame, EGO, "straight").plan
+    assert not plan.valid and plan.waypoints is None   # still garbage: still invalid
+    assert plan.raw_text == retry_text
+    assert plan.stats.retries == 1
+    assert plan.stats.forwards == first.forwards + retry.forwards
+    assert plan.stats.denoise_steps == first.denoise_steps + retry.denoise_steps
+    assert plan.stats.tokens == retry.tokens
+
+
+def test_no_retry_when_off_or_when_it_would_repeat_the_same_decode(tiny_checkpoint, rgb_frame):
+    for kwargs in ({"parse_retry": "none"}, {"parse_retry": "low_confidence_dynamic"}):
+        policy = _policy(tiny_checkpoint, **kwargs)
+        first_text, first = _direct_decode(policy, rgb_frame, "low_confidence_dynamic")
+        plan = policy.step(rgb_frame, EGO, "straight").plan
+        assert not plan.valid and plan.stats.retries == 0, kwargs
+        assert plan.raw_text == first_text and plan.stats.forwards == first.forwards
+
+    policy = _policy(tiny_checkpoint)            # block size 1: every strategy decodes alike
+    policy.update_settings(block_size=1)
+    first_text, first = _direct_decode(policy, rgb_frame, "low_confidence_dynamic")
+    plan = policy.step(rgb_frame, EGO, "straight").plan
+    assert not plan.valid and plan.stats.retries == 0
+    assert plan.raw_text == first_text and plan.stats.forwards == first.forwards
+
+
+def test_detection_answers_are_retried_in_the_same_batch(tiny_checkpoint, rgb_frame):
+    policy = _policy(tiny_checkpoint, tasks=("plan", "detect"))
+    out = policy.step(rgb_frame, EGO, "straight")
+    for result in (out.plan, out.detections):
+        assert not result.valid and result.stats.retries == 1
+
+
+def test_an_unknown_retry_strategy_is_refused_by_name(tiny_checkpoint):
+    with pytest.raises(ValueError, match="parse_retry: 'twice'"):
+        _policy(tiny_checkpoint, parse_retry="twice")
