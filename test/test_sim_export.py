@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -314,6 +315,25 @@ def test_recovery_samples_are_training_only_plan_samples_with_their_own_images(t
                                    episode.recoveries[frame].waypoints, atol=0.006)
         assert (tmp_path / "set" / s["image"][0]).is_file() and s["image"] != original["image"]
     assert len(list(iter_samples(tmp_path / "set" / "train.json"))) == 16
+
+
+def test_commands_keep_only_the_json_samples_of_frames_under_those_commands(tmp_path):
+    base = dict(episodes=2, seed=0, formats=("json",), val_fraction=0.0, vqa_per_frame=0, detection=False,
+                episode=EpisodeSettings(frames=8, frame_stride=10, camera=CAMERA, traffic=False))
+    export(tmp_path / "all", ExportSettings(**base), progress=False)
+    export(tmp_path / "turns", ExportSettings(**base, commands=("left", "right")), progress=False)
+    everything = json.loads((tmp_path / "all" / "train.json").read_text())
+    turns = json.loads((tmp_path / "turns" / "train.json").read_text())
+    under_turns = re.compile(r"information is: (left|right)\n")
+    assert turns == [s for s in everything if under_turns.search(s["conversations"][0]["value"])]
+    frames = _frames(tmp_path / "turns")
+    assert frames == [{**f, "image": f["image"] if f["command"] != "straight" else None}
+                      for f in _frames(tmp_path / "all")]                       # every frame's ground truth
+    assert 0 < len(turns) < len(frames)
+    images = {p.relative_to(tmp_path / "turns").as_posix() for p in (tmp_path / "turns" / "images").rglob("*.jpg")}
+    assert images == {f["image"] for f in frames if f["image"]}
+    with pytest.raises(ValueError, match="commands"):
+        ExportSettings(**base, commands=("up",))
 
 
 def test_a_recovery_copy_from_rest_says_so_in_its_prompt(tmp_path):

@@ -8,8 +8,8 @@ import pytest
 
 from wam_diff2_core.geometry import world_to_ego
 from wam_diff2_core.sim import (Actuation, BicycleParams, Crossing, Curve, EgoState, EpisodeSettings, RecoverySettings,
-                                KinematicBicycle, RoadSettings, Straight, VehicleControl, World, WorldSettings,
-                                build_road, make_world, route_command, simulate_episode)
+                                KinematicBicycle, RoadSettings, RouteSettings, Straight, VehicleControl, World,
+                                WorldSettings, build_road, make_world, route_command, simulate_episode)
 from wam_diff2_core.sim.camera import CameraSettings
 from wam_diff2_core.sim.expert import ExpertSettings
 from wam_diff2_core.sim.truth import CommandSettings
@@ -87,6 +87,29 @@ def test_world_is_deterministic_by_seed():
     assert [(v.id, v.s, v.speed) for v in a.traffic] == [(v.id, v.s, v.speed) for v in b.traffic]
     assert not np.array_equal(a.road.centreline.points, c.road.centreline.points)
     assert a.ego != c.ego
+
+
+def test_mirror_turns_builds_the_same_world_up_to_the_first_crossing_with_each_turn_swapped():
+    swapped = {"left": "right", "straight": "straight", "right": "left"}
+    mirror = WorldSettings(route=RouteSettings(mirror_turns=True))
+    turning = 0
+    for seed in range(8):
+        a = World.generate(np.random.default_rng(seed), WorldSettings(), duration_s=20.0)
+        b = World.generate(np.random.default_rng(seed), mirror, duration_s=20.0)
+        assert [swapped[c.turn] for c in a.road.crossings] == [c.turn for c in b.road.crossings]
+        assert a.ego == b.ego and a.expert.settings == b.expert.settings   # the same start and cruise speed
+        if not a.road.crossings or a.road.crossings[0].turn == "straight":
+            assert np.array_equal(a.road.lane.points, b.road.lane.points)
+            continue
+        turning += 1
+        entry = a.road.crossings[0].lane_s_entry
+        assert b.road.crossings[0].lane_s_entry == entry
+        before = a.road.lane.s < entry
+        assert np.array_equal(a.road.lane.points[before], b.road.lane.points[b.road.lane.s < entry])
+        # past the crossing the routes part: one turns left of the other
+        exit_a, exit_b = a.road.lane.pose_at(entry + 30.0), b.road.lane.pose_at(entry + 30.0)
+        assert math.hypot(exit_a[0] - exit_b[0], exit_a[1] - exit_b[1]) > 10.0
+    assert turning >= 2
 
 
 def test_expert_keeps_its_lane_and_never_collides_across_seeds():

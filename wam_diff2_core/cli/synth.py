@@ -16,6 +16,7 @@ import os
 import sys
 
 from ..evaluation.bag import DEFAULT_ROLE
+from ..outputs.prompts import COMMANDS
 
 HELP = "generate synthetic driving scenes (JSON samples and rosbag2 bags)"
 log = logging.getLogger(__name__)
@@ -62,6 +63,12 @@ def add_arguments(p) -> None:
                    default=argparse.SUPPRESS, help="share of recovery copies started from a standstill")
     p.add_argument("--recovery-slow", dest="recovery_slow_probability", type=float, default=argparse.SUPPRESS,
                    help="share of recovery copies slowed to a uniform share of their speed")
+    p.add_argument("--commands", nargs="+", default=list(COMMANDS), choices=COMMANDS,
+                   help="JSON samples only of the frames under these route commands (bags keep every frame)")
+    p.add_argument("--mirror-turns", action="store_true",
+                   help="turn the other way (left <-> right) at every crossing: with the same --seed, the "
+                        "twin of the export without it (the same approaches to the first crossing, the "
+                        "opposite command and path)")
     p.add_argument("--workers", type=int, default=1, help="episodes generated in parallel processes")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -74,6 +81,8 @@ def settings_from_args(args):
     from ..sim.camera import CameraSettings
     from ..sim.episode import EpisodeSettings, RecoverySettings
     from ..sim.export import ExportSettings
+    from ..sim.road import RouteSettings
+    from ..sim.world import WorldSettings
 
     for name in ("width", "height"):
         if getattr(args, name) < 16:
@@ -85,13 +94,14 @@ def settings_from_args(args):
         limits = {k: getattr(args, f"recovery_{k}") for k in ("max_offset_m", "max_yaw_deg", "standstill_probability",
                                                                "slow_probability") if hasattr(args, f"recovery_{k}")}
         recovery = RecoverySettings(fraction=args.recovery_fraction, **limits)
+        world = WorldSettings(route=RouteSettings(mirror_turns=args.mirror_turns))
         episode = EpisodeSettings(frames=args.frames, frame_stride=args.frame_stride, traffic=args.traffic,
-                                  camera=camera, recovery=recovery)
+                                  world=world, camera=camera, recovery=recovery)
         extra = {} if args.command_topic is None else {"command_topic": args.command_topic}
         return ExportSettings(episodes=args.episodes, seed=args.seed, episode=episode, formats=args.formats,
                               val_fraction=args.val_fraction, role=args.role, image_format=args.image_format,
                               vqa_per_frame=args.vqa_per_frame, detection=args.detection, workers=args.workers,
-                              prompt_acceleration=args.prompt_acceleration,
+                              prompt_acceleration=args.prompt_acceleration, commands=tuple(args.commands),
                               **extra)
     except ValueError as exc:   # the settings' own checks name the field
         raise ConfigError(str(exc)) from exc

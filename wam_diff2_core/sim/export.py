@@ -33,7 +33,7 @@ import cv2
 import numpy as np
 
 from ..outputs.parsing import format_waypoints
-from ..outputs.prompts import format_detection_prompt, format_planning_prompt
+from ..outputs.prompts import COMMANDS, format_detection_prompt, format_planning_prompt
 from ..utils.atomic import atomic_directory
 from .bag import DEFAULT_COMMAND_TOPIC, STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
 from .episode import EpisodeSettings, simulate_episode
@@ -60,6 +60,7 @@ class ExportSettings:
     vqa_per_frame: int = 1                  # question samples per frame (0..4)
     prompt_acceleration: str = "estimated"  # estimated (as the node computes it from odometry) | true
     detection: bool = True                  # a detection sample per frame
+    commands: tuple[str, ...] = COMMANDS    # JSON samples only of frames under these commands (bags: all)
     workers: int = 1
 
     def __post_init__(self):
@@ -78,6 +79,8 @@ class ExportSettings:
             raise ValueError(f"prompt_acceleration must be 'estimated' or 'true', got {self.prompt_acceleration!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if not self.commands or any(c not in COMMANDS for c in self.commands):
+            raise ValueError(f"commands must be a non-empty subset of {COMMANDS}, got {list(self.commands)}")
         if not self.role or "/" in self.role:
             raise ValueError(f"role must be a non-empty name without '/', got {self.role!r}")
         if not self.command_topic.startswith("/"):
@@ -200,12 +203,13 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
                 for w in writers:
                     w.write_frame(stamp_ns, frame.rgb, truth.command)
                 image_path = f"images/{ep_dir}/{truth.frame:05d}.{settings.image_format}"
+                sampled = "json" in settings.formats and truth.command in settings.commands
                 record = truth.record(camera.width, camera.height)
-                record.update(split=split, stamp_ns=stamp_ns, image=image_path if "json" in settings.formats else None,
+                record.update(split=split, stamp_ns=stamp_ns, image=image_path if sampled else None,
                               camera={"width": camera.width, "height": camera.height, "fx": camera.fx,
                                       "fy": camera.fy, "cx": camera.cx, "cy": camera.cy})
                 records.append(record)
-                if "json" in settings.formats:
+                if sampled:
                     (root / image_path).write_bytes(encode_image(frame.rgb, settings))
                     samples.extend(frame_samples(truth, image_path, camera.width, camera.height, settings))
                     if split == "train" and truth.frame in episode.recoveries:

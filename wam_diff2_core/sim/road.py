@@ -329,6 +329,8 @@ class RouteSettings:
     piece_weights: tuple[float, float, float] = (0.35, 0.35, 0.30)   # straight, curve, crossing
     turn_weights: tuple[float, float, float] = (0.4, 0.2, 0.4)       # left, straight, right at a crossing
     clearance_m: float = 30.0   # a new piece keeps this far from earlier road (no self-crossings)
+    mirror_turns: bool = False  # every crossing turns the other way (left <-> right): World.generate
+                                # then builds the twin of the world the same seed gives without it
 
 
 def _sample_piece(rng: np.random.Generator, rs: RouteSettings, previous: Piece | None) -> Piece:
@@ -341,7 +343,7 @@ def _sample_piece(rng: np.random.Generator, rs: RouteSettings, previous: Piece |
         sign = 1.0 if rng.random() < 0.5 else -1.0
         return Curve(float(rng.uniform(*rs.curve_radius_m)), sign * float(rng.uniform(*rs.curve_angle_deg)))
     turn = TURNS[int(rng.choice(3, p=np.asarray(rs.turn_weights) / sum(rs.turn_weights)))]
-    return Crossing(turn)
+    return Crossing(TURNS[2 - TURNS.index(turn)] if rs.mirror_turns else turn)
 
 
 def _far_from(candidate: RoadMap, previous: RoadMap | None, clearance: float, settings: RoadSettings) -> bool:

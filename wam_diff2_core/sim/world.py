@@ -16,6 +16,7 @@ lane, never by steering.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
@@ -154,8 +155,15 @@ class World:
         """A random world whose route is long enough to drive ``duration_s + horizon_s``."""
         cruise = float(rng.uniform(*settings.cruise_speed_mps))
         distance = settings.start_lane_s_m + cruise * (duration_s + horizon_s) + settings.view_margin_m
-        road = generate_road(rng, distance, settings.road, settings.route,
-                             start_yaw=float(rng.uniform(-math.pi, math.pi)))
+        start_yaw = float(rng.uniform(-math.pi, math.pi))
+        twin_rng = copy.deepcopy(rng)
+        road = generate_road(rng, distance, settings.road, replace(settings.route, mirror_turns=False),
+                             start_yaw=start_yaw)
+        if settings.route.mirror_turns:
+            # the same draws with each crossing turned the other way; everything drawn after the road
+            # (speeds, traffic, colours) comes from the unmirrored world's stream, so the two worlds are
+            # the same up to the first crossing: the same approach under the opposite command
+            road = generate_road(twin_rng, distance, settings.road, settings.route, start_yaw=start_yaw)
         expert = ExpertSettings(cruise_speed_mps=cruise)
         x, y, yaw = road.lane.pose_at(settings.start_lane_s_m)
         standing = rng.random() < settings.standing_start_probability
