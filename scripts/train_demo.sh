@@ -23,25 +23,33 @@ resume() { [ -d "$1" ] && echo --resume || true; }
 [ -d "$runs/init_diffusion" ] || wam-diff2 convert "$runs/ar/final" "$runs/init_diffusion" --block-size 4
 [ -d "$runs/curriculum/block32/final" ] || wam-diff2 train --config training/demo/curriculum.yaml \
   --model.path "$runs/init_diffusion" $data --output.dir "$runs/curriculum" $(resume "$runs/curriculum") "$@"
+# scenes for the B = 32 stages: every 5th tick, planning samples only
+scene_flags=(--frame-stride 5 --formats json --vqa-per-frame 0 --no-detection --val-fraction 0 --workers 2 --no-progress
+             --overwrite)
 # a B = 32 stage on scenes of its own: NAME (training/demo/NAME.yaml, runs/data_NAME, runs/NAME), the model
 # it starts from, then the synth options of its scenes
 b32_stage() {
   local name=$1 from=$2 scenes=$runs/data_$1
   shift 2
-  [ -f "$scenes/manifest.json" ] || wam-diff2 synth "$scenes" "$@" --frame-stride 5 --formats json --vqa-per-frame 0 \
-    --no-detection --val-fraction 0 --workers 2 --no-progress --overwrite
+  [ -f "$scenes/manifest.json" ] || wam-diff2 synth "$scenes" "$@" "${scene_flags[@]}"
   [ -d "$runs/$name/final" ] || wam-diff2 train --config "training/demo/$name.yaml" --model.path "$from" \
     --data.train_file "$scenes/train.json" --data.data_root "$scenes" --output.dir "$runs/$name" \
     $(resume "$runs/$name") "${overrides[@]}"
 }
 b32_stage closed_loop "$runs/curriculum/block32/final" --seed 3000 --episodes 40 --frames 60 --recovery-fraction 1 \
   --recovery-standstill 0.3 --recovery-slow 0.3
-b32_stage refine "$runs/closed_loop/final" --seed 4000 --episodes 120 --frames 80 --recovery-fraction 0.5 \
-  --recovery-standstill 0.3 --recovery-slow 0.3
+refine_scenes=(--seed 4000 --episodes 120 --frames 80 --recovery-fraction 0.5 --recovery-standstill 0.3
+               --recovery-slow 0.3)
+b32_stage refine "$runs/closed_loop/final" "${refine_scenes[@]}"
 # a DAgger round (training/demo/dagger.yaml): the refined model drives 10 routes of seed 5000, the expert
-# labels every frame it planned on from the state it reached; those labels mixed into the refinement scenes
+# labels every frame it planned on from the state it reached; those labels and the refinement scenes' turns,
+# paired with the same worlds turning the other way at every crossing, mixed into the refinement scenes
 [ -f "$runs/dagger1_labels/expert_labels/train.json" ] || wam-diff2 closed-loop --model "$runs/refine/final" \
   --loop direct --seed 5000 --routes 10 --threads 2 --expert-labels --no-plots --overwrite --out "$runs/dagger1_labels"
+for twin in turns turns_mirror; do
+  [ -f "$runs/data_$twin/manifest.json" ] || wam-diff2 synth "$runs/data_$twin" "${refine_scenes[@]}" \
+    --commands left right $([ $twin = turns_mirror ] && echo --mirror-turns) "${scene_flags[@]}"
+done
 mix=$(sed -n 's/^  mix: //p' training/demo/dagger.yaml | sed "s#runs/demo/#$runs/#g")
 [ -d "$runs/dagger1/final" ] || wam-diff2 train --config training/demo/dagger.yaml --model.path "$runs/refine/final" \
   --data.train_file "$runs/data_refine/train.json" --data.data_root "$runs/data_refine" --data.mix "$mix" \

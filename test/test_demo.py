@@ -45,6 +45,26 @@ def test_shipped_demo_model_loads_and_plans_from_what_it_sees(name, held_out_fra
             assert out.plan.stats.forwards <= 0.6 * out.plan.stats.tokens
 
 
+def test_block32_answer_that_does_not_parse_is_recovered_by_the_parse_retry():
+    """A held-out right turn (seed 1000, episode 2, frame 18) where the Block-32 model's parallel
+    digits come out malformed; decoded again left to right (``parse_retry``), the answer parses and
+    turns right with the expert."""
+    frame = list(simulate_episode(HELD_OUT_SEED, 2, EpisodeSettings(frames=19, frame_stride=5)).frames())[18]
+    t = frame.truth
+    ego = EgoState(velocity=t.velocity, acceleration=t.acceleration_estimated)
+    plain = DrivingPolicy.from_checkpoint(MODELS["block32"], device="cpu", parse_retry="none")
+    first = plain.step(frame.rgb, ego, t.command).plan
+    assert t.command == "right" and not first.valid and first.stats.retries == 0, first.raw_text
+
+    plan = DrivingPolicy(plain.loaded, parse_retry="sequential").step(frame.rgb, ego, t.command).plan
+    assert plan.valid and plan.stats.retries == 1, plan.raw_text
+    assert plan.stats.forwards > first.stats.forwards        # both decodes are counted
+    assert plan.waypoints[-1, 1] < -1.0 and t.waypoints[-1, 1] < -1.0
+    constant_velocity = np.array([4.0 * t.velocity[0], 0.0])     # where the car would be at 4 s
+    error = np.linalg.norm(plan.waypoints[-1] - t.waypoints[-1])
+    assert error < 0.5 * np.linalg.norm(constant_velocity - t.waypoints[-1]), (error, plan.raw_text)
+
+
 def test_demo_script_drives_the_node_over_dds_and_scores_what_it_published(tmp_path):
     """scripts/demo.sh (make demo) on a 12-frame held-out bag: planner node + replay + eval-bag --predictions."""
     env = dict(os.environ, OUT=str(tmp_path / "demo"), FRAMES="12", RATE="0.2",     # slow: a loaded CI machine
