@@ -120,7 +120,7 @@ def test_bgra8_frame_odometry_and_command_answered_with_the_image_stamp(probe, p
     assert traj.command == "left"
     assert not traj.valid and traj.invalid_reason and len(traj.points) == 0
     assert traj.stats.forwards > 0 and traj.stats.block_size == 32 and 0 < traj.stats.tokens <= 32
-    assert traj.stats.latency_ms > 0
+    assert traj.stats.retries == 1 and traj.stats.latency_ms > 0     # decoded again (parse_retry), still invalid
     dets = answer_for(probe, stamp, "detections")
     assert dets.header.frame_id == "camera"                  # the image's header, untouched
     debug = answer_for(probe, stamp, "debug_image")
@@ -132,6 +132,7 @@ def test_bgra8_frame_odometry_and_command_answered_with_the_image_stamp(probe, p
     time.sleep(0.5)
     assert probe.with_stamp("path", stamp) == [] and probe.with_stamp("path_odom", stamp) == []
     assert wait_counter(probe, "plan_parse_failures", 1) >= 1
+    assert wait_counter(probe, "answers_retried", 1) >= 1
     values = probe.diagnostic_values(DIAG)
     assert values["last_plan"].startswith("invalid") and values["model_state"] == "READY"
     # matched publishers per input: the probe's, and nobody's on camera_info
@@ -165,6 +166,7 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
 
     traj = answer_for(probe, stamp)
     assert traj.valid and traj.invalid_reason == "" and traj.command == "straight"
+    assert traj.stats.retries == 0                            # it parsed the first time
     frame, ego, command = calls[-1]
     sent = np.frombuffer(image_msg(stamp, encoding="bgr8", padding=0, seed=3).data, np.uint8).reshape(90, 160, 3)
     np.testing.assert_array_equal(frame, sent[:, :, ::-1])   # the model saw the frame as RGB
