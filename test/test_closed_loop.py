@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.control import ControllerGains
-from wam_diff2_core.sim.closed_loop import (ClosedLoopSettings, ExpertOracle, RouteRun, demo_world_gains,
-                                            drive_direct, summarize)
+from wam_diff2_core.sim.closed_loop import (ClosedLoopSettings, ExpertOracle, PolicyPlanner, RouteRun,
+                                            demo_world_gains, drive_direct, summarize, summary_line)
 from wam_diff2_core.outputs.prompts import NUM_WAYPOINTS
 from wam_diff2_core.sim.truth import route_command
 
@@ -109,6 +109,18 @@ def test_expert_labels_keep_every_planned_frame_with_the_experts_answer(tmp_path
     assert "--expert-labels needs --loop direct" in capsys.readouterr().err
 
 
+def test_direct_loop_counts_the_answers_decoded_again(tiny_checkpoint):
+    """The policy as the planner node runs it, in one process: the random tiny model's answers never
+    parse, so each is decoded a second time (parse_retry), and the car brakes to a stop."""
+    from wam_diff2_core.policy import DrivingPolicy
+    policy = DrivingPolicy.from_checkpoint(tiny_checkpoint, device="cpu", overrides={"max_new_tokens": 32})
+    settings = ClosedLoopSettings(route_length_m=60.0, blocked_timeout_s=1.5)
+    result = drive_direct(RouteRun(0, settings), PolicyPlanner(policy), demo_world_gains())
+    assert result.plans > 0 and result.plans_valid == 0 and result.plans_retried == result.plans
+    line = summary_line(summarize([result]))
+    assert f"valid plans 0 % ({result.plans} decoded again)" in line, line
+
+
 def test_summary_scores():
     run = RouteRun(0, ClosedLoopSettings(route_length_m=30.0))
     result = drive_direct(run, ExpertOracle(), demo_world_gains())
@@ -165,6 +177,7 @@ def test_ros_loop_with_the_tiny_model_brakes_to_a_stop_and_never_accelerates(dom
     assert result.extra["control_timeouts"] == 0 and result.extra["plan_timeouts"] == 0, planner
     assert received == result.ticks and planner["images_processed"] == result.plans
     assert result.plans == math.ceil(result.ticks / 10) and result.plans_valid == 0
+    assert result.plans_retried == result.plans                  # each garbage answer was decoded twice
     assert result.controls_fallback == result.ticks and result.max_throttle_on_fallback == 0.0
     speeds = np.array([s for _, _, s, _ in run.trace])
     assert speeds[0] == start_speed and np.all(np.diff(speeds) <= 0.0) and run.speed == 0.0

@@ -438,12 +438,14 @@ class RosClosedLoop:
                 if trajectory is not None and oracle is None:
                     run.plans += 1
                     run.plans_valid += int(trajectory.valid)
+                    run.plans_retried += int(trajectory.stats.retries > 0)
             elif oracle is None:
                 with sim._lock:                           # leaderboard timing: count what arrived
                     arrived = [m for k, m in sim.trajectories.items() if k <= stamp]
                     sim.trajectories = {k: m for k, m in sim.trajectories.items() if k > stamp}
                 run.plans += len(arrived)
                 run.plans_valid += sum(int(m.valid) for m in arrived)
+                run.plans_retried += sum(int(m.stats.retries > 0) for m in arrived)
             run.apply(msg if msg is not None else _Empty())
             if st.timing == "leaderboard":
                 due = wall0 + run.tick * run.dt_ns / 1e9 / st.realtime_factor

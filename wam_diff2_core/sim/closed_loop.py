@@ -116,6 +116,7 @@ class RouteResult:
     mean_speed_mps: float
     plans: int                            # planning ticks
     plans_valid: int
+    plans_retried: int                    # answers decoded again because they did not parse (parse_retry)
     controls_fallback: int                # ticks braking on a fallback (no / invalid / stale plan ...)
     fallback_reasons: dict[str, int]
     max_throttle_on_fallback: float       # must be 0: the controller never accelerates without a plan
@@ -166,7 +167,7 @@ class RouteRun:
         self.lane_departures, self.off_lane_m, self.max_lateral = 0, 0.0, 0.0
         self._off_lane, self._last_s = False, self.start_s
         self._progress_s, self._progress_t = self.start_s, 0.0           # last real progress (blocked check)
-        self.plans = self.plans_valid = 0
+        self.plans = self.plans_valid = self.plans_retried = 0
         self.fallbacks: Counter[str] = Counter()
         self.max_throttle_on_fallback = 0.0
         self.trace: list[tuple[float, float, float, bool]] = []       # x, y, speed, fallback
@@ -311,7 +312,8 @@ class RouteRun:
             collisions=list(self.collisions), lane_departures=self.lane_departures, off_lane_m=self.off_lane_m,
             max_lateral_offset_m=self.max_lateral, sim_time_s=self.world.tick * self.dt_ns / NS_PER_S,
             ticks=self.world.tick, mean_speed_mps=float(np.mean(speeds)) if speeds else 0.0, plans=self.plans,
-            plans_valid=self.plans_valid, controls_fallback=sum(self.fallbacks.values()),
+            plans_valid=self.plans_valid, plans_retried=self.plans_retried,
+            controls_fallback=sum(self.fallbacks.values()),
             fallback_reasons=dict(self.fallbacks), max_throttle_on_fallback=self.max_throttle_on_fallback,
             wall_s=time.perf_counter() - self._wall0, extra=dict(extra or {}))
 
@@ -345,6 +347,7 @@ class PolicyPlanner:
                                run.command())
         plan = out.plan
         self.last_reason = plan.invalid_reason
+        run.plans_retried += int(plan.stats.retries > 0)
         if plan.valid and plan.waypoints is not None:
             return Plan(run.stamp_s, np.asarray(plan.waypoints, dtype=np.float64), valid=True, ego_pose=run.pose)
         return Plan(run.stamp_s, np.zeros((0, 2)), valid=False, ego_pose=run.pose)
@@ -443,6 +446,7 @@ def summarize(results: Sequence[RouteResult]) -> dict[str, Any]:
         "terminations": dict(Counter(r.termination for r in results)),
         "plans": sum(r.plans for r in results),
         "plan_valid_rate": (sum(r.plans_valid for r in results) / max(1, sum(r.plans for r in results))),
+        "plans_retried": sum(r.plans_retried for r in results),
         "fallback_tick_rate": sum(r.controls_fallback for r in results) / max(1, sum(r.ticks for r in results)),
         "max_throttle_on_fallback": max(r.max_throttle_on_fallback for r in results),
         "mean_speed_mps": mean("mean_speed_mps"),
@@ -457,7 +461,8 @@ def summary_line(summary: dict[str, Any]) -> str:
     return (f"{summary['routes']} routes: driving score {100 * summary['driving_score']:.1f}, route completion "
             f"{100 * summary['route_completion']:.1f} %, infraction penalty {summary['infraction_penalty']:.2f}, "
             f"success {100 * summary['success_rate']:.0f} %, {summary['collisions']} collisions, "
-            f"{summary['lane_departures']} lane departures, valid plans {100 * summary['plan_valid_rate']:.0f} %")
+            f"{summary['lane_departures']} lane departures, valid plans {100 * summary['plan_valid_rate']:.0f} %"
+            + (f" ({summary['plans_retried']} decoded again)" if summary.get("plans_retried") else ""))
 
 
 def plot_route(run: RouteRun, path: str | Path) -> None:
