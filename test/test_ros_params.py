@@ -38,8 +38,9 @@ def node(context):
 
 @pytest.fixture(scope="module")
 def declared(node) -> dict:
-    names = node.list_parameters([], 10).names
-    return {n: node.get_parameter(n).value for n in names if n not in BUILTIN}
+    names = set(node.list_parameters([], 10).names) - BUILTIN
+    values = params.read_all(node)                       # None where declared unset
+    return {n: values[n] if n in values else node.get_parameter(n).value for n in names}
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
@@ -59,12 +60,29 @@ def test_declared_parameters_are_the_specs_with_their_defaults(declared):
 def test_yaml_lists_every_declared_parameter_with_its_default(declared):
     doc = yaml.safe_load((ROOT / "config" / "planner.yaml").read_text())
     values = flatten(doc["/**"]["ros__parameters"])
-    assert values == declared
+    assert values == {n: v for n, v in declared.items() if v is not None}
     assert params.validate_values(values) == []
 
 
+def _uncommented_decoding_block() -> dict:
+    """config/planner.yaml's commented-out decoding block, as it reads once uncommented."""
+    text = (ROOT / "config" / "planner.yaml").read_text()
+    block = text[text.index("#   decoding:"):]
+    lines = ["    " + line[1:] if line.startswith("#") else line for line in block.splitlines()]
+    return yaml.safe_load("\n".join(lines))["decoding"]
+
+
+def test_decoding_parameters_are_unset_so_the_checkpoint_decides(node, declared):
+    """One precedence rule: a node parameter left unset takes the checkpoint's setting (config.py)."""
+    decoding = {n: v for n, v in declared.items() if n.startswith(params.DECODING_PREFIX)}
+    assert set(decoding) == {params.DECODING_PREFIX + n for n in DECODING_FIELDS}
+    assert all(v is None for v in decoding.values())
+    assert params.decoding_overrides(declared) == {}
+    assert params.decoding_overrides({**declared, "decoding.block_size": 8}) == {"block_size": 8}
+
+
 def test_decoding_parameters_derive_from_the_core_settings(node):
-    yaml_decoding = yaml.safe_load((ROOT / "config" / "planner.yaml").read_text())["/**"]["ros__parameters"]["decoding"]
+    yaml_decoding = _uncommented_decoding_block()
     assert set(yaml_decoding) == set(DECODING_FIELDS)
     for name, field in DECODING_FIELDS.items():
         full = params.DECODING_PREFIX + name
@@ -95,7 +113,7 @@ def test_descriptors_mark_ranges_units_and_read_only(node):
 
 def test_readme_parameter_table_matches_declared_parameters(declared):
     readme = (ROOT / "wam_diff2_ros" / "README.md").read_text()
-    rows = re.findall(r"^\| `([^`]+)` \| ([^|]+) \| `([^`]*)` \|", readme, re.MULTILINE)
+    rows = re.findall(r"^\| `([^`]+)` \| ([^|]+) \| (`[^`]*`|unset: the checkpoint's) \|", readme, re.MULTILINE)
     assert [r[0] for r in rows] == [s.name for s in params.SPECS]
     assert set(r[0] for r in rows) == set(declared)
     assert params.markdown_table() in readme      # regenerate with: python -m wam_diff2_ros.parameters --markdown

@@ -5,15 +5,19 @@ the node parameters and ``config/*.yaml`` are derived from or checked against
 :data:`DECODING_FIELDS`; token ids are read from the checkpoint, never written in code.
 
     cfg = DiffusionConfig.resolve("ckpt/", tokenizer, model_config, {"block_size": 8})
+    cfg.describe()   # block_size=8 (from user); denoising_steps=32, ... (from diffusion_config.json)
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
 
 DIFFUSION_CONFIG_FILE = "diffusion_config.json"
 MASK_TOKEN = "<|mask|>"
@@ -115,12 +119,15 @@ class EngineSettings:
 ENGINE_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(EngineSettings)}
 
 
+def field_type(f: dataclasses.Field) -> type:
+    """The Python type of a settings field (annotations are strings here: ``from __future__``)."""
+    return f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str, "bool": bool}[f.type]
+
+
 def _validate_fields(settings) -> None:
     """Type, finiteness, choices and range of every field of a settings dataclass (errors name the field)."""
     for f in dataclasses.fields(settings):
-        expected = f.type if isinstance(f.type, type) else \
-            {"int": int, "float": float, "str": str, "bool": bool}[f.type]
-        object.__setattr__(settings, f.name, check_value(f.name, getattr(settings, f.name), expected, f.metadata))
+        object.__setattr__(settings, f.name, check_value(f.name, getattr(settings, f.name), field_type(f), f.metadata))
 
 
 def check_value(where: str, value: Any, expected: type, meta: Mapping[str, Any]) -> Any:
@@ -141,6 +148,23 @@ def check_value(where: str, value: Any, expected: type, meta: Mapping[str, Any])
     return value
 
 
+# Where each setting came from, in precedence order (the first that has it wins).
+SOURCE_USER = "user"
+SOURCE_FILE = DIFFUSION_CONFIG_FILE
+SOURCE_DEFAULT = "package default"
+# Without a diffusion_config.json the checkpoint's format decides: the authors' WAM-Diff2 checkpoints
+# are block-diffusion models (the paper's Block-32 settings, the DecodingSettings defaults); a stock
+# Qwen3-VL checkpoint is the autoregressive starting point (B = 1).
+FORMAT_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "wam_diff2": ("wam_diff2 format (the paper's Block-32 settings)", {}),
+    "qwen3_vl": ("qwen3_vl format (autoregressive)", {"block_size": 1}),
+}
+# The authors' code reads the mask id from config.json with this default: an unused embedding row
+# past the stock Qwen3 tokenizer's last id (151668). Used only for the real Qwen id layout.
+AUTHORS_MASK_TOKEN_ID = 151671
+QWEN_LAYOUT_IDS = {"<|endoftext|>": 151643, "<|im_end|>": 151645}
+
+
 @dataclass(frozen=True)
 class DiffusionConfig:
     """Decoding settings plus the token ids they need, as resolved for one checkpoint."""
@@ -150,6 +174,8 @@ class DiffusionConfig:
     mask_token_id: int | None          # None: an AR checkpoint not yet converted
     banned_token_ids: tuple[int, ...]  # never emitted: MASK, specials except EOS, rows past the tokenizer
     vocab_size: int                    # LM head width
+    # setting name (and "mask_token_id") -> where its value came from (SOURCE_* or a format's default)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def block_size(self) -> int:
@@ -157,19 +183,48 @@ class DiffusionConfig:
 
     @classmethod
     def resolve(cls, checkpoint_dir: str | Path | None, tokenizer, model_config,
-                overrides: Mapping[str, Any] | None = None) -> "DiffusionConfig":
-        """Checkpoint file (``diffusion_config.json``) < user overrides; ids from the checkpoint."""
+                overrides: Mapping[str, Any] | None = None, *,
+                checkpoint_format: str = "qwen3_vl") -> "DiffusionConfig":
+        """One precedence rule for every entry point: an explicit user setting (``overrides``, None =
+        unset) > the checkpoint's ``diffusion_config.json`` > the checkpoint format's default
+        (:data:`FORMAT_DEFAULTS`) > the package default. Token ids come from the checkpoint."""
         stored = read_diffusion_file(checkpoint_dir) if checkpoint_dir is not None else {}
-        base = {k: v for k, v in stored.get("decoding", {}).items()}
-        unknown = set(base) - set(DECODING_FIELDS)
+        from_file = dict(stored.get("decoding", {}))
+        unknown = set(from_file) - set(DECODING_FIELDS)
         if unknown:
             raise ConfigError(f"{DIFFUSION_CONFIG_FILE}: unknown decoding key(s) {', '.join(sorted(unknown))}")
         if "block_size" in stored:
-            base["block_size"] = stored["block_size"]
-        elif not stored:
-            base.setdefault("block_size", 1)  # a stock (AR) checkpoint decodes autoregressively
-        merged = {**base, **{k: v for k, v in (overrides or {}).items() if v is not None}}
-        settings = DecodingSettings().replace(**merged)
+            from_file["block_size"] = stored["block_size"]
+        if checkpoint_format not in FORMAT_DEFAULTS:
+            raise ConfigError(f"checkpoint format {checkpoint_format!r} is not one of {', '.join(FORMAT_DEFAULTS)}")
+        format_source, format_values = FORMAT_DEFAULTS[checkpoint_format]
+        user = {k: v for k, v in (overrides or {}).items() if v is not None}
+        unknown = set(user) - set(DECODING_FIELDS)
+        if unknown:
+            raise ConfigError(f"unknown decoding setting(s): {', '.join(sorted(unknown))}")
+        layers = [(SOURCE_USER, user)] + ([(SOURCE_FILE, from_file)] if stored else [(format_source, format_values)])
+        merged: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for name in DECODING_FIELDS:
+            for source, values in layers:
+                if name in values:
+                    merged[name], sources[name] = values[name], source
+                    break
+            else:
+                sources[name] = format_source if not stored else SOURCE_DEFAULT
+        try:
+            settings = DecodingSettings().replace(**merged)
+        except ConfigError as exc:
+            culprit = next((n for n in merged if str(exc).startswith(n + ":")), None)
+            if culprit is not None and sources[culprit] == SOURCE_FILE:
+                raise ConfigError(f"{Path(checkpoint_dir) / DIFFUSION_CONFIG_FILE}: {exc}") from None
+            raise
+
+        trained = from_file.get("block_size")
+        if sources["block_size"] == SOURCE_USER and trained is not None and trained != settings.block_size:
+            # a decoder run at another block size than trained degrades: say so
+            log.warning("block_size %d differs from the block size %s the checkpoint was trained with (%s)",
+                        settings.block_size, trained, DIFFUSION_CONFIG_FILE)
 
         text_config = getattr(model_config, "text_config", model_config)
         vocab_size = int(text_config.vocab_size)
@@ -178,16 +233,15 @@ class DiffusionConfig:
             eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
             if eos_id is None or eos_id == tokenizer.unk_token_id:
                 eos_id = tokenizer.eos_token_id
-        mask_id = stored.get("mask_token_id", getattr(model_config, "mask_token_id", None))
-        if mask_id is None and MASK_TOKEN in tokenizer.get_vocab():
-            mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
         if eos_id is None:
             raise ConfigError(f"cannot find the EOS token {EOS_TOKEN!r} in the tokenizer")
+        mask_id, sources["mask_token_id"] = _resolve_mask_id(stored, tokenizer, model_config, vocab_size,
+                                                             needed=settings.block_size > 1)
         if settings.block_size > 1 and mask_id is None:
             raise ConfigError(
                 f"block_size: {settings.block_size} needs a mask token, and this checkpoint has none "
-                f"(no {DIFFUSION_CONFIG_FILE}, no {MASK_TOKEN} in the tokenizer); convert it first with "
-                "`wam-diff2 convert`, or use --block-size 1")
+                f"(no mask_token_id in config.json or {DIFFUSION_CONFIG_FILE}, no {MASK_TOKEN} in the tokenizer); "
+                "convert it first with `wam-diff2 convert`, or use --block-size 1")
         for name, value in (("eos_token_id", eos_id), ("mask_token_id", mask_id)):
             if value is not None and not 0 <= int(value) < vocab_size:
                 raise ConfigError(f"{name}: {value} is outside the LM head (vocab_size {vocab_size})")
@@ -201,13 +255,53 @@ class DiffusionConfig:
         return cls(settings=settings, eos_token_id=int(eos_id),
                    mask_token_id=None if mask_id is None else int(mask_id),
                    banned_token_ids=tuple(sorted(i for i in special if 0 <= i < vocab_size)),
-                   vocab_size=vocab_size)
+                   vocab_size=vocab_size, sources=sources)
 
     def with_settings(self, **overrides: Any) -> "DiffusionConfig":
-        settings = self.settings.replace(**{k: v for k, v in overrides.items() if v is not None})
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        settings = self.settings.replace(**overrides)
         if settings.block_size > 1 and self.mask_token_id is None:
             raise ConfigError("block_size: > 1 needs a mask token; convert the checkpoint first")
-        return dataclasses.replace(self, settings=settings)
+        changed = {k: SOURCE_USER for k, v in overrides.items() if v != getattr(self.settings, k)}
+        return dataclasses.replace(self, settings=settings, sources={**self.sources, **changed})
+
+    def describe(self) -> str:
+        """One line: every setting with where it came from (logged once at load by every entry point)."""
+        by_source: dict[str, list[str]] = {}
+        for name in DECODING_FIELDS:
+            by_source.setdefault(self.sources.get(name, SOURCE_DEFAULT), []).append(
+                f"{name}={getattr(self.settings, name)}")
+        if self.mask_token_id is not None:
+            by_source.setdefault(self.sources.get("mask_token_id", SOURCE_DEFAULT), []).append(
+                f"mask_token_id={self.mask_token_id}")
+        return "; ".join(f"{', '.join(items)} (from {source})" for source, items in by_source.items())
+
+
+def _resolve_mask_id(stored: Mapping[str, Any], tokenizer, model_config, vocab_size: int,
+                     needed: bool) -> tuple[int | None, str]:
+    """The MASK id and its source: config.json ``mask_token_id`` (the authors' field) > our settings
+    file > ``<|mask|>`` in the tokenizer > the authors' fixed row on the real Qwen id layout."""
+    text_config = getattr(model_config, "text_config", None)
+    in_config = getattr(model_config, "mask_token_id", None)
+    if in_config is None and text_config is not None:
+        in_config = getattr(text_config, "mask_token_id", None)
+    in_file = stored.get("mask_token_id")
+    if in_config is not None:
+        if in_file is not None and int(in_file) != int(in_config):
+            log.warning("config.json mask_token_id %s and %s mask_token_id %s differ: using config.json's "
+                        "(the id the model was trained with)", in_config, DIFFUSION_CONFIG_FILE, in_file)
+        return int(in_config), "config.json"
+    if in_file is not None:
+        return int(in_file), SOURCE_FILE
+    if MASK_TOKEN in tokenizer.get_vocab():
+        return int(tokenizer.convert_tokens_to_ids(MASK_TOKEN)), "tokenizer"
+    qwen_layout = all(tokenizer.convert_tokens_to_ids(t) == i for t, i in QWEN_LAYOUT_IDS.items())
+    if needed and qwen_layout and len(tokenizer) <= AUTHORS_MASK_TOKEN_ID < vocab_size:
+        log.warning("no mask_token_id in config.json, no %s, no %s in the tokenizer: assuming the authors' "
+                    "fixed mask id %d (the real Qwen id layout, an unused embedding row)",
+                    DIFFUSION_CONFIG_FILE, MASK_TOKEN, AUTHORS_MASK_TOKEN_ID)
+        return AUTHORS_MASK_TOKEN_ID, "the authors' fixed id on the Qwen id layout"
+    return None, SOURCE_DEFAULT
 
 
 def read_diffusion_file(checkpoint_dir: str | Path) -> dict:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from wam_diff2_core.config import (DECODING_FIELDS, ENGINE_FIELDS, PARSE_RETRIES, ConfigError, DecodingSettings,
-                                   EngineSettings)
+                                   EngineSettings, field_type)
 from wam_diff2_core.geometry import COMMANDS, RouteCommandSettings
 from wam_diff2_core.inputs import InputSettings
 from wam_diff2_core.model.checkpoint import DTYPES
@@ -54,10 +54,11 @@ class ParamSpec:
     choices: tuple[str, ...] | None = None
     low: float | None = None
     high: float | None = None
+    type_: type | None = None     # needed when default is None (declared unset: "from the checkpoint")
 
     @property
     def kind(self) -> type:
-        return type(self.default)
+        return self.type_ or type(self.default)
 
 
 SPECS: tuple[ParamSpec, ...] = (
@@ -138,8 +139,9 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("camera.yaw_deg", 0.0, "camera yaw in the ego frame (degrees, positive looks left)",
               low=-180.0, high=180.0),
 ) + tuple(
-    ParamSpec(DECODING_PREFIX + name, f.default, str(f.metadata["help"]), LIVE, choices=f.metadata["choices"],
-              low=f.metadata["low"], high=f.metadata["high"])
+    # unset by default: the checkpoint's own setting applies (the one precedence rule, config.py)
+    ParamSpec(DECODING_PREFIX + name, None, str(f.metadata["help"]), LIVE, choices=f.metadata["choices"],
+              low=f.metadata["low"], high=f.metadata["high"], type_=field_type(f))
     for name, f in DECODING_FIELDS.items()
 ) + tuple(
     ParamSpec(ENGINE_PREFIX + name, f.default, str(f.metadata["help"]), CONFIGURE, choices=f.metadata["choices"],
@@ -175,7 +177,7 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
     """Every problem with a full set of parameter values (unknown names are ignored)."""
     errors: list[ParamError] = []
     for spec in SPECS:
-        if spec.name not in values:
+        if spec.name not in values or (values[spec.name] is None and spec.default is None):
             continue
         value = values[spec.name]
         if not _type_ok(spec, value):
@@ -235,8 +237,10 @@ def input_settings(values: Mapping[str, Any]) -> InputSettings:
 
 
 def decoding_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``decoding.*`` values the user set (unset ones are absent: the checkpoint's apply)."""
     return {name[len(DECODING_PREFIX):]: value for name, value in values.items()
-            if name.startswith(DECODING_PREFIX) and name[len(DECODING_PREFIX):] in DECODING_FIELDS}
+            if name.startswith(DECODING_PREFIX) and name[len(DECODING_PREFIX):] in DECODING_FIELDS
+            and value is not None}
 
 
 # ----------------------------------------------------------------------------- ROS descriptors
@@ -276,15 +280,40 @@ def declare_all(node) -> dict[str, str]:
     """
     rejected: dict[str, str] = {}
     for spec in SPECS:
+        initial = spec.default if spec.default is not None else _ros_type(spec.kind)
         try:
-            node.declare_parameter(spec.name, spec.default, descriptor(spec))
+            node.declare_parameter(spec.name, initial, descriptor(spec))
         except Exception as exc:  # rclpy raises several exception types for a refused override
-            node.declare_parameter(spec.name, spec.default, descriptor(spec), ignore_override=True)
+            node.declare_parameter(spec.name, initial, descriptor(spec), ignore_override=True)
             rejected[spec.name] = f"{spec.name}: the given value was refused ({exc})"
     return rejected
 
 
+def _ros_type(kind: type):
+    """The rclpy type of a parameter declared without a value (statically typed, unset)."""
+    from rclpy.parameter import Parameter
+
+    return {bool: Parameter.Type.BOOL, int: Parameter.Type.INTEGER, float: Parameter.Type.DOUBLE,
+            str: Parameter.Type.STRING}[kind]
+
+
+def read_all(node) -> dict[str, Any]:
+    """Every spec's current value on ``node``; None for a parameter declared unset."""
+    from rclpy.exceptions import ParameterUninitializedException
+
+    values = {}
+    for spec in SPECS:
+        try:
+            values[spec.name] = node.get_parameter(spec.name).value
+        except ParameterUninitializedException:
+            values[spec.name] = None
+    return values
+
+
 # ----------------------------------------------------------------------------- generated docs
+UNSET_DEFAULT = "unset: the checkpoint's"
+
+
 def _format_default(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -309,13 +338,28 @@ def markdown_table(specs: Iterable[ParamSpec] = SPECS) -> str:
     type_names = {str: "string", int: "int", float: "double", bool: "bool", list: "string[]"}
     for s in specs:
         description = s.description.replace("|", "\\|")
-        rows.append(f"| `{s.name}` | {type_names[s.kind]} | `{_format_default(s.default)}` | {_format_range(s)} "
+        default = UNSET_DEFAULT if s.default is None else f"`{_format_default(s.default)}`"
+        rows.append(f"| `{s.name}` | {type_names[s.kind]} | {default} | {_format_range(s)} "
                     f"| {s.apply} | {description} |")
     return "\n".join(rows)
 
 
 def yaml_block(specs: Iterable[ParamSpec] = SPECS, indent: int = 4) -> str:
-    """The ros__parameters block with every default, nested on the dots."""
+    """The ros__parameters block with every default, nested on the dots; the parameters that are
+    unset by default (``decoding.*``: the checkpoint's) follow as comments with the package default."""
+    specs = list(specs)
+    unset = [s for s in specs if s.default is None]
+    lines = _yaml_lines([s for s in specs if s.default is not None], indent)
+    if unset:
+        lines += [" " * indent + "# decoding.* are unset: the checkpoint's diffusion_config.json applies, else its",
+                  " " * indent + "# format's default. Uncomment to override (the package defaults are shown)."]
+        fields_by_name = {DECODING_PREFIX + n: f for n, f in DECODING_FIELDS.items()}
+        filled = [ParamSpec(s.name, fields_by_name[s.name].default, s.description) for s in unset]
+        lines += ["#" + line[1:] if line.startswith(" ") else "# " + line for line in _yaml_lines(filled, indent)]
+    return "\n".join(lines)
+
+
+def _yaml_lines(specs: list[ParamSpec], indent: int) -> list[str]:
     lines, opened = [], []
     for s in specs:
         *groups, leaf = s.name.split(".")
@@ -327,7 +371,7 @@ def yaml_block(specs: Iterable[ParamSpec] = SPECS, indent: int = 4) -> str:
             lines.append(" " * (indent + 2 * len(opened)) + f"{g}:")
             opened.append(g)
         lines.append(" " * (indent + 2 * len(opened)) + f"{leaf}: {_format_default(s.default)}")
-    return "\n".join(lines)
+    return lines
 
 
 YAML_MARKER = "  ros__parameters:\n"

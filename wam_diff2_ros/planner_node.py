@@ -39,7 +39,6 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Float64, Header, String
 from visualization_msgs.msg import MarkerArray
 
-from wam_diff2_core.config import read_diffusion_file
 from wam_diff2_core.geometry import TIME_RESET_S, CameraMount, EgoSample, PinholeCamera, project_ego_points
 from wam_diff2_core.images import ImageError, draw_debug_image
 from wam_diff2_core.inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, OFF_ROUTE,
@@ -95,7 +94,7 @@ class PlannerNode(LifecycleNode):
     def __init__(self, node_name: str = "wam_diff2_planner", **kwargs: Any):
         super().__init__(node_name, **kwargs)
         self._rejected_overrides = params.declare_all(self)
-        self._values = {s.name: self.get_parameter(s.name).value for s in params.SPECS}
+        self._values = params.read_all(self)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
@@ -200,13 +199,6 @@ class PlannerNode(LifecycleNode):
         return super().on_configure(state)
 
     def _load_policy(self, values: dict) -> DrivingPolicy:
-        try:  # a decoder run at another block size than trained degrades: say so
-            trained = read_diffusion_file(values["model_path"]).get("block_size")
-        except Exception:
-            trained = None
-        if trained is not None and trained != values["decoding.block_size"]:
-            self.get_logger().warning(f"decoding.block_size {values['decoding.block_size']} differs from the "
-                                      f"checkpoint's block size {trained}")
         policy = DrivingPolicy.from_checkpoint(
             values["model_path"], device=values["device"], dtype=values["dtype"],
             overrides=params.decoding_overrides(values), tasks=params.TASKS[values["tasks"]],
@@ -214,6 +206,7 @@ class PlannerNode(LifecycleNode):
             min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
             max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
             engine=params.engine_settings(values))
+        self.get_logger().info(f"decoding settings: {policy.loaded.config.describe()}")
         if values["warmup"]:
             policy.warmup()
         return policy

@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..config import DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings
-
-_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+from ..config import DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings, field_type
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +16,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
                                       "the paper's Block-32 settings)")
     for name, f in DECODING_FIELDS.items():
         meta = f.metadata
-        kind = f.type if isinstance(f.type, type) else _TYPES[f.type]
+        kind = field_type(f)
         group.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
                            choices=meta["choices"], help=f"{meta['help']} (default {f.default!r})")
 
@@ -38,7 +36,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("decoding engine (the tokens do not depend on these)")
     for name, f in ENGINE_FIELDS.items():
         meta = f.metadata
-        kind = f.type if isinstance(f.type, type) else _TYPES[f.type]
+        kind = field_type(f)
         flag = "--" + name.replace("_", "-")
         if kind is bool:
             group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=f.default,
@@ -53,7 +51,8 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument("--model", required=required, help="checkpoint directory (Qwen3-VL or WAM-Diff2)")
+    parser.add_argument("--model", required=required, help="checkpoint directory (Qwen3-VL or WAM-Diff2), or a "
+                        "Hugging Face hub id (ORG/NAME) already in the local cache")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"))
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     parser.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")

@@ -2,15 +2,19 @@
 
 Accepted: a stock Qwen3-VL directory (``model_type: qwen3_vl``, autoregressive) and the
 authors' WAM-Diff2 directories (``model_type: wam_diff2``, the same tensors), each with
-safetensors weights, a tokenizer and a processor. Only safetensors are read and
-``trust_remote_code`` stays off.
+safetensors weights, a tokenizer and a processor, given as a directory or as a Hugging Face hub
+id (``ORG/NAME``) already in the local cache (nothing is downloaded). Only safetensors are read
+and ``trust_remote_code`` stays off. Decoding settings: see ``DiffusionConfig.resolve``.
 
-    loaded = load_checkpoint("checkpoints/WAM-Diff2-B32-2B", device="auto", overrides={"block_size": 32})
+    loaded = load_checkpoint("checkpoints/WAM-Diff2-B32-2B", device="auto")
+    loaded = load_checkpoint("Qwen/Qwen3-VL-2B-Instruct", overrides={"block_size": 1})
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -80,12 +84,103 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
           "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+# On CPU, ``auto`` keeps float32 (bit-exact tests, small models) below this many parameters and
+# uses bfloat16 above it where the CPU has bf16 kernels: the 2B shape in float32 needs 13.6 GB RSS
+# and 3x the prefill time of bf16 (README, "Memory and time").
+CPU_BF16_MIN_PARAMETERS = 500_000_000
+
+
+def cpu_supports_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_dtype(dtype: str, device: torch.device, parameters: int = 0) -> torch.dtype:
+    """``auto``: bfloat16 on accelerators; on CPU float32, or bfloat16 for a model of at least
+    :data:`CPU_BF16_MIN_PARAMETERS` parameters when the CPU supports it."""
     if dtype == "auto":
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
+        if device.type != "cpu":
+            return torch.bfloat16
+        large = parameters >= CPU_BF16_MIN_PARAMETERS
+        return torch.bfloat16 if large and cpu_supports_bf16() else torch.float32
     if dtype not in DTYPES:
         raise ConfigError(f"dtype: {dtype!r} is not one of auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, read from the environment at call time (HF_HUB_CACHE, HF_HOME)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def resolve_checkpoint_path(spec: str | Path) -> Path:
+    """A checkpoint directory, or a hub id (``ORG/NAME``) resolved offline in the local Hugging Face
+    cache; the error for an id that is not cached says how to download it."""
+    path = Path(spec)
+    if path.is_dir() or not HUB_ID.match(str(spec)) or path.exists():
+        return path
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cache = hub_cache_dir()
+    try:
+        return Path(snapshot_download(str(spec), cache_dir=cache, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"{spec}: no such directory, and not in the local Hugging Face cache {cache} ({type(exc).__name__}); "
+            f"download it first (weights as safetensors only): hf download {spec} --include '*.safetensors' "
+            "'*.json' '*.jinja' '*.txt'  (huggingface_hub < 1.0: huggingface-cli download ...)") from None
+
+
+def checkpoint_format(path: str | Path) -> str:
+    """``wam_diff2`` (the authors' label) or ``qwen3_vl``, as config.json says (read_model_config checks it)."""
+    try:
+        model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
+    except (OSError, json.JSONDecodeError, AttributeError) as exc:
+        raise CheckpointError(f"{Path(path) / 'config.json'}: cannot read it ({exc})") from exc
+    return "wam_diff2" if model_type == "wam_diff2" else "qwen3_vl"
+
+
+def count_parameters(model_config) -> int:
+    """Parameters of the model a config describes, without allocating its weights (meta device)."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    with torch.device("meta"):
+        model = Qwen3VLForConditionalGeneration(model_config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free for the weights: MemAvailable on CPU, free device memory on CUDA / NPU."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.mem_get_info(device)[0])
+        if device.type == "npu":
+            return int(torch.npu.mem_get_info(device)[0])
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, RuntimeError, AttributeError, ValueError):
+        return None
+    return None
+
+
+def warn_if_too_large(parameters: int, dtype: torch.dtype, device: torch.device) -> None:
+    need = parameters * torch.empty((), dtype=dtype).element_size()
+    free = available_memory(device)
+    if free is not None and need > free:
+        log.warning("the weights alone need %.1f GB in %s (%.2fB parameters) and %s has %.1f GB free: expect "
+                    "an out-of-memory failure (use a smaller dtype, another device or a smaller model)",
+                    need / 1e9, str(dtype).replace("torch.", ""), parameters / 1e9, device, free / 1e9)
 
 
 def read_model_config(path: str | Path):
@@ -158,17 +253,22 @@ def load_processor(path: str | Path):
 
 def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "auto",
                     overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> LoadedModel:
-    """Load model + processor and resolve the decoding config (checkpoint < ``overrides``)."""
+    """Load model + processor and resolve the decoding config (``overrides`` > the checkpoint's
+    diffusion_config.json > its format's default; None values are unset). ``path``: a directory
+    or a cached hub id."""
     from safetensors import SafetensorError
     from transformers import Qwen3VLForConditionalGeneration
 
-    path = Path(path)
+    path = resolve_checkpoint_path(path)
     model_config = read_model_config(path)
     check_files(path)
     processor = load_processor(path)
-    diffusion = DiffusionConfig.resolve(path, processor.tokenizer, model_config, overrides)
+    diffusion = DiffusionConfig.resolve(path, processor.tokenizer, model_config, overrides,
+                                        checkpoint_format=checkpoint_format(path))
     dev = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, dev)
+    parameters = count_parameters(model_config)
+    torch_dtype = resolve_dtype(dtype, dev, parameters)
+    warn_if_too_large(parameters, torch_dtype, dev)
     try:
         model = Qwen3VLForConditionalGeneration.from_pretrained(
             str(path), config=model_config, dtype=torch_dtype, use_safetensors=True,
@@ -176,5 +276,6 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:
         raise CheckpointError(f"{path}: cannot load the weights ({exc})") from exc
     model.to(dev).eval()
-    log.info("loaded %s (%s, %s) block_size=%d", path, dev, torch_dtype, diffusion.block_size)
+    log.info("loaded %s (%s, %s); decoding: %s", path, dev, str(torch_dtype).replace("torch.", ""),
+             diffusion.describe())
     return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev, dtype=torch_dtype)

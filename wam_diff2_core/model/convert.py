@@ -23,10 +23,17 @@ def convert_to_diffusion(src: str | Path, dst: str | Path, *, block_size: int = 
     check_files(src)
     processor = load_processor(src)
     tokenizer = processor.tokenizer
-    if MASK_TOKEN not in tokenizer.get_vocab():
-        tokenizer.add_special_tokens({"additional_special_tokens": [AddedToken(MASK_TOKEN, special=True, normalized=False)]},
-                                     replace_extra_special_tokens=False)
-    mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+    # A mask id the checkpoint already names (the authors' config.json field) is the row the model
+    # was trained with: keep it, never move it to a new token.
+    mask_id = getattr(config, "mask_token_id", None)
+    if mask_id is None:
+        if MASK_TOKEN not in tokenizer.get_vocab():
+            tokenizer.add_special_tokens(
+                {"additional_special_tokens": [AddedToken(MASK_TOKEN, special=True, normalized=False)]},
+                replace_extra_special_tokens=False)
+        mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+    else:
+        log.info("keeping the checkpoint's mask_token_id %d (config.json)", mask_id)
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     model = Qwen3VLForConditionalGeneration.from_pretrained(str(src), config=config, dtype="auto",
                                                             use_safetensors=True, trust_remote_code=False)

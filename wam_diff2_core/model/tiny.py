@@ -30,6 +30,13 @@ QWEN_SPECIAL_TOKENS = (
 )
 QWEN_PLAIN_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
                            "<think>", "</think>")
+# The real Qwen3 id layout: 151643 byte-level BPE tokens, then the specials (151643 <|endoftext|> ...
+# 151655 <|image_pad|>), then these plain added tokens up to 151668; the LM head has 151936 rows.
+QWEN_BPE_SIZE = 151643
+QWEN_LAYOUT_PLAIN_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+                                  "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+                                  "<tool_response>", "</tool_response>", "<think>", "</think>")
+QWEN_LM_HEAD_ROWS = 151936
 
 # A Qwen3-VL style chat template: images and videos become vision-start/pad/end triples.
 CHAT_TEMPLATE = (
@@ -66,9 +73,12 @@ def _corpus(rng: random.Random, n: int = 3000) -> list[str]:
     return lines
 
 
-def build_tokenizer(seed: int = 0, vocab_size: int = 1000, with_mask: bool = True):
+def build_tokenizer(seed: int = 0, vocab_size: int = 1000, with_mask: bool = True, qwen_layout: bool = False):
     """Train a byte-level BPE tokenizer with Qwen's pre-tokenizer and special tokens
-    (plus ``<|mask|>`` unless ``with_mask`` is False, as in a stock Qwen3-VL tokenizer)."""
+    (plus ``<|mask|>`` unless ``with_mask`` is False, as in a stock Qwen3-VL tokenizer).
+    ``qwen_layout``: the BPE part is padded with never-produced tokens to Qwen's 151643 entries,
+    so every special token sits at its real Qwen3-VL id."""
+    import json
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -82,8 +92,14 @@ def build_tokenizer(seed: int = 0, vocab_size: int = 1000, with_mask: bool = Tru
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_corpus(random.Random(seed)), trainer)
+    if qwen_layout:
+        data = json.loads(tok.to_str())
+        vocab = data["model"]["vocab"]
+        vocab.update({f"<|unused_{i}|>": i for i in range(len(vocab), QWEN_BPE_SIZE)})
+        tok = Tokenizer.from_str(json.dumps(data))
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN_SPECIAL_TOKENS])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_PLAIN_ADDED_TOKENS])
+    plain = QWEN_LAYOUT_PLAIN_ADDED_TOKENS if qwen_layout else QWEN_PLAIN_ADDED_TOKENS
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in plain])
     if with_mask:
         tok.add_special_tokens([AddedToken(MASK_TOKEN, special=True, normalized=False)])
     return PreTrainedTokenizerFast(
@@ -102,20 +118,24 @@ def build_processor(tokenizer, min_pixels: int = TINY_MIN_PIXELS, max_pixels: in
 
 
 def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_depth: int = 2,
-                 head_padding: int = 32):
+                 head_padding: int = 32, qwen_layout: bool = False):
+    """``qwen_layout``: the real LM head width (151936) and head_dim 128 with the real MRoPE
+    sections [24, 20, 20] (interleaved); otherwise head_dim 32, sections [6, 5, 5]."""
     from transformers import Qwen3VLConfig
     ids = tokenizer.convert_tokens_to_ids
     # Like the real 151936-wide head over a 151669-token vocabulary: unused rows past the end.
-    vocab_size = len(tokenizer) + head_padding
-    head_dim = 32
+    vocab_size = QWEN_LM_HEAD_ROWS if qwen_layout else len(tokenizer) + head_padding
+    head_dim = 128 if qwen_layout else 32
+    heads = 2 if qwen_layout else hidden_size // head_dim
     return Qwen3VLConfig(
         text_config=dict(
             vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-            num_hidden_layers=layers, num_attention_heads=hidden_size // head_dim,
-            num_key_value_heads=max(1, hidden_size // head_dim // 2), head_dim=head_dim,
+            num_hidden_layers=layers, num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2), head_dim=head_dim,
             max_position_embeddings=8192, rms_norm_eps=1e-6,
             rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0,
-                             "mrope_section": [6, 5, 5], "mrope_interleaved": True},
+                             "mrope_section": [24, 20, 20] if qwen_layout else [6, 5, 5],
+                             "mrope_interleaved": True},
         ),
         vision_config=dict(
             depth=vision_depth, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
@@ -134,13 +154,46 @@ def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, *, block_size: int
     """Write a deterministic random tiny checkpoint; ``logit_scale`` sharpens the LM head so
     confidences spread over (0, 1) and thresholds matter. ``diffusion=False`` writes a stock
     autoregressive Qwen3-VL checkpoint instead (no ``<|mask|>``, no diffusion settings)."""
-    from transformers import Qwen3VLForConditionalGeneration
+    out = Path(out_dir)
+    tokenizer = build_tokenizer(seed, with_mask=diffusion)
+    config = build_config(tokenizer, hidden_size=hidden_size, layers=layers, head_padding=head_padding)
+    _save(out, tokenizer, config, seed, logit_scale)
+    if diffusion:
+        write_diffusion_file(out, block_size=block_size, mask_token_id=tokenizer.convert_tokens_to_ids(MASK_TOKEN),
+                             eos_token_id=tokenizer.convert_tokens_to_ids(EOS_TOKEN), decoding=DecodingSettings())
+    return out
+
+
+def build_qwen_layout_checkpoint(out_dir: str | Path, seed: int = 0, *, label: str = "wam_diff2",
+                                 mask_token_id: int | None = 151671, hidden_size: int = 64) -> Path:
+    """A tiny checkpoint with the **real Qwen3-VL id layout**, as the authors ship WAM-Diff2: a
+    151936-row embedding and LM head, the specials at their real ids, no ``<|mask|>`` in the
+    tokenizer, no diffusion_config.json. ``label``: ``wam_diff2`` (the authors' model_type names)
+    or ``qwen3_vl``; ``mask_token_id`` is written to config.json when not None (the authors'
+    field; their code defaults it to 151671)."""
+    import json
 
     out = Path(out_dir)
+    tokenizer = build_tokenizer(seed, with_mask=False, qwen_layout=True)
+    config = build_config(tokenizer, hidden_size=hidden_size, layers=2, qwen_layout=True)
+    _save(out, tokenizer, config, seed, logit_scale=24.0)
+    path = out / "config.json"
+    raw = json.loads(path.read_text())
+    if label == "wam_diff2":
+        raw["model_type"], raw["architectures"] = "wam_diff2", ["WAMDiff2ForConditionalGeneration"]
+        raw["text_config"]["model_type"] = "wam_diff2_text"
+        raw["vision_config"]["model_type"] = "wam_diff2"
+    if mask_token_id is not None:
+        raw["mask_token_id"] = mask_token_id
+    path.write_text(json.dumps(raw, indent=2) + "\n")
+    return out
+
+
+def _save(out: Path, tokenizer, config, seed: int, logit_scale: float) -> None:
+    from transformers import Qwen3VLForConditionalGeneration
+
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(seed, with_mask=diffusion)
     processor = build_processor(tokenizer)
-    config = build_config(tokenizer, hidden_size=hidden_size, layers=layers, head_padding=head_padding)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config).eval()
     with torch.no_grad():
@@ -149,7 +202,3 @@ def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, *, block_size: int
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     processor.save_pretrained(out)
-    if diffusion:
-        write_diffusion_file(out, block_size=block_size, mask_token_id=tokenizer.convert_tokens_to_ids(MASK_TOKEN),
-                             eos_token_id=tokenizer.convert_tokens_to_ids(EOS_TOKEN), decoding=DecodingSettings())
-    return out

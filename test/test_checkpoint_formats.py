@@ -1,0 +1,187 @@
+"""The checkpoints users hold: the authors' WAM-Diff2 format with the real Qwen3-VL id layout, one
+precedence rule for decoding settings, hub ids from the local cache, convert keeping the mask id.
+
+The real-layout checkpoint is tiny in width (hidden 64) but has the real ids: a 151936-row embedding
+and LM head, the specials at 151643 ... 151656, ``<|im_end|>`` 151645, no ``<|mask|>`` in the tokenizer,
+MRoPE sections [24, 20, 20] (head_dim 128), deepstack layers; no diffusion_config.json, as shipped.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+from wam_diff2_core.cli import main
+from wam_diff2_core.config import (AUTHORS_MASK_TOKEN_ID, DIFFUSION_CONFIG_FILE, SOURCE_FILE, SOURCE_USER,
+                                   ConfigError, DecodingSettings)
+from wam_diff2_core.model.checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint_path
+from wam_diff2_core.model.tiny import QWEN_LM_HEAD_ROWS, build_qwen_layout_checkpoint
+from wam_diff2_core.outputs.prompts import format_planning_prompt
+
+REAL_IDS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<|vision_start|>": 151652,
+            "<|vision_end|>": 151653, "<|image_pad|>": 151655, "<|video_pad|>": 151656}
+
+
+@pytest.fixture(scope="module")
+def authors(tmp_path_factory):
+    """The authors' labelling: model_type wam_diff2, mask_token_id 151671 in config.json."""
+    return build_qwen_layout_checkpoint(tmp_path_factory.mktemp("authors") / "wam", seed=0)
+
+
+def _variant(src, dst, **config_changes):
+    shutil.copytree(src, dst)
+    raw = json.loads((dst / "config.json").read_text())
+    for key, value in config_changes.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    (dst / "config.json").write_text(json.dumps(raw))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def qwen_labelled(authors, tmp_path_factory):
+    """The same tensors labelled as stock Qwen3-VL (the relabelled form), mask id kept in config.json."""
+    dst = tmp_path_factory.mktemp("qwen") / "qwen"
+    shutil.copytree(authors, dst)
+    raw = json.loads((dst / "config.json").read_text())
+    raw.update(model_type="qwen3_vl", architectures=["Qwen3VLForConditionalGeneration"])
+    raw["text_config"]["model_type"], raw["vision_config"]["model_type"] = "qwen3_vl_text", "qwen3_vl_vision"
+    (dst / "config.json").write_text(json.dumps(raw))
+    return dst
+
+
+def test_the_authors_format_decodes_with_the_papers_block32_settings(authors):
+    loaded = load_checkpoint(authors, device="cpu")
+    cfg = loaded.config
+    assert cfg.settings == DecodingSettings()                      # B = 32, S = 32, dynamic at 0.9
+    assert cfg.block_size == 32 and cfg.mask_token_id == AUTHORS_MASK_TOKEN_ID
+    assert all(cfg.sources[name].startswith("wam_diff2 format") for name in ("block_size", "denoising_steps"))
+    assert cfg.sources["mask_token_id"] == "config.json"
+    assert "block_size=32" in cfg.describe() and "wam_diff2 format" in cfg.describe()
+
+
+def test_the_qwen_labelling_without_settings_is_autoregressive(qwen_labelled):
+    cfg = load_checkpoint(qwen_labelled, device="cpu").config
+    assert cfg.block_size == 1 and cfg.sources["block_size"].startswith("qwen3_vl format")
+    assert cfg.mask_token_id == AUTHORS_MASK_TOKEN_ID            # config.json's, ready for --block-size 32
+
+
+def test_real_ids_prompt_image_tokens_eos_mask_and_banned(authors):
+    loaded = load_checkpoint(authors, device="cpu")
+    tok, cfg = loaded.tokenizer, loaded.config
+    assert {t: tok.convert_tokens_to_ids(t) for t in REAL_IDS} == REAL_IDS
+    assert len(tok) == 151669 and cfg.vocab_size == QWEN_LM_HEAD_ROWS
+    assert loaded.model.get_input_embeddings().weight.shape[0] == QWEN_LM_HEAD_ROWS
+    assert loaded.model.config.text_config.rope_parameters["mrope_section"] == [24, 20, 20]
+    assert cfg.eos_token_id == 151645
+    banned = set(cfg.banned_token_ids)
+    assert {AUTHORS_MASK_TOKEN_ID, 151643, 151644, 151652, 151653, 151655} <= banned
+    assert set(range(151669, QWEN_LM_HEAD_ROWS)) <= banned and 151645 not in banned
+    assert tok.convert_tokens_to_ids("<think>") not in banned
+
+    from wam_diff2_core.policy import DrivingPolicy, EgoState
+    policy = DrivingPolicy(loaded, tasks=("plan",))
+    frame = (np.random.default_rng(0).random((64, 96, 3)) * 255).astype(np.uint8)
+    out = policy.step(frame, EgoState(velocity=(5.0, 0.0), acceleration=(0.0, 0.0)), "left")
+    assert out.plan.stats.block_size == 32 and out.plan.stats.tokens >= 1
+    from PIL import Image
+    from wam_diff2_core.model.inputs import encode_prompts
+    prompt = policy._conversation(format_planning_prompt("left", (5.0, 0.0), (0.0, 0.0)))
+    ids = encode_prompts(loaded.processor, [prompt], [[Image.fromarray(frame)]])["input_ids"][0].tolist()
+    assert ids[0] == 151644 and ids.count(151652) == 1 and ids.count(151653) == 1
+    assert ids.count(151655) >= 1 and ids[-3:] == tok.encode("<|im_start|>assistant\n")[-3:]
+
+
+def test_mask_id_falls_back_to_the_authors_row_with_a_warning(authors, tmp_path, caplog):
+    bare = _variant(authors, tmp_path / "bare", mask_token_id=None)
+    with caplog.at_level(logging.WARNING, logger="wam_diff2_core.config"):
+        cfg = load_checkpoint(bare, device="cpu").config
+    assert cfg.mask_token_id == AUTHORS_MASK_TOKEN_ID and "authors' fixed mask id 151671" in caplog.text
+
+
+def test_mask_id_from_config_json_beats_a_disagreeing_settings_file(authors, tmp_path, caplog):
+    both = _variant(authors, tmp_path / "both")
+    (both / DIFFUSION_CONFIG_FILE).write_text(json.dumps({"block_size": 32, "mask_token_id": 151669}))
+    with caplog.at_level(logging.WARNING, logger="wam_diff2_core.config"):
+        cfg = load_checkpoint(both, device="cpu").config
+    assert cfg.mask_token_id == AUTHORS_MASK_TOKEN_ID and "differ" in caplog.text
+
+
+def test_precedence_user_over_settings_file_over_format(authors, tmp_path, caplog):
+    ckpt = _variant(authors, tmp_path / "file")
+    (ckpt / DIFFUSION_CONFIG_FILE).write_text(json.dumps({"block_size": 8, "decoding": {"denoising_steps": 4}}))
+    cfg = load_checkpoint(ckpt, device="cpu").config
+    assert (cfg.block_size, cfg.settings.denoising_steps) == (8, 4)
+    assert cfg.sources["block_size"] == SOURCE_FILE and cfg.sources["confidence_threshold"] == "package default"
+    with caplog.at_level(logging.WARNING, logger="wam_diff2_core.config"):
+        cfg = load_checkpoint(ckpt, device="cpu", overrides={"block_size": 16, "denoising_steps": None}).config
+    assert (cfg.block_size, cfg.settings.denoising_steps) == (16, 4) and cfg.sources["block_size"] == SOURCE_USER
+    assert "trained with" in caplog.text                          # 16 differs from the trained 8
+
+
+@pytest.mark.parametrize("value", [0, "32", "abc", 1000000])
+def test_a_bad_block_size_in_the_settings_file_names_the_file_and_field(authors, tmp_path, value):
+    ckpt = _variant(authors, tmp_path / "bad")
+    (ckpt / DIFFUSION_CONFIG_FILE).write_text(json.dumps({"block_size": value}))
+    with pytest.raises(ConfigError, match=rf"{DIFFUSION_CONFIG_FILE}: block_size"):
+        load_checkpoint(ckpt, device="cpu")
+
+
+def test_infer_uses_the_authors_format_defaults_and_logs_where_they_came_from(authors, tmp_path, caplog):
+    from PIL import Image
+    Image.fromarray(np.full((64, 96, 3), 120, np.uint8)).save(tmp_path / "f.png")
+    (tmp_path / "eval.json").write_text(json.dumps([{"id": "a", "image": ["f.png"], "conversations": [
+        {"from": "human", "value": format_planning_prompt("right", (3.0, 0.0), (0.0, 0.0))}]}]))
+    with caplog.at_level(logging.INFO, logger="wam_diff2_core.model.checkpoint"):
+        assert main(["infer", "--model", str(authors), "--input", str(tmp_path / "eval.json"), "--output",
+                     str(tmp_path / "p.json"), "--device", "cpu", "--max-new-tokens", "32"]) == 0
+    record = json.loads((tmp_path / "p.json").read_text())[0]
+    assert "error" not in record and record["stats"]["block_size"] == 32
+    assert "wam_diff2 format" in caplog.text and "mask_token_id=151671 (from config.json)" in caplog.text
+
+
+# ----------------------------------------------------------------------------- hub ids
+def _lay_out_hub_cache(cache, repo_id, src):
+    """The cache layout huggingface_hub writes (blobs, snapshots/<commit> links, refs/main)."""
+    import hashlib
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in src.iterdir():
+        data = f.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snap / f.name).symlink_to(f"../../blobs/{blob.name}")
+    return snap
+
+
+def test_hub_ids_resolve_offline_from_the_cache_under_hf_home(tiny_checkpoint, tmp_path, monkeypatch):
+    from huggingface_hub import scan_cache_dir
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    snap = _lay_out_hub_cache(tmp_path / "hf" / "hub", "acme/wam-tiny", tiny_checkpoint)
+    assert [r.repo_id for r in scan_cache_dir(tmp_path / "hf" / "hub").repos] == ["acme/wam-tiny"]
+    assert resolve_checkpoint_path("acme/wam-tiny") == snap
+    assert load_checkpoint("acme/wam-tiny", device="cpu").config.block_size == 32
+    with pytest.raises(CheckpointError, match=r"hf download acme/absent"):
+        resolve_checkpoint_path("acme/absent")
+    assert resolve_checkpoint_path("no/such/dir").as_posix() == "no/such/dir"   # a path, not an id
+
+
+# ----------------------------------------------------------------------------- convert
+def test_convert_keeps_the_mask_id_config_json_names(qwen_labelled, tmp_path):
+    out = tmp_path / "converted"
+    assert main(["convert", str(qwen_labelled), str(out), "--block-size", "32"]) == 0
+    stored = json.loads((out / DIFFUSION_CONFIG_FILE).read_text())
+    assert stored["mask_token_id"] == AUTHORS_MASK_TOKEN_ID
+    cfg = load_checkpoint(out, device="cpu").config
+    assert cfg.mask_token_id == AUTHORS_MASK_TOKEN_ID and cfg.block_size == 32
