@@ -65,10 +65,13 @@ def test_block32_answer_that_does_not_parse_is_recovered_by_the_parse_retry():
     assert error < 0.5 * np.linalg.norm(constant_velocity - t.waypoints[-1]), (error, plan.raw_text)
 
 
-def test_demo_script_drives_the_node_over_dds_and_scores_what_it_published(tmp_path):
-    """scripts/demo.sh (make demo) on a 12-frame held-out bag: planner node + replay + eval-bag --predictions."""
+@pytest.mark.parametrize("name", ["block32", "ar"])
+def test_demo_script_drives_the_node_over_dds_and_scores_what_it_published(tmp_path, name):
+    """scripts/demo.sh (make demo, and MODEL=models/wam-diff2-demo-ar make demo) on a 12-frame held-out
+    bag: planner node + replay + eval-bag --predictions; the node decodes with each checkpoint's own
+    settings (config/planner.yaml leaves decoding.* unset)."""
     env = dict(os.environ, OUT=str(tmp_path / "demo"), FRAMES="12", RATE="0.2",     # slow: a loaded CI machine
-               ROS_DOMAIN_ID=str(unique_domain_id(7)))
+               MODEL=str(MODELS[name]), ROS_DOMAIN_ID=str(unique_domain_id(7)))
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh")], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -76,6 +79,9 @@ def test_demo_script_drives_the_node_over_dds_and_scores_what_it_published(tmp_p
     counts = metrics["counts"]
     assert counts["evaluated"] >= 3 and counts["valid"] == counts["evaluated"]
     assert "L2" in proc.stdout and str(tmp_path / "demo" / "eval") in proc.stdout
+    planner_log = (tmp_path / "demo" / "planner.log").read_text()
+    expected = "block_size=32" if name == "block32" else "block_size=1"
+    assert f"decoding settings: {expected}" in planner_log, planner_log[-2000:]
 
 
 def test_demo_model_completes_a_short_route_in_closed_loop():

@@ -26,6 +26,7 @@ from std_msgs.msg import String  # noqa: E402
 from wam_diff2_core.decoding.decoder import DecodeOutput  # noqa: E402
 from wam_diff2_core.geometry import CameraMount, PinholeCamera, ego_to_world, project_ego_points  # noqa: E402
 from wam_diff2_core.inputs import stamp_ns  # noqa: E402
+from wam_diff2_ros import parameters as params  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import STATUS_QOS, PlannerNode  # noqa: E402
 from wam_diff2_ros.testing import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
@@ -459,7 +460,7 @@ def test_refused_startup_values_fail_configure_with_the_reason(context, tiny_che
     node = PlannerNode("refusing_planner", context=context, parameter_overrides=overrides(
         tiny_checkpoint, autostart=False, **{"decoding.block_size": 0, "mode": "fast"}))
     try:
-        assert node.get_parameter("decoding.block_size").value == 32      # declared with the default instead
+        assert params.read_all(node)["decoding.block_size"] is None       # declared unset instead
         assert node.trigger_configure() != TransitionCallbackReturn.SUCCESS
         assert node._model_state == PlannerStatus.ERROR
         assert "decoding.block_size" in node._model_message and "mode" in node._model_message
