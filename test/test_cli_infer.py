@@ -151,3 +151,26 @@ def test_static_engine_gives_the_plain_predictions(cli_checkpoint, dataset, tmp_
 def test_engine_flags_are_checked_together(cli_checkpoint, dataset, tmp_path, capsys):
     assert _infer(cli_checkpoint, dataset, tmp_path / "x.json", "--cuda-graphs") == 2
     assert "need implementation static" in capsys.readouterr().err
+
+
+def test_one_sided_pixel_budget_keeps_the_processors_other_bound(cli_checkpoint, dataset, tmp_path):
+    """--max-pixels alone once failed every sample (and exited 0); now the processor's min applies."""
+    out = tmp_path / "preds.json"
+    assert _infer(cli_checkpoint, dataset, out, "--max-pixels", str(64 * 64), "--max-new-tokens", "8") == 0
+    records = json.loads(out.read_text())
+    assert all("error" not in r for r in records[:5])
+    # a budget that cannot hold: the run's error, before any sample is decoded
+    bad = tmp_path / "bad.json"
+    assert _infer(cli_checkpoint, dataset, bad, "--min-pixels", "999999", "--max-pixels", "1024") == 2
+    assert not bad.exists()
+
+
+def test_cpu_threads_flag_sets_torch_threads(cli_checkpoint, dataset, tmp_path):
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert _infer(cli_checkpoint, dataset, tmp_path / "p.json", "--cpu-threads", "1", "--max-new-tokens", "4") == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

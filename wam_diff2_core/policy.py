@@ -88,8 +88,6 @@ class DrivingPolicy:
         self.max_waypoint_abs_m = max_waypoint_abs_m
         self.parse_retry = parse_retry
         self.engine = engine or EngineSettings()
-        if self.engine.cpu_threads and loaded.device.type == "cpu":
-            torch.set_num_threads(self.engine.cpu_threads)      # process-wide, as torch allows
         self.decoder = make_decoder(loaded.model, loaded.config, engine=self.engine)
 
     @classmethod

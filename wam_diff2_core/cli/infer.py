@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 from .common import (add_decoding_arguments, add_engine_arguments, add_model_arguments, decoding_overrides,
@@ -71,7 +72,7 @@ def run(args) -> int:
     from ..data.samples import SampleError, iter_samples, load_images
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
-    from ..model.inputs import encode_prompts
+    from ..model.inputs import encode_prompts, pixel_size
     from ..utils.atomic import atomic_write_json, atomic_write_text
 
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -101,6 +102,11 @@ def run(args) -> int:
 
     engine = engine_settings(args)
     loaded = load_checkpoint(args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args))
+    try:  # a bad pixel budget is the run's error, not every sample's
+        pixel_size(args.min_pixels, args.max_pixels, loaded.processor.image_processor.size)
+    except ValueError as exc:
+        print(f"wam-diff2 infer: error: --min-pixels/--max-pixels: {exc}", file=sys.stderr)
+        return 2
     decoder = make_decoder(loaded.model, loaded.config, engine=engine)
     tokenizer = loaded.tokenizer
     todo = [(i, s) for i, s in shard if _key(i, s) not in done]

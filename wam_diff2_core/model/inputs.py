@@ -8,13 +8,19 @@ DEFAULT_MIN_PIXELS = 12544
 DEFAULT_MAX_PIXELS = 2073600
 
 
-def pixel_size(min_pixels: int | None, max_pixels: int | None) -> dict[str, int] | None:
-    """The processor ``size`` override for a pixel budget (None: the checkpoint's own)."""
+def pixel_size(min_pixels: int | None, max_pixels: int | None,
+               current: dict[str, int] | None = None) -> dict[str, int] | None:
+    """The processor ``size`` override for a pixel budget (None: the checkpoint's own). A bound
+    left None keeps the processor's ``current`` one (its ``shortest_edge`` / ``longest_edge``)."""
     if min_pixels is None and max_pixels is None:
         return None
-    if min_pixels is None or max_pixels is None or not 0 < min_pixels <= max_pixels:
-        raise ValueError(f"pixel budget: need 0 < min_pixels <= max_pixels, got {min_pixels}, {max_pixels}")
-    return {"shortest_edge": int(min_pixels), "longest_edge": int(max_pixels)}
+    current = current or {}
+    low = min_pixels if min_pixels is not None else current.get("shortest_edge")
+    high = max_pixels if max_pixels is not None else current.get("longest_edge")
+    if low is None or high is None or not 0 < low <= high:
+        raise ValueError(f"pixel budget: need 0 < min_pixels <= max_pixels, got {low}, {high}"
+                         + (" (the other bound from the processor)" if None in (min_pixels, max_pixels) else ""))
+    return {"shortest_edge": int(low), "longest_edge": int(high)}
 
 
 def encode_prompts(processor, conversations: Sequence[list[dict[str, Any]]], images: Sequence[list[Any]],
@@ -25,7 +31,7 @@ def encode_prompts(processor, conversations: Sequence[list[dict[str, Any]]], ima
              for c in conversations]
     flat = [im for ims in images for im in ims]
     kwargs: dict[str, Any] = {}
-    size = pixel_size(min_pixels, max_pixels)
+    size = pixel_size(min_pixels, max_pixels, getattr(processor.image_processor, "size", None))
     if size is not None:
         kwargs["size"] = size
     processor.tokenizer.padding_side = "left"
