@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import collections
 import gc
+import os
+import sys
 import threading
 import time
 import traceback
@@ -80,6 +82,7 @@ OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "tr
                  "processing_ms": "~/debug/processing_time_ms", "latency_ms": "~/debug/pipeline_latency_ms",
                  "status": "~/status", "diagnostics": "/diagnostics"}
 DEFAULT_EGO_FRAME = "base_link"
+SHUTDOWN_WAIT_S = 2.0        # on Ctrl-C, how long to let a decode in flight finish
 RATE_WINDOW_S = 5.0
 STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
                PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
@@ -112,6 +115,7 @@ class PlannerNode(LifecycleNode):
         self._model_state, self._model_message = PlannerStatus.UNCONFIGURED, "waiting for configure"
         self._image_slot: LatestSlot[Any] = LatestSlot()     # the newest image message
         self._worker: threading.Thread | None = None
+        self._abandoned_worker: threading.Thread | None = None     # stopped, still finishing a decode
         self._stop = threading.Event()
         self._init_inputs()
         self._input_subscriptions: dict[str, Any] = {}     # input name -> subscription
@@ -257,6 +261,10 @@ class PlannerNode(LifecycleNode):
         self._lifecycle = "unconfigured"
         return TransitionCallbackReturn.SUCCESS
 
+    def worker_running(self) -> bool:
+        """True while a stopped worker is still finishing its frame (see stop_worker)."""
+        return self._abandoned_worker is not None and self._abandoned_worker.is_alive()
+
     def stop_worker(self, timeout_s: float = 60.0) -> None:
         """Stop the worker after its current frame (its outputs are still published)."""
         self._active = False
@@ -268,7 +276,8 @@ class PlannerNode(LifecycleNode):
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout_s)
             if worker.is_alive():
-                self.get_logger().error(f"worker did not stop within {timeout_s} s")
+                self._abandoned_worker = worker
+                self.get_logger().warning(f"the worker is still decoding after {timeout_s} s; not waiting for it")
 
     def _free_policy(self) -> None:
         policy, self._policy = self._policy, None
@@ -649,13 +658,20 @@ def main(args: list[str] | None = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        node.stop_worker()
+        # Ctrl-C must not wait for a decode in flight (a 2B prefill on CPU takes a minute): give the
+        # worker a moment to finish, then leave; its daemon thread ends with the process.
+        node.stop_worker(SHUTDOWN_WAIT_S)
+        in_flight = node.worker_running()
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
+    if in_flight:
+        # Interpreter finalisation while torch runs in another thread can crash: exit at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
 if __name__ == "__main__":
-    import sys
     sys.exit(main())
