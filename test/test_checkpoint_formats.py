@@ -185,3 +185,61 @@ def test_convert_keeps_the_mask_id_config_json_names(qwen_labelled, tmp_path):
     assert stored["mask_token_id"] == AUTHORS_MASK_TOKEN_ID
     cfg = load_checkpoint(out, device="cpu").config
     assert cfg.mask_token_id == AUTHORS_MASK_TOKEN_ID and cfg.block_size == 32
+
+
+# ----------------------------------------------------------------------------- memory and dtype
+def test_cpu_auto_dtype_is_bf16_only_for_large_models_where_supported():
+    import torch
+    from wam_diff2_core.model.checkpoint import CPU_BF16_MIN_PARAMETERS, cpu_supports_bf16, resolve_dtype
+    cpu = torch.device("cpu")
+    assert resolve_dtype("auto", cpu, parameters=3_000_000) == torch.float32          # the demo models
+    large = resolve_dtype("auto", cpu, parameters=CPU_BF16_MIN_PARAMETERS)
+    assert large == (torch.bfloat16 if cpu_supports_bf16() else torch.float32)
+    assert resolve_dtype("float32", cpu, parameters=10**10) == torch.float32           # explicit wins
+
+
+def test_a_model_too_large_for_the_device_is_announced_before_loading(authors, monkeypatch, caplog):
+    from wam_diff2_core.model import checkpoint
+    from wam_diff2_core.model.checkpoint import count_parameters, read_model_config
+    parameters = count_parameters(read_model_config(authors))
+    assert 20_000_000 < parameters < 40_000_000       # two 151936 x 64 tables dominate
+    monkeypatch.setattr(checkpoint, "available_memory", lambda device: 1_000_000)
+    with caplog.at_level(logging.WARNING, logger="wam_diff2_core.model.checkpoint"):
+        load_checkpoint(authors, device="cpu")
+    assert "expect an out-of-memory failure" in caplog.text and "1.0 MB" not in caplog.text
+
+
+# ----------------------------------------------------------------------------- every entry point
+def test_bench_takes_the_block_size_from_the_checkpoint_unless_given(tiny_checkpoint, tmp_path):
+    tiny_args = ["--device", "cpu", "--prompt-lengths", "16", "--repeats", "1", "--skip-decode",
+                 "--variants", "plain", "--threads", "1"]
+    assert main(["bench", "--model", str(tiny_checkpoint), *tiny_args, "--json", str(tmp_path / "a.json")]) == 0
+    assert json.loads((tmp_path / "a.json").read_text())["block_size"] == 32          # diffusion_config.json
+    assert main(["bench", "--model", str(tiny_checkpoint), *tiny_args, "--block-size", "8",
+                 "--json", str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["block_size"] == 8
+
+
+def test_bench_refuses_an_ar_checkpoint_without_a_block_size_and_says_why(tmp_path, capsys):
+    from wam_diff2_core.model.tiny import build_tiny_checkpoint
+    ar = build_tiny_checkpoint(tmp_path / "ar", seed=1, diffusion=False)
+    assert main(["bench", "--model", str(ar), "--device", "cpu", "--prompt-lengths", "16", "--repeats", "1",
+                 "--skip-decode", "--variants", "plain"]) == 2
+    assert "block_size: 1 (from qwen3_vl format (autoregressive))" in capsys.readouterr().err
+
+
+def test_the_cli_flags_and_the_node_yaml_leave_decoding_to_the_checkpoint():
+    """infer, eval-bag, closed-loop share these flags: none given hands no override to load_checkpoint;
+    eval-bag --params-file reads the node's YAML, which leaves decoding unset. So every entry point
+    resolves the same settings (the node: test_demo's AR / Block-32 runs of scripts/demo.sh)."""
+    import argparse
+    from pathlib import Path
+
+    from wam_diff2_core.cli.common import add_decoding_arguments, decoding_overrides
+    from wam_diff2_core.cli.eval_bag import read_node_params
+    parser = argparse.ArgumentParser()
+    add_decoding_arguments(parser)
+    assert decoding_overrides(parser.parse_args([])) == {}
+    assert decoding_overrides(parser.parse_args(["--block-size", "4"])) == {"block_size": 4}
+    node_values = read_node_params(Path(__file__).resolve().parents[1] / "config" / "planner.yaml")
+    assert node_values and not any(k.startswith("decoding.") for k in node_values)

@@ -54,7 +54,9 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     p.add_argument("--prompt-lengths", type=int, nargs="+", default=[1024, 2048])
-    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--block-size", type=int, default=None,
+                   help="the Block-B compared with AR (default: the checkpoint's block size with --model, "
+                        "else the paper's 32)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--tokens-per-forward", type=float, default=4.0,
                    help="answer tokens fixed per denoise forward, measured on a trained model (default 4.0)")
@@ -327,15 +329,18 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    if args.model:
-        loaded = load_checkpoint(args.model, device=str(device), dtype=args.dtype)
+    if args.model:   # the one precedence rule: --block-size > the checkpoint's settings > its format's
+        loaded = load_checkpoint(args.model, device=str(device), dtype=args.dtype,
+                                 overrides={"block_size": args.block_size})
         model, config, shape = loaded.model, loaded.config, str(args.model)
-        config = config.with_settings(block_size=args.block_size)
     else:
         model, config = build_random_model(args.shape, device, dtype, args.seed, args.logit_scale)
+        config = config.with_settings(block_size=args.block_size)
         shape = args.shape
+    args.block_size = config.block_size
     if args.block_size < 2:
-        raise ConfigError("block_size: the benchmark compares AR with Block-B, give B >= 2")
+        raise ConfigError(f"block_size: {args.block_size} (from {config.sources.get('block_size', 'the user')}); "
+                          "the benchmark compares AR with Block-B, give --block-size B >= 2")
     names = args.variants or available_variants(device)
     variants = {}
     for name in names:
