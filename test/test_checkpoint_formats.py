@@ -243,3 +243,28 @@ def test_the_cli_flags_and_the_node_yaml_leave_decoding_to_the_checkpoint():
     assert decoding_overrides(parser.parse_args(["--block-size", "4"])) == {"block_size": 4}
     node_values = read_node_params(Path(__file__).resolve().parents[1] / "config" / "planner.yaml")
     assert node_values and not any(k.startswith("decoding.") for k in node_values)
+
+
+# ----------------------------------------------------------------------------- transformers 4.57
+@pytest.mark.parametrize("kind", ["convert", "export"])
+def test_written_folders_carry_the_fields_transformers_457_reads(qwen_labelled, tiny_checkpoint, tmp_path, kind):
+    """transformers 4.57.3 (the authors' version) cannot be installed beside 5.x in CI, so this reads
+    the files the way 4.57 does: text_config.rope_scaling (its rotary embedding calls
+    ``rope_scaling.get("mrope_section")``) and rope_theta, and tokenizer_config.json without a *list*
+    ``extra_special_tokens`` (4.57 calls ``.keys()`` on it). Checked by hand with 4.57.3 itself: these
+    files, the converted and exported folders and the demo models load with identical logits."""
+    from wam_diff2_core.model.tiny import build_tiny_checkpoint
+    out = tmp_path / kind
+    if kind == "convert":
+        ar = build_tiny_checkpoint(tmp_path / "ar", seed=2, diffusion=False)
+        assert main(["convert", str(ar), str(out)]) == 0
+    else:
+        assert main(["export", str(tiny_checkpoint), str(out)]) == 0
+    text = json.loads((out / "config.json").read_text())["text_config"]
+    assert text["rope_scaling"]["mrope_section"] == text["rope_parameters"]["mrope_section"]
+    assert text["rope_scaling"]["mrope_interleaved"] is True and text["rope_theta"] == 5_000_000.0
+    tok = json.loads((out / "tokenizer_config.json").read_text())
+    assert not isinstance(tok.get("extra_special_tokens"), list)
+    loaded = load_checkpoint(out, device="cpu")                       # and 5.x reads them unchanged
+    assert loaded.tokenizer.convert_ids_to_tokens(loaded.config.mask_token_id) == "<|mask|>"
+    assert loaded.model.config.text_config.rope_parameters["mrope_section"] == [6, 5, 5]

@@ -279,3 +279,36 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
     log.info("loaded %s (%s, %s); decoding: %s", path, dev, str(torch_dtype).replace("torch.", ""),
              diffusion.describe())
     return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev, dtype=torch_dtype)
+
+
+def save_checkpoint(model, processor, out: str | Path, **save_kwargs) -> None:
+    """``save_pretrained`` of model and processor, plus the fields transformers 4.57 (the authors'
+    version) needs to load the same files: ``rope_scaling`` / ``rope_theta`` beside 5.x's
+    ``rope_parameters``, and the tokenizer's extra special tokens as ``additional_special_tokens``
+    (4.57 reads ``extra_special_tokens`` as a mapping). transformers 5.x loads both forms alike."""
+    out = Path(out)
+    model.save_pretrained(out, **save_kwargs)
+    processor.save_pretrained(out)
+    add_legacy_fields(out)
+
+
+def add_legacy_fields(out: str | Path) -> None:
+    """The 4.57-readable fields of :func:`save_checkpoint`, added to a saved directory in place."""
+    out = Path(out)
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text())
+    text = config.get("text_config", {})
+    rope = text.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_scaling" not in text:
+        text["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+        if "rope_theta" in rope:
+            text["rope_theta"] = rope["rope_theta"]
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tok_path = out / "tokenizer_config.json"
+    if tok_path.is_file():
+        tok = json.loads(tok_path.read_text())
+        extra = tok.get("extra_special_tokens")
+        if isinstance(extra, list):
+            del tok["extra_special_tokens"]
+            tok["additional_special_tokens"] = extra
+            tok_path.write_text(json.dumps(tok, indent=2) + "\n")

@@ -8,7 +8,7 @@ import torch
 
 from ..config import DIFFUSION_CONFIG_FILE, EOS_TOKEN, MASK_TOKEN, DecodingSettings, write_diffusion_file
 from ..utils.atomic import atomic_directory
-from .checkpoint import check_files, load_processor, read_model_config
+from .checkpoint import check_files, load_processor, read_model_config, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,7 @@ def convert_to_diffusion(src: str | Path, dst: str | Path, *, block_size: int = 
             model.lm_head.weight[rows:] = mean_out
         log.info("grew the vocabulary from %d to %d rows for %s", rows, mask_id + 1, MASK_TOKEN)
     with atomic_directory(dst) as tmp:
-        model.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
+        save_checkpoint(model, processor, tmp)
         write_diffusion_file(tmp, block_size=block_size, mask_token_id=mask_id, eos_token_id=eos_id,
                              decoding=DecodingSettings())
     return Path(dst)
@@ -66,8 +65,7 @@ def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat1
     src = Path(src)
     loaded = load_checkpoint(src, device="cpu", dtype=dtype)
     with atomic_directory(dst) as tmp:
-        loaded.model.save_pretrained(tmp)
-        loaded.processor.save_pretrained(tmp)
+        save_checkpoint(loaded.model, loaded.processor, tmp)
         if (src / DIFFUSION_CONFIG_FILE).is_file():
             shutil.copyfile(src / DIFFUSION_CONFIG_FILE, Path(tmp) / DIFFUSION_CONFIG_FILE)
     return Path(dst)

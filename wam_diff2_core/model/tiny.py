@@ -192,6 +192,8 @@ def build_qwen_layout_checkpoint(out_dir: str | Path, seed: int = 0, *, label: s
 def _save(out: Path, tokenizer, config, seed: int, logit_scale: float) -> None:
     from transformers import Qwen3VLForConditionalGeneration
 
+    from .checkpoint import save_checkpoint
+
     out.mkdir(parents=True, exist_ok=True)
     processor = build_processor(tokenizer)
     torch.manual_seed(seed)
@@ -200,5 +202,4 @@ def _save(out: Path, tokenizer, config, seed: int, logit_scale: float) -> None:
         model.lm_head.weight.mul_(logit_scale)
     model.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out)
-    processor.save_pretrained(out)
+    save_checkpoint(model, processor, out)

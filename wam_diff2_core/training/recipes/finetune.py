@@ -26,6 +26,7 @@ import torch
 
 from ...config import ConfigError, write_diffusion_file
 from ...data.samples import SampleError
+from ...model.checkpoint import save_checkpoint
 from ...model.inputs import pixel_size
 from ...utils.atomic import atomic_write_text
 from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
@@ -362,8 +363,7 @@ class FinetuneRecipe:
         if acc.is_main_process:
             prefix = "model."
             state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-            self.hf_model.save_pretrained(out, state_dict=state, is_main_process=True)
-            self.processor.save_pretrained(out)
+            save_checkpoint(self.hf_model, self.processor, out, state_dict=state, is_main_process=True)
             if self.diffusion.mask_token_id is not None:
                 write_diffusion_file(out, block_size=self.block_size, mask_token_id=self.diffusion.mask_token_id,
                                      eos_token_id=self.diffusion.eos_token_id, decoding=self.diffusion.settings)
