@@ -268,3 +268,19 @@ def test_written_folders_carry_the_fields_transformers_457_reads(qwen_labelled, 
     loaded = load_checkpoint(out, device="cpu")                       # and 5.x reads them unchanged
     assert loaded.tokenizer.convert_ids_to_tokens(loaded.config.mask_token_id) == "<|mask|>"
     assert loaded.model.config.text_config.rope_parameters["mrope_section"] == [6, 5, 5]
+
+
+def test_readme_memory_tables_are_what_the_script_prints():
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "scripts" / "model_memory.py")], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    readme = (root / "README.md").read_text()
+    assert "| 2B | 2.13 B | 4.3 GB | 8.5 GB |" in out and "| 8B | 8.77 B | 17.5 GB | 35.1 GB |" in out
+    assert "| 2.13 B | 4.3 GB | 8.5 GB |" in readme and "| 8.77 B | 17.5 GB | 35.1 GB |" in readme
+    assert "1920x1080 max_pixels=2073600: resized 1920x1056, 1980 image tokens" in out
+    assert "| 1920 x 1080 | 1980 (resized 1920 x 1056) | 943 | 364 |" in readme
+    assert "1600x900 max_pixels=2073600: resized 1600x896, 1400 image tokens" in out
+    assert "| 1600 x 900 | 1400 (1600 x 896) | 943 | 364 |" in readme
