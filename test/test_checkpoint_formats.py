@@ -284,3 +284,35 @@ def test_readme_memory_tables_are_what_the_script_prints():
     assert "| 1920 x 1080 | 1980 (resized 1920 x 1056) | 943 | 364 |" in readme
     assert "1600x900 max_pixels=2073600: resized 1600x896, 1400 image tokens" in out
     assert "| 1600 x 900 | 1400 (1600 x 896) | 943 | 364 |" in readme
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("labelling", ["authors", "qwen_labelled"])
+def test_the_node_configures_either_labelling_with_the_checkpoints_settings(labelling, request):
+    """The planner node with its YAML defaults (decoding.* unset) on the real-id-layout checkpoint:
+    the authors' labelling decodes Block-32, the qwen3_vl labelling AR; the loaded policy plans."""
+    rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from wam_diff2_core.policy import EgoState
+    from wam_diff2_ros.planner_node import PlannerNode
+    from wam_diff2_ros.testing import unique_domain_id
+    ckpt = request.getfixturevalue(labelling)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=unique_domain_id(9))
+    node = PlannerNode("layout_planner", context=context, parameter_overrides=[
+        Parameter("model_path", value=str(ckpt)), Parameter("autostart", value=False),
+        Parameter("warmup", value=False), Parameter("parse_retry", value="none")])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node._model_message
+        expected = 32 if labelling == "authors" else 1
+        assert f"block size {expected}" in node._model_message
+        config = node._policy.loaded.config
+        assert config.mask_token_id == AUTHORS_MASK_TOKEN_ID and config.eos_token_id == 151645
+        frame = np.full((48, 64, 3), 90, np.uint8)
+        out = node._policy.step(frame, EgoState(velocity=(4.0, 0.0), acceleration=(0.0, 0.0)), "straight")
+        assert out.plan.stats.block_size == expected and out.plan.stats.tokens >= 1
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
