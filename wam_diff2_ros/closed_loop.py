@@ -51,13 +51,15 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMsg
-from sensor_msgs.msg import CameraInfo, Image
-from std_msgs.msg import Bool, Header, String
+from sensor_msgs.msg import CameraInfo, Image, Imu, NavSatFix, NavSatStatus
+from std_msgs.msg import Bool, Float32, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan
 from wam_diff2_core.geometry import quaternion_from_yaw
 from wam_diff2_core.sim.bag import topic_names
+from wam_diff2_core.localization import GeoReference
 from wam_diff2_core.sim.closed_loop import ExpertOracle, RouteResult, RouteRun
+from wam_diff2_core.sim.sensors import SensorReading
 
 from .controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
                               controller_topics, ns_stamp, stamp_ns)
@@ -113,6 +115,19 @@ def planner_ros_arguments(role: str, lockstep_n: int, model_path: str, extra: di
     remaps = [f"{planner}/input/image:={topics['image']}", f"{planner}/input/camera_info:={topics['camera_info']}",
               f"{planner}/input/odometry:={topics['odometry']}", f"{planner}/input/route:={topics['route']}"]
     return params, remaps
+
+
+def sensor_messages(reading: SensorReading, header: Header) -> tuple[NavSatFix, Imu, Float32]:
+    """One tick of the demo world's GNSS, IMU and speedometer as carla-ros-bridge publishes them: no
+    covariances (the bridge sets none), the speedometer a bare Float32 (m/s)."""
+    fix = NavSatFix(header=header, latitude=reading.latitude_deg, longitude=reading.longitude_deg, altitude=0.0,
+                    position_covariance_type=NavSatFix.COVARIANCE_TYPE_UNKNOWN)
+    fix.status.status, fix.status.service = NavSatStatus.STATUS_FIX, NavSatStatus.SERVICE_GPS
+    imu = Imu(header=header)
+    imu.orientation.x, imu.orientation.y, imu.orientation.z, imu.orientation.w = quaternion_from_yaw(reading.yaw)
+    imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = reading.gyro
+    imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = reading.accel
+    return fix, imu, Float32(data=float(reading.speed_mps))
 
 
 class SimulatorNode(Node):
