@@ -64,6 +64,12 @@ class DemoSensors:
             speed_mps=max(0.0, ego.speed + rng.normal(0.0, n.speed_mps)))
 
 
+def route_sensors(seed: int, index: int, noise: SensorNoise = DEMO_NOISE,
+                  reference: GeoReference = GeoReference()) -> DemoSensors:
+    """The sensors of route (seed, index): their noise is a function of the route, like the route itself."""
+    return DemoSensors(noise, reference, np.random.default_rng([seed, index, 7]))
+
+
 def feed(ekf: OdometryFilter, reference: GeoReference, t: float, reading: SensorReading) -> None:
     """One tick's readings into the filter, in the order the ROS loop publishes them."""
     ekf.gnss(t, *reference.to_local(reading.latitude_deg, reading.longitude_deg))
@@ -95,7 +101,7 @@ def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, t
     position, heading, raw = [], [], []
     for index in range(routes):
         run = RouteRun(index, ClosedLoopSettings(seed=seed, route_length_m=route_length_m, traffic=traffic))
-        sensors = DemoSensors(noise, reference, np.random.default_rng([seed, index, 7]))
+        sensors = route_sensors(seed, index, noise, reference)
         ekf = OdometryFilter(settings)
         limit = run.settings.route_timeout_s / run.settings.world.dt_s
         while run.world.lane_s < run.end_s and run.world.tick < limit:
