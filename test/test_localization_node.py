@@ -187,3 +187,11 @@ def test_filter_parameters_are_live_and_come_from_the_core_settings(rig):
     assert node.set_parameters([Parameter("filter.speed_stddev_mps", value=0.2)])[0].successful
     assert node.ekf.settings.speed_stddev_mps == 0.2
     assert not node.set_parameters([Parameter("filter.speed_stddev_mps", value=0.0)])[0].successful
+
+
+def test_docs_parameter_table_is_the_generated_one():
+    from pathlib import Path
+
+    from wam_diff2_ros.parameters import markdown_table
+    docs = Path(__file__).resolve().parents[1] / "docs" / "carla.md"
+    assert markdown_table(ln.SPECS) in docs.read_text()
