@@ -167,6 +167,21 @@ def test_no_odometry_before_a_fix_and_a_heading(rig):
     assert not bridge.odometry and node.diagnostic_status().level == DiagnosticStatus.WARN
 
 
+def test_the_first_tick_is_answered_when_its_imu_comes_before_its_gnss(rig):
+    node, bridge = rig()
+    run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
+    sensors = DemoSensors(rng=np.random.default_rng(2))
+    for k in range(3):
+        fix, imu, speed = sensor_messages(sensors.read(run.world.ego), Header(stamp=ns_stamp(run.stamp_ns)))
+        bridge.imu_pub.publish(imu)                           # the IMU first: at tick 0 the filter has no fix yet
+        assert wait_for(lambda: node.counts["imu_used"] >= k + 1)
+        bridge.gnss_pub.publish(fix)
+        assert wait_for(lambda: any(stamp_ns(m.header.stamp) == run.stamp_ns for m in list(bridge.odometry)))
+        run.world.step()
+    time.sleep(0.2)
+    assert [stamp_ns(m.header.stamp) for m in bridge.odometry] == [run.start_ns + k * run.dt_ns for k in range(3)]
+
+
 def test_a_refused_parameter_keeps_the_node_up_reporting_and_silent(rig):
     node, bridge = rig(**{"filter.gnss_stddev_m": -1.0})
     assert node.diagnostic_status().level == DiagnosticStatus.ERROR

@@ -18,7 +18,8 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
 - out: ``/carla/<role>/odometry`` (``nav_msgs/Odometry``, frame ``map_frame_id``, child
   ``child_frame_id`` or the role name, twist in the child frame; the topic the planner and
   the controller read), one per IMU message once the filter has a position and a heading,
-  stamped like that IMU message (in CARLA's synchronous mode: the tick). Pose covariance
+  stamped like that IMU message (in CARLA's synchronous mode: the tick; should a tick's GNSS
+  arrive after its IMU while the filter still waits for its first fix, on that GNSS). Pose covariance
   x / y / yaw and twist covariance v / yaw rate from the filter; z, roll, pitch and the
   sideways / vertical rates are not estimated (variance ``UNOBSERVED_VARIANCE``).
 - ``/diagnostics``: measurements used / refused, filter restarts, the position and heading
@@ -145,6 +146,8 @@ class LocalizationNode(Node):
         self._values = values
         self.ekf = OdometryFilter(settings)
         self.counts: collections.Counter[str] = collections.Counter()
+        self._last_imu_ns: int | None = None           # stamp of the newest IMU sample used
+        self._published_ns: int | None = None          # stamp of the newest odometry published
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
@@ -192,7 +195,11 @@ class LocalizationNode(Node):
             self.counts["gnss_no_fix"] += 1
             return
         x, y = self.reference.to_local(msg.latitude, msg.longitude)
-        self._count("gnss", self.ekf.gnss(stamp_ns(msg.header.stamp) / NS_PER_S, x, y, gnss_covariance(msg)))
+        stamp = stamp_ns(msg.header.stamp)
+        used = self.ekf.gnss(stamp / NS_PER_S, x, y, gnss_covariance(msg))
+        self._count("gnss", used)
+        if used and stamp == self._last_imu_ns:       # this tick's IMU came first, before the filter was ready
+            self._publish(msg.header.stamp)
 
     def _on_speed(self, msg: Float32) -> None:
         # the speedometer carries no header: it belongs to the newest tick (the bridge publishes it per tick)
@@ -205,13 +212,23 @@ class LocalizationNode(Node):
         yaw = yaw_from_quaternion(q.x, q.y, q.z, q.w) if has_orientation else None
         yaw_var = float(msg.orientation_covariance[8]) if has_orientation and msg.orientation_covariance[8] > 0 \
             else None
-        ok = self.ekf.imu(stamp_ns(msg.header.stamp) / NS_PER_S, yaw, float(msg.angular_velocity.z),
-                          float(msg.linear_acceleration.x), yaw_var)
+        stamp = stamp_ns(msg.header.stamp)
+        ok = self.ekf.imu(stamp / NS_PER_S, yaw, float(msg.angular_velocity.z), float(msg.linear_acceleration.x),
+                          yaw_var)
         self._count("imu", ok)
-        if ok and self.ekf.ready and not self._config_errors:
-            self._odometry_pub.publish(odometry_message(self.ekf, msg.header.stamp, self._values["map_frame_id"],
-                                                        self.child_frame_id))
-            self.counts["odometry_published"] += 1
+        if ok:
+            self._last_imu_ns = stamp
+            self._publish(msg.header.stamp)
+
+    def _publish(self, stamp) -> None:
+        """The estimate at an IMU stamp, once per stamp, once the filter has a position and a heading."""
+        ns = stamp_ns(stamp)
+        if not self.ekf.ready or self._config_errors or (self._published_ns is not None and ns == self._published_ns):
+            return
+        self._odometry_pub.publish(odometry_message(self.ekf, stamp, self._values["map_frame_id"],
+                                                    self.child_frame_id))
+        self._published_ns = ns
+        self.counts["odometry_published"] += 1
 
     def _count(self, kind: str, used: bool) -> None:
         self.counts[f"{kind}_used" if used else f"{kind}_refused"] += 1
