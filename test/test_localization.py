@@ -85,6 +85,7 @@ def test_filter_on_noisy_demo_routes_beats_raw_gnss_and_tracks_the_truth():
     assert s["position_median_m"] < 0.25 and s["position_p95_m"] < 0.5
     assert s["position_median_m"] < 0.5 * s["gnss_raw_median_m"]          # filtering, not passing GNSS through
     assert s["heading_median_deg"] < 0.5 and s["heading_p95_deg"] < 1.5
+    assert s["speed_median_mps"] < 0.05 and s["speed_p95_mps"] < 0.15
 
 
 def test_covariance_is_symmetric_positive_and_consistent_with_the_error():

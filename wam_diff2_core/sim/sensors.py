@@ -95,10 +95,10 @@ def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, t
                         noise: SensorNoise = DEMO_NOISE, settings: LocalizationSettings = LocalizationSettings(),
                         reference: GeoReference = GeoReference()) -> dict[str, float]:
     """The filter on the demo world's expert drive of routes (seed, 0 .. routes-1), one fresh filter per
-    route, errors on every tick once the filter is ready; also the raw GNSS position error."""
+    route, errors on every tick once the filter is ready; also the speed error and the raw GNSS position error."""
     from .closed_loop import ClosedLoopSettings, RouteRun      # the routes the closed loop drives
 
-    position, heading, raw = [], [], []
+    position, heading, raw, speed = [], [], [], []
     for index in range(routes):
         run = RouteRun(index, ClosedLoopSettings(seed=seed, route_length_m=route_length_m, traffic=traffic))
         sensors = route_sensors(seed, index, noise, reference)
@@ -111,10 +111,13 @@ def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, t
                 p, h = pose_errors(ekf, run.world.ego)
                 position.append(p)
                 heading.append(h)
+                speed.append(abs(ekf.state.speed - run.world.ego.speed))
                 gx, gy = reference.to_local(reading.latitude_deg, reading.longitude_deg)
                 raw.append(math.hypot(gx - run.world.ego.x, gy - run.world.ego.y))
             run.world.step()                                   # the expert drives
     summary = error_summary(position, heading)
+    summary["speed_median_mps"] = float(np.median(speed))
+    summary["speed_p95_mps"] = float(np.percentile(speed, 95))
     summary["gnss_raw_median_m"] = float(np.median(raw))
     summary["gnss_raw_p95_m"] = float(np.percentile(raw, 95))
     return summary
@@ -131,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     s = expert_drive_errors(args.seed, args.routes, args.route_length_m, traffic=not args.no_traffic)
     print(f"localization: {args.routes} routes (seed {args.seed}), {s['ticks']} ticks: position error median "
           f"{s['position_median_m']:.3f} m, p95 {s['position_p95_m']:.3f} m; heading error median "
-          f"{s['heading_median_deg']:.3f} deg, p95 {s['heading_p95_deg']:.3f} deg (raw GNSS: median "
+          f"{s['heading_median_deg']:.3f} deg, p95 {s['heading_p95_deg']:.3f} deg; speed error median "
+          f"{s['speed_median_mps']:.3f} m/s, p95 {s['speed_p95_mps']:.3f} m/s (raw GNSS: median "
           f"{s['gnss_raw_median_m']:.3f} m, p95 {s['gnss_raw_p95_m']:.3f} m)")
     return 0
 
