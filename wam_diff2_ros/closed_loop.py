@@ -10,7 +10,11 @@ What runs (all in one DDS domain; the planner optionally in its own process):
   command (``command_source`` world: the demo world's rule, on the planner's
   ``input/command``, as the demo bags carry it), ``/carla/<role>/rgb_front/camera_info`` and
   ``/carla/<role>/rgb_front/image`` (``bgra8``), all stamped with the tick's sim time, and once
-  per route the latched route ``/carla/<role>/waypoints`` (``nav_msgs/Path``). Like the
+  per route the latched route ``/carla/<role>/waypoints`` (``nav_msgs/Path``). With
+  ``odometry="estimated"`` it publishes no odometry but the tick's GNSS / speedometer / IMU
+  (``/carla/<role>/gnss``, ``speedometer``, ``imu``; ``wam_diff2_core.sim.sensors``, with noise),
+  a :class:`~wam_diff2_ros.localization_node.LocalizationNode` in this process turns them into
+  ``/carla/<role>/odometry``, and the simulator scores each tick's estimate against the truth. Like the
   leaderboard, it starts only after a latched ``std_msgs/Bool`` on ``/carla/<role>/status``
   (and, unlike it, once every topic is matched at both ends, so that no image is lost: the
   lockstep planner counts them; its images go reliable, keep all), then waits up to
@@ -56,16 +60,15 @@ from sensor_msgs.msg import CameraInfo, Image, Imu, NavSatFix, NavSatStatus
 from std_msgs.msg import Bool, Float32, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan
-from wam_diff2_core.geometry import quaternion_from_yaw
+from wam_diff2_core.geometry import quaternion_from_yaw, wrap_angle, yaw_from_quaternion
+from wam_diff2_core.localization import SensorNoise
 from wam_diff2_core.sim.bag import topic_names
-from wam_diff2_core.geometry import wrap_angle, yaw_from_quaternion
 from wam_diff2_core.sim.closed_loop import ExpertOracle, RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
-from wam_diff2_core.localization import SensorNoise
 
-from .localization_node import LocalizationNode, localization_topics
 from .controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
                               controller_topics, ns_stamp, stamp_ns)
+from .localization_node import LocalizationNode, localization_topics
 from .msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 
 PLANNERS = ("inprocess", "subprocess", "oracle")
