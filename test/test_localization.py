@@ -39,12 +39,13 @@ def test_bad_reference_and_settings_name_the_field():
 
 
 # ----------------------------------------------------------------------------- the filter
-def test_filter_is_ready_only_with_position_and_heading():
+def test_filter_is_ready_only_with_position_heading_and_speed():
     ekf = OdometryFilter()
-    ekf.speed(0.0, 3.0)
     ekf.gnss(0.0, 10.0, 20.0)
     assert not ekf.ready
     ekf.imu(0.0, 0.5, 0.0, 0.0)
+    assert not ekf.ready                              # the speed is still a guess
+    ekf.speed(0.0, 3.0)
     assert ekf.ready
     assert (ekf.state.x, ekf.state.y, ekf.state.yaw) == pytest.approx((10.0, 20.0, 0.5))
     assert ekf.state.speed == pytest.approx(3.0, abs=0.01)

@@ -167,7 +167,7 @@ def test_no_odometry_before_a_fix_and_a_heading(rig):
     assert not bridge.odometry and node.diagnostic_status().level == DiagnosticStatus.WARN
 
 
-def test_the_first_tick_is_answered_when_its_imu_comes_before_its_gnss(rig):
+def test_the_first_tick_is_answered_when_its_imu_comes_before_its_gnss_and_speed(rig):
     node, bridge = rig()
     run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
     sensors = DemoSensors(rng=np.random.default_rng(2))
@@ -176,6 +176,7 @@ def test_the_first_tick_is_answered_when_its_imu_comes_before_its_gnss(rig):
         bridge.imu_pub.publish(imu)                           # the IMU first: at tick 0 the filter has no fix yet
         assert wait_for(lambda: node.counts["imu_used"] >= k + 1)
         bridge.gnss_pub.publish(fix)
+        bridge.speed_pub.publish(speed)
         assert wait_for(lambda: any(stamp_ns(m.header.stamp) == run.stamp_ns for m in list(bridge.odometry)))
         run.world.step()
     time.sleep(0.2)

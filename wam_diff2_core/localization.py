@@ -24,7 +24,7 @@ reports the sensor's orientation: a compass) and the speedometer are measurement
 measurement first predicts the state to its own stamp with the newest IMU inputs; a
 measurement older than the filter's time by more than ``max_lag_s`` is refused (counted). A
 gap longer than ``max_gap_s`` restarts the filter (a simulator reset). The filter is
-``ready`` once it has had a position and a heading.
+``ready`` once it has had a position, a heading and a speed since it (re)started.
 
 Noise defaults (:data:`LEADERBOARD_NOISE`) are the leaderboard's own sensor settings
 (``leaderboard/autoagents/agent_wrapper.py``: GNSS latitude / longitude standard deviation
@@ -140,11 +140,13 @@ class OdometryFilter:
         self.state = FilterState()
         self.t: float | None = None
         self.covariance = np.diag([1e6, 1e6, math.pi ** 2, self.settings.initial_speed_stddev_mps ** 2])  # [4, 4]
-        self.has_position = self.has_heading = False
+        self.has_position = self.has_heading = self.has_speed = False
 
     @property
     def ready(self) -> bool:
-        return self.has_position and self.has_heading
+        """A position, a heading and a speed measured since the last (re)start: before the first speedometer
+        reading the speed is a guess, and a planner differentiating it would see a jump."""
+        return self.has_position and self.has_heading and self.has_speed
 
     @property
     def _x(self) -> np.ndarray:
@@ -249,6 +251,7 @@ class OdometryFilter:
         h[0, V] = 1.0
         self._update(h, np.array([abs(speed) - self.state.speed]),
                      np.array([[self.settings.speed_stddev_mps ** 2]]))
+        self.has_speed = True
         self.counts["speed"] += 1
         return True
 

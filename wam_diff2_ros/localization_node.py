@@ -17,9 +17,9 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
   carla-ros-bridge's speedometer pseudo-sensor publishes it); sensor-data QoS.
 - out: ``/carla/<role>/odometry`` (``nav_msgs/Odometry``, frame ``map_frame_id``, child
   ``child_frame_id`` or the role name, twist in the child frame; the topic the planner and
-  the controller read), one per IMU message once the filter has a position and a heading,
+  the controller read), one per IMU message once the filter has a position, a heading and a speed,
   stamped like that IMU message (in CARLA's synchronous mode: the tick; should a tick's GNSS
-  arrive after its IMU while the filter still waits for its first fix, on that GNSS). Pose covariance
+  arrive after its IMU while the filter still waits for its first fix or speed, on that GNSS or speed). Pose covariance
   x / y / yaw and twist covariance v / yaw rate from the filter; z, roll, pitch and the
   sideways / vertical rates are not estimated (variance ``UNOBSERVED_VARIANCE``).
 - ``/diagnostics``: measurements used / refused, filter restarts, the position and heading
@@ -49,7 +49,7 @@ from wam_diff2_core.evaluation.bag import DEFAULT_ROLE
 from wam_diff2_core.geometry import quaternion_from_yaw, yaw_from_quaternion
 from wam_diff2_core.localization import GeoReference, LocalizationSettings, OdometryFilter, X, Y, YAW, V
 
-from .controller_node import stamp_ns
+from .controller_node import ns_stamp, stamp_ns
 from .parameters import LIVE, START, ParamSpec, descriptor, markdown_table, yaml_block
 
 NS_PER_S = 1_000_000_000
@@ -204,7 +204,10 @@ class LocalizationNode(Node):
     def _on_speed(self, msg: Float32) -> None:
         # the speedometer carries no header: it belongs to the newest tick (the bridge publishes it per tick)
         t = self.ekf.t if self.ekf.t is not None else self.get_clock().now().nanoseconds / NS_PER_S
-        self._count("speed", self.ekf.speed(t, float(msg.data)))
+        used = self.ekf.speed(t, float(msg.data))
+        self._count("speed", used)
+        if used and self._last_imu_ns is not None:    # this tick's IMU came first, before the filter was ready
+            self._publish(ns_stamp(self._last_imu_ns))
 
     def _on_imu(self, msg: Imu) -> None:
         q = msg.orientation
@@ -239,7 +242,7 @@ class LocalizationNode(Node):
         if self._config_errors:
             level, summary = DiagnosticStatus.ERROR, "bad parameters: " + "; ".join(self._config_errors)
         elif not self.ekf.ready:
-            level, summary = DiagnosticStatus.WARN, "waiting for a GNSS fix and an IMU orientation"
+            level, summary = DiagnosticStatus.WARN, "waiting for a GNSS fix, an IMU orientation and a speed"
         else:
             level, summary = DiagnosticStatus.OK, "localized"
         kv = {"ready": str(self.ekf.ready).lower(),
