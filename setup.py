@@ -37,6 +37,7 @@ setup(
             "wam-diff2=wam_diff2_core.cli:main",
             "wam-diff2-planner=wam_diff2_ros.planner_node:main",
             "wam-diff2-controller=wam_diff2_ros.controller_node:main",
+            "wam-diff2-localization=wam_diff2_ros.localization_node:main",
         ],
     },
 )

@@ -1,7 +1,13 @@
-"""The WAM-Diff2 agent for the CARLA leaderboard / Bench2Drive ROS agent setup: planner + controller.
+"""The WAM-Diff2 agent for the CARLA leaderboard / Bench2Drive ROS agent setup: localization + planner + controller.
 
     ros2 launch wam_diff2_ros leaderboard.launch.py model_path:=/path/to/checkpoint
     ros2 launch wam_diff2_ros leaderboard.launch.py model_path:=... role_name:=ego_vehicle lockstep_n:=5
+    ros2 launch wam_diff2_ros leaderboard.launch.py model_path:=... localization:=false   # the bridge's odometry
+
+The leaderboard's SENSORS track gives GNSS, IMU and a speedometer, no odometry: with
+``localization`` true (the default) the localization node turns /carla/<role_name>/<gnss_id>,
+<imu_id> and <speedometer_id> into /carla/<role_name>/odometry (``lat_ref_deg`` /
+``lon_ref_deg``: the town's georeference). agents/wam_diff2_agent.py starts this file.
 
 The planner (a lifecycle node) plans in lockstep on every ``lockstep_n``-th camera tick of
 /carla/<role_name>/<camera_id>/image, on simulation time; the controller answers every tick
@@ -20,6 +26,7 @@ import os
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
@@ -43,6 +50,33 @@ def generate_launch_description():
         DeclareLaunchArgument("planner_params_file", default_value=os.path.join(share, "config", "planner.yaml")),
         DeclareLaunchArgument("controller_params_file",
                               default_value=os.path.join(share, "config", "controller.yaml")),
+        DeclareLaunchArgument("localization", default_value="true",
+                              description="true: odometry from GNSS + IMU + speedometer (SENSORS track); "
+                                          "false: the bridge's odometry pseudo-sensor"),
+        DeclareLaunchArgument("gnss_id", default_value="gnss", description="GNSS sensor id"),
+        DeclareLaunchArgument("imu_id", default_value="imu", description="IMU sensor id"),
+        DeclareLaunchArgument("speedometer_id", default_value="speedometer", description="speedometer sensor id"),
+        DeclareLaunchArgument("lat_ref_deg", default_value="0.0",
+                              description="the town's georeference latitude (OpenDRIVE header; degrees)"),
+        DeclareLaunchArgument("lon_ref_deg", default_value="0.0",
+                              description="the town's georeference longitude (degrees)"),
+        Node(
+            package="wam_diff2_ros",
+            executable="wam-diff2-localization",
+            name="wam_diff2_localization",
+            namespace="",
+            output="screen",
+            condition=IfCondition(LaunchConfiguration("localization")),
+            parameters=[{
+                "role_name": role,
+                "use_sim_time": True,
+                "gnss_id": LaunchConfiguration("gnss_id"),
+                "imu_id": LaunchConfiguration("imu_id"),
+                "speedometer_id": LaunchConfiguration("speedometer_id"),
+                "geo.lat_ref_deg": ParameterValue(LaunchConfiguration("lat_ref_deg"), value_type=float),
+                "geo.lon_ref_deg": ParameterValue(LaunchConfiguration("lon_ref_deg"), value_type=float),
+            }],
+        ),
         LifecycleNode(
             package="wam_diff2_ros",
             executable="wam-diff2-planner",

@@ -107,6 +107,9 @@ def test_expert_labels_keep_every_planned_frame_with_the_experts_answer(tmp_path
     assert command == run.command() and velocity[0] == pytest.approx(run.speed, abs=0.006)
     assert main(["closed-loop", "--oracle", "--expert-labels", "--out", str(tmp_path / "ros")]) == 2
     assert "--expert-labels needs --loop direct" in capsys.readouterr().err
+    assert main(["closed-loop", "--oracle", "--loop", "direct", "--odometry", "estimated",
+                 "--out", str(tmp_path / "est")]) == 2
+    assert "--odometry estimated needs --loop ros" in capsys.readouterr().err
 
 
 def test_direct_loop_counts_the_answers_decoded_again(tiny_checkpoint):
@@ -154,6 +157,29 @@ def test_ros_loop_with_the_oracle_reproduces_the_direct_loop(domain):
     assert result.ticks == direct.ticks and result.plans == direct.plans
     ros_trace, direct_trace = np.array(ros_run.trace)[:, :3], np.array(direct_run.trace)[:, :3]
     np.testing.assert_allclose(ros_trace, direct_trace, atol=1e-5)   # float32 controls over DDS
+
+
+@pytest.mark.ros
+def test_ros_loop_drives_on_the_localization_nodes_estimate(domain):
+    """--odometry estimated: the simulator publishes GNSS / IMU / speedometer with noise instead of its odometry;
+    the controller follows the oracle's plans on the localization node's estimate through a left crossing turn."""
+    from wam_diff2_ros.closed_loop import RosClosedLoop, RosLoopSettings
+    settings = ClosedLoopSettings(route_length_m=120.0)
+    with RosClosedLoop(RosLoopSettings(planner="oracle", gains=demo_world_gains(), domain_id=domain,
+                                       odometry="estimated")) as loop:
+        assert loop.sim.odometry_pub is None                   # no true odometry on the wire
+        ros_run = RouteRun(LEFT_CROSSING_ROUTE, settings)
+        result = loop.run_route(ros_run)
+    direct_run = RouteRun(LEFT_CROSSING_ROUTE, settings)
+    direct = drive_direct(direct_run, ExpertOracle(), demo_world_gains())
+    assert result.termination == "completed" and result.lane_departures == 0 and result.collisions == []
+    assert result.extra["control_timeouts"] == 0 and result.extra["odometry"] == "estimated"
+    localization = result.extra["localization"]
+    assert localization["ticks_without_estimate"] == 0 and localization["ticks"] == result.ticks
+    assert localization["position_p95_m"] < 0.5 and localization["heading_p95_deg"] < 1.5
+    # the estimate is not the truth (noise), yet the drive stays close to the one on true odometry
+    assert not np.allclose(np.array(ros_run.trace)[:50, :2], np.array(direct_run.trace)[:50, :2], atol=1e-4)
+    assert abs(result.ticks - direct.ticks) <= 5 and result.max_lateral_offset_m < direct.max_lateral_offset_m + 0.5
 
 
 @pytest.mark.ros

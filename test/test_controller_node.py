@@ -437,7 +437,7 @@ def _launch_nodes(name: str) -> dict[str, dict]:
 def test_leaderboard_launch_runs_planner_in_lockstep_and_the_controller_with_declared_parameters():
     import ast
     nodes = _launch_nodes("leaderboard.launch.py")
-    assert set(nodes) == {"wam-diff2-planner", "wam-diff2-controller"}
+    assert set(nodes) == {"wam-diff2-planner", "wam-diff2-controller", "wam-diff2-localization"}
     controller = nodes["wam-diff2-controller"]
     params = {ast.literal_eval(k): ast.unparse(v) for d in controller["parameters"].elts if isinstance(d, ast.Dict)
               for k, v in zip(d.keys, d.values)}

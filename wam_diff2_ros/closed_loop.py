@@ -10,7 +10,11 @@ What runs (all in one DDS domain; the planner optionally in its own process):
   command (``command_source`` world: the demo world's rule, on the planner's
   ``input/command``, as the demo bags carry it), ``/carla/<role>/rgb_front/camera_info`` and
   ``/carla/<role>/rgb_front/image`` (``bgra8``), all stamped with the tick's sim time, and once
-  per route the latched route ``/carla/<role>/waypoints`` (``nav_msgs/Path``). Like the
+  per route the latched route ``/carla/<role>/waypoints`` (``nav_msgs/Path``). With
+  ``odometry="estimated"`` it publishes no odometry but the tick's GNSS / speedometer / IMU
+  (``/carla/<role>/gnss``, ``speedometer``, ``imu``; ``wam_diff2_core.sim.sensors``, with noise),
+  a :class:`~wam_diff2_ros.localization_node.LocalizationNode` in this process turns them into
+  ``/carla/<role>/odometry``, and the simulator scores each tick's estimate against the truth. Like the
   leaderboard, it starts only after a latched ``std_msgs/Bool`` on ``/carla/<role>/status``
   (and, unlike it, once every topic is matched at both ends, so that no image is lost: the
   lockstep planner counts them; its images go reliable, keep all), then waits up to
@@ -32,6 +36,7 @@ time, so a slow planner's plans arrive late and go stale (and the controller bra
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -51,19 +56,23 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMsg
-from sensor_msgs.msg import CameraInfo, Image
-from std_msgs.msg import Bool, Header, String
+from sensor_msgs.msg import CameraInfo, Image, Imu, NavSatFix, NavSatStatus
+from std_msgs.msg import Bool, Float32, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan
-from wam_diff2_core.geometry import quaternion_from_yaw
+from wam_diff2_core.geometry import quaternion_from_yaw, wrap_angle, yaw_from_quaternion
+from wam_diff2_core.localization import SensorNoise
 from wam_diff2_core.sim.bag import topic_names
 from wam_diff2_core.sim.closed_loop import ExpertOracle, RouteResult, RouteRun
+from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
 
 from .controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
                               controller_topics, ns_stamp, stamp_ns)
+from .localization_node import LocalizationNode, localization_topics
 from .msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 
 PLANNERS = ("inprocess", "subprocess", "oracle")
+ODOMETRY_SOURCES = ("true", "estimated")
 TIMINGS = ("lockstep", "leaderboard")
 READY_REORDER_S = 0.05
 STREAM_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
@@ -89,10 +98,15 @@ class RosLoopSettings:
     ready_timeout_s: float = 900.0           # wall wait for the handshake (model load + warm-up)
     realtime_factor: float = 1.0             # leaderboard timing: at most this x real time
     domain_id: int | None = None             # None: ROS_DOMAIN_ID or 0
+    odometry: str = "true"                   # true: the simulator's odometry; estimated: the localization node's
+                                             # from the demo world's GNSS / IMU / speedometer
+    sensor_noise: SensorNoise = DEMO_NOISE   # odometry estimated: the sensors' noise
 
     def __post_init__(self):
         if self.planner not in PLANNERS:
             raise ValueError(f"planner: {self.planner!r} is not one of {', '.join(PLANNERS)}")
+        if self.odometry not in ODOMETRY_SOURCES:
+            raise ValueError(f"odometry: {self.odometry!r} is not one of {', '.join(ODOMETRY_SOURCES)}")
         if self.timing not in TIMINGS:
             raise ValueError(f"timing: {self.timing!r} is not one of {', '.join(TIMINGS)}")
         if self.planner != "oracle" and not self.model_path:
@@ -115,16 +129,39 @@ def planner_ros_arguments(role: str, lockstep_n: int, model_path: str, extra: di
     return params, remaps
 
 
+def sensor_messages(reading: SensorReading, header: Header) -> tuple[NavSatFix, Imu, Float32]:
+    """One tick of the demo world's GNSS, IMU and speedometer as carla-ros-bridge publishes them: no
+    covariances (the bridge sets none), the speedometer a bare Float32 (m/s)."""
+    fix = NavSatFix(header=header, latitude=reading.latitude_deg, longitude=reading.longitude_deg, altitude=0.0,
+                    position_covariance_type=NavSatFix.COVARIANCE_TYPE_UNKNOWN)
+    fix.status.status, fix.status.service = NavSatStatus.STATUS_FIX, NavSatStatus.SERVICE_GPS
+    imu = Imu(header=header)
+    imu.orientation.x, imu.orientation.y, imu.orientation.z, imu.orientation.w = quaternion_from_yaw(reading.yaw)
+    imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = reading.gyro
+    imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = reading.accel
+    return fix, imu, Float32(data=float(reading.speed_mps))
+
+
 class SimulatorNode(Node):
     """The simulator's DDS face: sensors out, controls in, plus the oracle's planner topics."""
 
-    def __init__(self, role: str, **kwargs: Any):
+    def __init__(self, role: str, odometry: str = "true", **kwargs: Any):
         super().__init__("wam_diff2_sim", **kwargs)
         self.sensors = topic_names(role)
         self.control_topics = controller_topics(role)
         t, c = self.sensors, self.control_topics
         self.clock_pub = self.create_publisher(ClockMsg, "/clock", STREAM_QOS)
-        self.odometry_pub = self.create_publisher(Odometry, t["odometry"], STREAM_QOS)
+        self.estimated = odometry == "estimated"
+        self.odometry_pub = self.gnss_pub = self.imu_pub = self.speed_pub = None
+        self.estimates: dict[int, Odometry] = {}
+        if self.estimated:              # GNSS, IMU, speedometer out; the localization node's odometry in
+            loc = localization_topics(role)
+            self.gnss_pub = self.create_publisher(NavSatFix, loc["gnss"], STREAM_QOS)
+            self.imu_pub = self.create_publisher(Imu, loc["imu"], STREAM_QOS)
+            self.speed_pub = self.create_publisher(Float32, loc["speedometer"], STREAM_QOS)
+            self.estimate_sub = self.create_subscription(Odometry, t["odometry"], self._on_estimate, RECEIVE_QOS)
+        else:
+            self.odometry_pub = self.create_publisher(Odometry, t["odometry"], STREAM_QOS)
         self.image_pub = self.create_publisher(Image, t["image"], IMAGE_QOS)
         self.info_pub = self.create_publisher(CameraInfo, t["camera_info"], STREAM_QOS)
         self.route_pub = self.create_publisher(Path, t["route"], LATCHED_QOS)
@@ -150,6 +187,17 @@ class SimulatorNode(Node):
         with self._cond:
             self.controls[stamp_ns(msg.header.stamp)] = msg
             self._cond.notify_all()
+
+    def _on_estimate(self, msg: Odometry) -> None:
+        with self._cond:
+            self.estimates[stamp_ns(msg.header.stamp)] = msg
+            self._cond.notify_all()
+
+    def take_estimate(self, stamp: int, timeout_s: float) -> Odometry | None:
+        msg = self.wait(lambda: self.estimates.get(stamp), timeout_s)
+        with self._lock:
+            self.estimates = {k: v for k, v in self.estimates.items() if k > stamp}
+        return msg
 
     def _on_trajectory(self, msg: Trajectory) -> None:
         with self._cond:
@@ -210,18 +258,26 @@ class SimulatorNode(Node):
             path.poses.append(pose)
         self.route_pub.publish(path)
 
-    def publish_tick(self, run: RouteRun, command: str | None, camera: bool) -> None:
-        """/clock, odometry, the command and (when ``camera``) camera_info + image for the tick, in that order."""
+    def publish_tick(self, run: RouteRun, command: str | None, camera: bool,
+                     sensors: DemoSensors | None = None) -> None:
+        """/clock, odometry (or, with ``sensors``, GNSS + speedometer + IMU), the command and (when ``camera``)
+        camera_info + image for the tick, in that order."""
         stamp = ns_stamp(run.stamp_ns)
         self.clock_pub.publish(ClockMsg(clock=stamp))
         ego, role = run.world.ego, self.sensors["odometry"].split("/")[2]
-        odom = Odometry(header=Header(stamp=stamp, frame_id="map"), child_frame_id=role)
-        odom.pose.pose.position.x, odom.pose.pose.position.y = float(ego.x), float(ego.y)
-        o = odom.pose.pose.orientation
-        o.x, o.y, o.z, o.w = quaternion_from_yaw(float(ego.yaw))
-        odom.twist.twist.linear.x = float(ego.speed)        # child frame: a rear axle never slides
-        odom.twist.twist.angular.z = float(ego.yaw_rate)
-        self.odometry_pub.publish(odom)
+        if sensors is not None:
+            fix, imu, speed = sensor_messages(sensors.read(ego), Header(stamp=stamp, frame_id=role))
+            self.gnss_pub.publish(fix)
+            self.speed_pub.publish(speed)
+            self.imu_pub.publish(imu)
+        else:
+            odom = Odometry(header=Header(stamp=stamp, frame_id="map"), child_frame_id=role)
+            odom.pose.pose.position.x, odom.pose.pose.position.y = float(ego.x), float(ego.y)
+            o = odom.pose.pose.orientation
+            o.x, o.y, o.z, o.w = quaternion_from_yaw(float(ego.yaw))
+            odom.twist.twist.linear.x = float(ego.speed)        # child frame: a rear axle never slides
+            odom.twist.twist.angular.z = float(ego.yaw_rate)
+            self.odometry_pub.publish(odom)
         if command is not None:
             self.command_pub.publish(String(data=command))
         if camera:
@@ -292,6 +348,8 @@ class RosClosedLoop:
         self.images_published = 0
         self.handshake: dict[str, Any] = {}
         self.planner_node = None          # the in-process planner: its counts go into each route's result
+        self.localization = None          # odometry estimated: the localization node
+        self.localization_errors: list[tuple[float, float]] = []   # (position m, heading rad) per tick, all routes
 
     # ------------------------------------------------------------------ set-up
     def __enter__(self) -> "RosClosedLoop":
@@ -300,8 +358,12 @@ class RosClosedLoop:
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=domain)
         try:
-            self.sim = SimulatorNode(st.role, context=self.context)
+            self.sim = SimulatorNode(st.role, st.odometry, context=self.context)
             self._spinners.append(_Spinner(self.sim, SingleThreadedExecutor(context=self.context)))
+            if st.odometry == "estimated":
+                self.localization = LocalizationNode(context=self.context, parameter_overrides=[
+                    Parameter("role_name", value=st.role), Parameter("use_sim_time", value=True)])
+                self._spinners.append(_Spinner(self.localization, SingleThreadedExecutor(context=self.context)))
             controller_params = {"role_name": st.role, "use_sim_time": True,
                                  "route.publish_command": st.command_source == "route",
                                  **{GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}
@@ -352,9 +414,16 @@ class RosClosedLoop:
         # tick 0 only after every link is matched at both ends: a sample sent before its reader has
         # matched the writer is lost, and a lost image would shift the planner's lockstep count
         sim, planner = self.sim, st.planner != "oracle"
-        writers = [(sim.odometry_pub, 2 if planner else 1)]       # (publisher, subscribers it must have matched)
+        odometry_readers = 2 if planner else 1                      # the controller (and the planner)
+        if sim.estimated:                                           # the localization node between them
+            odometry_readers += 1                                   # the simulator's own (estimate vs truth)
+            writers = [(pub, 1) for pub in (sim.gnss_pub, sim.imu_pub, sim.speed_pub)]
+            writers.append((self.localization._odometry_pub, odometry_readers))
+        else:
+            writers = [(sim.odometry_pub, odometry_readers)]       # (publisher, subscribers it must have matched)
         writers += [(sim.image_pub, 1), (sim.command_pub, 1)] if planner else []
-        readers = [sim.control_sub] + ([sim.trajectory_sub] if planner else [])
+        readers = [sim.control_sub] + ([sim.trajectory_sub] if planner else []) \
+            + ([sim.estimate_sub] if sim.estimated else [])
         controller_inputs = {sim.sensors["odometry"]} | ({sim.control_topics["trajectory"]} if not planner else set())
         readers += [r for r in self.controller.subscriptions if r.topic_name in controller_inputs]
 
@@ -407,12 +476,15 @@ class RosClosedLoop:
         counts_before = dict(self.controller.counts)
         planner_before = self.planner_counts()
         stats = {"control_timeouts": 0, "plan_timeouts": 0, "control_wait_ms": [], "plan_wait_ms": []}
+        sensors = route_sensors(run.settings.seed, run.index, st.sensor_noise) if sim.estimated else None
+        errors: list[tuple[float, float]] = []          # estimated odometry: (position m, heading rad) per tick
+        missing_estimates = 0
         wall0 = time.monotonic()
         frame = "base_link"
         while not run.done:
             stamp = run.stamp_ns
             planning = (self.images_published % st.lockstep_n == 0) if camera else run.tick % st.lockstep_n == 0
-            sim.publish_tick(run, run.command() if st.command_source == "world" else None, camera)
+            sim.publish_tick(run, run.command() if st.command_source == "world" else None, camera, sensors)
             if camera:
                 self.images_published += 1
             t = time.monotonic()
@@ -422,6 +494,14 @@ class RosClosedLoop:
                 stats["control_timeouts"] += 1
             else:
                 frame = msg.header.frame_id or frame
+            if sensors is not None:                       # the estimate the control was made on, against the truth
+                estimate = sim.take_estimate(stamp, 1.0)
+                if estimate is None:
+                    missing_estimates += 1
+                else:
+                    p, o, ego = estimate.pose.pose.position, estimate.pose.pose.orientation, run.world.ego
+                    errors.append((math.hypot(p.x - ego.x, p.y - ego.y),
+                                   abs(wrap_angle(yaw_from_quaternion(o.x, o.y, o.z, o.w) - ego.yaw))))
             if oracle is not None and planning:          # the oracle plans on the tick's state, after the control
                 plan = oracle(run)
                 sim.publish_oracle_plan(stamp, plan, frame)
@@ -457,7 +537,11 @@ class RosClosedLoop:
                  "control_wait_ms_mean": float(np.mean(waits)) if waits else None,
                  "control_wait_ms_max": float(np.max(waits)) if waits else None,
                  "plan_wait_ms_mean": float(np.mean(plan_waits)) if plan_waits else None,
-                 "controller": counts, **self.handshake}
+                 "controller": counts, **self.handshake, "odometry": st.odometry}
+        if sensors is not None:
+            self.localization_errors += errors
+            extra["localization"] = {**error_summary(*zip(*errors)), "ticks_without_estimate": missing_estimates} \
+                if errors else {"ticks_without_estimate": missing_estimates}
         if self.planner_node is not None:
             extra["planner_counts"] = {k: v - planner_before.get(k, 0) for k, v in self.planner_counts().items()
                                        if v != planner_before.get(k, 0)}

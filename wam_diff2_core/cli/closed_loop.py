@@ -50,6 +50,10 @@ def add_arguments(p) -> None:
                         "for the control (1.0 s) and ticks at most at real time")
     p.add_argument("--planner-process", choices=("inprocess", "subprocess"), default="inprocess",
                    help="ros loop: the planner node in this process or in its own")
+    p.add_argument("--odometry", choices=("true", "estimated"), default="true",
+                   help="ros loop: true: the simulator publishes its odometry; estimated: it publishes GNSS, IMU and "
+                        "a speedometer with noise (as the leaderboard's SENSORS track) and the localization node's "
+                        "estimate drives the planner and the controller")
     p.add_argument("--role", default="hero", help="CARLA role name of the topics (default hero)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS domain (default: ROS_DOMAIN_ID or 0)")
     p.add_argument("--steer-gain-scale", type=float, default=None,
@@ -79,6 +83,9 @@ def run(args) -> int:
     if args.oracle == bool(args.model):
         print("wam-diff2 closed-loop: error: give exactly one of --model CKPT or --oracle", file=sys.stderr)
         return 2
+    if args.odometry != "true" and args.loop != "ros":
+        print("wam-diff2 closed-loop: error: --odometry estimated needs --loop ros", file=sys.stderr)
+        return 2
     if args.expert_labels and args.loop != "direct":
         print("wam-diff2 closed-loop: error: --expert-labels needs --loop direct", file=sys.stderr)
         return 2
@@ -88,7 +95,9 @@ def run(args) -> int:
     gains = demo_world_gains(ControllerGains(), args.steer_gain_scale)
     indices = range(args.first_route, args.first_route + args.routes)
     results = []
+    localization = None
     record = {"settings": {**dataclasses.asdict(settings), "loop": args.loop, "timing": args.timing,
+                           "odometry": args.odometry,
                            "lockstep_n": args.lockstep_n, "planner": "oracle" if args.oracle else args.model,
                            "gains": dataclasses.asdict(gains), "routes": list(indices)}}
     with atomic_directory(args.out, overwrite=args.overwrite) as out:
@@ -135,13 +144,22 @@ def run(args) -> int:
             ros = RosLoopSettings(role=args.role, planner="oracle" if args.oracle else args.planner_process,
                                   model_path=args.model or "", planner_parameters=planner_params,
                                   lockstep_n=args.lockstep_n, timing=args.timing, command_source=args.command_source,
-                                  gains=gains, domain_id=args.domain_id)
+                                  gains=gains, domain_id=args.domain_id, odometry=args.odometry)
             with RosClosedLoop(ros) as loop:
                 drive(loop.run_route)
+            if loop.localization_errors:
+                from ..sim.sensors import error_summary
+                localization = error_summary(*zip(*loop.localization_errors))
         summary = summarize(results)
         record.update(summary=summary, results=[r.to_json() for r in results])
+        if localization is not None:
+            record["localization"] = localization
         (out / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"closed loop: {summary_line(summary)}")
+    if localization is not None:
+        print(f"localization (estimate vs truth, {localization['ticks']} ticks): position median "
+              f"{localization['position_median_m']:.3f} m, p95 {localization['position_p95_m']:.3f} m; heading median "
+              f"{localization['heading_median_deg']:.3f} deg, p95 {localization['heading_p95_deg']:.3f} deg")
     print(f"wrote {args.out}/summary.json" + ("" if args.no_plots else f" and {len(results)} bird's-eye plots")
           + (f"; {len(labels.samples)} expert-labelled frames in {args.out}/expert_labels/train.json"
              if args.expert_labels else ""))

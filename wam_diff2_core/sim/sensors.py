@@ -1,0 +1,144 @@
+"""The demo world's GNSS, IMU and speedometer, as the leaderboard's SENSORS track gives them; and a benchmark
+of the odometry filter on them against the demo world's truth.
+
+    sensors = DemoSensors(DEMO_NOISE, GeoReference(), np.random.default_rng(0))
+    reading = sensors.read(world.ego)           # latitude / longitude, IMU, speed of this tick
+
+    python -m wam_diff2_core.sim.sensors --seed 2000 --routes 10     # filter error vs truth: median, p95
+
+Measurement models (the carla-ros-bridge's messages carry the same quantities):
+
+- **GNSS** (``sensor_msgs/NavSatFix``): the ego's rear-axle position (the odometry's origin)
+  through :meth:`GeoReference.to_geo` (CARLA's projection), plus white noise on latitude and
+  longitude (the leaderboard's 5e-6 deg, about 0.56 m at the equator).
+- **IMU** (``sensor_msgs/Imu``): orientation = the heading (CARLA reports the sensor's exact
+  orientation; the demo adds ``compass_rad`` of noise so that the filter is not handed the
+  truth), gyro z = the yaw rate over the step, accelerometer = (dv/dt, v x yaw rate, g), each
+  with the leaderboard's noise.
+- **Speedometer** (``std_msgs/Float32``): the speed, plus ``speed_mps`` of noise (CARLA's is
+  exact), never negative.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..geometry import wrap_angle
+from ..localization import LEADERBOARD_NOISE, GeoReference, LocalizationSettings, OdometryFilter, SensorNoise
+from .vehicles import EgoState
+
+GRAVITY_MPS2 = 9.81
+# the leaderboard's noise where CARLA has some; where CARLA is exact (orientation, speed), a little
+DEMO_NOISE = replace(LEADERBOARD_NOISE, compass_rad=0.01, speed_mps=0.05)
+
+
+@dataclass(frozen=True)
+class SensorReading:
+    latitude_deg: float
+    longitude_deg: float
+    yaw: float                       # IMU orientation (REP-103 map frame)
+    gyro: tuple[float, float, float]           # rad/s, ego frame
+    accel: tuple[float, float, float]          # m/s^2, ego frame (specific force: +g on z)
+    speed_mps: float
+
+
+class DemoSensors:
+    def __init__(self, noise: SensorNoise = DEMO_NOISE, reference: GeoReference = GeoReference(),
+                 rng: np.random.Generator | None = None):
+        self.noise, self.reference = noise, reference
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+
+    def read(self, ego: EgoState) -> SensorReading:
+        n, rng = self.noise, self.rng
+        lat, lon = self.reference.to_geo(ego.x, ego.y)
+        ax, ay = ego.acceleration_ego()
+        return SensorReading(
+            latitude_deg=lat + rng.normal(0.0, n.gnss_deg), longitude_deg=lon + rng.normal(0.0, n.gnss_deg),
+            yaw=wrap_angle(ego.yaw + rng.normal(0.0, n.compass_rad)),
+            gyro=tuple(float(g) for g in np.array([0.0, 0.0, ego.yaw_rate]) + rng.normal(0.0, n.gyro_radps, 3)),
+            accel=tuple(float(a) for a in np.array([ax, ay, GRAVITY_MPS2]) + rng.normal(0.0, n.accel_mps2, 3)),
+            speed_mps=max(0.0, ego.speed + rng.normal(0.0, n.speed_mps)))
+
+
+def route_sensors(seed: int, index: int, noise: SensorNoise = DEMO_NOISE,
+                  reference: GeoReference = GeoReference()) -> DemoSensors:
+    """The sensors of route (seed, index): their noise is a function of the route, like the route itself."""
+    return DemoSensors(noise, reference, np.random.default_rng([seed, index, 7]))
+
+
+def feed(ekf: OdometryFilter, reference: GeoReference, t: float, reading: SensorReading) -> None:
+    """One tick's readings into the filter, in the order the ROS loop publishes them."""
+    ekf.gnss(t, *reference.to_local(reading.latitude_deg, reading.longitude_deg))
+    ekf.speed(t, reading.speed_mps)
+    ekf.imu(t, reading.yaw, reading.gyro[2], reading.accel[0])
+
+
+def pose_errors(ekf: OdometryFilter, ego: EgoState) -> tuple[float, float]:
+    """(position error m, absolute heading error rad) of the filter's estimate against the truth."""
+    s = ekf.state
+    return math.hypot(s.x - ego.x, s.y - ego.y), abs(wrap_angle(s.yaw - ego.yaw))
+
+
+def error_summary(position_m, heading_rad) -> dict[str, float]:
+    position_m, heading_deg = np.asarray(position_m), np.degrees(np.asarray(heading_rad))
+    return {"ticks": int(position_m.size),
+            "position_median_m": float(np.median(position_m)), "position_p95_m": float(np.percentile(position_m, 95)),
+            "heading_median_deg": float(np.median(heading_deg)),
+            "heading_p95_deg": float(np.percentile(heading_deg, 95))}
+
+
+def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, traffic: bool = True,
+                        noise: SensorNoise = DEMO_NOISE, settings: LocalizationSettings = LocalizationSettings(),
+                        reference: GeoReference = GeoReference()) -> dict[str, float]:
+    """The filter on the demo world's expert drive of routes (seed, 0 .. routes-1), one fresh filter per
+    route, errors on every tick once the filter is ready; also the speed error and the raw GNSS position error."""
+    from .closed_loop import ClosedLoopSettings, RouteRun      # the routes the closed loop drives
+
+    position, heading, raw, speed = [], [], [], []
+    for index in range(routes):
+        run = RouteRun(index, ClosedLoopSettings(seed=seed, route_length_m=route_length_m, traffic=traffic))
+        sensors = route_sensors(seed, index, noise, reference)
+        ekf = OdometryFilter(settings)
+        limit = run.settings.route_timeout_s / run.settings.world.dt_s
+        while run.world.lane_s < run.end_s and run.world.tick < limit:
+            reading = sensors.read(run.world.ego)
+            feed(ekf, reference, run.stamp_s, reading)
+            if ekf.ready:
+                p, h = pose_errors(ekf, run.world.ego)
+                position.append(p)
+                heading.append(h)
+                speed.append(abs(ekf.state.speed - run.world.ego.speed))
+                gx, gy = reference.to_local(reading.latitude_deg, reading.longitude_deg)
+                raw.append(math.hypot(gx - run.world.ego.x, gy - run.world.ego.y))
+            run.world.step()                                   # the expert drives
+    summary = error_summary(position, heading)
+    summary["speed_median_mps"] = float(np.median(speed))
+    summary["speed_p95_mps"] = float(np.percentile(speed, 95))
+    summary["gnss_raw_median_m"] = float(np.median(raw))
+    summary["gnss_raw_p95_m"] = float(np.percentile(raw, 95))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the odometry filter on the demo world's expert drives: "
+                                                 "estimate vs truth")
+    parser.add_argument("--seed", type=int, default=2000, help="route seed (2000: the evaluation routes)")
+    parser.add_argument("--routes", type=int, default=10)
+    parser.add_argument("--route-length-m", type=float, default=200.0)
+    parser.add_argument("--no-traffic", action="store_true")
+    args = parser.parse_args(argv)
+    s = expert_drive_errors(args.seed, args.routes, args.route_length_m, traffic=not args.no_traffic)
+    print(f"localization: {args.routes} routes (seed {args.seed}), {s['ticks']} ticks: position error median "
+          f"{s['position_median_m']:.3f} m, p95 {s['position_p95_m']:.3f} m; heading error median "
+          f"{s['heading_median_deg']:.3f} deg, p95 {s['heading_p95_deg']:.3f} deg; speed error median "
+          f"{s['speed_median_mps']:.3f} m/s, p95 {s['speed_p95_mps']:.3f} m/s (raw GNSS: median "
+          f"{s['gnss_raw_median_m']:.3f} m, p95 {s['gnss_raw_p95_m']:.3f} m)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
