@@ -15,7 +15,8 @@ The planner (a lifecycle node) plans in lockstep on every ``lockstep_n``-th came
 with carla_msgs/CarlaEgoVehicleControl on /carla/<role_name>/vehicle_control_cmd, stamped
 with the tick's sim time, and publishes the latched std_msgs/Bool True on
 /carla/<role_name>/status once the planner is READY (model loaded, warmed up), which is when
-the leaderboard starts ticking. The controller tracks the route (/carla/<role_name>/global_plan
+the leaderboard starts ticking (never without carla_msgs: then the controller reports ERROR on
+/diagnostics instead). The controller tracks the route (/carla/<role_name>/global_plan
 CarlaRoute with RoadOptions, or /carla/<role_name>/waypoints) and sends its command to the
 planner. ``fixed_delta_seconds`` is the simulator's tick (the leaderboard's 0.05 s): a plan
 arriving more than lockstep_n ticks after its image counts as late in /diagnostics.

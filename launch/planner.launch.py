@@ -1,7 +1,12 @@
 """The WAM-Diff2 planner alone (a lifecycle node that configures and activates itself).
 
+    ros2 launch wam_diff2_ros planner.launch.py            # the installed demo Block-32 model
     ros2 launch wam_diff2_ros planner.launch.py model_path:=/path/to/checkpoint
     ros2 launch wam_diff2_ros planner.launch.py model_path:=... params_file:=my_planner.yaml use_sim_time:=true
+
+Without ``model_path`` the planner loads the demo Block-32 model installed with the package
+(share/wam_diff2_ros/models/wam-diff2-demo-b32: trained on the synthetic demo world only, see
+models/README.md).
 
 Inputs are the node's own topics (/wam_diff2_planner/input/...): remap them with
 carla_planner.launch.py, bag_replay.launch.py or your own launch file. Without a ROS
@@ -19,9 +24,12 @@ from launch_ros.parameter_descriptions import ParameterValue
 
 
 def generate_launch_description():
-    default_params = os.path.join(get_package_share_directory("wam_diff2_ros"), "config", "planner.yaml")
+    share = get_package_share_directory("wam_diff2_ros")
+    default_params = os.path.join(share, "config", "planner.yaml")
     return LaunchDescription([
-        DeclareLaunchArgument("model_path", description="checkpoint directory (Qwen3-VL or WAM-Diff2)"),
+        DeclareLaunchArgument("model_path", default_value=os.path.join(share, "models", "wam-diff2-demo-b32"),
+                              description="checkpoint directory (Qwen3-VL or WAM-Diff2) or hub id; "
+                                          "default: the installed demo Block-32 model"),
         DeclareLaunchArgument("params_file", default_value=default_params,
                               description="planner parameters (defaults: the package's config/planner.yaml)"),
         DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock"),

@@ -30,7 +30,8 @@ if ! stamp_ok "$venv/.deps-stamp" "$deps_hash"; then
       "$((free_kb / 1024))" "$venv" >&2
   fi
   "$py" -m pip install -q --upgrade pip
-  "$py" -m pip install -q -r requirements/core.txt -r requirements/ros.txt -r requirements/test.txt
+  "$py" -m pip install -q -r requirements/core.txt -r requirements/ros.txt -r requirements/test.txt \
+    -r requirements/colcon.txt
   # compat mode puts the source root on sys.path (a .pth file), so wam_diff2_ros can be
   # extended by the generated message package in $prefix (pkgutil.extend_path).
   "$py" -m pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=compat \

@@ -18,7 +18,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
-from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from nav_msgs.msg import Odometry, Path  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
@@ -120,7 +120,9 @@ def rig(context):
     class Rig:
         def start(self, **params):
             role = next(ROLES)
+            # the probe is the simulator and applies ~/output/control (tests of CARLA's output say carla)
             overrides = [Parameter(k, value=v) for k, v in {"role_name": role, "diagnostics_period_s": 0.1,
+                                                            "control_consumer": "vehicle_control",
                                                             **params}.items()]
             node = ControllerNode(f"wam_diff2_controller_{role}", context=context, parameter_overrides=overrides)
             probe = SimProbe(context, role)
@@ -278,7 +280,7 @@ def test_carla_control_is_published_on_the_bridge_topic_when_carla_msgs_exists(r
     # (the package's VehicleControl starts with exactly those) to exercise the CARLA output path
     from types import SimpleNamespace
     monkeypatch.setattr(cn, "carla_msgs", SimpleNamespace(CarlaEgoVehicleControl=VehicleControl))
-    node, probe = rig.start()
+    node, probe = rig.start(control_consumer="carla")
     got = []
     probe.create_subscription(VehicleControl, probe.topics["carla_control"], got.append, CONTROL_QOS)
     assert wait_for(lambda: node.count_subscribers(probe.topics["carla_control"]) > 0, WAIT_S)
@@ -326,7 +328,7 @@ def test_clock_ticks_answer_each_clock_message_with_the_newest_odometry(rig):
 
 
 def test_leaderboard_status_is_latched_true_only_after_the_planner_is_ready(rig, context):
-    node, probe = rig.start()
+    node, probe = rig.start()                      # vehicle_control: the probe applies ~/output/control
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.LOADING))
     assert wait_for(lambda: node._planner_state == PlannerStatus.LOADING, WAIT_S)
     probe.odometry_pub.publish(odometry_msg(T0_NS, vx=0.0))
@@ -347,6 +349,62 @@ def test_leaderboard_status_is_latched_true_only_after_the_planner_is_ready(rig,
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.ERROR))   # never un-announced (never False)
     time.sleep(0.3)
     assert probe.ready == [True]
+
+
+def _controller_diagnostics(probe, node) -> list:
+    """The controller's statuses on /diagnostics, as they arrive over DDS."""
+    got = []
+    probe.create_subscription(DiagnosticArray, "/diagnostics",
+                              lambda m: got.extend(s for s in m.status if s.name.startswith(node.get_name() + ":")), 10)
+    return got
+
+
+def test_without_carla_msgs_the_carla_consumer_gets_no_ready_but_an_error(rig, context, monkeypatch):
+    monkeypatch.setattr(cn, "carla_msgs", None)               # as here: carla_msgs is not installed
+    assert cn.SPECS_BY_NAME["control_consumer"].default == "carla"
+    node, probe = rig.start(control_consumer="carla")
+    diagnostics = _controller_diagnostics(probe, node)
+    probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
+    assert wait_for(lambda: node._planner_state == PlannerStatus.READY, WAIT_S)
+    errors = wait_for(lambda: [d for d in list(diagnostics) if d.level == DiagnosticStatus.ERROR], WAIT_S)
+    assert errors, [d.message for d in diagnostics]
+    assert "carla_msgs is not importable" in errors[-1].message
+    assert probe.topics["carla_control"] in errors[-1].message and "no READY" in errors[-1].message
+    values = {kv.key: kv.value for kv in errors[-1].values}
+    assert values["planner_state"] == "READY" and values["leaderboard_status_sent"] == "false"
+    assert values["control_consumer"] == "carla"
+    # the leaderboard (joining late, as it does) gets nothing: no True is latched
+    late = Node("late_leaderboard_no_carla", context=context)
+    got = []
+    late.create_subscription(Bool, probe.topics["leaderboard_status"], lambda m: got.append(m.data), LATCHED_QOS)
+    spinning = Spinning(late)
+    try:
+        assert wait_for(lambda: late.count_publishers(probe.topics["leaderboard_status"]) > 0, WAIT_S)
+        time.sleep(1.0)
+        assert got == [] and probe.ready == []
+    finally:
+        spinning.stop()
+    # controls still flow on the package's own topic, and nothing on CARLA's
+    assert probe.count_publishers(probe.topics["carla_control"]) == 0
+    probe.odometry_pub.publish(odometry_msg(T0_NS, vx=0.0))
+    assert probe.control_at(T0_NS).reason == "no plan"
+
+
+def test_with_carla_msgs_the_carla_consumer_gets_ready_after_the_planner(rig, monkeypatch):
+    # carla_msgs is not installed here: the stand-in of the CARLA output test
+    from types import SimpleNamespace
+    monkeypatch.setattr(cn, "carla_msgs", SimpleNamespace(CarlaEgoVehicleControl=VehicleControl))
+    node, probe = rig.start(control_consumer="carla")
+    diagnostics = _controller_diagnostics(probe, node)
+    probe.status_pub.publish(PlannerStatus(state=PlannerStatus.LOADING))
+    assert wait_for(lambda: node._planner_state == PlannerStatus.LOADING, WAIT_S)
+    time.sleep(0.3)
+    assert probe.ready == []
+    probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
+    assert wait_for(lambda: probe.ready, WAIT_S) == [True]
+    assert wait_for(lambda: [d for d in list(diagnostics)
+                             if {kv.key: kv.value for kv in d.values}.get("leaderboard_status_sent") == "true"], WAIT_S)
+    assert all(d.level != DiagnosticStatus.ERROR for d in diagnostics)
 
 
 def test_late_plans_and_fallbacks_are_counted_in_diagnostics(rig):
@@ -456,8 +514,8 @@ def test_leaderboard_launch_runs_planner_in_lockstep_and_the_controller_with_dec
 
 def test_console_script_and_ros2_run_entry_point():
     script = ROOT / "scripts" / "ros2_run" / "wam-diff2-controller"
-    assert script.stat().st_mode & 0o111 and "from wam_diff2_ros.controller_node import main" in script.read_text()
-    assert '"wam-diff2-controller=wam_diff2_ros.controller_node:main"' in (ROOT / "setup.py").read_text()
+    assert script.stat().st_mode & 0o111 and "from wam_diff2_ros.entry_point import controller" in script.read_text()
+    assert '"wam-diff2-controller=wam_diff2_ros.entry_point:controller"' in (ROOT / "setup.py").read_text()
     assert "scripts/ros2_run/wam-diff2-controller" in (ROOT / "CMakeLists.txt").read_text()
     assert '"msg/VehicleControl.msg"' in (ROOT / "CMakeLists.txt").read_text()
 

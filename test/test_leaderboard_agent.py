@@ -145,6 +145,6 @@ def test_leaderboard_launch_starts_the_localization_node_on_the_role_and_sensor_
     assert params["role_name"] == "role" and params["use_sim_time"] == "True"
     for sensor in ("gnss_id", "imu_id", "speedometer_id"):
         assert params[sensor] == f"LaunchConfiguration('{sensor}')"
-    assert '"wam-diff2-localization=wam_diff2_ros.localization_node:main"' in (ROOT / "setup.py").read_text()
+    assert '"wam-diff2-localization=wam_diff2_ros.entry_point:localization"' in (ROOT / "setup.py").read_text()
     script = ROOT / "scripts" / "ros2_run" / "wam-diff2-localization"
-    assert script.stat().st_mode & 0o111 and "from wam_diff2_ros.localization_node import main" in script.read_text()
+    assert script.stat().st_mode & 0o111 and "from wam_diff2_ros.entry_point import localization" in script.read_text()

@@ -217,6 +217,6 @@ def test_bag_launch_plays_with_clock():
 def test_ros2_run_script_and_console_entry_point():
     script = ROOT / "scripts" / "ros2_run" / "wam-diff2-planner"
     assert script.stat().st_mode & 0o111, "must be executable"
-    assert "from wam_diff2_ros.planner_node import main" in script.read_text()
-    assert "wam-diff2-planner=wam_diff2_ros.planner_node:main" in (ROOT / "setup.py").read_text()
+    assert "from wam_diff2_ros.entry_point import planner" in script.read_text()      # -> planner_node.main
+    assert "wam-diff2-planner=wam_diff2_ros.entry_point:planner" in (ROOT / "setup.py").read_text()
 

@@ -365,6 +365,7 @@ class RosClosedLoop:
                     Parameter("role_name", value=st.role), Parameter("use_sim_time", value=True)])
                 self._spinners.append(_Spinner(self.localization, SingleThreadedExecutor(context=self.context)))
             controller_params = {"role_name": st.role, "use_sim_time": True,
+                                 "control_consumer": "vehicle_control",   # the simulator applies ~/output/control
                                  "route.publish_command": st.command_source == "route",
                                  **{GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}
             self.controller = ControllerNode(context=self.context, parameter_overrides=[

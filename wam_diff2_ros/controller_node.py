@@ -17,12 +17,17 @@ that tick's sim time. This node is the fast half of that split, and the agent-si
   rules; the plan shifted by the ego motion since its stamp); a missing, invalid or stale
   (``control.plan_timeout_s``) plan, or missing/unusable odometry, gives a full brake with the
   wheels straight, and the reason in the message. It never accelerates on an invalid plan.
-- **Outputs**: the package's ``VehicleControl`` on ``~/output/control`` and, when ``carla_msgs``
-  is importable, ``carla_msgs/CarlaEgoVehicleControl`` on ``/carla/<role>/vehicle_control_cmd``;
-  both stamped with the tick's sim time.
+- **Outputs**: the package's ``VehicleControl`` on ``~/output/control`` and, for
+  ``control_consumer`` carla (the default: CARLA / the leaderboard),
+  ``carla_msgs/CarlaEgoVehicleControl`` on ``/carla/<role>/vehicle_control_cmd``; both stamped
+  with the tick's sim time. ``control_consumer`` vehicle_control: the simulator applies
+  ``~/output/control`` (the demo world's closed loop).
 - **Leaderboard handshake**: once the planner's latched status (``/<planner>/status``) says
-  READY (model loaded and warmed up), a latched ``std_msgs/Bool`` True on
-  ``/carla/<role>/status``, once. Never False: the leaderboard's agent starts on *any* message.
+  READY (model loaded and warmed up) *and* the controller can publish the message its consumer
+  applies, a latched ``std_msgs/Bool`` True on ``/carla/<role>/status``, once. Never False: the
+  leaderboard's agent starts on *any* message. For carla without ``carla_msgs`` importable the
+  controller cannot publish CARLA's control: it sends no READY (the leaderboard would tick
+  with no control at all) and reports ERROR on ``/diagnostics``, naming why.
 - **Route -> command**: a ``nav_msgs/Path`` on ``/carla/<role>/waypoints`` or, when
   ``carla_msgs`` is importable, a ``carla_msgs/CarlaRoute`` (with RoadOptions) on
   ``/carla/<role>/global_plan``, tracked by :class:`wam_diff2_core.routes.RouteTracker`
@@ -69,12 +74,15 @@ from .parameters import LIVE, START, ParamSpec, descriptor, markdown_table, yaml
 
 try:  # CARLA's control and route messages, where the package exists (a CARLA ROS bridge install)
     import carla_msgs.msg as carla_msgs
-except ImportError:
+    CARLA_MSGS_ERROR = ""
+except ImportError as _exc:
     carla_msgs = None
+    CARLA_MSGS_ERROR = str(_exc)
 
 NS_PER_S = 1_000_000_000
 DEFAULT_PLANNER = "wam_diff2_planner"
 TICK_SOURCES = ("odometry", "clock")
+CONTROL_CONSUMERS = ("carla", "vehicle_control")
 # QoS: outputs depth 1 (the leaderboard's control subscriber is depth 1, reliable); latched for
 # the leaderboard status, the planner status and the routes; sensor QoS for odometry.
 CONTROL_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
@@ -161,8 +169,10 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("planner_name", DEFAULT_PLANNER, "the planner node's name: topics /<planner_name>/...", START),
     ParamSpec("tick_source", "odometry", "odometry: one control per odometry message, stamped like it; clock: one "
               "per /clock message, with the newest odometry", START, choices=TICK_SOURCES),
-    ParamSpec("publish_carla_control", True, "also publish carla_msgs/CarlaEgoVehicleControl on "
-              "/carla/<role_name>/vehicle_control_cmd (when carla_msgs is importable)", START),
+    ParamSpec("control_consumer", "carla", "what applies the control: carla = carla_msgs/CarlaEgoVehicleControl on "
+              "/carla/<role_name>/vehicle_control_cmd (needs carla_msgs; without it no READY and an ERROR "
+              "diagnostic); vehicle_control = this package's VehicleControl on ~/output/control (the demo world)",
+              START, choices=CONTROL_CONSUMERS),
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (wall seconds)", START,
               low=0.05, high=60.0),
     ParamSpec("ego_frame_id", "", "header.frame_id of the controls; empty = the odometry's child_frame_id"),
@@ -303,8 +313,16 @@ class ControllerNode(Node):
         t = self.topics
         self._control_pub = self.create_publisher(VehicleControl, t["control"], CONTROL_QOS)
         self._carla_pub = None
-        if carla_msgs is not None and values["publish_carla_control"]:
-            self._carla_pub = self.create_publisher(carla_msgs.CarlaEgoVehicleControl, t["carla_control"], CONTROL_QOS)
+        self._consumer_error = ""       # why the consumer's control message cannot be published
+        if values["control_consumer"] != "vehicle_control":      # carla (or a refused value: the strict case)
+            if carla_msgs is not None:
+                self._carla_pub = self.create_publisher(carla_msgs.CarlaEgoVehicleControl, t["carla_control"],
+                                                        CONTROL_QOS)
+            else:
+                self._consumer_error = (f"cannot publish carla_msgs/CarlaEgoVehicleControl on {t['carla_control']}: "
+                                        f"carla_msgs is not importable ({CARLA_MSGS_ERROR}); no READY on "
+                                        f"{t['leaderboard_status']} (source the workspace that has carla_msgs, "
+                                        "or control_consumer:=vehicle_control when ~/output/control is applied)")
         self._ready_pub = self.create_publisher(Bool, t["leaderboard_status"], LATCHED_QOS)
         self._command_pub = (self.create_publisher(String, t["command"], CONTROL_QOS)
                              if values["route.publish_command"] else None)
@@ -324,9 +342,11 @@ class ControllerNode(Node):
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
         if self._config_errors:
             self.get_logger().error("bad parameters, braking on every tick: " + "; ".join(self._config_errors))
+        if self._consumer_error:
+            self.get_logger().error(self._consumer_error)
         self.get_logger().info(f"controlling on {values['tick_source']} ticks: {t['odometry']} + {t['trajectory']} "
                                f"-> {self._control_pub.topic_name}"
-                               + (f" and {t['carla_control']}" if self._carla_pub else " (no carla_msgs here)"))
+                               + (f" and {t['carla_control']}" if self._carla_pub else ""))
 
     @property
     def plan_stamp_ns(self) -> int | None:
@@ -390,7 +410,7 @@ class ControllerNode(Node):
 
     def _on_planner_status(self, msg: PlannerStatus) -> None:
         self._planner_state = int(msg.state)
-        if msg.state == PlannerStatus.READY and not self._leaderboard_ready_sent:
+        if msg.state == PlannerStatus.READY and not self._leaderboard_ready_sent and not self._consumer_error:
             self._ready_pub.publish(Bool(data=True))
             self._leaderboard_ready_sent = True
             self.get_logger().info(f"planner READY: published True on {self.topics['leaderboard_status']}")
@@ -500,14 +520,17 @@ class ControllerNode(Node):
         ages = list(self._plan_arrival_ages)
         states = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
                   PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
-        if self._config_errors:
-            level, summary = DiagnosticStatus.ERROR, "bad parameters: " + "; ".join(self._config_errors)
+        if self._config_errors or self._consumer_error:
+            level = DiagnosticStatus.ERROR
+            summary = "; ".join(filter(None, [self._consumer_error, "bad parameters: " + "; ".join(self._config_errors)
+                                              if self._config_errors else ""]))
         elif self._last_reason != "following plan":
             level, summary = DiagnosticStatus.WARN, f"braking: {self._last_reason}"
         else:
             level, summary = DiagnosticStatus.OK, "following plan"
         kv = {
             "tick_source": self._values["tick_source"],
+            "control_consumer": self._values["control_consumer"],
             "planner_state": "none" if self._planner_state is None else states.get(self._planner_state, "?"),
             "leaderboard_status_sent": str(self._leaderboard_ready_sent).lower(),
             "last_tick_s": "never" if self._last_tick_ns is None else f"{self._last_tick_ns / NS_PER_S:.3f}",

@@ -30,7 +30,9 @@ SUBCOMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..version import __version__
     parser = argparse.ArgumentParser(prog="wam-diff2", description="WAM-Diff2 block-diffusion driving VLA tools")
+    parser.add_argument("--version", action="version", version=f"wam-diff2 {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in SUBCOMMANDS.items():
