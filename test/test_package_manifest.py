@@ -142,7 +142,7 @@ def test_carla_msgs_is_a_conditional_dependency(manifest):
 def test_messages_and_test_dependencies_are_declared(manifest):
     deps = declared(manifest, {})
     assert {"ament_cmake", "ament_cmake_python", "rosidl_default_generators"} <= deps["buildtool_depends"]
-    assert {"ament_cmake_pytest", "python3-pytest", "python3-hypothesis"} <= deps["test_depends"]
+    assert {"ament_cmake_pytest", "python3-pytest"} <= deps["test_depends"]
     assert "rosidl_interface_packages" in {g.name for g in manifest.member_of_groups}
     assert manifest.get_build_type() == "ament_cmake"
     cmake = (ROOT / "CMakeLists.txt").read_text()

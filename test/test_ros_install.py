@@ -281,8 +281,10 @@ def mapped_files(pid: int) -> set[str]:
             if len(line.split(maxsplit=5)) == 6}
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_planner_from_the_install_tree_answers_over_dds(workspaces, mode, tmp_path):
+def test_planner_from_the_install_tree_answers_over_dds(workspaces, tmp_path):
+    # the README's mode (--symlink-install); the copy mode's install tree runs the controller and
+    # the localization node below and colcon test (one planner start: torch + the model cost ~30 s)
+    mode = "symlink"
     ws = workspaces[mode]
     domain = unique_domain_id(6)
     env = dict(installed_env(ws), ROS_DOMAIN_ID=str(domain))
@@ -362,7 +364,7 @@ def test_colcon_test_runs_the_fast_subset(workspaces):
                          timeout=600)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     results = sorted((ws / "build" / PACKAGE / "test_results" / PACKAGE).glob("*.xunit.xml"))
-    assert [r.name.split(".")[0] for r in results] == ["test_package_manifest", "test_parsing", "test_ros_units"]
+    assert [r.name.split(".")[0] for r in results] == ["test_package_manifest", "test_ros_units"]
     for result in results:
         suite = ET.parse(result).getroot()
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
