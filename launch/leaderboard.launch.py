@@ -93,6 +93,9 @@ def generate_launch_description():
                     "mode": "lockstep",
                     "lockstep_every_n_images": ParameterValue(lockstep_n, value_type=int),
                     "image_transport": "raw",
+                    # the bridge publishes its camera reliable; on best effort most raw frames of more
+                    # than ~0.5 MB never arrive over Fast DDS (wam_diff2_ros/README.md, image QoS)
+                    "image_reliability": "reliable",
                 },
             ],
             remappings=[

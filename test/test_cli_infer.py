@@ -174,3 +174,81 @@ def test_cpu_threads_flag_sets_torch_threads(cli_checkpoint, dataset, tmp_path):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+# ----------------------------------------------------------------------------- hostile data
+def _one_good_and(tmp_path, bad_line: str, *, name: str = "case.jsonl", files=()):
+    """A JSONL file: the good sample s0, then ``bad_line``, then the good sample s1."""
+    from hostile_data import huge_png, planning_record
+    (tmp_path / "img").mkdir(exist_ok=True)
+    for i in range(2):
+        Image.fromarray((np.random.default_rng(i).random((72, 128, 3)) * 255).astype(np.uint8)).save(
+            tmp_path / "img" / f"{i}.png")
+    for f in files:
+        (tmp_path / "img" / f).write_bytes(huge_png())
+    path = tmp_path / name
+    path.write_text("\n".join([json.dumps(planning_record("s0", ["img/0.png"])), bad_line,
+                               json.dumps(planning_record("s1", ["img/1.png"]))]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("case, bad_line, error", [
+    ("oversized image", json.dumps({"id": "big", "image": ["img/huge.png"],
+                                    "conversations": [{"from": "human", "value": "<image> go"}]}),
+     "sample big (line 2): image refused: too_large: "),
+    ("non-object record", "[1, 2, 3]", "sample #2 (line 2): a JSON array, expected an object"),
+    ("broken line", '{"id": "cut", "image": [', "sample #2 (line 2): invalid JSON at column"),
+    ("wrong types", json.dumps({"id": "typed", "image": [], "conversations": [{"from": ["human"], "value": "x"}]}),
+     "sample typed (line 2): turn 0 needs 'from'"),
+])
+def test_a_bad_record_is_its_own_error_and_the_run_completes(cli_checkpoint, tmp_path, case, bad_line, error):
+    """Before: the oversized PNG crashed the run (PIL's DecompressionBombError) and crashed --resume
+    again; a non-object record or a broken JSONL line aborted it; an unhashable 'from' was a TypeError."""
+    data = _one_good_and(tmp_path, bad_line, files=["huge.png"])
+    out = tmp_path / "preds.json"
+    assert main(["infer", "--model", str(cli_checkpoint), "--input", str(data), "--output", str(out),
+                 "--device", "cpu", "--max-new-tokens", "8"]) == 0
+    records = json.loads(out.read_text())
+    assert [(r["id"], r["line"]) for r in records if "prediction" in r] == [("s0", 1), ("s1", 3)]
+    (bad,) = [r for r in records if "error" in r]
+    assert bad["line"] == 2 and bad["error"].startswith(error), bad
+
+
+def test_duplicate_ids_are_refused_up_front_with_their_lines(cli_checkpoint, tmp_path):
+    """Before: both records of an id were decoded and one result overwrote the other."""
+    from hostile_data import planning_record
+    data = _one_good_and(tmp_path, json.dumps(planning_record("s0", ["img/1.png"])))
+    out = tmp_path / "preds.json"
+    assert main(["infer", "--model", str(cli_checkpoint), "--input", str(data), "--output", str(out),
+                 "--device", "cpu", "--max-new-tokens", "8"]) == 0
+    records = json.loads(out.read_text())
+    assert [(r["id"], r["line"], "error" in r) for r in records] == [("s0", 1, True), ("s0", 2, True),
+                                                                     ("s1", 3, False)]
+    assert all("id 's0' is not unique (line 1; line 2)" in r["error"] for r in records[:2])
+
+
+def test_every_sample_failing_is_a_failed_run(cli_checkpoint, tmp_path, capsys):
+    data = tmp_path / "gone.json"
+    data.write_text(json.dumps([{"id": f"g{i}", "image": [f"img/{i}.png"],
+                                 "conversations": [{"from": "human", "value": "<image>"}]} for i in range(2)]))
+    out = tmp_path / "preds.json"
+    assert main(["infer", "--model", str(cli_checkpoint), "--input", str(data), "--output", str(out),
+                 "--device", "cpu"]) == 1
+    assert "every sample failed; the first: sample g0 (record 1, line 1): cannot read image" in capsys.readouterr().err
+    assert [r["id"] for r in json.loads(out.read_text())] == ["g0", "g1"]          # the errors are still written
+
+
+def test_a_checkpoint_without_its_chat_template_is_refused_at_load(cli_checkpoint, dataset, tmp_path, capsys):
+    """Before: it loaded, every sample failed with 'cannot encode', and infer exited 0."""
+    import shutil
+    bare = tmp_path / "bare"
+    shutil.copytree(cli_checkpoint, bare)
+    (bare / "chat_template.jinja").unlink()
+    assert _infer(bare, dataset, tmp_path / "p.json") == 2
+    assert f"{bare}: no chat template" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_bad_image_limit_flags_are_refused(cli_checkpoint, dataset, tmp_path, capsys):
+    assert _infer(cli_checkpoint, dataset, tmp_path / "p.json", "--max-decoded-pixels", "0") == 2
+    assert "--max-decoded-pixels: must be an integer >= 1" in capsys.readouterr().err

@@ -187,6 +187,32 @@ def test_bad_frames_and_messages_are_counted_not_scored(tmp_path, capsys, script
     assert "6 frames evaluated of 52 camera frames" in out and "6 skipped" in out
 
 
+def test_a_frame_over_the_image_size_limit_is_skipped_from_its_header(tmp_path, capsys, scripted):
+    """Frame 2 is twice as wide as the others; with the limit at the normal frame's pixels it is
+    counted as image_too_large (from --max-decoded-pixels or the node's --params-file value)."""
+    base, size = 1000 * 10**9, {}
+
+    def widen(messages):
+        for topic, t_ns, msg in messages:
+            if topic == IMAGE:
+                size["pixels"] = msg.width * msg.height
+                if round((msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec - base) / 1e8) == 2:
+                    rows = msg.data.reshape(msg.height, msg.step)
+                    msg = dataclasses.replace(msg, width=2 * msg.width, step=2 * msg.step,
+                                              data=np.concatenate([rows, rows], axis=1).reshape(-1))
+            yield topic, t_ns, msg
+
+    bag = write_scene_bag(tmp_path / "bag", scene(), transform=widen)
+    assert eval_bag(bag, tmp_path / "flag", "--max-decoded-pixels", str(size["pixels"])) == 0, capsys.readouterr().err
+    assert counts_of(tmp_path / "flag")[0]["skipped"] == {"image_too_large": 1}
+    params = tmp_path / "planner.yaml"
+    params.write_text(f"/**:\n  ros__parameters:\n    image:\n      max_decoded_pixels: {size['pixels']}\n")
+    assert eval_bag(bag, tmp_path / "params", "--params-file", str(params)) == 0, capsys.readouterr().err
+    assert counts_of(tmp_path / "params")[0]["skipped"] == {"image_too_large": 1}
+    assert eval_bag(bag, tmp_path / "default") == 0
+    assert counts_of(tmp_path / "default")[0]["skipped"] == {}
+
+
 def test_frames_without_a_command_are_skipped_only_when_asked(tmp_path, capsys, scripted):
     bag = write_scene_bag(tmp_path / "bag", scene(route=None))
     rc = eval_bag(bag, tmp_path / "strict", "--default-command", "none")

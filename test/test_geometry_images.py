@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from hostile_data import huge_png
 from wam_diff2_core import images
-from wam_diff2_core.images import ImageError, compressed_to_rgb, draw_debug_image, image_to_rgb
+from wam_diff2_core.images import ImageError, ImageLimits, compressed_to_rgb, draw_debug_image, image_to_rgb, load_rgb
 
 # a 2 x 3 RGB reference image
 RGB = np.array([[[1, 2, 3], [4, 5, 6], [7, 8, 9]],
@@ -93,6 +94,68 @@ def test_compressed_failures(data, code):
     with pytest.raises(ImageError) as info:
         compressed_to_rgb(data)
     assert info.value.code == code
+
+
+# ----------------------------------------------------------------------------- the image-size guard
+def _png(rgb: np.ndarray) -> bytes:
+    import cv2
+    ok, png = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    assert ok
+    return png.tobytes()
+
+
+def test_a_20000_square_png_is_refused_from_its_header_never_decoded():
+    """48 KB on disk, 1.2 GB of RGB decoded: before the guard, OpenCV decoded it (2.4 GB peak) and
+    PIL's DecompressionBombError (not an OSError) crashed infer and training."""
+    data = huge_png()
+    assert len(data) < 100_000
+    with pytest.raises(ImageError) as info:
+        compressed_to_rgb(data)
+    assert info.value.code == images.TOO_LARGE
+    assert "400000000 pixels, above max_decoded_pixels 50000000" in str(info.value)
+
+
+def test_an_image_between_the_guard_and_pils_own_limit_is_refused_with_its_size(tmp_path):
+    path = tmp_path / "big.png"
+    path.write_bytes(huge_png(8000, 8000))               # 64 MP: PIL alone would decode it
+    with pytest.raises(ImageError, match=r"too_large: .*big\.png is 8000x8000 = 64000000 pixels, above "
+                                         r"max_decoded_pixels 50000000"):
+        load_rgb(path)
+
+
+def test_the_limits_are_configurable_pixels_and_decoded_bytes(tmp_path):
+    rgb = np.zeros((30, 40, 3), np.uint8)
+    assert compressed_to_rgb(_png(rgb)).shape == (30, 40, 3)
+    with pytest.raises(ImageError, match="40x30 = 1200 pixels, above max_decoded_pixels 1000"):
+        compressed_to_rgb(_png(rgb), ImageLimits(max_decoded_pixels=1000))
+    from PIL import Image
+    Image.fromarray(np.zeros((30, 40, 4), np.uint8), "RGBA").save(tmp_path / "alpha.png")   # 4 bytes per pixel
+    assert load_rgb(tmp_path / "alpha.png", ImageLimits(max_decoded_bytes=4800)).size == (40, 30)
+    with pytest.raises(ImageError, match="40x30, 4800 bytes decoded, above max_decoded_bytes 4799"):
+        load_rgb(tmp_path / "alpha.png", ImageLimits(max_decoded_bytes=4799))
+    data, step = encode(RGB, "bgra8", 4)                     # raw: 2 rows of 16 bytes for 3 pixels each
+    assert image_to_rgb(data, 2, 3, "bgra8", step, ImageLimits(max_decoded_bytes=36)).shape == (2, 3, 3)
+    with pytest.raises(ImageError) as info:
+        image_to_rgb(data, 2, 3, "bgra8", step, ImageLimits(max_decoded_bytes=35))
+    assert info.value.code == images.TOO_LARGE and "bgra8 frame is 3x2" in str(info.value)
+    with pytest.raises(ImageError, match="above max_decoded_pixels 5"):
+        image_to_rgb(data, 2, 3, "bgra8", step, ImageLimits(max_decoded_pixels=5))
+    with pytest.raises(ValueError, match="max_decoded_pixels: must be an integer >= 1"):
+        ImageLimits(max_decoded_pixels=0)
+
+
+def test_unreadable_and_undecodable_files_have_their_own_codes(tmp_path):
+    with pytest.raises(ImageError) as info:
+        load_rgb(tmp_path / "nope.png")
+    assert info.value.code == images.UNREADABLE and "nope.png" in str(info.value)
+    (tmp_path / "junk.png").write_bytes(b"junk")
+    with pytest.raises(ImageError) as info:
+        load_rgb(tmp_path / "junk.png")
+    assert info.value.code == images.DECODE_FAILED
+    (tmp_path / "cut.png").write_bytes(_png(np.full((64, 64, 3), 7, np.uint8))[:120])   # a header, no pixels
+    with pytest.raises(ImageError) as info:
+        load_rgb(tmp_path / "cut.png")
+    assert info.value.code == images.DECODE_FAILED
 
 
 def test_debug_drawing_marks_the_path_and_boxes_only_on_a_copy():

@@ -315,6 +315,35 @@ def test_every_bad_input_is_skipped_counted_and_the_node_survives(probe, planner
     assert probe.state() == "active"
 
 
+def test_a_frame_over_the_image_size_limit_is_skipped_before_it_is_decoded(probe, planner):
+    """image.max_decoded_pixels / _bytes apply live; a larger frame is counted, never planned."""
+    assert planner.set_parameters([Parameter("image.max_decoded_pixels", value=160 * 90 - 1)])[0].successful
+    try:
+        before = probe.counter(DIAG, "skipped_image_too_large")
+        stamp = send_frame(probe)                      # 160 x 90
+        wait_counter(probe, "skipped_image_too_large", before + 1)
+        assert probe.with_stamp("trajectory", stamp) == []
+    finally:
+        assert planner.set_parameters([Parameter("image.max_decoded_pixels", value=params.DEFAULTS[
+            "image.max_decoded_pixels"])])[0].successful
+    assert answer_for(probe, send_frame(probe)).header.stamp      # the default lets it through again
+    result = planner.set_parameters([Parameter("image.max_decoded_bytes", value=0)])[0]
+    assert not result.successful and "image.max_decoded_bytes" in result.reason
+
+
+def test_large_raw_frames_on_best_effort_warn_once(planner, capfd):
+    from wam_diff2_ros.planner_node import LARGE_RAW_FRAME_BYTES
+    planner._image_qos_warned = False
+    small, large = image_msg(0), image_msg(0, height=450, width=800)     # 1.4 MB bgra8
+    assert len(small.data) < LARGE_RAW_FRAME_BYTES < len(large.data)
+    planner._check_image_qos(small, planner._values)
+    assert not planner._image_qos_warned
+    for _ in range(3):
+        planner._check_image_qos(large, planner._values)
+    err = capfd.readouterr().err
+    assert err.count("on best-effort image QoS") == 1 and "image_reliability: reliable" in err
+
+
 # ----------------------------------------------------------------------------- parameters
 @pytest.mark.parametrize("name, value, fragment", [
     ("decoding.block_size", 0, "block_size"),
@@ -473,6 +502,39 @@ def test_refused_startup_values_fail_configure_with_the_reason(context, tiny_che
         node.destroy_node()
 
 
+@pytest.mark.parametrize("block_size, error", [(0, "block_size: 0 is below 1"),
+                                               ("32", "block_size: expected int, got '32'"),
+                                               ("abc", "block_size: expected int, got 'abc'"),
+                                               (1025, "block_size: 1025 is above 1024")])
+def test_bad_checkpoint_settings_leave_the_node_unconfigured_with_the_error_infer_gives(
+        context, tiny_checkpoint, tmp_path, capfd, block_size, error):
+    """diffusion_config.json is validated by the one loader infer uses: the node stays unconfigured
+    with an ERROR (status, diagnostics, log) naming the file and the field, and plans nothing."""
+    import json
+    import shutil
+
+    from wam_diff2_core.config import ConfigError
+    from wam_diff2_core.model.checkpoint import load_checkpoint
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    settings = json.loads((ckpt / "diffusion_config.json").read_text())
+    (ckpt / "diffusion_config.json").write_text(json.dumps({**settings, "block_size": block_size}))
+    with pytest.raises(ConfigError) as infer_error:             # what `wam-diff2 infer` prints
+        load_checkpoint(ckpt, device="cpu")
+    assert str(infer_error.value) == f"{ckpt / 'diffusion_config.json'}: {error}"
+    node = PlannerNode("bad_settings_planner", context=context, parameter_overrides=overrides(ckpt, autostart=False))
+    try:
+        assert node.trigger_configure() != TransitionCallbackReturn.SUCCESS
+        assert node._model_state == PlannerStatus.ERROR and node._policy is None
+        assert node._lifecycle == "unconfigured"
+        assert node._model_message.endswith(str(infer_error.value))
+        status = node.diagnostic_status()
+        assert status.level == status.ERROR and str(infer_error.value) in status.message
+        assert f"configure failed: cannot load '{ckpt}': {infer_error.value}" in capfd.readouterr().err
+    finally:
+        node.destroy_node()
+
+
 def test_autostart_false_waits_for_transitions_then_plans_on_compressed_frames(context, tiny_checkpoint):
     import cv2
     from rclpy.qos import qos_profile_sensor_data
@@ -506,6 +568,16 @@ def test_autostart_false_waits_for_transitions_then_plans_on_compressed_frames(c
         compressed_pub.publish(CompressedImage(header=image_msg(probe.now_ns()).header, format="jpeg",
                                                data=b"\xff\xd8 not a jpeg"))
         assert probe.wait_for(lambda: probe.counter("manual_planner", "skipped_image_decode_failed") > before, 20.0)
+        # a 20000 x 20000 PNG (48 KB) is refused from its header: it once decoded to 2.4 GB (8.2 GiB node peak)
+        from hostile_data import huge_png
+        before = probe.counter("manual_planner", "skipped_image_too_large")
+        for _ in range(5):            # best effort: resend until one arrives
+            compressed_pub.publish(CompressedImage(header=image_msg(probe.now_ns()).header, format="png",
+                                                   data=huge_png()))
+            if probe.wait_for(lambda: probe.counter("manual_planner", "skipped_image_too_large") > before, 10.0):
+                break
+        assert probe.counter("manual_planner", "skipped_image_too_large") > before
+        assert manual.node.counts().get("worker_errors", 0) == 0
     finally:
         probe.stop()
         manual.stop()

@@ -104,6 +104,47 @@ def test_jsonl_and_json_give_the_same_examples(tiny_model, tmp_path):
         assert torch.equal(a[i].prefix_ids, b[i].prefix_ids) and torch.equal(a[i].response_ids, b[i].response_ids)
 
 
+def test_malformed_records_are_rejected_with_their_line_and_the_rest_is_read(tiny_model, tmp_path):
+    """Before: a non-object record or a broken JSONL line aborted the run (ValueError), an
+    unhashable 'from' crashed it (TypeError), and both records of a duplicate id were trained on."""
+    good = json.loads(write_tiny_dataset(tmp_path, num_samples=3).read_text())
+    lines = [json.dumps(good[0]), "[1, 2]", '{"id": "cut", ', json.dumps(good[1]),
+             json.dumps({**good[2], "conversations": [{"from": ["human"], "value": "x"}]}),
+             json.dumps({**good[2], "id": "tiny-000"})]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    ds = _dataset(tiny_model, path, on_error="skip")
+    assert [s.id for s in ds.samples] == ["tiny-001"]
+    assert {(e.sample_id, e.line) for e in ds.rejected} == {("#2", 2), ("#3", 3), ("tiny-002", 5), ("tiny-000", 1),
+                                                            ("tiny-000", 6)}
+    assert all(str(e).startswith(f"sample {e.sample_id} (line {e.line}): ") for e in ds.rejected)
+    with pytest.raises(SampleError, match=r"sample tiny-000 \(line 1\): id 'tiny-000' is not unique \(line 1; "
+                                          r"line 6\)"):
+        _dataset(tiny_model, path, on_error="fail")
+
+
+def test_an_oversized_image_is_a_skipped_sample_not_a_crash(tiny_model, tmp_path):
+    """Before: PIL's DecompressionBombError (not an OSError) escaped __getitem__ and stopped training."""
+    from hostile_data import huge_png
+    path = write_tiny_dataset(tmp_path, num_samples=2)
+    (tmp_path / "images" / "001.png").write_bytes(huge_png())
+    ds = _dataset(tiny_model, path)
+    assert isinstance(ds[0], Example)
+    item = ds[1]
+    assert isinstance(item, SampleError) and item.sample_id == "tiny-001"
+    assert "image refused: too_large: " in str(item) and "400000000 pixels" in str(item)
+    from wam_diff2_core.images import ImageLimits
+    small = _dataset(tiny_model, path, image_limits=ImageLimits(max_decoded_pixels=100))   # the limit is a setting
+    assert "above max_decoded_pixels 100" in str(small[0])
+
+
+def test_the_image_limits_default_to_the_cores(tmp_path):
+    from wam_diff2_core.images import ImageLimits
+    from wam_diff2_core.training.config import TrainingConfig
+    data = TrainingConfig().data
+    assert ImageLimits(data.max_decoded_pixels, data.max_decoded_bytes) == ImageLimits()
+
+
 def test_tiny_records_mix_tasks():
     kinds = {r["datasource"] for r in tiny_records(6)}
     assert kinds == {"tiny-planning", "tiny-detection", "tiny-vqa"}

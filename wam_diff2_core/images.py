@@ -4,6 +4,11 @@ The model sees RGB. Cameras send ``bgra8`` (CARLA), ``bgr8``, ``rgb8``, ``rgba8`
 rows, possibly padded (``step`` > width x channels), or JPEG/PNG bytes. Every check a raw
 frame can fail has an error code, so a node can count skipped frames by cause.
 
+Every image loader (``infer`` and training samples, the planner node, ``eval-bag``) refuses an
+image larger than :class:`ImageLimits` from its header, before a pixel is decoded: a hostile
+20000 x 20000 PNG (48 KB on disk, 1.2 GB decoded) is an error for that image, never a crash
+or an exhausted machine.
+
     >>> row = bytes([10, 20, 30, 255]) + bytes(2)                     # one bgra8 pixel + 2 padding bytes
     >>> image_to_rgb(row * 2, height=2, width=1, encoding="bgra8", step=6).tolist()
     [[[30, 20, 10]], [[30, 20, 10]]]
@@ -14,7 +19,12 @@ frame can fail has an error code, so a node can count skipped frames by cause.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import io
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import IO, Iterator, Sequence
 
 import numpy as np
 
@@ -33,6 +43,11 @@ UNSUPPORTED_ENCODING = "unsupported_encoding"
 BAD_STEP = "bad_step"                        # a row is shorter than width x bytes per pixel
 SIZE_MISMATCH = "size_mismatch"              # step x height != len(data)
 DECODE_FAILED = "decode_failed"              # compressed bytes that do not decode
+TOO_LARGE = "too_large"                      # more pixels or decoded bytes than ImageLimits allow
+UNREADABLE = "unreadable"                    # an image file that cannot be opened (missing, no permission)
+
+# What PIL raises for a file it cannot decode, besides its DecompressionBombError (checked apart).
+DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError)
 
 
 class ImageError(ValueError):
@@ -43,7 +58,103 @@ class ImageError(ValueError):
         self.code = code
 
 
-def check_raw_image(data_len: int, height: int, width: int, encoding: str, step: int) -> int:
+@dataclass(frozen=True)
+class ImageLimits:
+    """The largest image any loader decodes; the one place these defaults live (the ``infer`` /
+    ``eval-bag`` flags, the training ``data.*`` settings and the node's ``image.*`` parameters
+    are derived from them). Checked from the header, before decoding.
+
+    Decoded bytes: width x height x the bytes per pixel of the decoded frame (the source's own,
+    e.g. 4 for RGBA or 2 for 16-bit grey, at least the 3 of the RGB copy; a raw frame: its
+    ``step`` x ``height`` bytes when that is more).
+
+    >>> ImageLimits(max_decoded_pixels=1000).check(40, 30, 3, "x.png")
+    Traceback (most recent call last):
+    ...
+    wam_diff2_core.images.ImageError: too_large: x.png is 40x30 = 1200 pixels, above max_decoded_pixels 1000
+    """
+
+    # 8K (7680 x 4320) is 33 MP, a 1600 x 900 camera 1.4 MP; 16-bit RGBA (8 bytes per pixel) hits the bytes above 33 MP
+    max_decoded_pixels: int = field(default=50_000_000, metadata={"help": (
+        "refuse an image of more pixels (width x height), from its header, before decoding it")})
+    max_decoded_bytes: int = field(default=256 * 1024 * 1024, metadata={"help": (
+        "refuse an image that decodes to more bytes (width x height x bytes per pixel, at least 3), from its header")})
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{f.name}: must be an integer >= 1, got {value!r}")
+
+    def check(self, width: int, height: int, bytes_per_pixel: int, what: str = "image") -> None:
+        """ImageError(TOO_LARGE) naming ``what`` and its size when the image is over a limit."""
+        pixels = width * height
+        if pixels > self.max_decoded_pixels:
+            raise ImageError(TOO_LARGE, f"{what} is {width}x{height} = {pixels} pixels, above max_decoded_pixels "
+                                        f"{self.max_decoded_pixels}")
+        decoded = pixels * max(3, bytes_per_pixel)
+        if decoded > self.max_decoded_bytes:
+            raise ImageError(TOO_LARGE, f"{what} is {width}x{height}, {decoded} bytes decoded, above "
+                                        f"max_decoded_bytes {self.max_decoded_bytes}")
+
+
+DEFAULT_LIMITS = ImageLimits()
+
+
+def _pil_bytes_per_pixel(mode: str) -> int:
+    from PIL import ImageMode
+
+    descriptor = ImageMode.getmode(mode)
+    return len(descriptor.bands) * int(descriptor.typestr[-1])
+
+
+@contextmanager
+def open_image(source: str | Path | IO[bytes], limits: ImageLimits = DEFAULT_LIMITS,
+               what: str | None = None) -> Iterator["PIL.Image.Image"]:  # noqa: F821
+    """A PIL image whose header was read and whose size is within ``limits``; no pixel decoded yet
+    (PIL opens lazily). ImageError: UNREADABLE (a file that does not open), DECODE_FAILED (not an
+    image PIL reads), TOO_LARGE (over ``limits``, or over PIL's own decompression-bomb limit)."""
+    from PIL import Image, UnidentifiedImageError
+
+    what = what or str(source)
+    try:
+        image = Image.open(source)
+    except Image.DecompressionBombError as exc:   # not an OSError: PIL's own limit (2 x MAX_IMAGE_PIXELS)
+        raise ImageError(TOO_LARGE, _bomb_message(what, exc, limits)) from None
+    except UnidentifiedImageError as exc:
+        raise ImageError(DECODE_FAILED, f"{what}: {exc}") from None
+    except OSError as exc:
+        raise ImageError(UNREADABLE, f"{what}: {exc.strerror or exc}") from None
+    except DECODE_ERRORS as exc:
+        raise ImageError(DECODE_FAILED, f"{what}: {exc.__class__.__name__}: {exc}") from None
+    with image:
+        limits.check(image.width, image.height, _pil_bytes_per_pixel(image.mode), what)
+        yield image
+
+
+def _bomb_message(what: str, exc: Exception, limits: ImageLimits) -> str:
+    """PIL refuses images above 2 x ``PIL.Image.MAX_IMAGE_PIXELS`` at open, before anyone can read
+    their size; its message carries the pixel count."""
+    found = re.search(r"\((\d+) pixels\)", str(exc))
+    if found is None:
+        return f"{what}: {exc}"
+    pixels = int(found.group(1))
+    if pixels > limits.max_decoded_pixels:
+        return f"{what} has {pixels} pixels, above max_decoded_pixels {limits.max_decoded_pixels}"
+    return f"{what} has {pixels} pixels, more than PIL opens (2 x PIL.Image.MAX_IMAGE_PIXELS)"
+
+
+def load_rgb(path: str | Path, limits: ImageLimits = DEFAULT_LIMITS):
+    """An image file as an RGB PIL image, refused from its header when over ``limits`` (ImageError)."""
+    with open_image(path, limits) as image:
+        try:
+            return image.convert("RGB")
+        except DECODE_ERRORS as exc:             # a header that reads, pixel data that does not
+            raise ImageError(DECODE_FAILED, f"{path}: {exc.__class__.__name__}: {exc}") from None
+
+
+def check_raw_image(data_len: int, height: int, width: int, encoding: str, step: int,
+                    limits: ImageLimits = DEFAULT_LIMITS) -> int:
     """Header checks of a raw frame (cheap: no pixels touched). Returns bytes per pixel."""
     if height <= 0 or width <= 0 or data_len == 0:
         raise ImageError(EMPTY, f"{width}x{height} image with {data_len} bytes")
@@ -55,13 +166,15 @@ def check_raw_image(data_len: int, height: int, width: int, encoding: str, step:
         raise ImageError(BAD_STEP, f"step {step} < width {width} x {bpp} bytes per pixel")
     if step * height != data_len:
         raise ImageError(SIZE_MISMATCH, f"step {step} x height {height} = {step * height} bytes, data has {data_len}")
+    limits.check(width, height, max(bpp, -(-data_len // (width * height))), f"a {encoding} frame")
     return bpp
 
 
-def image_to_rgb(data, height: int, width: int, encoding: str, step: int) -> np.ndarray:
+def image_to_rgb(data, height: int, width: int, encoding: str, step: int,
+                 limits: ImageLimits = DEFAULT_LIMITS) -> np.ndarray:
     """Raw rows (bytes, bytearray, array('B') or a uint8 array) -> [H, W, 3] uint8 RGB, a copy."""
     buffer = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-    bpp = check_raw_image(buffer.size, height, width, encoding, step)
+    bpp = check_raw_image(buffer.size, height, width, encoding, step, limits)
     rows = buffer.reshape(height, step)[:, : width * bpp].reshape(height, width, bpp)   # [H, W, bpp] view
     order = ENCODINGS[encoding.lower()][1]
     if order is None:
@@ -69,13 +182,22 @@ def image_to_rgb(data, height: int, width: int, encoding: str, step: int) -> np.
     return np.ascontiguousarray(rows[:, :, list(order)])
 
 
-def compressed_to_rgb(data) -> np.ndarray:
-    """JPEG or PNG bytes (``sensor_msgs/CompressedImage.data``) -> [H, W, 3] uint8 RGB."""
+def compressed_to_rgb(data, limits: ImageLimits = DEFAULT_LIMITS) -> np.ndarray:
+    """JPEG or PNG bytes (``sensor_msgs/CompressedImage.data``) -> [H, W, 3] uint8 RGB; the size
+    is checked against ``limits`` from the header (PIL's lazy open) before OpenCV decodes."""
     import cv2
 
     buffer = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     if buffer.size == 0:
         raise ImageError(EMPTY, "no compressed bytes")
+    try:
+        with open_image(io.BytesIO(buffer), limits, f"a compressed image of {buffer.size} bytes"):
+            pass
+    except ImageError as exc:
+        if exc.code != DECODE_FAILED:
+            raise
+        raise ImageError(DECODE_FAILED, f"{buffer.size} bytes are not a JPEG/PNG image (no header PIL reads)") \
+            from None
     bgr = cv2.imdecode(buffer, cv2.IMREAD_COLOR)
     if bgr is None or bgr.size == 0:
         raise ImageError(DECODE_FAILED, f"{buffer.size} bytes are not a JPEG/PNG image OpenCV can decode")

@@ -38,7 +38,7 @@ import numpy as np
 
 from .geometry import (TIME_RESET_S, AccelerationEstimator, EgoHistory, EgoSample, RouteCommandSettings,
                        command_from_road_option, command_from_route, yaw_from_quaternion)
-from .images import ImageError, check_raw_image, compressed_to_rgb, image_to_rgb
+from .images import DEFAULT_LIMITS, ImageError, ImageLimits, check_raw_image, compressed_to_rgb, image_to_rgb
 from .outputs.prompts import COMMANDS
 from .policy import EgoState
 
@@ -95,20 +95,22 @@ def is_compressed(msg) -> bool:
     return hasattr(msg, "format") and not hasattr(msg, "encoding")
 
 
-def check_image_msg(msg) -> None:
-    """Cheap header checks of a raw ``sensor_msgs/Image`` (ImageError); compressed: non-empty."""
+def check_image_msg(msg, limits: ImageLimits = DEFAULT_LIMITS) -> None:
+    """Cheap header checks of a raw ``sensor_msgs/Image`` (ImageError), its size against ``limits``
+    included; compressed: non-empty (its size is checked from its header when it is decoded)."""
     if is_compressed(msg):
         if len(msg.data) == 0:
             raise ImageError("empty", "no compressed bytes")
         return
-    check_raw_image(len(msg.data), int(msg.height), int(msg.width), str(msg.encoding), int(msg.step))
+    check_raw_image(len(msg.data), int(msg.height), int(msg.width), str(msg.encoding), int(msg.step), limits)
 
 
-def image_msg_to_rgb(msg) -> np.ndarray:
-    """``sensor_msgs/Image`` or ``CompressedImage`` -> [H, W, 3] uint8 RGB (ImageError when it cannot)."""
+def image_msg_to_rgb(msg, limits: ImageLimits = DEFAULT_LIMITS) -> np.ndarray:
+    """``sensor_msgs/Image`` or ``CompressedImage`` -> [H, W, 3] uint8 RGB (ImageError when it cannot,
+    ``too_large`` for a frame over ``limits``, refused before it is decoded)."""
     if is_compressed(msg):
-        return compressed_to_rgb(msg.data)
-    return image_to_rgb(msg.data, int(msg.height), int(msg.width), str(msg.encoding), int(msg.step))
+        return compressed_to_rgb(msg.data, limits)
+    return image_to_rgb(msg.data, int(msg.height), int(msg.width), str(msg.encoding), int(msg.step), limits)
 
 
 # ----------------------------------------------------------------------------- the tracker

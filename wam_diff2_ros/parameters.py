@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 from wam_diff2_core.config import (DECODING_FIELDS, ENGINE_FIELDS, PARSE_RETRIES, ConfigError, DecodingSettings,
                                    EngineSettings, field_type)
 from wam_diff2_core.geometry import COMMANDS, RouteCommandSettings
+from wam_diff2_core.images import ImageLimits
 from wam_diff2_core.inputs import InputSettings
 from wam_diff2_core.model.checkpoint import DTYPES
 from wam_diff2_core.policy import DrivingPolicy
@@ -43,6 +44,8 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 _POLICY_DEFAULTS = {k: p.default for k, p in inspect.signature(DrivingPolicy.__init__).parameters.items()}
 _INPUT_DEFAULTS = InputSettings()
 _ROUTE_DEFAULTS = _INPUT_DEFAULTS.route
+_IMAGE_LIMITS = {f.name: f for f in fields(ImageLimits)}
+IMAGE_LIMIT_PREFIX = "image."
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,9 @@ SPECS: tuple[ParamSpec, ...] = (
               CONFIGURE, low=0, high=2**31 - 1),
     ParamSpec("image.max_pixels", 0, "upper pixel budget of the image the model sees; 0 = the processor's",
               CONFIGURE, low=0, high=2**31 - 1),
+    # (live, beside image.* so the YAML nests them under one image: key)
+    *(ParamSpec(IMAGE_LIMIT_PREFIX + f.name, f.default, f"{f.metadata['help']}; larger frames are skipped "
+                "(skipped_image_too_large)", low=1, high=2**40) for f in _IMAGE_LIMITS.values()),
     ParamSpec("max_waypoint_abs_m", float(_POLICY_DEFAULTS["max_waypoint_abs_m"]),
               "answers with a waypoint coordinate beyond this are invalid (metres)", CONFIGURE, low=1.0, high=1e6),
     ParamSpec("parse_retry", _POLICY_DEFAULTS["parse_retry"], "an answer that does not parse is decoded once more "
@@ -234,6 +240,11 @@ def input_settings(values: Mapping[str, Any]) -> InputSettings:
     return InputSettings(odometry_timeout_s=values["odometry_timeout_s"],
                          acceleration_time_constant_s=values["acceleration_time_constant_s"],
                          default_command=values["default_command"], route=route)
+
+
+def image_limits(values: Mapping[str, Any]) -> ImageLimits:
+    """The ``image.max_decoded_*`` values as the core's image-size guard."""
+    return ImageLimits(**{name: values[IMAGE_LIMIT_PREFIX + name] for name in _IMAGE_LIMITS})
 
 
 def decoding_overrides(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from wam_diff2_core.geometry import TIME_RESET_S, CameraMount, EgoSample, Pinhol
 from wam_diff2_core.images import ImageError, draw_debug_image
 from wam_diff2_core.inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, OFF_ROUTE,
                                    ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip, check_image_msg,
-                                   image_msg_to_rgb, stamp_ns)
+                                   image_msg_to_rgb, is_compressed, stamp_ns)
 from wam_diff2_core.policy import DrivingPolicy
 
 from . import conversions as conv
@@ -67,6 +67,10 @@ COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durabi
 OUTPUT_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
                         history=HistoryPolicy.KEEP_LAST)
 STATUS_QOS = ROUTE_QOS
+# On best effort, Fast DDS's default transports lose most frames larger than about this (measured on one
+# host, where its shared-memory segment is 512 KiB: 0.518 MB frames all arrive, 0.524 MB ones 1 in 6;
+# scripts/image_qos.py, README: image QoS).
+LARGE_RAW_FRAME_BYTES = 500_000
 # reliable keeps all: lockstep counts images, so none may be lost on the wire or overwritten in a
 # reader queue while the callbacks wait for the GIL (the callback only hands the newest to the worker)
 IMAGE_QOS = {"best_effort": qos_profile_sensor_data,
@@ -324,6 +328,7 @@ class PlannerNode(LifecycleNode):
         self._last_plan: tuple[bool, str, str] | None = None   # (valid, reason, command)
         self._last_stats: dict[str, float] = {}
         self._image_index = 0
+        self._image_qos_warned = False
 
     def _on_image(self, msg) -> None:
         now = time.monotonic()
@@ -331,14 +336,15 @@ class PlannerNode(LifecycleNode):
             self._counts["images_received"] += 1
             self._received_times.append(now)
             self._last_image_stamp_ns = stamp_ns(msg.header.stamp)
+        values = self._values
         try:
-            check_image_msg(msg)
+            check_image_msg(msg, params.image_limits(values))
         except ImageError as exc:
             self._skip(f"image_{exc.code}", str(exc))
             return
+        self._check_image_qos(msg, values)
         if not self._active:
             return
-        values = self._values
         with self._lock:
             index = self._image_index
             self._image_index += 1
@@ -347,6 +353,17 @@ class PlannerNode(LifecycleNode):
             return
         if self._image_slot.put(msg):
             self._count("images_dropped_newer_arrived")
+
+    def _check_image_qos(self, msg, values: dict) -> None:
+        """Once: say that large raw frames on best effort are mostly lost (wam_diff2_ros/README.md)."""
+        if self._image_qos_warned or values["image_reliability"] != "best_effort" or is_compressed(msg) \
+                or len(msg.data) <= LARGE_RAW_FRAME_BYTES:
+            return
+        self._image_qos_warned = True
+        self.get_logger().warning(
+            f"raw {msg.width}x{msg.height} frames ({len(msg.data)} bytes) on best-effort image QoS: over Fast DDS "
+            f"most frames above about {LARGE_RAW_FRAME_BYTES} bytes never arrive (wam_diff2_ros/README.md, image "
+            "QoS); with a reliable camera publisher (carla-ros-bridge) set image_reliability: reliable")
 
     def _on_odometry(self, msg: Odometry) -> None:
         try:
@@ -442,7 +459,7 @@ class PlannerNode(LifecycleNode):
                                       f"{values['image_timeout_s']})")
             return
         try:
-            rgb = image_msg_to_rgb(msg)
+            rgb = image_msg_to_rgb(msg, params.image_limits(values))
         except ImageError as exc:
             self._skip(f"image_{exc.code}", str(exc))
             return

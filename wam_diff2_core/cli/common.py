@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from ..config import DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings, field_type
@@ -48,6 +49,23 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
     return EngineSettings().replace(**{name: getattr(args, name) for name in ENGINE_FIELDS})
+
+
+def add_image_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--max-decoded-pixels`` / ``--max-decoded-bytes``: the image-size guard (defaults: ImageLimits)."""
+    from ..images import ImageLimits
+
+    for f in dataclasses.fields(ImageLimits):
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=int, default=None,
+                            help=f"{f.metadata['help']} (default {f.default})")
+
+
+def image_limits(args: argparse.Namespace):
+    """The ImageLimits the flags give (unset flags: the defaults); ValueError names the field."""
+    from ..images import ImageLimits
+
+    return ImageLimits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ImageLimits)
+                          if getattr(args, f.name, None) is not None})
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:

@@ -26,7 +26,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument, decoding_overrides
+from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
+                     decoding_overrides, image_limits)
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def add_arguments(p) -> None:
                              "defaults)")
     i.add_argument("--params-file", default=None,
                    help="the planner node's parameter YAML (e.g. config/planner.yaml): its input, route, decoding, "
-                        "device, dtype, pixel budget and model_path values apply unless a flag here says otherwise")
+                        "device, dtype, pixel budget, image size limits and model_path values apply unless a flag here "
+                        "says otherwise")
     i.add_argument("--default-command", default=None, choices=("left", "straight", "right", "none"),
                    help="command when neither a command topic nor the route gives one (node default: straight; "
                         "none: skip such frames)")
@@ -89,6 +91,7 @@ def add_arguments(p) -> None:
     for f in _route_fields():
         i.add_argument("--route-" + f.name.replace("_", "-"), dest="route_" + f.name, type=float, default=None,
                        help=f"route -> command: {f.name} (node default {f.default})")
+    add_image_limit_arguments(i)
     p.add_argument("--max-gap-s", type=float, default=0.5,
                    help="longest odometry gap the recorded future is interpolated over (default 0.5)")
 
@@ -147,6 +150,8 @@ def _apply_params_file(args) -> dict:
     fill("dtype", "dtype", unset="auto")
     fill("min_pixels", "image.min_pixels", convert=lambda v: int(v) or None)
     fill("max_pixels", "image.max_pixels", convert=lambda v: int(v) or None)
+    fill("max_decoded_pixels", "image.max_decoded_pixels", convert=int)
+    fill("max_decoded_bytes", "image.max_decoded_bytes", convert=int)
     fill("max_waypoint_abs_m", "max_waypoint_abs_m", convert=float)
     fill("parse_retry", "parse_retry")
     fill("odometry_timeout_s", "odometry_timeout_s", convert=float)
@@ -179,8 +184,8 @@ def _settings(args):
         acceleration_time_constant_s=(defaults.acceleration_time_constant_s if args.acceleration_time_constant_s
                                       is None else args.acceleration_time_constant_s),
         default_command=None if default_command == "none" else default_command, route=route)
-    return EvalSettings(topics=topics, inputs=inputs, every=args.every, max_frames=args.max_frames,
-                        max_gap_s=args.max_gap_s, required=required)
+    return EvalSettings(topics=topics, inputs=inputs, image_limits=image_limits(args), every=args.every,
+                        max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required)
 
 
 def _model_info(policy, args) -> dict:

@@ -3,11 +3,14 @@
     wam-diff2 infer --model CKPT --input eval.json --output preds.json [--data-root DIR]
     torchrun --nproc-per-node 8 -m wam_diff2_core.cli infer --model CKPT --input eval.json --output preds.json
 
-Each output record: ``{id, prediction, ground_truth, waypoints | boxes, parse_error, stats}``,
-or ``{id, error}`` when the sample could not be run (never fatal). Records are appended to
-``OUTPUT.partial.jsonl`` as they finish; the final file is written atomically at the end;
-``--resume`` skips the ids already in the partial file. Under torchrun each rank decodes a
-shard and rank 0 merges them in input order.
+Each output record: ``{id, line, prediction, ground_truth, waypoints | boxes, parse_error, stats}``,
+or ``{id, line, error}`` when the sample could not be run (never fatal: a broken JSONL line, a
+record that is not an object or has fields of the wrong type, an id used twice (every record
+of it), an image that is missing, undecodable or over ``--max-decoded-pixels`` /
+``--max-decoded-bytes``). Records are appended to ``OUTPUT.partial.jsonl`` as they finish; the
+final file is written atomically at the end; ``--resume`` skips the ids already in the partial
+file. Under torchrun each rank decodes a shard and rank 0 merges them in input order. The exit
+status is 1 when every sample failed.
 """
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from .common import (add_decoding_arguments, add_engine_arguments, add_model_arguments, decoding_overrides,
-                     engine_settings)
+from .common import (add_decoding_arguments, add_engine_arguments, add_image_limit_arguments, add_model_arguments,
+                     decoding_overrides, engine_settings, image_limits)
 
 HELP = "decode a JSON/JSONL file of samples and write predictions"
 log = logging.getLogger(__name__)
@@ -35,6 +38,7 @@ def add_arguments(p) -> None:
                    help="how to read answers: auto = waypoints for planning prompts, boxes for bbox_2d prompts")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (per sample: seed + index)")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT.partial.jsonl")
+    add_image_limit_arguments(p)
     add_decoding_arguments(p)
     add_engine_arguments(p)
 
@@ -69,7 +73,7 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from ..data.samples import SampleError, iter_samples, load_images
+    from ..data.samples import Sample, SampleError, iter_samples, load_images
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
     from ..model.inputs import encode_prompts, pixel_size
@@ -81,12 +85,27 @@ def run(args) -> int:
     if world > 1 and args.device in ("auto", "cuda") and torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
 
+    try:
+        limits = image_limits(args)
+    except ValueError as exc:
+        name, _, why = str(exc).partition(": ")
+        print(f"wam-diff2 infer: error: --{name.replace('_', '-')}: {why}", file=sys.stderr)
+        return 2
     output = Path(args.output)
     data_root = Path(args.data_root) if args.data_root else Path(args.input).parent
-    items = list(enumerate(iter_samples(args.input, data_root)))
-    shard = items[rank::world]
+    try:
+        items = list(iter_samples(args.input, data_root))     # Sample, or the SampleError of a record
+    except ValueError as exc:         # the file as a whole: unreadable, or a JSON list that does not parse
+        print(f"wam-diff2 infer: error: --input: {exc}", file=sys.stderr)
+        return 2
+    refused = [s for s in items if isinstance(s, SampleError)]
+    if refused and rank == 0:
+        for exc in refused:
+            log.warning("refused %s", exc)
+        log.warning("%d of %d records refused up front (each gets its error record)", len(refused), len(items))
+    shard = [(i, s) for i, s in enumerate(items) if i % world == rank and isinstance(s, Sample)]
     partial = output.with_name(output.name + (f".rank{rank}" if world > 1 else "") + ".partial.jsonl")
-    done: dict[str, dict] = {}
+    done: dict[str, dict] = {}        # sample id -> its record (ids of usable samples are unique)
     if args.resume and partial.exists():
         for line in partial.read_text().splitlines():
             try:
@@ -109,7 +128,7 @@ def run(args) -> int:
         return 2
     decoder = make_decoder(loaded.model, loaded.config, engine=engine)
     tokenizer = loaded.tokenizer
-    todo = [(i, s) for i, s in shard if _key(i, s) not in done]
+    todo = [(i, s) for i, s in shard if s.id not in done]
     bar = tqdm(total=len(shard), initial=len(shard) - len(todo), desc=f"infer B={loaded.config.block_size}",
                disable=rank != 0, unit="sample")
     with partial.open("a") as sink:
@@ -117,13 +136,10 @@ def run(args) -> int:
             batch = todo[start:start + args.batch_size]
             records, ready = [], []
             for i, s in batch:
-                if isinstance(s, SampleError):
-                    records.append({"id": s.sample_id, "error": str(s)})
-                    continue
                 try:
-                    ready.append((i, s, load_images(s)))
+                    ready.append((i, s, load_images(s, limits)))
                 except SampleError as exc:
-                    records.append({"id": s.id, "error": str(exc)})
+                    records.append(_error_record(exc))
             if ready:
                 records += _decode(ready, loaded, decoder, tokenizer, args, encode_prompts)
             for rec in records:
@@ -142,7 +158,8 @@ def run(args) -> int:
             for line in part.read_text().splitlines():
                 rec = json.loads(line)
                 done[rec["id"]] = rec
-    ordered = [done[_key(i, s)] for i, s in items if _key(i, s) in done]
+    ordered = [_error_record(s) if isinstance(s, SampleError) else done[s.id] for s in items
+               if isinstance(s, SampleError) or s.id in done]
     if output.suffix == ".jsonl":
         atomic_write_text(output, "".join(json.dumps(r) + "\n" for r in ordered))
     else:
@@ -152,24 +169,25 @@ def run(args) -> int:
     failed = sum("error" in r for r in ordered)
     unparsed = sum(bool(r.get("parse_error")) for r in ordered)
     print(f"wrote {len(ordered)} predictions to {output} ({failed} failed samples, {unparsed} unparsed answers)")
+    if ordered and failed == len(ordered):
+        print(f"wam-diff2 infer: error: every sample failed; the first: {ordered[0]['error']}", file=sys.stderr)
+        return 1
     return 0
 
 
-def _key(index: int, sample) -> str:
-    return sample.sample_id if hasattr(sample, "sample_id") else sample.id
+def _error_record(exc) -> dict:
+    return {"id": exc.sample_id, "line": exc.line, "error": str(exc)}
 
 
 def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts) -> list[dict]:
     import torch
-
-    from ..data.samples import SampleError
 
     try:
         inputs = encode_prompts(loaded.processor, [s.prompt_messages for _, s, _ in ready],
                                 [ims for _, _, ims in ready], min_pixels=args.min_pixels, max_pixels=args.max_pixels)
     except (ValueError, TypeError) as exc:
         if len(ready) == 1:
-            return [{"id": ready[0][1].id, "error": str(SampleError(ready[0][1].id, f"cannot encode ({exc})"))}]
+            return [_error_record(ready[0][1].error(f"cannot encode ({exc})"))]
         # One bad sample must not sink the batch: retry one by one.
         return [rec for item in ready for rec in _decode([item], loaded, decoder, tokenizer, args, encode_prompts)]
     gens = [torch.Generator().manual_seed(args.seed + i) for i, _, _ in ready]
@@ -177,7 +195,7 @@ def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts) -> list[dic
     texts = tokenizer.batch_decode(out.sequences, skip_special_tokens=False)
     records = []
     for (i, s, ims), text, stats, finished in zip(ready, texts, out.stats, out.finished):
-        rec = {"id": s.id, "prediction": text, "ground_truth": s.answer, "finished": finished}
+        rec = {"id": s.id, "line": s.line, "prediction": text, "ground_truth": s.answer, "finished": finished}
         rec.update(_parsed_fields(text, s, ims, args.parse))
         rec["stats"] = stats.as_dict()
         records.append(rec)

@@ -5,25 +5,39 @@
 
 ``<image>`` placeholders in a turn are replaced by the sample's images in order; image paths
 are relative to a data root. Roles: human -> user, gpt -> assistant, system -> system.
+
+Hostile data never stops a run: every record that cannot be used (a JSONL line that is not
+JSON, a value that is not an object, a field of the wrong type, an id that is not unique in its
+file, an image that is missing, undecodable or over the :class:`~wam_diff2_core.images.ImageLimits`)
+becomes its own :class:`SampleError`, naming the sample and its line. Only a file that cannot be
+read at all, or a JSON list that does not parse as a whole, is an error for the whole file.
+
+    for item in iter_samples("eval.jsonl", data_root="data/"):
+        if isinstance(item, SampleError): print(item)          # sample #3 (line 4): invalid JSON (...)
+        else: images = load_images(item)                        # or a SampleError naming the file
 """
 from __future__ import annotations
 
+import codecs
 import json
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..images import DEFAULT_LIMITS, TOO_LARGE, ImageError, ImageLimits, load_rgb
 from ..outputs.prompts import IMAGE_PLACEHOLDER
 
 ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
 
 
 class SampleError(ValueError):
-    """A sample is malformed or its images cannot be read; names the sample id."""
+    """A sample is malformed or its images cannot be read; names the sample id and where it is
+    (``where``: "line 7" in JSONL, "record 3, line 1" in a JSON list; ``line``: the line number)."""
 
-    def __init__(self, sample_id: str, message: str):
-        super().__init__(f"sample {sample_id}: {message}")
-        self.sample_id = sample_id
+    def __init__(self, sample_id: str, message: str, where: str | None = None, line: int | None = None):
+        super().__init__(f"sample {sample_id}{f' ({where})' if where else ''}: {message}")
+        self.sample_id, self.reason, self.where, self.line = sample_id, message, where, line
 
 
 @dataclass
@@ -33,6 +47,12 @@ class Sample:
     image_paths: list[Path]
     messages: list[dict[str, Any]]   # every turn, processor chat format
     raw: dict[str, Any]
+    line: int | None = None          # the line its record starts on in its file (1-based)
+    where: str | None = None         # "line 7" (JSONL) or "record 3, line 1" (JSON list)
+
+    def error(self, message: str) -> SampleError:
+        """A SampleError about this sample (its id and where it is)."""
+        return SampleError(self.id, message, self.where, self.line)
 
     @property
     def prompt_messages(self) -> list[dict[str, Any]]:
@@ -57,50 +77,123 @@ def _text_of(message: dict[str, Any]) -> str:
     return "".join(item["text"] for item in message["content"] if item["type"] == "text")
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """A JSON list, or JSONL (one object per line). Errors name the file and line."""
+@dataclass(frozen=True)
+class Record:
+    """One record of a samples file: the JSON value on its line, or why the line is not JSON."""
+
+    line: int                 # 1-based line where the record starts
+    value: Any = None
+    error: str | None = None  # set when the line does not parse
+    number: int | None = None  # 1-based position in a JSON list (None in JSONL, where the line says it)
+
+    @property
+    def where(self) -> str:
+        return f"line {self.line}" if self.number is None else f"record {self.number}, line {self.line}"
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """A JSON list, or JSONL (one object per line): every record with its line. A JSONL line that is
+    not JSON is a Record with an ``error``; a JSON list that does not parse is a ValueError (its
+    records cannot be told apart), naming the file and line."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read ({exc.strerror})") from exc
-    stripped = text.lstrip()
-    if stripped.startswith("["):
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    data = data.removeprefix(codecs.BOM_UTF8)
+    if data.lstrip().startswith(b"["):
         try:
-            records = json.loads(text)
+            return _json_list_records(path, data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text ({exc})") from exc
+        except ValueError:
+            if not _first_line_is_json(data):     # JSONL whose first record is an array: read as JSONL
+                raise
+    records = []
+    for lineno, raw_line in enumerate(data.split(b"\n"), 1):     # JSONL: records end at \n only
+        if not raw_line.strip():
+            continue
+        try:
+            records.append(Record(lineno, json.loads(raw_line.decode("utf-8"))))
+        except UnicodeDecodeError as exc:
+            records.append(Record(lineno, error=f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from exc
-    else:
-        records = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-    for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}: record {i} is a {type(rec).__name__}, expected an object")
+            records.append(Record(lineno, error=f"invalid JSON at column {exc.colno} ({exc.msg})"))
     return records
 
 
-def parse_sample(raw: dict[str, Any], data_root: str | Path = ".", index: int = 0) -> Sample:
-    """Validate one record and turn its conversation into processor chat messages."""
-    sample_id = str(raw.get("id", f"#{index}"))
+def _first_line_is_json(data: bytes) -> bool:
+    first = data.lstrip().split(b"\n", 1)[0]
+    try:
+        json.loads(first)
+    except ValueError:
+        return False
+    return True
+
+
+def _json_list_records(path: Path, text: str) -> list[Record]:
+    """The elements of a JSON list, each with the line it starts on."""
+    decoder = json.JSONDecoder()
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg}); a JSON list must parse as a "
+                         "whole (in JSONL a broken line is only that record's error)") from exc
+    if not isinstance(values, list):
+        raise ValueError(f"{path}: expected a JSON list of records or JSONL")
+    records, pos = [], text.index("[") + 1
+    line, counted = 1, 0
+    for _ in values:           # the same values again, element by element, for their line numbers
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        value, end = decoder.raw_decode(text, pos)
+        line, counted = line + text.count("\n", counted, pos), pos
+        records.append(Record(line, value, number=len(records) + 1))
+        pos = end
+    return records
+
+
+def _sample_id(raw: dict[str, Any], index: int) -> str:
+    """The record's id ("#N", its 1-based position, when it has none); a SampleError when it is not
+    a string or integer."""
+    if "id" not in raw:
+        return f"#{index + 1}"
+    value = raw["id"]
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise SampleError(f"#{index + 1}", f"'id' must be a non-empty string or an integer, got {_short(value)}")
+    return str(value)
+
+
+def parse_sample(raw: dict[str, Any], data_root: str | Path = ".", index: int = 0,
+                 record: Record | None = None) -> Sample:
+    """Validate one record (``record``: where it is in its file) and turn its conversation into
+    processor chat messages."""
+    where, line = (record.where, record.line) if record is not None else (None, None)
+    try:
+        sample_id = _sample_id(raw, index)
+    except SampleError as exc:
+        raise SampleError(exc.sample_id, exc.reason, where, line) from None
+
+    def bad(message: str) -> SampleError:
+        return SampleError(sample_id, message, where, line)
+
     images = raw.get("image", [])
     if isinstance(images, str):
         images = [images]
-    if not isinstance(images, list) or not all(isinstance(p, str) for p in images):
-        raise SampleError(sample_id, "'image' must be a path or a list of paths")
+    if not isinstance(images, list) or not all(isinstance(p, str) and p for p in images):
+        raise bad(f"'image' must be a path or a list of paths, got {_short(raw.get('image'))}")
+    datasource = raw.get("datasource")
+    if datasource is not None and not isinstance(datasource, str):
+        raise bad(f"'datasource' must be a string, got {_short(datasource)}")
     turns = raw.get("conversations")
     if not isinstance(turns, list) or not turns:
-        raise SampleError(sample_id, "'conversations' must be a non-empty list")
+        raise bad(f"'conversations' must be a non-empty list, got {_short(turns)}")
     messages = []
     placeholders = 0
     for t, turn in enumerate(turns):
-        if not isinstance(turn, dict) or turn.get("from") not in ROLES or not isinstance(turn.get("value"), str):
-            raise SampleError(sample_id, f"turn {t} needs 'from' in {sorted(ROLES)} and a string 'value'")
+        role = turn.get("from") if isinstance(turn, dict) else None
+        if not isinstance(role, str) or role not in ROLES or not isinstance(turn.get("value"), str):
+            raise bad(f"turn {t} needs 'from' in {sorted(ROLES)} and a string 'value', got {_short(turn)}")
         pieces = turn["value"].split(IMAGE_PLACEHOLDER)
         content: list[dict[str, Any]] = []
         for j, piece in enumerate(pieces):
@@ -109,32 +202,61 @@ def parse_sample(raw: dict[str, Any], data_root: str | Path = ".", index: int = 
             if piece:
                 content.append({"type": "text", "text": piece})
         placeholders += len(pieces) - 1
-        messages.append({"role": ROLES[turn["from"]], "content": content})
+        messages.append({"role": ROLES[role], "content": content})
     if placeholders != len(images):
-        raise SampleError(sample_id, f"{placeholders} <image> placeholder(s) but {len(images)} image path(s)")
+        raise bad(f"{placeholders} <image> placeholder(s) but {len(images)} image path(s)")
     root = Path(data_root)
-    return Sample(id=sample_id, datasource=raw.get("datasource"), image_paths=[root / p for p in images],
-                  messages=messages, raw=raw)
+    return Sample(id=sample_id, datasource=datasource, image_paths=[root / p for p in images],
+                  messages=messages, raw=raw, line=line, where=where)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def iter_samples(path: str | Path, data_root: str | Path = ".") -> Iterator[Sample | SampleError]:
-    """Every record as a Sample, or the SampleError that says why it is unusable."""
-    for i, raw in enumerate(read_records(path)):
-        try:
-            yield parse_sample(raw, data_root, i)
-        except SampleError as exc:
-            yield exc
+    """Every record as a Sample, or the SampleError that says why it is unusable (with its line).
+
+    Ids must be unique in a file (predictions and reports are keyed by id): every record of an id
+    that appears more than once is refused, naming all its lines, before any is used."""
+    records = read_records(path)
+    places: dict[str, list[str]] = defaultdict(list)     # id -> where each record of it is
+    for rec in records:
+        value = rec.value.get("id") if isinstance(rec.value, dict) else None
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            places[str(value)].append(rec.where)
+    for i, rec in enumerate(records):
+        if rec.error is not None:
+            yield SampleError(f"#{i + 1}", rec.error, rec.where, rec.line)
+        elif not isinstance(rec.value, dict):
+            yield SampleError(f"#{i + 1}", f"a JSON {_json_type(rec.value)}, expected an object", rec.where, rec.line)
+        else:
+            try:
+                sample = parse_sample(rec.value, data_root, i, rec)
+            except SampleError as exc:
+                yield exc
+                continue
+            if len(places[sample.id]) > 1:
+                yield sample.error(f"id {sample.id!r} is not unique ({'; '.join(places[sample.id])}): every "
+                                   "record of it is refused")
+            else:
+                yield sample
 
 
-def load_images(sample: Sample):
-    """The sample's images as RGB PIL images; a SampleError names the unreadable file."""
-    from PIL import Image, UnidentifiedImageError
+def _json_type(value: Any) -> str:
+    return {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+            type(None): "null"}.get(type(value), type(value).__name__)
 
+
+def load_images(sample: Sample, limits: ImageLimits = DEFAULT_LIMITS):
+    """The sample's images as RGB PIL images. A SampleError names a file that is missing, does not
+    decode, or is over ``limits`` (refused from its header, before its pixels are decoded)."""
     out = []
     for p in sample.image_paths:
         try:
-            with Image.open(p) as im:
-                out.append(im.convert("RGB"))
-        except (OSError, UnidentifiedImageError) as exc:
-            raise SampleError(sample.id, f"cannot read image {p} ({exc.__class__.__name__}: {exc})") from exc
+            out.append(load_rgb(p, limits))
+        except ImageError as exc:
+            raise sample.error(("image refused: " if exc.code == TOO_LARGE else "cannot read image: ") + str(exc)) \
+                from None
     return out

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..geometry import TIME_RESET_S
-from ..images import ImageError
+from ..images import ImageError, ImageLimits
 from ..inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
                       stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
@@ -57,6 +57,7 @@ DECODE_STATS_KEYS = ("block_size", "forwards", "denoise_steps", "blocks", "token
 class EvalSettings:
     topics: BagTopics = field(default_factory=BagTopics.carla)
     inputs: InputSettings = field(default_factory=InputSettings)
+    image_limits: ImageLimits = field(default_factory=ImageLimits)   # larger frames: skipped as image_too_large
     every: int = 1                      # evaluate every N-th camera frame (after dropping bad stamps)
     max_frames: int | None = None       # per bag, after thinning; None = all
     max_gap_s: float = 0.5              # longest odometry gap interpolated over for the ground truth
@@ -73,6 +74,7 @@ class EvalSettings:
         i = self.inputs
         return {"topics": self.topics.as_dict(), "every": self.every, "max_frames": self.max_frames,
                 "max_gap_s": self.max_gap_s, "max_backward_jump_s": self.max_backward_jump_s,
+                "image_limits": vars(self.image_limits),
                 "inputs": {"odometry_timeout_s": i.odometry_timeout_s,
                            "acceleration_time_constant_s": i.acceleration_time_constant_s,
                            "default_command": i.default_command, "route": vars(i.route)}}
@@ -263,7 +265,7 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
             plan.not_selected += 1
             continue
         try:
-            check_image_msg(msg)
+            check_image_msg(msg, settings.image_limits)
             inputs = tracker.inputs_at(t_ns)
             ground_truth = trajectory.future_waypoints(t_ns)
         except ImageError as exc:
@@ -324,7 +326,7 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
         planned = todo.get(i)
         if planned is not None:
             try:
-                rgb = image_msg_to_rgb(bag.deserialize(data, msgtype))
+                rgb = image_msg_to_rgb(bag.deserialize(data, msgtype), settings.image_limits)
             except ImageError as exc:
                 run.skipped_at_run[f"image_{exc.code}"] += 1
                 on_frame(None)

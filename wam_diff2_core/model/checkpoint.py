@@ -263,6 +263,9 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
     model_config = read_model_config(path)
     check_files(path)
     processor = load_processor(path)
+    if not processor.chat_template:       # every prompt goes through it: fail here, not on every sample
+        raise CheckpointError(f"{path}: no chat template (chat_template.jinja, or chat_template in the "
+                              "processor's or tokenizer's config): prompts cannot be built")
     diffusion = DiffusionConfig.resolve(path, processor.tokenizer, model_config, overrides,
                                         checkpoint_format=checkpoint_format(path))
     dev = resolve_device(device)

@@ -10,11 +10,16 @@
 
 Every checkpoint directory is written under a hidden ``.NAME.partial`` sibling and renamed
 into place only when complete (rename is atomic), so a killed run never leaves a directory
-with a final name that is not whole; resume ignores partial directories.
+with a final name that is not whole; resume ignores partial directories. ``progress.json``,
+written last, lists every file of the checkpoint: a checkpoint counts as complete only while
+all of them exist, and resume takes the newest complete one. Pruning renames a checkpoint out
+of the ``step-N`` names first (``.step-N.pruned``, atomic) and only then deletes its files, so
+a kill mid-prune never leaves a half-deleted checkpoint that looks whole.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -26,7 +31,10 @@ FINAL = "final"
 METRICS = "metrics.jsonl"
 TRAINER_STATE = "trainer_state"
 PROGRESS = "progress.json"
+FILES = "files"              # progress.json: every file of the checkpoint (relative paths)
+PRUNED = ".pruned"           # suffix of a checkpoint being deleted
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+log = logging.getLogger(__name__)
 
 
 def step_dir_name(step: int) -> str:
@@ -83,16 +91,36 @@ def _fsync_dir(path: Path) -> None:
 
 
 def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
-    """Complete resumable checkpoints, oldest first."""
+    """Complete resumable checkpoints, oldest first (an incomplete ``step-N`` is skipped with a warning)."""
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
     found = []
     for child in root.iterdir():
         match = _STEP_DIR.match(child.name)
-        if match and child.is_dir() and (child / TRAINER_STATE / PROGRESS).is_file():
-            found.append((int(match.group(1)), child))
+        if not (match and child.is_dir()):
+            continue
+        missing = missing_files(child)
+        if missing:
+            log.warning("%s is incomplete (%s missing): not resumed from", child, missing)
+            continue
+        found.append((int(match.group(1)), child))
     return sorted(found)
+
+
+def missing_files(checkpoint: Path) -> str | None:
+    """What is missing from a checkpoint directory (None when it is complete): progress.json or a file
+    it lists (a checkpoint written before progress.json listed its files: its weights)."""
+    try:
+        files = read_progress(checkpoint).get(FILES)
+    except (OSError, ValueError, AttributeError):
+        return f"{TRAINER_STATE}/{PROGRESS}"
+    if files is None:
+        return None if any(checkpoint.glob("*.safetensors")) else "*.safetensors"
+    gone = [name for name in files if not (checkpoint / name).is_file()]
+    if not gone:
+        return None
+    return ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -101,8 +129,21 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+    """Delete all but the ``keep_last`` newest complete checkpoints (and what a killed prune left)."""
     for _, path in checkpoint_dirs(run_dir)[:-keep_last]:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_checkpoint(path)
+    for leftover in (Path(run_dir) / CHECKPOINTS).glob(f".step-*{PRUNED}"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Rename out of the ``step-N`` names first (atomic), then delete: a kill mid-delete leaves only a
+    hidden ``.step-N.pruned`` directory, which nothing resumes from."""
+    doomed = path.with_name(f".{path.name}{PRUNED}")
+    shutil.rmtree(doomed, ignore_errors=True)
+    path.rename(doomed)
+    _fsync_dir(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def has_run(run_dir: Path) -> bool:
@@ -115,8 +156,11 @@ def read_progress(checkpoint: Path) -> dict[str, Any]:
 
 
 def write_progress(checkpoint: Path, progress: dict[str, Any]) -> None:
+    """Write progress.json last: with the list of every other file of the checkpoint (its completeness)."""
     (checkpoint / TRAINER_STATE).mkdir(parents=True, exist_ok=True)
-    (checkpoint / TRAINER_STATE / PROGRESS).write_text(json.dumps(progress, indent=2) + "\n")
+    target = checkpoint / TRAINER_STATE / PROGRESS
+    files = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file() and p != target)
+    target.write_text(json.dumps({**progress, FILES: files}, indent=2) + "\n")
 
 
 class MetricsLog:

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from ..config import ConfigError, check_value
+from ..images import ImageLimits
 from ..model.inputs import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from .losses import KD_LOSSES
 
@@ -28,6 +29,7 @@ ON_ERROR = ("skip", "fail")
 MIXED_PRECISION = ("auto", "bf16", "no")
 DEVICES = ("auto", "cpu", "cuda", "npu")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
+_IMAGE_LIMITS = {f.name: f for f in dataclasses.fields(ImageLimits)}   # the image-size guard's defaults
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -75,9 +77,13 @@ class DataSection:
                                "N times); image paths relative to each FILE's directory")
     min_pixels: int = _setting(DEFAULT_MIN_PIXELS, "pixel budget: smallest image area after resizing", low=1)
     max_pixels: int = _setting(DEFAULT_MAX_PIXELS, "pixel budget: largest image area after resizing", low=1)
+    max_decoded_pixels: int = _setting(_IMAGE_LIMITS["max_decoded_pixels"].default,
+                                       _IMAGE_LIMITS["max_decoded_pixels"].metadata["help"], low=1)
+    max_decoded_bytes: int = _setting(_IMAGE_LIMITS["max_decoded_bytes"].default,
+                                      _IMAGE_LIMITS["max_decoded_bytes"].metadata["help"], low=1)
     max_length: int = _setting(0, "longest prefix + 2 x padded response in tokens; 0 = no limit", low=0)
-    on_error: str = _setting("skip", "a malformed sample or unreadable image: skip it (reported with its id) "
-                                     "or fail", choices=ON_ERROR)
+    on_error: str = _setting("skip", "a malformed record or sample, or a missing, unreadable or too large image: "
+                                     "skip it (reported with its id and line) or fail", choices=ON_ERROR)
     shuffle: bool = _setting(True, "reshuffle the samples every epoch (seeded)")
     num_workers: int = _setting(0, "DataLoader worker processes that read images and tokenise", low=0, high=64)
 

@@ -6,7 +6,9 @@ the **prefix** is every token up to and including the last ``<|im_start|>assista
 The prefix is exactly the prompt that :func:`wam_diff2_core.model.inputs.encode_prompts`
 gives the decoder at inference.
 
-Malformed samples and unreadable images are reported with their id and either skipped
+Malformed records (a broken JSONL line, a value that is not an object, wrong field types, an id
+used twice), missing or undecodable images and images over ``data.max_decoded_pixels`` /
+``data.max_decoded_bytes`` are reported with their id and line and either skipped
 (``data.on_error: skip``) or raise (``fail``); they are never trained on.
 
 Order: samples form an endless stream, epoch after epoch, each epoch a seeded permutation.
@@ -28,7 +30,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ..data.samples import Sample, SampleError, load_images, parse_sample, read_records
+from ..data.samples import Sample, SampleError, iter_samples, load_images
+from ..images import DEFAULT_LIMITS, ImageLimits
 from ..model.inputs import pixel_size
 
 log = logging.getLogger(__name__)
@@ -76,7 +79,7 @@ def encode_sample(processor, sample: Sample, images: Sequence[Any], *, eos_token
                   min_pixels: int | None = None, max_pixels: int | None = None) -> Example:
     """Tokenise a sample with the chat template and split it into prefix and response."""
     if not any(m["role"] == "assistant" for m in sample.messages):
-        raise SampleError(sample.id, "no 'gpt' turn to learn from")
+        raise sample.error("no 'gpt' turn to learn from")
     text = processor.apply_chat_template(sample.messages, tokenize=False, add_generation_prompt=False)
     kwargs: dict[str, Any] = {}
     size = pixel_size(min_pixels, max_pixels)
@@ -85,16 +88,16 @@ def encode_sample(processor, sample: Sample, images: Sequence[Any], *, eos_token
     try:
         enc = processor(text=[text], images=list(images) or None, return_tensors="pt", **kwargs)
     except (ValueError, RuntimeError) as exc:
-        raise SampleError(sample.id, f"cannot encode ({exc})") from exc
+        raise sample.error(f"cannot encode ({exc})") from exc
     ids = enc["input_ids"][0]
     header = processor.tokenizer(ASSISTANT_HEADER, add_special_tokens=False)["input_ids"]
     start = _find_last(ids.tolist(), list(header))
     if start < 0:
-        raise SampleError(sample.id, f"the tokenised text has no {ASSISTANT_HEADER!r} header")
+        raise sample.error(f"the tokenised text has no {ASSISTANT_HEADER!r} header")
     start += len(header)
     eos = (ids[start:] == eos_token_id).nonzero()
     if eos.numel() == 0:
-        raise SampleError(sample.id, "the answer has no EOS after it")
+        raise sample.error("the answer has no EOS after it")
     end = start + int(eos[0, 0]) + 1
     mm = enc.get("mm_token_type_ids")
     mm = torch.zeros_like(ids) if mm is None else mm[0].long()
@@ -111,8 +114,10 @@ class SampleDataset(torch.utils.data.Dataset):
     def __init__(self, path: str | Path, processor, *, eos_token_id: int, data_root: str | Path = ".",
                  mix: Sequence[tuple[Path, int]] = (), min_pixels: int | None = None,
                  max_pixels: int | None = None, max_length: int = 0, block_size: int = 1,
-                 pad_multiple: int | None = None, on_error: str = "skip"):
+                 pad_multiple: int | None = None, on_error: str = "skip",
+                 image_limits: ImageLimits = DEFAULT_LIMITS):
         self.processor = processor
+        self.image_limits = image_limits
         self.eos_token_id = eos_token_id
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.max_length = max_length
@@ -126,16 +131,19 @@ class SampleDataset(torch.utils.data.Dataset):
 
     def _read(self, setting: str, path: str | Path, data_root: str | Path) -> list[Sample]:
         samples, rejected = [], len(self.rejected)
-        for i, raw in enumerate(read_records(path)):
-            try:
-                sample = parse_sample(raw, data_root, i)
-                missing = [p for p in sample.image_paths if not p.is_file()]
-                if missing:
-                    raise SampleError(sample.id, f"image not found: {missing[0]}")
-            except SampleError as exc:
-                self._reject(exc)
+        try:
+            items = list(iter_samples(path, data_root))
+        except ValueError as exc:      # the file as a whole (unreadable, a JSON list that does not parse)
+            from ..config import ConfigError
+            raise ConfigError(f"{setting}: {exc}") from None
+        for item in items:
+            if isinstance(item, Sample):
+                missing = [p for p in item.image_paths if not p.is_file()]
+                item = item.error(f"image not found: {missing[0]}") if missing else item
+            if isinstance(item, SampleError):
+                self._reject(item)
                 continue
-            samples.append(sample)
+            samples.append(item)
         rejected = self.rejected[rejected:]
         if not samples:
             from ..config import ConfigError
@@ -156,13 +164,14 @@ class SampleDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> Example | SampleError:
         sample = self.samples[index]
         try:
-            example = encode_sample(self.processor, sample, load_images(sample), eos_token_id=self.eos_token_id,
+            images = load_images(sample, self.image_limits)
+            example = encode_sample(self.processor, sample, images, eos_token_id=self.eos_token_id,
                                     min_pixels=self.min_pixels, max_pixels=self.max_pixels)
             if self.max_length:
                 length = sequence_length(example.prefix_length, len(example.response_ids), self.block_size,
                                          self.pad_multiple)
                 if length > self.max_length:
-                    raise SampleError(sample.id, f"{length} tokens is more than data.max_length {self.max_length}")
+                    raise sample.error(f"{length} tokens is more than data.max_length {self.max_length}")
         except SampleError as exc:
             if self.on_error == "fail":
                 raise

@@ -26,6 +26,7 @@ import torch
 
 from ...config import ConfigError, write_diffusion_file
 from ...data.samples import SampleError
+from ...images import ImageLimits
 from ...model.checkpoint import save_checkpoint
 from ...model.inputs import pixel_size
 from ...utils.atomic import atomic_write_text
@@ -140,7 +141,8 @@ class FinetuneRecipe:
             cfg.data.train_file, self.processor, eos_token_id=self.diffusion.eos_token_id,
             data_root=cfg.data.data_root, mix=parse_mix(cfg.data.mix), min_pixels=cfg.data.min_pixels,
             max_pixels=cfg.data.max_pixels, max_length=cfg.data.max_length, block_size=self.block_size,
-            pad_multiple=self.pad_multiple, on_error=cfg.data.on_error)
+            pad_multiple=self.pad_multiple, on_error=cfg.data.on_error,
+            image_limits=ImageLimits(cfg.data.max_decoded_pixels, cfg.data.max_decoded_bytes))
         self.order = DataOrder(len(self.dataset), cfg.train.seed, cfg.data.shuffle)
         self.total_steps = total_steps(len(self.dataset), cfg.train.epochs, cfg.train.global_batch_size,
                                        cfg.train.max_steps)
@@ -257,9 +259,10 @@ class FinetuneRecipe:
         """Forward and backward every micro-batch of one optimizer step; gradients are left in place."""
         acc = self.accelerator
         device = acc.device
-        skipped = [item.sample_id for mb in micro_batches for item in mb if isinstance(item, SampleError)]
-        for sample_id in skipped:
-            log.warning("step %d: skipped sample %s", step, sample_id)
+        errors = [item for mb in micro_batches for item in mb if isinstance(item, SampleError)]
+        for error in errors:
+            log.warning("step %d: skipped %s", step, error)
+        skipped = [error.sample_id for error in errors]
         if acc.num_processes > 1:
             from accelerate.utils import gather_object
             skipped = gather_object(skipped)          # every process's, for the metrics line
