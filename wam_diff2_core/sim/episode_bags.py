@@ -34,7 +34,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from ..evaluation.bag import DEFAULT_COMMAND_TOPIC
+from ..evaluation.bags import DEFAULT_COMMAND_TOPIC
 from ..geometry import CameraMount, PinholeCamera, quaternion_from_yaw
 
 STORAGES = ("mcap", "sqlite3")
