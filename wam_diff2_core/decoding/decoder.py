@@ -27,7 +27,7 @@ import torch
 
 from ..config import DecodingSettings, DiffusionConfig
 from .masks import block_query_mask, prompt_block_mask, response_positions
-from .sampling import choose_transfer, sample_tokens, transfer_schedule
+from .sampling import choose_transfer, device_settings, sample_tokens, transfer_schedule
 
 VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
 
@@ -178,7 +178,7 @@ class BlockDiffusionDecoder:
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
                  generators: Sequence[torch.Generator | None] | None = None) -> DecodeOutput:
         """Decode a (left-padded) processor batch. ``generators``: one per sequence when sampling."""
-        settings = settings or self.config.settings
+        settings = device_settings(settings or self.config.settings, self.device.type)
         n = inputs["input_ids"].shape[0]
         if generators is not None and len(generators) != n:
             raise ValueError(f"generators: expected {n}, got {len(generators)}")

@@ -36,24 +36,13 @@ import torch
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
 from .decoder import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
 from .masks import prompt_block_mask, response_positions
-from .sampling import choose_transfer, sample_tokens, transfer_schedule
+from .sampling import choose_transfer, device_settings, sample_tokens, transfer_schedule
 from .static_graphs import StepGraphs, batch_bucket
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 16          # cache slots per FlashInfer page; capacities are rounded up to it
 GRAPH_SPAN_BUCKET = 256  # with CUDA graphs, SDPA attends to slots [0, span) with span a multiple of this
-
-
-# ---------------------------------------------------------------------------------- devices
-def device_settings(settings: DecodingSettings, device_type: str) -> DecodingSettings:
-    """Per-device adjustments of the sampling method. Ascend NPUs hang in ``torch.multinomial``:
-    there, sampling uses the inverse CDF (one uniform per position), as in the authors' NPU code."""
-    if device_type == "npu" and settings.temperature > 0 and settings.sampler != "inverse_cdf":
-        log.warning("device npu: sampling by inverse CDF instead of %s (multinomial hangs on Ascend)",
-                    settings.sampler)
-        return settings.replace(sampler="inverse_cdf")
-    return settings
 
 
 # ---------------------------------------------------------------------------------- KV cache
@@ -66,8 +55,9 @@ class StaticKVCache:
     """
 
     def __init__(self, layers: int, rows: int, slots: int, kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device, page_size: int = PAGE_SIZE):
+                 dtype: torch.dtype, device: torch.device, page_size: int = PAGE_SIZE, graphed: bool = False):
         slots = -(-slots // page_size) * page_size
+        self.graphed = graphed          # the CUDA-graph cache (allocated once) rather than an eager call's
         shape = (layers, rows, slots, kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -360,9 +350,10 @@ class StaticBlockDiffusionDecoder:
         self.forwards_run = 0                            # model forwards after the prefill, all calls
 
     # ------------------------------------------------------------ cache and execution mode
-    def _new_cache(self, rows: int, slots: int) -> StaticKVCache:
+    def _new_cache(self, rows: int, slots: int, graphed: bool = False) -> StaticKVCache:
         t = self.text
-        return StaticKVCache(t.num_layers, rows, slots, t.num_kv_heads, t.head_dim, t.dtype, self.device)
+        return StaticKVCache(t.num_layers, rows, slots, t.num_kv_heads, t.head_dim, t.dtype, self.device,
+                             graphed=graphed)
 
     def _begin(self, n: int, slots: int) -> _Run:
         if self.graphs.enabled:
@@ -373,7 +364,8 @@ class StaticBlockDiffusionDecoder:
                             self.engine.max_graph_batch, self.engine.max_context_tokens)
             else:
                 if self.graph_cache is None:
-                    self.graph_cache = self._new_cache(self.engine.max_graph_batch, self.engine.max_context_tokens)
+                    self.graph_cache = self._new_cache(self.engine.max_graph_batch, self.engine.max_context_tokens,
+                                                       graphed=True)
                 bucket = GRAPH_SPAN_BUCKET if self.span_bucket is None else self.span_bucket
                 return _Run(self.graph_cache, rows, True, bucket)
         if self.cache is None or not self.cache.fits(n, slots):

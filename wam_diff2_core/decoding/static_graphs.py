@@ -86,7 +86,11 @@ class StepGraphs:
             reason = f"{type(exc).__name__}: {exc}"
             self.failures[str(key)] = reason
             log.warning("CUDA graph capture failed for step %s (%s); this step shape runs eagerly", key, reason)
-            torch.cuda.synchronize(self.device)
+            try:
+                torch.cuda.synchronize(self.device)
+            except Exception as late:  # noqa: BLE001 - the failed capture's error can surface here too
+                log.warning("CUDA graph capture for step %s: %s: %s after the failure; running eagerly",
+                            key, type(late).__name__, late)
             return None
         captured = _Captured(graph, output)
         self.graphs[key] = captured
