@@ -18,7 +18,7 @@ from wam_diff2_core.decoding import sampling
 from wam_diff2_core.decoding import static as static_module
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
-from wam_diff2_core.decoding.static_graphs import StepGraphs
+from wam_diff2_core.decoding.cuda_graphs import StepGraphs
 
 STATIC = EngineSettings(implementation="static")
 
@@ -131,7 +131,7 @@ class _FixedBufferStandIn(_PagedPrefillStandIn):
 def test_flashinfer_request_past_the_graph_cache_runs_eagerly(tiny_model, monkeypatch):
     """Batch 1 fits a graph bucket; a request longer than max_context_tokens runs eagerly in its own
     cache, with its own (non-graph) wrapper, instead of the graph wrapper sized for the graph cache."""
-    from wam_diff2_core.decoding.static_flashinfer import FlashInferAttention
+    from wam_diff2_core.decoding.attention_flashinfer import FlashInferAttention
     monkeypatch.setattr(StepGraphs, "run", lambda self, key, step: step())
     engine = STATIC.replace(cuda_graphs=True, max_context_tokens=96, max_graph_batch=2)
     static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, engine)

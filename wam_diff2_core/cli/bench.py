@@ -115,7 +115,7 @@ def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale:
 
 # ---------------------------------------------------------------------------------- timing
 def _sync(device) -> None:
-    from ..decoding.decoder import PhaseTimer
+    from ..decoding.common import PhaseTimer
     PhaseTimer(device).sync()
 
 
@@ -215,15 +215,14 @@ def forward_steps(name, decoder, config, args, device, length: int) -> list[tupl
             prefix = decoder.prefill(inputs, size)
             block = torch.full((batch, size), config.mask_token_id, device=device)
         else:
-            run = decoder._begin(batch, length + 4 * size)
-            prefix = decoder.prefill(inputs, size, run)
+            state = decoder.begin(inputs, size, answer_slots=4 * size)
         for label, queries, segments in shapes:
             if name == "plain":   # transformers forward on a DynamicCache, cropped back
-                fn = (lambda q=queries: decoder._forward(prefix, block[:, :q], 0, keep=False))
+                fn = (lambda q=queries: decoder.forward_block(prefix, block[:, :q], 0, keep=False))
             else:
-                buf = decoder._plan(run, prefix, segments)
+                buf = decoder.plan_step(state, segments)
                 buf.tokens.fill_(config.mask_token_id)
-                fn = (lambda b=buf: decoder._forward(run, b))
+                fn = (lambda b=buf: decoder.forward(state, b))
             keys = length + segments[-1][0] + segments[-1][1]
             steps.append(({"variant": name, "prompt": length, "step": label, "queries": queries,
                            "keys": keys}, torch.no_grad()(fn)))

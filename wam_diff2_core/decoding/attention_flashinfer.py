@@ -15,7 +15,7 @@ keys are a contiguous run of pages and padding is never stored.
   re-planned once per block outside the graph; the graph replays ``run`` only.
 
 This module never runs on a machine without an NVIDIA GPU; scripts/gpu_verify.sh checks its tokens
-against SDPA.
+against SDPA (CPU tests run its page tables and request layout against a pure-torch stand-in).
 """
 from __future__ import annotations
 
