@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch._dynamo
 
 from decoder_prompts import encode
 from wam_diff2_core.config import EngineSettings
@@ -40,8 +41,6 @@ def _step_inputs(tiny_model, strategy, fused):
 def test_whole_step_compiles_with_no_graph_break(tiny_model, strategy, fused):
     """fullgraph=True raises at the first graph break; the traced step gives the eager step's result.
     The 'eager' backend runs what Dynamo traced without code generation (a few seconds on CPU)."""
-    import torch._dynamo
-
     forward, pick, buf, block, rule = _step_inputs(tiny_model, strategy, fused)
     start = [t.clone() for t in block.tensors()]
     torch._dynamo.reset()
