@@ -24,7 +24,7 @@ import torch
 
 from .config import DEFAULT_PARSE_RETRY, PARSE_RETRIES, EngineSettings
 from .decoding import make_decoder
-from .decoding.decoder import DecodeStats
+from .decoding.common import DecodeStats
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.prompt_encoding import encode_prompts
 from .outputs.parsing import Box, parse_boxes, parse_waypoints

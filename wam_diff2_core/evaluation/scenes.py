@@ -182,7 +182,7 @@ class ScriptedPolicy:
         self.frames: list[np.ndarray] | None = [] if keep_frames else None
 
     def step(self, frame_rgb: np.ndarray, ego, command: str, generator=None):
-        from ..decoding.decoder import DecodeStats
+        from ..decoding.common import DecodeStats
         from ..policy import PolicyOutput, TaskResult
 
         i = len(self.calls)

@@ -74,6 +74,18 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def rank_device(device: str, local_rank: int) -> str:
+    """The device of one rank of a multi-process run (torchrun): accelerator ``local_rank``, made the
+    process's current device (without it every rank's kernels and allocations land on device 0).
+    ``cpu`` stays ``cpu``; an explicit index (``cuda:1``) is kept as given."""
+    kind = resolve_device(device).type
+    if kind == "cpu":
+        return "cpu"
+    index = int(device.split(":")[1]) if ":" in device else local_rank
+    getattr(torch, kind).set_device(index)          # torch.cuda / torch.npu (torch-npu)
+    return f"{kind}:{index}"
+
+
 def _npu_available() -> bool:
     try:
         import torch_npu  # noqa: F401  (registers the npu device)
