@@ -177,6 +177,19 @@ def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: f
 
 # ----------------------------------------------------------------------------- ego state
 @dataclass(frozen=True)
+class EgoMotion:
+    """Ego motion in the ego frame (x forward, y left): what the policy is told about the car."""
+
+    velocity: tuple[float, float]       # m/s
+    acceleration: tuple[float, float]   # m/s^2
+
+    def check(self) -> None:
+        values = (*self.velocity, *self.acceleration)
+        if len(values) != 4 or not all(math.isfinite(float(v)) for v in values):
+            raise ValueError(f"ego state must be finite: velocity={self.velocity}, acceleration={self.acceleration}")
+
+
+@dataclass(frozen=True)
 class EgoSample:
     """Ego state at one time: pose in the odometry frame, motion in the ego frame."""
 
@@ -188,6 +201,9 @@ class EgoSample:
     vy: float
     ax: float = 0.0          # m/s^2, ego frame
     ay: float = 0.0
+
+    def motion(self) -> EgoMotion:
+        return EgoMotion(velocity=(self.vx, self.vy), acceleration=(self.ax, self.ay))
 
     def interpolate(self, other: "EgoSample", stamp_s: float) -> "EgoSample":
         span = other.stamp_s - self.stamp_s
