@@ -90,13 +90,14 @@ def test_every_core_module_and_subcommand_help_runs_without_ros():
     expected = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
                 for p in core_sources() if p.name != "__main__.py"}
     assert set(found["modules"]) == expected                 # every module, none skipped
-    assert sorted(found["mains"]) == ["wam_diff2_core.cli", "wam_diff2_core.trainer"]
+    assert sorted(found["mains"]) == ["wam_diff2_core.cli", "wam_diff2_core.params", "wam_diff2_core.trainer"]
     assert found["attempts"] == [] and found["loaded"] == []  # not even a guarded try
     from wam_diff2_core.cli import SUBCOMMANDS
     for name in SUBCOMMANDS:
         assert found["helps"][name].startswith(f"usage: wam-diff2 {name}"), name
     assert found["helps"]["-m wam_diff2_core.trainer"].startswith("usage: python -m wam_diff2_core.trainer")
     assert found["helps"]["-m wam_diff2_core.cli"].startswith("usage: wam-diff2")
+    assert found["helps"]["-m wam_diff2_core.params"].startswith("usage: python -m wam_diff2_core.params")
 
 
 def test_the_probe_would_see_a_ros_import():
