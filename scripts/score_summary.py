@@ -1,0 +1,125 @@
+"""The demo models' figures with their spread, from what scripts/score_demo.sh wrote.
+
+    python scripts/score_summary.py --bench OUT/bench --closed-loop OUT/closed_loop_8001 OUT/closed_loop_8002
+
+Open loop (``wam-diff2 bench --data`` output, bench.json): per configuration the number of samples,
+L2 at 1-4 s (mean over parsed answers), the mean L2 at 4 s with its 95 % bootstrap interval over
+samples, the same over the AR row's on the samples both parsed (paired), forwards per token (median
+with interval) and unparseable answers. Closed loop (``wam-diff2 closed-loop`` summary.json, one per
+route seed): route completion per seed and over all routes with its interval over routes.
+Prints markdown tables (the model card's); ``--json`` writes every number.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from wam_diff2_core.evaluation.spread import bootstrap_interval, format_with_interval
+from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
+
+HORIZONS = (1, 2, 3, 4)   # s
+
+
+def _load(path: Path, name: str) -> dict:
+    file = path / name if path.is_dir() else path
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"score_summary: cannot read {file}: {exc}")
+
+
+def open_loop(bench: dict) -> list[dict]:
+    configs = bench["configurations"]
+    ar = configs[0]
+    ar_errors = {r["id"]: r["errors"] for r in ar["per_sample"]}
+    rows = []
+    for c in configs:
+        samples = c["per_sample"]
+        errors = np.array([r["errors"] for r in samples if r["errors"] is not None])   # [parsed, 8]
+        fpt = np.array([r["forwards"] / r["tokens"] for r in samples if r["tokens"]])
+        paired = np.array([[r["errors"][-1], ar_errors[r["id"]][-1]] for r in samples
+                           if r["errors"] is not None and ar_errors.get(r["id"]) is not None])   # [both, 2]
+        at = {t: float(errors[:, round(t / WAYPOINT_DT_S) - 1].mean()) for t in HORIZONS}
+        row = {"label": c["label"], "samples": len(samples), "parsed": len(errors),
+               "unparseable": len(samples) - len(errors), "l2_at_s": at,
+               "l2_4s_mean_interval": bootstrap_interval(errors[:, -1], np.mean),
+               "forwards_per_token_median": float(np.median(fpt)),
+               "forwards_per_token_interval": bootstrap_interval(fpt, np.median),
+               "paired_with_ar": len(paired)}
+        if c is not ar and len(paired):
+            ratio = lambda r: r[:, 0].mean() / r[:, 1].mean()   # noqa: E731
+            row["l2_4s_vs_ar"] = float(ratio(paired))
+            row["l2_4s_vs_ar_interval"] = bootstrap_interval(paired, ratio)
+            # the exposure-bias curve: per-waypoint mean error over the AR model's, on the same samples
+            both = [(r["errors"], ar_errors[r["id"]]) for r in samples
+                    if r["errors"] is not None and ar_errors.get(r["id"]) is not None]
+            model_k, ar_k = (np.array(x).mean(0) for x in zip(*both))
+            row["per_waypoint_vs_ar"] = (model_k / ar_k).tolist()
+        rows.append(row)
+    return rows
+
+
+def closed_loop(summaries: list[tuple[str, dict]]) -> dict:
+    per_seed, completion = [], []
+    for name, s in summaries:
+        routes = [r["route_completion"] for r in s["results"]]
+        completion += routes
+        per_seed.append({"run": name, "seed": s["results"][0]["seed"] if s["results"] else None,
+                         "routes": len(routes), "route_completion": float(np.mean(routes)),
+                         "completed": s["summary"]["completed"], "collisions": s["summary"]["collisions"],
+                         "lane_departures": s["summary"]["lane_departures"]})
+    values = np.array(completion)
+    return {"per_seed": per_seed, "routes": len(values), "route_completion": float(values.mean()),
+            "route_completion_interval": bootstrap_interval(values, np.mean)}
+
+
+def markdown(open_rows: list[dict] | None, loop: dict | None, cv: dict | None) -> str:
+    out = []
+    if open_rows:
+        n = open_rows[0]["samples"]
+        out += [f"Open loop: {n} planning samples; L2 in m, mean over parsed answers; [95 % bootstrap interval over "
+                "samples]; /AR paired on the samples both parsed", "",
+                "| config | L2@1s | L2@2s | L2@3s | L2@4s mean | /AR | forwards/token (median) | tokens/forward | "
+                "unparseable |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in open_rows:
+            vs_ar = format_with_interval(r["l2_4s_vs_ar"], r["l2_4s_vs_ar_interval"], 2) if "l2_4s_vs_ar" in r else "1"
+            out.append(f"| {r['label']} | " + " | ".join(f"{r['l2_at_s'][t]:.3f}" for t in HORIZONS[:3])
+                       + f" | {format_with_interval(r['l2_at_s'][4], r['l2_4s_mean_interval'])} | {vs_ar} | "
+                       f"{format_with_interval(r['forwards_per_token_median'], r['forwards_per_token_interval'])} | "
+                       f"{1 / r['forwards_per_token_median']:.2f} | {r['unparseable']} of {r['samples']} |")
+        if cv:
+            out += ["", f"constant velocity: L2@4s mean {cv['l2_4s_mean']:.3f} m over {cv['samples']} samples"]
+    if loop:
+        out += ["", f"Closed loop: {loop['routes']} routes; route completion "
+                f"{100 * loop['route_completion']:.1f} % [95 % bootstrap interval over routes: "
+                f"{100 * loop['route_completion_interval'][0]:.1f}, {100 * loop['route_completion_interval'][1]:.1f}]",
+                "", "| route seed | routes | route completion | completed | collisions | lane departures |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {s['seed']} | {s['routes']} | {100 * s['route_completion']:.1f} % | {s['completed']} | "
+                f"{s['collisions']} | {s['lane_departures']} |" for s in loop["per_seed"]]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bench", type=Path, help="a `wam-diff2 bench --data` output folder (bench.json)")
+    p.add_argument("--closed-loop", type=Path, nargs="*", default=[], help="`wam-diff2 closed-loop` output folders")
+    p.add_argument("--json", type=Path, help="also write every number here")
+    args = p.parse_args(argv)
+    if not args.bench and not args.closed_loop:
+        p.error("give --bench and/or --closed-loop")
+    bench = _load(args.bench, "bench.json") if args.bench else None
+    open_rows = open_loop(bench) if bench else None
+    loop = closed_loop([(str(d), _load(d, "summary.json")) for d in args.closed_loop]) if args.closed_loop else None
+    print(markdown(open_rows, loop, bench["baseline"] if bench else None))
+    if args.json:
+        args.json.write_text(json.dumps({"open_loop": open_rows, "closed_loop": loop}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
