@@ -29,7 +29,7 @@ from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros import parameters as params  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import STATUS_QOS, PlannerNode  # noqa: E402
-from wam_diff2_ros.testing import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from ros_helpers import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NAME = "wam_diff2_planner"
