@@ -38,7 +38,7 @@ class _RecordingGenerator:
 def test_infer_makes_generators_on_the_model_device(tiny_model, monkeypatch):
     from wam_diff2_core.cli import infer
     from wam_diff2_core.data.samples import Sample
-    from wam_diff2_core.model.inputs import encode_prompts
+    from wam_diff2_core.model.prompt_encoding import encode_prompts
 
     seen = []
     decoder = types.SimpleNamespace(device=torch.device("meta"))

@@ -98,6 +98,27 @@ def path_headings(points: np.ndarray, start_yaw: float = 0.0) -> np.ndarray:
     return headings
 
 
+def box_corners(x: float, y: float, yaw: float, length_m: float, width_m: float) -> np.ndarray:
+    """[4, 2] corners of a box on the ground centred at (x, y) facing ``yaw``, counter-clockwise
+    from front left."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    hl, hw = length_m / 2, width_m / 2
+    local = np.array([[hl, hw], [-hl, hw], [-hl, -hw], [hl, -hw]])
+    return local @ np.array([[c, s], [-s, c]]) + np.array([x, y])
+
+
+def boxes_overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Separating-axis test for two convex quads [4, 2] (touching counts as overlap)."""
+    for poly in (a, b):
+        edges = np.roll(poly, -1, axis=0) - poly
+        for ex, ey in edges:
+            axis = np.array([-ey, ex])
+            pa, pb = a @ axis, b @ axis
+            if pa.max() < pb.min() or pb.max() < pa.min():
+                return False
+    return True
+
+
 # ----------------------------------------------------------------------------- route -> command
 @dataclass(frozen=True)
 class RouteCommandSettings:

@@ -31,7 +31,7 @@ from .config import DEFAULT_PARSE_RETRY, FAST_PATH_MIN_AGREEMENT, PARSE_RETRIES,
 from .decoding import make_decoder, resolve_engine
 from .decoding.common import DecodeStats
 from .model.checkpoint import LoadedModel, load_checkpoint
-from .model.inputs import encode_prompts
+from .model.prompt_encoding import encode_prompts
 from .outputs.parsing import Box, parse_boxes, parse_waypoints
 from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEMPLATE, IMAGE_PLACEHOLDER,
                               NUM_WAYPOINTS, format_detection_prompt, format_planning_prompt)

@@ -231,7 +231,7 @@ def run(args) -> int:
     from ..config import ConfigError
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
-    from ..model.inputs import encode_prompts
+    from ..model.prompt_encoding import encode_prompts
     from ..utils.atomic import atomic_directory, atomic_write_json
     from .bench import cpu_name, format_table
 

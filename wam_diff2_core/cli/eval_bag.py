@@ -72,6 +72,8 @@ def add_arguments(p) -> None:
     t.add_argument("--command-topic", default=None, help="std_msgs/String command, overrides the route (default "
                                                          "/wam_diff2_planner/input/command, the node's input; used "
                                                          "when the bag has it)")
+    t.add_argument("--objects-topic", default=None, help="derived_object_msgs/ObjectArray of the other agents, for "
+                   "the collision rate (default /carla/ROLE/objects; used when present)")
     t.add_argument("--camera-info-topic", default=None, help="sensor_msgs/CameraInfo (default "
                                                              "/carla/ROLE/CAMERA/camera_info; informational)")
 
@@ -92,6 +94,10 @@ def add_arguments(p) -> None:
         i.add_argument("--route-" + f.name.replace("_", "-"), dest="route_" + f.name, type=float, default=None,
                        help=f"route -> command: {f.name} (node default {f.default})")
     add_image_limit_arguments(i)
+    e = p.add_argument_group("ego box for the collision rate (default: the demo world's ego, odometry at the rear axle)")
+    for f in dataclasses.fields(_footprint_class()):
+        e.add_argument("--ego-" + f.name.replace("_", "-"), dest="ego_" + f.name, type=float, default=None,
+                       help=f"default {f.default} (a CARLA bag: --ego-centre-ahead-m 0, and the ego's size)")
     p.add_argument("--max-gap-s", type=float, default=0.5,
                    help="longest odometry gap the recorded future is interpolated over (default 0.5)")
 
@@ -100,6 +106,11 @@ def add_arguments(p) -> None:
                    help="answers with a coordinate beyond this are invalid (node default 200)")
     add_parse_retry_argument(p)
     add_decoding_arguments(p)
+
+
+def _footprint_class():
+    from ..evaluation.collision import EgoFootprint
+    return EgoFootprint
 
 
 def read_node_params(path: str | Path, node: str = "wam_diff2_planner") -> dict:
@@ -165,16 +176,20 @@ def _apply_params_file(args) -> dict:
 
 
 def _settings(args):
-    from ..evaluation.bag import BagTopics
+    from ..evaluation.bags import BagTopics
     from ..evaluation.runner import EvalSettings
     from ..geometry import RouteCommandSettings
-    from ..inputs import InputSettings
+    from ..frame_inputs import InputSettings
 
     topics = BagTopics.carla(args.role, args.camera, image=args.image_topic, odometry=args.odometry_topic,
                              route=args.route_topic, command=args.command_topic,
-                             camera_info=args.camera_info_topic)
+                             camera_info=args.camera_info_topic, objects=args.objects_topic)
     required = frozenset(role for role, given in (("route", args.route_topic), ("command", args.command_topic),
-                                                  ("camera info", args.camera_info_topic)) if given)
+                                                  ("camera info", args.camera_info_topic),
+                                                  ("objects", args.objects_topic)) if given)
+    footprint = _footprint_class()(**{f.name: getattr(args, "ego_" + f.name)
+                                      for f in dataclasses.fields(_footprint_class())
+                                      if getattr(args, "ego_" + f.name) is not None})
     defaults = InputSettings()
     route = RouteCommandSettings(**{f.name: getattr(args, "route_" + f.name) for f in _route_fields()
                                     if getattr(args, "route_" + f.name) is not None})
@@ -185,7 +200,7 @@ def _settings(args):
                                       is None else args.acceleration_time_constant_s),
         default_command=None if default_command == "none" else default_command, route=route)
     return EvalSettings(topics=topics, inputs=inputs, image_limits=image_limits(args), every=args.every,
-                        max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required)
+                        max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required, footprint=footprint)
 
 
 def _model_info(policy, args) -> dict:
@@ -207,7 +222,7 @@ def _error(message: str) -> int:
 
 def run(args) -> int:
     from ..config import ConfigError
-    from ..evaluation.bag import BagError
+    from ..evaluation.bags import BagError
 
     try:
         if args.compare:
@@ -237,7 +252,7 @@ def run(args) -> int:
 
 
 def _evaluate(args, settings) -> int:
-    from ..evaluation.bag import Bag
+    from ..evaluation.bags import Bag
     from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
     from ..evaluation.runner import evaluate_bags, plan_bag
@@ -295,7 +310,7 @@ def _predictions(args) -> int:
     """--predictions: score what a planner node published (no model)."""
     from collections import Counter
 
-    from ..evaluation.bag import Bag
+    from ..evaluation.bags import Bag
     from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
     from ..evaluation.runner import evaluate_predictions, plan_bag
@@ -365,6 +380,14 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
         row = o[key]["l2_at_t"]
         print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{row[h]:8.3f}" for h in horizons)
               + f"   {o[key]['frames']:>6}")
+    collision = o.get("collision")
+    if collision:
+        for convention, label in (("at_t", "UniAD"), ("avg_to_t", "VAD")):
+            print(f"  collision (%, {label + ')':<8}    " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
+            for name, key in ((who, "model"), ("constant velocity", "constant_velocity")):
+                row = collision[key][convention]
+                print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{100 * row[h]:8.1f}"
+                                                 for h in horizons) + f"   {collision[key]['frames']:>6}")
     d, lat = o.get("decode") or {}, o.get("latency_ms") or {}
     if d.get("tokens_per_frame", {}).get("count"):
         retried = d.get("retried_frames")

@@ -76,7 +76,7 @@ def run(args) -> int:
     from ..data.samples import Sample, SampleError, iter_samples, load_images
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint, rank_device
-    from ..model.inputs import encode_prompts, pixel_size
+    from ..model.prompt_encoding import encode_prompts, pixel_size
     from ..utils.atomic import atomic_write_json, atomic_write_text
 
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))

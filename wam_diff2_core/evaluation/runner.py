@@ -4,7 +4,7 @@ Pass 1 (cheap, no pixels decoded) reads the odometry, route, command and image h
 decides for every camera frame whether it is evaluated, and if not why (every-N-th thinning,
 bad stamps, missing inputs, no 4 s of recorded future). Pass 2 decodes the chosen images and
 calls ``policy.step`` - the same call the planner node makes - with the inputs
-:class:`~wam_diff2_core.inputs.FrameInputTracker` derived, the planner node's own input tracker.
+:class:`~wam_diff2_core.frame_inputs.FrameInputTracker` derived, the planner node's own input tracker.
 
     run = evaluate_bags(["run.mcap"], policy, EvalSettings(topics=BagTopics.carla("ego_vehicle")))
     summarize(run.frames)["overall"]["model"]["l2_at_t"]
@@ -28,11 +28,13 @@ import numpy as np
 
 from ..geometry import TIME_RESET_S
 from ..images import ImageError, ImageLimits
-from ..inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
+from ..frame_inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
                       stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
-from .bag import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag, BagError,
-                  BagTopics, Undecodable)
+from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
+                  BagError, BagTopics, Undecodable)
+from .collision import EgoFootprint, collision_flags, counted, obstacles_along
+from .derived_objects import ObjectTrack, objects_from_msg
 from .ground_truth import (WAYPOINT_OFFSETS_NS, EgoTrajectory, NoFuture, constant_velocity_waypoints,
                            is_finite_waypoints)
 from .metrics import FrameResult
@@ -63,6 +65,7 @@ class EvalSettings:
     max_gap_s: float = 0.5              # longest odometry gap interpolated over for the ground truth
     max_backward_jump_s: float = TIME_RESET_S   # a stamp further back is a second run in one bag: an error
     required: frozenset[str] = frozenset()   # optional topic roles the user named, so they must be present
+    footprint: EgoFootprint = field(default_factory=EgoFootprint)   # the ego box for the collision check
 
     def __post_init__(self):
         if self.every < 1:
@@ -74,7 +77,7 @@ class EvalSettings:
         i = self.inputs
         return {"topics": self.topics.as_dict(), "every": self.every, "max_frames": self.max_frames,
                 "max_gap_s": self.max_gap_s, "max_backward_jump_s": self.max_backward_jump_s,
-                "image_limits": vars(self.image_limits),
+                "image_limits": vars(self.image_limits), "ego_footprint": vars(self.footprint),
                 "inputs": {"odometry_timeout_s": i.odometry_timeout_s,
                            "acceleration_time_constant_s": i.acceleration_time_constant_s,
                            "default_command": i.default_command, "route": vars(i.route)}}
@@ -88,6 +91,8 @@ class PlannedFrame:
     inputs: FrameInputs
     ground_truth: np.ndarray        # [8, 2]
     baseline: np.ndarray            # [8, 2]
+    obstacles: list[np.ndarray | None] | None = None   # per waypoint: other agents' boxes [N, 4, 2], ego frame
+    recorded_collisions: list[bool | None] | None = None
 
 
 @dataclass
@@ -104,13 +109,16 @@ class BagPlan:
     trajectory: EgoTrajectory | None = None
     planned: list[PlannedFrame] = field(default_factory=list)
     image_stamps: set[int] = field(default_factory=set)         # every non-zero camera stamp (--predictions)
+    objects_topic: str | None = None                            # other agents' boxes (collision rate)
+    footprint: EgoFootprint = field(default_factory=EgoFootprint)
 
     def counts(self) -> dict[str, Any]:
         return {"images": self.images, "not_selected": self.not_selected,
                 "skipped": dict(self.skipped.most_common()), "excluded_no_future": dict(self.excluded.most_common()),
                 "planned": len(self.planned),
                 "input_messages_skipped": dict(self.input_messages_skipped.most_common()),
-                "command_sources": dict(self.command_sources.most_common())}
+                "command_sources": dict(self.command_sources.most_common()),
+                "objects_topic": self.objects_topic}
 
 
 @dataclass
@@ -166,7 +174,8 @@ def _check_topics(bag: Bag, settings: EvalSettings) -> dict[str, str]:
     bag.require_topic(t.image, IMAGE_TYPES, "image")
     bag.require_topic(t.odometry, ODOMETRY_TYPES, "odometry")
     for role, topic, types in (("route", t.route, ROUTE_TYPES), ("command", t.command, COMMAND_TYPES),
-                               ("camera info", t.camera_info, CAMERA_INFO_TYPES)):
+                               ("camera info", t.camera_info, CAMERA_INFO_TYPES),
+                               ("objects", t.objects, OBJECTS_TYPES)):
         if topic and (topic in bag.topic_types or role in settings.required):
             bag.require_topic(topic, types, role)
             used[role] = topic
@@ -222,10 +231,14 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
         raise BagError(f"{bag.path}: no usable odometry on {odom_topic!r} "
                        f"({dict(plan.input_messages_skipped) or 'no messages'})")
     plan.trajectory = trajectory = EgoTrajectory(stamps, np.array(xy), yaw, max_gap_s=settings.max_gap_s)
+    plan.footprint = settings.footprint
+    objects = _read_objects(bag, used.get("objects"), plan) if "objects" in used else None
+    if objects is not None:
+        plan.objects_topic = used["objects"]
 
     # Then camera, route and command in recorded order: a frame gets the newest route/command
     # received before it, as a live node does.
-    role_of = {topic: role for role, topic in used.items() if role != "odometry"}
+    role_of = {topic: role for role, topic in used.items() if role not in ("odometry", "objects")}
     last_image_ns, accepted = None, 0
     for topic, bag_time_ns, msg in bag.messages(list(role_of)):
         role = role_of[topic]
@@ -278,9 +291,47 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
             plan.excluded[nf.code] += 1
             continue
         plan.command_sources[inputs.command_source] += 1
-        plan.planned.append(PlannedFrame(index, t_ns, bag_time_ns, inputs, ground_truth,
-                                         constant_velocity_waypoints(inputs.ego.velocity)))
+        planned = PlannedFrame(index, t_ns, bag_time_ns, inputs, ground_truth,
+                               constant_velocity_waypoints(inputs.ego.velocity))
+        if objects is not None:
+            planned.obstacles = obstacles_along(objects, trajectory, t_ns)
+            planned.recorded_collisions = collision_flags(ground_truth, planned.obstacles, settings.footprint)
+        plan.planned.append(planned)
     return plan
+
+
+def _read_objects(bag: Bag, topic: str, plan: BagPlan) -> ObjectTrack | None:
+    """The objects topic as an :class:`ObjectTrack`; messages in another frame than the odometry's,
+    undecodable ones and repeated stamps are counted in ``input_messages_skipped`` and left out."""
+    snapshots, seen = [], set()
+    for _, _, msg in bag.messages([topic]):
+        if isinstance(msg, Undecodable):
+            plan.input_messages_skipped[f"{topic}: {UNDECODABLE}"] += 1
+            continue
+        snapshot = objects_from_msg(msg)
+        if plan.odometry_frame and snapshot.frame_id != plan.odometry_frame:
+            plan.input_messages_skipped[f"{topic}: frame_not_{plan.odometry_frame}"] += 1
+            continue
+        if snapshot.stamp_ns in seen:
+            plan.input_messages_skipped[f"{topic}: {DUPLICATE_STAMP}"] += 1
+            continue
+        if snapshot.unsupported:
+            plan.input_messages_skipped[f"{topic}: objects_without_box_shape"] += snapshot.unsupported
+        seen.add(snapshot.stamp_ns)
+        snapshots.append(snapshot)
+    return ObjectTrack(snapshots) if snapshots else None
+
+
+def with_collisions(result: FrameResult, planned: PlannedFrame, footprint: EgoFootprint) -> FrameResult:
+    """``result`` with the collision flags of its plan and of the baseline (when the bag has objects)."""
+    if planned.obstacles is None:
+        return result
+    recorded = planned.recorded_collisions
+    result.recorded_collisions = recorded
+    result.baseline_collisions = counted(collision_flags(planned.baseline, planned.obstacles, footprint), recorded)
+    if result.predicted is not None:
+        result.collisions = counted(collision_flags(result.predicted, planned.obstacles, footprint), recorded)
+    return result
 
 
 # ----------------------------------------------------------------------------- pass 2
@@ -332,7 +383,7 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
                 on_frame(None)
                 continue
             try:
-                result = run_frame(policy, rgb, planned, plan.bag["path"])
+                result = with_collisions(run_frame(policy, rgb, planned, plan.bag["path"]), planned, plan.footprint)
             except ValueError as exc:   # the policy refused the input (e.g. a non-finite ego state)
                 log.warning("frame %d (stamp %d): %s", i, planned.stamp_ns, exc)
                 run.skipped_at_run[POLICY_REJECTED] += 1
@@ -479,7 +530,7 @@ def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str 
         if msg is None:
             run.skipped_at_run[NOT_PUBLISHED] += 1
             continue
-        frame = frame_from_trajectory(msg, planned, bag_name)
+        frame = with_collisions(frame_from_trajectory(msg, planned, bag_name), planned, plan.footprint)
         counts["matched"] += 1
         counts["command_differs"] += frame.command != planned.inputs.command
         run.frames.append(frame)

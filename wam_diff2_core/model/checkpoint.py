@@ -15,13 +15,15 @@ import json
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from ..config import ConfigError, DiffusionConfig
+from ..config import DIFFUSION_CONFIG_FILE, ConfigError, DiffusionConfig
+from ..utils.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +307,18 @@ def save_checkpoint(model, processor, out: str | Path, **save_kwargs) -> None:
     model.save_pretrained(out, **save_kwargs)
     processor.save_pretrained(out)
     add_legacy_fields(out)
+
+
+def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat16") -> Path:
+    """Write ``dst``: ``src`` with its weights cast to ``dtype`` (for shipping a trained model);
+    tokenizer, processor and ``diffusion_config.json`` (when present) are copied unchanged."""
+    src = Path(src)
+    loaded = load_checkpoint(src, device="cpu", dtype=dtype)
+    with atomic_directory(dst) as tmp:
+        save_checkpoint(loaded.model, loaded.processor, tmp)
+        if (src / DIFFUSION_CONFIG_FILE).is_file():
+            shutil.copyfile(src / DIFFUSION_CONFIG_FILE, Path(tmp) / DIFFUSION_CONFIG_FILE)
+    return Path(dst)
 
 
 def add_legacy_fields(out: str | Path) -> None:
