@@ -19,6 +19,7 @@ stamp) and become the same :class:`FrameResult` records.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -342,9 +343,11 @@ def _stats_dict(stats) -> dict[str, Any]:
     return {k: getattr(stats, k) for k in keys if getattr(stats, k, None) is not None}
 
 
-def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str) -> FrameResult:
-    """``policy.step`` on one frame, scored; the plan's waypoints must be [8, 2] and finite to count."""
+def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str, conversion_ms: float = 0.0) -> FrameResult:
+    """``policy.step`` on one frame, scored; the plan's waypoints must be [8, 2] and finite to count.
+    ``conversion_ms``: the image message -> RGB time before it (the stage table's image conversion)."""
     out = policy.step(rgb, planned.inputs.ego, planned.inputs.command)
+    stages = getattr(out, "stages", None)
     plan = out.plan
     if plan is None:
         raise ValueError("the policy was not asked to plan (tasks must include 'plan')")
@@ -362,7 +365,8 @@ def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str) -> 
                        acceleration=tuple(float(v) for v in ins.ego.acceleration),
                        ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
                        invalid_reason=reason, raw_text=str(plan.raw_text or ""), predicted=predicted,
-                       stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms))
+                       stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms),
+                       stages=None if stages is None else stages.with_conversion(conversion_ms).as_dict())
 
 
 def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
@@ -376,6 +380,7 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
     for i, (_, _, msgtype, data) in enumerate(bag.raw_messages([settings.topics.image])):
         planned = todo.get(i)
         if planned is not None:
+            t_convert = time.perf_counter()
             try:
                 rgb = image_msg_to_rgb(bag.deserialize(data, msgtype), settings.image_limits)
             except ImageError as exc:
@@ -383,7 +388,9 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
                 on_frame(None)
                 continue
             try:
-                result = with_collisions(run_frame(policy, rgb, planned, plan.bag["path"]), planned, plan.footprint)
+                conversion_ms = (time.perf_counter() - t_convert) * 1e3
+                result = with_collisions(run_frame(policy, rgb, planned, plan.bag["path"], conversion_ms), planned,
+                                         plan.footprint)
             except ValueError as exc:   # the policy refused the input (e.g. a non-finite ego state)
                 log.warning("frame %d (stamp %d): %s", i, planned.stamp_ns, exc)
                 run.skipped_at_run[POLICY_REJECTED] += 1
