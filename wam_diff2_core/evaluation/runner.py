@@ -18,6 +18,7 @@ stamp) and become the same :class:`FrameResult` records.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -32,6 +33,7 @@ from ..images import ImageError, ImageLimits
 from ..inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
                       stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
+from ..profiling import StageTimes
 from .bag import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
                   BagError, BagTopics, Undecodable)
 from .collision import EgoFootprint, collision_flags, counted, obstacles_along
@@ -52,6 +54,7 @@ NOT_PUBLISHED = "not_published"     # --predictions: the node published no traje
 
 TRAJECTORY_TYPE = "wam_diff2_ros/msg/Trajectory"
 DEFAULT_TRAJECTORY_TOPIC = "/wam_diff2_planner/output/trajectory"   # the planner node's ~/output/trajectory
+STAGE_FIELDS = tuple(f.name for f in dataclasses.fields(StageTimes))
 DECODE_STATS_KEYS = ("block_size", "forwards", "denoise_steps", "blocks", "tokens", "prefill_ms", "denoise_ms",
                      "commit_ms", "retries")
 
@@ -471,6 +474,11 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
     stats = {k: getattr(s, k, 0) for k in DECODE_STATS_KEYS}    # 0: a bag recorded before a field existed
     stats = {k: (float(v) if k.endswith("_ms") else int(v)) for k, v in stats.items()}
     decoded = stats["forwards"] > 0 or stats["tokens"] > 0 or float(s.latency_ms) > 0
+    published_stages = getattr(s, "stages", None)         # absent in bags recorded before StageTimes existed
+    stages = None
+    if decoded and published_stages is not None and float(published_stages.total_ms) > 0:
+        stages = {k: (str(v) if k == "memory_kind" else float(v)) for k, v in
+                  ((f, getattr(published_stages, f)) for f in STAGE_FIELDS)}
     command = str(msg.command) or ins.command
     return FrameResult(bag=bag_name, index=planned.index, stamp_ns=planned.stamp_ns, bag_time_ns=planned.bag_time_ns,
                        command=command, command_source=ins.command_source if command == ins.command else "node",
@@ -478,7 +486,8 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
                        acceleration=tuple(float(v) for v in ins.ego.acceleration),
                        ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
                        invalid_reason=reason, raw_text=str(msg.raw_text or ""), predicted=predicted,
-                       stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"))
+                       stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"),
+                       stages=stages)
 
 
 def trajectory_topic(bag: Bag, topic: str | None = None) -> str:
