@@ -36,7 +36,7 @@ timeout 600 $PY - "$OUT_DIR" <<'EOF' 2>&1 | tee "$OUT_DIR/tokens.log"
 import json, sys, tempfile, torch
 from wam_diff2_core.model.tiny import build_tiny_checkpoint
 from wam_diff2_core.model.checkpoint import load_checkpoint
-from wam_diff2_core.model.inputs import encode_prompts
+from wam_diff2_core.model.prompt_encoding import encode_prompts
 from wam_diff2_core.decoding import make_decoder
 
 ckpt = build_tiny_checkpoint(tempfile.mkdtemp() + "/tiny", seed=0)

@@ -16,7 +16,7 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
 from wam_diff2_core.model.checkpoint import count_parameters
-from wam_diff2_core.model.inputs import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from wam_diff2_core.model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
 ROPE = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True}
 VISION = dict(patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=2304)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from wam_diff2_core.model.inputs import encode_prompts
+from wam_diff2_core.model.prompt_encoding import encode_prompts
 
 PROMPTS = [
     ("The navigation information is: left\nThe current velocity is: (4.66,-0.09)", True),

@@ -66,7 +66,7 @@ def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, 
 
     from wam_diff2_core.data.samples import iter_samples, load_images
     from wam_diff2_core.model.checkpoint import load_checkpoint
-    from wam_diff2_core.model.inputs import encode_prompts
+    from wam_diff2_core.model.prompt_encoding import encode_prompts
     first = next(iter_samples(dataset / "samples.json", dataset))
     proc = load_checkpoint(tiny_checkpoint, device="cpu", dtype="float32").processor
     stub.first_ids = encode_prompts(proc, [first.prompt_messages], [load_images(first)])["input_ids"]

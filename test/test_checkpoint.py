@@ -10,7 +10,7 @@ import torch
 
 from wam_diff2_core.config import DIFFUSION_CONFIG_FILE, MASK_TOKEN, ConfigError, DecodingSettings
 from wam_diff2_core.model.checkpoint import CheckpointError, load_checkpoint
-from wam_diff2_core.model.convert import convert_to_diffusion
+from wam_diff2_core.model.ar_to_diffusion import convert_to_diffusion
 from wam_diff2_core.model.tiny import build_tiny_checkpoint
 
 

@@ -90,7 +90,7 @@ def test_real_ids_prompt_image_tokens_eos_mask_and_banned(authors):
     out = policy.step(frame, EgoState(velocity=(5.0, 0.0), acceleration=(0.0, 0.0)), "left")
     assert out.plan.stats.block_size == 32 and out.plan.stats.tokens >= 1
     from PIL import Image
-    from wam_diff2_core.model.inputs import encode_prompts
+    from wam_diff2_core.model.prompt_encoding import encode_prompts
     prompt = policy._conversation(format_planning_prompt("left", (5.0, 0.0), (0.0, 0.0)))
     ids = encode_prompts(loaded.processor, [prompt], [[Image.fromarray(frame)]])["input_ids"][0].tolist()
     assert ids[0] == 151644 and ids.count(151652) == 1 and ids.count(151653) == 1

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.control import ControllerGains
-from wam_diff2_core.sim.closed_loop import (ClosedLoopSettings, ExpertOracle, PolicyPlanner, RouteRun,
+from wam_diff2_core.sim.route_runs import (ClosedLoopSettings, ExpertOracle, PolicyPlanner, RouteRun,
                                             demo_world_gains, drive_direct, summarize, summary_line)
 from wam_diff2_core.outputs.prompts import NUM_WAYPOINTS
 from wam_diff2_core.sim.truth import route_command

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from wam_diff2_core.cli import main
-from wam_diff2_core.evaluation.bag import Bag
+from wam_diff2_core.evaluation.bags import Bag
 from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag
 
 REPO = Path(__file__).resolve().parents[1]

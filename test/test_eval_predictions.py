@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.cli import main
-from wam_diff2_core.evaluation.bag import Bag, BagStreamWriter, default_typestore, write_bag
+from wam_diff2_core.evaluation.bags import Bag, BagStreamWriter, default_typestore, write_bag
 from wam_diff2_core.evaluation.ground_truth import WAYPOINT_OFFSETS_NS
 from wam_diff2_core.evaluation.runner import (DEFAULT_TRAJECTORY_TOPIC, NOT_PUBLISHED, EvalSettings,
                                               evaluate_predictions, plan_bag)
@@ -194,7 +194,7 @@ def test_stream_writer_is_atomic(tmp_path):
     with Bag(tmp_path / "out") as b:
         assert [(t, m.data) for _, t, m in b.messages(["/a"])] == [(1, "x"), (2, "y")]
         assert b.topic_qos["/a"][0].durability.name == "TRANSIENT_LOCAL"
-    from wam_diff2_core.evaluation.bag import BagError
+    from wam_diff2_core.evaluation.bags import BagError
     with pytest.raises(BagError, match="already exists"):
         BagStreamWriter(tmp_path / "out")
     with pytest.raises(BagError, match="no message definition for acme_msgs/msg/Thing"):

@@ -17,7 +17,7 @@ import pytest
 from hostile_data import BAD_CASES, GOOD_IDS, sigkill_when, write_hostile_dataset
 from wam_diff2_core.cli import main
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
-from wam_diff2_core.training.checkpointing import read_metrics
+from wam_diff2_core.trainer.checkpointing import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 INFER_FLAGS = ["--device", "cpu", "--max-new-tokens", "24"]
@@ -101,7 +101,7 @@ def test_infer_killed_mid_run_then_resumed_gives_the_uninterrupted_result(tiny_c
 
 @pytest.mark.slow
 def test_training_on_hostile_data_reports_every_bad_record_and_completes(tiny_checkpoint, hostile, tmp_path, caplog):
-    from wam_diff2_core.training.__main__ import main as train_main
+    from wam_diff2_core.trainer.__main__ import main as train_main
 
     out = tmp_path / "run"
     argv = ["--log-level", "WARNING", "--config", str(REPO / "training" / "block4.yaml"),

@@ -6,7 +6,7 @@ import pytest
 
 from wam_diff2_core.localization import (EARTH_RADIUS_EQUA_M, GeoReference, LocalizationSettings, OdometryFilter,
                                          degrees_to_metres)
-from wam_diff2_core.sim.closed_loop import ClosedLoopSettings, RouteRun
+from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, expert_drive_errors, feed, pose_errors
 
 

@@ -27,7 +27,7 @@ from std_msgs.msg import Float32, Header  # noqa: E402
 
 from wam_diff2_core.geometry import wrap_angle, yaw_from_quaternion  # noqa: E402
 from wam_diff2_core.localization import GeoReference, LocalizationSettings  # noqa: E402
-from wam_diff2_core.sim.closed_loop import ClosedLoopSettings, RouteRun  # noqa: E402
+from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun  # noqa: E402
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors  # noqa: E402
 from wam_diff2_ros import localization_node as ln  # noqa: E402
 from wam_diff2_ros.closed_loop import STREAM_QOS, sensor_messages  # noqa: E402

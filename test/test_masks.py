@@ -59,7 +59,7 @@ def test_response_positions_use_the_rope_delta_on_all_axes():
 def test_prefill_next_position_is_prompt_length_plus_rope_delta(tiny_model, rgb_frame):
     from PIL import Image
 
-    from wam_diff2_core.model.inputs import encode_prompts
+    from wam_diff2_core.model.prompt_encoding import encode_prompts
     conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "where to?"}]}]
     inputs = encode_prompts(tiny_model.processor, [conv], [[Image.fromarray(rgb_frame)]])
     _, rope_delta = tiny_model.model.model.get_rope_index(

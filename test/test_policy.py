@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wam_diff2_core.model.checkpoint import load_checkpoint
-from wam_diff2_core.model.inputs import encode_prompts
+from wam_diff2_core.model.prompt_encoding import encode_prompts
 from wam_diff2_core.outputs.prompts import format_planning_prompt
 from wam_diff2_core.policy import DrivingPolicy, EgoState
 

@@ -18,7 +18,7 @@ from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from wam_diff2_core.cli import main  # noqa: E402
-from wam_diff2_core.evaluation.bag import default_typestore, write_bag  # noqa: E402
+from wam_diff2_core.evaluation.bags import default_typestore, write_bag  # noqa: E402
 from wam_diff2_core.evaluation.scenes import scene_messages, scene_topic_types, straight_scene, \
     write_scene_bag  # noqa: E402
 from wam_diff2_ros.testing import unique_domain_id  # noqa: E402

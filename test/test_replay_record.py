@@ -21,7 +21,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
 from wam_diff2_core.cli import main  # noqa: E402
-from wam_diff2_core.evaluation.bag import Bag  # noqa: E402
+from wam_diff2_core.evaluation.bags import Bag  # noqa: E402
 from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.replay import DEFAULT_RECORD_TOPICS, PLANNER_NODE  # noqa: E402
 from wam_diff2_ros.testing import planner_command, running, unique_domain_id  # noqa: E402

@@ -25,7 +25,7 @@ from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_core.decoding.decoder import DecodeOutput  # noqa: E402
 from wam_diff2_core.geometry import CameraMount, PinholeCamera, ego_to_world, project_ego_points  # noqa: E402
-from wam_diff2_core.inputs import stamp_ns  # noqa: E402
+from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros import parameters as params  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import STATUS_QOS, PlannerNode  # noqa: E402

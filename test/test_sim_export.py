@@ -17,9 +17,9 @@ from wam_diff2_core.data.samples import SampleError, iter_samples, load_images
 from wam_diff2_core.outputs.parsing import parse_boxes, parse_waypoints
 from wam_diff2_core.outputs.prompts import format_detection_prompt, format_planning_prompt
 from wam_diff2_core.sim import CameraSettings, EpisodeSettings, simulate_episode
-from wam_diff2_core.sim import export as export_module
-from wam_diff2_core.sim.bag import TOPIC_TYPES, topic_names
-from wam_diff2_core.sim.export import ExportSettings, export
+from wam_diff2_core.sim import dataset_export as export_module
+from wam_diff2_core.sim.episode_bags import TOPIC_TYPES, topic_names
+from wam_diff2_core.sim.dataset_export import ExportSettings, export
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMERA = CameraSettings(width=160, height=90)
@@ -204,8 +204,8 @@ def test_bags_open_with_rosbags_and_look_like_carla_ros_bridge(exported, storage
 
 def test_the_bag_evaluators_inputs_reproduce_the_prompts_of_the_json_set(exported):
     """What the planner node / eval-bag derive from a bag is what the JSON set was built from."""
-    from wam_diff2_core.evaluation.bag import open_bag
-    from wam_diff2_core.inputs import FrameInputTracker
+    from wam_diff2_core.evaluation.bags import open_bag
+    from wam_diff2_core.frame_inputs import FrameInputTracker
 
     out, _ = exported
     topics = topic_names("hero")

@@ -17,10 +17,14 @@ import torch
 from decoder_prompts import encode
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding import make_decoder
-from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder, PhaseTimer
-from wam_diff2_core.decoding.static import (StaticBlockDiffusionDecoder, StaticKVCache, _pending, device_settings,
-                                            eager_twin_step, forward_step)
-from wam_diff2_core.decoding.static_graphs import batch_bucket
+from wam_diff2_core.decoding.common import PhaseTimer
+from wam_diff2_core.decoding.cuda_graphs import batch_bucket
+from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
+from wam_diff2_core.decoding.kv_cache import StaticKVCache
+from wam_diff2_core.decoding.sampling import device_settings
+from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
+from wam_diff2_core.decoding.step import eager_twin_step, forward_step
+from wam_diff2_core.decoding.step import pending_rows as _pending
 
 STATIC = EngineSettings(implementation="static")
 
@@ -253,7 +257,7 @@ def test_graph_shaped_attention_gives_the_same_tokens(tiny_model, decoders, bloc
 def test_graph_mode_bookkeeping(tiny_model, decoders, monkeypatch, block):
     """The graphed path minus the graphs (CPU): batch padded to a bucket, one cache allocated once,
     key spans in buckets, so a decode needs a handful of step shapes, not one per block."""
-    from wam_diff2_core.decoding.static_graphs import StepGraphs
+    from wam_diff2_core.decoding.cuda_graphs import StepGraphs
     keys = []
     monkeypatch.setattr(StepGraphs, "run", lambda self, key, step: (keys.append(key), step())[1])
     static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, STATIC.replace(cuda_graphs=True))
@@ -367,7 +371,7 @@ class _PagedPrefillStandIn:
 def test_flashinfer_backend_logic_with_a_stand_in(tiny_model, decoders, use_cuda_graph, block, prompts):
     """Packed prompts (no padding stored), page tables, one request per (sequence, block), two per
     sequence for the fused commit, a block-causal custom mask for the prompt: same tokens as plain."""
-    from wam_diff2_core.decoding.static_flashinfer import FlashInferAttention
+    from wam_diff2_core.decoding.attention_flashinfer import FlashInferAttention
     static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, STATIC)
     kernels = types.SimpleNamespace(BatchPrefillWithPagedKVCacheWrapper=_PagedPrefillStandIn)
     static.attention = FlashInferAttention(static.text, use_cuda_graph=use_cuda_graph, kernels=kernels)

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from wam_diff2_core.config import ConfigError
-from wam_diff2_core.model.inputs import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-from wam_diff2_core.training.config import (TrainingConfig, check_required, load_training_config, parse_mix,
+from wam_diff2_core.model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from wam_diff2_core.trainer.training_config import (TrainingConfig, check_required, load_training_config, parse_mix,
                                             parse_overrides, settings_table)
-from wam_diff2_core.training.recipes import curriculum_stages
+from wam_diff2_core.trainer.recipes import curriculum_stages
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINING = REPO / "training"
@@ -32,7 +32,7 @@ def test_shipped_yaml_loads_validates_and_shows_its_command(path):
     check_required(cfg)
     header = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
     header = re.sub(r"\\\s+", " ", header)                        # join shell line continuations
-    command = re.compile(r"(wam-diff2 train|-m wam_diff2_core\.training)\b[^#]*?--config training/"
+    command = re.compile(r"(wam-diff2 train|-m wam_diff2_core\.trainer)\b[^#]*?--config training/"
                          + re.escape(path.relative_to(TRAINING).as_posix()))
     assert command.search(header), f"{path.name}: header shows no command that runs it"
     # every key the YAML sets is one the config knows (load would have raised otherwise) and is not dead
@@ -193,11 +193,11 @@ def test_accelerate_config_is_valid(path):
         from transformers.models.qwen3_vl import modeling_qwen3_vl
         for cls in cfg.fsdp_config["fsdp_transformer_layer_cls_to_wrap"].split(","):
             assert hasattr(modeling_qwen3_vl, cls)
-    assert "-m wam_diff2_core.training" in path.read_text().splitlines()[1] + path.read_text().splitlines()[2]
+    assert "-m wam_diff2_core.trainer" in path.read_text().splitlines()[1] + path.read_text().splitlines()[2]
 
 
 def test_module_entry_point_reports_an_unknown_key(capsys):
-    """``python -m wam_diff2_core.training`` (torchrun / accelerate launch) takes the same arguments."""
-    from wam_diff2_core.training.__main__ import main
+    """``python -m wam_diff2_core.trainer`` (torchrun / accelerate launch) takes the same arguments."""
+    from wam_diff2_core.trainer.__main__ import main
     assert main(["--config", str(TRAINING / "block4.yaml"), "--loss.chunksize", "8"]) == 2
     assert "loss.chunksize" in capsys.readouterr().err

@@ -12,9 +12,9 @@ from wam_diff2_core.config import read_diffusion_file
 from wam_diff2_core.data.samples import iter_samples, load_images
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.model.checkpoint import load_checkpoint
-from wam_diff2_core.model.inputs import encode_prompts
-from wam_diff2_core.training.checkpointing import read_metrics
-from wam_diff2_core.training.tiny_data import write_tiny_dataset
+from wam_diff2_core.model.prompt_encoding import encode_prompts
+from wam_diff2_core.trainer.checkpointing import read_metrics
+from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 TRAINING = Path(__file__).resolve().parents[1] / "training"
 STEPS_PER_STAGE = 50

@@ -10,8 +10,8 @@ import torch
 from wam_diff2_core.config import ConfigError
 from wam_diff2_core.data.samples import SampleError
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
-from wam_diff2_core.training.data import BatchPlan, DataOrder, Example, SampleDataset, StepBatches, total_steps
-from wam_diff2_core.training.tiny_data import tiny_records, write_tiny_dataset
+from wam_diff2_core.trainer.training_data import BatchPlan, DataOrder, Example, SampleDataset, StepBatches, total_steps
+from wam_diff2_core.trainer.tiny_data import tiny_records, write_tiny_dataset
 
 
 
@@ -140,7 +140,7 @@ def test_an_oversized_image_is_a_skipped_sample_not_a_crash(tiny_model, tmp_path
 
 def test_the_image_limits_default_to_the_cores(tmp_path):
     from wam_diff2_core.images import ImageLimits
-    from wam_diff2_core.training.config import TrainingConfig
+    from wam_diff2_core.trainer.training_config import TrainingConfig
     data = TrainingConfig().data
     assert ImageLimits(data.max_decoded_pixels, data.max_decoded_bytes) == ImageLimits()
 

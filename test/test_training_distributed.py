@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
-from wam_diff2_core.training.tiny_data import write_tiny_dataset
+from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 3
@@ -22,9 +22,9 @@ STEPS = 3
 # its loss and synchronised gradients, then the update and two more full steps.
 HELPER = r'''
 import json, sys, torch
-from wam_diff2_core.training.config import load_training_config
-from wam_diff2_core.training.data import make_loader
-from wam_diff2_core.training.recipes import RECIPES
+from wam_diff2_core.trainer.training_config import load_training_config
+from wam_diff2_core.trainer.training_data import make_loader
+from wam_diff2_core.trainer.recipes import RECIPES
 
 
 def run_job(config, overrides, steps):

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wam_diff2_core.training.losses import LossSettings, divergence, objective, top_k_overlap
+from wam_diff2_core.trainer.losses import LossSettings, divergence, objective, top_k_overlap
 
 V, H, M = 37, 8, 11
 

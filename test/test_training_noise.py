@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from wam_diff2_core.data.samples import iter_samples, load_images
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.masks import prompt_block_mask
-from wam_diff2_core.model.inputs import encode_prompts
+from wam_diff2_core.model.prompt_encoding import encode_prompts
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
-from wam_diff2_core.training.data import SampleDataset, prompt_batch
-from wam_diff2_core.training.noise import (CLEAN, NOISY, PREFIX, Layout, build_batch, noise_generator,
+from wam_diff2_core.trainer.training_data import SampleDataset, prompt_batch
+from wam_diff2_core.trainer.noise import (CLEAN, NOISY, PREFIX, Layout, build_batch, noise_generator,
                                            noise_response, stratified_mask_ratios, training_attention_mask)
-from wam_diff2_core.training.tiny_data import write_tiny_dataset
+from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 
 
@@ -151,8 +151,8 @@ def test_block_size_one_is_causal_next_token_training(tiny_model, examples):
     for i, e in enumerate(examples[:2]):
         n = e.prefix_length + e.response_ids.shape[0]
         assert torch.equal(batch.attention_mask[i, 0, :n, :n], causal[:n, :n])
-    from wam_diff2_core.training.recipes.finetune import DiffusionObjective
-    from wam_diff2_core.training.losses import LossSettings
+    from wam_diff2_core.trainer.recipes.finetune import DiffusionObjective
+    from wam_diff2_core.trainer.losses import LossSettings
     with torch.no_grad():
         ours = DiffusionObjective(tiny_model.model, LossSettings())(
             target_index=batch.target_index, target_ids=batch.target_ids, ce_weight=batch.ce_weight,

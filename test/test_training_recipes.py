@@ -12,13 +12,13 @@ import torch
 from wam_diff2_core.config import ConfigError, read_diffusion_file
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS, build_tiny_checkpoint
-from wam_diff2_core.training.checkpointing import checkpoint_dirs, latest_checkpoint, read_metrics
-from wam_diff2_core.training.config import load_training_config
-from wam_diff2_core.training.evaluate import validation_loss
-from wam_diff2_core.training.losses import LossSettings
-from wam_diff2_core.training.optim import VISION_TOWER, part_of
-from wam_diff2_core.training.recipes import DistillRecipe, FinetuneRecipe, run_stage
-from wam_diff2_core.training.tiny_data import write_tiny_dataset
+from wam_diff2_core.trainer.checkpointing import checkpoint_dirs, latest_checkpoint, read_metrics
+from wam_diff2_core.trainer.training_config import load_training_config
+from wam_diff2_core.trainer.evaluate import validation_loss
+from wam_diff2_core.trainer.losses import LossSettings
+from wam_diff2_core.trainer.optim import VISION_TOWER, part_of
+from wam_diff2_core.trainer.recipes import DistillRecipe, FinetuneRecipe, run_stage
+from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 
 
@@ -119,7 +119,7 @@ def test_modelwise_distillation_from_a_wider_teacher(tiny_checkpoint, data_file,
 
 def test_teacher_reads_with_its_own_block_size(tiny_checkpoint, data_file, tmp_path, block4_run):
     """The teacher's hidden states are those of a forward under the B_t mask, not the student's."""
-    from wam_diff2_core.training.recipes.distill import teacher_hidden_states
+    from wam_diff2_core.trainer.recipes.distill import teacher_hidden_states
     cfg = shipped("distill_blockwise", tiny_checkpoint, data_file, tmp_path / "t", **{
         "distill.teacher_path": str(block4_run), "diffusion.block_size": 8, "distill.teacher_block_size": 0})
     recipe = DistillRecipe(cfg)
@@ -158,7 +158,7 @@ def test_on_policy_regenerates_every_interval(tiny_checkpoint, data_file, tmp_pa
         calls.append((self.step, [e.id for e in examples], out))
         # the student's own answers: its decoder output, then EOS
         from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
-        from wam_diff2_core.training.data import prompt_batch
+        from wam_diff2_core.trainer.training_data import prompt_batch
         settings = self.diffusion.settings.replace(block_size=8, max_new_tokens=max(
             -(-len(e.response_ids) // 8) * 8 for e in examples))
         again = BlockDiffusionDecoder(self.hf_model, self.diffusion).generate(prompt_batch(examples, 0), settings)
@@ -191,7 +191,7 @@ def _gradients(cfg):
     recipe = FinetuneRecipe(cfg)
     recipe.setup()
     try:
-        from wam_diff2_core.training.data import make_loader
+        from wam_diff2_core.trainer.training_data import make_loader
         loader = iter(make_loader(recipe.dataset, recipe.order, recipe.plan, 0, 1))
         result = recipe.backward_step(0, [next(loader) for _ in range(recipe.plan.accumulation_steps)])
         grads = {n: p.grad.clone() for n, p in recipe.hf_model.named_parameters() if p.grad is not None}
@@ -307,7 +307,7 @@ def test_bf16_autocast_and_bf16_teacher(tiny_checkpoint, data_file, tmp_path):
 
 def test_ar_pretraining_then_convert_then_block4(data_file, tmp_path):
     """Phase 1 on a stock AR checkpoint (no <|mask|>), then `wam-diff2 convert`, then Stage I."""
-    from wam_diff2_core.model.convert import convert_to_diffusion
+    from wam_diff2_core.model.ar_to_diffusion import convert_to_diffusion
     ar = build_tiny_checkpoint(tmp_path / "ar", seed=0, diffusion=False)
     ar_final = run_stage(shipped("ar_pretrain", ar, data_file, tmp_path / "phase1", **{"train.max_steps": 3}))
     assert not (ar_final / "diffusion_config.json").exists()           # still an AR checkpoint

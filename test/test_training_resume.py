@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 from hostile_data import sigkill_when
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
-from wam_diff2_core.training.checkpointing import checkpoint_dirs, loss_curve, missing_files, read_metrics
-from wam_diff2_core.training.tiny_data import write_tiny_dataset
+from wam_diff2_core.trainer.checkpointing import checkpoint_dirs, loss_curve, missing_files, read_metrics
+from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 12
@@ -23,7 +23,7 @@ KILL_AFTER_CHECKPOINT = "step-000004"
 
 
 def _command(model, data, out, *extra):
-    return [sys.executable, "-m", "wam_diff2_core.training", "--log-level", "WARNING",
+    return [sys.executable, "-m", "wam_diff2_core.trainer", "--log-level", "WARNING",
             "--config", str(REPO / "training" / "block4.yaml"), "--model.path", str(model),
             "--data.train_file", str(data), "--data.data_root", str(data.parent),
             "--data.min_pixels", str(TINY_MIN_PIXELS), "--data.max_pixels", str(TINY_MAX_PIXELS),
@@ -56,7 +56,7 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tiny_checkpoint, t
     resumed = subprocess.run(_command(tiny_checkpoint, data, killed, "--resume"), cwd=REPO, env=_env(),
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    from wam_diff2_core.training.__main__ import main          # in this process: one launch less
+    from wam_diff2_core.trainer.__main__ import main          # in this process: one launch less
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                                    # as OMP_NUM_THREADS=1 in the subprocesses
     try:

@@ -24,13 +24,13 @@ import torch
 
 from .config import DEFAULT_PARSE_RETRY, PARSE_RETRIES, EngineSettings
 from .decoding import make_decoder
-from .decoding.decoder import DecodeStats
+from .decoding.common import DecodeStats
 from .model.checkpoint import LoadedModel, load_checkpoint
-from .model.inputs import encode_prompts
+from .model.prompt_encoding import encode_prompts
 from .outputs.parsing import Box, parse_boxes, parse_waypoints
-from .profiling import PeakMemory, StageTimes, VisionTimer
 from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEMPLATE, IMAGE_PLACEHOLDER,
                               NUM_WAYPOINTS, format_detection_prompt, format_planning_prompt)
+from .profiling import PeakMemory, StageTimes, VisionTimer
 
 TASKS = ("plan", "detect")
 

@@ -62,8 +62,8 @@ from std_msgs.msg import Bool, Float32, Header, String
 from wam_diff2_core.control import ControllerGains, Plan
 from wam_diff2_core.geometry import quaternion_from_yaw, wrap_angle, yaw_from_quaternion
 from wam_diff2_core.localization import SensorNoise
-from wam_diff2_core.sim.bag import topic_names
-from wam_diff2_core.sim.closed_loop import ExpertOracle, RouteResult, RouteRun
+from wam_diff2_core.sim.episode_bags import topic_names
+from wam_diff2_core.sim.route_runs import ExpertOracle, RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
 
 from .controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,

@@ -64,7 +64,7 @@ from std_msgs.msg import Bool, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointController
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
-from wam_diff2_core.evaluation.bag import DEFAULT_ROLE
+from wam_diff2_core.evaluation.bags import DEFAULT_ROLE
 from wam_diff2_core.geometry import TIME_RESET_S, RouteCommandSettings, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
                                    route_from_path_msg)

@@ -15,7 +15,7 @@ from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from wam_diff2_core.geometry import EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw
-from wam_diff2_core.inputs import NS_PER_S
+from wam_diff2_core.frame_inputs import NS_PER_S
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.policy import TaskResult
 
@@ -34,7 +34,7 @@ def ns_to_duration(ns: int) -> Duration:
 
 
 # ----------------------------------------------------------------------------- inputs
-# Odometry, route, command and image messages are read by wam_diff2_core.inputs (shared with the
+# Odometry, route, command and image messages are read by wam_diff2_core.frame_inputs (shared with the
 # offline evaluator); only the camera model for the debug image is converted here.
 def camera_info_to_camera(msg: CameraInfo) -> PinholeCamera:
     """Intrinsics from the K matrix. Raises ValueError when unusable."""

@@ -28,7 +28,7 @@ from wam_diff2_core.config import (DECODING_FIELDS, ENGINE_FIELDS, PARSE_RETRIES
                                    EngineSettings, field_type)
 from wam_diff2_core.geometry import COMMANDS, RouteCommandSettings
 from wam_diff2_core.images import ImageLimits
-from wam_diff2_core.inputs import InputSettings
+from wam_diff2_core.frame_inputs import InputSettings
 from wam_diff2_core.model.checkpoint import DTYPES
 from wam_diff2_core.policy import DrivingPolicy
 

@@ -9,7 +9,7 @@ cleanup frees the model. With ``autostart`` (the default) the node configures an
 itself once its executor spins.
 
 Threads: subscription callbacks only store the newest input (a keep-latest slot for images;
-odometry, route and command in a :class:`wam_diff2_core.inputs.FrameInputTracker`); one worker
+odometry, route and command in a :class:`wam_diff2_core.frame_inputs.FrameInputTracker`); one worker
 thread takes the newest frame, asks the tracker for the policy's inputs at its stamp, runs
 :meth:`wam_diff2_core.policy.DrivingPolicy.step` and publishes. The offline evaluator derives
 its inputs with the same tracker and makes the same call, so its numbers are the node's.
@@ -43,7 +43,7 @@ from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.geometry import TIME_RESET_S, CameraMount, EgoSample, PinholeCamera, project_ego_points
 from wam_diff2_core.images import ImageError, draw_debug_image
-from wam_diff2_core.inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, OFF_ROUTE,
+from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, OFF_ROUTE,
                                    ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip, check_image_msg,
                                    image_msg_to_rgb, is_compressed, stamp_ns)
 from wam_diff2_core.policy import DrivingPolicy

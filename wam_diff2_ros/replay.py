@@ -51,7 +51,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
-from wam_diff2_core.evaluation.bag import Bag, BagError, BagStreamWriter
+from wam_diff2_core.evaluation.bags import Bag, BagError, BagStreamWriter
 
 log = logging.getLogger("wam_diff2.replay")
 

@@ -32,7 +32,7 @@ from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.geometry import quaternion_from_yaw
 
-from wam_diff2_core.inputs import stamp_ns as stamp_to_ns
+from wam_diff2_core.frame_inputs import stamp_ns as stamp_to_ns
 
 from .conversions import ns_to_stamp
 from .msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory

@@ -66,7 +66,7 @@ def add_arguments(p) -> None:
                    help="subset of: plain static-sdpa static-sdpa-graph static-flashinfer static-flashinfer-graph")
     p.add_argument("--skip-decode", action="store_true", help="no end-to-end decode table")
     p.add_argument("--logit-scale", type=float, default=24.0,
-                   help="random weights: LM head scale, so confidences spread like a trained model's")
+                   help="random weights: logit scale (through the final norm), so confidences spread like a trained model's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     p.add_argument("--json", default=None, help="also write every number here")
@@ -75,14 +75,19 @@ def add_arguments(p) -> None:
 
 
 # ---------------------------------------------------------------------------------- model
-def build_random_model(shape: str, device, dtype, seed: int, logit_scale: float):
-    """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape."""
+def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float):
+    """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape (a
+    name of :data:`SHAPES` or such a dict).
+
+    Logits are scaled by ``logit_scale`` through the final norm's weight, not the LM head: with tied
+    embeddings (the 2B shape) scaling the LM head would scale the input embeddings too, and the
+    random model would no longer have a trained model's spread of confidences."""
     import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     from ..config import DecodingSettings, DiffusionConfig
 
-    dims = dict(SHAPES[shape])
+    dims = dict(SHAPES[shape] if isinstance(shape, str) else shape)
     section, tie = dims.pop("mrope_section"), dims.pop("tie_word_embeddings")
     config = Qwen3VLConfig(
         text_config=dict(**dims, max_position_embeddings=262144, rms_norm_eps=1e-6,
@@ -99,7 +104,7 @@ def build_random_model(shape: str, device, dtype, seed: int, logit_scale: float)
         model = Qwen3VLForConditionalGeneration(config)
     model = model.to(dtype).eval()
     with torch.no_grad():
-        model.lm_head.weight.mul_(logit_scale)
+        model.model.language_model.norm.weight.mul_(logit_scale)    # logits = lm_head(norm(h)): all x scale
     vocab = dims["vocab_size"]
     mask_id, eos_id = vocab - 1, vocab - 2
     # EOS is banned too: every decode runs to --new-tokens, so timings compare like for like.
@@ -110,7 +115,7 @@ def build_random_model(shape: str, device, dtype, seed: int, logit_scale: float)
 
 # ---------------------------------------------------------------------------------- timing
 def _sync(device) -> None:
-    from ..decoding.decoder import PhaseTimer
+    from ..decoding.common import PhaseTimer
     PhaseTimer(device).sync()
 
 
@@ -210,15 +215,14 @@ def forward_steps(name, decoder, config, args, device, length: int) -> list[tupl
             prefix = decoder.prefill(inputs, size)
             block = torch.full((batch, size), config.mask_token_id, device=device)
         else:
-            run = decoder._begin(batch, length + 4 * size)
-            prefix = decoder.prefill(inputs, size, run)
+            state = decoder.begin(inputs, size, answer_slots=4 * size)
         for label, queries, segments in shapes:
             if name == "plain":   # transformers forward on a DynamicCache, cropped back
-                fn = (lambda q=queries: decoder._forward(prefix, block[:, :q], 0, keep=False))
+                fn = (lambda q=queries: decoder.forward_block(prefix, block[:, :q], 0, keep=False))
             else:
-                buf = decoder._plan(run, prefix, segments)
+                buf = decoder.plan_step(state, segments)
                 buf.tokens.fill_(config.mask_token_id)
-                fn = (lambda b=buf: decoder._forward(run, b))
+                fn = (lambda b=buf: decoder.forward(state, b))
             keys = length + segments[-1][0] + segments[-1][1]
             steps.append(({"variant": name, "prompt": length, "step": label, "queries": queries,
                            "keys": keys}, torch.no_grad()(fn)))

@@ -165,11 +165,12 @@ def decode_row(decoder, tokenizer, sample_id: str, inputs, truth, settings, seed
     """One sample under one configuration: its answer, errors against ``truth`` and decode statistics."""
     import torch
 
+    from ..decoding.sampling import seeded_generators
     from ..evaluation.metrics import waypoint_errors
     from ..outputs.parsing import parse_waypoints
 
     with torch.no_grad():
-        text, s = decode_one(decoder, tokenizer, inputs, settings, torch.Generator().manual_seed(seed))
+        text, s = decode_one(decoder, tokenizer, inputs, settings, seeded_generators([seed], decoder.device)[0])
     plan = parse_waypoints(text)
     return {"id": sample_id, "text": text, "parse_error": None if plan.ok else str(plan.error),
             "errors": waypoint_errors(plan.waypoints, truth).tolist() if plan.ok else None,
@@ -230,7 +231,7 @@ def run(args) -> int:
     from ..config import ConfigError
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
-    from ..model.inputs import encode_prompts
+    from ..model.prompt_encoding import encode_prompts
     from ..utils.atomic import atomic_directory, atomic_write_json
     from .bench import cpu_name, format_table
 

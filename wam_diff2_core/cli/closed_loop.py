@@ -10,13 +10,13 @@ Loops (``--loop``): ``ros`` (default) runs the simulator on carla-ros-bridge top
 node (in this process or ``--planner-process subprocess``) in lockstep mode every
 ``--lockstep-n`` ticks and the controller node every tick, with the leaderboard's handshake
 and 1.0 s control deadline (``wam_diff2_ros.closed_loop``); ``direct`` calls the same policy
-and controller in one process, without ROS (``wam_diff2_core.sim.closed_loop``). ``--oracle``
+and controller in one process, without ROS (``wam_diff2_core.sim.route_runs``). ``--oracle``
 replaces the planner by the demo world's expert future (an oracle that reads the simulator:
 it tests the control + simulation loop and bounds what this controller can do).
 
 Writes OUT/summary.json (settings, per-route results, the summary) and OUT/route_NNN.png (bird's-eye
 view per route). Scoring (route completion, infraction penalty, driving score) is documented
-in ``wam_diff2_core/sim/closed_loop.py``.
+in ``wam_diff2_core/sim/route_runs.py``.
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def run(args) -> int:
 
     from ..config import EngineSettings
     from ..control import ControllerGains
-    from ..sim.closed_loop import (ClosedLoopSettings, ExpertLabels, ExpertOracle, PolicyPlanner, RouteRun,
+    from ..sim.route_runs import (ClosedLoopSettings, ExpertLabels, ExpertOracle, PolicyPlanner, RouteRun,
                                    demo_world_gains, drive_direct, plot_route, summarize, summary_line)
     from ..utils.atomic import atomic_directory
 

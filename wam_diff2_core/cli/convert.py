@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..model.convert import convert_to_diffusion
+    from ..model.ar_to_diffusion import convert_to_diffusion
 
     path = convert_to_diffusion(args.src, args.dst, block_size=args.block_size)
     print(f"wrote {path}")

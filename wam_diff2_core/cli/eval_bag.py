@@ -176,10 +176,10 @@ def _apply_params_file(args) -> dict:
 
 
 def _settings(args):
-    from ..evaluation.bag import BagTopics
+    from ..evaluation.bags import BagTopics
     from ..evaluation.runner import EvalSettings
     from ..geometry import RouteCommandSettings
-    from ..inputs import InputSettings
+    from ..frame_inputs import InputSettings
 
     topics = BagTopics.carla(args.role, args.camera, image=args.image_topic, odometry=args.odometry_topic,
                              route=args.route_topic, command=args.command_topic,
@@ -222,7 +222,7 @@ def _error(message: str) -> int:
 
 def run(args) -> int:
     from ..config import ConfigError
-    from ..evaluation.bag import BagError
+    from ..evaluation.bags import BagError
 
     try:
         if args.compare:
@@ -252,7 +252,7 @@ def run(args) -> int:
 
 
 def _evaluate(args, settings) -> int:
-    from ..evaluation.bag import Bag
+    from ..evaluation.bags import Bag
     from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
     from ..evaluation.runner import evaluate_bags, plan_bag
@@ -310,7 +310,7 @@ def _predictions(args) -> int:
     """--predictions: score what a planner node published (no model)."""
     from collections import Counter
 
-    from ..evaluation.bag import Bag
+    from ..evaluation.bags import Bag
     from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
     from ..evaluation.runner import evaluate_predictions, plan_bag

@@ -17,7 +17,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..model.convert import export_checkpoint
+    from ..model.checkpoint import export_checkpoint
 
     print(f"wrote {export_checkpoint(args.src, args.dst, dtype=args.dtype)}")
     return 0

@@ -75,15 +75,17 @@ def run(args) -> int:
 
     from ..data.samples import Sample, SampleError, iter_samples, load_images
     from ..decoding import make_decoder
-    from ..model.checkpoint import load_checkpoint
-    from ..model.inputs import encode_prompts, pixel_size
+    from ..model.checkpoint import load_checkpoint, rank_device
+    from ..model.prompt_encoding import encode_prompts, pixel_size
     from ..utils.atomic import atomic_write_json, atomic_write_text
 
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
-    if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    if world > 1 and args.device in ("auto", "cuda") and torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    device = args.device
+    if world > 1:
+        device = rank_device(args.device, int(os.environ.get("LOCAL_RANK", 0)))
+        if not torch.distributed.is_initialized():
+            backend = {"cuda": "nccl", "npu": "hccl"}.get(device.split(":")[0], "gloo")
+            torch.distributed.init_process_group(backend)
 
     try:
         limits = image_limits(args)
@@ -120,7 +122,7 @@ def run(args) -> int:
     atomic_write_text(partial, "".join(json.dumps(r) + "\n" for r in done.values()))
 
     engine = engine_settings(args)
-    loaded = load_checkpoint(args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args))
+    loaded = load_checkpoint(args.model, device=device, dtype=args.dtype, overrides=decoding_overrides(args))
     try:  # a bad pixel budget is the run's error, not every sample's
         pixel_size(args.min_pixels, args.max_pixels, loaded.processor.image_processor.size)
     except ValueError as exc:
@@ -180,7 +182,7 @@ def _error_record(exc) -> dict:
 
 
 def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts) -> list[dict]:
-    import torch
+    from ..decoding.sampling import seeded_generators
 
     try:
         inputs = encode_prompts(loaded.processor, [s.prompt_messages for _, s, _ in ready],
@@ -190,7 +192,7 @@ def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts) -> list[dic
             return [_error_record(ready[0][1].error(f"cannot encode ({exc})"))]
         # One bad sample must not sink the batch: retry one by one.
         return [rec for item in ready for rec in _decode([item], loaded, decoder, tokenizer, args, encode_prompts)]
-    gens = [torch.Generator().manual_seed(args.seed + i) for i, _, _ in ready]
+    gens = seeded_generators((args.seed + i for i, _, _ in ready), decoder.device)
     out = decoder.generate(inputs, generators=gens)
     texts = tokenizer.batch_decode(out.sequences, skip_special_tokens=False)
     records = []

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from ..evaluation.bag import DEFAULT_ROLE
+from ..evaluation.bags import DEFAULT_ROLE
 from ..outputs.prompts import COMMANDS
 
 HELP = "generate synthetic driving scenes (JSON samples and rosbag2 bags)"
@@ -80,7 +80,7 @@ def settings_from_args(args):
     from ..config import ConfigError
     from ..sim.camera import CameraSettings
     from ..sim.episode import EpisodeSettings, RecoverySettings
-    from ..sim.export import ExportSettings
+    from ..sim.dataset_export import ExportSettings
     from ..sim.road import RouteSettings
     from ..sim.world import WorldSettings
 
@@ -109,7 +109,7 @@ def settings_from_args(args):
 
 def run(args) -> int:
     from ..config import ConfigError
-    from ..sim.export import export
+    from ..sim.dataset_export import export
 
     if args.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {args.seed}")

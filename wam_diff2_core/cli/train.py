@@ -5,7 +5,7 @@ any ``--section.key value`` overrides the matching YAML field.
     wam-diff2 train --config training/block4.yaml --data.train_file train.json --output.dir runs/block4
     wam-diff2 train --config training/curriculum.yaml --model.path ckpt/ar --output.dir runs/curriculum
     wam-diff2 train --config training/block4.yaml --output.dir runs/block4 --resume
-    accelerate launch --config_file training/accelerate/ddp.yaml -m wam_diff2_core.training \\
+    accelerate launch --config_file training/accelerate/ddp.yaml -m wam_diff2_core.trainer \\
         --config training/block4.yaml
 
 Run directory: config.yaml, metrics.jsonl, checkpoints/step-N/ (resumable), final/ (the
@@ -39,13 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..training.config import dump_yaml, load_training_config
+    from ..trainer.training_config import dump_yaml, load_training_config
 
     cfg = load_training_config(args.config, args.overrides)
     if args.print_config:
         print(dump_yaml(cfg), end="")
         return 0
-    from ..training.recipes import run as run_training
+    from ..trainer.recipes import run as run_training
 
     final = run_training(cfg, resume=args.resume)
     if os.environ.get("RANK", "0") == "0":     # one line per run, not per process

@@ -18,59 +18,15 @@ left-padded and each sequence decodes to exactly the tokens it gets alone.
 """
 from __future__ import annotations
 
-import dataclasses
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from ..config import DecodingSettings, DiffusionConfig
+from .common import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
 from .masks import block_query_mask, prompt_block_mask, response_positions
-from .sampling import choose_transfer, sample_tokens, transfer_schedule
-
-VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
-
-
-@dataclass
-class DecodeStats:
-    """Cost of decoding one sequence, counted as if it had been decoded alone."""
-
-    block_size: int
-    forwards: int = 0           # forwards after the prefill: denoise steps + commits
-    denoise_steps: int = 0
-    commit_forwards: int = 0
-    blocks: int = 0
-    tokens: int = 0             # answer tokens, EOS excluded
-    steps_per_block: list[int] = field(default_factory=list)
-    prefill_ms: float = 0.0     # wall time of the batch call's phases
-    denoise_ms: float = 0.0
-    commit_ms: float = 0.0
-    retries: int = 0            # decodes repeated because the answer did not parse (the policy's parse_retry)
-
-    @property
-    def decode_ms(self) -> float:
-        return self.prefill_ms + self.denoise_ms + self.commit_ms
-
-    def then_retried(self, retry: "DecodeStats") -> "DecodeStats":
-        """This decode's cost plus a retry's; the answer (``tokens``) is the retry's."""
-        return dataclasses.replace(
-            retry, forwards=self.forwards + retry.forwards, denoise_steps=self.denoise_steps + retry.denoise_steps,
-            commit_forwards=self.commit_forwards + retry.commit_forwards, blocks=self.blocks + retry.blocks,
-            steps_per_block=self.steps_per_block + retry.steps_per_block,
-            prefill_ms=self.prefill_ms + retry.prefill_ms, denoise_ms=self.denoise_ms + retry.denoise_ms,
-            commit_ms=self.commit_ms + retry.commit_ms, retries=self.retries + retry.retries + 1)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class DecodeOutput:
-    sequences: list[list[int]]  # answer token ids per sequence, truncated before the first EOS
-    finished: list[bool]        # True: EOS reached; False: stopped at max_new_tokens
-    stats: list[DecodeStats]
-
+from .sampling import choose_transfer, device_settings, sample_tokens, transfer_schedule
 
 @dataclass
 class Prefix:
@@ -80,48 +36,6 @@ class Prefix:
     valid: torch.Tensor         # [N, L] keys in the cache that may be attended (False at padding)
     next_position: torch.Tensor  # [N] MRoPE position of response offset 0 (= P + rope_delta)
     last_logits: torch.Tensor   # [N, V] logits at the last prompt token (used by AR)
-
-
-def record_block(rows_tokens: list[list[int]], steps: Sequence[int], live: Sequence[int], eos_id: int,
-                 stats: list[DecodeStats], answer: list[list[int]], done: list[bool]) -> None:
-    """Book a finished block for the rows still decoding: its steps, and its tokens up to the first
-    EOS (a row with an EOS is done)."""
-    for i in live:
-        stats[i].blocks += 1
-        stats[i].steps_per_block.append(steps[i])
-        stats[i].denoise_steps += steps[i]
-        tokens = rows_tokens[i]
-        if eos_id in tokens:
-            answer[i].extend(tokens[:tokens.index(eos_id)])
-            done[i] = True
-        else:
-            answer[i].extend(tokens)
-
-
-class PhaseTimer:
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.totals = {"prefill": 0.0, "denoise": 0.0, "commit": 0.0}
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        elif self.device.type == "npu":
-            torch.npu.synchronize(self.device)
-
-    def __call__(self, phase: str):
-        timer = self
-
-        class _Phase:
-            def __enter__(self):
-                timer.sync()
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.sync()
-                timer.totals[phase] += (time.perf_counter() - self.t0) * 1e3
-
-        return _Phase()
 
 
 class BlockDiffusionDecoder:
@@ -157,7 +71,7 @@ class BlockDiffusionDecoder:
         next_position = positions.masked_fill(~valid.unsqueeze(0), -1).amax(dim=(0, 2)) + 1   # [N]
         return Prefix(cache=cache, valid=valid, next_position=next_position, last_logits=out.logits[:, -1])
 
-    def _forward(self, prefix: Prefix, tokens: torch.Tensor, offset: int, keep: bool) -> torch.Tensor:
+    def forward_block(self, prefix: Prefix, tokens: torch.Tensor, offset: int, keep: bool) -> torch.Tensor:
         """Forward response tokens at response offset ``offset`` against the cached prefix.
 
         keep=False: a denoise step; the cache is read, and what the forward appended is cut
@@ -178,7 +92,7 @@ class BlockDiffusionDecoder:
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
                  generators: Sequence[torch.Generator | None] | None = None) -> DecodeOutput:
         """Decode a (left-padded) processor batch. ``generators``: one per sequence when sampling."""
-        settings = settings or self.config.settings
+        settings = device_settings(settings or self.config.settings, self.device.type)
         n = inputs["input_ids"].shape[0]
         if generators is not None and len(generators) != n:
             raise ValueError(f"generators: expected {n}, got {len(generators)}")
@@ -215,7 +129,7 @@ class BlockDiffusionDecoder:
                     active = masked.any(dim=1).tolist()
                     if not any(active):
                         break
-                    logits = self._forward(prefix, block, k * size, keep=False)          # [N, B, V]
+                    logits = self.forward_block(prefix, block, k * size, keep=False)          # [N, B, V]
                     rows = [i for i in range(n) if active[i]]
                     last_tokens, conf = sample_tokens(logits, settings, self.banned, generators, rows)
                     transfer = choose_transfer(masked, conf, settings, step, schedule)
@@ -228,7 +142,7 @@ class BlockDiffusionDecoder:
             if all(done) or k == n_blocks - 1:
                 break
             with timer("commit"):
-                self._forward(prefix, block, k * size, keep=True)
+                self.forward_block(prefix, block, k * size, keep=True)
             for i in live:
                 if not done[i]:
                     stats[i].commit_forwards += 1
@@ -265,7 +179,7 @@ class BlockDiffusionDecoder:
                 if not done[i]:
                     stats[i].forwards += 1
             with timer("denoise"):
-                logits = self._forward(prefix, tokens.unsqueeze(1), t, keep=True)
+                logits = self.forward_block(prefix, tokens.unsqueeze(1), t, keep=True)
         for i in range(n):
             stats[i].tokens = len(answer[i])
         return DecodeOutput(sequences=answer, finished=done, stats=stats)

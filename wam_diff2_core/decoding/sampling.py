@@ -6,11 +6,31 @@ sequence decodes to the same tokens alone or in any batch.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import logging
+from typing import Iterable, Sequence
 
 import torch
 
 from ..config import DecodingSettings
+
+log = logging.getLogger(__name__)
+
+
+def device_settings(settings: DecodingSettings, device_type: str) -> DecodingSettings:
+    """Per-device adjustments of the sampling method, applied by every decoder. Ascend NPUs hang in
+    ``torch.multinomial``: there, sampling uses the inverse CDF (one uniform per position), as in the
+    authors' NPU code."""
+    if device_type == "npu" and settings.temperature > 0 and settings.sampler != "inverse_cdf":
+        log.warning("device npu: sampling by inverse CDF instead of %s (multinomial hangs on Ascend)",
+                    settings.sampler)
+        return settings.replace(sampler="inverse_cdf")
+    return settings
+
+
+def seeded_generators(seeds: Iterable[int], device: torch.device | str) -> list[torch.Generator]:
+    """One seeded generator per sequence, on the model's device: ``torch.multinomial`` / ``torch.rand``
+    on cuda or npu tensors refuse a CPU generator."""
+    return [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
 
 
 def ban_tokens(logits: torch.Tensor, banned: torch.Tensor | None) -> torch.Tensor:
@@ -58,6 +78,9 @@ def sample_tokens(logits: torch.Tensor, settings: DecodingSettings, banned: torc
     for row in (range(probs.shape[0]) if rows is None else rows):
         gen = generators[row] if generators is not None else None
         p = probs[row]                                             # [block, V]
+        if gen is not None and gen.device.type != p.device.type:
+            raise ValueError(f"generators: sequence {row}'s generator is on {gen.device}, the logits on "
+                             f"{p.device}; make them on the model's device (seeded_generators)")
         if settings.sampler == "inverse_cdf":
             # One uniform per position; Ascend NPUs hang in torch.multinomial.
             u = torch.rand(p.shape[0], 1, generator=gen, device=p.device, dtype=p.dtype)

@@ -1,304 +1,60 @@
-"""Static block-diffusion decoding: a preallocated KV cache, a fixed-shape step, fused commits.
+"""Static block-diffusion decoding: the loop over a preallocated KV cache, whole-step graphs, fused commits.
 
 The algorithm, the settings and the tokens are those of the plain decoder (decoder.py; bit-exact in
-float32 on CPU, pinned by test/test_static_decoder.py); the cost structure is gpt-fast's:
+float32 on CPU, pinned by test/test_static_decoder.py); the cost structure is gpt-fast's. The parts:
 
-1. prefill - the prompt runs once through our own Qwen3-VL text forward (:class:`QwenTextForward`,
-             the model's own modules; image/video features and DeepStack come from transformers)
-             and its K/V are written in place into a :class:`StaticKVCache` allocated beforehand;
-2. denoise - :func:`forward_step` forwards a [batch, block] token buffer: it writes the block's K/V
-             into the block's own cache slots and attends to prefix + block. Inside a block every
-             shape and buffer is fixed and nothing is read back by the host (the thing a CUDA graph
-             captures, see static_graphs.py); caches are never concatenated or cropped;
+- ``kv_cache.py``     :class:`StaticKVCache`, allocated once, written in place;
+- ``text_forward.py`` Qwen3-VL's text decoder over the model's own modules (:class:`QwenTextForward`);
+- ``attention.py``    the attention backends: SDPA (reference) and FlashInfer (``attention_flashinfer.py``);
+- ``step.py``         one step: fixed buffers, :func:`forward_step`, :func:`whole_step`;
+- ``cuda_graphs.py``  capture-once, replay-many graphs per step shape, eager fallback;
+- this file           the loop:
+
+1. prefill - the prompt runs once through the text forward and its K/V are written in place;
+2. denoise - each step is :func:`whole_step`: the forward of the block against prefix + block (its K/V
+             into the block's own slots), the token choice, the transfer rule and the "still masked?"
+             flag, in fixed shapes on the device; greedy steps are one CUDA graph each (per batch bucket,
+             key span and step rule) and the host reads the flag every ``mask_check_interval`` steps.
+             Sampling (temperature > 0) draws from the sequences' own generators on the host's list of
+             the rows still decoding (so a sequence decodes alone as in any batch): the forward is
+             graphed, the draws are not, and the flag is read every step;
 3. commit  - fused: the commit of block b and the first denoise step of block b + 1 are ONE forward
              over 2B queries (block b sees the prefix and itself, block b + 1 sees both), so a block
              costs S_b forwards instead of S_b + 1; no commit after the last block;
-4. stop    - a sequence stops as soon as EOS is fixed with nothing masked before it; the host reads
-             the remaining-mask state every ``mask_check_interval`` steps (every step when sampling).
+4. stop    - a sequence stops as soon as EOS is fixed with nothing masked before it.
 
-Attention backends: ``sdpa`` (default, the reference; prompts left-padded in the cache exactly like
-the plain path) and ``flashinfer`` (static_flashinfer.py: packed prompts, paged KV). Ascend NPUs run
-the same code with SDPA, inverse-CDF sampling and NPU synchronisation for timing.
+Ascend NPUs run the same code with SDPA, inverse-CDF sampling and NPU synchronisation for timing.
 
     from wam_diff2_core.decoding import make_decoder
     decoder = make_decoder(loaded.model, loaded.config, implementation="static", cuda_graphs=True)
     decoder.warmup(batch_sizes=(1,))          # captures the graphs before a node reports ready
     out = decoder.generate(processor_batch)   # DecodeOutput, as the plain decoder
+    state = decoder.begin(processor_batch, block_size=32, answer_slots=64)   # or one step at a time:
+    logits = decoder.forward(state, decoder.plan_step(state, [(0, 32)]))     # [R, 32, V]
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
-from .decoder import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
+from .attention import make_attention
+from .common import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
+from .cuda_graphs import MutatingStep, StepGraphs, batch_bucket
+from .kv_cache import StaticKVCache
 from .masks import prompt_block_mask, response_positions
-from .sampling import choose_transfer, sample_tokens, transfer_schedule
-from .static_graphs import StepGraphs, batch_bucket
+from .sampling import device_settings, sample_tokens, transfer_schedule
+from .step import BlockState, QueryGroup, StepBuffers, TransferRule, forward_step, greedy_pick, whole_step
+from .text_forward import QwenTextForward, text_model_inputs
 
 log = logging.getLogger(__name__)
 
-PAGE_SIZE = 16          # cache slots per FlashInfer page; capacities are rounded up to it
 GRAPH_SPAN_BUCKET = 256  # with CUDA graphs, SDPA attends to slots [0, span) with span a multiple of this
 
 
-# ---------------------------------------------------------------------------------- devices
-def device_settings(settings: DecodingSettings, device_type: str) -> DecodingSettings:
-    """Per-device adjustments of the sampling method. Ascend NPUs hang in ``torch.multinomial``:
-    there, sampling uses the inverse CDF (one uniform per position), as in the authors' NPU code."""
-    if device_type == "npu" and settings.temperature > 0 and settings.sampler != "inverse_cdf":
-        log.warning("device npu: sampling by inverse CDF instead of %s (multinomial hangs on Ascend)",
-                    settings.sampler)
-        return settings.replace(sampler="inverse_cdf")
-    return settings
-
-
-# ---------------------------------------------------------------------------------- KV cache
-class StaticKVCache:
-    """K/V of every layer for ``rows`` sequences of ``slots`` tokens, allocated once, written in place.
-
-    Layout [layers, rows, slots, kv_heads, head_dim]: a row's slots are contiguous, so the same memory
-    is also a FlashInfer paged cache (NHD) whose row r owns pages r * slots / page_size onwards.
-    Unwritten slots hold zeros and are never attended (masks, page tables).
-    """
-
-    def __init__(self, layers: int, rows: int, slots: int, kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device, page_size: int = PAGE_SIZE):
-        slots = -(-slots // page_size) * page_size
-        shape = (layers, rows, slots, kv_heads, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.page_size = page_size
-        self.step_buffers: dict[tuple, "StepBuffers"] = {}   # fixed step inputs over this cache, by shape
-
-    @property
-    def rows(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def slots(self) -> int:
-        return self.k.shape[2]
-
-    def fits(self, rows: int, slots: int) -> bool:
-        return rows <= self.rows and slots <= self.slots
-
-    def write(self, layer: int, rows: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store k, v [..., kv_heads, head_dim] at (rows, slots) (index tensors of shape [...])."""
-        self.k[layer].index_put_((rows, slots), k)
-        self.v[layer].index_put_((rows, slots), v)
-
-    def read(self, layer: int, rows: int, span: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of slots [0, span) as SDPA wants them: [rows, kv_heads, span, head_dim] views."""
-        return self.k[layer, :rows, :span].transpose(1, 2), self.v[layer, :rows, :span].transpose(1, 2)
-
-    def pages(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """FlashInfer's view: (k, v), each [rows * slots / page_size, page_size, kv_heads, head_dim]."""
-        _, rows, slots, heads, dim = self.k.shape
-        shape = (rows * slots // self.page_size, self.page_size, heads, dim)
-        return self.k[layer].view(shape), self.v[layer].view(shape)
-
-    def data_ptrs(self) -> tuple[int, int]:
-        return self.k.data_ptr(), self.v.data_ptr()
-
-
-# ---------------------------------------------------------------------------------- text forward
-def _rotary():
-    from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb
-    return apply_rotary_pos_emb
-
-
-class QwenTextForward:
-    """Qwen3-VL's text decoder run by hand over the model's own modules (no weight is copied).
-
-    The ops are transformers' Qwen3VLTextDecoderLayer's, in the same order, so results are
-    bit-identical in float32 on CPU; what differs is where K/V go (a StaticKVCache, in place) and
-    who computes attention (a backend reading that cache).
-    """
-
-    def __init__(self, model):
-        lm = model.model.language_model
-        self.embed_tokens, self.layers, self.norm = lm.embed_tokens, lm.layers, lm.norm
-        self.rotary_emb, self.lm_head = lm.rotary_emb, model.lm_head
-        cfg = lm.config
-        self.num_layers = len(lm.layers)
-        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.dtype, self.device = self.embed_tokens.weight.dtype, self.embed_tokens.weight.device
-        self.apply_rotary = _rotary()
-
-    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """MRoPE cos/sin [N, Q, head_dim] for position ids [3, N, Q] (the model's own rotary module)."""
-        return self.rotary_emb(self.embed_tokens.weight, positions)
-
-    def layers_forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                       write: Callable, attend: Callable, deepstack=None) -> torch.Tensor:
-        """hidden [N, Q, hidden] -> final-normed hidden. ``write(layer, k, v)`` stores the new K/V
-        ([N, Q, kv_heads, head_dim]) before ``attend(layer, attn_module, q)`` ([N, H, Q, D] ->
-        [N, Q, H, D]) reads them. ``deepstack``: (visual position mask, per-layer features)."""
-        n, length = hidden.shape[:2]
-        shape = (n, length, -1, self.head_dim)
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            x = layer.input_layernorm(hidden)
-            q = attn.q_norm(attn.q_proj(x).view(shape)).transpose(1, 2)      # [N, H, Q, D]
-            k = attn.k_norm(attn.k_proj(x).view(shape)).transpose(1, 2)      # [N, KVH, Q, D]
-            v = attn.v_proj(x).view(shape).transpose(1, 2)
-            q, k = self.apply_rotary(q, k, cos, sin)
-            write(i, k.transpose(1, 2), v.transpose(1, 2))
-            out = attend(i, attn, q)                                         # [N, Q, H, D]
-            hidden = hidden + attn.o_proj(out.reshape(n, length, -1))
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-            if deepstack is not None and deepstack[1] is not None and i < len(deepstack[1]):
-                hidden = _add_deepstack(hidden, deepstack[0], deepstack[1][i])
-        return self.norm(hidden)
-
-
-def _add_deepstack(hidden: torch.Tensor, visual_mask: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """DeepStack: the vision tower's intermediate features are added at the visual positions after
-    the first layers (as transformers' Qwen3VLTextModel does)."""
-    hidden = hidden.clone()
-    hidden[visual_mask, :] = hidden[visual_mask, :] + features.to(hidden.device, hidden.dtype)
-    return hidden
-
-
-class _TextInputsReady(Exception):
-    pass
-
-
-def text_model_inputs(model, input_ids, attention_mask, positions, mm_types, vision):
-    """(inputs_embeds, visual position mask, DeepStack features) exactly as transformers' Qwen3VLModel
-    hands them to its text model: we run that forward and stop it at the text model's door, so the
-    vision tower, the merger and the placeholder scatter are transformers' own code."""
-    captured: dict[str, Any] = {}
-
-    def stop(_module, _args, kwargs):
-        captured.update(kwargs)
-        raise _TextInputsReady
-
-    handle = model.model.language_model.register_forward_pre_hook(stop, with_kwargs=True)
-    try:
-        model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                    mm_token_type_ids=mm_types, **vision)
-    except _TextInputsReady:
-        pass
-    finally:
-        handle.remove()
-    return captured["inputs_embeds"], captured.get("visual_pos_masks"), captured.get("deepstack_visual_embeds")
-
-
-# ---------------------------------------------------------------------------------- SDPA backend
-class SdpaAttention:
-    """torch SDPA through transformers' own ``sdpa_attention_forward``: the plain path's exact dispatch
-    (repeat_kv for grouped heads, pack_gqa for a single query). Keys are cache slots [0, span)."""
-
-    name = "sdpa"
-    packed_prompts = False      # the cache keeps prompts left-padded, like the plain path's cache
-
-    def __init__(self):
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-        self._sdpa = sdpa_attention_forward
-
-    def begin_prompt(self, plan: "PromptPlan", cache: StaticKVCache) -> None:
-        pass
-
-    def prompt(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, plan: "PromptPlan") -> torch.Tensor:
-        k, v = cache.read(layer, q.shape[0], plan.length)
-        return self._sdpa(attn, q, k, v, plan.mask, dropout=0.0, scaling=attn.scaling)[0]
-
-    def begin(self, buf: "StepBuffers", cache: StaticKVCache) -> None:
-        pass
-
-    def graph_key(self, buf: "StepBuffers") -> tuple:
-        return (self.name, tuple(buf.tokens.shape), buf.segments, buf.groups)
-
-    def step(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, buf: "StepBuffers") -> torch.Tensor:
-        outs = []
-        for group in buf.groups:  # one SDPA call per distinct key span (see _plan)
-            k, v = cache.read(layer, q.shape[0], group.span)
-            mask = buf.mask[:, :, group.start:group.stop, :group.span]
-            outs.append(self._sdpa(attn, q[:, :, group.start:group.stop], k, v, mask,
-                                   dropout=0.0, scaling=attn.scaling)[0])
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
-
-
-def make_attention(name: str, text: QwenTextForward, cuda_graphs: bool):
-    if name == "sdpa":
-        return SdpaAttention()
-    if name == "flashinfer":
-        from .static_flashinfer import FlashInferAttention
-        return FlashInferAttention(text, use_cuda_graph=cuda_graphs)
-    raise ConfigError(f"attention_backend: {name!r} is not one of sdpa, flashinfer")
-
-
-# ---------------------------------------------------------------------------------- step buffers
-@dataclass(frozen=True)
-class QueryGroup:
-    """Queries [start, stop) of a step attend to cache slots [0, span) (under the step's mask)."""
-
-    start: int
-    stop: int
-    span: int
-
-
-@dataclass
-class StepBuffers:
-    """Fixed device buffers of one step shape [rows, queries], refilled in place once per block.
-
-    A step's queries are response segments (offset, length), e.g. [(kB, B)] for a denoise step of
-    block k, [((k-1)B, B), (kB, B)] for the fused commit + step; segment j sees the prefix and the
-    response up to its own end.
-    """
-
-    tokens: torch.Tensor        # [R, Q] long
-    rows: torch.Tensor          # [R, Q] long: cache row of each query
-    slots: torch.Tensor         # [R, Q] long: cache slot its K/V are written to
-    positions: torch.Tensor     # [3, R, Q] MRoPE ids (all three axes equal for response tokens)
-    cos: torch.Tensor           # [R, Q, head_dim]
-    sin: torch.Tensor
-    mask: torch.Tensor          # [R, 1, Q, cache slots] bool, True = may attend (SDPA)
-    out_rows: int               # logits are returned for the last out_rows queries
-    segments: tuple[tuple[int, int], ...] = ()   # host: (start, stop) of each segment in the queries
-    groups: tuple[QueryGroup, ...] = ()          # host: SDPA calls (segments merged when spans agree)
-    kv_lengths: list[list[int]] = field(default_factory=list)  # host: [row][segment] visible slots
-
-
-def forward_step(text: QwenTextForward, cache: StaticKVCache, attention, buf: StepBuffers) -> torch.Tensor:
-    """The denoise step as a pure function of fixed-shape buffers (what a CUDA graph captures).
-
-    Embeds ``buf.tokens``, writes their K/V into ``buf.slots``, attends through ``attention`` and
-    returns the logits of the last ``buf.out_rows`` queries [R, out_rows, V]. No host reads.
-    """
-    hidden = text.embed_tokens(buf.tokens)
-    hidden = text.layers_forward(
-        hidden, buf.cos, buf.sin,
-        write=lambda i, k, v: cache.write(i, buf.rows, buf.slots, k, v),
-        attend=lambda i, attn, q: attention.step(i, attn, q, cache, buf))
-    return text.lm_head(hidden[:, hidden.shape[1] - buf.out_rows:])
-
-
-def eager_twin_step(model, cache: StaticKVCache, buf: StepBuffers, rows: int) -> torch.Tensor:
-    """The same step through transformers' own forward, the reference :func:`forward_step` must equal:
-    a DynamicCache holds the static cache's slots before the step's first slot and the HF model
-    appends the step's tokens. Single-segment steps over left-padded prompts (the SDPA layout)."""
-    from transformers import DynamicCache
-
-    if len(buf.segments) != 1:
-        raise ValueError("eager_twin_step: one segment (a denoise step), got %d" % len(buf.segments))
-    first = int(buf.slots[0, 0])            # left-padded prompts: every row's block starts here
-    queries = buf.tokens.shape[1]
-    dynamic = DynamicCache(config=model.config)
-    for layer in range(cache.k.shape[0]):
-        k, v = cache.read(layer, rows, first)
-        dynamic.update(k.contiguous(), v.contiguous(), layer)
-    out = model(input_ids=buf.tokens[:rows], attention_mask=buf.mask[:rows, :, :, :first + queries],
-                position_ids=buf.positions[:, :rows], past_key_values=dynamic, use_cache=True)
-    return out.logits[:, queries - buf.out_rows:]
-
-
-# ---------------------------------------------------------------------------------- prefill
 @dataclass
 class PromptPlan:
     """Where the prompt's K/V go and how its attention is masked."""
@@ -334,6 +90,18 @@ class _Run:
     span_bucket: int
 
 
+@dataclass
+class DecodeState:
+    """A prefilled batch, ready for steps (:meth:`StaticBlockDiffusionDecoder.begin`)."""
+
+    run: _Run
+    prefix: StaticPrefix
+
+    @property
+    def rows(self) -> int:
+        return self.run.rows
+
+
 # ---------------------------------------------------------------------------------- decoder
 class StaticBlockDiffusionDecoder:
     """Block-diffusion (and B = 1 autoregressive) decoding over a static KV cache; see module doc."""
@@ -349,6 +117,7 @@ class StaticBlockDiffusionDecoder:
         if engine.attention_backend == "flashinfer" and self.device.type != "cuda":
             raise ConfigError(f"attention_backend: flashinfer needs a CUDA device (model is on {self.device})")
         self.banned = torch.tensor(config.banned_token_ids, dtype=torch.long, device=self.device)
+        self._greedy = greedy_pick(self.banned)
         self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs)
         self.attention = make_attention(engine.attention_backend, self.text, self.graphs.enabled)
         # SDPA attends to slots [0, span): the exact span eagerly (bit-exact with the plain path), a
@@ -360,9 +129,10 @@ class StaticBlockDiffusionDecoder:
         self.forwards_run = 0                            # model forwards after the prefill, all calls
 
     # ------------------------------------------------------------ cache and execution mode
-    def _new_cache(self, rows: int, slots: int) -> StaticKVCache:
+    def _new_cache(self, rows: int, slots: int, graphed: bool = False) -> StaticKVCache:
         t = self.text
-        return StaticKVCache(t.num_layers, rows, slots, t.num_kv_heads, t.head_dim, t.dtype, self.device)
+        return StaticKVCache(t.num_layers, rows, slots, t.num_kv_heads, t.head_dim, t.dtype, self.device,
+                             graphed=graphed)
 
     def _begin(self, n: int, slots: int) -> _Run:
         if self.graphs.enabled:
@@ -373,7 +143,8 @@ class StaticBlockDiffusionDecoder:
                             self.engine.max_graph_batch, self.engine.max_context_tokens)
             else:
                 if self.graph_cache is None:
-                    self.graph_cache = self._new_cache(self.engine.max_graph_batch, self.engine.max_context_tokens)
+                    self.graph_cache = self._new_cache(self.engine.max_graph_batch, self.engine.max_context_tokens,
+                                                       graphed=True)
                 bucket = GRAPH_SPAN_BUCKET if self.span_bucket is None else self.span_bucket
                 return _Run(self.graph_cache, rows, True, bucket)
         if self.cache is None or not self.cache.fits(n, slots):
@@ -498,6 +269,47 @@ class StaticBlockDiffusionDecoder:
             return self.graphs.run(attention.graph_key(buf), step)
         return step()
 
+    def _block_state(self, run: _Run, size: int) -> BlockState:
+        """The block buffers of this cache and row count (fixed addresses: whole-step graphs use them)."""
+        key = ("block", run.rows, size)
+        state = run.cache.step_buffers.get(key)
+        if state is None:
+            state = run.cache.step_buffers[key] = BlockState.empty(run.rows, size, self.device)
+        return state
+
+    def _denoise_step(self, run: _Run, buf: StepBuffers, block: BlockState, rule: TransferRule,
+                      pick, graph_whole: bool) -> torch.Tensor:
+        """One :func:`whole_step` over ``buf`` (a denoise step, or the fused commit + step); returns the
+        [R] still-masked flag on the device. Under CUDA graphs the whole step is one graph when
+        ``graph_whole`` (greedy ``pick``); otherwise only its forward is graphed."""
+        cache, attention, text = run.cache, self.attention, self.text
+        forward = lambda: forward_step(text, cache, attention, buf)   # noqa: E731
+        self.forwards_run += 1
+        if run.graphed and graph_whole:
+            step = MutatingStep(lambda: whole_step(forward, pick, buf, block, rule), block.tensors())
+            return self.graphs.run((*attention.graph_key(buf), rule), step)
+        if run.graphed:
+            return whole_step(lambda: self.graphs.run(attention.graph_key(buf), forward), pick, buf, block, rule)
+        return whole_step(forward, pick, buf, block, rule)
+
+    # ------------------------------------------------------------ public single-step API
+    def begin(self, inputs: Mapping[str, torch.Tensor], block_size: int, answer_slots: int) -> "DecodeState":
+        """Allocate (a graph bucket, or an eager cache of the batch) and prefill: the state that
+        :meth:`plan_step` and :meth:`forward` work on (what ``generate`` does before its loop)."""
+        n, length = inputs["input_ids"].shape
+        run = self._begin(n, length + answer_slots)
+        return DecodeState(run, self.prefill(inputs, block_size, run))
+
+    def plan_step(self, state: "DecodeState", segments: Sequence[tuple[int, int]]) -> StepBuffers:
+        """The fixed buffers of one forward over response ``segments`` [(offset, length)]: [(kB, B)] a
+        denoise step of block k, [((k-1)B, B), (kB, B)] the fused commit + step, [(t, 1)] an AR step.
+        Write the step's tokens into ``buffers.tokens`` [R, queries]."""
+        return self._plan(state.run, state.prefix, segments)
+
+    def forward(self, state: "DecodeState", buf: StepBuffers) -> torch.Tensor:
+        """One forward (a CUDA graph replay when the state is graphed): logits [R, out_rows, V]."""
+        return self._forward(state.run, buf)
+
     # ------------------------------------------------------------ generate
     @torch.no_grad()
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
@@ -530,16 +342,19 @@ class StaticBlockDiffusionDecoder:
         schedule = transfer_schedule(size, settings.denoising_steps)
         # Random draws are consumed only by sequences that still need them (batch == single), so
         # the host must know those every step when sampling.
-        interval = 1 if settings.temperature > 0 else settings.mask_check_interval
+        greedy = settings.temperature == 0
+        interval = settings.mask_check_interval if greedy else 1
         fused = self.engine.fused_commit
         stats = [DecodeStats(block_size=size) for _ in range(n)]
         done = [False] * n
         answer: list[list[int]] = [[] for _ in range(n)]
+        block = self._block_state(run, size)
         previous = None                                     # last block's tokens, not yet committed
         for k in range(n_blocks):
             live = [i for i in range(n) if not done[i]]
-            block = torch.full((rows, size), mask_id, dtype=torch.long, device=self.device)
-            block[[i for i in range(rows) if i >= n or done[i]]] = eos_id   # nothing to fill there
+            block.tokens.fill_(mask_id)
+            block.tokens[[i for i in range(rows) if i >= n or done[i]]] = eos_id   # nothing to fill there
+            block.steps.zero_()
             if previous is not None and not fused:
                 with timer("commit"):
                     buf = self._plan(run, prefix, [((k - 1) * size, size)])
@@ -547,38 +362,35 @@ class StaticBlockDiffusionDecoder:
                     self._forward(run, buf)
                 for i in live:
                     stats[i].commit_forwards += 1
-            steps = torch.zeros(rows, dtype=torch.long, device=self.device)
-            last_tokens, active, step_buf = block[:n], [True] * n, None
+            still_masked, active, step_buf = None, [not d for d in done], None
             with timer("denoise"):
                 for step in range(settings.denoising_steps):
-                    masked = block == mask_id                                       # [R, B]
-                    pending = _pending(block, masked, eos_id)                       # [R]
-                    if step % interval == 0:
-                        active = pending[:n].tolist()
+                    if still_masked is not None and step % interval == 0:
+                        active = still_masked[:n].tolist()                          # the one host read
                         if not any(active):
                             break
                     if step == 0 and previous is not None and fused:
                         # Commit of block k-1 + first step of block k: one forward, 2B queries.
                         buf = self._plan(run, prefix, [((k - 1) * size, size), (k * size, size)])
                         buf.tokens[:, :size].copy_(previous)
-                        buf.tokens[:, size:].copy_(block)
                     else:
                         if step_buf is None:
                             step_buf = self._plan(run, prefix, [(k * size, size)])
                         buf = step_buf
-                        buf.tokens.copy_(block)
-                    logits = self._forward(run, buf)[:n]                            # [N, B, V]
-                    sample_rows = [i for i in range(n) if active[i]]
-                    last_tokens, conf = sample_tokens(logits, settings, self.banned, generators, sample_rows)
-                    transfer = choose_transfer(masked[:n], conf, settings, step, schedule)
-                    block[:n] = torch.where(transfer, last_tokens, block[:n])
-                    steps += pending
+                    if greedy:
+                        pick = self._greedy
+                    else:
+                        sample_rows = [i for i in range(n) if active[i]]
+                        pick = (lambda logits, r=sample_rows:                        # noqa: E731
+                                sample_tokens(logits, settings, self.banned, generators, r))
+                    rule = TransferRule.at_step(settings, step, schedule, mask_id, eos_id)
+                    still_masked = self._denoise_step(run, buf, block, rule, pick, graph_whole=greedy)
                 # Positions still masked after S steps take the last step's tokens.
-                block[:n] = torch.where(block[:n] == mask_id, last_tokens, block[:n])
-            record_block(block[:n].tolist(), steps[:n].tolist(), live, eos_id, stats, answer, done)
+                block.tokens.copy_(torch.where(block.tokens == mask_id, block.last, block.tokens))
+            record_block(block.tokens[:n].tolist(), block.steps[:n].tolist(), live, eos_id, stats, answer, done)
             if all(done) or k == n_blocks - 1:
                 break
-            previous = block
+            previous = block.tokens.clone()
         for i in range(n):
             answer[i] = answer[i][:settings.max_new_tokens]
             stats[i].tokens = len(answer[i])
@@ -641,13 +453,3 @@ class StaticBlockDiffusionDecoder:
 
 def _synchronize(device: torch.device) -> None:
     PhaseTimer(device).sync()
-
-
-def _pending(block: torch.Tensor, masked: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """[R] True where a masked position remains before the first fixed EOS: the row needs more steps.
-    (Positions after a fixed EOS cannot change the answer, which is truncated there.)"""
-    size = block.shape[1]
-    is_eos = block == eos_id
-    first_eos = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), size)
-    before = torch.arange(size, device=block.device).unsqueeze(0) < first_eos.unsqueeze(1)
-    return (masked & before).any(dim=1)

@@ -11,7 +11,7 @@ The pipeline, one module per step:
 - :mod:`.record`       predictions as the package's ``Trajectory`` messages into a bag;
 - :mod:`.scenes`       small carla-like bags with exact ground truth and a scripted policy (tests, demos).
 
-The inputs of a frame (ego state, command) come from :mod:`wam_diff2_core.inputs`, the code the
+The inputs of a frame (ego state, command) come from :mod:`wam_diff2_core.frame_inputs`, the code the
 planner node derives them with. See README.md in this folder.
 
     wam-diff2 eval-bag run.mcap --model CKPT --out eval_run/

@@ -27,7 +27,7 @@ import numpy as np
 from ..geometry import ego_to_world, path_headings, quaternion_from_yaw
 from ..outputs.prompts import WAYPOINT_DT_S
 from ..profiling import StageTimes
-from .bag import BagError, default_typestore, write_bag
+from .bags import BagError, default_typestore, write_bag
 from .ground_truth import WAYPOINT_OFFSETS_NS
 from .metrics import FrameResult
 

@@ -4,7 +4,7 @@ Pass 1 (cheap, no pixels decoded) reads the odometry, route, command and image h
 decides for every camera frame whether it is evaluated, and if not why (every-N-th thinning,
 bad stamps, missing inputs, no 4 s of recorded future). Pass 2 decodes the chosen images and
 calls ``policy.step`` - the same call the planner node makes - with the inputs
-:class:`~wam_diff2_core.inputs.FrameInputTracker` derived, the planner node's own input tracker.
+:class:`~wam_diff2_core.frame_inputs.FrameInputTracker` derived, the planner node's own input tracker.
 
     run = evaluate_bags(["run.mcap"], policy, EvalSettings(topics=BagTopics.carla("ego_vehicle")))
     summarize(run.frames)["overall"]["model"]["l2_at_t"]
@@ -30,11 +30,11 @@ import numpy as np
 
 from ..geometry import TIME_RESET_S
 from ..images import ImageError, ImageLimits
-from ..inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
+from ..frame_inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
                       stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
 from ..profiling import StageTimes
-from .bag import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
+from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
                   BagError, BagTopics, Undecodable)
 from .collision import EgoFootprint, collision_flags, counted, obstacles_along
 from .derived_objects import ObjectTrack, objects_from_msg

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..geometry import quaternion_from_yaw
-from .bag import DEFAULT_ROLE, BagTopics, default_typestore, write_bag
+from .bags import DEFAULT_ROLE, BagTopics, default_typestore, write_bag
 from .derived_objects import OBJECT_ARRAY_TYPE, object_array_msg
 
 START_NS = 1_000 * 1_000_000_000        # scenes start at t = 1000 s (a zero stamp means "unstamped")
@@ -191,7 +191,7 @@ class ScriptedPolicy:
         self.frames: list[np.ndarray] | None = [] if keep_frames else None
 
     def step(self, frame_rgb: np.ndarray, ego, command: str, generator=None):
-        from ..decoding.decoder import DecodeStats
+        from ..decoding.common import DecodeStats
         from ..policy import PolicyOutput, TaskResult
 
         i = len(self.calls)

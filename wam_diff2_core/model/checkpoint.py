@@ -15,13 +15,15 @@ import json
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from ..config import ConfigError, DiffusionConfig
+from ..config import DIFFUSION_CONFIG_FILE, ConfigError, DiffusionConfig
+from ..utils.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,18 @@ def resolve_device(device: str = "auto") -> torch.device:
     elif device.split(":")[0] not in ("cpu", "cuda", "npu"):
         raise ConfigError(f"device: {device!r} is not one of auto, cpu, cuda, npu")
     return torch.device(device)
+
+
+def rank_device(device: str, local_rank: int) -> str:
+    """The device of one rank of a multi-process run (torchrun): accelerator ``local_rank``, made the
+    process's current device (without it every rank's kernels and allocations land on device 0).
+    ``cpu`` stays ``cpu``; an explicit index (``cuda:1``) is kept as given."""
+    kind = resolve_device(device).type
+    if kind == "cpu":
+        return "cpu"
+    index = int(device.split(":")[1]) if ":" in device else local_rank
+    getattr(torch, kind).set_device(index)          # torch.cuda / torch.npu (torch-npu)
+    return f"{kind}:{index}"
 
 
 def _npu_available() -> bool:
@@ -293,6 +307,18 @@ def save_checkpoint(model, processor, out: str | Path, **save_kwargs) -> None:
     model.save_pretrained(out, **save_kwargs)
     processor.save_pretrained(out)
     add_legacy_fields(out)
+
+
+def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat16") -> Path:
+    """Write ``dst``: ``src`` with its weights cast to ``dtype`` (for shipping a trained model);
+    tokenizer, processor and ``diffusion_config.json`` (when present) are copied unchanged."""
+    src = Path(src)
+    loaded = load_checkpoint(src, device="cpu", dtype=dtype)
+    with atomic_directory(dst) as tmp:
+        save_checkpoint(loaded.model, loaded.processor, tmp)
+        if (src / DIFFUSION_CONFIG_FILE).is_file():
+            shutil.copyfile(src / DIFFUSION_CONFIG_FILE, Path(tmp) / DIFFUSION_CONFIG_FILE)
+    return Path(dst)
 
 
 def add_legacy_fields(out: str | Path) -> None:

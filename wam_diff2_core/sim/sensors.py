@@ -96,7 +96,7 @@ def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, t
                         reference: GeoReference = GeoReference()) -> dict[str, float]:
     """The filter on the demo world's expert drive of routes (seed, 0 .. routes-1), one fresh filter per
     route, errors on every tick once the filter is ready; also the speed error and the raw GNSS position error."""
-    from .closed_loop import ClosedLoopSettings, RouteRun      # the routes the closed loop drives
+    from .route_runs import ClosedLoopSettings, RouteRun      # the routes the closed loop drives
 
     position, heading, raw, speed = [], [], [], []
     for index in range(routes):

@@ -1,8 +1,8 @@
-"""``python -m wam_diff2_core.training ARGS`` = ``wam-diff2 train ARGS``, for launchers that take a
+"""``python -m wam_diff2_core.trainer ARGS`` = ``wam-diff2 train ARGS``, for launchers that take a
 module (torchrun, accelerate launch) and without loading the other subcommands.
 
-    torchrun --nproc-per-node 8 -m wam_diff2_core.training --config training/block4.yaml
-    accelerate launch --config_file training/accelerate/ddp.yaml -m wam_diff2_core.training \\
+    torchrun --nproc-per-node 8 -m wam_diff2_core.trainer --config training/block4.yaml
+    accelerate launch --config_file training/accelerate/ddp.yaml -m wam_diff2_core.trainer \\
         --config training/block4.yaml
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..config import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wam_diff2_core.training", description=train_cli.__doc__,
+    parser = argparse.ArgumentParser(prog="python -m wam_diff2_core.trainer", description=train_cli.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     train_cli.add_arguments(parser)

@@ -3,7 +3,7 @@
 An :class:`Example` is one sample tokenised with the chat template (no generation prompt):
 the **prefix** is every token up to and including the last ``<|im_start|>assistant\\n``, the
 **response** the tokens after it through the first EOS inclusive (algorithm spec, section 4).
-The prefix is exactly the prompt that :func:`wam_diff2_core.model.inputs.encode_prompts`
+The prefix is exactly the prompt that :func:`wam_diff2_core.model.prompt_encoding.encode_prompts`
 gives the decoder at inference.
 
 Malformed records (a broken JSONL line, a value that is not an object, wrong field types, an id
@@ -32,7 +32,7 @@ import torch
 
 from ..data.samples import Sample, SampleError, iter_samples, load_images
 from ..images import DEFAULT_LIMITS, ImageLimits
-from ..model.inputs import pixel_size
+from ..model.prompt_encoding import pixel_size
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Export demo-world episodes: a training/evaluation set in the seed's JSON format, and rosbag2 bags.
 
-    from wam_diff2_core.sim.export import ExportSettings, export
+    from wam_diff2_core.sim.dataset_export import ExportSettings, export
     manifest = export("data/synth", ExportSettings(episodes=8, seed=0))
 
 Layout of the output folder (written atomically: it appears complete or not at all)::
@@ -9,7 +9,7 @@ Layout of the output folder (written atomically: it appears complete or not at a
     train.json, val.json     samples (JSON lists): planning, detection, question answering
     frames.jsonl             per-frame ground truth (pose, motion, command, waypoints, boxes, QA, stamps)
     images/eNNNN/FFFFF.jpg   camera frames (RGB), referenced relative to the folder
-    bags/mcap/eNNNN/         one rosbag2 recording per episode (see bag.py), and/or
+    bags/mcap/eNNNN/         one rosbag2 recording per episode (see episode_bags.py), and/or
     bags/sqlite3/eNNNN/
 
 Episodes are split by episode, never by frame: the last ``round(episodes * val_fraction)``
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..evaluation.bag import DEFAULT_ROLE
+from ..evaluation.bags import DEFAULT_ROLE
 
 import cv2
 import numpy as np
@@ -35,7 +35,7 @@ import numpy as np
 from ..outputs.parsing import format_waypoints
 from ..outputs.prompts import COMMANDS, format_detection_prompt, format_planning_prompt
 from ..utils.atomic import atomic_directory
-from .bag import DEFAULT_COMMAND_TOPIC, STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
+from .episode_bags import DEFAULT_COMMAND_TOPIC, STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
 from .episode import EpisodeSettings, simulate_episode
 from .truth import QUESTIONS, vqa_prompt
 

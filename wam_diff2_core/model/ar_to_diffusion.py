@@ -1,4 +1,4 @@
-"""AR Qwen3-VL checkpoint -> diffusion-ready checkpoint (mask token, mask row, settings file)."""
+"""AR Qwen3-VL checkpoint -> diffusion-ready checkpoint (mask token, mask row, settings file); `wam-diff2 convert`."""
 from __future__ import annotations
 
 import logging
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import DIFFUSION_CONFIG_FILE, EOS_TOKEN, MASK_TOKEN, DecodingSettings, write_diffusion_file
+from ..config import EOS_TOKEN, MASK_TOKEN, DecodingSettings, write_diffusion_file
 from ..utils.atomic import atomic_directory
 from .checkpoint import check_files, load_processor, read_model_config, save_checkpoint
 
@@ -54,18 +54,3 @@ def convert_to_diffusion(src: str | Path, dst: str | Path, *, block_size: int = 
                              decoding=DecodingSettings())
     return Path(dst)
 
-
-def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat16") -> Path:
-    """Write ``dst``: ``src`` with its weights cast to ``dtype`` (for shipping a trained model);
-    tokenizer, processor and ``diffusion_config.json`` (when present) are copied unchanged."""
-    import shutil
-
-    from .checkpoint import load_checkpoint
-
-    src = Path(src)
-    loaded = load_checkpoint(src, device="cpu", dtype=dtype)
-    with atomic_directory(dst) as tmp:
-        save_checkpoint(loaded.model, loaded.processor, tmp)
-        if (src / DIFFUSION_CONFIG_FILE).is_file():
-            shutil.copyfile(src / DIFFUSION_CONFIG_FILE, Path(tmp) / DIFFUSION_CONFIG_FILE)
-    return Path(dst)

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .data import Example, concat_vision, padded_length
+from .training_data import Example, concat_vision, padded_length
 
 PREFIX, CLEAN, NOISY, PAD = 0, 1, 2, 3   # segments of a training row
 

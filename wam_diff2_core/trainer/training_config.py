@@ -21,7 +21,7 @@ import yaml
 
 from ..config import ConfigError, check_value
 from ..images import ImageLimits
-from ..model.inputs import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from ..model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from .losses import KD_LOSSES
 
 RECIPES = ("finetune", "distill")

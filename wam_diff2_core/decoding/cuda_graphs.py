@@ -1,11 +1,14 @@
-"""CUDA graphs for the static decoder's fixed-shape step (decoding/static.py).
+"""CUDA graphs for the static decoder's fixed-shape steps (decoding/step.py).
 
-A step shape (batch-size bucket, queries, key span for SDPA) is captured the first time it runs,
+A step shape (batch-size bucket, queries, key span for SDPA; for a whole step also its transfer
+rule) is captured the first time it runs,
 after ``WARMUP_RUNS`` eager runs on a side stream (allocator and library handles settle, lazy
 kernels compile); later runs replay it. The graph reads its inputs from the step's fixed buffers
 (tokens, slots, cos/sin, mask; FlashInfer's index buffers are re-planned once per block) and writes
 K/V into the one preallocated cache, so replaying is exactly the eager step. Anything that fails
 to capture runs eagerly from then on, with the reason logged once and kept in ``failures``.
+A whole step also updates the block in place (:class:`MutatingStep`): those tensors are restored after the
+warm-up runs and the capture, so the first replay starts from the state the caller left.
 
     graphs = StepGraphs(torch.device("cuda"), enabled=True)
     logits = graphs.run(key, lambda: forward_step(text, cache, attention, buffers))
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Sequence
 
 import torch
 
@@ -31,6 +34,17 @@ def batch_bucket(n: int, max_batch: int) -> int | None:
     while bucket < n:
         bucket *= 2
     return min(bucket, max_batch)
+
+
+@dataclass
+class MutatingStep:
+    """A step that also updates ``mutable`` in place (a whole step: the block buffers)."""
+
+    fn: Callable[[], torch.Tensor]
+    mutable: Sequence[torch.Tensor]
+
+    def __call__(self) -> torch.Tensor:
+        return self.fn()
 
 
 @dataclass
@@ -57,20 +71,24 @@ class StepGraphs:
         self.enabled = enabled and not self.reason
 
     def run(self, key: Hashable, step: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """Replay the graph of ``key`` (capturing it on first use); eager if capture is impossible."""
+        """Replay the graph of ``key`` (capturing it on first use); eager if capture is impossible.
+        A :class:`MutatingStep` names the tensors it updates in place (restored after the capture)."""
         if not self.enabled or str(key) in self.failures:
             return step()
         captured = self.graphs.get(key)
         if captured is None:
-            captured = self._capture(key, step)
+            captured = self._capture(key, step, getattr(step, "mutable", ()))
             if captured is None:
                 return step()
         captured.graph.replay()
         return captured.output
 
-    def _capture(self, key: Hashable, step: Callable[[], torch.Tensor]) -> _Captured | None:
-        # Warm-up runs and the capture repeat the step on the same inputs: each writes the same K/V
-        # into the same cache slots, so they change nothing the replay that follows does not redo.
+    def _capture(self, key: Hashable, step: Callable[[], torch.Tensor],
+                 mutable: Sequence[torch.Tensor]) -> _Captured | None:
+        # Warm-up runs and the capture repeat the step: each writes the K/V of its tokens into the
+        # step's own cache slots, which the replay that follows rewrites; what else the step changes
+        # in place (the block) is put back before that replay.
+        saved = [t.clone() for t in mutable]
         try:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
@@ -82,13 +100,24 @@ class StepGraphs:
             with torch.cuda.graph(graph, pool=self._pool):
                 output = step()
             self._pool = graph.pool()
+            _restore(mutable, saved)
         except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager, logged
             reason = f"{type(exc).__name__}: {exc}"
             self.failures[str(key)] = reason
             log.warning("CUDA graph capture failed for step %s (%s); this step shape runs eagerly", key, reason)
-            torch.cuda.synchronize(self.device)
+            try:
+                torch.cuda.synchronize(self.device)
+            except Exception as late:  # noqa: BLE001 - the failed capture's error can surface here too
+                log.warning("CUDA graph capture for step %s: %s: %s after the failure; running eagerly",
+                            key, type(late).__name__, late)
+            _restore(mutable, saved)
             return None
         captured = _Captured(graph, output)
         self.graphs[key] = captured
         log.info("captured CUDA graph for step %s (%d graphs)", key, len(self.graphs))
         return captured
+
+
+def _restore(tensors: Sequence[torch.Tensor], saved: Sequence[torch.Tensor]) -> None:
+    for tensor, value in zip(tensors, saved):
+        tensor.copy_(value)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .data import Example, SampleDataset
+from .training_data import Example, SampleDataset
 from .losses import LossSettings
 from .noise import build_batch, lcm
 from .recipes.distill import teacher_hidden_states

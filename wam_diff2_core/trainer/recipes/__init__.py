@@ -1,6 +1,6 @@
 """Training recipes (one per mode) and the runner that chains curriculum stages.
 
-    from wam_diff2_core.training.recipes import run
+    from wam_diff2_core.trainer.recipes import run
     final_dir = run(load_training_config("training/curriculum.yaml"), resume=False)
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from ..checkpointing import FINAL
-from ..config import TrainingConfig
+from ..training_config import TrainingConfig
 from .distill import DistillRecipe
 from .finetune import FinetuneRecipe
 

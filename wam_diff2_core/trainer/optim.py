@@ -18,7 +18,7 @@ import re
 
 import torch
 
-from .config import OptimSection
+from .training_config import OptimSection
 
 LANGUAGE_MODEL, MERGER, VISION_TOWER = "language_model", "merger", "vision_tower"
 _MERGER = re.compile(r"(^|\.)visual\.(merger|deepstack_merger_list)\.")

@@ -15,7 +15,7 @@ keys are a contiguous run of pages and padding is never stored.
   re-planned once per block outside the graph; the graph replays ``run`` only.
 
 This module never runs on a machine without an NVIDIA GPU; scripts/gpu_verify.sh checks its tokens
-against SDPA.
+against SDPA (CPU tests run its page tables and request layout against a pure-torch stand-in).
 """
 from __future__ import annotations
 
@@ -104,11 +104,16 @@ class FlashInferAttention:
     def graph_key(self, buf) -> tuple:
         return (self.name, tuple(buf.tokens.shape), tuple(e - s for s, e in buf.segments))
 
+    def _wrapper_key(self, buf, cache) -> tuple:
+        # A graph-mode wrapper's index buffers are sized for the graph cache: a call that runs eagerly
+        # (a request longer than max_context_tokens, in its own cache) needs its own plain wrapper.
+        return (*self.graph_key(buf), self.use_cuda_graph and cache.graphed)
+
     def _wrapper(self, buf, cache, requests: int):
-        key = self.graph_key(buf)
+        key = self._wrapper_key(buf, cache)
         wrapper = self._wrappers.get(key)
         if wrapper is None:
-            if self.use_cuda_graph:
+            if key[-1]:
                 per_row = cache.slots // cache.page_size
                 i32 = dict(dtype=torch.int32, device=self.device)
                 wrapper = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
@@ -137,5 +142,5 @@ class FlashInferAttention:
         """q [R, H, Q, D] -> [R, Q, H, D]; requests are row-major (row, segment), as q's rows."""
         rows, heads, queries, dim = q.shape
         flat = q.transpose(1, 2).reshape(rows * queries, heads, dim)
-        wrapper = self._wrappers[self.graph_key(buf)]
+        wrapper = self._wrappers[self._wrapper_key(buf, cache)]
         return wrapper.run(flat, cache.pages(layer)).view(rows, queries, heads, dim)

@@ -37,7 +37,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from ..evaluation.bag import DEFAULT_COMMAND_TOPIC
+from ..evaluation.bags import DEFAULT_COMMAND_TOPIC
 from ..evaluation.derived_objects import OBJECT_ARRAY_TYPE, object_array_msg, object_types
 from ..geometry import CameraMount, PinholeCamera, quaternion_from_yaw
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ...config import ConfigError
-from ..data import Example, padded_length, prompt_batch
+from ..training_data import Example, padded_length, prompt_batch
 from ..losses import LossSettings
 from ..noise import TrainingBatch, lcm
 from .finetune import FinetuneRecipe, StepResult

@@ -362,14 +362,14 @@ class ExpertLabels:
     evaluation ones."""
 
     def __init__(self, planner: Callable[["RouteRun"], Plan], root: str | Path):
-        from .export import ExportSettings
+        from .dataset_export import ExportSettings
         self.planner, self.root = planner, Path(root)
         self.name = getattr(planner, "name", type(planner).__name__)
         self.image = ExportSettings()       # the synthetic datasets' image format
         self.samples: list[dict[str, Any]] = []
 
     def __call__(self, run: "RouteRun") -> Plan:
-        from .export import encode_image, planning_sample
+        from .dataset_export import encode_image, planning_sample
         image_path = f"images/r{run.index:04d}/{run.tick:06d}.{self.image.image_format}"
         (self.root / image_path).parent.mkdir(parents=True, exist_ok=True)
         (self.root / image_path).write_bytes(encode_image(run.render(), self.image))
@@ -380,7 +380,7 @@ class ExpertLabels:
 
     def write(self) -> Path:
         """``root``/train.json with the samples so far (the synthetic datasets' layout)."""
-        from .export import dump_json_list
+        from .dataset_export import dump_json_list
         self.root.mkdir(parents=True, exist_ok=True)
         dump_json_list(self.root / "train.json", self.samples)
         return self.root / "train.json"

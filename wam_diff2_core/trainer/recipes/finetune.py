@@ -28,13 +28,13 @@ from ...config import ConfigError, write_diffusion_file
 from ...data.samples import SampleError
 from ...images import ImageLimits
 from ...model.checkpoint import save_checkpoint
-from ...model.inputs import pixel_size
+from ...model.prompt_encoding import pixel_size
 from ...utils.atomic import atomic_write_text
 from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
                              latest_checkpoint, prune_checkpoints, publish, read_progress, step_dir_name,
                              write_progress)
-from ..config import TrainingConfig, check_required, dump_yaml, parse_mix
-from ..data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
+from ..training_config import TrainingConfig, check_required, dump_yaml, parse_mix
+from ..training_data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
 from ..losses import LossSettings, objective
 from ..noise import TrainingBatch, build_batch
 from ..optim import build_optimizer, build_scheduler, freeze_vision_tower

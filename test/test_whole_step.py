@@ -1,0 +1,78 @@
+"""The whole denoising step (decoding/step.py: forward + token choice + transfer rule + still-masked flag)
+is capturable: torch.compile(fullgraph=True) traces it with zero graph breaks on CPU, and the eager
+twin that the static decoder runs is bit-exact to the plain decoder.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+from decoder_prompts import encode
+from wam_diff2_core.config import EngineSettings
+from wam_diff2_core.decoding import static as static_module
+from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
+from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
+from wam_diff2_core.decoding.step import BlockState, TransferRule, forward_step, greedy_pick, whole_step
+from wam_diff2_core.decoding.sampling import transfer_schedule
+
+STATIC = EngineSettings(implementation="static")
+
+
+def _step_inputs(tiny_model, strategy, fused):
+    cfg = tiny_model.config
+    static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC)
+    batch = encode(tiny_model.processor, [0, 1])
+    size = 8
+    state = static.begin(batch, size, answer_slots=4 * size)
+    segments = [(0, size), (size, size)] if fused else [(0, size)]
+    buf = static.plan_step(state, segments)
+    buf.tokens.fill_(cfg.eos_token_id)
+    block = BlockState.empty(state.rows, size, static.device)
+    block.tokens.fill_(cfg.mask_token_id)
+    settings = cfg.settings.replace(block_size=size, denoising_steps=size, remasking_strategy=strategy,
+                                    confidence_threshold=0.7)
+    rule = TransferRule.at_step(settings, 0, transfer_schedule(size, size), cfg.mask_token_id, cfg.eos_token_id)
+    forward = lambda: forward_step(static.text, state.run.cache, static.attention, buf)   # noqa: E731
+    return forward, greedy_pick(static.banned), buf, block, rule
+
+
+@pytest.mark.parametrize("strategy,fused", [("low_confidence_dynamic", False), ("low_confidence_static", True)])
+def test_whole_step_compiles_with_no_graph_break(tiny_model, strategy, fused):
+    """fullgraph=True raises at the first graph break; the traced step gives the eager step's result.
+    The 'eager' backend runs what Dynamo traced without code generation (a few seconds on CPU)."""
+    forward, pick, buf, block, rule = _step_inputs(tiny_model, strategy, fused)
+    start = [t.clone() for t in block.tensors()]
+    torch._dynamo.reset()
+    compiled = torch.compile(whole_step, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        flag = compiled(forward, pick, buf, block, rule)
+        traced = [t.clone() for t in block.tensors()]
+        for tensor, value in zip(block.tensors(), start):
+            tensor.copy_(value)
+        eager_flag = whole_step(forward, pick, buf, block, rule)
+    assert torch.equal(flag, eager_flag)
+    assert all(torch.equal(a, b) for a, b in zip(traced, block.tensors()))
+    assert int(block.steps.sum()) == block.steps.shape[0]                  # every row needed this step
+    assert bool((block.tokens != rule.mask_id).any())                     # something was fixed
+    explained = torch._dynamo.explain(whole_step)(forward, pick, buf, block, rule)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("block,strategy,interval", [(8, "low_confidence_dynamic", 1), (32, "low_confidence_dynamic", 4),
+                                                     (16, "low_confidence_static", 3), (4, "sequential", 1)])
+def test_greedy_decode_runs_whole_steps_and_equals_plain(tiny_model, monkeypatch, block, strategy, interval):
+    """Greedy decoding is nothing but whole steps (one per forward), bit-exact to the plain decoder."""
+    calls = []
+    real = static_module.whole_step
+    monkeypatch.setattr(static_module, "whole_step", lambda *a: (calls.append(1), real(*a))[1])
+    cfg = tiny_model.config
+    settings = cfg.settings.replace(block_size=block, denoising_steps=block, remasking_strategy=strategy,
+                                    confidence_threshold=0.7, max_new_tokens=40, mask_check_interval=interval)
+    batch = encode(tiny_model.processor, [0, 1, 2])
+    static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC)
+    out = static.generate(batch, settings)
+    expected = BlockDiffusionDecoder(tiny_model.model, cfg).generate(batch, settings)
+    assert out.sequences == expected.sequences and out.finished == expected.finished
+    assert len(calls) == static.forwards_run > 0

@@ -1,0 +1,97 @@
+"""What both decoders share: the result of a decode, its statistics, phase timing, the vision inputs.
+
+    out = decoder.generate(inputs)          # DecodeOutput
+    out.sequences[0], out.stats[0].forwards
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
+
+
+@dataclass
+class DecodeStats:
+    """Cost of decoding one sequence, counted as if it had been decoded alone."""
+
+    block_size: int
+    forwards: int = 0           # forwards after the prefill: denoise steps + commits
+    denoise_steps: int = 0
+    commit_forwards: int = 0
+    blocks: int = 0
+    tokens: int = 0             # answer tokens, EOS excluded
+    steps_per_block: list[int] = field(default_factory=list)
+    prefill_ms: float = 0.0     # wall time of the batch call's phases
+    denoise_ms: float = 0.0
+    commit_ms: float = 0.0
+    retries: int = 0            # decodes repeated because the answer did not parse (the policy's parse_retry)
+
+    @property
+    def decode_ms(self) -> float:
+        return self.prefill_ms + self.denoise_ms + self.commit_ms
+
+    def then_retried(self, retry: "DecodeStats") -> "DecodeStats":
+        """This decode's cost plus a retry's; the answer (``tokens``) is the retry's."""
+        return dataclasses.replace(
+            retry, forwards=self.forwards + retry.forwards, denoise_steps=self.denoise_steps + retry.denoise_steps,
+            commit_forwards=self.commit_forwards + retry.commit_forwards, blocks=self.blocks + retry.blocks,
+            steps_per_block=self.steps_per_block + retry.steps_per_block,
+            prefill_ms=self.prefill_ms + retry.prefill_ms, denoise_ms=self.denoise_ms + retry.denoise_ms,
+            commit_ms=self.commit_ms + retry.commit_ms, retries=self.retries + retry.retries + 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class DecodeOutput:
+    sequences: list[list[int]]  # answer token ids per sequence, truncated before the first EOS
+    finished: list[bool]        # True: EOS reached; False: stopped at max_new_tokens
+    stats: list[DecodeStats]
+
+
+def record_block(rows_tokens: list[list[int]], steps: Sequence[int], live: Sequence[int], eos_id: int,
+                 stats: list[DecodeStats], answer: list[list[int]], done: list[bool]) -> None:
+    """Book a finished block for the rows still decoding: its steps, and its tokens up to the first
+    EOS (a row with an EOS is done)."""
+    for i in live:
+        stats[i].blocks += 1
+        stats[i].steps_per_block.append(steps[i])
+        stats[i].denoise_steps += steps[i]
+        tokens = rows_tokens[i]
+        if eos_id in tokens:
+            answer[i].extend(tokens[:tokens.index(eos_id)])
+            done[i] = True
+        else:
+            answer[i].extend(tokens)
+
+
+class PhaseTimer:
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.totals = {"prefill": 0.0, "denoise": 0.0, "commit": 0.0}
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elif self.device.type == "npu":
+            torch.npu.synchronize(self.device)
+
+    def __call__(self, phase: str):
+        timer = self
+
+        class _Phase:
+            def __enter__(self):
+                timer.sync()
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.sync()
+                timer.totals[phase] += (time.perf_counter() - self.t0) * 1e3
+
+        return _Phase()

@@ -1,0 +1,168 @@
+"""One step of the static decoder: its fixed buffers, the forward, and the whole step.
+
+- :class:`StepBuffers`: the fixed-shape device inputs of one step shape (tokens, cache slots, MRoPE
+  cos/sin, mask), refilled in place once per block;
+- :func:`forward_step`: the denoise forward as a pure function of those buffers (no host reads);
+  :func:`eager_twin_step` is the same forward through transformers (the reference it must equal);
+- :func:`whole_step`: forward + token choice + the transfer rule + the "still masked?" flag, all on the
+  device in fixed shapes (:class:`BlockState` holds the block between steps): the function one CUDA
+  graph replays per step, so the host only reads the flag every ``mask_check_interval`` steps.
+  ``torch.compile(whole_step, fullgraph=True)`` traces it without a graph break (a CPU test proves it).
+
+    state = decoder.begin(inputs, block_size=32, answer_slots=64)        # prefill (public API)
+    buf = decoder.plan_step(state, [(0, 32)])                            # block 0's step buffers
+    logits = decoder.forward(state, buf)                                 # [R, 32, V]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from ..config import DecodingSettings
+from .kv_cache import StaticKVCache
+from .sampling import choose_transfer, sample_tokens
+from .text_forward import QwenTextForward
+
+
+@dataclass(frozen=True)
+class QueryGroup:
+    """Queries [start, stop) of a step attend to cache slots [0, span) (under the step's mask)."""
+
+    start: int
+    stop: int
+    span: int
+
+
+@dataclass
+class StepBuffers:
+    """Fixed device buffers of one step shape [rows, queries], refilled in place once per block.
+
+    A step's queries are response segments (offset, length), e.g. [(kB, B)] for a denoise step of
+    block k, [((k-1)B, B), (kB, B)] for the fused commit + step; segment j sees the prefix and the
+    response up to its own end.
+    """
+
+    tokens: torch.Tensor        # [R, Q] long
+    rows: torch.Tensor          # [R, Q] long: cache row of each query
+    slots: torch.Tensor         # [R, Q] long: cache slot its K/V are written to
+    positions: torch.Tensor     # [3, R, Q] MRoPE ids (all three axes equal for response tokens)
+    cos: torch.Tensor           # [R, Q, head_dim]
+    sin: torch.Tensor
+    mask: torch.Tensor          # [R, 1, Q, cache slots] bool, True = may attend (SDPA)
+    out_rows: int               # logits are returned for the last out_rows queries
+    segments: tuple[tuple[int, int], ...] = ()   # host: (start, stop) of each segment in the queries
+    groups: tuple[QueryGroup, ...] = ()          # host: SDPA calls (segments merged when spans agree)
+    kv_lengths: list[list[int]] = field(default_factory=list)  # host: [row][segment] visible slots
+
+
+def forward_step(text: QwenTextForward, cache: StaticKVCache, attention, buf: StepBuffers) -> torch.Tensor:
+    """The denoise step as a pure function of fixed-shape buffers (what a CUDA graph captures).
+
+    Embeds ``buf.tokens``, writes their K/V into ``buf.slots``, attends through ``attention`` and
+    returns the logits of the last ``buf.out_rows`` queries [R, out_rows, V]. No host reads.
+    """
+    hidden = text.embed_tokens(buf.tokens)
+    hidden = text.layers_forward(
+        hidden, buf.cos, buf.sin,
+        write=lambda i, k, v: cache.write(i, buf.rows, buf.slots, k, v),
+        attend=lambda i, attn, q: attention.step(i, attn, q, cache, buf))
+    return text.lm_head(hidden[:, hidden.shape[1] - buf.out_rows:])
+
+
+def eager_twin_step(model, cache: StaticKVCache, buf: StepBuffers, rows: int) -> torch.Tensor:
+    """The same step through transformers' own forward, the reference :func:`forward_step` must equal:
+    a DynamicCache holds the static cache's slots before the step's first slot and the HF model
+    appends the step's tokens. Single-segment steps over left-padded prompts (the SDPA layout)."""
+    from transformers import DynamicCache
+
+    if len(buf.segments) != 1:
+        raise ValueError("eager_twin_step: one segment (a denoise step), got %d" % len(buf.segments))
+    first = int(buf.slots[0, 0])            # left-padded prompts: every row's block starts here
+    queries = buf.tokens.shape[1]
+    dynamic = DynamicCache(config=model.config)
+    for layer in range(cache.k.shape[0]):
+        k, v = cache.read(layer, rows, first)
+        dynamic.update(k.contiguous(), v.contiguous(), layer)
+    out = model(input_ids=buf.tokens[:rows], attention_mask=buf.mask[:rows, :, :, :first + queries],
+                position_ids=buf.positions[:, :rows], past_key_values=dynamic, use_cache=True)
+    return out.logits[:, queries - buf.out_rows:]
+
+
+# ---------------------------------------------------------------------------------- the whole step
+@dataclass(frozen=True)
+class TransferRule:
+    """The host constants one whole step bakes in (part of its CUDA graph's key): the strategy and
+    threshold, how many positions a static strategy fixes at this step, the MASK and EOS ids."""
+
+    strategy: str
+    threshold: float
+    count: int
+    mask_id: int
+    eos_id: int
+
+    @classmethod
+    def at_step(cls, settings: DecodingSettings, step: int, schedule: Sequence[int], mask_id: int,
+                eos_id: int) -> "TransferRule":
+        count = 0 if settings.remasking_strategy == "low_confidence_dynamic" else schedule[min(step, len(schedule) - 1)]
+        return cls(settings.remasking_strategy, settings.confidence_threshold, count, mask_id, eos_id)
+
+    @property
+    def settings(self) -> DecodingSettings:
+        return DecodingSettings(remasking_strategy=self.strategy, confidence_threshold=self.threshold)
+
+
+@dataclass
+class BlockState:
+    """The block being denoised, in fixed device buffers that a whole step reads and writes in place."""
+
+    tokens: torch.Tensor        # [R, B] long: MASK where nothing is fixed yet
+    last: torch.Tensor          # [R, B] long: the last step's pick at every position
+    steps: torch.Tensor         # [R] long: steps each row has needed in this block
+
+    @classmethod
+    def empty(cls, rows: int, size: int, device: torch.device) -> "BlockState":
+        return cls(torch.zeros(rows, size, dtype=torch.long, device=device),
+                   torch.zeros(rows, size, dtype=torch.long, device=device),
+                   torch.zeros(rows, dtype=torch.long, device=device))
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.tokens, self.last, self.steps
+
+
+GREEDY = DecodingSettings()
+
+
+def greedy_pick(banned: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Token choice at temperature 0 (argmax and its probability): no host input, so it graphs."""
+    return lambda logits: sample_tokens(logits, GREEDY, banned)
+
+
+def pending_rows(block: torch.Tensor, masked: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """[R] True where a masked position remains before the first fixed EOS: the row needs more steps.
+    (Positions after a fixed EOS cannot change the answer, which is truncated there.)"""
+    size = block.shape[1]
+    is_eos = block == eos_id
+    first_eos = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), size)
+    before = torch.arange(size, device=block.device).unsqueeze(0) < first_eos.unsqueeze(1)
+    return (masked & before).any(dim=1)
+
+
+def whole_step(forward: Callable[[], torch.Tensor], pick, buf: StepBuffers, block: BlockState,
+               rule: TransferRule) -> torch.Tensor:
+    """One denoising step on the device: the block's tokens into the step's last B queries, the
+    forward, a token and confidence per position (``pick``), the transfer rule, the block updated in
+    place; returns [R] "still masked before EOS?" after the step. Fixed shapes, no host reads (with
+    :func:`greedy_pick`), so a CUDA graph captures all of it; run eagerly it is the eager twin."""
+    size = block.tokens.shape[1]
+    masked = block.tokens == rule.mask_id                                    # [R, B]
+    needed = pending_rows(block.tokens, masked, rule.eos_id)                  # [R]
+    buf.tokens[:, buf.tokens.shape[1] - size:].copy_(block.tokens)
+    logits = forward()                                                       # [R, B, V]
+    tokens, conf = pick(logits)
+    transfer = choose_transfer(masked, conf, rule.settings, 0, (rule.count,))
+    block.tokens.copy_(torch.where(transfer, tokens, block.tokens))
+    block.last.copy_(tokens)
+    block.steps.add_(needed)
+    return pending_rows(block.tokens, block.tokens == rule.mask_id, rule.eos_id)
