@@ -160,11 +160,7 @@ class DrivingPolicy:
         gens = [generator] * len(prompts) if generator is not None else None
         with VisionTimer(self.loaded.model, self.loaded.device) as vision:
             decoded = self.decoder.generate(inputs, settings, generators=gens)
-        batch = decoded.stats[0]                    # the phases are the batch call's, the same in every row
-        stages.vision_ms += vision.ms
-        stages.prefill_ms += max(0.0, batch.prefill_ms - vision.ms)
-        stages.denoise_ms += batch.denoise_ms
-        stages.commit_ms += batch.commit_ms
+        stages.add_decode(decoded.stats[0], vision.ms)   # the phases are the batch call's, alike in every row
         t = time.perf_counter()
         texts = self.loaded.tokenizer.batch_decode(decoded.sequences, skip_special_tokens=False)
         results = {}

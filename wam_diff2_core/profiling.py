@@ -57,6 +57,14 @@ class StageTimes:
     def stage_sum_ms(self) -> float:
         return sum(getattr(self, f"{s}_ms") for s in STAGES)
 
+    def add_decode(self, stats, vision_ms: float) -> None:
+        """Add one ``decoder.generate`` call: its phases (``DecodeStats`` of the batch call) and the
+        vision tower's time measured inside its prefill."""
+        self.vision_ms += vision_ms
+        self.prefill_ms += max(0.0, stats.prefill_ms - vision_ms)
+        self.denoise_ms += stats.denoise_ms
+        self.commit_ms += stats.commit_ms
+
     def with_conversion(self, image_ms: float) -> "StageTimes":
         """This step's stages plus the caller's image conversion before it (frame -> trajectory)."""
         return dataclasses.replace(self, image_ms=self.image_ms + image_ms, total_ms=self.total_ms + image_ms)
@@ -173,7 +181,7 @@ def stage_summary(stages: Sequence[dict[str, Any] | StageTimes]) -> dict[str, An
             "memory_kind": ",".join(kinds)}
 
 
-def stage_table(summary: dict[str, Any], indent: str = "  ") -> list[str]:
+def stage_table(summary: dict[str, Any], indent: str = "  ", total_label: str = STAGE_LABELS["total"]) -> list[str]:
     """The console table of :func:`stage_summary`: one row per stage with p50 / p95 / mean ms and its
     share of the p50 total, then the memory peak."""
     ms = summary["ms"]
@@ -184,7 +192,7 @@ def stage_table(summary: dict[str, Any], indent: str = "  ") -> list[str]:
         if not row["count"]:
             continue
         share = f"{100 * row['p50'] / total:7.1f}%" if total and name != "total" else ""
-        label = STAGE_LABELS.get(name, name)
+        label = total_label if name == "total" else STAGE_LABELS.get(name, name)
         lines.append(f"{indent}{label:<18}{row['p50']:9.1f}{row['p95']:9.1f}{row['mean']:9.1f}{share:>8}")
     if summary.get("peak_memory_mb"):
         lines.append(f"{indent}peak memory: {summary['peak_memory_mb']:.0f} MB ({summary['memory_kind']}) over "
