@@ -383,7 +383,7 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
     collision = o.get("collision")
     if collision:
         for convention, label in (("at_t", "UniAD"), ("avg_to_t", "VAD")):
-            print(f"  collision (%, {label + ')':<8}    " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
+            print(f"  {'collision (%, ' + label + ')':<21}" + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
             for name, key in ((who, "model"), ("constant velocity", "constant_velocity")):
                 row = collision[key][convention]
                 print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{100 * row[h]:8.1f}"
@@ -396,6 +396,9 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
               + (f"; {retried} decoded again after a parse failure" if retried else ""))
     if lat.get("count"):
         print(f"  latency per plan: median {lat['p50']:.1f} ms, p90 {lat['p90']:.1f} ms, max {lat['max']:.1f} ms")
+    if o.get("stages"):
+        from ..profiling import stage_table
+        print("\n".join(stage_table(o["stages"])))
     print(f"  report: {Path(args.out) / 'report.md'} (plots beside it)" + (f"; predictions: {record}" if record else ""))
 
 
