@@ -27,15 +27,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..evaluation.bags import DEFAULT_ROLE
-
 import cv2
 import numpy as np
 
 from ..outputs.parsing import format_waypoints
 from ..outputs.prompts import COMMANDS, format_detection_prompt, format_planning_prompt
+from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE
 from ..utils.atomic import atomic_directory
-from .episode_bags import DEFAULT_COMMAND_TOPIC, STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
+from .episode_bags import STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
 from .episode import EpisodeSettings, simulate_episode
 from .truth import QUESTIONS, vqa_prompt
 
