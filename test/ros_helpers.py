@@ -35,7 +35,7 @@ from wam_diff2_core.geometry import quaternion_from_yaw
 from wam_diff2_core.frame_inputs import stamp_ns as stamp_to_ns
 
 from wam_diff2_ros.conversions import ns_to_stamp
-from wam_diff2_ros.msg import Detection2DArray, PlannerStatus, Trajectory
+from wam_diff2_ros.msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
 from wam_diff2_ros.planner_node import COMMAND_QOS, INPUT_TOPICS, OUTPUT_QOS, OUTPUT_TOPICS, ROUTE_QOS, STATUS_QOS
 
 
@@ -127,7 +127,7 @@ class Probe(Node):
         self.received: dict[str, list] = {}
         kinds = {"trajectory": Trajectory, "path": Path, "path_odom": Path, "detections": Detection2DArray,
                  "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64,
-                 "status": PlannerStatus}
+                 "status": PlannerStatus, "stage_times": StageTimes}
         for key, kind in kinds.items():
             self.received[key] = []
             self.create_subscription(kind, self.topic(OUTPUT_TOPICS[key]), self._recorder(key),

@@ -140,6 +140,18 @@ def test_bgra8_frame_odometry_and_command_answered_with_the_image_stamp(probe, p
     # matched publishers per input: the probe's, and nobody's on camera_info
     assert all(int(values[f"{k}_publishers"]) >= 1 for k in ("image", "odometry", "route", "command"))
     assert values["camera_info_publishers"] == "0"
+    # where the time went: on the latency topic (the image's header), in the trajectory, in diagnostics
+    stages = probe.wait_for(lambda: probe.with_stamp("stage_times", stamp), 5.0)[-1]
+    assert stages.header.frame_id == "camera" and stages.memory_kind in ("rss", "rss_since_start")
+    parts = [stages.image_ms, stages.processor_ms, stages.vision_ms, stages.prefill_ms, stages.denoise_ms,
+             stages.commit_ms, stages.parse_ms]
+    assert all(p >= 0 for p in parts) and min(stages.image_ms, stages.vision_ms, stages.denoise_ms) > 0
+    assert sum(parts) + stages.other_ms == pytest.approx(stages.total_ms, rel=1e-3)
+    assert stages.total_ms >= traj.stats.latency_ms and stages.peak_memory_mb > 50
+    assert traj.stats.stages.total_ms == stages.total_ms and traj.stats.stages.header.stamp == stages.header.stamp
+    values = probe.wait_for(lambda: (probe.diagnostic_values(DIAG) or {}).get("stage_denoise_p50_ms")
+                            and probe.diagnostic_values(DIAG), 5.0)
+    assert float(values["stage_denoise_p50_ms"]) > 0 and float(values["peak_memory_mb"]) > 50
 
 
 def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, planner, monkeypatch):
@@ -582,3 +594,41 @@ def test_autostart_false_waits_for_transitions_then_plans_on_compressed_frames(c
     finally:
         probe.stop()
         manual.stop()
+
+
+def test_a_fast_path_that_diverges_at_warm_up_falls_back_to_plain_with_a_warning(
+        context, tiny_checkpoint, monkeypatch, capfd):
+    """At configure the warm-up prompt is decoded by the fast path (auto: static on CPU) and by the plain
+    decoder; a forced divergence of one token makes the node decode with plain, warn naming the
+    divergence, and report it in /diagnostics (WARN)."""
+    from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
+    from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
+    real = StaticBlockDiffusionDecoder.generate
+
+    def perturbed(self, *args, **kwargs):          # the test hook: the fast path's first token is off by one
+        out = real(self, *args, **kwargs)
+        out.sequences[0][:1] = [out.sequences[0][0] + 1] if out.sequences[0] else [7]
+        return out
+    monkeypatch.setattr(StaticBlockDiffusionDecoder, "generate", perturbed)
+    node = PlannerNode("diverging_planner", context=context,
+                       parameter_overrides=overrides(tiny_checkpoint, autostart=False, warmup=True))
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert isinstance(node._policy.decoder, BlockDiffusionDecoder)
+        assert node._policy.engine.implementation == "plain"
+        err = capfd.readouterr().err
+        assert "fast path (static (sdpa)) diverges from the plain decoder on the warm-up prompt" in err
+        assert "first difference in answer 0 at token 0" in err and "decoder: plain" in err
+        values = {kv.key: kv.value for kv in node.diagnostic_status().values}
+        assert values["decoder"] == "plain" and values["fast_path_check"].startswith("fell back: fast path")
+        node.trigger_activate()
+        status = node.diagnostic_status()
+        assert status.level == status.WARN and "fast path fell back to the plain decoder" in status.message
+    finally:
+        node.stop_worker()
+        node.destroy_node()
+
+
+def test_the_fast_path_that_agrees_at_warm_up_stays(probe, planner):
+    values = {kv.key: kv.value for kv in planner.diagnostic_status().values}
+    assert values["decoder"] == "static (sdpa)" and values["fast_path_check"] == "passed"

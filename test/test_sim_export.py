@@ -130,7 +130,8 @@ def test_bags_open_with_rosbags_and_look_like_carla_ros_bridge(exported, storage
     topics = topic_names("hero")
     expected_types = {topics[k]: t for k, t in TOPIC_TYPES.items()}
     ticks = EPISODE.total_ticks
-    expected_counts = {topics["clock"]: ticks, topics["tf"]: ticks, topics["odometry"]: ticks, topics["route"]: 1,
+    expected_counts = {topics["clock"]: ticks, topics["tf"]: ticks, topics["odometry"]: ticks,
+                       topics["objects"]: ticks, topics["route"]: 1,
                        topics["command"]: EPISODE.frames, topics["camera_info"]: EPISODE.frames,
                        topics["image"]: EPISODE.frames}
     records = [r for r in _frames(out) if r["episode"] == 1]
@@ -141,7 +142,12 @@ def test_bags_open_with_rosbags_and_look_like_carla_ros_bridge(exported, storage
         route_conn = next(c for c in reader.connections if c.topic == topics["route"])
         assert [q.durability for q in route_conn.ext.offered_qos_profiles] == [QosDurability.TRANSIENT_LOCAL]
         last_stamp: dict[str, int] = {}
-        images = infos = 0
+        objects_conn = next(c for c in reader.connections if c.topic == topics["objects"])
+        # stored as a bridge recording stores it: the real type name and both definitions
+        assert objects_conn.msgtype == "derived_object_msgs/msg/ObjectArray"
+        assert "MSG: derived_object_msgs/Object" in objects_conn.msgdef.data
+        assert "shape_msgs/SolidPrimitive shape" in objects_conn.msgdef.data
+        images = infos = ticks_seen = 0
         odometry = []
         for index, (conn, bag_ns, raw) in enumerate(reader.messages()):
             msg = reader.deserialize(raw, conn.msgtype)
@@ -175,7 +181,19 @@ def test_bags_open_with_rosbags_and_look_like_carla_ros_bridge(exported, storage
                                  msg.twist.twist.linear.x, msg.twist.twist.linear.y))
             elif conn.topic == topics["command"]:
                 assert msg.data in ("left", "straight", "right")
-        assert images == infos == EPISODE.frames
+            elif conn.topic == topics["objects"]:
+                # every other vehicle of the tick, as the world holds it (box centre, yaw, size, velocity)
+                truth = episode.traffic[ticks_seen]
+                assert msg.header.frame_id == "map" and [o.id for o in msg.objects] == [v.id for v in truth]
+                for o, v in zip(msg.objects, truth):
+                    assert o.shape.type == 1 and list(o.shape.dimensions) == [v.length_m, v.width_m, v.height_m]
+                    assert (o.pose.position.x, o.pose.position.y) == (v.x, v.y)
+                    assert np.isclose(2 * np.arctan2(o.pose.orientation.z, o.pose.orientation.w) - v.yaw, 0)
+                    assert np.isclose(np.hypot(o.twist.linear.x, o.twist.linear.y), v.speed)
+                    assert o.classification == {"car": 6, "truck": 7, "bus": 9}[v.label]
+                ticks_seen += 1
+        assert images == infos == EPISODE.frames and ticks_seen == ticks
+        assert any(len(t) for t in episode.traffic)
     # odometry holds the track the ground truth comes from: the recorded future gives the waypoints
     odometry = np.array(odometry)
     np.testing.assert_allclose(odometry[:, 1], episode.track.x)

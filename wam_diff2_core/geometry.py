@@ -98,6 +98,44 @@ def path_headings(points: np.ndarray, start_yaw: float = 0.0) -> np.ndarray:
     return headings
 
 
+@dataclass(frozen=True)
+class VehicleBox:
+    """A vehicle's bounding box seen from its rear axle (the demo world's odometry origin)."""
+
+    length_m: float
+    width_m: float
+    rear_overhang_m: float            # rear axle -> rear bumper
+
+    @property
+    def centre_from_axle_m(self) -> float:
+        """Rear axle -> centre of the bounding box (forward)."""
+        return self.length_m / 2 - self.rear_overhang_m
+
+
+DEMO_EGO_BOX = VehicleBox(length_m=4.7, width_m=1.9, rear_overhang_m=0.95)   # the demo world's ego car
+
+
+def box_corners(x: float, y: float, yaw: float, length_m: float, width_m: float) -> np.ndarray:
+    """[4, 2] corners of a box on the ground centred at (x, y) facing ``yaw``, counter-clockwise
+    from front left."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    hl, hw = length_m / 2, width_m / 2
+    local = np.array([[hl, hw], [-hl, hw], [-hl, -hw], [hl, -hw]])
+    return local @ np.array([[c, s], [-s, c]]) + np.array([x, y])
+
+
+def boxes_overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Separating-axis test for two convex quads [4, 2] (touching counts as overlap)."""
+    for poly in (a, b):
+        edges = np.roll(poly, -1, axis=0) - poly
+        for ex, ey in edges:
+            axis = np.array([-ey, ex])
+            pa, pb = a @ axis, b @ axis
+            if pa.max() < pb.min() or pb.max() < pa.min():
+                return False
+    return True
+
+
 # ----------------------------------------------------------------------------- route -> command
 @dataclass(frozen=True)
 class RouteCommandSettings:

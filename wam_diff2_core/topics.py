@@ -13,7 +13,8 @@ DEFAULT_COMMAND_TOPIC = f"/{PLANNER_NODE}/input/command"  # the planner node's c
 
 
 def carla_topics(role: str = DEFAULT_ROLE, camera: str = "rgb_front") -> dict[str, str]:
-    """carla-ros-bridge's topics of an ego ``role``: odometry, route (``waypoints``), camera image and info."""
+    """carla-ros-bridge's topics of an ego ``role``: odometry, other agents (``objects``), route
+    (``waypoints``), camera image and info."""
     base = f"/carla/{role}"
-    return {"odometry": f"{base}/odometry", "route": f"{base}/waypoints", "camera_info": f"{base}/{camera}/camera_info",
-            "image": f"{base}/{camera}/image"}
+    return {"odometry": f"{base}/odometry", "objects": f"{base}/objects", "route": f"{base}/waypoints",
+            "camera_info": f"{base}/{camera}/camera_info", "image": f"{base}/{camera}/image"}

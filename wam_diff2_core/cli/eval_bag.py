@@ -70,6 +70,8 @@ def add_arguments(p) -> None:
     t.add_argument("--command-topic", default=None, help="std_msgs/String command, overrides the route (default "
                                                          f"{DEFAULT_COMMAND_TOPIC}, the node's input; used "
                                                          "when the bag has it)")
+    t.add_argument("--objects-topic", default=None, help="derived_object_msgs/ObjectArray of the other agents, for "
+                   "the collision rate (default /carla/ROLE/objects; used when present)")
     t.add_argument("--camera-info-topic", default=None, help="sensor_msgs/CameraInfo (default "
                                                              "/carla/ROLE/CAMERA/camera_info; informational)")
 
@@ -86,6 +88,10 @@ def add_arguments(p) -> None:
         i.add_argument("--" + dest.replace("_", "-"), dest=dest, type=spec.kind, default=None, choices=choices,
                        help=f"{spec.description} (node default {spec.default}{extra})")
     add_image_limit_arguments(i)
+    e = p.add_argument_group("ego box for the collision rate (default: the demo world's ego, odometry at the rear axle)")
+    for f in dataclasses.fields(_footprint_class()):
+        e.add_argument("--ego-" + f.name.replace("_", "-"), dest="ego_" + f.name, type=float, default=None,
+                       help=f"default {f.default} (a CARLA bag: --ego-centre-ahead-m 0, and the ego's size)")
     p.add_argument("--max-gap-s", type=float, default=0.5,
                    help="longest odometry gap the recorded future is interpolated over (default 0.5)")
 
@@ -95,6 +101,11 @@ def add_arguments(p) -> None:
                    help=f"{spec.description} (node default {spec.default:g})")
     add_parse_retry_argument(p)
     add_decoding_arguments(p)
+
+
+def _footprint_class():
+    from ..evaluation.collision import EgoFootprint
+    return EgoFootprint
 
 
 def read_node_params(path: str | Path, node: str = node_params.NODE) -> dict:
@@ -153,16 +164,20 @@ def _settings(args):
 
     topics = BagTopics.carla(args.role, args.camera, image=args.image_topic, odometry=args.odometry_topic,
                              route=args.route_topic, command=args.command_topic,
-                             camera_info=args.camera_info_topic)
+                             camera_info=args.camera_info_topic, objects=args.objects_topic)
     required = frozenset(role for role, given in (("route", args.route_topic), ("command", args.command_topic),
-                                                  ("camera info", args.camera_info_topic)) if given)
+                                                  ("camera info", args.camera_info_topic),
+                                                  ("objects", args.objects_topic)) if given)
+    footprint = _footprint_class()(**{f.name: getattr(args, "ego_" + f.name)
+                                      for f in dataclasses.fields(_footprint_class())
+                                      if getattr(args, "ego_" + f.name) is not None})
     given = {name: getattr(args, node_params.cli_dest(name)) for name in node_params.INPUT_PARAMETERS}
     values = {**node_params.DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
     if values["default_command"] == NO_DEFAULT_COMMAND:
         values["default_command"] = None
     inputs = node_params.input_settings(values)
     return EvalSettings(topics=topics, inputs=inputs, image_limits=image_limits(args), every=args.every,
-                        max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required)
+                        max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required, footprint=footprint)
 
 
 def _model_info(policy, args) -> dict:
@@ -342,6 +357,14 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
         row = o[key]["l2_at_t"]
         print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{row[h]:8.3f}" for h in horizons)
               + f"   {o[key]['frames']:>6}")
+    collision = o.get("collision")
+    if collision:
+        for convention, label in (("at_t", "UniAD"), ("avg_to_t", "VAD")):
+            print(f"  {'collision (%, ' + label + ')':<21}" + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
+            for name, key in ((who, "model"), ("constant velocity", "constant_velocity")):
+                row = collision[key][convention]
+                print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{100 * row[h]:8.1f}"
+                                                 for h in horizons) + f"   {collision[key]['frames']:>6}")
     d, lat = o.get("decode") or {}, o.get("latency_ms") or {}
     if d.get("tokens_per_frame", {}).get("count"):
         retried = d.get("retried_frames")
@@ -350,6 +373,9 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
               + (f"; {retried} decoded again after a parse failure" if retried else ""))
     if lat.get("count"):
         print(f"  latency per plan: median {lat['p50']:.1f} ms, p90 {lat['p90']:.1f} ms, max {lat['max']:.1f} ms")
+    if o.get("stages"):
+        from ..profiling import stage_table
+        print("\n".join(stage_table(o["stages"])))
     print(f"  report: {Path(args.out) / 'report.md'} (plots beside it)" + (f"; predictions: {record}" if record else ""))
 
 

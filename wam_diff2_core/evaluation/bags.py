@@ -1,7 +1,8 @@
 """rosbag2 bags without ROS: open (sqlite3 or mcap, a folder or a single file), know the types, read.
 
 Types come from the bag itself first (rosbag2 stores each topic's message definition), then
-from the ROS 2 Kilted standard set and this package's ``msg/*.msg`` for bags that carry none.
+from the ROS 2 Kilted standard set, ``derived_object_msgs`` (carla-ros-bridge's objects) and this
+package's ``msg/*.msg`` for bags that carry none.
 Every failure a bag can cause surfaces as :class:`BagError` with the bag and the reason: a
 missing path, a truncated or corrupt storage file, a topic that is absent or has an unexpected
 type, a type nobody can decode.
@@ -29,6 +30,7 @@ ODOMETRY_TYPES = ("nav_msgs/msg/Odometry",)
 ROUTE_TYPES = ("nav_msgs/msg/Path",)
 COMMAND_TYPES = ("std_msgs/msg/String",)
 CAMERA_INFO_TYPES = ("sensor_msgs/msg/CameraInfo",)
+OBJECTS_TYPES = ("derived_object_msgs/msg/ObjectArray",)
 
 
 class BagError(Exception):
@@ -44,6 +46,7 @@ class BagTopics:
     route: str | None = None          # nav_msgs/Path (latched); used when present in the bag
     command: str | None = None        # std_msgs/String, overrides the route; used when present
     camera_info: str | None = None    # informational (image size in the report); used when present
+    objects: str | None = None        # derived_object_msgs/ObjectArray (other agents): collision rate when present
 
     @classmethod
     def carla(cls, role: str = DEFAULT_ROLE, camera: str = "rgb_front", **overrides: str | None) -> "BagTopics":
@@ -54,7 +57,7 @@ class BagTopics:
 
     def as_dict(self) -> dict[str, str | None]:
         return dict(image=self.image, odometry=self.odometry, route=self.route, command=self.command,
-                    camera_info=self.camera_info)
+                    camera_info=self.camera_info, objects=self.objects)
 
 
 # ----------------------------------------------------------------------------- types
@@ -69,10 +72,14 @@ def package_msg_dir() -> Path | None:
 
 @lru_cache(maxsize=1)
 def default_types() -> dict[str, Any]:
-    """Kilted's standard message types plus this package's, as a rosbags types dict."""
+    """Kilted's standard message types, carla-ros-bridge's ``derived_object_msgs`` (no wheel: see
+    :mod:`.derived_objects`) and this package's, as a rosbags types dict."""
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
+    from .derived_objects import object_types
+
     types = dict(get_typestore(Stores.ROS2_KILTED).fielddefs)
+    types.update(object_types())
     msg_dir = package_msg_dir()
     if msg_dir is not None:
         for path in sorted(msg_dir.glob("*.msg")):

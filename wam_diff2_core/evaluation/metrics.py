@@ -8,7 +8,12 @@ Per frame, ``e_k = || predicted_k - recorded_k ||`` for the 8 waypoints (k = 1 .
 - **L2 averaged up to t** (ST-P3 convention, ``l2_avg_to_t``): the mean over frames of
   ``mean(e_1 .. e_k)``;
 - **ADE** = mean of all ``e_k`` (= ST-P3 L2 at 4 s), **FDE** = mean ``e_8`` (= L2 at 4 s);
-- the **per-waypoint mean error** ``mean_frames(e_k)`` (the paper's exposure-bias curve).
+- the **per-waypoint mean error** ``mean_frames(e_k)`` (the paper's exposure-bias curve);
+- the **collision rate** where the bag carries other agents' boxes (:mod:`.collision`), in the
+  UniAD convention (``collision.at_t``: share of frames whose ego box at the waypoint at t
+  overlaps an agent) and the VAD / ST-P3 one (``collision.avg_to_t``: per frame the share of
+  colliding waypoints up to t, averaged over frames), for the model, the constant-velocity
+  baseline and the recorded drive.
 
 The constant-velocity baseline (the ego keeps its input velocity) is scored on exactly the
 frames the model is scored on, and separately on every evaluated frame. Parse failures,
@@ -27,12 +32,19 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
+from ..profiling import stage_summary
 
 HORIZONS_S = (1.0, 2.0, 3.0, 4.0)
 CONVENTIONS = {
     "l2_at_t": "UniAD/VAD convention: L2 error of the waypoint at time t, averaged over frames",
     "l2_avg_to_t": "ST-P3 convention: L2 error averaged over the waypoints up to time t (0.5 s steps), "
                    "then over frames",
+}
+COLLISION_CONVENTIONS = {
+    "at_t": "UniAD convention: share of frames whose planned ego box at the waypoint at time t overlaps another "
+            "agent's recorded box at that time",
+    "avg_to_t": "VAD (ST-P3) convention: per frame, the share of waypoints up to time t (0.5 s steps) whose ego box "
+                "overlaps an agent, averaged over frames",
 }
 LATENCY_PERCENTILES = (50, 90, 99)
 
@@ -57,6 +69,11 @@ class FrameResult:
     predicted: np.ndarray | None = None  # [8, 2] when valid
     stats: dict[str, Any] = field(default_factory=dict)   # forwards, tokens, denoise_steps, ... per frame
     latency_ms: float = float("nan")
+    # [8] per waypoint: the ego box overlaps another agent (None: no objects known then); None: no objects topic
+    collisions: list[bool | None] | None = None            # the model's plan (counted: recorded ego clear)
+    baseline_collisions: list[bool | None] | None = None   # the constant-velocity baseline (counted likewise)
+    recorded_collisions: list[bool | None] | None = None   # the recorded drive itself
+    stages: dict[str, Any] | None = None                   # profiling.StageTimes.as_dict(): frame -> trajectory
 
     @property
     def errors(self) -> np.ndarray | None:
@@ -77,7 +94,9 @@ class FrameResult:
                 "valid": self.valid, "invalid_reason": self.invalid_reason, "raw_text": self.raw_text,
                 "predicted": pts(self.predicted), "ground_truth": pts(self.ground_truth),
                 "baseline": pts(self.baseline), "errors": pts(errors), "baseline_errors": pts(self.baseline_errors),
-                "stats": self.stats, "latency_ms": self.latency_ms}
+                "stats": self.stats, "latency_ms": self.latency_ms, "collisions": self.collisions,
+                "baseline_collisions": self.baseline_collisions, "recorded_collisions": self.recorded_collisions,
+                "stages": self.stages}
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> "FrameResult":
@@ -89,7 +108,9 @@ class FrameResult:
                    acceleration=tuple(r["acceleration"]), ground_truth=arr(r["ground_truth"]),
                    baseline=arr(r["baseline"]), valid=r["valid"], invalid_reason=r["invalid_reason"],
                    raw_text=r["raw_text"], predicted=arr(r["predicted"]), stats=r["stats"],
-                   latency_ms=r["latency_ms"])
+                   latency_ms=r["latency_ms"], collisions=r.get("collisions"),
+                   baseline_collisions=r.get("baseline_collisions"), recorded_collisions=r.get("recorded_collisions"),
+                   stages=r.get("stages"))
 
 
 def waypoint_errors(predicted: np.ndarray, ground_truth: np.ndarray) -> np.ndarray:
@@ -119,6 +140,22 @@ def trajectory_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[s
             "l2_avg_to_t_mean_1_3s": float(np.mean([avg_to_t[k] for k in first3])),
             "ade": float(e.mean()), "fde": float(e[:, -1].mean()),
             "per_waypoint": [float(v) for v in e.mean(axis=0)]}
+
+
+def collision_metrics(flags: Sequence[Sequence[bool | None]]) -> dict[str, Any]:
+    """Collision rates from per-frame [8] flags (None: no objects known at that waypoint), in both
+    conventions (:data:`COLLISION_CONVENTIONS`); each rate over the frames whose flags are known up to t."""
+    rows = [list(f) for f in flags]
+    at_t, avg_to_t, frames_at = {}, {}, {}
+    for h in HORIZONS_S:
+        k = int(round(h / WAYPOINT_DT_S))
+        known_at = [r[k - 1] for r in rows if r[k - 1] is not None]
+        known_to = [r[:k] for r in rows if all(v is not None for v in r[:k])]
+        at_t[horizon_key(h)] = float(np.mean(known_at)) if known_at else None
+        avg_to_t[horizon_key(h)] = float(np.mean([np.mean(r) for r in known_to])) if known_to else None
+        frames_at[horizon_key(h)] = len(known_at)
+    return {"frames": len(rows), "frames_known_at_t": frames_at, "at_t": at_t, "avg_to_t": avg_to_t,
+            "frames_colliding": sum(1 for r in rows if any(v for v in r if v is not None))}
 
 
 def distribution(values: Iterable[float], percentiles: Sequence[int] = LATENCY_PERCENTILES) -> dict[str, Any]:
@@ -153,7 +190,22 @@ def group_summary(frames: Sequence[FrameResult]) -> dict[str, Any]:
             "retried_frames": sum(1 for f in frames if f.stats.get("retries")),
         },
         "latency_ms": distribution(f.latency_ms for f in frames),
+        "collision": _collision_summary(frames, valid),
+        "stages": stage_summary([f.stages for f in frames if f.stages]),
     }
+
+
+def _collision_summary(frames: Sequence[FrameResult], valid: Sequence[FrameResult]) -> dict[str, Any] | None:
+    """Model and constant velocity on the model's valid frames (as L2), the baseline on every frame,
+    and the recorded drive; None when no frame has objects."""
+    if not any(f.recorded_collisions is not None for f in frames):
+        return None
+    scored = [f for f in valid if f.collisions is not None]
+    with_objects = [f for f in frames if f.baseline_collisions is not None]
+    return {"model": collision_metrics([f.collisions for f in scored]),
+            "constant_velocity": collision_metrics([f.baseline_collisions for f in scored]),
+            "constant_velocity_all_frames": collision_metrics([f.baseline_collisions for f in with_objects]),
+            "recorded": collision_metrics([f.recorded_collisions for f in with_objects])}
 
 
 def summarize(frames: Sequence[FrameResult]) -> dict[str, Any]:

@@ -19,11 +19,14 @@ import numpy as np
 
 from ..config import ConfigError
 from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
+from ..profiling import stage_markdown
 from ..utils.atomic import atomic_directory
-from .metrics import CONVENTIONS, HORIZONS_S, FrameResult, horizon_key, summarize, trajectory_metrics
+from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, FrameResult, collision_metrics, horizon_key,
+                      summarize, trajectory_metrics)
 
 FORMAT = "wam-diff2-eval-bag/1"
-PLOTS = {"per_waypoint": "per_waypoint_error.png", "bev": "bev_samples.png", "histogram": "error_histogram.png"}
+PLOTS = {"per_waypoint": "per_waypoint_error.png", "bev": "bev_samples.png", "histogram": "error_histogram.png",
+         "collision": "collision_rate.png"}
 WAYPOINT_TIMES_S = [round((k + 1) * WAYPOINT_DT_S, 3) for k in range(NUM_WAYPOINTS)]
 
 
@@ -39,6 +42,7 @@ def build_metrics(run, *, model: dict[str, Any], command: str = "", label: str =
         "model": model,
         "settings": run.settings.as_dict(),
         "conventions": CONVENTIONS,
+        "collision_conventions": COLLISION_CONVENTIONS,
         "horizons_s": list(HORIZONS_S),
         "waypoint_times_s": WAYPOINT_TIMES_S,
         "bags": [{"bag": b.plan.bag, "counts": b.counts(), "camera": b.plan.camera,
@@ -60,6 +64,10 @@ def write_run_report(out_dir: str | Path, run, *, model: dict[str, Any], command
         plot_per_waypoint({label or "model": metrics}, tmp / PLOTS["per_waypoint"], baseline=True)
         plot_bev_samples(frames, tmp / PLOTS["bev"], bev_samples)
         plot_error_histogram(frames, tmp / PLOTS["histogram"])
+        if metrics["overall"]["collision"] is not None:
+            plot_collision_rates({label or "model": metrics["overall"]["collision"]["model"],
+                                  "constant velocity": metrics["overall"]["collision"]["constant_velocity"]},
+                                 tmp / PLOTS["collision"])
         (tmp / "report.md").write_text(render_markdown(metrics))
         # metrics.json last: its presence (with "complete": true) marks a finished run
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
@@ -83,6 +91,30 @@ def _l2_table(rows: Sequence[tuple[str, dict[str, Any]]], key: str) -> list[str]
         lines.append(f"| {name} | {m['frames']} | " + " | ".join(_f(m[key][h]) for h in hs)
                      + f" | {_f(m[key + '_mean_1_3s'])} | {_f(m['ade'])} | {_f(m['fde'])} |")
     return lines
+
+
+def _collision_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Collision rates (%) at 1-4 s in both conventions, one row per (name, collision_metrics)."""
+    hs = [horizon_key(h) for h in HORIZONS_S]
+    lines = ["| | frames | " + " | ".join(f"UniAD {h}" for h in hs) + " | " + " | ".join(f"VAD {h}" for h in hs)
+             + " | frames colliding |", "|---|---:|" + "---:|" * (2 * len(hs)) + "---:|"]
+    for name, c in rows:
+        lines.append(f"| {name} | {c['frames']} | " + " | ".join(_pct(c["at_t"][h]) for h in hs) + " | "
+                     + " | ".join(_pct(c["avg_to_t"][h]) for h in hs) + f" | {c['frames_colliding']} |")
+    return lines
+
+
+def render_collision(c: dict[str, Any] | None, topic: str = "") -> list[str]:
+    if c is None:
+        return []
+    return ["## Collision rate", "",
+            f"The planned ego box along the plan against the other agents' recorded boxes{' (`' + topic + '`)' if topic else ''} "
+            "at each waypoint time; a step where the recorded ego itself overlaps an agent is not counted. "
+            "UniAD: " + COLLISION_CONVENTIONS["at_t"] + ". VAD: " + COLLISION_CONVENTIONS["avg_to_t"] + ".", "",
+            *_collision_rows([("model", c["model"]), ("constant velocity (same frames)", c["constant_velocity"]),
+                              ("constant velocity (all evaluated)", c["constant_velocity_all_frames"]),
+                              ("recorded drive", c["recorded"])]), "",
+            f"![collision rate]({PLOTS['collision']})", ""]
 
 
 def render_markdown(m: dict[str, Any]) -> str:
@@ -132,6 +164,7 @@ def render_markdown(m: dict[str, Any]) -> str:
               *_l2_table(rows, "l2_at_t"), "",
               "## L2 averaged up to t (ST-P3 convention)", "", CONVENTIONS["l2_avg_to_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_avg_to_t"), "",
+              *render_collision(o.get("collision"), next((b["counts"].get("objects_topic", "") for b in m["bags"]), "")),
               "## Per command (L2 at t, UniAD / VAD convention)", "",
               "| command | frames | valid | parse failures | model L2 1s | 2s | 3s | 4s | ADE | FDE | CV L2 4s |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -162,6 +195,7 @@ def render_markdown(m: dict[str, Any]) -> str:
                "preprocessing, decoding, parsing)." if from_node else
                "Latency is the whole `policy.step` call (image preprocessing, decoding, parsing) on "
                f"`{model.get('device', '?')}`."), "",
+              *(["### Per stage (frame -> trajectory)", "", *stage_markdown(o["stages"]), ""] if o.get("stages") else []),
               f"![bird's-eye view of sample frames]({PLOTS['bev']})", "",
               f"![error histogram]({PLOTS['histogram']})", ""]
     if m.get("record"):
@@ -203,6 +237,28 @@ def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path, baseline: boo
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no valid plans to score", ha="center", va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
+    """Collision rate at 1-4 s per run (collision_metrics), both conventions."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4), dpi=100, sharey=True)
+    hs = [horizon_key(h) for h in HORIZONS_S]
+    for ax, (key, title) in zip(axes, (("at_t", "UniAD: at t"), ("avg_to_t", "VAD: averaged up to t"))):
+        for name, c in runs.items():
+            values = [100 * c[key][h] if c[key][h] is not None else np.nan for h in hs]
+            ax.plot(HORIZONS_S, values, marker="o", label=f"{name} ({c['frames']} frames)",
+                    **({"linestyle": "--", "color": "grey"} if name == "constant velocity" else {}))
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("time ahead (s)")
+        ax.set_xticks(HORIZONS_S)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("collision rate (%)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Planned ego box overlapping another agent", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -325,12 +381,22 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
         nb: trajectory_metrics([valid_b[k].errors for k in common]),
         "constant_velocity": trajectory_metrics([valid_a[k].baseline_errors for k in common]),
     }
+    collision = None
+    if ma["overall"].get("collision") and mb["overall"].get("collision"):
+        both = [k for k in common if valid_a[k].collisions is not None and valid_b[k].collisions is not None]
+        collision = {"runs": {na: ma["overall"]["collision"]["model"], nb: mb["overall"]["collision"]["model"]},
+                     "common_valid_frames": {
+                         na: collision_metrics([valid_a[k].collisions for k in both]),
+                         nb: collision_metrics([valid_b[k].collisions for k in both]),
+                         "constant_velocity": collision_metrics([valid_a[k].baseline_collisions for k in both])}}
     result = {"format": FORMAT + "/compare", "runs": {na: str(run_a), nb: str(run_b)},
               "conventions": CONVENTIONS, "overall": {na: ma["overall"], nb: mb["overall"]},
               "per_command": {c: {na: ma["per_command"][c], nb: mb["per_command"][c]} for c in COMMANDS},
-              "common_valid_frames": paired, "complete": True}
+              "common_valid_frames": paired, "collision": collision, "complete": True}
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         plot_per_waypoint({na: ma, nb: mb}, tmp / "per_waypoint_compare.png", baseline=True)
+        if collision is not None:
+            plot_collision_rates({**collision["runs"]}, tmp / "collision_compare.png")
         (tmp / "compare.md").write_text(render_compare(result, na, nb, ma, mb))
         (tmp / "compare.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
@@ -370,7 +436,15 @@ def render_compare(r: dict[str, Any], na: str, nb: str, ma: dict[str, Any], mb: 
         for h in hs:
             lines.append(f"| {label} {h} | {_f(p[na][conv][h])} | {_f(p[nb][conv][h])} | "
                          f"{_f(p['constant_velocity'][conv][h])} |")
-    lines += [f"| ADE | {_f(p[na]['ade'])} | {_f(p[nb]['ade'])} | {_f(p['constant_velocity']['ade'])} |",
-              "", "L2 at t: " + CONVENTIONS["l2_at_t"] + ". L2 avg to t: " + CONVENTIONS["l2_avg_to_t"] + ".", "",
+    lines += [f"| ADE | {_f(p[na]['ade'])} | {_f(p[nb]['ade'])} | {_f(p['constant_velocity']['ade'])} |", ""]
+    if r.get("collision"):
+        c = r["collision"]
+        lines += ["## Collision rate", "", "UniAD: " + COLLISION_CONVENTIONS["at_t"] + ". VAD: "
+                  + COLLISION_CONVENTIONS["avg_to_t"] + ".", "", "Each on its own valid frames:", "",
+                  *_collision_rows([(na, c["runs"][na]), (nb, c["runs"][nb])]), "",
+                  "On the frames where both have a valid plan:", "",
+                  *_collision_rows([(na, c["common_valid_frames"][na]), (nb, c["common_valid_frames"][nb]),
+                                    ("constant velocity", c["common_valid_frames"]["constant_velocity"])]), ""]
+    lines += ["L2 at t: " + CONVENTIONS["l2_at_t"] + ". L2 avg to t: " + CONVENTIONS["l2_avg_to_t"] + ".", "",
               "![per-waypoint error](per_waypoint_compare.png)", ""]
     return "\n".join(lines)

@@ -18,7 +18,9 @@ stamp) and become the same :class:`FrameResult` records.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +33,11 @@ from ..images import ImageError, ImageLimits
 from ..frame_inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
                             stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
-from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag, BagError,
-                   BagTopics, Undecodable)
+from ..profiling import StageTimes
+from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
+                  BagError, BagTopics, Undecodable)
+from .collision import EgoFootprint, collision_flags, counted, obstacles_along
+from .derived_objects import ObjectTrack, objects_from_msg
 from .ground_truth import (WAYPOINT_OFFSETS_NS, EgoTrajectory, NoFuture, constant_velocity_waypoints,
                            is_finite_waypoints)
 from .metrics import FrameResult
@@ -49,6 +54,7 @@ NOT_PUBLISHED = "not_published"     # --predictions: the node published no traje
 
 TRAJECTORY_TYPE = "wam_diff2_ros/msg/Trajectory"
 DEFAULT_TRAJECTORY_TOPIC = "/wam_diff2_planner/output/trajectory"   # the planner node's ~/output/trajectory
+STAGE_FIELDS = tuple(f.name for f in dataclasses.fields(StageTimes))
 DECODE_STATS_KEYS = ("block_size", "forwards", "denoise_steps", "blocks", "tokens", "prefill_ms", "denoise_ms",
                      "commit_ms", "retries")
 
@@ -63,6 +69,7 @@ class EvalSettings:
     max_gap_s: float = 0.5              # longest odometry gap interpolated over for the ground truth
     max_backward_jump_s: float = TIME_RESET_S   # a stamp further back is a second run in one bag: an error
     required: frozenset[str] = frozenset()   # optional topic roles the user named, so they must be present
+    footprint: EgoFootprint = field(default_factory=EgoFootprint)   # the ego box for the collision check
 
     def __post_init__(self):
         if self.every < 1:
@@ -74,7 +81,7 @@ class EvalSettings:
         i = self.inputs
         return {"topics": self.topics.as_dict(), "every": self.every, "max_frames": self.max_frames,
                 "max_gap_s": self.max_gap_s, "max_backward_jump_s": self.max_backward_jump_s,
-                "image_limits": vars(self.image_limits),
+                "image_limits": vars(self.image_limits), "ego_footprint": vars(self.footprint),
                 "inputs": {"odometry_timeout_s": i.odometry_timeout_s,
                            "acceleration_time_constant_s": i.acceleration_time_constant_s,
                            "default_command": i.default_command, "route": vars(i.route)}}
@@ -88,6 +95,8 @@ class PlannedFrame:
     inputs: FrameInputs
     ground_truth: np.ndarray        # [8, 2]
     baseline: np.ndarray            # [8, 2]
+    obstacles: list[np.ndarray | None] | None = None   # per waypoint: other agents' boxes [N, 4, 2], ego frame
+    recorded_collisions: list[bool | None] | None = None
 
 
 @dataclass
@@ -104,13 +113,16 @@ class BagPlan:
     trajectory: EgoTrajectory | None = None
     planned: list[PlannedFrame] = field(default_factory=list)
     image_stamps: set[int] = field(default_factory=set)         # every non-zero camera stamp (--predictions)
+    objects_topic: str | None = None                            # other agents' boxes (collision rate)
+    footprint: EgoFootprint = field(default_factory=EgoFootprint)
 
     def counts(self) -> dict[str, Any]:
         return {"images": self.images, "not_selected": self.not_selected,
                 "skipped": dict(self.skipped.most_common()), "excluded_no_future": dict(self.excluded.most_common()),
                 "planned": len(self.planned),
                 "input_messages_skipped": dict(self.input_messages_skipped.most_common()),
-                "command_sources": dict(self.command_sources.most_common())}
+                "command_sources": dict(self.command_sources.most_common()),
+                "objects_topic": self.objects_topic}
 
 
 @dataclass
@@ -166,7 +178,8 @@ def _check_topics(bag: Bag, settings: EvalSettings) -> dict[str, str]:
     bag.require_topic(t.image, IMAGE_TYPES, "image")
     bag.require_topic(t.odometry, ODOMETRY_TYPES, "odometry")
     for role, topic, types in (("route", t.route, ROUTE_TYPES), ("command", t.command, COMMAND_TYPES),
-                               ("camera info", t.camera_info, CAMERA_INFO_TYPES)):
+                               ("camera info", t.camera_info, CAMERA_INFO_TYPES),
+                               ("objects", t.objects, OBJECTS_TYPES)):
         if topic and (topic in bag.topic_types or role in settings.required):
             bag.require_topic(topic, types, role)
             used[role] = topic
@@ -222,10 +235,14 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
         raise BagError(f"{bag.path}: no usable odometry on {odom_topic!r} "
                        f"({dict(plan.input_messages_skipped) or 'no messages'})")
     plan.trajectory = trajectory = EgoTrajectory(stamps, np.array(xy), yaw, max_gap_s=settings.max_gap_s)
+    plan.footprint = settings.footprint
+    objects = _read_objects(bag, used.get("objects"), plan) if "objects" in used else None
+    if objects is not None:
+        plan.objects_topic = used["objects"]
 
     # Then camera, route and command in recorded order: a frame gets the newest route/command
     # received before it, as a live node does.
-    role_of = {topic: role for role, topic in used.items() if role != "odometry"}
+    role_of = {topic: role for role, topic in used.items() if role not in ("odometry", "objects")}
     last_image_ns, accepted = None, 0
     for topic, bag_time_ns, msg in bag.messages(list(role_of)):
         role = role_of[topic]
@@ -278,9 +295,47 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
             plan.excluded[nf.code] += 1
             continue
         plan.command_sources[inputs.command_source] += 1
-        plan.planned.append(PlannedFrame(index, t_ns, bag_time_ns, inputs, ground_truth,
-                                         constant_velocity_waypoints(inputs.ego.velocity)))
+        planned = PlannedFrame(index, t_ns, bag_time_ns, inputs, ground_truth,
+                               constant_velocity_waypoints(inputs.ego.velocity))
+        if objects is not None:
+            planned.obstacles = obstacles_along(objects, trajectory, t_ns)
+            planned.recorded_collisions = collision_flags(ground_truth, planned.obstacles, settings.footprint)
+        plan.planned.append(planned)
     return plan
+
+
+def _read_objects(bag: Bag, topic: str, plan: BagPlan) -> ObjectTrack | None:
+    """The objects topic as an :class:`ObjectTrack`; messages in another frame than the odometry's,
+    undecodable ones and repeated stamps are counted in ``input_messages_skipped`` and left out."""
+    snapshots, seen = [], set()
+    for _, _, msg in bag.messages([topic]):
+        if isinstance(msg, Undecodable):
+            plan.input_messages_skipped[f"{topic}: {UNDECODABLE}"] += 1
+            continue
+        snapshot = objects_from_msg(msg)
+        if plan.odometry_frame and snapshot.frame_id != plan.odometry_frame:
+            plan.input_messages_skipped[f"{topic}: frame_not_{plan.odometry_frame}"] += 1
+            continue
+        if snapshot.stamp_ns in seen:
+            plan.input_messages_skipped[f"{topic}: {DUPLICATE_STAMP}"] += 1
+            continue
+        if snapshot.unsupported:
+            plan.input_messages_skipped[f"{topic}: objects_without_box_shape"] += snapshot.unsupported
+        seen.add(snapshot.stamp_ns)
+        snapshots.append(snapshot)
+    return ObjectTrack(snapshots) if snapshots else None
+
+
+def with_collisions(result: FrameResult, planned: PlannedFrame, footprint: EgoFootprint) -> FrameResult:
+    """``result`` with the collision flags of its plan and of the baseline (when the bag has objects)."""
+    if planned.obstacles is None:
+        return result
+    recorded = planned.recorded_collisions
+    result.recorded_collisions = recorded
+    result.baseline_collisions = counted(collision_flags(planned.baseline, planned.obstacles, footprint), recorded)
+    if result.predicted is not None:
+        result.collisions = counted(collision_flags(result.predicted, planned.obstacles, footprint), recorded)
+    return result
 
 
 # ----------------------------------------------------------------------------- pass 2
@@ -291,9 +346,11 @@ def _stats_dict(stats) -> dict[str, Any]:
     return {k: getattr(stats, k) for k in keys if getattr(stats, k, None) is not None}
 
 
-def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str) -> FrameResult:
-    """``policy.step`` on one frame, scored; the plan's waypoints must be [8, 2] and finite to count."""
+def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str, conversion_ms: float = 0.0) -> FrameResult:
+    """``policy.step`` on one frame, scored; the plan's waypoints must be [8, 2] and finite to count.
+    ``conversion_ms``: the image message -> RGB time before it (the stage table's image conversion)."""
     out = policy.step(rgb, planned.inputs.ego, planned.inputs.command)
+    stages = getattr(out, "stages", None)
     plan = out.plan
     if plan is None:
         raise ValueError("the policy was not asked to plan (tasks must include 'plan')")
@@ -311,7 +368,8 @@ def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str) -> 
                        acceleration=tuple(float(v) for v in ins.ego.acceleration),
                        ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
                        invalid_reason=reason, raw_text=str(plan.raw_text or ""), predicted=predicted,
-                       stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms))
+                       stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms),
+                       stages=None if stages is None else stages.with_conversion(conversion_ms).as_dict())
 
 
 def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
@@ -325,6 +383,7 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
     for i, (_, _, msgtype, data) in enumerate(bag.raw_messages([settings.topics.image])):
         planned = todo.get(i)
         if planned is not None:
+            t_convert = time.perf_counter()
             try:
                 rgb = image_msg_to_rgb(bag.deserialize(data, msgtype), settings.image_limits)
             except ImageError as exc:
@@ -332,7 +391,9 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
                 on_frame(None)
                 continue
             try:
-                result = run_frame(policy, rgb, planned, plan.bag["path"])
+                conversion_ms = (time.perf_counter() - t_convert) * 1e3
+                result = with_collisions(run_frame(policy, rgb, planned, plan.bag["path"], conversion_ms), planned,
+                                         plan.footprint)
             except ValueError as exc:   # the policy refused the input (e.g. a non-finite ego state)
                 log.warning("frame %d (stamp %d): %s", i, planned.stamp_ns, exc)
                 run.skipped_at_run[POLICY_REJECTED] += 1
@@ -413,6 +474,11 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
     stats = {k: getattr(s, k, 0) for k in DECODE_STATS_KEYS}    # 0: a bag recorded before a field existed
     stats = {k: (float(v) if k.endswith("_ms") else int(v)) for k, v in stats.items()}
     decoded = stats["forwards"] > 0 or stats["tokens"] > 0 or float(s.latency_ms) > 0
+    published_stages = getattr(s, "stages", None)         # absent in bags recorded before StageTimes existed
+    stages = None
+    if decoded and published_stages is not None and float(published_stages.total_ms) > 0:
+        stages = {k: (str(v) if k == "memory_kind" else float(v)) for k, v in
+                  ((f, getattr(published_stages, f)) for f in STAGE_FIELDS)}
     command = str(msg.command) or ins.command
     return FrameResult(bag=bag_name, index=planned.index, stamp_ns=planned.stamp_ns, bag_time_ns=planned.bag_time_ns,
                        command=command, command_source=ins.command_source if command == ins.command else "node",
@@ -420,7 +486,8 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
                        acceleration=tuple(float(v) for v in ins.ego.acceleration),
                        ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
                        invalid_reason=reason, raw_text=str(msg.raw_text or ""), predicted=predicted,
-                       stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"))
+                       stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"),
+                       stages=stages)
 
 
 def trajectory_topic(bag: Bag, topic: str | None = None) -> str:
@@ -479,7 +546,7 @@ def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str 
         if msg is None:
             run.skipped_at_run[NOT_PUBLISHED] += 1
             continue
-        frame = frame_from_trajectory(msg, planned, bag_name)
+        frame = with_collisions(frame_from_trajectory(msg, planned, bag_name), planned, plan.footprint)
         counts["matched"] += 1
         counts["command_differs"] += frame.command != planned.inputs.command
         run.frames.append(frame)

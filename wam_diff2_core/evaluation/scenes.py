@@ -4,7 +4,8 @@ For the evaluator's and the replay tool's tests and smoke runs (the demo world w
 roads is a separate, larger thing). A scene is an ego pose and twist as functions of time; the
 bag gets a ``bgra8`` camera (+ camera_info), odometry (frame ``map``, child ``ROLE``, twist in
 the child frame), optionally a route ``nav_msgs/Path`` (latched) and ``std_msgs/String``
-commands, every message logged at its header stamp.
+commands, optionally other agents as carla-ros-bridge's ``derived_object_msgs/ObjectArray`` (at the
+odometry rate), every message logged at its header stamp.
 
     scene = straight_scene(speed_mps=8.0, duration_s=6.0)
     write_scene_bag("straight_bag", scene, storage="mcap")
@@ -21,6 +22,7 @@ import numpy as np
 from ..geometry import quaternion_from_yaw
 from ..topics import DEFAULT_ROLE
 from .bags import BagTopics, default_typestore, write_bag
+from .derived_objects import OBJECT_ARRAY_TYPE, object_array_msg
 
 START_NS = 1_000 * 1_000_000_000        # scenes start at t = 1000 s (a zero stamp means "unstamped")
 
@@ -39,6 +41,8 @@ class Scene:
     camera_log_delay_s: float = 0.0                              # images logged this long after their stamp
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # t -> other agents in the map frame: dicts id, x, y, yaw, length_m, width_m (published with the odometry)
+    objects: Callable[[float], list[dict[str, Any]]] | None = None
 
     @property
     def topics(self) -> BagTopics:
@@ -121,6 +125,9 @@ def scene_messages(scene: Scene, types) -> Iterator[tuple[str, int, Any]]:
                 twist=T["geometry_msgs/msg/Twist"](linear=vec(vx, vy, 0.0), angular=vec(0.0, 0.0, wz)),
                 covariance=np.zeros(36)))
         events.append((t_ns, 2, topics.odometry, odom))
+        if scene.objects is not None:
+            agents = [{"label": "car", "z": 0.75, "height_m": 1.5, "vx": 0.0, "vy": 0.0, **o} for o in scene.objects(t)]
+            events.append((t_ns, 2, topics.objects, object_array_msg(T, header(t_ns, "map"), agents)))
     for index, t_ns in enumerate(scene.camera_times_ns()):
         bgra = frame_image(scene, index)
         image = T["sensor_msgs/msg/Image"](header=header(t_ns, f"{scene.role}/rgb_front"), height=h, width=w,
@@ -146,6 +153,8 @@ def scene_topic_types(scene: Scene) -> dict[str, str]:
         types[t.route] = "nav_msgs/msg/Path"
     if scene.commands:
         types[t.command] = "std_msgs/msg/String"
+    if scene.objects is not None:
+        types[t.objects] = OBJECT_ARRAY_TYPE
     return types
 
 

@@ -196,6 +196,7 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
             stamp_ns = start_ns + tick * tick_ns
             for w in writers:
                 w.write_tick(stamp_ns, track.pose(tick), float(track.speed[tick]), float(track.yaw_rate[tick]))
+                w.write_objects(stamp_ns, episode.traffic[tick])
             if next_frame < es.frames and tick == es.frame_tick(next_frame):
                 frame = next(frame_iter)
                 truth = frame.truth

@@ -7,8 +7,8 @@
     (3, (90, 160, 3), (8, 2))
 
 Two passes. :func:`simulate_episode` steps the world at 20 Hz from tick 0 through the last
-frame plus the 4 s planning horizon, storing the ego state every tick and the traffic at
-frame ticks (cheap). :meth:`Episode.frames` then renders each frame and derives its ground
+frame plus the 4 s planning horizon, storing the ego state and the traffic at
+every tick (cheap). :meth:`Episode.frames` then renders each frame and derives its ground
 truth, so the future waypoints are the simulated future of the expert, not a prediction.
 
 Timeline: ``warmup_ticks`` (default 1 s) run before the first frame so the ego is moving and
@@ -212,6 +212,7 @@ class Episode:
     leaders: list[Leader | None]           # per frame
     renderer: Renderer
     recoveries: dict[int, Recovery] = field(default_factory=dict)   # frame -> its displaced copy
+    traffic: list[list[VehicleBox]] = field(default_factory=list)   # per tick: the traffic (bags' objects)
 
     @property
     def num_frames(self) -> int:
@@ -292,6 +293,7 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
     frame_of_tick = {settings.frame_tick(i): i for i in range(settings.frames)}
     cols = {k: np.zeros(n) for k in ("x", "y", "yaw", "speed", "acceleration", "yaw_rate", "steer_angle", "lane_s")}
     snapshots: list[list[VehicleBox]] = [[] for _ in range(settings.frames)]
+    traffic: list[list[VehicleBox]] = []
     leaders: list[Leader | None] = [None] * settings.frames
     estimator = AccelerationEstimator(time_constant_s=settings.estimator_time_constant_s)
     accel_est = np.zeros((n, 2))
@@ -307,13 +309,15 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
                          ("steer_angle", ego.steer_angle), ("lane_s", world.lane_s)):
             cols[k][tick] = value
         accel_est[tick] = estimator.update(float(stamps[tick]), ego.speed, 0.0, ego.yaw_rate)
+        traffic.append(world.vehicle_boxes())
         if tick in frame_of_tick:
-            snapshots[frame_of_tick[tick]] = world.vehicle_boxes()
+            snapshots[frame_of_tick[tick]] = traffic[-1]
             leaders[frame_of_tick[tick]] = world.leader()
             if recovery_rng.random() < settings.recovery.fraction:
                 recoveries[frame_of_tick[tick]] = _recovery(world, recovery_rng, settings.recovery)
     track = EgoTrack(stamp_s=stamps, accel_estimated=accel_est, **cols)
-    return Episode(seed, index, settings, world.road, palette, track, snapshots, leaders, renderer, recoveries)
+    return Episode(seed, index, settings, world.road, palette, track, snapshots, leaders, renderer, recoveries,
+                   traffic)
 
 
 def _recovery(world: World, rng: np.random.Generator, settings: RecoverySettings) -> Recovery:

@@ -7,13 +7,15 @@ Written with the pure-Python ``rosbags`` library (no ROS installation), in ``mca
     /tf                                    tf2_msgs/msg/TFMessage       every tick: map -> hero, hero -> hero/rgb_front
     /carla/hero/odometry                   nav_msgs/msg/Odometry        every tick; parent map, child hero,
                                                                         twist in the child frame
+    /carla/hero/objects                    derived_object_msgs/msg/ObjectArray  every tick: the other vehicles
+                                                                        (box centre, yaw, size, velocity; frame map)
     /carla/hero/waypoints                  nav_msgs/msg/Path            once, first; transient-local QoS (latched)
     /wam_diff2_planner/input/command       std_msgs/msg/String          every camera frame: left | straight | right
     /carla/hero/rgb_front/camera_info      sensor_msgs/msg/CameraInfo   every camera frame
     /carla/hero/rgb_front/image            sensor_msgs/msg/Image        every camera frame, bgra8, step = 4 * width
 
 All messages of a tick carry the tick's sim time as header stamp and as bag timestamp; within a
-tick they are written clock, tf, odometry, command, camera_info, image, so a reader triggered by
+tick they are written clock, tf, odometry, objects, command, camera_info, image, so a reader triggered by
 the image already has the rest. The ``hero`` frame is the ego's **rear axle** (the origin of
 the ego frame the waypoints use), not CARLA's box centre. The ``hero/rgb_front`` frame is the
 camera body (x forward, y left, z up) as carla-ros-bridge publishes it; ``camera_info`` holds the
@@ -23,6 +25,7 @@ optical-frame intrinsics.
     with writer:
         writer.write_route(stamp_ns, lane_points)
         writer.write_tick(stamp_ns, pose, speed, yaw_rate)
+        writer.write_objects(stamp_ns, vehicles)            # world.vehicle_boxes() of that tick
         writer.write_frame(stamp_ns, rgb, "left")
 """
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
+from ..evaluation.derived_objects import OBJECT_ARRAY_TYPE, object_array_msg, object_types
 from ..topics import DEFAULT_COMMAND_TOPIC, carla_topics
 from ..geometry import CameraMount, PinholeCamera, quaternion_from_yaw
 
@@ -45,14 +49,16 @@ def topic_names(role: str, command_topic: str = DEFAULT_COMMAND_TOPIC) -> dict[s
     """carla-ros-bridge topic names for an ego ``role``, plus the planner node's command input
     (the evaluator's and the replay launch file's default command topic)."""
     carla = carla_topics(role)
-    return {"clock": "/clock", "tf": "/tf", "odometry": carla["odometry"], "route": carla["route"],
-            "command": command_topic, "camera_info": carla["camera_info"], "image": carla["image"]}
+    return {"clock": "/clock", "tf": "/tf", "odometry": carla["odometry"], "objects": carla["objects"],
+            "route": carla["route"], "command": command_topic, "camera_info": carla["camera_info"],
+            "image": carla["image"]}
 
 
 TOPIC_TYPES = {
     "clock": "rosgraph_msgs/msg/Clock",
     "tf": "tf2_msgs/msg/TFMessage",
     "odometry": "nav_msgs/msg/Odometry",
+    "objects": OBJECT_ARRAY_TYPE,
     "route": "nav_msgs/msg/Path",
     "command": "std_msgs/msg/String",
     "camera_info": "sensor_msgs/msg/CameraInfo",
@@ -83,6 +89,7 @@ class EpisodeBagWriter:
         self.role, self.camera, self.mount = role, camera, mount
         self.frames = {"map": "map", "ego": role, "camera": f"{role}/rgb_front"}
         self.typestore = get_typestore(Stores.ROS2_KILTED)
+        self.typestore.register(object_types())     # carla-ros-bridge's derived_object_msgs (no wheel)
         self.writer = Writer(self.path, version=BAG_VERSION,
                              storage_plugin=StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3)
         self.topics = topic_names(role, command_topic)
@@ -94,7 +101,9 @@ class EpisodeBagWriter:
                                                 "geometry_msgs/msg/PoseWithCovariance", "geometry_msgs/msg/Vector3",
                                                 "geometry_msgs/msg/Twist", "geometry_msgs/msg/TwistWithCovariance",
                                                 "geometry_msgs/msg/Transform", "geometry_msgs/msg/TransformStamped",
-                                                "sensor_msgs/msg/RegionOfInterest", *TOPIC_TYPES.values())}
+                                                "sensor_msgs/msg/RegionOfInterest", "geometry_msgs/msg/Accel",
+                                                "geometry_msgs/msg/Polygon", "shape_msgs/msg/SolidPrimitive",
+                                                "derived_object_msgs/msg/Object", *TOPIC_TYPES.values())}
         self.counts = {key: 0 for key in TOPIC_TYPES}
 
     # ------------------------------------------------------------------ lifecycle
@@ -174,6 +183,16 @@ class EpisodeBagWriter:
                                                    angular=vec(x=0.0, y=0.0, z=float(yaw_rate))),
                 covariance=zeros))
         self._write("odometry", stamp_ns, odometry)
+
+    def write_objects(self, stamp_ns: int, vehicles: Sequence) -> None:
+        """The other vehicles of one tick as carla-ros-bridge's ``ObjectArray`` (frame map): box
+        centre at half height, yaw, [length, width, height], velocity in the map frame. ``vehicles``:
+        ``World.vehicle_boxes()`` (``sim.world.VehicleBox``)."""
+        objects = [{"id": v.id, "label": v.label, "x": v.x, "y": v.y, "z": v.height_m / 2, "yaw": v.yaw,
+                    "length_m": v.length_m, "width_m": v.width_m, "height_m": v.height_m,
+                    "vx": v.speed * math.cos(v.yaw), "vy": v.speed * math.sin(v.yaw)} for v in vehicles]
+        self._write("objects", stamp_ns, object_array_msg(self._msg, self._header(stamp_ns, self.frames["map"]),
+                                                          objects))
 
     def write_frame(self, stamp_ns: int, rgb: np.ndarray, command: str) -> None:
         """The command, camera_info and the bgra8 image of one camera frame."""

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..geometry import world_to_ego
+from ..geometry import box_corners, boxes_overlap, world_to_ego
 from .expert import ExpertDriver, ExpertSettings, Leader
 from .road import Path2D, RoadMap, RoadSettings, RouteSettings, generate_road
 from .vehicles import (VEHICLE_SHAPES, TRAFFIC_MIX, Actuation, BicycleParams, EgoState, IdmParams,
@@ -78,13 +78,11 @@ class VehicleBox:
     colour: tuple[int, int, int]
     braking: bool
     lane: str           # lane name (World.lanes), "" for the ego
+    speed: float = 0.0  # m/s along yaw
 
     def corners(self) -> np.ndarray:
         """[4, 2] ground corners, counter-clockwise from front left."""
-        c, s = math.cos(self.yaw), math.sin(self.yaw)
-        hl, hw = self.length_m / 2, self.width_m / 2
-        local = np.array([[hl, hw], [-hl, hw], [-hl, -hw], [hl, -hw]])
-        return local @ np.array([[c, s], [-s, c]]) + np.array([self.x, self.y])
+        return box_corners(self.x, self.y, self.yaw, self.length_m, self.width_m)
 
 
 @dataclass(frozen=True)
@@ -96,18 +94,6 @@ class EgoStatus:
     heading_error_rad: float      # ego yaw - lane heading
     off_lane: bool                # a wheel is outside the ego lane
     collision_with: int | None    # id of a vehicle the ego box overlaps
-
-
-def boxes_overlap(a: np.ndarray, b: np.ndarray) -> bool:
-    """Separating-axis test for two convex quads [4, 2]."""
-    for poly in (a, b):
-        edges = np.roll(poly, -1, axis=0) - poly
-        for ex, ey in edges:
-            axis = np.array([-ey, ex])
-            pa, pb = a @ axis, b @ axis
-            if pa.max() < pb.min() or pb.max() < pa.min():
-                return False
-    return True
 
 
 class World:
@@ -188,7 +174,7 @@ class World:
         for v in self.traffic:
             x, y, yaw = self.lanes[v.path_name].pose_at(v.s)
             out.append(VehicleBox(v.id, v.shape.label, x, y, yaw, v.shape.length_m, v.shape.width_m,
-                                  v.shape.height_m, v.colour, v.braking, v.path_name))
+                                  v.shape.height_m, v.colour, v.braking, v.path_name, v.speed))
         return out
 
     def leader(self) -> Leader | None:

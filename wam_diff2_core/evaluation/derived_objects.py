@@ -1,0 +1,162 @@
+"""Other agents in bags: ``derived_object_msgs/msg/ObjectArray``, as carla-ros-bridge publishes them.
+
+carla-ros-bridge publishes every actor but the ego on ``/carla/<role>/objects`` (frame ``map``,
+each object's pose, twist, a ``shape_msgs/SolidPrimitive`` box ``[length, width, height]`` and a
+classification). ``derived_object_msgs`` (Autonomoustuff's sensor messages) has no wheel on PyPI,
+so its two definitions are written here and registered with ``rosbags`` under their real type
+names: a bag recorded from the bridge (which stores these definitions) and a demo-world bag
+written with them decode the same way.
+
+    snapshot = objects_from_msg(msg)          # ObjectSnapshot: ids [N], boxes [N, 5] (x, y, yaw, length, width)
+    track = ObjectTrack([snapshot, ...])
+    track.at(t_ns)                            # the snapshot nearest to t (within max_offset_ns) or None
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+
+OBJECT_TYPE = "derived_object_msgs/msg/Object"
+OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
+
+# Field order and types as in derived_object_msgs (ROS 2); the comments are ours.
+OBJECT_MSG = """\
+# One detected or tracked object.
+std_msgs/Header header
+uint32 id
+
+# detection level
+uint8 detection_level
+uint8 OBJECT_DETECTED=0
+uint8 OBJECT_TRACKED=1
+
+bool object_classified
+
+geometry_msgs/Pose pose
+geometry_msgs/Twist twist
+geometry_msgs/Accel accel
+geometry_msgs/Polygon polygon
+shape_msgs/SolidPrimitive shape
+
+uint8 classification
+uint8 CLASSIFICATION_UNKNOWN=0
+uint8 CLASSIFICATION_UNKNOWN_SMALL=1
+uint8 CLASSIFICATION_UNKNOWN_MEDIUM=2
+uint8 CLASSIFICATION_UNKNOWN_BIG=3
+uint8 CLASSIFICATION_PEDESTRIAN=4
+uint8 CLASSIFICATION_BIKE=5
+uint8 CLASSIFICATION_CAR=6
+uint8 CLASSIFICATION_TRUCK=7
+uint8 CLASSIFICATION_MOTORCYCLE=8
+uint8 CLASSIFICATION_OTHER_VEHICLE=9
+uint8 CLASSIFICATION_BARRIER=10
+uint8 CLASSIFICATION_SIGN=11
+
+uint8 classification_certainty
+uint32 classification_age
+"""
+
+OBJECT_ARRAY_MSG = """\
+# All objects of one instant.
+std_msgs/Header header
+derived_object_msgs/Object[] objects
+"""
+
+CLASSIFICATION = {"car": 6, "truck": 7, "bus": 9}        # demo-world labels -> Object.CLASSIFICATION_*
+BOX, CYLINDER = 1, 3                                       # shape_msgs/SolidPrimitive types
+
+
+@lru_cache(maxsize=1)
+def object_types() -> dict[str, Any]:
+    """The two definitions as a rosbags types dict (register into a typestore)."""
+    from rosbags.typesys import get_types_from_msg
+
+    return {**get_types_from_msg(OBJECT_MSG, OBJECT_TYPE), **get_types_from_msg(OBJECT_ARRAY_MSG, OBJECT_ARRAY_TYPE)}
+
+
+@dataclass(frozen=True)
+class ObjectSnapshot:
+    """The objects of one message, as ground boxes in ``frame_id``."""
+
+    stamp_ns: int
+    frame_id: str
+    ids: np.ndarray          # [N] int
+    boxes: np.ndarray        # [N, 5] centre x, y, yaw, length, width
+    unsupported: int = 0     # objects whose shape is neither a box nor a cylinder (not used)
+
+
+def objects_from_msg(msg) -> ObjectSnapshot:
+    """An ``ObjectArray`` -> boxes on the ground. BOX dimensions are [x, y, z] = length, width,
+    height; a CYLINDER [height, radius] becomes a 2r square. Non-finite objects are dropped."""
+    ids, boxes, unsupported = [], [], 0
+    for obj in msg.objects:
+        dims = [float(d) for d in obj.shape.dimensions]
+        if obj.shape.type == BOX and len(dims) >= 2:
+            length, width = dims[0], dims[1]
+        elif obj.shape.type == CYLINDER and len(dims) >= 2:
+            length = width = 2.0 * dims[1]
+        else:
+            unsupported += 1
+            continue
+        p, q = obj.pose.position, obj.pose.orientation
+        yaw = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+        row = [float(p.x), float(p.y), yaw, length, width]
+        if not all(math.isfinite(v) for v in row) or length <= 0 or width <= 0:
+            unsupported += 1
+            continue
+        ids.append(int(obj.id))
+        boxes.append(row)
+    stamp = msg.header.stamp
+    return ObjectSnapshot(int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec), str(msg.header.frame_id),
+                          np.asarray(ids, dtype=np.int64), np.asarray(boxes, dtype=np.float64).reshape(-1, 5),
+                          unsupported)
+
+
+class ObjectTrack:
+    """Snapshots by stamp; :meth:`at` gives the one nearest to a time."""
+
+    def __init__(self, snapshots: Sequence[ObjectSnapshot], max_offset_ns: int = 50_000_000):
+        self.snapshots = sorted(snapshots, key=lambda s: s.stamp_ns)
+        self.stamps_ns = np.asarray([s.stamp_ns for s in self.snapshots], dtype=np.int64)
+        self.max_offset_ns = int(max_offset_ns)
+
+    def __len__(self) -> int:
+        return len(self.snapshots)
+
+    def at(self, t_ns: int) -> ObjectSnapshot | None:
+        """The snapshot nearest to ``t_ns`` when one is within ``max_offset_ns``, else None."""
+        if not len(self.snapshots):
+            return None
+        i = int(np.searchsorted(self.stamps_ns, t_ns))
+        best = min((j for j in (i - 1, i) if 0 <= j < len(self.snapshots)),
+                   key=lambda j: abs(int(self.stamps_ns[j]) - t_ns))
+        return self.snapshots[best] if abs(int(self.stamps_ns[best]) - t_ns) <= self.max_offset_ns else None
+
+
+def object_array_msg(types: dict[str, type], header, objects: Sequence[dict[str, Any]]):
+    """An ``ObjectArray`` of ``objects`` (dicts: id, label, x, y, z, yaw, length_m, width_m,
+    height_m, vx, vy in the header's frame) from a typestore's classes ``types``."""
+    t = types
+    vec = t["geometry_msgs/msg/Vector3"]
+    out = []
+    for o in objects:
+        yaw = float(o["yaw"])
+        pose = t["geometry_msgs/msg/Pose"](
+            position=t["geometry_msgs/msg/Point"](x=float(o["x"]), y=float(o["y"]), z=float(o["z"])),
+            orientation=t["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2)))
+        twist = t["geometry_msgs/msg/Twist"](linear=vec(x=float(o["vx"]), y=float(o["vy"]), z=0.0),
+                                             angular=vec(x=0.0, y=0.0, z=0.0))
+        accel = t["geometry_msgs/msg/Accel"](linear=vec(x=0.0, y=0.0, z=0.0), angular=vec(x=0.0, y=0.0, z=0.0))
+        shape = t["shape_msgs/msg/SolidPrimitive"](
+            type=BOX, dimensions=np.array([o["length_m"], o["width_m"], o["height_m"]], dtype=np.float64),
+            polygon=t["geometry_msgs/msg/Polygon"](points=[]))
+        out.append(t[OBJECT_TYPE](header=header, id=int(o["id"]), detection_level=1, object_classified=True,
+                                  pose=pose, twist=twist, accel=accel,
+                                  polygon=t["geometry_msgs/msg/Polygon"](points=[]), shape=shape,
+                                  classification=CLASSIFICATION.get(o["label"], 0), classification_certainty=255,
+                                  classification_age=1))
+    return t[OBJECT_ARRAY_TYPE](header=header, objects=out)
