@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "bench": "bench",
     "train": "train",
     "synth": "synth",
+    "convert-data": "convert_data",
     "eval-bag": "eval_bag",
     "replay": "replay",
     "closed-loop": "closed_loop",
