@@ -89,9 +89,9 @@ def test_resume_keeps_finished_records_and_drops_a_torn_line(cli_checkpoint, dat
 
 
 def test_a_crash_leaves_no_output_and_a_resumable_partial(cli_checkpoint, dataset, tmp_path, monkeypatch):
-    from wam_diff2_core.decoding import decoder as decoder_module
+    from wam_diff2_core.decoding import static as decoder_module     # what implementation auto runs on CPU
     calls = {"n": 0}
-    real = decoder_module.BlockDiffusionDecoder.generate
+    real = decoder_module.StaticBlockDiffusionDecoder.generate
 
     def flaky(self, *a, **k):
         calls["n"] += 1
@@ -99,14 +99,14 @@ def test_a_crash_leaves_no_output_and_a_resumable_partial(cli_checkpoint, datase
             raise RuntimeError("simulated crash")
         return real(self, *a, **k)
 
-    monkeypatch.setattr(decoder_module.BlockDiffusionDecoder, "generate", flaky)
+    monkeypatch.setattr(decoder_module.StaticBlockDiffusionDecoder, "generate", flaky)
     out = tmp_path / "preds.json"
     with pytest.raises(RuntimeError):
         _infer(cli_checkpoint, dataset, out)
     assert not out.exists()
     partial = tmp_path / "preds.json.partial.jsonl"
     assert [json.loads(x)["id"] for x in partial.read_text().splitlines()] == ["s0", "s1"]
-    monkeypatch.setattr(decoder_module.BlockDiffusionDecoder, "generate", real)
+    monkeypatch.setattr(decoder_module.StaticBlockDiffusionDecoder, "generate", real)
     assert _infer(cli_checkpoint, dataset, out, "--resume") == 0
     assert len(json.loads(out.read_text())) == 7
 
@@ -145,7 +145,7 @@ def _without_timings(records):
 
 
 def test_static_engine_gives_the_plain_predictions(cli_checkpoint, dataset, tmp_path):
-    _infer(cli_checkpoint, dataset, tmp_path / "plain.json", "--batch-size", "2")
+    _infer(cli_checkpoint, dataset, tmp_path / "plain.json", "--batch-size", "2", "--implementation", "plain")
     _infer(cli_checkpoint, dataset, tmp_path / "static.json", "--batch-size", "2", "--implementation", "static")
     plain, static = (json.loads((tmp_path / f).read_text()) for f in ("plain.json", "static.json"))
     assert [r.get("prediction") for r in static] == [r.get("prediction") for r in plain]
@@ -154,7 +154,7 @@ def test_static_engine_gives_the_plain_predictions(cli_checkpoint, dataset, tmp_
 
 
 def test_engine_flags_are_checked_together(cli_checkpoint, dataset, tmp_path, capsys):
-    assert _infer(cli_checkpoint, dataset, tmp_path / "x.json", "--cuda-graphs") == 2
+    assert _infer(cli_checkpoint, dataset, tmp_path / "x.json", "--implementation", "plain", "--cuda-graphs") == 2
     assert "need implementation static" in capsys.readouterr().err
 
 

@@ -29,7 +29,7 @@ from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros import parameters as params  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import STATUS_QOS, PlannerNode  # noqa: E402
-from wam_diff2_ros.testing import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from ros_helpers import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NAME = "wam_diff2_planner"
@@ -593,3 +593,41 @@ def test_autostart_false_waits_for_transitions_then_plans_on_compressed_frames(c
     finally:
         probe.stop()
         manual.stop()
+
+
+def test_a_fast_path_that_diverges_at_warm_up_falls_back_to_plain_with_a_warning(
+        context, tiny_checkpoint, monkeypatch, capfd):
+    """At configure the warm-up prompt is decoded by the fast path (auto: static on CPU) and by the plain
+    decoder; a forced divergence of one token makes the node decode with plain, warn naming the
+    divergence, and report it in /diagnostics (WARN)."""
+    from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
+    from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
+    real = StaticBlockDiffusionDecoder.generate
+
+    def perturbed(self, *args, **kwargs):          # the test hook: the fast path's first token is off by one
+        out = real(self, *args, **kwargs)
+        out.sequences[0][:1] = [out.sequences[0][0] + 1] if out.sequences[0] else [7]
+        return out
+    monkeypatch.setattr(StaticBlockDiffusionDecoder, "generate", perturbed)
+    node = PlannerNode("diverging_planner", context=context,
+                       parameter_overrides=overrides(tiny_checkpoint, autostart=False, warmup=True))
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert isinstance(node._policy.decoder, BlockDiffusionDecoder)
+        assert node._policy.engine.implementation == "plain"
+        err = capfd.readouterr().err
+        assert "fast path (static (sdpa)) diverges from the plain decoder on the warm-up prompt" in err
+        assert "first difference in answer 0 at token 0" in err and "decoder: plain" in err
+        values = {kv.key: kv.value for kv in node.diagnostic_status().values}
+        assert values["decoder"] == "plain" and values["fast_path_check"].startswith("fell back: fast path")
+        node.trigger_activate()
+        status = node.diagnostic_status()
+        assert status.level == status.WARN and "fast path fell back to the plain decoder" in status.message
+    finally:
+        node.stop_worker()
+        node.destroy_node()
+
+
+def test_the_fast_path_that_agrees_at_warm_up_stays(probe, planner):
+    values = {kv.key: kv.value for kv in planner.diagnostic_status().values}
+    assert values["decoder"] == "static (sdpa)" and values["fast_path_check"] == "passed"

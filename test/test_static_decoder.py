@@ -425,7 +425,8 @@ def test_device_selection():
 
 def test_factory(tiny_model, caplog):
     m = tiny_model
-    assert isinstance(make_decoder(m.model, m.config), BlockDiffusionDecoder)
+    assert isinstance(make_decoder(m.model, m.config), StaticBlockDiffusionDecoder)     # auto, on CPU
+    assert isinstance(make_decoder(m.model, m.config, "plain"), BlockDiffusionDecoder)
     assert isinstance(make_decoder(m.model, m.config, "static"), StaticBlockDiffusionDecoder)
     with pytest.raises(ConfigError, match="implementation"):
         make_decoder(m.model, m.config, "plain", cuda_graphs=True)

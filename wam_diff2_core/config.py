@@ -75,7 +75,7 @@ class DecodingSettings:
 
 DECODING_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(DecodingSettings)}
 
-IMPLEMENTATIONS = ("plain", "static")
+IMPLEMENTATIONS = ("auto", "plain", "static")
 ATTENTION_BACKENDS = ("sdpa", "flashinfer")
 
 
@@ -83,9 +83,10 @@ ATTENTION_BACKENDS = ("sdpa", "flashinfer")
 class EngineSettings:
     """How decoding runs on the device; never which tokens come out (see decoding/static.py)."""
 
-    implementation: str = _setting("plain", "decoder: plain (transformers cache, the reference) or static "
-                                   "(preallocated KV cache, fused commit, optional CUDA graphs)",
-                                   choices=IMPLEMENTATIONS)
+    implementation: str = _setting("auto", "decoder: auto (the device's fast path: static with CUDA graphs, "
+                                   "and FlashInfer when installed for bf16/fp16, on CUDA; static elsewhere), plain "
+                                   "(transformers cache, the reference) or static (preallocated KV cache, fused "
+                                   "commit, optional CUDA graphs)", choices=IMPLEMENTATIONS)
     attention_backend: str = _setting("sdpa", "static decoder attention: sdpa (reference) or flashinfer "
                                       "(CUDA, bf16/fp16, pip install .[gpu])", choices=ATTENTION_BACKENDS)
     cuda_graphs: bool = _setting(False, "static decoder: capture the fixed-shape denoise step in CUDA graphs "
@@ -117,6 +118,12 @@ class EngineSettings:
 
 
 ENGINE_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(EngineSettings)}
+
+# The fast path proves itself where it runs (DrivingPolicy.check_fast_path, the node at configure): on
+# the warm-up prompt its tokens must equal the plain path's in float32 (bit-exact, as the tests pin)
+# and agree at this share of positions at least in bfloat16 / float16, where the two paths' kernels
+# round differently and a near tie can flip a token. Below it, the policy falls back to plain.
+FAST_PATH_MIN_AGREEMENT = {"float32": 1.0, "bfloat16": 0.9, "float16": 0.9}
 
 
 def field_type(f: dataclasses.Field) -> type:

@@ -11,6 +11,11 @@ An answer that does not parse is decoded once more with ``parse_retry`` (a remas
 default left to right) before it counts as invalid: the parallel fill of a block can leave
 malformed numbers (``10.0,,4.80``) that a sequential fill of the same model does not. Both
 decodes' cost is in ``stats`` (``stats.retries`` = 1), the answer is the retry's.
+
+The decoder is the device's fast path by default (``implementation: auto``); :meth:`check_fast_path`
+makes it prove itself on the warm-up prompt against the plain decoder and falls back to plain when the
+tokens disagree beyond :data:`~wam_diff2_core.config.FAST_PATH_MIN_AGREEMENT` (the node calls it at
+configure).
 """
 from __future__ import annotations
 
@@ -22,8 +27,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .config import DEFAULT_PARSE_RETRY, PARSE_RETRIES, EngineSettings
-from .decoding import make_decoder
+from .config import DEFAULT_PARSE_RETRY, FAST_PATH_MIN_AGREEMENT, PARSE_RETRIES, EngineSettings
+from .decoding import make_decoder, resolve_engine
 from .decoding.common import DecodeStats
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.prompt_encoding import encode_prompts
@@ -89,7 +94,7 @@ class DrivingPolicy:
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.max_waypoint_abs_m = max_waypoint_abs_m
         self.parse_retry = parse_retry
-        self.engine = engine or EngineSettings()
+        self.engine = resolve_engine(engine or EngineSettings(), loaded.model)
         self.decoder = make_decoder(loaded.model, loaded.config, engine=self.engine)
 
     @classmethod
@@ -149,13 +154,16 @@ class DrivingPolicy:
         return PolicyOutput(command=command, plan=results.get("plan"), detections=results.get("detect"),
                             latency_ms=latency_ms, stages=stages)
 
+    def _inputs(self, prompts: Sequence[str], image):
+        return encode_prompts(self.loaded.processor, [self._conversation(p) for p in prompts],
+                              [[image] for _ in prompts], min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+
     def _decode(self, prompts: Mapping[str, str], image, settings, generator,
                 stages: StageTimes) -> dict[str, TaskResult]:
         """One batched decode of ``{task: prompt}`` on one image, each answer parsed; its stage
         times are added to ``stages``."""
         t = time.perf_counter()
-        inputs = encode_prompts(self.loaded.processor, [self._conversation(p) for p in prompts.values()],
-                                [[image] for _ in prompts], min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        inputs = self._inputs(list(prompts.values()), image)
         stages.processor_ms += (time.perf_counter() - t) * 1e3
         gens = [generator] * len(prompts) if generator is not None else None
         with VisionTimer(self.loaded.model, self.loaded.device) as vision:
@@ -185,14 +193,67 @@ class DrivingPolicy:
             return None
         return s.replace(remasking_strategy=self.parse_retry)
 
+    def _warmup_prompts(self):
+        """The warm-up frame (grey, 64 x 64) and its prompts, one per task."""
+        from PIL import Image
+        frame = np.full((64, 64, 3), 128, np.uint8)
+        prompts = {"plan": format_planning_prompt("straight", (0.0, 0.0), (0.0, 0.0)), "detect": self.detection_prompt}
+        return frame, Image.fromarray(frame), [prompts[task] for task in self.tasks]
+
     def warmup(self) -> None:
         """One decode on a grey frame so the first real frame does not pay one-off costs; with CUDA
         graphs, also capture every step shape for this policy's batch (one row per task)."""
-        frame = np.full((64, 64, 3), 128, np.uint8)
+        frame, image, prompts = self._warmup_prompts()
         self.step(frame, EgoState((0.0, 0.0), (0.0, 0.0)), "straight")
         if self.engine.cuda_graphs:
-            prompt = format_planning_prompt("straight", (0.0, 0.0), (0.0, 0.0))
-            from PIL import Image
-            tokens = encode_prompts(self.loaded.processor, [self._conversation(prompt)], [[Image.fromarray(frame)]],
-                                    min_pixels=self.min_pixels, max_pixels=self.max_pixels)["input_ids"].shape[1]
+            tokens = self._inputs(prompts[:1], image)["input_ids"].shape[1]
             self.decoder.warmup([len(self.tasks)], prompt_tokens=tokens)
+
+    def check_fast_path(self) -> str | None:
+        """Decode the warm-up prompts with this policy's decoder and with the plain one (the reference).
+        If their tokens agree at fewer positions than FAST_PATH_MIN_AGREEMENT[dtype] (1.0 in float32),
+        switch this policy to the plain decoder and return a diagnostic naming the divergence; None when
+        they agree (or the decoder is already plain)."""
+        if self.engine.implementation == "plain":
+            return None
+        _, image, prompts = self._warmup_prompts()
+        inputs = self._inputs(prompts, image)
+        fast = self.decoder.generate(inputs, self.settings).sequences
+        plain_engine = self.engine.replace(implementation="plain", cuda_graphs=False, attention_backend="sdpa")
+        plain_decoder = make_decoder(self.loaded.model, self.loaded.config, engine=plain_engine)
+        plain = plain_decoder.generate(inputs, self.settings).sequences
+        same, total, first = token_agreement(fast, plain)
+        dtype = str(self.loaded.dtype).replace("torch.", "")
+        needed = FAST_PATH_MIN_AGREEMENT.get(dtype, 1.0)
+        share = same / total if total else 1.0
+        if share >= needed:
+            return None
+        fast_name = describe_engine(self.engine)
+        self.engine, self.decoder = plain_engine, plain_decoder
+        row, position, a, b = first
+        return (f"fast path ({fast_name}) diverges from the plain decoder on the warm-up prompt: {same}/{total} "
+                f"tokens agree ({share:.1%}, {dtype} needs {needed:.0%}); first difference in answer {row} at "
+                f"token {position} (fast {a}, plain {b}); decoding with the plain decoder")
+
+
+def token_agreement(fast: Sequence[Sequence[int]], plain: Sequence[Sequence[int]]):
+    """(positions that agree, positions compared, first difference (answer, position, fast id, plain id)).
+    Each answer pair is compared over the longer one; a missing token counts as a difference."""
+    same = total = 0
+    first = None
+    for row, (a, b) in enumerate(zip(fast, plain)):
+        for position in range(max(len(a), len(b))):
+            x = a[position] if position < len(a) else None
+            y = b[position] if position < len(b) else None
+            total += 1
+            same += x == y
+            if x != y and first is None:
+                first = (row, position, x, y)
+    return same, total, first
+
+
+def describe_engine(engine: EngineSettings) -> str:
+    """``static (sdpa, CUDA graphs)``: the decoder a (resolved) engine runs."""
+    if engine.implementation != "static":
+        return engine.implementation
+    return f"static ({engine.attention_backend}{', CUDA graphs' if engine.cuda_graphs else ''})"

@@ -46,7 +46,7 @@ from wam_diff2_core.images import ImageError, draw_debug_image
 from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, OFF_ROUTE,
                                    ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip, check_image_msg,
                                    image_msg_to_rgb, is_compressed, stamp_ns)
-from wam_diff2_core.policy import DrivingPolicy
+from wam_diff2_core.policy import DrivingPolicy, describe_engine
 from wam_diff2_core.profiling import stage_summary
 
 from . import conversions as conv
@@ -93,6 +93,8 @@ RATE_WINDOW_S = 5.0
 STAGE_WINDOW = 100           # frames in the diagnostics' per-stage p50 / p95
 STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
                PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
+FAST_PATH_FELL_BACK = "fell back: "      # fast_path_check's prefix when the warm-up check chose plain
+
 # The node's diagnostics count input problems as skipped_<cause> (README.md). Those cause names
 # predate the core's InputSkip codes and dashboards read them, so the codes are mapped here.
 SKIP_CAUSES = {BAD_ODOMETRY: "odometry_non_finite", ODOMETRY_OUT_OF_ORDER: "odometry_out_of_order",
@@ -115,6 +117,7 @@ class PlannerNode(LifecycleNode):
         self._processed_times: collections.deque[float] = collections.deque()
         self._last_warn: dict[str, float] = {}
         self._policy = None
+        self._fast_path_check = "not run"       # the warm-up check of the fast path (check_fast_path)
         self._policy_overrides: dict[str, Any] = {}
         self._loading = False
         self._active = False
@@ -218,8 +221,16 @@ class PlannerNode(LifecycleNode):
             max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
             engine=params.engine_settings(values))
         self.get_logger().info(f"decoding settings: {policy.loaded.config.describe()}")
+        self._fast_path_check = "not run"
         if values["warmup"]:
             policy.warmup()
+            # The fast path proves itself on this device, or the node decodes with the plain path.
+            fallback = policy.check_fast_path()
+            if fallback:
+                self.get_logger().warn(fallback)
+            self._fast_path_check = (FAST_PATH_FELL_BACK + fallback if fallback else
+                                     "plain decoder chosen" if policy.engine.implementation == "plain" else "passed")
+        self.get_logger().info(f"decoder: {describe_engine(policy.engine)}")
         return policy
 
     def _configure_failed(self, message: str) -> TransitionCallbackReturn:
@@ -639,6 +650,8 @@ class PlannerNode(LifecycleNode):
                 problems.append("no fresh odometry")
             if last_plan is not None and not last_plan[0]:
                 problems.append(f"last plan invalid ({last_plan[1][:80]})")
+            if self._fast_path_check.startswith(FAST_PATH_FELL_BACK):
+                problems.append("fast path fell back to the plain decoder")
             level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
             summary = "; ".join(problems) if problems else "planning"
         kv = {
@@ -657,6 +670,8 @@ class PlannerNode(LifecycleNode):
             "camera_model": "camera_info" if camera is not None and values["camera.use_camera_info"] else "fov",
             "last_plan": "none" if last_plan is None else ("valid" if last_plan[0] else "invalid: " + last_plan[1]),
             "last_command": "none" if last_plan is None else last_plan[2],
+            "decoder": "none" if self._policy is None else describe_engine(self._policy.engine),
+            "fast_path_check": self._fast_path_check,
         }
         # matched on this side: a publisher the graph lists but this reader has not matched yet delivers nothing
         kv.update({f"{name}_publishers": str(subscription.get_publisher_count())

@@ -14,7 +14,7 @@ future are excluded and counted. OUT gets metrics.json, frames.jsonl, report.md 
 written atomically. Topics default to carla-ros-bridge's names for --role.
 
 With --predictions NODE_BAG no model runs: the wam_diff2_ros/msg/Trajectory messages a planner
-node published while the bag was replayed (``wam-diff2 replay BAG --record NODE_BAG``) are matched
+node published while the bag was replayed (``wam-diff2-ros replay BAG --record NODE_BAG``) are matched
 to the frames by stamp (the node stamps each output with its input image's stamp) and scored the
 same way; frames the node did not answer are skipped as ``not_published``.
 """
@@ -54,7 +54,7 @@ def add_arguments(p) -> None:
     p.add_argument("--bev-samples", type=int, default=6, help="frames in the bird's-eye-view plot")
     p.add_argument("--predictions", nargs="+", metavar="NODE_BAG", default=None,
                    help="instead of running a model: score the Trajectory messages recorded in NODE_BAG (e.g. by "
-                        "`wam-diff2 replay BAG --record NODE_BAG`), one NODE_BAG per BAG in the same order; no "
+                        "`wam-diff2-ros replay BAG --record NODE_BAG`), one NODE_BAG per BAG in the same order; no "
                         "--model or decoding flags")
     p.add_argument("--trajectory-topic", default=None, metavar="TOPIC",
                    help="the Trajectory topic in NODE_BAG (default /wam_diff2_planner/output/trajectory, else the "

@@ -10,7 +10,7 @@ calls ``policy.step`` - the same call the planner node makes - with the inputs
     summarize(run.frames)["overall"]["model"]["l2_at_t"]
 
 Instead of pass 2, :func:`evaluate_predictions` scores what a planner node published: the
-``wam_diff2_ros/msg/Trajectory`` messages of a recording (``wam-diff2 replay --record``) are
+``wam_diff2_ros/msg/Trajectory`` messages of a recording (``wam-diff2-ros replay --record``) are
 matched to the planned frames by stamp (the node stamps every output with its input image's
 stamp) and become the same :class:`FrameResult` records.
 
