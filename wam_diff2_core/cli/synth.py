@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from ..evaluation.bags import DEFAULT_ROLE
+from ..topics import DEFAULT_ROLE
 from ..outputs.prompts import COMMANDS
 
 HELP = "generate synthetic driving scenes (JSON samples and rosbag2 bags)"

@@ -260,3 +260,13 @@ def load_images(sample: Sample, limits: ImageLimits = DEFAULT_LIMITS):
             raise sample.error(("image refused: " if exc.code == TOO_LARGE else "cannot read image: ") + str(exc)) \
                 from None
     return out
+
+
+def dump_json_list(path: Path, items: list[dict]) -> None:
+    """A JSON list with one item per line (the datasets' train.json / val.json)."""
+    with open(path, "w") as f:
+        f.write("[\n")
+        for i, item in enumerate(items):
+            f.write(json.dumps(item, ensure_ascii=False))
+            f.write(",\n" if i + 1 < len(items) else "\n")
+        f.write("]\n")

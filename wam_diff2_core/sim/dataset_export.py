@@ -27,15 +27,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..evaluation.bags import DEFAULT_ROLE
-
 import cv2
 import numpy as np
 
+from ..data.samples import dump_json_list
 from ..outputs.parsing import format_waypoints
 from ..outputs.prompts import COMMANDS, format_detection_prompt, format_planning_prompt
+from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE
 from ..utils.atomic import atomic_directory
-from .episode_bags import DEFAULT_COMMAND_TOPIC, STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
+from .episode_bags import STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
 from ..data.bench2drive import FRAME_RATE_HZ as B2D_FRAME_RATE_HZ
 from .bench2drive_clips import B2DClipWriter
 from .episode import EpisodeSettings, simulate_episode
@@ -243,16 +243,6 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
 def _export_episode_job(args) -> EpisodeResult:
     root, index, split, settings = args
     return export_episode(Path(root), index, split, settings)
-
-
-def dump_json_list(path: Path, items: list[dict]) -> None:
-    """A JSON list with one item per line (the datasets' train.json / val.json)."""
-    with open(path, "w") as f:
-        f.write("[\n")
-        for i, item in enumerate(items):
-            f.write(json.dumps(item, ensure_ascii=False))
-            f.write(",\n" if i + 1 < len(items) else "\n")
-        f.write("]\n")
 
 
 def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = False, progress: bool = True,
