@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "export": "export",
     "infer": "infer",
     "bench": "bench",
+    "verify-device": "verify_device",
     "train": "train",
     "synth": "synth",
     "eval-bag": "eval_bag",
