@@ -37,6 +37,7 @@ setup(
             "wam-diff2-planner=wam_diff2_ros.entry_point:planner",
             "wam-diff2-controller=wam_diff2_ros.entry_point:controller",
             "wam-diff2-localization=wam_diff2_ros.entry_point:localization",
+            "wam-diff2-ros=wam_diff2_ros.tools.cli:main",
         ],
     },
 )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main job: the embedded Block-32 demo model drives the planner node over real DDS.
 # A held-out demo-world drive (seed 1000, never trained on) is generated as a carla-ros-bridge-like
-# bag, played with /clock (wam-diff2 replay) into the planner node running on sim time, and what
+# bag, played with /clock (wam-diff2-ros replay) into the planner node running on sim time, and what
 # the node published is recorded and scored against the recorded drive (wam-diff2 eval-bag
 # --predictions): L2 at 1-4 s beside the constant-velocity baseline, decode statistics, latency.
 #   make demo [MODEL=ckpt] [FRAMES=120] [RATE=1.0] [OUT=outputs/demo]
@@ -36,7 +36,7 @@ stop_planner() {
 }
 trap stop_planner EXIT
 echo "planner node: $model (log $out/planner.log); replaying $bag ($frames camera frames at ${rate}x)"
-wam-diff2 --log-level WARNING replay "$bag" --clock --rate "$rate" --wait-for-planner \
+wam-diff2-ros --log-level WARNING replay "$bag" --clock --rate "$rate" --wait-for-planner \
   --record "$out/node_answers" --overwrite
 stop_planner
 trap - EXIT

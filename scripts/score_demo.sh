@@ -39,7 +39,7 @@ wam-diff2 --log-level WARNING bench --model "$model" --ar-model "$ar_model" --da
   --device cpu --threads 2 --out "$out/bench" --overwrite ${BENCH_ARGS:-} | tee "$out/bench.txt"
 loops=()
 for seed in $route_seeds; do
-  wam-diff2 --log-level WARNING closed-loop --model "$model" --seed "$seed" --routes 10 --loop direct --threads 2 \
+  wam-diff2 --log-level WARNING closed-loop --model "$model" --seed "$seed" --routes 10 --threads 2 \
     --out "$out/closed_loop_$seed" --overwrite | tee "$out/closed_loop_$seed.txt"
   loops+=("$out/closed_loop_$seed")
 done

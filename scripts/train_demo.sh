@@ -45,7 +45,7 @@ b32_stage refine "$runs/closed_loop/final" "${refine_scenes[@]}"
 # labels every frame it planned on from the state it reached; those labels and the refinement scenes' turns,
 # paired with the same worlds turning the other way at every crossing, mixed into the refinement scenes
 [ -f "$runs/dagger1_labels/expert_labels/train.json" ] || wam-diff2 closed-loop --model "$runs/refine/final" \
-  --loop direct --seed 5000 --routes 10 --threads 2 --expert-labels --no-plots --overwrite --out "$runs/dagger1_labels"
+  --seed 5000 --routes 10 --threads 2 --expert-labels --no-plots --overwrite --out "$runs/dagger1_labels"
 for twin in turns turns_mirror; do
   [ -f "$runs/data_$twin/manifest.json" ] || wam-diff2 synth "$runs/data_$twin" "${refine_scenes[@]}" \
     --commands left right $([ $twin = turns_mirror ] && echo --mirror-turns) "${scene_flags[@]}"

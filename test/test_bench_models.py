@@ -126,7 +126,7 @@ def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, 
     assert _bench(tiny_checkpoint, dataset / "samples.json", out) == 2
 
 
-def test_bench_models_real_tiny_model(tiny_checkpoint, dataset, tmp_path):
+def test_bench_models_real_tiny_model(tiny_checkpoint, dataset, tmp_path, capsys):
     """The random tiny model end to end: nothing parses, the structure is still complete."""
     out = tmp_path / "b"
     assert main(["bench", "--model", str(tiny_checkpoint), "--data", str(dataset / "samples.json"), "--out",
@@ -136,6 +136,12 @@ def test_bench_models_real_tiny_model(tiny_checkpoint, dataset, tmp_path):
     assert [c["label"] for c in result["configurations"]] == ["AR", "Block-8 t=0.9", "Block-32 t=0.9"]
     assert result["samples"] == 1 and all(c["parse_failures"] == 1 for c in result["configurations"])
     assert (out / "bench.png").exists()
+    for c in result["configurations"]:      # per-stage times: every stage of the image -> answer path
+        ms = c["stages"]["ms"]
+        assert min(ms[s]["p50"] for s in ("image", "processor", "vision", "prefill", "denoise", "parse")) > 0
+        assert c["stages"]["peak_memory_mb"] > 50
+    printed = capsys.readouterr().out
+    assert "per stage, p50 / p95 ms" in printed and "vision encoder" in printed
 
 
 def test_bench_models_bad_inputs(tiny_checkpoint, dataset, tmp_path, capsys):

@@ -297,7 +297,7 @@ def test_the_node_configures_either_labelling_with_the_checkpoints_settings(labe
 
     from wam_diff2_core.policy import EgoState
     from wam_diff2_ros.planner_node import PlannerNode
-    from wam_diff2_ros.testing import unique_domain_id
+    from ros_helpers import unique_domain_id
     ckpt = request.getfixturevalue(labelling)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=unique_domain_id(9))

@@ -50,9 +50,14 @@ def _infer(ckpt, dataset, output, *extra):
 
 
 @pytest.mark.parametrize("block", ["1", "32"])
-def test_infer_writes_a_record_per_sample(cli_checkpoint, dataset, tmp_path, block):
+def test_infer_writes_a_record_per_sample(cli_checkpoint, dataset, tmp_path, block, capsys):
     out = tmp_path / "preds.json"
     assert _infer(cli_checkpoint, dataset, out, "--block-size", block, "--batch-size", "2") == 0
+    printed = capsys.readouterr().out          # the per-stage table over the 3 batches of the 5 good samples
+    assert "per stage, over 3 batches of up to 2" in printed
+    for label in ("image conversion", "processor", "vision encoder", "prefill (text)", "denoise", "parse",
+                  "batch -> records", "peak memory:"):
+        assert label in printed, label
     records = json.loads(out.read_text())
     assert [r["id"] for r in records] == ["s0", "s1", "s2", "s3", "s4", "missing-image", "malformed"]
     for r in records[:5]:

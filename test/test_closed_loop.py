@@ -72,13 +72,13 @@ def test_route_commands_from_road_options_follow_the_demo_worlds_rule():
 def test_cli_writes_a_summary_and_a_plot_per_route(tmp_path, capsys):
     from wam_diff2_core.cli import main
     out = tmp_path / "cl"
-    assert main(["closed-loop", "--oracle", "--loop", "direct", "--routes", "2", "--route-length-m", "40",
+    assert main(["closed-loop", "--oracle", "--routes", "2", "--route-length-m", "40",
                  "--out", str(out)]) == 0
     record = json.loads((out / "summary.json").read_text())
     assert record["summary"]["routes"] == 2 and record["summary"]["route_completion"] == 1.0
     assert [r["index"] for r in record["results"]] == [0, 1] and record["settings"]["planner"] == "oracle"
     assert (out / "route_000.png").stat().st_size > 10_000 and (out / "route_001.png").exists()
-    assert main(["closed-loop", "--loop", "direct", "--routes", "1", "--out", str(tmp_path / "x")]) == 2
+    assert main(["closed-loop", "--routes", "1", "--out", str(tmp_path / "x")]) == 2
     assert main(["closed-loop", "--oracle", "--threads", "-1", "--out", str(tmp_path / "y")]) == 2
     assert "cpu_threads: -1 is below 0" in capsys.readouterr().err and not (tmp_path / "y").exists()
 
@@ -89,7 +89,7 @@ def test_expert_labels_keep_every_planned_frame_with_the_experts_answer(tmp_path
     from wam_diff2_core.outputs.parsing import parse_waypoints
     from wam_diff2_core.outputs.prompts import parse_planning_prompt
     out = tmp_path / "cl"
-    assert main(["closed-loop", "--oracle", "--loop", "direct", "--routes", "1", "--route-length-m", "30",
+    assert main(["closed-loop", "--oracle", "--routes", "1", "--route-length-m", "30",
                  "--expert-labels", "--no-plots", "--out", str(out)]) == 0
     record = json.loads((out / "summary.json").read_text())
     root = out / "expert_labels"
@@ -105,11 +105,14 @@ def test_expert_labels_keep_every_planned_frame_with_the_experts_answer(tmp_path
     assert answer.ok and np.allclose(answer.waypoints, run.world.expert_future(NUM_WAYPOINTS, 0.5), atol=0.006)
     command, velocity, _ = parse_planning_prompt(first.raw["conversations"][0]["value"])
     assert command == run.command() and velocity[0] == pytest.approx(run.speed, abs=0.006)
-    assert main(["closed-loop", "--oracle", "--expert-labels", "--out", str(tmp_path / "ros")]) == 2
-    assert "--expert-labels needs --loop direct" in capsys.readouterr().err
-    assert main(["closed-loop", "--oracle", "--loop", "direct", "--odometry", "estimated",
-                 "--out", str(tmp_path / "est")]) == 2
-    assert "--odometry estimated needs --loop ros" in capsys.readouterr().err
+    # the ROS options belong to wam-diff2-ros closed-loop, --expert-labels to this loop only
+    with pytest.raises(SystemExit) as exit_:
+        main(["closed-loop", "--oracle", "--odometry", "estimated", "--out", str(tmp_path / "est")])
+    assert exit_.value.code == 2 and "unrecognized arguments: --odometry" in capsys.readouterr().err
+    from wam_diff2_ros.tools.cli import build_parser
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["closed-loop", "--oracle", "--expert-labels", "--out", str(tmp_path / "ros")])
+    assert exit_.value.code == 2 and "unrecognized arguments: --expert-labels" in capsys.readouterr().err
 
 
 def test_direct_loop_counts_the_answers_decoded_again(tiny_checkpoint):
@@ -136,13 +139,13 @@ def test_summary_scores():
 @pytest.fixture(scope="module")
 def domain():
     pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
-    from wam_diff2_ros.testing import unique_domain_id
+    from ros_helpers import unique_domain_id
     return unique_domain_id(6)
 
 
 @pytest.mark.ros
 def test_ros_loop_with_the_oracle_reproduces_the_direct_loop(domain):
-    from wam_diff2_ros.closed_loop import RosClosedLoop, RosLoopSettings
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
     settings = ClosedLoopSettings(route_length_m=120.0)
     gains = demo_world_gains()
     with RosClosedLoop(RosLoopSettings(planner="oracle", gains=gains, domain_id=domain)) as loop:
@@ -160,10 +163,23 @@ def test_ros_loop_with_the_oracle_reproduces_the_direct_loop(domain):
 
 
 @pytest.mark.ros
+def test_ros_cli_drives_a_route_with_the_oracle_and_writes_the_summary(domain, tmp_path, capsys):
+    """``wam-diff2-ros closed-loop``: the routes and summary of ``wam-diff2 closed-loop``, over DDS."""
+    from wam_diff2_ros.tools.cli import main
+    out = tmp_path / "cl"
+    assert main(["closed-loop", "--oracle", "--routes", "1", "--route-length-m", "30", "--no-plots",
+                 "--domain-id", str(domain), "--out", str(out)]) == 0
+    record = json.loads((out / "summary.json").read_text())
+    assert record["settings"]["loop"] == "ros" and record["settings"]["timing"] == "lockstep"
+    assert record["summary"]["route_completion"] == 1.0 and record["results"][0]["extra"]["loop"] == "ros"
+    assert f"wrote {out}/summary.json" in capsys.readouterr().out
+
+
+@pytest.mark.ros
 def test_ros_loop_drives_on_the_localization_nodes_estimate(domain):
     """--odometry estimated: the simulator publishes GNSS / IMU / speedometer with noise instead of its odometry;
     the controller follows the oracle's plans on the localization node's estimate through a left crossing turn."""
-    from wam_diff2_ros.closed_loop import RosClosedLoop, RosLoopSettings
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
     settings = ClosedLoopSettings(route_length_m=120.0)
     with RosClosedLoop(RosLoopSettings(planner="oracle", gains=demo_world_gains(), domain_id=domain,
                                        odometry="estimated")) as loop:
@@ -184,7 +200,7 @@ def test_ros_loop_drives_on_the_localization_nodes_estimate(domain):
 
 @pytest.mark.ros
 def test_ros_loop_with_the_tiny_model_brakes_to_a_stop_and_never_accelerates(domain, tiny_checkpoint):
-    from wam_diff2_ros.closed_loop import RosClosedLoop, RosLoopSettings, wait_until
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings, wait_until
     settings = ClosedLoopSettings(route_length_m=60.0, blocked_timeout_s=1.5)
     index = next(i for i in range(10) if RouteRun(i, settings).speed > 3.0)     # a route starting at speed
     loop_settings = RosLoopSettings(planner="inprocess", model_path=str(tiny_checkpoint), gains=demo_world_gains(),

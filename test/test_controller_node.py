@@ -33,7 +33,7 @@ from wam_diff2_ros import controller_node as cn  # noqa: E402
 from wam_diff2_ros.controller_node import (CLOCK_QOS, CONTROL_QOS, LATCHED_QOS, ControllerNode,  # noqa: E402
                                            controller_topics, ns_stamp, plan_from_trajectory, stamp_ns)
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
-from wam_diff2_ros.testing import odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from ros_helpers import odometry_msg, route_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NS = 1_000_000_000

@@ -12,7 +12,7 @@ import pytest
 
 from wam_diff2_core.policy import DrivingPolicy, EgoState
 from wam_diff2_core.sim import EpisodeSettings, simulate_episode
-from wam_diff2_ros.testing import unique_domain_id
+from ros_helpers import unique_domain_id
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"ar": ROOT / "models" / "wam-diff2-demo-ar", "block32": ROOT / "models" / "wam-diff2-demo-b32"}

@@ -54,7 +54,7 @@ def test_help_prints_the_usage_and_the_node_documentation_without_rclpy(prog):
     assert probe.stdout.strip().splitlines()[-1] == "False 0", probe.stderr
 
 
-@pytest.mark.parametrize("prog", ["wam-diff2", *sorted(NODES)])
+@pytest.mark.parametrize("prog", ["wam-diff2", "wam-diff2-ros", *sorted(NODES)])
 def test_every_entry_point_prints_the_one_version(prog):
     out = run([str(BIN / prog), "--version"])
     assert out.returncode == 0, out.stderr
@@ -88,6 +88,19 @@ def test_with_only_the_venv_activated_the_nodes_stop_with_one_line(prog, tmp_pat
     # --help, --version and the ROS-free command still work there
     assert run([str(ROOT / ".venv" / "bin" / prog), "--version"], env=env).stdout.strip() == f"{prog} {__version__}"
     assert run([str(ROOT / ".venv" / "bin" / prog), "-h"], env=env).returncode == 0
+
+
+def test_with_only_the_venv_activated_the_ros_tools_stop_with_one_line(tmp_path):
+    env = venv_only_env()
+    tools = str(ROOT / ".venv" / "bin" / "wam-diff2-ros")
+    out = run([tools, "replay", str(tmp_path / "bag")], env=env, cwd=tmp_path)
+    assert out.returncode == entry_point.EXIT_NOT_SET_UP and out.stdout == "", out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wam-diff2-ros replay: cannot load libwam_diff2_ros__rosidl_"), \
+        out.stderr
+    assert "source scripts/env.sh" in lines[0]
+    for sub in ("replay", "closed-loop"):      # the tools' usage needs no ROS
+        assert run([tools, sub, "--help"], env=env).stdout.startswith(f"usage: wam-diff2-ros {sub}")
 
 
 def test_with_only_the_venv_activated_the_tools_command_works():
@@ -128,3 +141,5 @@ def test_entry_points_are_wired_to_the_nodes():
         # the function runs that node module's main()
         assert f'run("{prog}", "{module}")' in (ROOT / "wam_diff2_ros" / "entry_point.py").read_text()
     assert '"wam-diff2=wam_diff2_core.cli:main"' in setup_py and "scripts/ros2_run/wam-diff2 " in cmake
+    assert '"wam-diff2-ros=wam_diff2_ros.tools.cli:main"' in setup_py and "scripts/ros2_run/wam-diff2-ros" in cmake
+    assert "from wam_diff2_ros.tools.cli import main" in (ROOT / "scripts" / "ros2_run" / "wam-diff2-ros").read_text()

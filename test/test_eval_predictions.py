@@ -28,6 +28,16 @@ def lateral(values):
     return np.stack([np.zeros(8), np.asarray(values, float) * np.ones(8)], axis=1)
 
 
+def stages(t, stamp_ns, latency_ms):
+    """A node's StageTimes: 1 ms of image conversion, the rest denoising."""
+    header = t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9,
+                                                                              nanosec=stamp_ns % 10**9), frame_id="cam")
+    return t["wam_diff2_ros/msg/StageTimes"](header=header, image_ms=1.0, processor_ms=0.0, vision_ms=0.0,
+                                             prefill_ms=0.0, denoise_ms=latency_ms, commit_ms=0.0, parse_ms=0.0,
+                                             other_ms=0.0, total_ms=latency_ms + 1.0, peak_memory_mb=500.0,
+                                             memory_kind="rss")
+
+
 def trajectory(types, stamp_ns, points=None, *, valid=True, reason="", command="straight", forwards=4, tokens=8,
                block_size=32, latency_ms=100.0, raw_text="answer"):
     t = types
@@ -39,7 +49,7 @@ def trajectory(types, stamp_ns, points=None, *, valid=True, reason="", command="
                 x=float(x), y=float(y)))
     stats = t["wam_diff2_ros/msg/DecodeStats"](block_size=block_size, forwards=forwards, denoise_steps=forwards - 1,
                                                blocks=1, tokens=tokens, prefill_ms=1.0, denoise_ms=2.0, commit_ms=0.5,
-                                               retries=0, latency_ms=latency_ms)
+                                               retries=0, latency_ms=latency_ms, stages=stages(t, stamp_ns, latency_ms))
     header = t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9,
                                                                               nanosec=stamp_ns % 10**9),
                                       frame_id="ego_vehicle")
@@ -100,6 +110,9 @@ def test_predictions_give_exact_l2_and_every_count(scene_bag, predictions_bag):
     assert frames[1].stats == {"block_size": 32, "forwards": 4, "denoise_steps": 3, "blocks": 1, "tokens": 8,
                                "prefill_ms": 1.0, "denoise_ms": 2.0, "commit_ms": 0.5, "retries": 0}
     assert [f.latency_ms for f in run.frames] == [100.0, 200.0, 300.0, 400.0, 500.0]
+    # the node's published stage times become the frames' stage table
+    assert [f.stages["denoise_ms"] for f in run.frames] == [100.0, 200.0, 300.0, 400.0, 500.0]
+    assert run.frames[0].stages["total_ms"] == 101.0 and run.frames[0].stages["memory_kind"] == "rss"
 
 
 def test_cli_report_names_the_node_bag_and_pins_the_metrics(scene_bag, predictions_bag, tmp_path, capsys):
@@ -119,6 +132,8 @@ def test_cli_report_names_the_node_bag_and_pins_the_metrics(scene_bag, predictio
     assert o["model"]["l2_at_t"] == pytest.approx({"1s": curve[1], "2s": curve[3], "3s": curve[5], "4s": curve[7]})
     assert o["model"]["l2_avg_to_t"]["4s"] == pytest.approx(curve.mean())
     assert o["latency_ms"]["mean"] == pytest.approx(300.0)
+    assert o["stages"]["ms"]["denoise"]["p50"] == pytest.approx(300.0) and o["stages"]["peak_memory_mb"] == 500.0
+    assert "frame -> trajectory" in printed
     assert m["per_command"]["left"]["valid"] == 1 and m["per_command"]["left"]["model"]["ade"] == pytest.approx(0.0)
     assert m["bags"][0]["counts"]["predictions"]["matched"] == 5
     report = (out / "report.md").read_text()

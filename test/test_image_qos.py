@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
-from wam_diff2_ros.testing import unique_domain_id  # noqa: E402
+from ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,9 +30,9 @@ from wam_diff2_core.localization import GeoReference, LocalizationSettings  # no
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun  # noqa: E402
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors  # noqa: E402
 from wam_diff2_ros import localization_node as ln  # noqa: E402
-from wam_diff2_ros.closed_loop import STREAM_QOS, sensor_messages  # noqa: E402
+from wam_diff2_ros.tools.dds_closed_loop import STREAM_QOS, sensor_messages  # noqa: E402
 from wam_diff2_ros.controller_node import ns_stamp, stamp_ns  # noqa: E402
-from wam_diff2_ros.testing import unique_domain_id  # noqa: E402
+from ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 WAIT_S = 10.0

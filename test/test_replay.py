@@ -1,4 +1,4 @@
-"""``wam-diff2 replay``: a bag published over real DDS (rclpy + Fast DDS) with its timing and /clock."""
+"""``wam-diff2-ros replay``: a bag published over real DDS (rclpy + Fast DDS) with its timing and /clock."""
 from __future__ import annotations
 
 import os
@@ -17,11 +17,11 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
-from wam_diff2_core.cli import main  # noqa: E402
+from wam_diff2_ros.tools.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bags import default_typestore, write_bag  # noqa: E402
 from wam_diff2_core.evaluation.scenes import scene_messages, scene_topic_types, straight_scene, \
     write_scene_bag  # noqa: E402
-from wam_diff2_ros.testing import unique_domain_id  # noqa: E402
+from ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 DOMAIN = unique_domain_id(3)
@@ -75,7 +75,7 @@ def test_replay_publishes_recorded_stamps_in_order_with_timing_clock_and_latched
     listener = Listener(DOMAIN)
     try:
         env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN))
-        proc = subprocess.Popen([sys.executable, "-m", "wam_diff2_core.cli", "replay", str(bag), "--clock", "--rate",
+        proc = subprocess.Popen([sys.executable, "-m", "wam_diff2_ros.tools", "replay", str(bag), "--clock", "--rate",
                                  "2.0", "--delay-s", "0.5", "--wait-for-subscribers", IMAGE, ODOM, "/clock"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60

@@ -1,4 +1,4 @@
-"""Replay vs offline: the planner node under ``use_sim_time``, fed by ``wam-diff2 replay --clock``,
+"""Replay vs offline: the planner node under ``use_sim_time``, fed by ``wam-diff2-ros replay --clock``,
 publishes the predictions ``wam-diff2 eval-bag`` computes offline on the same bag.
 
 Both run the tiny checkpoint with the node's parameter file (config/planner.yaml), so the
@@ -34,7 +34,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from wam_diff2_core.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.scenes import circle_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory  # noqa: E402
-from wam_diff2_ros.testing import planner_command, running, unique_domain_id  # noqa: E402
+from ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 DOMAIN = unique_domain_id(4)
@@ -122,7 +122,7 @@ def test_replay_into_the_planner_matches_the_offline_evaluator(tiny_checkpoint, 
         # subscriptions (made on configure) and then --delay-s
         wait(lambda: outputs.ready, 180, "planner READY", planner)
         replay = subprocess.run(
-            [sys.executable, "-m", "wam_diff2_core.cli", "replay", str(bag), "--clock", "--rate", "0.2",
+            [sys.executable, "-m", "wam_diff2_ros.tools", "replay", str(bag), "--clock", "--rate", "0.2",
              "--playback-duration", "1.3", "--delay-s", "1.0",
              "--wait-for-subscribers", TOPICS["image"], TOPICS["odometry"], TOPICS["route"]],
             env=env, capture_output=True, text=True, timeout=240)

@@ -1,4 +1,4 @@
-"""``wam-diff2 replay --record``: what comes back over DDS while playing, into a bag, and
+"""``wam-diff2-ros replay --record``: what comes back over DDS while playing, into a bag, and
 ``eval-bag --predictions`` on that bag.
 
 The end-to-end test plays a short ``wam-diff2 synth`` bag with ``--clock`` into a real planner
@@ -23,8 +23,8 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 from wam_diff2_core.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bags import Bag  # noqa: E402
 from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag  # noqa: E402
-from wam_diff2_ros.replay import DEFAULT_RECORD_TOPICS, PLANNER_NODE  # noqa: E402
-from wam_diff2_ros.testing import planner_command, running, unique_domain_id  # noqa: E402
+from wam_diff2_ros.tools.bag_player import DEFAULT_RECORD_TOPICS, PLANNER_NODE  # noqa: E402
+from ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 DOMAIN = unique_domain_id(8)
@@ -41,7 +41,7 @@ def ns(stamp) -> int:
 
 def replay(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "wam_diff2_core.cli", "replay", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "wam_diff2_ros.tools", "replay", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -146,7 +146,7 @@ def test_ctrl_c_leaves_no_recording(scene_bag, tmp_path):
     bag, _ = scene_bag
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN), OMP_NUM_THREADS="1")
     out = tmp_path / "rec"
-    proc = subprocess.Popen([sys.executable, "-m", "wam_diff2_core.cli", "replay", str(bag), "--rate", "0.2",
+    proc = subprocess.Popen([sys.executable, "-m", "wam_diff2_ros.tools", "replay", str(bag), "--rate", "0.2",
                              "--delay-s", "0", "--record", str(out), "--record-topics", TOPICS["odometry"]],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

@@ -40,7 +40,7 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.testing import Probe, image_msg, unique_domain_id  # noqa: E402
+from ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +185,7 @@ def test_colcon_build_installs_modules_messages_launch_config_and_models(workspa
     for model in ("wam-diff2-demo-b32", "wam-diff2-demo-ar"):
         assert (share / "models" / model / "model.safetensors").is_file()
     assert (share / "package.xml").is_file() and (share / "agents" / "wam_diff2_agent.py").is_file()
-    for exe in ("wam-diff2", "wam-diff2-planner", "wam-diff2-controller", "wam-diff2-localization"):
+    for exe in ("wam-diff2", "wam-diff2-planner", "wam-diff2-controller", "wam-diff2-localization", "wam-diff2-ros"):
         assert os.access(prefix(ws) / "lib" / PACKAGE / exe, os.X_OK), exe
     module = ours / "planner_node.py"
     if mode == "symlink":      # links to the workspace's sources, not copies (and not the checkout)

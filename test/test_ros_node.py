@@ -29,7 +29,7 @@ from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros import parameters as params  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import STATUS_QOS, PlannerNode  # noqa: E402
-from wam_diff2_ros.testing import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from ros_helpers import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NAME = "wam_diff2_planner"
@@ -139,6 +139,18 @@ def test_bgra8_frame_odometry_and_command_answered_with_the_image_stamp(probe, p
     # matched publishers per input: the probe's, and nobody's on camera_info
     assert all(int(values[f"{k}_publishers"]) >= 1 for k in ("image", "odometry", "route", "command"))
     assert values["camera_info_publishers"] == "0"
+    # where the time went: on the latency topic (the image's header), in the trajectory, in diagnostics
+    stages = probe.wait_for(lambda: probe.with_stamp("stage_times", stamp), 5.0)[-1]
+    assert stages.header.frame_id == "camera" and stages.memory_kind in ("rss", "rss_since_start")
+    parts = [stages.image_ms, stages.processor_ms, stages.vision_ms, stages.prefill_ms, stages.denoise_ms,
+             stages.commit_ms, stages.parse_ms]
+    assert all(p >= 0 for p in parts) and min(stages.image_ms, stages.vision_ms, stages.denoise_ms) > 0
+    assert sum(parts) + stages.other_ms == pytest.approx(stages.total_ms, rel=1e-3)
+    assert stages.total_ms >= traj.stats.latency_ms and stages.peak_memory_mb > 50
+    assert traj.stats.stages.total_ms == stages.total_ms and traj.stats.stages.header.stamp == stages.header.stamp
+    values = probe.wait_for(lambda: (probe.diagnostic_values(DIAG) or {}).get("stage_denoise_p50_ms")
+                            and probe.diagnostic_values(DIAG), 5.0)
+    assert float(values["stage_denoise_p50_ms"]) > 0 and float(values["peak_memory_mb"]) > 50
 
 
 def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, planner, monkeypatch):

@@ -13,7 +13,7 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 from wam_diff2_core.config import DECODING_FIELDS  # noqa: E402
 from wam_diff2_ros import parameters as params  # noqa: E402
 from wam_diff2_ros.planner_node import INPUT_TOPICS, PlannerNode  # noqa: E402
-from wam_diff2_ros.testing import unique_domain_id  # noqa: E402
+from ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 ROOT = Path(__file__).resolve().parents[1]

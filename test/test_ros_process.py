@@ -20,7 +20,7 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.testing import Probe, image_msg, unique_domain_id  # noqa: E402
+from ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 ROOT = Path(__file__).resolve().parents[1]

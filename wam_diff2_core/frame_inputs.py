@@ -3,7 +3,7 @@
 The one derivation for the live planner node (``wam_diff2_ros/planner_node.py``) and the
 offline bag evaluator (:mod:`wam_diff2_core.evaluation.runner`), so offline numbers are the
 node's numbers. ROS-free: it reads messages by attribute (``msg.header.stamp.sec``,
-``msg.twist.twist.linear.x`` ...), which rclpy messages and rosbags messages share.
+``msg.twist.twist.linear.x`` ...), which live ROS 2 messages and rosbags messages share.
 
 - **Ego state**: the odometry history at the image stamp
   (:meth:`~wam_diff2_core.geometry.EgoHistory.at`: interpolated between the samples around

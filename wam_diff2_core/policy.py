@@ -35,6 +35,7 @@ from .model.prompt_encoding import encode_prompts
 from .outputs.parsing import Box, parse_boxes, parse_waypoints
 from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEMPLATE, IMAGE_PLACEHOLDER,
                               NUM_WAYPOINTS, format_detection_prompt, format_planning_prompt)
+from .profiling import PeakMemory, StageTimes, VisionTimer
 
 TASKS = ("plan", "detect")
 
@@ -70,6 +71,7 @@ class PolicyOutput:
     plan: TaskResult | None
     detections: TaskResult | None
     latency_ms: float                               # whole step: encode + decode + parse
+    stages: StageTimes | None = None                # where latency_ms went, and the memory peak
 
 
 class DrivingPolicy:
@@ -122,36 +124,52 @@ class DrivingPolicy:
         from PIL import Image
 
         t0 = time.perf_counter()
+        memory = PeakMemory(self.loaded.device)
+        memory.reset()
         if frame_rgb.ndim != 3 or frame_rgb.shape[2] != 3 or frame_rgb.dtype != np.uint8 or 0 in frame_rgb.shape:
             raise ValueError(f"frame must be a non-empty [H, W, 3] uint8 RGB array, got {frame_rgb.shape} {frame_rgb.dtype}")
         if command not in COMMANDS:
             raise ValueError(f"command: {command!r} is not one of {', '.join(COMMANDS)}")
         ego.check()
+        stages = StageTimes(memory_kind=memory.kind)
+        t_image = time.perf_counter()
         image = Image.fromarray(frame_rgb)
+        stages.image_ms = (time.perf_counter() - t_image) * 1e3
         prompts = {}
         if "plan" in self.tasks:
             prompts["plan"] = format_planning_prompt(command, ego.velocity, ego.acceleration)
         if "detect" in self.tasks:
             prompts["detect"] = self.detection_prompt
-        results = self._decode(prompts, image, self.settings, generator)
+        results = self._decode(prompts, image, self.settings, generator, stages)
         retry = self._retry_settings()
         failed = {task: prompts[task] for task, result in results.items() if not result.valid}
         if failed and retry is not None:
-            for task, again in self._decode(failed, image, retry, generator).items():
+            for task, again in self._decode(failed, image, retry, generator, stages).items():
                 again.stats = results[task].stats.then_retried(again.stats)
                 results[task] = again
+        latency_ms = (time.perf_counter() - t0) * 1e3
+        stages.total_ms = latency_ms
+        stages.other_ms = max(0.0, latency_ms - stages.stage_sum_ms)
+        stages.peak_memory_mb = memory.peak_mb()
         return PolicyOutput(command=command, plan=results.get("plan"), detections=results.get("detect"),
-                            latency_ms=(time.perf_counter() - t0) * 1e3)
+                            latency_ms=latency_ms, stages=stages)
 
     def _inputs(self, prompts: Sequence[str], image):
         return encode_prompts(self.loaded.processor, [self._conversation(p) for p in prompts],
                               [[image] for _ in prompts], min_pixels=self.min_pixels, max_pixels=self.max_pixels)
 
-    def _decode(self, prompts: Mapping[str, str], image, settings, generator) -> dict[str, TaskResult]:
-        """One batched decode of ``{task: prompt}`` on one image, each answer parsed."""
+    def _decode(self, prompts: Mapping[str, str], image, settings, generator,
+                stages: StageTimes) -> dict[str, TaskResult]:
+        """One batched decode of ``{task: prompt}`` on one image, each answer parsed; its stage
+        times are added to ``stages``."""
+        t = time.perf_counter()
         inputs = self._inputs(list(prompts.values()), image)
+        stages.processor_ms += (time.perf_counter() - t) * 1e3
         gens = [generator] * len(prompts) if generator is not None else None
-        decoded = self.decoder.generate(inputs, settings, generators=gens)
+        with VisionTimer(self.loaded.model, self.loaded.device) as vision:
+            decoded = self.decoder.generate(inputs, settings, generators=gens)
+        stages.add_decode(decoded.stats[0], vision.ms)   # the phases are the batch call's, alike in every row
+        t = time.perf_counter()
         texts = self.loaded.tokenizer.batch_decode(decoded.sequences, skip_special_tokens=False)
         results = {}
         for task, text, stats in zip(prompts, texts, decoded.stats):
@@ -163,6 +181,7 @@ class DrivingPolicy:
                 answer = {"boxes": list(parsed.boxes)}
             results[task] = TaskResult(valid=parsed.ok, invalid_reason="" if parsed.ok else str(parsed.error),
                                        raw_text=text, stats=stats, **answer)
+        stages.parse_ms += (time.perf_counter() - t) * 1e3
         return results
 
     def _retry_settings(self):

@@ -243,7 +243,7 @@ class RouteTracker:
 
 # ----------------------------------------------------------------------------- messages (duck-typed)
 def route_from_path_msg(msg) -> np.ndarray:
-    """``nav_msgs/Path`` (rclpy or rosbags message) -> [N, 2] points in its frame."""
+    """``nav_msgs/Path`` (a live ROS 2 message or a rosbags one) -> [N, 2] points in its frame."""
     return np.array([[float(p.pose.position.x), float(p.pose.position.y)] for p in msg.poses],
                     dtype=np.float64).reshape(-1, 2)
 

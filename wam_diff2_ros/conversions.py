@@ -19,7 +19,7 @@ from wam_diff2_core.frame_inputs import NS_PER_S
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.policy import TaskResult
 
-from .msg import DecodeStats, Detection2D, Detection2DArray, Trajectory, TrajectoryPoint
+from .msg import DecodeStats, Detection2D, Detection2DArray, StageTimes, Trajectory, TrajectoryPoint
 
 WAYPOINT_DT_NS = int(round(WAYPOINT_DT_S * NS_PER_S))
 
@@ -47,11 +47,21 @@ def camera_info_to_camera(msg: CameraInfo) -> PinholeCamera:
 
 
 # ----------------------------------------------------------------------------- outputs
-def decode_stats_msg(result: TaskResult, latency_ms: float) -> DecodeStats:
+def stage_times_msg(header: Header, stages) -> StageTimes:
+    """``profiling.StageTimes`` -> the message (stamped with the input image's header); zeros for None."""
+    msg = StageTimes(header=header)
+    if stages is not None:
+        for name, value in stages.as_dict().items():
+            setattr(msg, name, value if isinstance(value, str) else float(value))
+    return msg
+
+
+def decode_stats_msg(result: TaskResult, latency_ms: float, stages=None, header: Header | None = None) -> DecodeStats:
     s = result.stats
     return DecodeStats(block_size=s.block_size, forwards=s.forwards, denoise_steps=s.denoise_steps, blocks=s.blocks,
                        tokens=s.tokens, prefill_ms=float(s.prefill_ms), denoise_ms=float(s.denoise_ms),
-                       commit_ms=float(s.commit_ms), retries=s.retries, latency_ms=float(latency_ms))
+                       commit_ms=float(s.commit_ms), retries=s.retries, latency_ms=float(latency_ms),
+                       stages=stage_times_msg(header or Header(), stages))
 
 
 def path_msg(stamp_ns: int, frame_id: str, points_xy: np.ndarray, headings: np.ndarray) -> Path:
@@ -83,11 +93,13 @@ def _pose(x: float, y: float, yaw: float) -> Pose:
     return pose
 
 
-def trajectory_msg(stamp_ns: int, ego_frame: str, command: str, result: TaskResult, latency_ms: float) -> Trajectory:
+def trajectory_msg(stamp_ns: int, ego_frame: str, command: str, result: TaskResult, latency_ms: float,
+                   stages=None) -> Trajectory:
     """The package's trajectory: waypoints only when valid; the reason and raw text always."""
-    msg = Trajectory(header=Header(stamp=ns_to_stamp(stamp_ns), frame_id=ego_frame), command=command,
+    header = Header(stamp=ns_to_stamp(stamp_ns), frame_id=ego_frame)
+    msg = Trajectory(header=header, command=command,
                      valid=bool(result.valid), invalid_reason=result.invalid_reason, raw_text=result.raw_text,
-                     stats=decode_stats_msg(result, latency_ms))
+                     stats=decode_stats_msg(result, latency_ms, stages, header))
     if result.valid and result.waypoints is not None:
         msg.points = [TrajectoryPoint(time_from_start=ns_to_duration((k + 1) * WAYPOINT_DT_NS), x=float(x), y=float(y))
                       for k, (x, y) in enumerate(result.waypoints)]
@@ -100,9 +112,9 @@ def invalid_trajectory_msg(stamp_ns: int, ego_frame: str, command: str, reason: 
                       valid=False, invalid_reason=reason)
 
 
-def detections_msg(image_header: Header, result: TaskResult, latency_ms: float) -> Detection2DArray:
+def detections_msg(image_header: Header, result: TaskResult, latency_ms: float, stages=None) -> Detection2DArray:
     msg = Detection2DArray(header=image_header, valid=bool(result.valid), invalid_reason=result.invalid_reason,
-                           raw_text=result.raw_text, stats=decode_stats_msg(result, latency_ms))
+                           raw_text=result.raw_text, stats=decode_stats_msg(result, latency_ms, stages, image_header))
     if result.valid:
         msg.detections = [Detection2D(label=b.label, score=float(b.score), x_min=float(b.x_min), y_min=float(b.y_min),
                                       x_max=float(b.x_max), y_max=float(b.y_max)) for b in result.boxes]

@@ -1,4 +1,5 @@
-"""The nodes' console entry points (``wam-diff2-planner``, ``-controller``, ``-localization``).
+"""The nodes' console entry points (``wam-diff2-planner``, ``-controller``, ``-localization``); the tools'
+(``wam-diff2-ros``, :mod:`.tools.cli`) check the ROS 2 libraries with :func:`import_node_module` too.
 
 Before a node starts: ``-h`` / ``--help`` print the node's usage and documentation and
 ``--version`` the package's version, both without importing rclpy (arguments after
@@ -81,18 +82,24 @@ def run(prog: str, module: str, argv: list[str] | None = None) -> int:
     if "--version" in own:
         print(f"{prog} {__version__}")
         return 0
+    node_module = import_node_module(prog, module)
+    return node_module if isinstance(node_module, int) else node_module.main()
+
+
+def import_node_module(prog: str, module: str):
+    """``module`` once the ROS 2 libraries and the Python libraries it imports load here; otherwise
+    ``EXIT_NOT_SET_UP``, after one line on stderr saying what to source or install."""
     problem = ros_problem()
     if problem is not None:
         print(f"{prog}: {problem}: {SOURCE_HINT}", file=sys.stderr)
         return EXIT_NOT_SET_UP
     try:
-        node_module = importlib.import_module(module)
+        return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] in OWN_PACKAGES:
             raise                                            # a bug of ours, not a missing library
         print(f"{prog}: cannot import {exc.name} ({exc}): {PIP_HINT}", file=sys.stderr)
         return EXIT_NOT_SET_UP
-    return node_module.main()
 
 
 def planner() -> int:

@@ -47,11 +47,12 @@ from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, N
                                    ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip, check_image_msg,
                                    image_msg_to_rgb, is_compressed, stamp_ns)
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
+from wam_diff2_core.profiling import stage_summary
 
 from . import conversions as conv
 from . import parameters as params
 from .keep_latest import LatestSlot
-from .msg import Detection2DArray, PlannerStatus, Trajectory
+from .msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
 
 try:  # the common interop type, published too where the package exists
     import vision_msgs.msg as vision_msgs
@@ -84,10 +85,12 @@ OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "tr
                  "detections": "~/output/detections", "vision_detections": "~/output/detections_vision",
                  "debug_image": "~/debug/image", "markers": "~/debug/markers",
                  "processing_ms": "~/debug/processing_time_ms", "latency_ms": "~/debug/pipeline_latency_ms",
+                 "stage_times": "~/debug/stage_times",
                  "status": "~/status", "diagnostics": "/diagnostics"}
 DEFAULT_EGO_FRAME = "base_link"
 SHUTDOWN_WAIT_S = 2.0        # on Ctrl-C, how long to let a decode in flight finish
 RATE_WINDOW_S = 5.0
+STAGE_WINDOW = 100           # frames in the diagnostics' per-stage p50 / p95
 STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
                PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
 FAST_PATH_FELL_BACK = "fell back: "      # fast_path_check's prefix when the warm-up check chose plain
@@ -323,7 +326,8 @@ class PlannerNode(LifecycleNode):
                                callback_group=group),
         }
         types = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "detections": Detection2DArray,
-                 "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64}
+                 "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64,
+                 "stage_times": StageTimes}
         if vision_msgs is not None:
             types["vision_detections"] = vision_msgs.Detection2DArray
         self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], OUTPUT_QOS)
@@ -338,6 +342,7 @@ class PlannerNode(LifecycleNode):
         self._last_image_stamp_ns: int | None = None
         self._last_plan: tuple[bool, str, str] | None = None   # (valid, reason, command)
         self._last_stats: dict[str, float] = {}
+        self._recent_stages: collections.deque = collections.deque(maxlen=STAGE_WINDOW)   # StageTimes, newest last
         self._image_index = 0
         self._image_qos_warned = False
 
@@ -469,11 +474,13 @@ class PlannerNode(LifecycleNode):
             self._skip("image_stale", f"image stamp is {age_s:.3f} s from now (image_timeout_s "
                                       f"{values['image_timeout_s']})")
             return
+        t_convert = time.perf_counter()
         try:
             rgb = image_msg_to_rgb(msg, params.image_limits(values))
         except ImageError as exc:
             self._skip(f"image_{exc.code}", str(exc))
             return
+        conversion_ms = (time.perf_counter() - t_convert) * 1e3
 
         try:
             with self._lock:      # held over the route lookup too: ~1.5 ms for a 4000-point route, once a frame
@@ -495,6 +502,8 @@ class PlannerNode(LifecycleNode):
         self._apply_decoding_changes(values)
         try:
             out = self._policy.step(rgb, inputs.ego, command)
+            if out.stages is not None:           # frame -> trajectory: the conversion above is its first stage
+                out.stages = out.stages.with_conversion(conversion_ms)
         except Exception as exc:
             self._count("inference_errors")
             self.get_logger().error(f"inference failed: {exc}")
@@ -529,14 +538,15 @@ class PlannerNode(LifecycleNode):
         plan, detections = out.plan, out.detections
         waypoints = plan.waypoints if plan is not None and plan.valid else None
         if plan is not None:
-            outputs["trajectory"].publish(conv.trajectory_msg(stamp_ns, ego_frame, command, plan, out.latency_ms))
+            outputs["trajectory"].publish(conv.trajectory_msg(stamp_ns, ego_frame, command, plan, out.latency_ms,
+                                                              out.stages))
             if waypoints is not None:
                 path, path_odom = conv.plan_paths(stamp_ns, ego_frame, waypoints, odom_frame or None, ego)
                 outputs["path"].publish(path)
                 if values["publish_odom_frame_path"] and path_odom is not None:
                     outputs["path_odom"].publish(path_odom)
         if detections is not None:
-            outputs["detections"].publish(conv.detections_msg(msg.header, detections, out.latency_ms))
+            outputs["detections"].publish(conv.detections_msg(msg.header, detections, out.latency_ms, out.stages))
             if "vision_detections" in outputs:
                 outputs["vision_detections"].publish(conv.vision_detections_msg(vision_msgs, msg.header, detections))
         status_line = self._status_line(command, source, plan)
@@ -547,6 +557,8 @@ class PlannerNode(LifecycleNode):
                                                              plan, values))
         processing_ms = (time.perf_counter() - t_start) * 1e3
         outputs["processing_ms"].publish(Float64(data=processing_ms))
+        if out.stages is not None:
+            outputs["stage_times"].publish(conv.stage_times_msg(msg.header, out.stages))
         outputs["latency_ms"].publish(Float64(data=(self.get_clock().now().nanoseconds - stamp_ns) / 1e6))
 
         with self._lock:
@@ -562,6 +574,8 @@ class PlannerNode(LifecycleNode):
             self._last_stats = {"forwards": stats.forwards, "denoise_steps": stats.denoise_steps,
                                 "tokens": stats.tokens, "block_size": stats.block_size,
                                 "policy_ms": round(out.latency_ms, 1), "processing_ms": round(processing_ms, 1)}
+            if out.stages is not None:
+                self._recent_stages.append(out.stages)
 
     @staticmethod
     def _status_line(command: str, source: str, plan) -> str:
@@ -619,6 +633,7 @@ class PlannerNode(LifecycleNode):
             processed_hz = len(self._processed_times) / RATE_WINDOW_S
             command_text, route = self._inputs.command_text, self._inputs.route_xy
             camera = self._camera
+            stages = stage_summary(list(self._recent_stages))
 
         def age(ns):
             return "never" if ns is None else f"{(now_ns - ns) / conv.NS_PER_S:.3f}"
@@ -662,6 +677,11 @@ class PlannerNode(LifecycleNode):
         kv.update({f"{name}_publishers": str(subscription.get_publisher_count())
                    for name, subscription in self._input_subscriptions.items()})
         kv.update({f"last_{k}": str(v) for k, v in last_stats.items()})
+        if stages is not None:     # where the time goes, over the last STAGE_WINDOW frames
+            for name, row in stages["ms"].items():
+                kv.update({f"stage_{name}_p50_ms": f"{row['p50']:.1f}", f"stage_{name}_p95_ms": f"{row['p95']:.1f}"})
+            kv.update(peak_memory_mb=f"{stages['peak_memory_mb'] or 0:.0f}", memory_kind=stages["memory_kind"],
+                      stage_frames=str(stages["frames"]))
         kv.update({k: str(v) for k, v in sorted(counts.items())})
         return DiagnosticStatus(level=level, name=f"{self.get_name()}: planner", message=summary,
                                 hardware_id="wam_diff2", values=[KeyValue(key=k, value=v) for k, v in kv.items()])

@@ -25,9 +25,15 @@ SUBCOMMANDS = {
     "train": "train",
     "synth": "synth",
     "eval-bag": "eval_bag",
-    "replay": "replay",
     "closed-loop": "closed_loop",
 }
+
+
+def offline_environment() -> None:
+    """Quiet transformers and keep the hub offline, without importing it (synth never needs it)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,10 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
-    # Quiet transformers without importing it (replay and synth never need it).
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    offline_environment()
     from ..config import ConfigError
     try:
         return int(args._run(args) or 0)

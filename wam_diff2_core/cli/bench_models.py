@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from ..profiling import stage_summary
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +124,7 @@ def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -
         "prefill_ms": _median(r["prefill_ms"] for r in rows),
         "decode_ms": _median(r["decode_ms"] for r in rows),
         "total_ms": _median(r["prefill_ms"] + r["decode_ms"] for r in rows),
+        "stages": stage_summary([r["stages"] for r in rows if r.get("stages")]),
         "l2_4s_median": _median(e[-1] for e in errors),
         "l2_4s_mean": traj["l2_at_t"]["4s"],
         "per_waypoint": traj["per_waypoint"],
@@ -161,21 +165,54 @@ def compare(results: list[dict[str, Any]], baseline: dict[str, Any]) -> None:
         r["l2_4s_vs_cv"] = ratio(r["l2_4s_mean"], baseline["l2_4s_mean"])
 
 
-def decode_row(decoder, tokenizer, sample_id: str, inputs, truth, settings, seed: int) -> dict[str, Any]:
-    """One sample under one configuration: its answer, errors against ``truth`` and decode statistics."""
+def decode_row(decoder, tokenizer, sample_id: str, inputs, truth, settings, seed: int,
+               image_ms: float = 0.0, processor_ms: float = 0.0) -> dict[str, Any]:
+    """One sample under one configuration: its answer, errors against ``truth``, decode statistics
+    and stage times (``image_ms`` / ``processor_ms``: reading and encoding the sample, done once)."""
+    import time
+
     import torch
 
     from ..decoding.sampling import seeded_generators
     from ..evaluation.metrics import waypoint_errors
     from ..outputs.parsing import parse_waypoints
+    from ..profiling import PeakMemory, StageTimes, VisionTimer
 
-    with torch.no_grad():
+    memory = PeakMemory(decoder.device)
+    memory.reset()
+    t0 = time.perf_counter()
+    with torch.no_grad(), VisionTimer(decoder.model, decoder.device) as vision:
         text, s = decode_one(decoder, tokenizer, inputs, settings, seeded_generators([seed], decoder.device)[0])
+    t_parse = time.perf_counter()
     plan = parse_waypoints(text)
+    t_end = time.perf_counter()
+    stages = StageTimes(image_ms=image_ms, processor_ms=processor_ms, parse_ms=(t_end - t_parse) * 1e3,
+                        total_ms=image_ms + processor_ms + (t_end - t0) * 1e3, memory_kind=memory.kind)
+    stages.add_decode(s, vision.ms)
+    stages.other_ms = max(0.0, stages.total_ms - stages.stage_sum_ms)
+    stages.peak_memory_mb = memory.peak_mb()
     return {"id": sample_id, "text": text, "parse_error": None if plan.ok else str(plan.error),
             "errors": waypoint_errors(plan.waypoints, truth).tolist() if plan.ok else None,
             "forwards": s.forwards, "tokens": s.tokens, "prefill_ms": s.prefill_ms,
-            "decode_ms": s.denoise_ms + s.commit_ms}
+            "decode_ms": s.denoise_ms + s.commit_ms, "stages": stages.as_dict()}
+
+
+def print_stage_table(results: list[dict[str, Any]]) -> None:
+    """p50 / p95 ms per stage and the memory peak, one row per configuration."""
+    from ..profiling import STAGE_LABELS, STAGES
+
+    rows = [r for r in results if r.get("stages")]
+    if not rows:
+        return
+    names = [*STAGES, "total"]
+    print("\nper stage, p50 / p95 ms over samples (image: reading the files, processor: encoding them, both once "
+          "per sample; total: image file -> parsed answer)")
+    print(f"{'config':<24}" + "".join(f"{STAGE_LABELS[n] if n != 'total' else 'total':>18}" for n in names)
+          + f"{'peak MB':>10}")
+    for r in rows:
+        ms = r["stages"]["ms"]
+        print(f"{r['label']:<24}" + "".join(f"{ms[n]['p50']:>10.1f} /{ms[n]['p95']:>6.1f}" for n in names)
+              + f"{r['stages']['peak_memory_mb'] or 0:>10.0f}")
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -250,10 +287,12 @@ def run(args) -> int:
 
     overrides = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else None
     from ..data.samples import SampleError, load_images
-    images = {}
+    images, image_ms = {}, {}
     for s, _ in samples:
         try:
+            t = time.perf_counter()
             images[s.id] = load_images(s)
+            image_ms[s.id] = (time.perf_counter() - t) * 1e3
         except SampleError as exc:
             skipped.append({"id": s.id, "reason": str(exc)})
     samples = [(s, t) for s, t in samples if s.id in images]
@@ -267,17 +306,20 @@ def run(args) -> int:
         path = models["ar" if block == 1 else "diffusion"]
         if path not in loaded_by_path:
             loaded = load_checkpoint(path, device=args.device, dtype=args.dtype, overrides=overrides)
-            encoded = [encode_prompts(loaded.processor, [s.prompt_messages], [images[s.id]],
-                                      min_pixels=args.min_pixels, max_pixels=args.max_pixels).to(loaded.device)
-                       for s, _ in samples]
-            loaded_by_path[path] = (loaded, make_decoder(loaded.model, loaded.config), encoded)
-        loaded, decoder, encoded = loaded_by_path[path]
+            encoded, processor_ms = [], []
+            for s, _ in samples:
+                t = time.perf_counter()
+                encoded.append(encode_prompts(loaded.processor, [s.prompt_messages], [images[s.id]],
+                                              min_pixels=args.min_pixels, max_pixels=args.max_pixels).to(loaded.device))
+                processor_ms.append((time.perf_counter() - t) * 1e3)
+            loaded_by_path[path] = (loaded, make_decoder(loaded.model, loaded.config), encoded, processor_ms)
+        loaded, decoder, encoded, processor_ms = loaded_by_path[path]
         settings = loaded.config.with_settings(block_size=block, denoising_steps=block,
                                                **({} if threshold is None else {"confidence_threshold": threshold})
                                                ).settings
         decode_row(decoder, loaded.tokenizer, "warm-up", encoded[0], samples[0][1], settings, args.seed)
         runs.append(SimpleNamespace(label=label, block=block, threshold=threshold, path=path, loaded=loaded,
-                                    decoder=decoder, encoded=encoded, settings=settings))
+                                    decoder=decoder, encoded=encoded, settings=settings, processor_ms=processor_ms))
     # samples outer, configurations inner: a change in the machine's load while the benchmark runs
     # reaches every configuration alike instead of skewing the ratios between them
     rows: list[list[dict]] = [[] for _ in runs]
@@ -285,7 +327,7 @@ def run(args) -> int:
         log.info("bench sample %d/%d (%s)", i + 1, len(samples), sample.id)
         for r, config_rows in zip(runs, rows):
             config_rows.append(decode_row(r.decoder, r.loaded.tokenizer, sample.id, r.encoded[i], truth, r.settings,
-                                          args.seed + i))
+                                          args.seed + i, image_ms[sample.id], r.processor_ms[i]))
     results = [summarize(r.label, r.block, r.threshold, str(r.path), config_rows) for r, config_rows in zip(runs, rows)]
 
     baseline = constant_velocity_baseline(samples)
@@ -303,6 +345,8 @@ def run(args) -> int:
         print(f"constant-velocity baseline ({baseline['samples']} samples): L2@4s median "
               f"{baseline['l2_4s_median']:.3f} m, mean {baseline['l2_4s_mean']:.3f} m; /AR and /CV: the row's "
               "mean L2@4s over the AR row's and the baseline's; x AR speed: AR ms/token over the row's")
+
+    print_stage_table(results)
 
     payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
                "dtype": str(loaded.dtype), "torch": torch.__version__, "platform": platform.platform(),

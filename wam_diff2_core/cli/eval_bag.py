@@ -14,7 +14,7 @@ future are excluded and counted. OUT gets metrics.json, frames.jsonl, report.md 
 written atomically. Topics default to carla-ros-bridge's names for --role.
 
 With --predictions NODE_BAG no model runs: the wam_diff2_ros/msg/Trajectory messages a planner
-node published while the bag was replayed (``wam-diff2 replay BAG --record NODE_BAG``) are matched
+node published while the bag was replayed (``wam-diff2-ros replay BAG --record NODE_BAG``) are matched
 to the frames by stamp (the node stamps each output with its input image's stamp) and scored the
 same way; frames the node did not answer are skipped as ``not_published``.
 """
@@ -54,7 +54,7 @@ def add_arguments(p) -> None:
     p.add_argument("--bev-samples", type=int, default=6, help="frames in the bird's-eye-view plot")
     p.add_argument("--predictions", nargs="+", metavar="NODE_BAG", default=None,
                    help="instead of running a model: score the Trajectory messages recorded in NODE_BAG (e.g. by "
-                        "`wam-diff2 replay BAG --record NODE_BAG`), one NODE_BAG per BAG in the same order; no "
+                        "`wam-diff2-ros replay BAG --record NODE_BAG`), one NODE_BAG per BAG in the same order; no "
                         "--model or decoding flags")
     p.add_argument("--trajectory-topic", default=None, metavar="TOPIC",
                    help="the Trajectory topic in NODE_BAG (default /wam_diff2_planner/output/trajectory, else the "
@@ -383,7 +383,7 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
     collision = o.get("collision")
     if collision:
         for convention, label in (("at_t", "UniAD"), ("avg_to_t", "VAD")):
-            print(f"  collision (%, {label + ')':<8}    " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
+            print(f"  {'collision (%, ' + label + ')':<21}" + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
             for name, key in ((who, "model"), ("constant velocity", "constant_velocity")):
                 row = collision[key][convention]
                 print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{100 * row[h]:8.1f}"
@@ -396,6 +396,9 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
               + (f"; {retried} decoded again after a parse failure" if retried else ""))
     if lat.get("count"):
         print(f"  latency per plan: median {lat['p50']:.1f} ms, p90 {lat['p90']:.1f} ms, max {lat['max']:.1f} ms")
+    if o.get("stages"):
+        from ..profiling import stage_table
+        print("\n".join(stage_table(o["stages"])))
     print(f"  report: {Path(args.out) / 'report.md'} (plots beside it)" + (f"; predictions: {record}" if record else ""))
 
 

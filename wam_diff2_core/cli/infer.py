@@ -18,8 +18,10 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
+from ..profiling import PeakMemory, StageTimes, VisionTimer, stage_summary, stage_table
 from .common import (add_decoding_arguments, add_engine_arguments, add_image_limit_arguments, add_model_arguments,
                      decoding_overrides, engine_settings, image_limits)
 
@@ -133,17 +135,28 @@ def run(args) -> int:
     todo = [(i, s) for i, s in shard if s.id not in done]
     bar = tqdm(total=len(shard), initial=len(shard) - len(todo), desc=f"infer B={loaded.config.block_size}",
                disable=rank != 0, unit="sample")
+    batch_stages = []                 # StageTimes of every decoded batch (the stage table at the end)
     with partial.open("a") as sink:
         for start in range(0, len(todo), args.batch_size):
             batch = todo[start:start + args.batch_size]
             records, ready = [], []
+            t_batch = time.perf_counter()
+            stages = StageTimes()
             for i, s in batch:
                 try:
                     ready.append((i, s, load_images(s, limits)))
                 except SampleError as exc:
                     records.append(_error_record(exc))
+            stages.image_ms = (time.perf_counter() - t_batch) * 1e3
             if ready:
-                records += _decode(ready, loaded, decoder, tokenizer, args, encode_prompts)
+                memory = PeakMemory(loaded.device)
+                memory.reset()
+                stages.memory_kind = memory.kind
+                records += _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages)
+                stages.total_ms = (time.perf_counter() - t_batch) * 1e3
+                stages.other_ms = max(0.0, stages.total_ms - stages.stage_sum_ms)
+                stages.peak_memory_mb = memory.peak_mb()
+                batch_stages.append(stages)
             for rec in records:
                 sink.write(json.dumps(rec) + "\n")
                 done[rec["id"]] = rec
@@ -171,6 +184,11 @@ def run(args) -> int:
     failed = sum("error" in r for r in ordered)
     unparsed = sum(bool(r.get("parse_error")) for r in ordered)
     print(f"wrote {len(ordered)} predictions to {output} ({failed} failed samples, {unparsed} unparsed answers)")
+    summary = stage_summary(batch_stages)
+    if summary is not None:
+        print(f"per stage, over {summary['frames']} batches of up to {args.batch_size} (image = reading the image "
+              "files; this rank):")
+        print("\n".join(stage_table(summary, total_label="batch -> records")))
     if ordered and failed == len(ordered):
         print(f"wam-diff2 infer: error: every sample failed; the first: {ordered[0]['error']}", file=sys.stderr)
         return 1
@@ -181,9 +199,11 @@ def _error_record(exc) -> dict:
     return {"id": exc.sample_id, "line": exc.line, "error": str(exc)}
 
 
-def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts) -> list[dict]:
+def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages: StageTimes) -> list[dict]:
+    """Decode a batch; its stage times are added to ``stages``."""
     from ..decoding.sampling import seeded_generators
 
+    t = time.perf_counter()
     try:
         inputs = encode_prompts(loaded.processor, [s.prompt_messages for _, s, _ in ready],
                                 [ims for _, _, ims in ready], min_pixels=args.min_pixels, max_pixels=args.max_pixels)
@@ -191,9 +211,14 @@ def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts) -> list[dic
         if len(ready) == 1:
             return [_error_record(ready[0][1].error(f"cannot encode ({exc})"))]
         # One bad sample must not sink the batch: retry one by one.
-        return [rec for item in ready for rec in _decode([item], loaded, decoder, tokenizer, args, encode_prompts)]
+        return [rec for item in ready
+                for rec in _decode([item], loaded, decoder, tokenizer, args, encode_prompts, stages)]
+    stages.processor_ms += (time.perf_counter() - t) * 1e3
     gens = seeded_generators((args.seed + i for i, _, _ in ready), decoder.device)
-    out = decoder.generate(inputs, generators=gens)
+    with VisionTimer(loaded.model, loaded.device) as vision:
+        out = decoder.generate(inputs, generators=gens)
+    stages.add_decode(out.stats[0], vision.ms)
+    t = time.perf_counter()
     texts = tokenizer.batch_decode(out.sequences, skip_special_tokens=False)
     records = []
     for (i, s, ims), text, stats, finished in zip(ready, texts, out.stats, out.finished):
@@ -201,4 +226,5 @@ def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts) -> list[dic
         rec.update(_parsed_fields(text, s, ims, args.parse))
         rec["stats"] = stats.as_dict()
         records.append(rec)
+    stages.parse_ms += (time.perf_counter() - t) * 1e3
     return records

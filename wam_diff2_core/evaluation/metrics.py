@@ -32,6 +32,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
+from ..profiling import stage_summary
 
 HORIZONS_S = (1.0, 2.0, 3.0, 4.0)
 CONVENTIONS = {
@@ -72,6 +73,7 @@ class FrameResult:
     collisions: list[bool | None] | None = None            # the model's plan (counted: recorded ego clear)
     baseline_collisions: list[bool | None] | None = None   # the constant-velocity baseline (counted likewise)
     recorded_collisions: list[bool | None] | None = None   # the recorded drive itself
+    stages: dict[str, Any] | None = None                   # profiling.StageTimes.as_dict(): frame -> trajectory
 
     @property
     def errors(self) -> np.ndarray | None:
@@ -93,7 +95,8 @@ class FrameResult:
                 "predicted": pts(self.predicted), "ground_truth": pts(self.ground_truth),
                 "baseline": pts(self.baseline), "errors": pts(errors), "baseline_errors": pts(self.baseline_errors),
                 "stats": self.stats, "latency_ms": self.latency_ms, "collisions": self.collisions,
-                "baseline_collisions": self.baseline_collisions, "recorded_collisions": self.recorded_collisions}
+                "baseline_collisions": self.baseline_collisions, "recorded_collisions": self.recorded_collisions,
+                "stages": self.stages}
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> "FrameResult":
@@ -106,7 +109,8 @@ class FrameResult:
                    baseline=arr(r["baseline"]), valid=r["valid"], invalid_reason=r["invalid_reason"],
                    raw_text=r["raw_text"], predicted=arr(r["predicted"]), stats=r["stats"],
                    latency_ms=r["latency_ms"], collisions=r.get("collisions"),
-                   baseline_collisions=r.get("baseline_collisions"), recorded_collisions=r.get("recorded_collisions"))
+                   baseline_collisions=r.get("baseline_collisions"), recorded_collisions=r.get("recorded_collisions"),
+                   stages=r.get("stages"))
 
 
 def waypoint_errors(predicted: np.ndarray, ground_truth: np.ndarray) -> np.ndarray:
@@ -187,6 +191,7 @@ def group_summary(frames: Sequence[FrameResult]) -> dict[str, Any]:
         },
         "latency_ms": distribution(f.latency_ms for f in frames),
         "collision": _collision_summary(frames, valid),
+        "stages": stage_summary([f.stages for f in frames if f.stages]),
     }
 
 

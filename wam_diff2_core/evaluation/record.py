@@ -16,6 +16,7 @@ The bag is written to a hidden sibling folder and renamed into place when comple
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 
 from ..geometry import ego_to_world, path_headings, quaternion_from_yaw
 from ..outputs.prompts import WAYPOINT_DT_S
+from ..profiling import StageTimes
 from .bags import BagError, default_typestore, write_bag
 from .ground_truth import WAYPOINT_OFFSETS_NS
 from .metrics import FrameResult
@@ -42,6 +44,13 @@ def _header(types, t_ns: int, frame_id: str):
     return types["std_msgs/msg/Header"](stamp=_time(types, t_ns), frame_id=frame_id)
 
 
+def stage_times_message(types, frame: FrameResult):
+    """The frame's stage times as ``StageTimes`` (stamped with the image stamp; zeros when none)."""
+    st = StageTimes.from_dict(frame.stages or {})
+    values = {k: (v if isinstance(v, str) else float(v)) for k, v in dataclasses.asdict(st).items()}
+    return types["wam_diff2_ros/msg/StageTimes"](header=_header(types, frame.stamp_ns, ""), **values)
+
+
 def trajectory_message(types, frame: FrameResult, ego_frame: str):
     """A ``Trajectory`` message (rosbags class) for one evaluated frame."""
     points = []
@@ -55,7 +64,8 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
         block_size=int(s.get("block_size", 0)), forwards=int(s.get("forwards", 0)),
         denoise_steps=int(s.get("denoise_steps", 0)), blocks=int(s.get("blocks", 0)), tokens=int(s.get("tokens", 0)),
         prefill_ms=float(s.get("prefill_ms", 0.0)), denoise_ms=float(s.get("denoise_ms", 0.0)),
-        commit_ms=float(s.get("commit_ms", 0.0)), retries=int(s.get("retries", 0)), latency_ms=float(frame.latency_ms))
+        commit_ms=float(s.get("commit_ms", 0.0)), retries=int(s.get("retries", 0)), latency_ms=float(frame.latency_ms),
+        stages=stage_times_message(types, frame))
     return types[TRAJECTORY_TYPE](header=_header(types, frame.stamp_ns, ego_frame), points=points,
                                   command=frame.command, valid=bool(frame.valid),
                                   invalid_reason=frame.invalid_reason, raw_text=frame.raw_text, stats=stats)

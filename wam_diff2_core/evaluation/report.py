@@ -19,6 +19,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
+from ..profiling import stage_markdown
 from ..utils.atomic import atomic_directory
 from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, FrameResult, collision_metrics, horizon_key,
                       summarize, trajectory_metrics)
@@ -194,6 +195,7 @@ def render_markdown(m: dict[str, Any]) -> str:
                "preprocessing, decoding, parsing)." if from_node else
                "Latency is the whole `policy.step` call (image preprocessing, decoding, parsing) on "
                f"`{model.get('device', '?')}`."), "",
+              *(["### Per stage (frame -> trajectory)", "", *stage_markdown(o["stages"]), ""] if o.get("stages") else []),
               f"![bird's-eye view of sample frames]({PLOTS['bev']})", "",
               f"![error histogram]({PLOTS['histogram']})", ""]
     if m.get("record"):

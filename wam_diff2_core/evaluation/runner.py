@@ -10,7 +10,7 @@ calls ``policy.step`` - the same call the planner node makes - with the inputs
     summarize(run.frames)["overall"]["model"]["l2_at_t"]
 
 Instead of pass 2, :func:`evaluate_predictions` scores what a planner node published: the
-``wam_diff2_ros/msg/Trajectory`` messages of a recording (``wam-diff2 replay --record``) are
+``wam_diff2_ros/msg/Trajectory`` messages of a recording (``wam-diff2-ros replay --record``) are
 matched to the planned frames by stamp (the node stamps every output with its input image's
 stamp) and become the same :class:`FrameResult` records.
 
@@ -18,7 +18,9 @@ stamp) and become the same :class:`FrameResult` records.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from ..images import ImageError, ImageLimits
 from ..frame_inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
                       stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
+from ..profiling import StageTimes
 from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
                   BagError, BagTopics, Undecodable)
 from .collision import EgoFootprint, collision_flags, counted, obstacles_along
@@ -51,6 +54,7 @@ NOT_PUBLISHED = "not_published"     # --predictions: the node published no traje
 
 TRAJECTORY_TYPE = "wam_diff2_ros/msg/Trajectory"
 DEFAULT_TRAJECTORY_TOPIC = "/wam_diff2_planner/output/trajectory"   # the planner node's ~/output/trajectory
+STAGE_FIELDS = tuple(f.name for f in dataclasses.fields(StageTimes))
 DECODE_STATS_KEYS = ("block_size", "forwards", "denoise_steps", "blocks", "tokens", "prefill_ms", "denoise_ms",
                      "commit_ms", "retries")
 
@@ -342,9 +346,11 @@ def _stats_dict(stats) -> dict[str, Any]:
     return {k: getattr(stats, k) for k in keys if getattr(stats, k, None) is not None}
 
 
-def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str) -> FrameResult:
-    """``policy.step`` on one frame, scored; the plan's waypoints must be [8, 2] and finite to count."""
+def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str, conversion_ms: float = 0.0) -> FrameResult:
+    """``policy.step`` on one frame, scored; the plan's waypoints must be [8, 2] and finite to count.
+    ``conversion_ms``: the image message -> RGB time before it (the stage table's image conversion)."""
     out = policy.step(rgb, planned.inputs.ego, planned.inputs.command)
+    stages = getattr(out, "stages", None)
     plan = out.plan
     if plan is None:
         raise ValueError("the policy was not asked to plan (tasks must include 'plan')")
@@ -362,7 +368,8 @@ def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str) -> 
                        acceleration=tuple(float(v) for v in ins.ego.acceleration),
                        ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
                        invalid_reason=reason, raw_text=str(plan.raw_text or ""), predicted=predicted,
-                       stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms))
+                       stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms),
+                       stages=None if stages is None else stages.with_conversion(conversion_ms).as_dict())
 
 
 def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
@@ -376,6 +383,7 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
     for i, (_, _, msgtype, data) in enumerate(bag.raw_messages([settings.topics.image])):
         planned = todo.get(i)
         if planned is not None:
+            t_convert = time.perf_counter()
             try:
                 rgb = image_msg_to_rgb(bag.deserialize(data, msgtype), settings.image_limits)
             except ImageError as exc:
@@ -383,7 +391,9 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
                 on_frame(None)
                 continue
             try:
-                result = with_collisions(run_frame(policy, rgb, planned, plan.bag["path"]), planned, plan.footprint)
+                conversion_ms = (time.perf_counter() - t_convert) * 1e3
+                result = with_collisions(run_frame(policy, rgb, planned, plan.bag["path"], conversion_ms), planned,
+                                         plan.footprint)
             except ValueError as exc:   # the policy refused the input (e.g. a non-finite ego state)
                 log.warning("frame %d (stamp %d): %s", i, planned.stamp_ns, exc)
                 run.skipped_at_run[POLICY_REJECTED] += 1
@@ -464,6 +474,11 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
     stats = {k: getattr(s, k, 0) for k in DECODE_STATS_KEYS}    # 0: a bag recorded before a field existed
     stats = {k: (float(v) if k.endswith("_ms") else int(v)) for k, v in stats.items()}
     decoded = stats["forwards"] > 0 or stats["tokens"] > 0 or float(s.latency_ms) > 0
+    published_stages = getattr(s, "stages", None)         # absent in bags recorded before StageTimes existed
+    stages = None
+    if decoded and published_stages is not None and float(published_stages.total_ms) > 0:
+        stages = {k: (str(v) if k == "memory_kind" else float(v)) for k, v in
+                  ((f, getattr(published_stages, f)) for f in STAGE_FIELDS)}
     command = str(msg.command) or ins.command
     return FrameResult(bag=bag_name, index=planned.index, stamp_ns=planned.stamp_ns, bag_time_ns=planned.bag_time_ns,
                        command=command, command_source=ins.command_source if command == ins.command else "node",
@@ -471,7 +486,8 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
                        acceleration=tuple(float(v) for v in ins.ego.acceleration),
                        ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
                        invalid_reason=reason, raw_text=str(msg.raw_text or ""), predicted=predicted,
-                       stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"))
+                       stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"),
+                       stages=stages)
 
 
 def trajectory_topic(bag: Bag, topic: str | None = None) -> str:

@@ -10,8 +10,9 @@
 a loop feeds it one control per tick. Two loops use it: :func:`drive_direct` (this module: the
 planner is called in-process on every N-th tick and the same ``WaypointController`` the
 controller node runs turns its newest plan into control every tick; fast, for tests and
-sweeps) and ``wam_diff2_ros.closed_loop`` (the same world behind carla-ros-bridge topics, with
-the planner node and the controller node over DDS). ``wam-diff2 closed-loop`` runs either.
+sweeps; ``wam-diff2 closed-loop``) and ``wam_diff2_ros.tools.dds_closed_loop`` (the same world behind
+carla-ros-bridge topics, with the planner node and the controller node over DDS; ``wam-diff2-ros
+closed-loop``).
 
 **Routes.** Route ``i`` is the demo world ``World.generate(default_rng([seed, i]))`` (the
 synth generator; evaluation seed 2000 by default, disjoint from ``wam-diff2 synth``'s 0 and

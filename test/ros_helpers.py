@@ -1,6 +1,6 @@
-"""Helpers to drive a planner over real DDS: synthetic inputs and an output probe.
+"""Test helpers to drive a planner over real DDS: synthetic inputs and an output probe.
 
-Used by the tests and handy for smoke runs without a simulator:
+Used by the ROS tests (test/ is on their path); handy for smoke runs without a simulator too:
 
     ctx = rclpy.Context(); rclpy.init(context=ctx, domain_id=unique_domain_id(0))
     probe = Probe("/wam_diff2_planner", context=ctx).start()
@@ -34,9 +34,9 @@ from wam_diff2_core.geometry import quaternion_from_yaw
 
 from wam_diff2_core.frame_inputs import stamp_ns as stamp_to_ns
 
-from .conversions import ns_to_stamp
-from .msg import Detection2DArray, PlannerStatus, Trajectory
-from .planner_node import COMMAND_QOS, INPUT_TOPICS, OUTPUT_QOS, OUTPUT_TOPICS, ROUTE_QOS, STATUS_QOS
+from wam_diff2_ros.conversions import ns_to_stamp
+from wam_diff2_ros.msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
+from wam_diff2_ros.planner_node import COMMAND_QOS, INPUT_TOPICS, OUTPUT_QOS, OUTPUT_TOPICS, ROUTE_QOS, STATUS_QOS
 
 
 def unique_domain_id(offset: int) -> int:
@@ -127,7 +127,7 @@ class Probe(Node):
         self.received: dict[str, list] = {}
         kinds = {"trajectory": Trajectory, "path": Path, "path_odom": Path, "detections": Detection2DArray,
                  "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64,
-                 "status": PlannerStatus}
+                 "status": PlannerStatus, "stage_times": StageTimes}
         for key, kind in kinds.items():
             self.received[key] = []
             self.create_subscription(kind, self.topic(OUTPUT_TOPICS[key]), self._recorder(key),

@@ -1,8 +1,9 @@
 """Play a rosbag2 bag over DDS with its recorded timing, for machines without ``ros2 bag``.
 
-    wam-diff2 replay BAG [--rate 1.0] [--clock] [--topics T ...] [--delay-s 1.0]
-    python -m wam_diff2_ros.replay BAG --clock              # the same
-    wam-diff2 replay BAG --clock --wait-for-planner --record OUT_BAG   # + record what the planner answers
+    wam-diff2-ros replay BAG [--rate 1.0] [--clock] [--topics T ...] [--delay-s 1.0]
+    wam-diff2-ros replay BAG --clock --wait-for-planner --record OUT_BAG   # + record what the planner answers
+
+(the options: ``wam_diff2_ros.tools.cli``).
 
 Like ``ros2 bag play [--clock]``: every message is published, as recorded (the CDR bytes, no
 re-encoding), at ``start + (t_log - t_first) / rate`` wall time; with ``--clock``,
@@ -35,7 +36,6 @@ and renamed into place at the end: an error or Ctrl-C leaves nothing at ``OUT_BA
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import sys
@@ -484,11 +484,12 @@ def options_from_args(args) -> ReplayOptions:
                          overwrite=args.overwrite)
 
 
-def run(args, ros_args: Sequence[str] | None = None) -> int:
+def run(args) -> int:
     """Play ``args.bag``; 0 when done, 2 with a one-line error for a bag or option that cannot be played."""
+    ros_args = ["--ros-args", *args.ros_args] if args.ros_args is not None else None
     if args.record is None and (args.record_topics or args.record_grace_s is not None
                                 or args.record_storage is not None):
-        print("wam-diff2 replay: error: --record-topics, --record-grace-s and --record-storage need --record OUT_BAG",
+        print("wam-diff2-ros replay: error: --record-topics, --record-grace-s and --record-storage need --record OUT_BAG",
               file=sys.stderr)
         return 2
     if args.record_grace_s is None:
@@ -499,7 +500,7 @@ def run(args, ros_args: Sequence[str] | None = None) -> int:
     try:
         options.check()
     except ReplayError as exc:
-        print(f"wam-diff2 replay: error: {exc}", file=sys.stderr)
+        print(f"wam-diff2-ros replay: error: {exc}", file=sys.stderr)
         return 2
     rclpy.init(args=list(ros_args) if ros_args else None)
     node = None
@@ -530,10 +531,10 @@ def run(args, ros_args: Sequence[str] | None = None) -> int:
                     print(f"replay: note: nothing was received on {topic}", file=sys.stderr)
         return 0
     except (BagError, ReplayError) as exc:
-        print(f"wam-diff2 replay: error: {exc}", file=sys.stderr)
+        print(f"wam-diff2-ros replay: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("wam-diff2 replay: interrupted", file=sys.stderr)
+        print("wam-diff2-ros replay: interrupted", file=sys.stderr)
         return 130
     finally:
         if player is not None:
@@ -542,20 +543,3 @@ def run(args, ros_args: Sequence[str] | None = None) -> int:
             node.destroy_node()
         rclpy.try_shutdown()
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ros_args = []
-    if "--ros-args" in argv:
-        i = argv.index("--ros-args")
-        argv, ros_args = argv[:i], argv[i:]
-    from wam_diff2_core.cli.replay import add_arguments   # the options live with the `wam-diff2 replay` CLI
-
-    parser = argparse.ArgumentParser(prog="python -m wam_diff2_ros.replay", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser, ros_args=False)
-    return run(parser.parse_args(argv), ros_args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,5 @@
-"""The demo world behind carla-ros-bridge topics, driven by the planner and controller nodes over DDS.
+"""The demo world behind carla-ros-bridge topics, driven by the planner and controller nodes over DDS
+(``wam-diff2-ros closed-loop``).
 
     with RosClosedLoop(RosLoopSettings(planner="inprocess", model_path="ckpt/")) as loop:
         result = loop.run_route(RouteRun(0, ClosedLoopSettings()))
@@ -66,10 +67,10 @@ from wam_diff2_core.sim.episode_bags import topic_names
 from wam_diff2_core.sim.route_runs import ExpertOracle, RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
 
-from .controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
+from ..controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
                               controller_topics, ns_stamp, stamp_ns)
-from .localization_node import LocalizationNode, localization_topics
-from .msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
+from ..localization_node import LocalizationNode, localization_topics
+from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 
 PLANNERS = ("inprocess", "subprocess", "oracle")
 ODOMETRY_SOURCES = ("true", "estimated")
@@ -395,7 +396,7 @@ class RosClosedLoop:
                 args += ["-r", r]
             self._process = subprocess.Popen(args, env={**os.environ, "ROS_DOMAIN_ID": str(domain)})
             return
-        from .planner_node import PlannerNode      # torch and the model: only when planning in-process
+        from ..planner_node import PlannerNode      # torch and the model: only when planning in-process
         planner = PlannerNode(DEFAULT_PLANNER, context=self.context,
                               parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
                               cli_args=["--ros-args", *[a for r in remaps for a in ("-r", r)]],
@@ -554,3 +555,36 @@ class RosClosedLoop:
             return {}
         with self.planner_node._lock:
             return dict(self.planner_node._counts)
+
+
+# ----------------------------------------------------------------------------- command line
+def run(args) -> int:
+    """``wam-diff2-ros closed-loop``: the routes of ``wam-diff2 closed-loop``, driven over DDS."""
+    from wam_diff2_core.cli.closed_loop import run_routes
+    from wam_diff2_core.cli.common import decoding_overrides
+
+    def drive(job, each) -> None:
+        planner_params = {"device": args.device, "dtype": args.dtype, "engine.cpu_threads": job.engine.cpu_threads,
+                          **{"decoding." + k: v for k, v in decoding_overrides(args).items()}}
+        if args.min_pixels:
+            planner_params["image.min_pixels"] = args.min_pixels
+        if args.max_pixels:
+            planner_params["image.max_pixels"] = args.max_pixels
+        if args.parse_retry is not None:
+            planner_params["parse_retry"] = args.parse_retry
+        settings = RosLoopSettings(role=args.role, planner="oracle" if args.oracle else args.planner_process,
+                                   model_path=args.model or "", planner_parameters=planner_params,
+                                   lockstep_n=args.lockstep_n, timing=args.timing, command_source=args.command_source,
+                                   gains=job.gains, domain_id=args.domain_id, odometry=args.odometry)
+        with RosClosedLoop(settings) as loop:
+            each(loop.run_route)
+        if loop.localization_errors:
+            loc = error_summary(*zip(*loop.localization_errors))
+            job.record["localization"] = loc
+            job.notes.append(
+                f"localization (estimate vs truth, {loc['ticks']} ticks): position median "
+                f"{loc['position_median_m']:.3f} m, p95 {loc['position_p95_m']:.3f} m; heading median "
+                f"{loc['heading_median_deg']:.3f} deg, p95 {loc['heading_p95_deg']:.3f} deg")
+
+    return run_routes(args, "wam-diff2-ros closed-loop", "ros", drive,
+                      extra_settings={"timing": args.timing, "odometry": args.odometry})
