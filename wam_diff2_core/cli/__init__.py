@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "export": ".export",
     "infer": ".infer",
     "bench": ".bench",
+    "verify-device": ".verify_device",
     "train": "..trainer.command_line",
     "synth": ".synth",
     "eval-bag": ".eval_bag",
