@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "verify-device": ".verify_device",
     "train": "..trainer.command_line",
     "synth": ".synth",
+    "convert-data": ".convert_data",
     "eval-bag": ".eval_bag",
     "closed-loop": ".closed_loop",
 }
