@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "bench": ".bench",
     "verify-device": ".verify_device",
     "train": "..trainer.command_line",
+    "val-loss": ".val_loss",
     "synth": ".synth",
     "convert-data": ".convert_data",
     "eval-bag": ".eval_bag",
