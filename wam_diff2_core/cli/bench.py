@@ -36,7 +36,8 @@ from .common import cpu_name, format_table
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)
 
-# Text dimensions (Qwen3-VL-2B-Instruct's config for "2b"); the vision tower is minimal (unused here).
+# Text dimensions (Qwen3-VL-2B-Instruct's config for "2b"); the vision tower is minimal unless a caller
+# asks for the real one (VISION_2B: scripts/gpu_verify.sh times camera frame -> trajectory through it).
 SHAPES = {
     "2b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                num_attention_heads=16, num_key_value_heads=8, head_dim=128, mrope_section=[24, 20, 20],
@@ -77,13 +78,20 @@ def add_arguments(p) -> None:
 
 
 # ---------------------------------------------------------------------------------- model
-def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float):
+VISION_2B = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, patch_size=16, spatial_merge_size=2,
+                 temporal_patch_size=2, num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17])
+
+
+def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float, *,
+                       vision: dict | None = None, token_ids: dict | None = None):
     """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape (a
     name of :data:`SHAPES` or such a dict).
 
     Logits are scaled by ``logit_scale`` through the final norm's weight, not the LM head: with tied
     embeddings (the 2B shape) scaling the LM head would scale the input embeddings too, and the
-    random model would no longer have a trained model's spread of confidences."""
+    random model would no longer have a trained model's spread of confidences. ``vision``: the vision
+    tower's dimensions (default a minimal one); ``token_ids``: image / video / vision start and end ids
+    of a tokenizer (``image_token_id`` ...; default the last rows of the vocabulary)."""
     import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
@@ -95,11 +103,11 @@ def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale:
         text_config=dict(**dims, max_position_embeddings=262144, rms_norm_eps=1e-6,
                          rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0,
                                           "mrope_section": section, "mrope_interleaved": True}),
-        vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
-                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=dims["hidden_size"],
-                           num_position_embeddings=256, deepstack_visual_indexes=[]),
-        image_token_id=dims["vocab_size"] - 3, video_token_id=dims["vocab_size"] - 4,
-        vision_start_token_id=dims["vocab_size"] - 5, vision_end_token_id=dims["vocab_size"] - 6,
+        vision_config=dict(vision or dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
+                                          spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=256,
+                                          deepstack_visual_indexes=[]), out_hidden_size=dims["hidden_size"]),
+        **(token_ids or dict(image_token_id=dims["vocab_size"] - 3, video_token_id=dims["vocab_size"] - 4,
+                             vision_start_token_id=dims["vocab_size"] - 5, vision_end_token_id=dims["vocab_size"] - 6)),
         tie_word_embeddings=tie)
     torch.manual_seed(seed)
     with torch.device(device):

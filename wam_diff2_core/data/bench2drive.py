@@ -50,7 +50,6 @@ import numpy as np
 from ..geometry import command_from_road_option, world_to_ego
 from ..outputs.parsing import format_waypoints
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S, format_planning_prompt
-from .samples import dump_json_list
 
 FRAME_RATE_HZ = 10.0                     # Bench2Drive's recording rate
 CAMERA = "rgb_front"
@@ -221,6 +220,7 @@ def convert(src: str | Path, out: str | Path, *, frame_rate_hz: float = FRAME_RA
     for clip in clips:
         part = out / "parts" / f"{names[clip]}.jsonl"
         all_samples += [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
+    from .samples import dump_json_list
     dump_json_list(out / "samples.json", all_samples)
     summary = {"src": str(src), "clips": reports, "samples": len(all_samples),
                "frames": sum(r["frames"] for r in reports.values()),

@@ -249,6 +249,14 @@ def _json_type(value: Any) -> str:
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
+def dump_json_list(path: str | Path, items: list[dict]) -> None:
+    """Write a JSON list with one item per line (the datasets' train.json / val.json), atomically."""
+    from ..utils.atomic import atomic_write_text
+
+    lines = [json.dumps(item, ensure_ascii=False) for item in items]
+    atomic_write_text(path, "[\n" + ",\n".join(lines) + ("\n" if lines else "") + "]\n")
+
+
 def load_images(sample: Sample, limits: ImageLimits = DEFAULT_LIMITS):
     """The sample's images as RGB PIL images. A SampleError names a file that is missing, does not
     decode, or is over ``limits`` (refused from its header, before its pixels are decoded)."""
@@ -260,13 +268,3 @@ def load_images(sample: Sample, limits: ImageLimits = DEFAULT_LIMITS):
             raise sample.error(("image refused: " if exc.code == TOO_LARGE else "cannot read image: ") + str(exc)) \
                 from None
     return out
-
-
-def dump_json_list(path: Path, items: list[dict]) -> None:
-    """A JSON list with one item per line (the datasets' train.json / val.json)."""
-    with open(path, "w") as f:
-        f.write("[\n")
-        for i, item in enumerate(items):
-            f.write(json.dumps(item, ensure_ascii=False))
-            f.write(",\n" if i + 1 < len(items) else "\n")
-        f.write("]\n")
