@@ -1,86 +1,34 @@
 #!/usr/bin/env bash
-# GPU verification of the fast decoding paths (run on a machine with an NVIDIA GPU):
-#   1. the GPU tests (CUDA graph replay == eager step; graphed float32 tokens == plain; FlashInfer vs SDPA);
-#   2. token agreement with eager SDPA (the plain decoder) on the tiny checkpoint, float32 and bfloat16,
-#      for static eager / CUDA graphs / FlashInfer / FlashInfer + graphs: a short table;
-#   3. the benchmark, 2B-shaped random bf16 model: per-forward ms vs bandwidth floor, ms/token, decodes.
+# The one device check of the fast decoding paths: tokens of every fast variant vs the plain decoder
+# (exit status 1 on any mismatch), then the table: ms per denoise forward (eager, CUDA graphs, graphs +
+# FlashInfer) vs the HBM floor, graphs / eager, measured tokens per forward and ms/token, and a camera
+# frame -> parsed trajectory latency through DrivingPolicy (wam_diff2_core/cli/verify_device.py).
 #
-#   scripts/gpu_verify.sh [OUT_DIR]        (default OUT_DIR: ${OUT:-gpu_verify_out})
+#   scripts/gpu_verify.sh [verify-device options]        # default: --device cuda --shape 2b (bf16)
+#   scripts/gpu_verify.sh --device cpu --shape tiny ...   # the same run on CPU (CI: test/test_gpu_verify.py)
 #
-# Needs the package installed (pip install -e .[gpu,test]); FlashInfer rows are skipped (and said so)
-# when flashinfer is not importable. Results go to OUT_DIR (logs, bench_2b.json, tokens.json).
+# Runs on a machine as it is: the interpreter is ${PYTHON:-python3} (the lent GPU image's system Python
+# 3.12 with torch, transformers, safetensors, tokenizers), nothing is installed and no registry is
+# asked. Extras it lacks (Pillow, jinja2, torchvision for the frame row; flashinfer) travel as wheels
+# in ${WHEELS:-gpu_wheels}/ (git-ignored; filled here by scripts/gpu_wheels.sh): they are unpacked into
+# a temporary folder on PYTHONPATH, never installed. Results: ${OUT:-gpu_verify_out}/verify.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT_DIR=${1:-${OUT:-gpu_verify_out}}
-mkdir -p "$OUT_DIR"
-PY=${PYTHON:-python}
-status=0
-
-echo "== environment"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "no NVIDIA GPU"; exit 2; }
-$PY - <<'EOF'
-import torch, transformers
-try:
-    import flashinfer; fi = flashinfer.__version__
-except ImportError:
-    fi = "not installed"
-print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, flashinfer {fi}")
-EOF
-
-echo "== 1. GPU tests"
-timeout 600 $PY -m pytest -q -m gpu test/test_static_decoder.py -p no:cacheprovider 2>&1 | tee "$OUT_DIR/pytest_gpu.log" | tail -15
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-
-echo "== 2. tokens vs eager SDPA (tiny checkpoint)"
-timeout 600 $PY - "$OUT_DIR" <<'EOF' 2>&1 | tee "$OUT_DIR/tokens.log"
-import json, sys, tempfile, torch
-from wam_diff2_core.model.tiny import build_tiny_checkpoint
-from wam_diff2_core.model.checkpoint import load_checkpoint
-from wam_diff2_core.model.prompt_encoding import encode_prompts
-from wam_diff2_core.decoding import make_decoder
-
-ckpt = build_tiny_checkpoint(tempfile.mkdtemp() + "/tiny", seed=0)
-texts = ["The navigation information is: left", "Is there a car ahead?", "predict 8 new waypoints 12.50,-3.25",
-         "The current velocity is: (4.66,-0.09) and current accelerate is: (0.10,0.02)",
-         "Detect every car, truck and pedestrian", "Instruction: predict the optimal driving action"]
-variants = {"static eager": dict(), "static graphs": dict(cuda_graphs=True),
-            "flashinfer eager": dict(attention_backend="flashinfer"),
-            "flashinfer graphs": dict(attention_backend="flashinfer", cuda_graphs=True)}
-rows = []
-for dtype in ("float32", "bfloat16"):
-    m = load_checkpoint(ckpt, device="cuda", dtype=dtype)
-    batches = [encode_prompts(m.processor, [[{"role": "user", "content": t}]], [[]]) for t in texts]
-    batches.append(encode_prompts(m.processor, [[{"role": "user", "content": t}] for t in texts[:4]], [[]] * 4))
-    plain = make_decoder(m.model, m.config, "plain")
-    for block in (1, 8, 32):
-        settings = m.config.settings.replace(block_size=block, denoising_steps=block, confidence_threshold=0.7,
-                                             max_new_tokens=64)
-        reference = [plain.generate(b, settings).sequences for b in batches]
-        for name, options in variants.items():
-            if "flashinfer" in name and dtype == "float32":
-                continue
-            try:
-                decoder = make_decoder(m.model, m.config, "static", **options)
-                got = [decoder.generate(b, settings).sequences for b in batches]
-            except Exception as exc:  # reported, not fatal: the table says why
-                rows.append(dict(dtype=dtype, block=block, variant=name, same="-", note=f"{type(exc).__name__}: {exc}"[:80]))
-                continue
-            same = sum(x == y for r, g in zip(reference, got) for x, y in zip(r, g))
-            total = sum(len(r) for r in reference)
-            fallbacks = getattr(getattr(decoder, "graphs", None), "failures", {})
-            rows.append(dict(dtype=dtype, block=block, variant=name, same=f"{same}/{total}",
-                             note=("graph fallbacks: %d" % len(fallbacks)) if fallbacks else ""))
-print(f"{'dtype':9} {'B':>3} {'variant':18} {'same tokens':11} note")
-for r in rows:
-    print(f"{r['dtype']:9} {r['block']:>3} {r['variant']:18} {r['same']:11} {r['note']}")
-json.dump(rows, open(sys.argv[1] + "/tokens.json", "w"), indent=2)
-EOF
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-
-echo "== 3. benchmark: Qwen3-VL-2B text shape, random bf16 weights"
-timeout 900 $PY -m wam_diff2_core.cli bench --shape 2b --device cuda --dtype bfloat16 --prompt-lengths 1024 2048 \
-    --block-size 32 --repeats 20 --new-tokens 128 --json "$OUT_DIR/bench_2b.json" 2>&1 | tee "$OUT_DIR/bench_2b.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-
-echo "== done (status $status); logs and JSON in $OUT_DIR"
+PY=${PYTHON:-python3}
+WHEELS=${WHEELS:-gpu_wheels}
+OUT_DIR=${OUT:-gpu_verify_out}
+extra=""
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+    extra=$(mktemp -d)
+    for wheel in "$WHEELS"/*.whl; do
+        "$PY" -m zipfile -e "$wheel" "$extra" || { echo "gpu_verify: cannot unpack $wheel" >&2; exit 2; }
+    done
+    echo "gpu_verify: wheels from $WHEELS on PYTHONPATH ($(ls "$WHEELS" | tr '\n' ' '))"
+fi
+export PYTHONPATH="$PWD${extra:+:$extra}${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+timeout "${VERIFY_TIMEOUT_S:-480}" "$PY" -m wam_diff2_core.cli verify-device --out "$OUT_DIR" "$@"
+status=$?
+[ $status -eq 124 ] && echo "gpu_verify: stopped after ${VERIFY_TIMEOUT_S:-480} s" >&2
 exit $status

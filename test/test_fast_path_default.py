@@ -72,3 +72,14 @@ def test_policy_keeps_an_agreeing_fast_path_and_drops_a_diverging_one(tiny_model
     assert "float32 needs 100%" in message and "first difference in answer 1" in message
     assert isinstance(policy.decoder, BlockDiffusionDecoder) and policy.engine.implementation == "plain"
     assert policy.check_fast_path() is None                                   # plain: nothing to check
+
+
+def test_a_fast_path_that_fails_here_falls_back_to_plain(tiny_model, monkeypatch):
+    policy = DrivingPolicy(tiny_model)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no kernel image is available for execution on the device")
+    monkeypatch.setattr(policy.decoder, "generate", broken)
+    message = policy.check_fast_path()
+    assert message.startswith("fast path (static (sdpa)) failed on the warm-up prompt (RuntimeError: no kernel")
+    assert isinstance(policy.decoder, BlockDiffusionDecoder)

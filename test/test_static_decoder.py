@@ -467,6 +467,15 @@ def cuda_model(tiny_checkpoint):
     return {dtype: load_checkpoint(tiny_checkpoint, device="cuda", dtype=dtype) for dtype in ("float32", "bfloat16")}
 
 
+@pytest.fixture(scope="module")
+def cuda_model_head_dim_128(tmp_path_factory):
+    """bf16 on CUDA with head_dim 128 (the 2B / 8B size; FlashInfer's prebuilt kernels do not cover 32)."""
+    from wam_diff2_core.model.checkpoint import load_checkpoint
+    from wam_diff2_core.model.tiny import build_qwen_layout_checkpoint
+    ckpt = build_qwen_layout_checkpoint(tmp_path_factory.mktemp("hd128") / "ckpt", hidden_size=256)
+    return load_checkpoint(ckpt, device="cuda", dtype="bfloat16")
+
+
 def _cuda_gens(seed, n):
     return None if seed is None else [torch.Generator("cuda").manual_seed(seed + i) for i in range(n)]
 
@@ -512,8 +521,9 @@ def test_gpu_graphs_float32_tokens_equal_plain(cuda_model, block, temperature):
 @requires_cuda
 @pytest.mark.skipif(not _flashinfer_available(), reason="flashinfer is not installed (pip install .[gpu])")
 @pytest.mark.parametrize("cuda_graphs", [False, True])
-def test_gpu_flashinfer_matches_sdpa(cuda_model, cuda_graphs):
-    m = cuda_model["bfloat16"]
+def test_gpu_flashinfer_matches_sdpa(cuda_model_head_dim_128, cuda_graphs):
+    m = cuda_model_head_dim_128
+    assert m.model.config.text_config.head_dim == 128
     settings = m.config.settings.replace(block_size=8, denoising_steps=8, confidence_threshold=0.7,
                                          max_new_tokens=48)
     sdpa = make_decoder(m.model, m.config, "static")

@@ -199,15 +199,21 @@ class DrivingPolicy:
     def check_fast_path(self) -> str | None:
         """Decode the warm-up prompts with this policy's decoder and with the plain one (the reference).
         If their tokens agree at fewer positions than FAST_PATH_MIN_AGREEMENT[dtype] (1.0 in float32),
-        switch this policy to the plain decoder and return a diagnostic naming the divergence; None when
-        they agree (or the decoder is already plain)."""
+        switch this policy to the plain decoder and return a diagnostic naming the divergence (or the
+        error, when the fast path cannot run here); None when they agree (or the decoder is plain)."""
         if self.engine.implementation == "plain":
             return None
         _, image, prompts = self._warmup_prompts()
         inputs = self._inputs(prompts, image)
-        fast = self.decoder.generate(inputs, self.settings).sequences
+        fast_name = describe_engine(self.engine)
         plain_engine = self.engine.replace(implementation="plain", cuda_graphs=False, attention_backend="sdpa")
         plain_decoder = make_decoder(self.loaded.model, self.loaded.config, engine=plain_engine)
+        try:
+            fast = self.decoder.generate(inputs, self.settings).sequences
+        except Exception as exc:  # noqa: BLE001 - a fast path that cannot run on this device is not used
+            self.engine, self.decoder = plain_engine, plain_decoder
+            return (f"fast path ({fast_name}) failed on the warm-up prompt ({type(exc).__name__}: {exc}); "
+                    "decoding with the plain decoder")
         plain = plain_decoder.generate(inputs, self.settings).sequences
         same, total, first = token_agreement(fast, plain)
         dtype = str(self.loaded.dtype).replace("torch.", "")
@@ -215,7 +221,6 @@ class DrivingPolicy:
         share = same / total if total else 1.0
         if share >= needed:
             return None
-        fast_name = describe_engine(self.engine)
         self.engine, self.decoder = plain_engine, plain_decoder
         row, position, a, b = first
         return (f"fast path ({fast_name}) diverges from the plain decoder on the warm-up prompt: {same}/{total} "

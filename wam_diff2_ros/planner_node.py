@@ -226,11 +226,11 @@ class PlannerNode(LifecycleNode):
         self.get_logger().info(f"decoding settings: {policy.loaded.config.describe()}")
         self._fast_path_check = "not run"
         if values["warmup"]:
-            policy.warmup()
             # The fast path proves itself on this device, or the node decodes with the plain path.
             fallback = policy.check_fast_path()
             if fallback:
                 self.get_logger().warn(fallback)
+            policy.warmup()
             self._fast_path_check = (FAST_PATH_FELL_BACK + fallback if fallback else
                                      "plain decoder chosen" if policy.engine.implementation == "plain" else "passed")
         self.get_logger().info(f"decoder: {describe_engine(policy.engine)}")

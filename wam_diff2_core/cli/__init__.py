@@ -22,8 +22,11 @@ SUBCOMMANDS = {
     "export": ".export",
     "infer": ".infer",
     "bench": ".bench",
+    "verify-device": ".verify_device",
     "train": "..trainer.command_line",
+    "val-loss": ".val_loss",
     "synth": ".synth",
+    "convert-data": ".convert_data",
     "eval-bag": ".eval_bag",
     "closed-loop": ".closed_loop",
 }

@@ -30,12 +30,14 @@ import statistics
 import time
 from pathlib import Path
 
+from ..profiling import StageTimes, stage_summary
 from .common import cpu_name, format_table
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)
 
-# Text dimensions (Qwen3-VL-2B-Instruct's config for "2b"); the vision tower is minimal (unused here).
+# Text dimensions (Qwen3-VL-2B-Instruct's config for "2b"); the vision tower is minimal unless a caller
+# asks for the real one (VISION_2B: scripts/gpu_verify.sh times camera frame -> trajectory through it).
 SHAPES = {
     "2b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                num_attention_heads=16, num_key_value_heads=8, head_dim=128, mrope_section=[24, 20, 20],
@@ -76,13 +78,20 @@ def add_arguments(p) -> None:
 
 
 # ---------------------------------------------------------------------------------- model
-def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float):
+VISION_2B = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, patch_size=16, spatial_merge_size=2,
+                 temporal_patch_size=2, num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17])
+
+
+def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float, *,
+                       vision: dict | None = None, token_ids: dict | None = None):
     """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape (a
     name of :data:`SHAPES` or such a dict).
 
     Logits are scaled by ``logit_scale`` through the final norm's weight, not the LM head: with tied
     embeddings (the 2B shape) scaling the LM head would scale the input embeddings too, and the
-    random model would no longer have a trained model's spread of confidences."""
+    random model would no longer have a trained model's spread of confidences. ``vision``: the vision
+    tower's dimensions (default a minimal one); ``token_ids``: image / video / vision start and end ids
+    of a tokenizer (``image_token_id`` ...; default the last rows of the vocabulary)."""
     import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
@@ -94,11 +103,11 @@ def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale:
         text_config=dict(**dims, max_position_embeddings=262144, rms_norm_eps=1e-6,
                          rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0,
                                           "mrope_section": section, "mrope_interleaved": True}),
-        vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
-                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=dims["hidden_size"],
-                           num_position_embeddings=256, deepstack_visual_indexes=[]),
-        image_token_id=dims["vocab_size"] - 3, video_token_id=dims["vocab_size"] - 4,
-        vision_start_token_id=dims["vocab_size"] - 5, vision_end_token_id=dims["vocab_size"] - 6,
+        vision_config=dict(vision or dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
+                                          spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=256,
+                                          deepstack_visual_indexes=[]), out_hidden_size=dims["hidden_size"]),
+        **(token_ids or dict(image_token_id=dims["vocab_size"] - 3, video_token_id=dims["vocab_size"] - 4,
+                             vision_start_token_id=dims["vocab_size"] - 5, vision_end_token_id=dims["vocab_size"] - 6)),
         tie_word_embeddings=tie)
     torch.manual_seed(seed)
     with torch.device(device):
@@ -291,12 +300,21 @@ def time_decodes(variants: dict, config, args, device) -> list[dict]:
                 ms, fastest = times[name]
                 # Decoding alone (prefill excluded), per call from the decoder's own phase timers.
                 decode_ms = statistics.median(o.stats[0].denoise_ms + o.stats[0].commit_ms for o in outs[name])
+                stages = []            # text prompts: no image, processor or vision stage; no parsing
+                for o in outs[name][-args.repeats:]:          # the timed calls, not the warm-up
+                    st = StageTimes()
+                    st.add_decode(o.stats[0], 0.0)
+                    st.total_ms = st.stage_sum_ms
+                    stages.append(st)
+                ms_by_stage = stage_summary(stages)["ms"]
                 rows.append({"variant": name, "prompt": length, "mode": "AR" if block == 1 else f"Block-{block}",
                              "ms": ms, "min_ms": fastest, "forwards": s.forwards, "tokens": s.tokens,
                              "tokens_per_forward": s.tokens / max(1, s.denoise_steps),
                              "prefill_ms": statistics.median(o.stats[0].prefill_ms for o in outs[name]),
                              "decode_ms": decode_ms, "ms_per_token": decode_ms / max(1, s.tokens),
-                             "tokens_per_s": tokens / (decode_ms / 1e3), "same_tokens_as_first": out.sequences == reference})
+                             "tokens_per_s": tokens / (decode_ms / 1e3), "same_tokens_as_first": out.sequences == reference,
+                             **{f"{k}_{q}_ms": ms_by_stage[k][q] for k in ("prefill", "denoise", "commit")
+                                for q in ("p50", "p95")}})
     return rows
 
 
@@ -363,6 +381,11 @@ def run(args) -> int:
                                    ("forwards", "forwards", ""), ("tokens_per_forward", "tok/fwd", ".2f"),
                                    ("ms_per_token", "decode ms/token", ".3f"), ("tokens_per_s", "tokens/s", ".1f"),
                                    ("same_tokens_as_first", "same tokens", "")]))
+        print("\n4. per stage of those calls, p50 / p95 ms (text prompts: no image, processor, vision or parse "
+              "stage; `bench --data` times all of them on images)")
+        print(format_table(decode_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
+                                   *((f"{k}_{q}_ms", f"{k} {q}", ".1f") for k in ("prefill", "denoise", "commit")
+                                     for q in ("p50", "p95"))]))
     if args.json:
         payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
                    "dtype": str(dtype), "shape": shape, "tokens_per_forward": args.tokens_per_forward,

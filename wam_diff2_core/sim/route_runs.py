@@ -380,7 +380,7 @@ class ExpertLabels:
 
     def write(self) -> Path:
         """``root``/train.json with the samples so far (the synthetic datasets' layout)."""
-        from .dataset_export import dump_json_list
+        from ..data.samples import dump_json_list
         self.root.mkdir(parents=True, exist_ok=True)
         dump_json_list(self.root / "train.json", self.samples)
         return self.root / "train.json"

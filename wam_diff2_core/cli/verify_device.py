@@ -1,0 +1,307 @@
+"""The one device check of the fast decoding paths (what ``scripts/gpu_verify.sh`` runs), then one table.
+
+    scripts/gpu_verify.sh                                    # on a GPU machine: the 2B shape, bf16
+    wam-diff2 verify-device --device cpu --shape tiny        # the same code on CPU (CI)
+
+1. tokens: every fast variant the device has (static eager, CUDA graphs, FlashInfer eager and with
+   graphs) against the plain decoder on the same prompts (mixed lengths, greedy and seeded sampling,
+   Block-32 and AR) on a random model with head_dim 128 (the size of the 2B and 8B models, and of
+   FlashInfer's prebuilt kernels): float32 must be identical, bf16 within FAST_PATH_MIN_AGREEMENT;
+   any miss makes the exit status 1 (``--perturb-token`` changes one fast-path token: the test
+   hook that proves it);
+2. forward: ms of one denoise forward of the ``--shape`` model (``2b``: Qwen3-VL-2B's text shape,
+   random bf16 weights) at Block-32 and AR for each variant, beside the HBM floor (weights + K/V read
+   at the measured copy bandwidth), and graphs / eager;
+3. decode: tokens per forward and ms per token **measured** on a greedy Block-32 decode of the fast
+   path (confidences of a random model scaled like a trained one's; EOS banned);
+4. frame: a 1920 x 1080 camera frame to a parsed trajectory through ``DrivingPolicy`` (the real
+   vision tower's shape for ``2b``), p50 / p95.
+
+Targets (met on the device, not in CI) are printed beside the figures; only token mismatches fail.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+HELP = "verify the fast decoding paths on this device (tokens vs plain) and print the one table"
+log = logging.getLogger(__name__)
+
+# The token-check model: head_dim 128 with grouped heads (2:1), small enough to decode in seconds.
+CHECK_SHAPE = dict(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=128, mrope_section=[24, 20, 20],
+                   tie_word_embeddings=False)
+TARGETS = {"x_floor": 1.5, "graph_speedup": 2.0, "ms_per_token": 0.75, "frame_p50_ms": 50.0}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu", "npu"))
+    p.add_argument("--shape", default="2b", choices=("2b", "small", "tiny"), help="the benchmarked model's shape")
+    p.add_argument("--prompt-length", type=int, default=2048, help="prompt tokens before the timed forwards")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--frames", type=int, default=10, help="camera frames timed through DrivingPolicy")
+    p.add_argument("--frame-size", type=int, nargs=2, default=[1920, 1080], metavar=("WIDTH", "HEIGHT"),
+                   help="the camera frame (CI: a small one)")
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens of the timed decode (and at most 96 per frame)")
+    p.add_argument("--check-tokens", type=int, default=64, help="tokens per answer in the token checks")
+    p.add_argument("--out", default=None, help="write verify.json here (a folder)")
+    p.add_argument("--parts", nargs="+", default=["tokens", "forward", "decode", "frame"],
+                   choices=("tokens", "forward", "decode", "frame"))
+    p.add_argument("--perturb-token", action="store_true",
+                   help="test hook: change one token of the first fast decode (the check must then fail)")
+
+
+def fast_variants(device, dtype) -> list[str]:
+    from .bench import available_variants
+    names = [v for v in available_variants(device) if v != "plain"]
+    if "float32" in str(dtype):        # FlashInfer runs bf16 / fp16 only
+        names = [v for v in names if "flashinfer" not in v]
+    return names
+
+
+def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0) -> tuple[list[dict], bool]:
+    """Fast variants against plain on a head_dim-128 random model: rows of the table, and ok."""
+    import torch
+
+    from ..config import FAST_PATH_MIN_AGREEMENT
+    from ..decoding.sampling import seeded_generators
+    from ..policy import token_agreement
+    from .bench import build_random_model, make_variant
+
+    dtypes = ("float32",) if device.type == "cpu" else ("float32", "bfloat16")
+    rows, ok = [], True
+    for dtype_name in dtypes:
+        model, config = build_random_model(CHECK_SHAPE, device, getattr(torch, dtype_name), seed, 24.0)
+        gen = torch.Generator().manual_seed(seed)
+        batches = []
+        for lengths in ((37,), (64, 23, 5), (200, 90))[:2 if device.type == "cpu" else 3]:   # left-padded
+            ids = torch.randint(0, CHECK_SHAPE["vocab_size"] - 8, (len(lengths), max(lengths)), generator=gen)
+            mask = torch.zeros_like(ids)
+            for r, n in enumerate(lengths):
+                mask[r, max(lengths) - n:] = 1
+            batches.append({"input_ids": ids.to(device), "attention_mask": mask.to(device)})
+        plain = make_variant("plain", model, config)
+        cases = [("Block-32 greedy", dict(block_size=32, denoising_steps=32)),
+                 ("Block-32 sampled", dict(block_size=32, denoising_steps=32, temperature=1.0, top_k=50)),
+                 ("AR greedy", dict(block_size=1, denoising_steps=1, max_new_tokens=max(1, new_tokens // 2)))]
+        for name in fast_variants(device, dtype_name):
+            try:
+                fast = make_variant(name, model, config)
+            except Exception as exc:  # noqa: BLE001 - a variant that cannot start is a failed row
+                rows.append(dict(dtype=dtype_name, variant=name, case="-", same="-", note=f"{type(exc).__name__}: {exc}"))
+                ok = False
+                continue
+            for case, values in cases:
+                settings = config.settings.replace(**{"max_new_tokens": new_tokens, "confidence_threshold": 0.7, **values})
+                same = total = 0
+                first = None
+                for b, batch in enumerate(batches):
+                    n = batch["input_ids"].shape[0]
+                    want = plain.generate(batch, settings, seeded_generators(range(n), device)).sequences
+                    got = fast.generate(batch, settings, seeded_generators(range(n), device)).sequences
+                    if perturb and not rows and b == 0:
+                        got[0][0] += 1                               # the test hook: one token off
+                    s, t, diff = token_agreement(got, want)
+                    same, total = same + s, total + t
+                    first = first or (diff and (b, *diff))
+                needed = FAST_PATH_MIN_AGREEMENT[dtype_name]
+                passed = total == 0 or same / total >= needed
+                ok &= passed
+                fallbacks = len(getattr(getattr(fast, "graphs", None), "failures", {}) or {})
+                note = "" if passed else f"FAIL (needs {needed:.0%}); first difference batch/answer/token/fast/plain {first}"
+                rows.append(dict(dtype=dtype_name, variant=name, case=case, same=f"{same}/{total}",
+                                 note=note + (f" graph fallbacks {fallbacks}" if fallbacks else "")))
+        del model
+    return rows, ok
+
+
+def time_forwards(model, config, device, variants: dict, args, bandwidth) -> list[dict]:
+    from . import bench
+    bench_args = SimpleNamespace(block_size=32, batch=1, seed=args.seed, prompt_lengths=[args.prompt_length],
+                                 repeats=args.repeats)
+    for name, decoder in variants.items():
+        if name.endswith("-graph"):
+            decoder.warmup(batch_sizes=(1,), prompt_tokens=args.prompt_length,
+                           settings=config.settings.replace(block_size=32))
+    rows = [r for r in bench.time_forwards(variants, model, config, bench_args, device, bandwidth) if r["queries"] <= 32]
+    ms = {(r["variant"], r["step"]): r["ms"] for r in rows}
+    for r in rows:                      # each graphed variant against its eager twin
+        eager = ms.get((r["variant"].removesuffix("-graph"), r["step"]))
+        r["graph_speedup"] = eager / r["ms"] if r["variant"].endswith("-graph") and eager else "-"
+    return rows
+
+
+def measure_decode(decoder, config, device, args) -> dict:
+    """A greedy Block-32 decode of ``--new-tokens`` (EOS banned): tokens per forward, ms per token."""
+    from .bench import _prompt
+    inputs = _prompt(config.vocab_size, 1, args.prompt_length, args.seed + 1, device)
+    settings = config.settings.replace(block_size=32, denoising_steps=32, max_new_tokens=args.new_tokens)
+    decoder.generate(inputs, settings)                                       # warm
+    runs = [decoder.generate(inputs, settings).stats[0] for _ in range(max(1, args.repeats // 4))]
+    s = runs[-1]
+    decode_ms = statistics.median(r.denoise_ms + r.commit_ms for r in runs)
+    return {"tokens": s.tokens, "forwards": s.forwards, "tokens_per_forward": s.tokens / max(1, s.forwards),
+            "ms_per_token": decode_ms / max(1, s.tokens), "prefill_ms": statistics.median(r.prefill_ms for r in runs)}
+
+
+def measure_frames(device, dtype, args) -> dict:
+    """1920 x 1080 frames -> parsed trajectories through DrivingPolicy (p50 / p95 of ``--frames``)."""
+    import numpy as np
+
+    from ..config import DiffusionConfig
+    from ..model.checkpoint import LoadedModel
+    from ..model.tiny import build_processor, build_tokenizer
+    from ..geometry import EgoMotion
+    from ..policy import DrivingPolicy
+    from .bench import SHAPES, VISION_2B, build_random_model
+
+    tokenizer = build_tokenizer(args.seed, qwen_layout=True)
+    ids = {k: tokenizer.convert_tokens_to_ids(t) for k, t in (
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    dims = {**SHAPES[args.shape], "vocab_size": 151936}                      # the Qwen id layout
+    model, _ = build_random_model(dims, device, dtype, args.seed, 24.0, token_ids=ids,
+                                  vision=VISION_2B if args.shape == "2b" else None)
+    from ..model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+    processor = build_processor(tokenizer, min_pixels=DEFAULT_MIN_PIXELS, max_pixels=DEFAULT_MAX_PIXELS)
+    config = DiffusionConfig.resolve(None, tokenizer, model.config, {"max_new_tokens": min(96, args.new_tokens)},
+                                     checkpoint_format="wam_diff2")
+    loaded = LoadedModel(model=model, processor=processor, config=config, path=Path("random-" + args.shape),
+                         device=device, dtype=dtype)
+    policy = DrivingPolicy(loaded, parse_retry="none")
+    policy.warmup()                                                          # as the node does
+    width, height = args.frame_size
+    frame = np.random.default_rng(args.seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    ego = EgoMotion((5.0, 0.0), (0.0, 0.0))
+    policy.step(frame, ego, "straight")                                      # the frame's shapes, once
+    times, tokens = [], []
+    for _ in range(args.frames):
+        out = policy.step(frame, ego, "straight")
+        times.append(out.latency_ms)
+        tokens.append(out.plan.stats.tokens)
+    times.sort()
+    return {"frames": len(times), "size": f"{width}x{height}", "p50_ms": statistics.median(times),
+            "p95_ms": times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))],
+            "answer_tokens": statistics.median(tokens), "decoder": policy.decoder.__class__.__name__}
+
+
+def _flashinfer_version() -> str:
+    try:
+        import flashinfer
+    except ImportError:
+        return "not installed"
+    return getattr(flashinfer, "__version__", "installed")
+
+
+def summary_rows(result: dict) -> list[dict]:
+    """The one table: each figure of the issue's targets with its target and whether it is met."""
+    rows = []
+
+    def add(what, value, target=None, met=None):
+        rows.append({"what": what, "value": value, "target": target or "-",
+                     "met": "-" if met is None else ("yes" if met else "NO")})
+    tokens = result.get("tokens")
+    if tokens is not None:
+        bad = [r for r in tokens if r["note"].startswith(("FAIL", "RuntimeError", "ConfigError"))]
+        add("fast tokens vs plain", f"{len(tokens) - len(bad)}/{len(tokens)} rows agree",
+            "float32 identical, bf16 >= 90 %", not bad)
+    for r in result.get("forward", []):
+        if r["variant"] == "plain":
+            continue
+        graphed = r["variant"].endswith("-graph")
+        add(f"{r['variant']} {r['step']} forward", f"{r['ms']:.3f} ms = {r['x_floor']:.2f}x floor {r['floor_ms']:.3f}",
+            f"<= {TARGETS['x_floor']}x floor" if graphed else None,
+            r["x_floor"] <= TARGETS["x_floor"] if graphed else None)
+        if graphed and r["graph_speedup"] != "-":
+            add(f"{r['variant']} {r['step']} graphs / eager", f"{r['graph_speedup']:.2f}x",
+                f">= {TARGETS['graph_speedup']}x", r["graph_speedup"] >= TARGETS["graph_speedup"])
+    decode = result.get("decode")
+    if decode:
+        add(f"Block-32 decode ({decode['variant']})", f"{decode['tokens_per_forward']:.2f} tokens/forward, "
+            f"{decode['ms_per_token']:.3f} ms/token", f"<= {TARGETS['ms_per_token']} ms/token",
+            decode["ms_per_token"] <= TARGETS["ms_per_token"])
+    frame = result.get("frame")
+    if frame and "skipped" not in frame:
+        add(f"{frame['size']} frame -> trajectory", f"p50 {frame['p50_ms']:.1f} ms, p95 {frame['p95_ms']:.1f} ms",
+            f"p50 <= {TARGETS['frame_p50_ms']} ms", frame["p50_ms"] <= TARGETS["frame_p50_ms"])
+    elif frame:
+        add("frame -> trajectory", frame["skipped"])
+    return rows
+
+
+def run(args) -> int:
+    import torch
+
+    from ..config import ConfigError
+    from ..model.checkpoint import resolve_device, resolve_dtype
+    from . import bench
+
+    args.seed = 0
+    device = resolve_device(args.device)
+    dtype = resolve_dtype("bfloat16" if device.type != "cpu" else "float32", device)
+    flashinfer = _flashinfer_version()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else bench.cpu_name()
+    print(f"verify-device: {device} ({name}), torch {torch.__version__}, flashinfer {flashinfer}, shape {args.shape} "
+          f"{str(dtype).replace('torch.', '')}")
+    result: dict = {"device": str(device), "device_name": name, "torch": torch.__version__, "flashinfer": flashinfer,
+                    "shape": args.shape}
+    ok = True
+    t0 = time.perf_counter()
+    if "tokens" in args.parts:
+        rows, ok = check_tokens(device, args.perturb_token, args.check_tokens)
+        result["tokens"] = rows
+        print("\n1. tokens: fast variants vs the plain decoder (head_dim-128 random model, mixed-length batches)")
+        print(bench.format_table(rows, [("dtype", "dtype", ""), ("variant", "variant", ""), ("case", "case", ""),
+                                        ("same", "same tokens", ""), ("note", "note", "")]))
+    if "forward" in args.parts or "decode" in args.parts:
+        model, config = bench.build_random_model(args.shape, device, dtype, args.seed, 24.0)
+        config = config.with_settings(block_size=32)
+        variants = {}
+        for variant in bench.available_variants(device):
+            try:
+                variants[variant] = bench.make_variant(variant, model, config)
+            except (ConfigError, RuntimeError) as exc:
+                print(f"variant {variant} skipped: {exc}")
+        if "forward" in args.parts:
+            bandwidth = bench.measure_bandwidth(device)
+            rows = time_forwards(model, config, device, variants, args, bandwidth)
+            result["bandwidth_gbps"], result["forward"] = bandwidth / 1e9, rows
+            print(f"\n2. one denoise forward after {args.prompt_length} prompt tokens (median ms of {args.repeats}) "
+                  f"vs the HBM floor at {bandwidth / 1e9:.0f} GB/s; targets: graphs <= {TARGETS['x_floor']}x floor, "
+                  f">= {TARGETS['graph_speedup']}x eager")
+            print(bench.format_table(rows, [("variant", "variant", ""), ("step", "step", ""), ("ms", "ms", ".3f"),
+                                            ("floor_ms", "floor ms", ".3f"), ("x_floor", "x floor", ".2f"),
+                                            ("graph_speedup", "graphs / eager", ".2f")]))
+        if "decode" in args.parts:
+            fast = next(v for v in reversed(list(variants)) if v != "plain")
+            decode = {"variant": fast, **measure_decode(variants[fast], config, device, args)}
+            result["decode"] = decode
+            print(f"\n3. decode {args.new_tokens} tokens, Block-32 greedy, {fast}: {decode['tokens_per_forward']:.2f} "
+                  f"tokens per forward (measured), {decode['ms_per_token']:.3f} ms/token "
+                  f"(target <= {TARGETS['ms_per_token']}), prefill {decode['prefill_ms']:.1f} ms")
+        del model, variants
+    if "frame" in args.parts:
+        try:
+            frames = measure_frames(device, dtype, args)
+        except ImportError as exc:          # Pillow / jinja2 / torchvision not on the machine
+            frames = {"skipped": f"{exc} (carry the wheels: scripts/gpu_wheels.sh)"}
+        result["frame"] = frames
+        print(f"\n4. {args.frame_size[0]}x{args.frame_size[1]} frame -> parsed trajectory through DrivingPolicy: " + (
+            frames["skipped"] if "skipped" in frames else
+            f"p50 {frames['p50_ms']:.1f} ms, p95 {frames['p95_ms']:.1f} ms over {frames['frames']} frames "
+            f"({frames['answer_tokens']:.0f} answer tokens, {frames['decoder']}; target p50 <= "
+            f"{TARGETS['frame_p50_ms']} ms)"))
+    result["ok"], result["seconds"] = ok, time.perf_counter() - t0
+    print(f"\nverify-device summary ({result['device_name']}, torch {result['torch']}, flashinfer {flashinfer}, "
+          f"shape {args.shape})")
+    print(bench.format_table(summary_rows(result), [("what", "what", ""), ("value", "value", ""),
+                                                    ("target", "target", ""), ("met", "met", "")]))
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "verify.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"\nverify-device: {'tokens agree' if ok else 'TOKEN MISMATCH'} ({result['seconds']:.0f} s)")
+    return 0 if ok else 1
