@@ -11,6 +11,7 @@ code path counts too; imports under ``if TYPE_CHECKING:`` (annotations only, nev
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,10 +53,11 @@ def sources() -> dict[str, Path]:
     return {module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
 
 
-def import_graph() -> dict[str, set[str]]:
-    """{module: the modules of these packages it imports}."""
+@functools.lru_cache(maxsize=1)
+def import_graph() -> dict[str, frozenset[str]]:
+    """{module: the modules of these packages it imports} (read once per session; not to be changed)."""
     files = sources()
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, frozenset[str]] = {}
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         targets: set[str] = set()
@@ -83,7 +85,7 @@ def import_graph() -> dict[str, set[str]]:
                     target = target.rpartition(".")[0]
                 if target != name:
                     targets.add(target)
-        graph[name] = targets
+        graph[name] = frozenset(targets)
     return graph
 
 
