@@ -270,10 +270,9 @@ def _output_problem(args) -> str | None:
 
 def _model_flags_given(args) -> list[str]:
     """The model / decoding flags given on the command line (they mean nothing with --predictions)."""
-    names = ("model", "min_pixels", "max_pixels", "max_waypoint_abs_m", "parse_retry")
-    given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
-    given += [f"--{name}" for name in ("device", "dtype") if getattr(args, name) != "auto"]
-    given += [f"--{name.replace('_', '-')}" for name in decoding_overrides(args)]
+    dests = [node_params.cli_dest(name) for name in node_params.MODEL_PARAMETERS
+             if getattr(args, node_params.cli_dest(name)) not in (None, node_params.DEFAULTS[name])]
+    given = [f"--{dest.replace('_', '-')}" for dest in dests + list(decoding_overrides(args))]
     return given
 
 

@@ -140,9 +140,11 @@ DEFAULTS: dict[str, Any] = defaults(SPECS)
 # (cli_dest: the flag's argparse name): the inputs, the model and the decoding, as the node applies them.
 INPUT_PARAMETERS = ("odometry_timeout_s", "acceleration_time_constant_s", "default_command",
                     *(s.name for s in SPECS if s.name.startswith("route.")))
-EVALUATOR_PARAMETERS = ("model_path", "device", "dtype", "image.min_pixels", "image.max_pixels",
-                        *(IMAGE_LIMIT_PREFIX + name for name in _IMAGE_LIMITS), "max_waypoint_abs_m", "parse_retry",
-                        *INPUT_PARAMETERS, *(DECODING_PREFIX + name for name in DECODING_FIELDS))
+# ... and the model's (meaningless when eval-bag scores what a node published: --predictions)
+MODEL_PARAMETERS = ("model_path", "device", "dtype", "image.min_pixels", "image.max_pixels", "max_waypoint_abs_m",
+                    "parse_retry")
+EVALUATOR_PARAMETERS = (*MODEL_PARAMETERS, *(IMAGE_LIMIT_PREFIX + name for name in _IMAGE_LIMITS), *INPUT_PARAMETERS,
+                        *(DECODING_PREFIX + name for name in DECODING_FIELDS))
 # config/planner.yaml: the comment above the decoding.* block
 UNSET_NOTE = ("decoding.* are unset: the checkpoint's diffusion_config.json applies, else its",
               "format's default. Uncomment to override (the package defaults are shown).")
