@@ -173,6 +173,14 @@ def test_ros_cli_drives_a_route_with_the_oracle_and_writes_the_summary(domain, t
     assert record["settings"]["loop"] == "ros" and record["settings"]["timing"] == "lockstep"
     assert record["summary"]["route_completion"] == 1.0 and record["results"][0]["extra"]["loop"] == "ros"
     assert f"wrote {out}/summary.json" in capsys.readouterr().out
+    from wam_diff2_core.config import EngineSettings
+    from wam_diff2_ros.tools.cli import build_parser
+    from wam_diff2_ros.tools.dds_closed_loop import planner_parameters
+    args = build_parser().parse_args(["closed-loop", "--model", "m", "--out", "x", "--block-size", "4",
+                                      "--temperature", "0", "--parse-retry", "none", "--device", "cpu"])
+    assert planner_parameters(args, EngineSettings(cpu_threads=2)) == {
+        "device": "cpu", "dtype": "auto", "parse_retry": "none", "decoding.block_size": 4,
+        "decoding.temperature": 0.0, "engine.cpu_threads": 2}      # unset decoding: the checkpoint's
 
 
 @pytest.mark.ros

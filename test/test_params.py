@@ -83,13 +83,13 @@ def test_the_evaluator_takes_the_planners_parameters_from_its_table(tmp_path):
     from wam_diff2_core.cli import build_parser
     from wam_diff2_core.cli.eval_bag import _apply_params_file
 
-    assert set(planner.EVALUATOR_PARAMETERS) <= set(planner.SPECS_BY_NAME)
+    assert set(planner.FLAG_PARAMETERS) <= set(planner.SPECS_BY_NAME)
     params = tmp_path / "planner.yaml"
     params.write_text("/**:\n  ros__parameters:\n    odometry_timeout_s: 2\n    route:\n      lookahead_m: 12\n"
                       "    decoding:\n      block_size: 8\n    image:\n      min_pixels: 0\n    device: cpu\n")
     args = build_parser().parse_args(["eval-bag", "bag", "--out", "o", "--params-file", str(params),
                                       "--route-lookahead-m", "40"])
-    for name in planner.EVALUATOR_PARAMETERS:              # a flag for each
+    for name in planner.FLAG_PARAMETERS:              # a flag for each
         assert hasattr(args, planner.cli_dest(name)), name
     _apply_params_file(args)
     assert (args.odometry_timeout_s, args.route_lookahead_m, args.block_size) == (2.0, 40.0, 8)   # the flag wins

@@ -143,11 +143,11 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def _apply_params_file(args) -> dict:
     """Fill the flags the user did not give (left at None, or at the node's own default such as
-    ``--device auto``) from --params-file: every parameter of ``node_params.EVALUATOR_PARAMETERS``
+    ``--device auto``) from --params-file: every parameter of ``node_params.FLAG_PARAMETERS``
     (a YAML integer for a float parameter as a float; "" or 0 where that means "none", e.g.
     image.min_pixels, stays unset; a value of the wrong type is refused later, naming it)."""
     node = read_node_params(args.params_file) if args.params_file else {}
-    for name in node_params.EVALUATOR_PARAMETERS:
+    for name in node_params.FLAG_PARAMETERS:
         spec, dest = node_params.SPECS_BY_NAME[name], node_params.cli_dest(name)
         current, value = getattr(args, dest), node.get(name)
         if value is None or not (current is None or current == spec.default):

@@ -136,14 +136,15 @@ SPECS: tuple[ParamSpec, ...] = (
 
 SPECS_BY_NAME: dict[str, ParamSpec] = by_name(SPECS)
 DEFAULTS: dict[str, Any] = defaults(SPECS)
-# The parameters `wam-diff2 eval-bag` takes from a --params-file, each also a flag of its own
-# (cli_dest: the flag's argparse name): the inputs, the model and the decoding, as the node applies them.
+# The planner parameters that are also flags of the wam-diff2 commands (cli_dest: the flag's argparse
+# name): `eval-bag` takes them from a --params-file too, `wam-diff2-ros closed-loop` passes them to the
+# node. The inputs ...
 INPUT_PARAMETERS = ("odometry_timeout_s", "acceleration_time_constant_s", "default_command",
                     *(s.name for s in SPECS if s.name.startswith("route.")))
 # ... and the model's (meaningless when eval-bag scores what a node published: --predictions)
 MODEL_PARAMETERS = ("model_path", "device", "dtype", "image.min_pixels", "image.max_pixels", "max_waypoint_abs_m",
                     "parse_retry")
-EVALUATOR_PARAMETERS = (*MODEL_PARAMETERS, *(IMAGE_LIMIT_PREFIX + name for name in _IMAGE_LIMITS), *INPUT_PARAMETERS,
+FLAG_PARAMETERS = (*MODEL_PARAMETERS, *(IMAGE_LIMIT_PREFIX + name for name in _IMAGE_LIMITS), *INPUT_PARAMETERS,
                         *(DECODING_PREFIX + name for name in DECODING_FIELDS))
 # config/planner.yaml: the comment above the decoding.* block
 UNSET_NOTE = ("decoding.* are unset: the checkpoint's diffusion_config.json applies, else its",

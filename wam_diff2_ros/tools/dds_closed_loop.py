@@ -558,20 +558,21 @@ class RosClosedLoop:
 
 
 # ----------------------------------------------------------------------------- command line
+def planner_parameters(args, engine) -> dict[str, Any]:
+    """The planner parameters the command's options set, by the planner table's names (model_path
+    apart; options not given leave the node's own, so the checkpoint's decoding settings apply)."""
+    from wam_diff2_core.params.planner import ENGINE_PREFIX, FLAG_PARAMETERS, cli_dest
+
+    flags = {name: getattr(args, cli_dest(name), None) for name in FLAG_PARAMETERS if name != "model_path"}
+    return {**{k: v for k, v in flags.items() if v is not None}, ENGINE_PREFIX + "cpu_threads": engine.cpu_threads}
+
+
 def run(args) -> int:
     """``wam-diff2-ros closed-loop``: the routes of ``wam-diff2 closed-loop``, driven over DDS."""
     from wam_diff2_core.cli.closed_loop import run_routes
-    from wam_diff2_core.cli.common import decoding_overrides
 
     def drive(job, each) -> None:
-        planner_params = {"device": args.device, "dtype": args.dtype, "engine.cpu_threads": job.engine.cpu_threads,
-                          **{"decoding." + k: v for k, v in decoding_overrides(args).items()}}
-        if args.min_pixels:
-            planner_params["image.min_pixels"] = args.min_pixels
-        if args.max_pixels:
-            planner_params["image.max_pixels"] = args.max_pixels
-        if args.parse_retry is not None:
-            planner_params["parse_retry"] = args.parse_retry
+        planner_params = planner_parameters(args, job.engine)
         settings = RosLoopSettings(role=args.role, planner="oracle" if args.oracle else args.planner_process,
                                    model_path=args.model or "", planner_parameters=planner_params,
                                    lockstep_n=args.lockstep_n, timing=args.timing, command_source=args.command_source,
