@@ -17,7 +17,7 @@ import pytest
 
 from wam_diff2_core.control import ControllerGains
 from wam_diff2_core.sim.route_runs import (ClosedLoopSettings, ExpertOracle, PolicyPlanner, RouteRun,
-                                            demo_world_gains, drive_direct, summarize, summary_line)
+                                           demo_world_gains, drive_direct, summarize, summary_line)
 from wam_diff2_core.outputs.prompts import NUM_WAYPOINTS
 from wam_diff2_core.sim.truth import route_command
 

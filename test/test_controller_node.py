@@ -29,6 +29,7 @@ from std_msgs.msg import Bool, Header, String  # noqa: E402
 
 from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointController  # noqa: E402
 from wam_diff2_core.routes import RouteTrackerSettings  # noqa: E402
+from wam_diff2_core.params import controller as cp  # noqa: E402
 from wam_diff2_ros import controller_node as cn  # noqa: E402
 from wam_diff2_ros.controller_node import (CLOCK_QOS, CONTROL_QOS, LATCHED_QOS, ControllerNode,  # noqa: E402
                                            controller_topics, ns_stamp, plan_from_trajectory, stamp_ns)
@@ -361,7 +362,7 @@ def _controller_diagnostics(probe, node) -> list:
 
 def test_without_carla_msgs_the_carla_consumer_gets_no_ready_but_an_error(rig, context, monkeypatch):
     monkeypatch.setattr(cn, "carla_msgs", None)               # as here: carla_msgs is not installed
-    assert cn.SPECS_BY_NAME["control_consumer"].default == "carla"
+    assert cp.SPECS_BY_NAME["control_consumer"].default == "carla"
     node, probe = rig.start(control_consumer="carla")
     diagnostics = _controller_diagnostics(probe, node)
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
@@ -442,10 +443,10 @@ def test_route_command_is_published_to_the_planner_every_tick(rig):
 
 # ----------------------------------------------------------------------------- parameters
 def test_parameters_derive_from_the_core_settings_and_the_yaml_lists_them_all():
-    gains = {s.name: s.default for s in cn.SPECS if s.name.startswith(cn.GAINS_PREFIX)}
-    assert cn.gains_from({**{s.name: s.default for s in cn.SPECS}}) == ControllerGains()
+    gains = {s.name: s.default for s in cp.SPECS if s.name.startswith(cp.GAINS_PREFIX)}
+    assert cp.gains_from({**{s.name: s.default for s in cp.SPECS}}) == ControllerGains()
     assert len(gains) == len(ControllerGains.__dataclass_fields__)
-    assert cn.route_settings_from({s.name: s.default for s in cn.SPECS}) == RouteTrackerSettings()
+    assert cp.route_settings_from({s.name: s.default for s in cp.SPECS}) == RouteTrackerSettings()
     import yaml
     config = FsPath(__file__).resolve().parents[1] / "config" / "controller.yaml"
     params = yaml.safe_load(config.read_text())["/**"]["ros__parameters"]
@@ -453,7 +454,7 @@ def test_parameters_derive_from_the_core_settings_and_the_yaml_lists_them_all():
     def flat(d, prefix=""):
         for k, v in d.items():
             yield from flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [(prefix + k, v)]
-    assert dict(flat(params)) == {s.name: s.default for s in cn.SPECS}
+    assert dict(flat(params)) == {s.name: s.default for s in cp.SPECS}
 
 
 def test_bad_parameters_keep_the_node_up_braking_and_reporting(context):
@@ -499,7 +500,7 @@ def test_leaderboard_launch_runs_planner_in_lockstep_and_the_controller_with_dec
     controller = nodes["wam-diff2-controller"]
     params = {ast.literal_eval(k): ast.unparse(v) for d in controller["parameters"].elts if isinstance(d, ast.Dict)
               for k, v in zip(d.keys, d.values)}
-    assert set(params) - {"use_sim_time"} <= set(cn.SPECS_BY_NAME)
+    assert set(params) - {"use_sim_time"} <= set(cp.SPECS_BY_NAME)
     assert params["use_sim_time"] == "True" and params["planner_name"] == "'wam_diff2_planner'"
     assert ast.literal_eval(nodes["wam-diff2-planner"]["name"]) == params["planner_name"].strip("'")
     planner = {ast.literal_eval(k): ast.unparse(v) for d in nodes["wam-diff2-planner"]["parameters"].elts
@@ -521,5 +522,5 @@ def test_console_script_and_ros2_run_entry_point():
 
 
 def test_docs_parameter_table_is_the_generated_one():
-    from wam_diff2_ros.parameters import markdown_table
-    assert markdown_table(cn.SPECS) in (ROOT / "docs" / "carla.md").read_text()
+    from wam_diff2_core.params.spec import markdown_table
+    assert markdown_table(cp.SPECS) in (ROOT / "docs" / "carla.md").read_text()

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ros_packages import ament_index_packages
+
 ROOT = Path(__file__).resolve().parents[1]
 # always blocked, whatever the ament index of this machine holds
 ROS_NAMES = ("rclpy", "rosidl_runtime_py", "rosidl_parser", "rpyutils", "builtin_interfaces", "std_msgs",
@@ -68,21 +70,12 @@ print(json.dumps({"modules": modules, "mains": mains, "helps": helps, "attempts"
 """
 
 
-def ament_packages() -> set[str]:
-    names = set()
-    for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)):
-        index = Path(prefix) / "share" / "ament_index" / "resource_index" / "packages"
-        if index.is_dir():
-            names.update(p.name for p in index.iterdir())
-    return names
-
-
 def core_sources() -> list[Path]:
     return sorted((ROOT / "wam_diff2_core").rglob("*.py"))
 
 
 def test_every_core_module_and_subcommand_help_runs_without_ros():
-    blocked = sorted(set(ROS_NAMES) | ament_packages())
+    blocked = sorted(set(ROS_NAMES) | ament_index_packages())
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(blocked)], cwd=ROOT, capture_output=True,
                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-4000:]
@@ -90,13 +83,14 @@ def test_every_core_module_and_subcommand_help_runs_without_ros():
     expected = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
                 for p in core_sources() if p.name != "__main__.py"}
     assert set(found["modules"]) == expected                 # every module, none skipped
-    assert sorted(found["mains"]) == ["wam_diff2_core.cli", "wam_diff2_core.trainer"]
+    assert sorted(found["mains"]) == ["wam_diff2_core.cli", "wam_diff2_core.params", "wam_diff2_core.trainer"]
     assert found["attempts"] == [] and found["loaded"] == []  # not even a guarded try
     from wam_diff2_core.cli import SUBCOMMANDS
     for name in SUBCOMMANDS:
         assert found["helps"][name].startswith(f"usage: wam-diff2 {name}"), name
     assert found["helps"]["-m wam_diff2_core.trainer"].startswith("usage: python -m wam_diff2_core.trainer")
     assert found["helps"]["-m wam_diff2_core.cli"].startswith("usage: wam-diff2")
+    assert found["helps"]["-m wam_diff2_core.params"].startswith("usage: python -m wam_diff2_core.params")
 
 
 def test_the_probe_would_see_a_ros_import():
@@ -118,7 +112,7 @@ def test_no_core_module_imports_ros_even_inside_a_function():
     """Imports the run-time probe cannot reach (inside functions that --help never calls), read with ast.
     Before the ROS tools moved out, cli/replay.py and cli/closed_loop.py imported wam_diff2_ros here."""
     import ast
-    blocked = set(ROS_NAMES) | ament_packages()
+    blocked = set(ROS_NAMES) | ament_index_packages()
     found = []
     for path in core_sources():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):

@@ -14,7 +14,7 @@ from wam_diff2_core.evaluation.ground_truth import (BEYOND_END, ODOMETRY_GAP, Eg
 from wam_diff2_core.evaluation.metrics import distribution, trajectory_metrics, waypoint_errors
 from wam_diff2_core.geometry import quaternion_from_yaw
 from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, STALE_ODOMETRY,
-                                   FrameInputTracker, InputSettings, InputSkip)
+                                         FrameInputTracker, InputSettings, InputSkip)
 
 S = 1_000_000_000
 

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("wam_diff2_core.model",)),
     ("decoding", ("wam_diff2_core.decoding",)),
     ("policy", ("wam_diff2_core.policy",)),
+    ("parameters", ("wam_diff2_core.params",)),
     ("evaluation", ("wam_diff2_core.evaluation", "wam_diff2_core.trainer")),
     ("simulation", ("wam_diff2_core.sim",)),
     ("command line", ("wam_diff2_core.cli",)),
@@ -37,9 +38,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ROS tools", ("wam_diff2_ros.tools",)),
 ]
 
-# the ROS conversions and nodes use the core up to here (the policy and what is below it), not the
+# the ROS conversions and nodes use the core up to here (the policy and the parameter tables), not the
 # evaluator, the simulator, the trainer or the command line; the ROS tools may use all of it
-NODES_USE_CORE_UP_TO = "policy"
+NODES_USE_CORE_UP_TO = "parameters"
 
 
 def module_name(path: Path) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from wam_diff2_core.sim.camera import CameraSettings
-from wam_diff2_ros import localization_node as ln
+from wam_diff2_core.params import localization as localization_params
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = ROOT / "agents" / "wam_diff2_agent.py"
@@ -141,7 +141,7 @@ def test_leaderboard_launch_starts_the_localization_node_on_the_role_and_sensor_
     node = nodes["wam-diff2-localization"]
     assert ast.unparse(node["condition"]) == "IfCondition(LaunchConfiguration('localization'))"
     params = {ast.literal_eval(k): ast.unparse(v) for d in node["parameters"].elts for k, v in zip(d.keys, d.values)}
-    assert set(params) - {"use_sim_time"} <= set(ln.SPECS_BY_NAME)
+    assert set(params) - {"use_sim_time"} <= set(localization_params.SPECS_BY_NAME)
     assert params["role_name"] == "role" and params["use_sim_time"] == "True"
     for sensor in ("gnss_id", "imu_id", "speedometer_id"):
         assert params[sensor] == f"LaunchConfiguration('{sensor}')"

@@ -29,6 +29,7 @@ from wam_diff2_core.geometry import wrap_angle, yaw_from_quaternion  # noqa: E40
 from wam_diff2_core.localization import GeoReference, LocalizationSettings  # noqa: E402
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun  # noqa: E402
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors  # noqa: E402
+from wam_diff2_core.params import localization as lp  # noqa: E402
 from wam_diff2_ros import localization_node as ln  # noqa: E402
 from wam_diff2_ros.tools.dds_closed_loop import STREAM_QOS, sensor_messages  # noqa: E402
 from wam_diff2_ros.controller_node import ns_stamp, stamp_ns  # noqa: E402
@@ -197,7 +198,7 @@ def test_a_refused_parameter_keeps_the_node_up_reporting_and_silent(rig):
 
 
 def test_filter_parameters_are_live_and_come_from_the_core_settings(rig):
-    assert {s.name[len(ln.FILTER_PREFIX):]: s.default for s in ln.SPECS if s.name.startswith(ln.FILTER_PREFIX)} \
+    assert {s.name[len(lp.FILTER_PREFIX):]: s.default for s in lp.SPECS if s.name.startswith(lp.FILTER_PREFIX)} \
         == vars(LocalizationSettings())
     node, _ = rig()
     assert node.set_parameters([Parameter("filter.speed_stddev_mps", value=0.2)])[0].successful
@@ -208,6 +209,6 @@ def test_filter_parameters_are_live_and_come_from_the_core_settings(rig):
 def test_docs_parameter_table_is_the_generated_one():
     from pathlib import Path
 
-    from wam_diff2_ros.parameters import markdown_table
+    from wam_diff2_core.params.spec import markdown_table
     docs = Path(__file__).resolve().parents[1] / "docs" / "carla.md"
-    assert markdown_table(ln.SPECS) in docs.read_text()
+    assert markdown_table(lp.SPECS) in docs.read_text()

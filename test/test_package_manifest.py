@@ -11,13 +11,13 @@ Runs in ``colcon test`` too (CMakeLists.txt), where the modules come from the in
 from __future__ import annotations
 
 import ast
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ros_packages import ament_index_packages
 
 catkin_pkg = pytest.importorskip("catkin_pkg.package", reason="catkin_pkg comes with the ROS 2 wheels")
 
@@ -60,15 +60,6 @@ def top_level_imports(path: Path) -> dict[str, bool]:
             top = name.split(".")[0]
             found[top] = found.get(top, True) and id(node) in guarded
     return found
-
-
-def ament_index_packages() -> set[str]:
-    names = set()
-    for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)):
-        index = Path(prefix) / "share" / "ament_index" / "resource_index" / "packages"
-        if index.is_dir():
-            names.update(p.name for p in index.iterdir())
-    return names
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ from std_msgs.msg import String  # noqa: E402
 from wam_diff2_core.decoding.decoder import DecodeOutput  # noqa: E402
 from wam_diff2_core.geometry import CameraMount, PinholeCamera, ego_to_world, project_ego_points  # noqa: E402
 from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
-from wam_diff2_ros import parameters as params  # noqa: E402
+from wam_diff2_core.params import planner as params  # noqa: E402
+from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import STATUS_QOS, PlannerNode  # noqa: E402
 from ros_helpers import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
@@ -369,10 +370,10 @@ def test_large_raw_frames_on_best_effort_warn_once(planner, capfd):
     ("autostart", False, "read-only"),
 ])
 def test_bad_parameter_values_are_rejected_with_a_reason(planner, name, value, fragment):
-    before = params.read_all(planner)[name]            # decoding.*: None (unset)
+    before = read_all(planner, params.SPECS)[name]      # decoding.*: None (unset)
     result = planner.set_parameters([Parameter(name, value=value)])[0]
     assert not result.successful and fragment in result.reason
-    assert params.read_all(planner)[name] == before
+    assert read_all(planner, params.SPECS)[name] == before
 
 
 def test_set_parameters_service_rejects_and_live_values_apply(probe, planner):
@@ -501,7 +502,7 @@ def test_refused_startup_values_fail_configure_with_the_reason(context, tiny_che
     node = PlannerNode("refusing_planner", context=context, parameter_overrides=overrides(
         tiny_checkpoint, autostart=False, **{"decoding.block_size": 0, "mode": "fast"}))
     try:
-        assert params.read_all(node)["decoding.block_size"] is None       # declared unset instead
+        assert read_all(node, params.SPECS)["decoding.block_size"] is None     # declared unset instead
         assert node.trigger_configure() != TransitionCallbackReturn.SUCCESS
         assert node._model_state == PlannerStatus.ERROR
         assert "decoding.block_size" in node._model_message and "mode" in node._model_message

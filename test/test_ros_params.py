@@ -11,7 +11,9 @@ import yaml
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
 from wam_diff2_core.config import DECODING_FIELDS  # noqa: E402
-from wam_diff2_ros import parameters as params  # noqa: E402
+from wam_diff2_core.params import planner as params  # noqa: E402
+from wam_diff2_core.params.spec import markdown_table  # noqa: E402
+from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.planner_node import INPUT_TOPICS, PlannerNode  # noqa: E402
 from ros_helpers import unique_domain_id  # noqa: E402
 
@@ -39,7 +41,7 @@ def node(context):
 @pytest.fixture(scope="module")
 def declared(node) -> dict:
     names = set(node.list_parameters([], 10).names) - BUILTIN
-    values = params.read_all(node)                       # None where declared unset
+    values = read_all(node, params.SPECS)                # None where declared unset
     return {n: values[n] if n in values else node.get_parameter(n).value for n in names}
 
 
@@ -116,7 +118,7 @@ def test_readme_parameter_table_matches_declared_parameters(declared):
     rows = re.findall(r"^\| `([^`]+)` \| ([^|]+) \| (`[^`]*`|unset: the checkpoint's) \|", readme, re.MULTILINE)
     assert [r[0] for r in rows] == [s.name for s in params.SPECS]
     assert set(r[0] for r in rows) == set(declared)
-    assert params.markdown_table() in readme      # regenerate with: python -m wam_diff2_ros.parameters --markdown
+    assert markdown_table(params.SPECS) in readme      # regenerate with: python -m wam_diff2_core.params --write
 
 
 @pytest.mark.parametrize("values, fragment", [

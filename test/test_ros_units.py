@@ -17,8 +17,8 @@ from std_msgs.msg import Header  # noqa: E402
 
 from wam_diff2_core.decoding.decoder import DecodeStats  # noqa: E402
 from wam_diff2_core.geometry import EgoSample, yaw_from_quaternion  # noqa: E402
-from wam_diff2_core.frame_inputs import (BAD_ODOMETRY, BAD_ROUTE, FrameInputTracker, InputSettings, InputSkip,  # noqa: E402
-                                   image_msg_to_rgb, stamp_ns)
+from wam_diff2_core.frame_inputs import (BAD_ODOMETRY, BAD_ROUTE, FrameInputTracker, InputSettings,  # noqa: E402
+                                         InputSkip, image_msg_to_rgb, stamp_ns)
 from wam_diff2_core.outputs.parsing import Box  # noqa: E402
 from wam_diff2_core.policy import TaskResult  # noqa: E402
 from wam_diff2_ros import conversions as conv  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 
 from wam_diff2_core.trainer import checkpointing
 from wam_diff2_core.trainer.checkpointing import (CHECKPOINTS, begin_partial, checkpoint_dirs, latest_checkpoint,
-                                                   prune_checkpoints, publish, step_dir_name, write_progress)
+                                                  prune_checkpoints, publish, step_dir_name, write_progress)
 
 # what a training checkpoint holds (finetune.save_checkpoint: the Hugging Face part + accelerate's state)
 FILES = ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja",

@@ -15,7 +15,7 @@ from wam_diff2_core.model.prompt_encoding import encode_prompts
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
 from wam_diff2_core.trainer.training_data import SampleDataset, prompt_batch
 from wam_diff2_core.trainer.noise import (CLEAN, NOISY, PREFIX, Layout, build_batch, noise_generator,
-                                           noise_response, stratified_mask_ratios, training_attention_mask)
+                                          noise_response, stratified_mask_ratios, training_attention_mask)
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 

@@ -8,7 +8,7 @@ import torch
 
 from wam_diff2_core.trainer.training_config import OptimSection
 from wam_diff2_core.trainer.optim import (LANGUAGE_MODEL, MERGER, VISION_TOWER, build_optimizer, build_scheduler,
-                                           freeze_vision_tower, lr_factor, no_decay_names, part_of, warmup_steps)
+                                          freeze_vision_tower, lr_factor, no_decay_names, part_of, warmup_steps)
 
 
 

@@ -28,6 +28,9 @@ SAMPLERS = ("multinomial", "inverse_cdf")
 # The driving policy decodes an answer that does not parse once more with this strategy ("none": never).
 PARSE_RETRIES = ("none", *STRATEGIES)
 DEFAULT_PARSE_RETRY = "sequential"
+# model dtypes a checkpoint may be loaded in (besides "auto"); the short names are aliases
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DTYPE_NAMES = ("float32", "bfloat16", "float16", *DTYPE_ALIASES)
 
 
 class ConfigError(ValueError):

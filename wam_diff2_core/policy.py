@@ -19,7 +19,6 @@ configure).
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -33,7 +32,7 @@ from .decoding.common import DecodeStats
 from .geometry import EgoMotion
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.prompt_encoding import encode_prompts
-from .outputs.parsing import Box, parse_boxes, parse_waypoints
+from .outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M, Box, parse_boxes, parse_waypoints
 from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEMPLATE, IMAGE_PLACEHOLDER,
                               NUM_WAYPOINTS, format_detection_prompt, format_planning_prompt)
 from .profiling import PeakMemory, StageTimes, VisionTimer
@@ -69,7 +68,7 @@ class DrivingPolicy:
                  detection_classes: Sequence[str] = DEFAULT_DETECTION_CLASSES,
                  detection_template: str = DETECTION_TEMPLATE,
                  min_pixels: int | None = None, max_pixels: int | None = None,
-                 max_waypoint_abs_m: float = 200.0, parse_retry: str = DEFAULT_PARSE_RETRY,
+                 max_waypoint_abs_m: float = DEFAULT_MAX_WAYPOINT_ABS_M, parse_retry: str = DEFAULT_PARSE_RETRY,
                  engine: EngineSettings | None = None):
         unknown = [t for t in tasks if t not in TASKS]
         if not tasks or unknown:

@@ -46,7 +46,7 @@ import collections
 import math
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -64,13 +64,15 @@ from std_msgs.msg import Bool, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointController
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
+from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS, SPECS_BY_NAME, gains_from,
+                                              route_settings_from, validate_values)
 from wam_diff2_core.topics import DEFAULT_ROLE, PLANNER_NODE
-from wam_diff2_core.geometry import TIME_RESET_S, RouteCommandSettings, yaw_from_quaternion
+from wam_diff2_core.geometry import TIME_RESET_S, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
                                    route_from_path_msg)
 
 from .msg import PlannerStatus, Trajectory, VehicleControl
-from .parameters import LIVE, START, ParamSpec, descriptor, markdown_table, yaml_block
+from .parameters import declare_all
 
 try:  # CARLA's control and route messages, where the package exists (a CARLA ROS bridge install)
     import carla_msgs.msg as carla_msgs
@@ -81,8 +83,6 @@ except ImportError as _exc:
 
 NS_PER_S = 1_000_000_000
 DEFAULT_PLANNER = PLANNER_NODE
-TICK_SOURCES = ("odometry", "clock")
-CONTROL_CONSUMERS = ("carla", "vehicle_control")
 # QoS: outputs depth 1 (the leaderboard's control subscriber is depth 1, reliable); latched for
 # the leaderboard status, the planner status and the routes; sensor QoS for odometry.
 CONTROL_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
@@ -110,121 +110,6 @@ def controller_topics(role: str = DEFAULT_ROLE, planner: str = DEFAULT_PLANNER) 
         "command": f"{plan}/input/command",
         "diagnostics": "/diagnostics",
     }
-
-
-# ----------------------------------------------------------------------------- parameters
-# Descriptions and ranges of the derived parameters (defaults come from the dataclasses; a test
-# checks that every field has an entry here).
-GAIN_HELP: dict[str, tuple[str, float, float]] = {
-    "turn_kp": ("steering PID: proportional gain on the angle to the aim point (angle / 90 deg -> steer)", 0.0, 100.0),
-    "turn_ki": ("steering PID: gain on the mean error over turn_window ticks", 0.0, 100.0),
-    "turn_kd": ("steering PID: gain on the change of the error since the last tick", 0.0, 100.0),
-    "turn_window": ("steering PID: integral window (ticks)", 1, 100000),
-    "speed_kp": ("throttle PID: proportional gain on the speed error (m/s -> throttle)", 0.0, 100.0),
-    "speed_ki": ("throttle PID: gain on the mean error over speed_window ticks", 0.0, 100.0),
-    "speed_kd": ("throttle PID: gain on the change of the error since the last tick", 0.0, 100.0),
-    "speed_window": ("throttle PID: integral window (ticks)", 1, 100000),
-    "brake_speed_mps": ("brake when the plan's desired speed (2 x its first 0.5 s segment) is below this (m/s)",
-                        0.0, 100.0),
-    "brake_ratio": ("brake when the speed is above this times the desired speed", 1.0, 10.0),
-    "clip_delta_mps": ("the speed error fed to the throttle PID is clipped to 0 .. this (m/s)", 0.0, 100.0),
-    "max_throttle": ("throttle cap", 0.0, 1.0),
-    "plan_timeout_s": ("a plan older than this (sim time since its image stamp) is stale: full brake (seconds)",
-                       0.0, 3600.0),
-}
-ROUTE_HELP: dict[str, tuple[str, float, float]] = {
-    "option_lookahead_m": ("RoadOption routes: a maneuver (LEFT/RIGHT/STRAIGHT/lane change) this far ahead is "
-                           "announced (metres)", 0.0, 10000.0),
-    "lane_change_length_m": ("RoadOption routes: a lane change option holds this far past its point (metres)",
-                             0.0, 1000.0),
-    "lanefollow_geometry": ("RoadOption routes: LANEFOLLOW/VOID stretches use the geometric rule instead of "
-                            "straight", None, None),
-    "lookahead_m": ("geometric rule: route length ahead of the ego looked at (metres)", 1.0, 1000.0),
-    "turn_angle_deg": ("geometric rule: heading change over the look-ahead that is a turn (degrees)", 1.0, 180.0),
-    "lateral_offset_m": ("geometric rule: sideways shift at the look-ahead end that is a turn (metres)", 0.1, 100.0),
-    "max_distance_m": ("farther than this from the route: off route, no command (metres)", 0.1, 1000.0),
-    "search_back_m": ("progress window behind the remembered progress (metres)", 0.0, 1000.0),
-    "search_ahead_m": ("progress window ahead of the remembered progress (metres)", 0.0, 10000.0),
-    "hysteresis_m": ("a new command must persist this much route progress ... (metres)", 0.0, 1000.0),
-    "hysteresis_s": ("... or this long, whichever comes first (seconds)", 0.0, 3600.0),
-}
-GAINS_PREFIX, ROUTE_PREFIX = "control.", "route."
-_ROUTE_NESTED = "geometry"        # RouteTrackerSettings.geometry (RouteCommandSettings) is flattened
-
-
-def _route_fields() -> list[tuple[str, Any]]:
-    """(name, default) of the route settings, RouteCommandSettings' fields flattened in."""
-    defaults = RouteTrackerSettings()
-    out = []
-    for f in fields(RouteTrackerSettings):
-        if f.name == _ROUTE_NESTED:
-            out += [(g.name, getattr(defaults.geometry, g.name)) for g in fields(RouteCommandSettings)]
-        else:
-            out.append((f.name, getattr(defaults, f.name)))
-    return out
-
-
-SPECS: tuple[ParamSpec, ...] = (
-    ParamSpec("role_name", DEFAULT_ROLE, "CARLA ego role name: topics /carla/<role_name>/...", START),
-    ParamSpec("planner_name", DEFAULT_PLANNER, "the planner node's name: topics /<planner_name>/...", START),
-    ParamSpec("tick_source", "odometry", "odometry: one control per odometry message, stamped like it; clock: one "
-              "per /clock message, with the newest odometry", START, choices=TICK_SOURCES),
-    ParamSpec("control_consumer", "carla", "what applies the control: carla = carla_msgs/CarlaEgoVehicleControl on "
-              "/carla/<role_name>/vehicle_control_cmd (needs carla_msgs; without it no READY and an ERROR "
-              "diagnostic); vehicle_control = this package's VehicleControl on ~/output/control (the demo world)",
-              START, choices=CONTROL_CONSUMERS),
-    ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (wall seconds)", START,
-              low=0.05, high=60.0),
-    ParamSpec("ego_frame_id", "", "header.frame_id of the controls; empty = the odometry's child_frame_id"),
-    ParamSpec("odometry_timeout_s", 0.25, "tick_source clock: brake when the newest odometry is older than this "
-              "(sim seconds)", low=0.001, high=3600.0),
-    ParamSpec("plan_deadline_s", WAYPOINT_DT_S, "a plan arriving more than this after its image stamp (sim time) "
-              "counts as late (lockstep N x tick period; 10 x 50 ms = 0.5 s)", low=0.0, high=3600.0),
-    ParamSpec("tick_deadline_wall_s", 1.0, "a tick whose control took longer than this (wall) counts as a missed "
-              "deadline (the leaderboard waits 1.0 s)", low=0.0, high=3600.0),
-) + tuple(
-    ParamSpec(GAINS_PREFIX + f.name, f.default, GAIN_HELP[f.name][0], LIVE, low=GAIN_HELP[f.name][1],
-              high=GAIN_HELP[f.name][2]) for f in fields(ControllerGains)
-) + (
-    ParamSpec("route.publish_command", True, "track the route (Path or CarlaRoute) and publish its command to "
-              "/<planner_name>/input/command every tick", START),
-) + tuple(
-    ParamSpec(ROUTE_PREFIX + name, default, ROUTE_HELP[name][0], LIVE, low=ROUTE_HELP[name][1],
-              high=ROUTE_HELP[name][2]) for name, default in _route_fields()
-)
-SPECS_BY_NAME = {s.name: s for s in SPECS}
-
-
-def validate_values(values: dict[str, Any]) -> list[str]:
-    """Problems with a set of parameter values, each naming its parameter."""
-    errors = []
-    for spec in SPECS:
-        if spec.name not in values:
-            continue
-        value = values[spec.name]
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if (spec.kind is float and not number) or (spec.kind is not float and type(value) is not spec.kind):
-            errors.append(f"{spec.name}: expected {spec.kind.__name__}, got {value!r}")
-            continue
-        if spec.choices is not None and value not in spec.choices:
-            errors.append(f"{spec.name}: {value!r} is not one of {', '.join(spec.choices)}")
-        if number and not math.isfinite(value):
-            errors.append(f"{spec.name}: must be finite, got {value!r}")
-        elif spec.low is not None and value < spec.low:
-            errors.append(f"{spec.name}: {value!r} is below {spec.low}")
-        elif spec.high is not None and value > spec.high:
-            errors.append(f"{spec.name}: {value!r} is above {spec.high}")
-    return errors
-
-
-def gains_from(values: dict[str, Any]) -> ControllerGains:
-    return ControllerGains(**{f.name: values[GAINS_PREFIX + f.name] for f in fields(ControllerGains)})
-
-
-def route_settings_from(values: dict[str, Any]) -> RouteTrackerSettings:
-    geometry = RouteCommandSettings(**{f.name: values[ROUTE_PREFIX + f.name] for f in fields(RouteCommandSettings)})
-    rest = {f.name: values[ROUTE_PREFIX + f.name] for f in fields(RouteTrackerSettings) if f.name != _ROUTE_NESTED}
-    return RouteTrackerSettings(geometry=geometry, **rest)
 
 
 # ----------------------------------------------------------------------------- messages <-> core
@@ -287,9 +172,10 @@ def fallback_key(reason: str) -> str:
 class ControllerNode(Node):
     def __init__(self, node_name: str = "wam_diff2_controller", **kwargs: Any):
         super().__init__(node_name, **kwargs)
-        self._config_errors = self._declare()
+        # an override rclpy refuses (wrong type, out of range) keeps the node up: it brakes and reports
+        self._config_errors = list(declare_all(self, SPECS).values())
         values = {s.name: self.get_parameter(s.name).value for s in SPECS}
-        self._config_errors += validate_values(values)
+        self._config_errors += [str(e) for e in validate_values(values)]
         self._values = values
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
@@ -354,16 +240,6 @@ class ControllerNode(Node):
         return self._plan_stamp_ns
 
     # ------------------------------------------------------------------ parameters
-    def _declare(self) -> list[str]:
-        refused = []
-        for spec in SPECS:
-            try:
-                self.declare_parameter(spec.name, spec.default, descriptor(spec))
-            except Exception as exc:     # an override rclpy refuses: keep the node up, brake, report
-                self.declare_parameter(spec.name, spec.default, descriptor(spec), ignore_override=True)
-                refused.append(f"{spec.name}: the given value was refused ({exc})")
-        return refused
-
     def _gains(self, values: dict) -> ControllerGains:
         return gains_from({k: v if k not in self._bad_names() else SPECS_BY_NAME[k].default
                            for k, v in values.items()})
@@ -377,7 +253,7 @@ class ControllerNode(Node):
 
     def _on_set_parameters(self, changed: list) -> SetParametersResult:
         proposed = {p.name: p.value for p in changed if p.name in SPECS_BY_NAME}
-        errors = validate_values(proposed)
+        errors = [str(e) for e in validate_values(proposed)]
         return SetParametersResult(successful=not errors, reason="; ".join(errors))
 
     def _after_set_parameters(self, changed: list) -> None:
@@ -552,9 +428,6 @@ class ControllerNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    if args is None and any(a in ("--yaml", "--markdown") for a in sys.argv[1:]):
-        print(yaml_block(SPECS) if "--yaml" in sys.argv else markdown_table(SPECS))
-        return 0
     rclpy.init(args=args)
     node = ControllerNode()
     executor = SingleThreadedExecutor()

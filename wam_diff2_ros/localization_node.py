@@ -30,7 +30,6 @@ from __future__ import annotations
 import collections
 import math
 import sys
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -48,9 +47,10 @@ from std_msgs.msg import Float32, Header
 from wam_diff2_core.topics import DEFAULT_ROLE
 from wam_diff2_core.geometry import quaternion_from_yaw, yaw_from_quaternion
 from wam_diff2_core.localization import GeoReference, LocalizationSettings, OdometryFilter, X, Y, YAW, V
+from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, filter_settings
 
 from .controller_node import ns_stamp, stamp_ns
-from .parameters import LIVE, START, ParamSpec, descriptor, markdown_table, yaml_block
+from .parameters import declare_all
 
 NS_PER_S = 1_000_000_000
 UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
@@ -63,46 +63,6 @@ def localization_topics(role: str = DEFAULT_ROLE, gnss_id: str = "gnss", imu_id:
     carla = f"/carla/{role}"
     return {"gnss": f"{carla}/{gnss_id}", "imu": f"{carla}/{imu_id}", "speedometer": f"{carla}/{speedometer_id}",
             "odometry": f"{carla}/odometry", "diagnostics": "/diagnostics"}
-
-
-FILTER_PREFIX = "filter."
-FILTER_HELP: dict[str, tuple[str, float, float]] = {
-    "gnss_stddev_m": ("GNSS position standard deviation when a fix carries no covariance (metres; the "
-                      "leaderboard's 5e-6 deg)", 1e-4, 1000.0),
-    "heading_stddev_rad": ("IMU orientation (heading) standard deviation when the message carries no covariance "
-                           "(rad)", 1e-5, 10.0),
-    "speed_stddev_mps": ("speedometer standard deviation (m/s)", 1e-5, 100.0),
-    "gyro_noise_radps": ("process noise: yaw-rate error between IMU samples (rad/s)", 1e-6, 100.0),
-    "accel_noise_mps2": ("process noise: acceleration error between IMU samples (m/s^2)", 1e-6, 1000.0),
-    "position_noise_mps": ("process noise: motion the unicycle model misses (m/s)", 1e-6, 100.0),
-    "max_lag_s": ("a measurement older than the filter by more than this is refused (seconds)", 1e-4, 10.0),
-    "max_gap_s": ("a gap longer than this, or time going back by more, restarts the filter (seconds)", 1e-3, 3600.0),
-    "initial_speed_stddev_mps": ("speed standard deviation before the first speedometer reading (m/s)",
-                                 1e-3, 100.0),
-}
-SPECS: tuple[ParamSpec, ...] = (
-    ParamSpec("role_name", DEFAULT_ROLE, "CARLA ego role name: topics /carla/<role_name>/...", START),
-    ParamSpec("gnss_id", "gnss", "GNSS sensor id: sensor_msgs/NavSatFix on /carla/<role_name>/<gnss_id>", START),
-    ParamSpec("imu_id", "imu", "IMU sensor id: sensor_msgs/Imu on /carla/<role_name>/<imu_id>", START),
-    ParamSpec("speedometer_id", "speedometer", "speedometer id: std_msgs/Float32 (m/s) on "
-              "/carla/<role_name>/<speedometer_id>", START),
-    ParamSpec("map_frame_id", "map", "header.frame_id of the odometry (the map frame of the bridge and the route)",
-              START),
-    ParamSpec("child_frame_id", "", "child_frame_id of the odometry; empty = the role name (as the bridge)", START),
-    ParamSpec("geo.lat_ref_deg", 0.0, "latitude of the map origin (the town's OpenDRIVE geoReference; degrees)",
-              START, low=-85.0, high=85.0),
-    ParamSpec("geo.lon_ref_deg", 0.0, "longitude of the map origin (degrees)", START, low=-180.0, high=180.0),
-    ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (wall seconds)", START,
-              low=0.05, high=60.0),
-) + tuple(
-    ParamSpec(FILTER_PREFIX + f.name, f.default, FILTER_HELP[f.name][0], LIVE, low=FILTER_HELP[f.name][1],
-              high=FILTER_HELP[f.name][2]) for f in fields(LocalizationSettings)
-)
-SPECS_BY_NAME = {s.name: s for s in SPECS}
-
-
-def filter_settings(values: dict[str, Any]) -> LocalizationSettings:
-    return LocalizationSettings(**{f.name: float(values[FILTER_PREFIX + f.name]) for f in fields(LocalizationSettings)})
 
 
 def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:
@@ -135,7 +95,8 @@ def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: 
 class LocalizationNode(Node):
     def __init__(self, node_name: str = "wam_diff2_localization", **kwargs: Any):
         super().__init__(node_name, **kwargs)
-        self._config_errors = self._declare()
+        # an override rclpy refuses keeps the node up: it publishes nothing and reports
+        self._config_errors = list(declare_all(self, SPECS).values())
         values = {s.name: self.get_parameter(s.name).value for s in SPECS}
         try:
             self.reference = GeoReference(values["geo.lat_ref_deg"], values["geo.lon_ref_deg"])
@@ -166,16 +127,6 @@ class LocalizationNode(Node):
         self.get_logger().info(f"localizing from {t['gnss']} + {t['imu']} + {t['speedometer']} -> {t['odometry']}")
 
     # ------------------------------------------------------------------ parameters
-    def _declare(self) -> list[str]:
-        refused = []
-        for spec in SPECS:
-            try:
-                self.declare_parameter(spec.name, spec.default, descriptor(spec))
-            except Exception as exc:     # an override rclpy refuses: keep the node up, publish nothing, report
-                self.declare_parameter(spec.name, spec.default, descriptor(spec), ignore_override=True)
-                refused.append(f"{spec.name}: the given value was refused ({exc})")
-        return refused
-
     def _on_set_parameters(self, changed: list) -> SetParametersResult:
         proposed = {**self._values, **{p.name: p.value for p in changed if p.name in SPECS_BY_NAME}}
         try:
@@ -259,9 +210,6 @@ class LocalizationNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    if args is None and any(a in ("--yaml", "--markdown") for a in sys.argv[1:]):
-        print(yaml_block(SPECS) if "--yaml" in sys.argv else markdown_table(SPECS))
-        return 0
     rclpy.init(args=args)
     node = LocalizationNode()
     executor = SingleThreadedExecutor()

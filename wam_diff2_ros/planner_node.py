@@ -43,15 +43,17 @@ from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.geometry import TIME_RESET_S, CameraMount, EgoSample, PinholeCamera, project_ego_points
 from wam_diff2_core.images import ImageError, draw_debug_image
-from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, OFF_ROUTE,
-                                   ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip, check_image_msg,
-                                   image_msg_to_rgb, is_compressed, stamp_ns)
+from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER,
+                                         OFF_ROUTE, ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip,
+                                         check_image_msg, image_msg_to_rgb, is_compressed, stamp_ns)
+from wam_diff2_core.params import planner as params
+from wam_diff2_core.params.spec import CONFIGURE
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
 from wam_diff2_core.profiling import stage_summary
 from wam_diff2_core.topics import PLANNER_NODE
 
 from . import conversions as conv
-from . import parameters as params
+from .parameters import declare_all, read_all
 from .keep_latest import LatestSlot
 from .msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
 
@@ -106,8 +108,8 @@ SKIP_CAUSES = {BAD_ODOMETRY: "odometry_non_finite", ODOMETRY_OUT_OF_ORDER: "odom
 class PlannerNode(LifecycleNode):
     def __init__(self, node_name: str = PLANNER_NODE, **kwargs: Any):
         super().__init__(node_name, **kwargs)
-        self._rejected_overrides = params.declare_all(self)
-        self._values = params.read_all(self)
+        self._rejected_overrides = declare_all(self, params.SPECS)
+        self._values = read_all(self, params.SPECS)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
@@ -157,7 +159,7 @@ class PlannerNode(LifecycleNode):
         if self._policy is not None or self._loading:
             for name in names:
                 spec = params.SPECS_BY_NAME.get(name)
-                if spec is not None and spec.apply == params.CONFIGURE:
+                if spec is not None and spec.apply == CONFIGURE:
                     return SetParametersResult(successful=False, reason=(
                         f"{name} is applied on configure and a model is loaded ({self._lifecycle}): "
                         "deactivate and clean up the node, set it, then configure again"))

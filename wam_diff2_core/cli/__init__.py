@@ -54,19 +54,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_reporting_errors(prog: str, run, args) -> int:
+    """``run(args)``'s exit status; a ConfigError (bad settings or checkpoint) is one line naming it,
+    no traceback (2), Ctrl-C one line (130). ``wam-diff2-ros`` runs its tools through this too."""
+    from ..config import ConfigError
+    try:
+        return int(run(args) or 0)
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     offline_environment()
-    from ..config import ConfigError
-    try:
-        return int(args._run(args) or 0)
-    except ConfigError as exc:  # bad settings or checkpoint: a clear message, no traceback
-        print(f"wam-diff2 {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"wam-diff2 {args.command}: interrupted", file=sys.stderr)
-        return 130
+    return run_reporting_errors(f"wam-diff2 {args.command}", args._run, args)
 
 
 if __name__ == "__main__":

@@ -26,16 +26,14 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..params import planner as node_params
+from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
                      decoding_overrides, image_limits)
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
-
-
-def _route_fields():
-    from ..geometry import RouteCommandSettings
-    return dataclasses.fields(RouteCommandSettings)
+NO_DEFAULT_COMMAND = "none"      # --default-command none: skip frames with no command
 
 
 def add_arguments(p) -> None:
@@ -57,12 +55,12 @@ def add_arguments(p) -> None:
                         "`wam-diff2-ros replay BAG --record NODE_BAG`), one NODE_BAG per BAG in the same order; no "
                         "--model or decoding flags")
     p.add_argument("--trajectory-topic", default=None, metavar="TOPIC",
-                   help="the Trajectory topic in NODE_BAG (default /wam_diff2_planner/output/trajectory, else the "
+                   help=f"the Trajectory topic in NODE_BAG (default /{PLANNER_NODE}/output/trajectory, else the "
                         "bag's only Trajectory topic)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     t = p.add_argument_group("topics (default: carla-ros-bridge names under /carla/ROLE)")
-    t.add_argument("--role", default="ego_vehicle", help="carla-ros-bridge role name (default ego_vehicle)")
+    t.add_argument("--role", default=DEFAULT_ROLE, help=f"carla-ros-bridge role name (default {DEFAULT_ROLE})")
     t.add_argument("--camera", default="rgb_front", help="camera sensor id (default rgb_front)")
     t.add_argument("--image-topic", default=None, help="sensor_msgs/Image or CompressedImage "
                                                        "(default /carla/ROLE/CAMERA/image)")
@@ -70,7 +68,7 @@ def add_arguments(p) -> None:
     t.add_argument("--route-topic", default=None, help="nav_msgs/Path route (default /carla/ROLE/waypoints; used "
                                                        "when the bag has it)")
     t.add_argument("--command-topic", default=None, help="std_msgs/String command, overrides the route (default "
-                                                         "/wam_diff2_planner/input/command, the node's input; used "
+                                                         f"{DEFAULT_COMMAND_TOPIC}, the node's input; used "
                                                          "when the bag has it)")
     t.add_argument("--objects-topic", default=None, help="derived_object_msgs/ObjectArray of the other agents, for "
                    "the collision rate (default /carla/ROLE/objects; used when present)")
@@ -83,16 +81,12 @@ def add_arguments(p) -> None:
                    help="the planner node's parameter YAML (e.g. config/planner.yaml): its input, route, decoding, "
                         "device, dtype, pixel budget, image size limits and model_path values apply unless a flag here "
                         "says otherwise")
-    i.add_argument("--default-command", default=None, choices=("left", "straight", "right", "none"),
-                   help="command when neither a command topic nor the route gives one (node default: straight; "
-                        "none: skip such frames)")
-    i.add_argument("--odometry-timeout-s", type=float, default=None,
-                   help="skip a frame when no odometry lies within this of its stamp (node default 0.5)")
-    i.add_argument("--acceleration-time-constant-s", type=float, default=None,
-                   help="low-pass time constant of the differentiated velocity (node default 0.5)")
-    for f in _route_fields():
-        i.add_argument("--route-" + f.name.replace("_", "-"), dest="route_" + f.name, type=float, default=None,
-                       help=f"route -> command: {f.name} (node default {f.default})")
+    for name in node_params.INPUT_PARAMETERS:      # the node's input parameters, one flag each
+        spec, dest = node_params.SPECS_BY_NAME[name], node_params.cli_dest(name)
+        choices = None if spec.choices is None else (*spec.choices, NO_DEFAULT_COMMAND)
+        extra = f"; {NO_DEFAULT_COMMAND}: skip such frames" if choices else ""
+        i.add_argument("--" + dest.replace("_", "-"), dest=dest, type=spec.kind, default=None, choices=choices,
+                       help=f"{spec.description} (node default {spec.default}{extra})")
     add_image_limit_arguments(i)
     e = p.add_argument_group("ego box for the collision rate (default: the demo world's ego, odometry at the rear axle)")
     for f in dataclasses.fields(_footprint_class()):
@@ -102,8 +96,9 @@ def add_arguments(p) -> None:
                    help="longest odometry gap the recorded future is interpolated over (default 0.5)")
 
     add_model_arguments(p, required=False)  # --compare needs no model; run() checks it for evaluation
+    spec = node_params.SPECS_BY_NAME["max_waypoint_abs_m"]
     p.add_argument("--max-waypoint-abs-m", type=float, default=None,
-                   help="answers with a coordinate beyond this are invalid (node default 200)")
+                   help=f"{spec.description} (node default {spec.default:g})")
     add_parse_retry_argument(p)
     add_decoding_arguments(p)
 
@@ -113,7 +108,7 @@ def _footprint_class():
     return EgoFootprint
 
 
-def read_node_params(path: str | Path, node: str = "wam_diff2_planner") -> dict:
+def read_node_params(path: str | Path, node: str = node_params.NODE) -> dict:
     """The ``ros__parameters`` of a ROS 2 parameter YAML for ``node`` (``/**`` first, then the node's
     own section), flattened to the node's dotted names (``route.lookahead_m``)."""
     import yaml
@@ -147,39 +142,25 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def _apply_params_file(args) -> dict:
-    """Fill the flags the user did not give from --params-file; returns the file's values."""
-    from ..config import DECODING_FIELDS
-
+    """Fill the flags the user did not give (left at None, or at the node's own default such as
+    ``--device auto``) from --params-file: every parameter of ``node_params.EVALUATOR_PARAMETERS``
+    (a YAML integer for a float parameter as a float; "" or 0 where that means "none", e.g.
+    image.min_pixels, stays unset; a value of the wrong type is refused later, naming it)."""
     node = read_node_params(args.params_file) if args.params_file else {}
-
-    def fill(attr, key, unset=None, convert=lambda v: v):
-        if getattr(args, attr) == unset and key in node:
-            setattr(args, attr, convert(node[key]))
-
-    fill("model", "model_path", unset=None, convert=lambda v: v or None)
-    fill("device", "device", unset="auto")
-    fill("dtype", "dtype", unset="auto")
-    fill("min_pixels", "image.min_pixels", convert=lambda v: int(v) or None)
-    fill("max_pixels", "image.max_pixels", convert=lambda v: int(v) or None)
-    fill("max_decoded_pixels", "image.max_decoded_pixels", convert=int)
-    fill("max_decoded_bytes", "image.max_decoded_bytes", convert=int)
-    fill("max_waypoint_abs_m", "max_waypoint_abs_m", convert=float)
-    fill("parse_retry", "parse_retry")
-    fill("odometry_timeout_s", "odometry_timeout_s", convert=float)
-    fill("acceleration_time_constant_s", "acceleration_time_constant_s", convert=float)
-    fill("default_command", "default_command")
-    for f in _route_fields():
-        fill("route_" + f.name, "route." + f.name, convert=float)
-    for name in DECODING_FIELDS:
-        fill(name, "decoding." + name)
+    for name in node_params.EVALUATOR_PARAMETERS:
+        spec, dest = node_params.SPECS_BY_NAME[name], node_params.cli_dest(name)
+        current, value = getattr(args, dest), node.get(name)
+        if value is None or not (current is None or current == spec.default):
+            continue
+        if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        setattr(args, dest, None if spec.default in ("", 0) and not value else value)
     return node
 
 
 def _settings(args):
     from ..evaluation.bags import BagTopics
     from ..evaluation.runner import EvalSettings
-    from ..geometry import RouteCommandSettings
-    from ..frame_inputs import InputSettings
 
     topics = BagTopics.carla(args.role, args.camera, image=args.image_topic, odometry=args.odometry_topic,
                              route=args.route_topic, command=args.command_topic,
@@ -190,15 +171,11 @@ def _settings(args):
     footprint = _footprint_class()(**{f.name: getattr(args, "ego_" + f.name)
                                       for f in dataclasses.fields(_footprint_class())
                                       if getattr(args, "ego_" + f.name) is not None})
-    defaults = InputSettings()
-    route = RouteCommandSettings(**{f.name: getattr(args, "route_" + f.name) for f in _route_fields()
-                                    if getattr(args, "route_" + f.name) is not None})
-    default_command = defaults.default_command if args.default_command is None else args.default_command
-    inputs = InputSettings(
-        odometry_timeout_s=defaults.odometry_timeout_s if args.odometry_timeout_s is None else args.odometry_timeout_s,
-        acceleration_time_constant_s=(defaults.acceleration_time_constant_s if args.acceleration_time_constant_s
-                                      is None else args.acceleration_time_constant_s),
-        default_command=None if default_command == "none" else default_command, route=route)
+    given = {name: getattr(args, node_params.cli_dest(name)) for name in node_params.INPUT_PARAMETERS}
+    values = {**node_params.DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    if values["default_command"] == NO_DEFAULT_COMMAND:
+        values["default_command"] = None
+    inputs = node_params.input_settings(values)
     return EvalSettings(topics=topics, inputs=inputs, image_limits=image_limits(args), every=args.every,
                         max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required, footprint=footprint)
 

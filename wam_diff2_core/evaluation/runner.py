@@ -31,7 +31,7 @@ import numpy as np
 from ..geometry import TIME_RESET_S
 from ..images import ImageError, ImageLimits
 from ..frame_inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, image_msg_to_rgb,
-                      stamp_ns)
+                            stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
 from ..profiling import StageTimes
 from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,

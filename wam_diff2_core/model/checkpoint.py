@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..config import DIFFUSION_CONFIG_FILE, ConfigError, DiffusionConfig
+from ..config import DIFFUSION_CONFIG_FILE, DTYPE_ALIASES, DTYPE_NAMES, ConfigError, DiffusionConfig
 from ..utils.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,7 @@ def _npu_available() -> bool:
     return hasattr(torch, "npu") and torch.npu.is_available()
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-          "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {name: getattr(torch, DTYPE_ALIASES.get(name, name)) for name in DTYPE_NAMES}
 
 
 # On CPU, ``auto`` keeps float32 (bit-exact tests, small models) below this many parameters and

@@ -41,6 +41,8 @@ import numpy as np
 
 from .prompts import round_2dp
 
+DEFAULT_MAX_WAYPOINT_ABS_M = 200.0   # an answer with a waypoint coordinate beyond this (metres) is invalid
+
 # Error codes (ParseError.code).
 EMPTY = "empty"
 NOT_A_NUMBER = "not_a_number"

@@ -490,8 +490,8 @@ def run(args) -> int:
     ros_args = ["--ros-args", *args.ros_args] if args.ros_args is not None else None
     if args.record is None and (args.record_topics or args.record_grace_s is not None
                                 or args.record_storage is not None):
-        print("wam-diff2-ros replay: error: --record-topics, --record-grace-s and --record-storage need --record OUT_BAG",
-              file=sys.stderr)
+        print("wam-diff2-ros replay: error: --record-topics, --record-grace-s and --record-storage need --record "
+              "OUT_BAG", file=sys.stderr)
         return 2
     if args.record_grace_s is None:
         args.record_grace_s = ReplayOptions.record_grace_s

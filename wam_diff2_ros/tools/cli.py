@@ -105,8 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from wam_diff2_core.cli import offline_environment
-    from wam_diff2_core.config import ConfigError
+    from wam_diff2_core.cli import offline_environment, run_reporting_errors
 
     from ..entry_point import import_node_module
 
@@ -116,14 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     tool = import_node_module(f"{PROG} {args.command}", TOOLS[args.command][2])
     if isinstance(tool, int):
         return tool                       # the ROS 2 libraries or a Python library cannot load: said in one line
-    try:
-        return int(tool.run(args) or 0)
-    except ConfigError as exc:            # bad settings or checkpoint: a clear message, no traceback
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
-        return 130
+    return run_reporting_errors(f"{PROG} {args.command}", tool.run, args)
 
 
 if __name__ == "__main__":

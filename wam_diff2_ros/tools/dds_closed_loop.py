@@ -68,7 +68,7 @@ from wam_diff2_core.sim.route_runs import ExpertOracle, RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
 
 from ..controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
-                              controller_topics, ns_stamp, stamp_ns)
+                               controller_topics, ns_stamp, stamp_ns)
 from ..localization_node import LocalizationNode, localization_topics
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 

@@ -1,0 +1,55 @@
+"""The localization node's parameters (``wam-diff2-localization``): one table of specs.
+
+The node declares them (``wam_diff2_ros.parameters``) and the table in docs/carla.md is generated
+from them (``python -m wam_diff2_core.params --write``); the filter settings (``filter.*``) derive
+from :class:`wam_diff2_core.localization.LocalizationSettings`.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from ..localization import LocalizationSettings
+from ..topics import DEFAULT_ROLE
+from .spec import LIVE, START, ParamSpec, by_name, defaults
+
+NODE = "wam_diff2_localization"
+FILTER_PREFIX = "filter."
+FILTER_HELP: dict[str, tuple[str, float, float]] = {
+    "gnss_stddev_m": ("GNSS position standard deviation when a fix carries no covariance (metres; the "
+                      "leaderboard's 5e-6 deg)", 1e-4, 1000.0),
+    "heading_stddev_rad": ("IMU orientation (heading) standard deviation when the message carries no covariance "
+                           "(rad)", 1e-5, 10.0),
+    "speed_stddev_mps": ("speedometer standard deviation (m/s)", 1e-5, 100.0),
+    "gyro_noise_radps": ("process noise: yaw-rate error between IMU samples (rad/s)", 1e-6, 100.0),
+    "accel_noise_mps2": ("process noise: acceleration error between IMU samples (m/s^2)", 1e-6, 1000.0),
+    "position_noise_mps": ("process noise: motion the unicycle model misses (m/s)", 1e-6, 100.0),
+    "max_lag_s": ("a measurement older than the filter by more than this is refused (seconds)", 1e-4, 10.0),
+    "max_gap_s": ("a gap longer than this, or time going back by more, restarts the filter (seconds)", 1e-3, 3600.0),
+    "initial_speed_stddev_mps": ("speed standard deviation before the first speedometer reading (m/s)",
+                                 1e-3, 100.0),
+}
+SPECS: tuple[ParamSpec, ...] = (
+    ParamSpec("role_name", DEFAULT_ROLE, "CARLA ego role name: topics /carla/<role_name>/...", START),
+    ParamSpec("gnss_id", "gnss", "GNSS sensor id: sensor_msgs/NavSatFix on /carla/<role_name>/<gnss_id>", START),
+    ParamSpec("imu_id", "imu", "IMU sensor id: sensor_msgs/Imu on /carla/<role_name>/<imu_id>", START),
+    ParamSpec("speedometer_id", "speedometer", "speedometer id: std_msgs/Float32 (m/s) on "
+              "/carla/<role_name>/<speedometer_id>", START),
+    ParamSpec("map_frame_id", "map", "header.frame_id of the odometry (the map frame of the bridge and the route)",
+              START),
+    ParamSpec("child_frame_id", "", "child_frame_id of the odometry; empty = the role name (as the bridge)", START),
+    ParamSpec("geo.lat_ref_deg", 0.0, "latitude of the map origin (the town's OpenDRIVE geoReference; degrees)",
+              START, low=-85.0, high=85.0),
+    ParamSpec("geo.lon_ref_deg", 0.0, "longitude of the map origin (degrees)", START, low=-180.0, high=180.0),
+    ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (wall seconds)", START,
+              low=0.05, high=60.0),
+) + tuple(
+    ParamSpec(FILTER_PREFIX + f.name, f.default, FILTER_HELP[f.name][0], LIVE, low=FILTER_HELP[f.name][1],
+              high=FILTER_HELP[f.name][2]) for f in fields(LocalizationSettings)
+)
+SPECS_BY_NAME = by_name(SPECS)
+DEFAULTS = defaults(SPECS)
+
+
+def filter_settings(values: dict[str, Any]) -> LocalizationSettings:
+    return LocalizationSettings(**{f.name: float(values[FILTER_PREFIX + f.name]) for f in fields(LocalizationSettings)})

@@ -1,0 +1,150 @@
+"""One parameter system: a spec per parameter (name, type, default, range or choices, when it
+applies, help with its unit), one validator, and the generated YAML / README tables.
+
+The nodes declare their ROS parameters from these specs (``wam_diff2_ros.parameters``: descriptors
+with the ranges), the evaluator names the planner's parameters from them, and
+``python -m wam_diff2_core.params --write`` regenerates the YAML files in config/ and the README
+tables (a test checks the checked-in ones match).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+LIVE, CONFIGURE, START = "live", "configure", "start"
+APPLY_MOMENTS = (LIVE, CONFIGURE, START)
+UNSET_DEFAULT = "unset: the checkpoint's"
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One node parameter. ``apply``: ``live`` (at the next input), ``configure`` (when the model is
+    loaded; rejected while one is) or ``start`` (read once, read-only). A default of None declares the
+    parameter unset (``type_`` then names its type and ``shown_default`` the value documented for it)."""
+
+    name: str
+    default: Any
+    description: str
+    apply: str = LIVE
+    choices: tuple[str, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    type_: type | None = None
+    shown_default: Any = None
+
+    def __post_init__(self):
+        assert self.apply in APPLY_MOMENTS, self.apply
+        assert self.default is not None or self.type_ is not None, f"{self.name}: an unset spec needs type_"
+
+    @property
+    def kind(self) -> type:
+        return self.type_ or type(self.default)
+
+
+@dataclass(frozen=True)
+class ParamError:
+    names: tuple[str, ...]     # the parameters the problem involves
+    message: str               # names the offending field and value
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def defaults(specs: Iterable[ParamSpec]) -> dict[str, Any]:
+    return {s.name: s.default for s in specs}
+
+
+def by_name(specs: Iterable[ParamSpec]) -> dict[str, ParamSpec]:
+    return {s.name: s for s in specs}
+
+
+def _type_ok(spec: ParamSpec, value: Any) -> bool:
+    if spec.kind is list:
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if spec.kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if spec.kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, spec.kind)
+
+
+def check_values(specs: Sequence[ParamSpec], values: Mapping[str, Any]) -> list[ParamError]:
+    """Type, choices, finiteness and range of each given value (unknown names and values left
+    unset, None for a spec whose default is None, are ignored); each error names its parameter."""
+    errors: list[ParamError] = []
+    for spec in specs:
+        if spec.name not in values or (values[spec.name] is None and spec.default is None):
+            continue
+        value = values[spec.name]
+        if not _type_ok(spec, value):
+            errors.append(ParamError((spec.name,), f"{spec.name}: expected {spec.kind.__name__}, got {value!r}"))
+            continue
+        if spec.choices is not None and value not in spec.choices:
+            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is not one of {', '.join(spec.choices)}"))
+        if isinstance(value, float) and not math.isfinite(value):
+            errors.append(ParamError((spec.name,), f"{spec.name}: must be finite, got {value!r}"))
+        elif spec.low is not None and value < spec.low:
+            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is below {spec.low}"))
+        elif spec.high is not None and value > spec.high:
+            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is above {spec.high}"))
+    return errors
+
+
+# ----------------------------------------------------------------------------- generated docs
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+    return repr(value)
+
+
+def _format_range(spec: ParamSpec) -> str:
+    if spec.choices is not None:
+        return " / ".join(spec.choices)
+    if spec.low is not None or spec.high is not None:
+        return f"{format_value(spec.low) if spec.low is not None else ''} .. " \
+               f"{format_value(spec.high) if spec.high is not None else ''}"
+    return ""
+
+
+def markdown_table(specs: Iterable[ParamSpec]) -> str:
+    rows = ["| name | type | default | range | applied | description |", "|---|---|---|---|---|---|"]
+    type_names = {str: "string", int: "int", float: "double", bool: "bool", list: "string[]"}
+    for s in specs:
+        description = s.description.replace("|", "\\|")
+        default = UNSET_DEFAULT if s.default is None else f"`{format_value(s.default)}`"
+        rows.append(f"| `{s.name}` | {type_names[s.kind]} | {default} | {_format_range(s)} "
+                    f"| {s.apply} | {description} |")
+    return "\n".join(rows)
+
+
+def yaml_block(specs: Iterable[ParamSpec], indent: int = 4, unset_note: Sequence[str] = ()) -> str:
+    """The ros__parameters block with every default, nested on the dots; specs unset by default
+    follow as comments (after ``unset_note``) with their ``shown_default``."""
+    specs = list(specs)
+    unset = [s for s in specs if s.default is None]
+    lines = _yaml_lines([(s.name, s.default) for s in specs if s.default is not None], indent)
+    if unset:
+        lines += [" " * indent + "# " + line for line in unset_note]
+        lines += ["#" + line[1:] if line.startswith(" ") else "# " + line
+                  for line in _yaml_lines([(s.name, s.shown_default) for s in unset], indent)]
+    return "\n".join(lines)
+
+
+def _yaml_lines(items: list[tuple[str, Any]], indent: int) -> list[str]:
+    lines, opened = [], []
+    for name, value in items:
+        *groups, leaf = name.split(".")
+        common = 0
+        while common < min(len(groups), len(opened)) and groups[common] == opened[common]:
+            common += 1
+        opened = opened[:common]
+        for g in groups[common:]:
+            lines.append(" " * (indent + 2 * len(opened)) + f"{g}:")
+            opened.append(g)
+        lines.append(" " * (indent + 2 * len(opened)) + f"{leaf}: {format_value(value)}")
+    return lines
