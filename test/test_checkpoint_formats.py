@@ -84,10 +84,11 @@ def test_real_ids_prompt_image_tokens_eos_mask_and_banned(authors):
     assert set(range(151669, QWEN_LM_HEAD_ROWS)) <= banned and 151645 not in banned
     assert tok.convert_tokens_to_ids("<think>") not in banned
 
-    from wam_diff2_core.policy import DrivingPolicy, EgoState
+    from wam_diff2_core.geometry import EgoMotion
+    from wam_diff2_core.policy import DrivingPolicy
     policy = DrivingPolicy(loaded, tasks=("plan",))
     frame = (np.random.default_rng(0).random((64, 96, 3)) * 255).astype(np.uint8)
-    out = policy.step(frame, EgoState(velocity=(5.0, 0.0), acceleration=(0.0, 0.0)), "left")
+    out = policy.step(frame, EgoMotion(velocity=(5.0, 0.0), acceleration=(0.0, 0.0)), "left")
     assert out.plan.stats.block_size == 32 and out.plan.stats.tokens >= 1
     from PIL import Image
     from wam_diff2_core.model.prompt_encoding import encode_prompts
@@ -295,7 +296,7 @@ def test_the_node_configures_either_labelling_with_the_checkpoints_settings(labe
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
 
-    from wam_diff2_core.policy import EgoState
+    from wam_diff2_core.geometry import EgoMotion
     from wam_diff2_ros.planner_node import PlannerNode
     from ros_helpers import unique_domain_id
     ckpt = request.getfixturevalue(labelling)
@@ -311,7 +312,7 @@ def test_the_node_configures_either_labelling_with_the_checkpoints_settings(labe
         config = node._policy.loaded.config
         assert config.mask_token_id == AUTHORS_MASK_TOKEN_ID and config.eos_token_id == 151645
         frame = np.full((48, 64, 3), 90, np.uint8)
-        out = node._policy.step(frame, EgoState(velocity=(4.0, 0.0), acceleration=(0.0, 0.0)), "straight")
+        out = node._policy.step(frame, EgoMotion(velocity=(4.0, 0.0), acceleration=(0.0, 0.0)), "straight")
         assert out.plan.stats.block_size == expected and out.plan.stats.tokens >= 1
     finally:
         node.destroy_node()

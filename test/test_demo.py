@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wam_diff2_core.policy import DrivingPolicy, EgoState
+from wam_diff2_core.geometry import EgoMotion
+from wam_diff2_core.policy import DrivingPolicy
 from wam_diff2_core.sim import EpisodeSettings, simulate_episode
 from ros_helpers import unique_domain_id
 
@@ -36,7 +37,7 @@ def test_shipped_demo_model_loads_and_plans_from_what_it_sees(name, held_out_fra
     assert policy.settings.block_size == (1 if name == "ar" else 32)
     for frame in held_out_frames:
         t = frame.truth
-        out = policy.step(frame.rgb, EgoState(velocity=t.velocity, acceleration=t.acceleration_estimated), t.command)
+        out = policy.step(frame.rgb, EgoMotion(velocity=t.velocity, acceleration=t.acceleration_estimated), t.command)
         assert out.plan.valid, out.plan.raw_text
         waypoints = np.asarray(out.plan.waypoints)
         assert abs(waypoints[0, 0] - 0.5 * t.velocity[0]) < 1.0 and abs(waypoints[0, 1]) < 1.0
@@ -51,7 +52,7 @@ def test_block32_answer_that_does_not_parse_is_recovered_by_the_parse_retry():
     turns right with the expert."""
     frame = list(simulate_episode(HELD_OUT_SEED, 2, EpisodeSettings(frames=19, frame_stride=5)).frames())[18]
     t = frame.truth
-    ego = EgoState(velocity=t.velocity, acceleration=t.acceleration_estimated)
+    ego = EgoMotion(velocity=t.velocity, acceleration=t.acceleration_estimated)
     plain = DrivingPolicy.from_checkpoint(MODELS["block32"], device="cpu", parse_retry="none")
     first = plain.step(frame.rgb, ego, t.command).plan
     assert t.command == "right" and not first.valid and first.stats.retries == 0, first.raw_text

@@ -7,9 +7,10 @@ import pytest
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.model.prompt_encoding import encode_prompts
 from wam_diff2_core.outputs.prompts import format_planning_prompt
-from wam_diff2_core.policy import DrivingPolicy, EgoState
+from wam_diff2_core.geometry import EgoMotion
+from wam_diff2_core.policy import DrivingPolicy
 
-EGO = EgoState(velocity=(5.0, 0.0), acceleration=(0.0, 0.0))
+EGO = EgoMotion(velocity=(5.0, 0.0), acceleration=(0.0, 0.0))
 SHORT = {"max_new_tokens": 32}      # one block of the random tiny model, whose answers never parse
 
 

@@ -16,10 +16,11 @@ from wam_diff2_core.config import EngineSettings
 from wam_diff2_core.evaluation.bags import default_typestore
 from wam_diff2_core.frame_inputs import image_msg_to_rgb
 from wam_diff2_core.model.checkpoint import load_checkpoint
-from wam_diff2_core.policy import DrivingPolicy, EgoState
+from wam_diff2_core.geometry import EgoMotion
+from wam_diff2_core.policy import DrivingPolicy
 from wam_diff2_core.profiling import STAGES, PeakMemory, StageTimes
 
-EGO = EgoState(velocity=(5.0, 0.0), acceleration=(0.0, 0.0))
+EGO = EgoMotion(velocity=(5.0, 0.0), acceleration=(0.0, 0.0))
 
 
 def image_msg(rgb: np.ndarray):

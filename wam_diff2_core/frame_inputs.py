@@ -36,11 +36,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .geometry import (TIME_RESET_S, AccelerationEstimator, EgoHistory, EgoSample, RouteCommandSettings,
+from .geometry import (TIME_RESET_S, AccelerationEstimator, EgoHistory, EgoMotion, EgoSample, RouteCommandSettings,
                        command_from_road_option, command_from_route, yaw_from_quaternion)
 from .images import DEFAULT_LIMITS, ImageError, ImageLimits, check_raw_image, compressed_to_rgb, image_to_rgb
 from .outputs.prompts import COMMANDS
-from .policy import EgoState
 
 NS_PER_S = 1_000_000_000
 
@@ -135,7 +134,7 @@ class InputSettings:
 @dataclass(frozen=True)
 class FrameInputs:
     stamp_ns: int                 # the image stamp
-    ego: EgoState                 # what the prompt gets (ego frame)
+    ego: EgoMotion                # what the prompt gets (ego frame)
     command: str                  # left | straight | right
     command_source: str           # "command" | "route" | "default"
     odometry: EgoSample           # the ego state at the stamp (pose in the odometry frame)
@@ -270,6 +269,6 @@ class FrameInputTracker:
     def inputs_at(self, t_ns: int) -> FrameInputs:
         sample = self.odometry_at(t_ns)
         command, source, default_because = self.command_for(sample)
-        ego = EgoState(velocity=(sample.vx, sample.vy), acceleration=(sample.ax, sample.ay))
+        ego = sample.motion()
         return FrameInputs(stamp_ns=t_ns, ego=ego, command=command, command_source=source, odometry=sample,
                            default_because=default_because)

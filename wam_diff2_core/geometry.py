@@ -98,6 +98,23 @@ def path_headings(points: np.ndarray, start_yaw: float = 0.0) -> np.ndarray:
     return headings
 
 
+@dataclass(frozen=True)
+class VehicleBox:
+    """A vehicle's bounding box seen from its rear axle (the demo world's odometry origin)."""
+
+    length_m: float
+    width_m: float
+    rear_overhang_m: float            # rear axle -> rear bumper
+
+    @property
+    def centre_from_axle_m(self) -> float:
+        """Rear axle -> centre of the bounding box (forward)."""
+        return self.length_m / 2 - self.rear_overhang_m
+
+
+DEMO_EGO_BOX = VehicleBox(length_m=4.7, width_m=1.9, rear_overhang_m=0.95)   # the demo world's ego car
+
+
 def box_corners(x: float, y: float, yaw: float, length_m: float, width_m: float) -> np.ndarray:
     """[4, 2] corners of a box on the ground centred at (x, y) facing ``yaw``, counter-clockwise
     from front left."""
@@ -198,6 +215,19 @@ def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: f
 
 # ----------------------------------------------------------------------------- ego state
 @dataclass(frozen=True)
+class EgoMotion:
+    """Ego motion in the ego frame (x forward, y left): what the policy is told about the car."""
+
+    velocity: tuple[float, float]       # m/s
+    acceleration: tuple[float, float]   # m/s^2
+
+    def check(self) -> None:
+        values = (*self.velocity, *self.acceleration)
+        if len(values) != 4 or not all(math.isfinite(float(v)) for v in values):
+            raise ValueError(f"ego state must be finite: velocity={self.velocity}, acceleration={self.acceleration}")
+
+
+@dataclass(frozen=True)
 class EgoSample:
     """Ego state at one time: pose in the odometry frame, motion in the ego frame."""
 
@@ -209,6 +239,9 @@ class EgoSample:
     vy: float
     ax: float = 0.0          # m/s^2, ego frame
     ay: float = 0.0
+
+    def motion(self) -> EgoMotion:
+        return EgoMotion(velocity=(self.vx, self.vy), acceleration=(self.ax, self.ay))
 
     def interpolate(self, other: "EgoSample", stamp_s: float) -> "EgoSample":
         span = other.stamp_s - self.stamp_s

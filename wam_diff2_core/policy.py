@@ -4,7 +4,7 @@ The ROS planner node and the offline bag evaluator both call :meth:`DrivingPolic
 offline numbers are the node's numbers. No ROS here.
 
     policy = DrivingPolicy.from_checkpoint("ckpt/", tasks=("plan",))
-    out = policy.step(frame_rgb, EgoState(velocity=(4.66, -0.09), acceleration=(0.17, -1.53)), "right")
+    out = policy.step(frame_rgb, EgoMotion(velocity=(4.66, -0.09), acceleration=(0.17, -1.53)), "right")
     out.plan.waypoints      # [8, 2] metres, ego frame (x forward, y left), or None when invalid
 
 An answer that does not parse is decoded once more with ``parse_retry`` (a remasking strategy;
@@ -30,6 +30,7 @@ import torch
 from .config import DEFAULT_PARSE_RETRY, FAST_PATH_MIN_AGREEMENT, PARSE_RETRIES, EngineSettings
 from .decoding import make_decoder, resolve_engine
 from .decoding.common import DecodeStats
+from .geometry import EgoMotion
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.prompt_encoding import encode_prompts
 from .outputs.parsing import Box, parse_boxes, parse_waypoints
@@ -38,19 +39,6 @@ from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEM
 from .profiling import PeakMemory, StageTimes, VisionTimer
 
 TASKS = ("plan", "detect")
-
-
-@dataclass(frozen=True)
-class EgoState:
-    """Ego motion in the ego frame (x forward, y left)."""
-
-    velocity: tuple[float, float]       # m/s
-    acceleration: tuple[float, float]   # m/s^2
-
-    def check(self) -> None:
-        values = (*self.velocity, *self.acceleration)
-        if len(values) != 4 or not all(math.isfinite(float(v)) for v in values):
-            raise ValueError(f"ego state must be finite: velocity={self.velocity}, acceleration={self.acceleration}")
 
 
 @dataclass
@@ -118,7 +106,7 @@ class DrivingPolicy:
         content += [{"type": "text", "text": after}] if after else []
         return [{"role": "user", "content": content}]
 
-    def step(self, frame_rgb: np.ndarray, ego: EgoState, command: str,
+    def step(self, frame_rgb: np.ndarray, ego: EgoMotion, command: str,
              generator: torch.Generator | None = None) -> PolicyOutput:
         """Plan (and/or detect) for one frame. ``frame_rgb``: [H, W, 3] uint8 RGB."""
         from PIL import Image
@@ -204,7 +192,7 @@ class DrivingPolicy:
         """One decode on a grey frame so the first real frame does not pay one-off costs; with CUDA
         graphs, also capture every step shape for this policy's batch (one row per task)."""
         frame, image, prompts = self._warmup_prompts()
-        self.step(frame, EgoState((0.0, 0.0), (0.0, 0.0)), "straight")
+        self.step(frame, EgoMotion((0.0, 0.0), (0.0, 0.0)), "straight")
         if self.engine.cuda_graphs:
             tokens = self._inputs(prompts[:1], image)["input_ids"].shape[1]
             self.decoder.warmup([len(self.tasks)], prompt_tokens=tokens)

@@ -64,7 +64,7 @@ from std_msgs.msg import Bool, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointController
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
-from wam_diff2_core.evaluation.bags import DEFAULT_ROLE
+from wam_diff2_core.topics import DEFAULT_ROLE, PLANNER_NODE
 from wam_diff2_core.geometry import TIME_RESET_S, RouteCommandSettings, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
                                    route_from_path_msg)
@@ -80,7 +80,7 @@ except ImportError as _exc:
     CARLA_MSGS_ERROR = str(_exc)
 
 NS_PER_S = 1_000_000_000
-DEFAULT_PLANNER = "wam_diff2_planner"
+DEFAULT_PLANNER = PLANNER_NODE
 TICK_SOURCES = ("odometry", "clock")
 CONTROL_CONSUMERS = ("carla", "vehicle_control")
 # QoS: outputs depth 1 (the leaderboard's control subscriber is depth 1, reliable); latched for

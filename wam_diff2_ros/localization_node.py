@@ -45,7 +45,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import Imu, NavSatFix, NavSatStatus
 from std_msgs.msg import Float32, Header
 
-from wam_diff2_core.evaluation.bags import DEFAULT_ROLE
+from wam_diff2_core.topics import DEFAULT_ROLE
 from wam_diff2_core.geometry import quaternion_from_yaw, yaw_from_quaternion
 from wam_diff2_core.localization import GeoReference, LocalizationSettings, OdometryFilter, X, Y, YAW, V
 

@@ -48,6 +48,7 @@ from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, N
                                    image_msg_to_rgb, is_compressed, stamp_ns)
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
 from wam_diff2_core.profiling import stage_summary
+from wam_diff2_core.topics import PLANNER_NODE
 
 from . import conversions as conv
 from . import parameters as params
@@ -103,7 +104,7 @@ SKIP_CAUSES = {BAD_ODOMETRY: "odometry_non_finite", ODOMETRY_OUT_OF_ORDER: "odom
 
 
 class PlannerNode(LifecycleNode):
-    def __init__(self, node_name: str = "wam_diff2_planner", **kwargs: Any):
+    def __init__(self, node_name: str = PLANNER_NODE, **kwargs: Any):
         super().__init__(node_name, **kwargs)
         self._rejected_overrides = params.declare_all(self)
         self._values = params.read_all(self)

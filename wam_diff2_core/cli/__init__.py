@@ -1,4 +1,5 @@
-"""``wam-diff2`` command line: one subcommand per module in this package.
+"""``wam-diff2`` command line: one subcommand per module in this package (``train``'s lives with the
+trainer, :mod:`wam_diff2_core.trainer.command_line`, which ``python -m wam_diff2_core.trainer`` runs too).
 
     wam-diff2 tiny-checkpoint /tmp/tiny
     wam-diff2 infer --model /tmp/tiny --input eval.json --output preds.json
@@ -14,18 +15,20 @@ import logging
 import os
 import sys
 
-# subcommand -> module (in this package)
+# subcommand -> module (relative to this package)
 SUBCOMMANDS = {
-    "tiny-checkpoint": "tiny_checkpoint",
-    "convert": "convert",
-    "export": "export",
-    "infer": "infer",
-    "bench": "bench",
-    "verify-device": "verify_device",
-    "train": "train",
-    "synth": "synth",
-    "eval-bag": "eval_bag",
-    "closed-loop": "closed_loop",
+    "tiny-checkpoint": ".tiny_checkpoint",
+    "convert": ".convert",
+    "export": ".export",
+    "infer": ".infer",
+    "bench": ".bench",
+    "verify-device": ".verify_device",
+    "train": "..trainer.command_line",
+    "val-loss": ".val_loss",
+    "synth": ".synth",
+    "convert-data": ".convert_data",
+    "eval-bag": ".eval_bag",
+    "closed-loop": ".closed_loop",
 }
 
 
@@ -43,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in SUBCOMMANDS.items():
-        module = importlib.import_module(f"{__name__}.{module_name}")
+        module = importlib.import_module(module_name, __name__)
         p = sub.add_parser(name, help=module.HELP, description=module.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import statistics
 import time
 from pathlib import Path
+
+from .common import cpu_name, format_table
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)
@@ -305,27 +306,6 @@ def time_decodes(variants: dict, config, args, device) -> list[dict]:
                              "decode_ms": decode_ms, "ms_per_token": decode_ms / max(1, s.tokens),
                              "tokens_per_s": tokens / (decode_ms / 1e3), "same_tokens_as_first": out.sequences == reference})
     return rows
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
-
-
-def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    header = [title for _, title, _ in columns]
-    body = [[format(r[key], fmt) if isinstance(r[key], float) else str(r[key]) for key, _, fmt in columns]
-            for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
-    return "\n".join(lines)
 
 
 def run(args) -> int:

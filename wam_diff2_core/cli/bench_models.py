@@ -21,12 +21,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ..config import DecodingSettings
 from ..profiling import stage_summary
 
 log = logging.getLogger(__name__)
 
-DEFAULT_THRESHOLD = 0.9
 SWEEP_BLOCK = 32
+DEFAULT_THRESHOLD = DecodingSettings().confidence_threshold   # the Block-B rows' threshold (0.9)
 
 
 def add_arguments(p) -> None:
@@ -270,7 +271,7 @@ def run(args) -> int:
     from ..model.checkpoint import load_checkpoint
     from ..model.prompt_encoding import encode_prompts
     from ..utils.atomic import atomic_directory, atomic_write_json
-    from .bench import cpu_name, format_table
+    from .common import cpu_name, format_table
 
     if not args.model:
         raise ConfigError("--data needs --model (the block-diffusion checkpoint)")

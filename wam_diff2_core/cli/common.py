@@ -1,8 +1,11 @@
-"""Argument groups shared by subcommands, derived from the single sources of defaults."""
+"""Argument groups shared by subcommands, derived from the single sources of defaults; the
+benchmarks' table printing."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import platform
+from pathlib import Path
 from typing import Any
 
 from ..config import DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings, field_type
@@ -75,3 +78,27 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     parser.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")
     parser.add_argument("--max-pixels", type=int, default=None)
+
+
+# ----------------------------------------------------------------------------- benchmark output
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), for a benchmark's hardware line."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """``rows`` as an aligned text table; ``columns``: (key, title, float format)."""
+    header = [title for _, title, _ in columns]
+    body = [[format(r[key], fmt) if isinstance(r[key], float) else str(r[key]) for key, _, fmt in columns]
+            for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
+    return "\n".join(lines)

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from ..evaluation.bags import DEFAULT_ROLE
+from ..topics import DEFAULT_ROLE
 from ..outputs.prompts import COMMANDS
 
 HELP = "generate synthetic driving scenes (JSON samples and rosbag2 bags)"
@@ -40,7 +40,8 @@ def add_arguments(p) -> None:
     traffic.add_argument("--traffic", dest="traffic", action="store_true", default=True, help="other vehicles (default)")
     traffic.add_argument("--no-traffic", dest="traffic", action="store_false", help="an empty road")
     p.add_argument("--formats", type=_formats, default=("json", "mcap", "sqlite3"),
-                   help="comma-separated subset of json,mcap,sqlite3 (default: all)")
+                   help="comma-separated subset of json,mcap,sqlite3,b2d (default: json,mcap,sqlite3; b2d: each "
+                        "episode as a Bench2Drive clip, 10 Hz: --frame-stride 2)")
     p.add_argument("--val-fraction", type=float, default=0.25, help="share of episodes held out as val.json")
     p.add_argument("--role", default=DEFAULT_ROLE, help="CARLA role name in the bag topics and frames")
     p.add_argument("--command-topic", default=None,

@@ -155,7 +155,8 @@ def measure_frames(device, dtype, args) -> dict:
     from ..config import DiffusionConfig
     from ..model.checkpoint import LoadedModel
     from ..model.tiny import build_processor, build_tokenizer
-    from ..policy import DrivingPolicy, EgoState
+    from ..geometry import EgoMotion
+    from ..policy import DrivingPolicy
     from .bench import SHAPES, VISION_2B, build_random_model
 
     tokenizer = build_tokenizer(args.seed, qwen_layout=True)
@@ -175,7 +176,7 @@ def measure_frames(device, dtype, args) -> dict:
     policy.warmup()                                                          # as the node does
     width, height = args.frame_size
     frame = np.random.default_rng(args.seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    ego = EgoState((5.0, 0.0), (0.0, 0.0))
+    ego = EgoMotion((5.0, 0.0), (0.0, 0.0))
     policy.step(frame, ego, "straight")                                      # the frame's shapes, once
     times, tokens = [], []
     for _ in range(args.frames):

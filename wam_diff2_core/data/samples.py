@@ -249,6 +249,14 @@ def _json_type(value: Any) -> str:
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
+def dump_json_list(path: str | Path, items: list[dict]) -> None:
+    """Write a JSON list with one item per line (the datasets' train.json / val.json), atomically."""
+    from ..utils.atomic import atomic_write_text
+
+    lines = [json.dumps(item, ensure_ascii=False) for item in items]
+    atomic_write_text(path, "[\n" + ",\n".join(lines) + ("\n" if lines else "") + "]\n")
+
+
 def load_images(sample: Sample, limits: ImageLimits = DEFAULT_LIMITS):
     """The sample's images as RGB PIL images. A SampleError names a file that is missing, does not
     decode, or is over ``limits`` (refused from its header, before its pixels are decoded)."""

@@ -20,10 +20,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, carla_topics
+
 STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
 PACKAGE = "wam_diff2_ros"
-DEFAULT_ROLE = "ego_vehicle"                                  # carla-ros-bridge's default role name
-DEFAULT_COMMAND_TOPIC = "/wam_diff2_planner/input/command"    # the planner node's command input
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 ODOMETRY_TYPES = ("nav_msgs/msg/Odometry",)
@@ -51,10 +51,7 @@ class BagTopics:
     @classmethod
     def carla(cls, role: str = DEFAULT_ROLE, camera: str = "rgb_front", **overrides: str | None) -> "BagTopics":
         """carla-ros-bridge's topics for ``role``; the command is the planner node's own input topic."""
-        base = f"/carla/{role}"
-        topics = dict(image=f"{base}/{camera}/image", odometry=f"{base}/odometry", route=f"{base}/waypoints",
-                      command=DEFAULT_COMMAND_TOPIC, camera_info=f"{base}/{camera}/camera_info",
-                      objects=f"{base}/objects")
+        topics = {**carla_topics(role, camera), "command": DEFAULT_COMMAND_TOPIC}
         topics.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**topics)
 

@@ -24,13 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..geometry import box_corners, boxes_overlap, path_headings, world_to_ego
-from ..sim.vehicles import BicycleParams
+from ..geometry import DEMO_EGO_BOX, box_corners, boxes_overlap, path_headings, world_to_ego
 from .derived_objects import ObjectTrack
 from .ground_truth import WAYPOINT_OFFSETS_NS, EgoTrajectory
-
-_DEMO_EGO = BicycleParams()
-
 
 @dataclass(frozen=True)
 class EgoFootprint:
@@ -38,9 +34,9 @@ class EgoFootprint:
     odometry frame is the rear axle; a CARLA bag's odometry is the vehicle's centre: ``centre_ahead_m``
     0, and the leaderboard's Lincoln MKZ 2020 is 4.89 x 2.12 m)."""
 
-    length_m: float = _DEMO_EGO.length_m
-    width_m: float = _DEMO_EGO.width_m
-    centre_ahead_m: float = _DEMO_EGO.centre_from_axle_m
+    length_m: float = DEMO_EGO_BOX.length_m
+    width_m: float = DEMO_EGO_BOX.width_m
+    centre_ahead_m: float = DEMO_EGO_BOX.centre_from_axle_m
 
     def __post_init__(self):
         if not (self.length_m > 0 and self.width_m > 0):

@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..geometry import quaternion_from_yaw
-from .bags import DEFAULT_ROLE, BagTopics, default_typestore, write_bag
+from ..topics import DEFAULT_ROLE
+from .bags import BagTopics, default_typestore, write_bag
 from .derived_objects import OBJECT_ARRAY_TYPE, object_array_msg
 
 START_NS = 1_000 * 1_000_000_000        # scenes start at t = 1000 s (a zero stamp means "unstamped")

@@ -27,21 +27,24 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..evaluation.bags import DEFAULT_ROLE
-
 import cv2
 import numpy as np
 
+from ..data.bench2drive import FRAME_RATE_HZ as B2D_FRAME_RATE_HZ
+from ..data.samples import dump_json_list
 from ..outputs.parsing import format_waypoints
 from ..outputs.prompts import COMMANDS, format_detection_prompt, format_planning_prompt
+from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE
 from ..utils.atomic import atomic_directory
-from .episode_bags import DEFAULT_COMMAND_TOPIC, STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
+from .bench2drive_clips import B2DClipWriter
+from .episode_bags import STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
 from .episode import EpisodeSettings, simulate_episode
 from .truth import QUESTIONS, vqa_prompt
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("json",) + STORAGES
+DEFAULT_FORMATS = ("json",) + STORAGES
+FORMATS = DEFAULT_FORMATS + ("b2d",)       # b2d: each episode as a Bench2Drive clip (bench2drive_clips.py)
 DATASOURCE = "WamDiff2Synth"
 MANIFEST_FORMAT = "wam-diff2-synth/1"
 
@@ -51,7 +54,7 @@ class ExportSettings:
     episodes: int = 8
     seed: int = 0
     episode: EpisodeSettings = field(default_factory=EpisodeSettings)
-    formats: tuple[str, ...] = FORMATS
+    formats: tuple[str, ...] = DEFAULT_FORMATS
     val_fraction: float = 0.25
     role: str = DEFAULT_ROLE
     command_topic: str = DEFAULT_COMMAND_TOPIC
@@ -71,6 +74,13 @@ class ExportSettings:
             raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {list(self.formats)}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if "b2d" in self.formats:
+            if abs(self.episode.frame_stride * self.episode.dt_s - 1.0 / B2D_FRAME_RATE_HZ) > 1e-9:
+                raise ValueError(f"formats b2d: Bench2Drive clips are {B2D_FRAME_RATE_HZ:g} Hz; give frame_stride "
+                                 f"{round(1.0 / (B2D_FRAME_RATE_HZ * self.episode.dt_s))} (--frame-stride), got "
+                                 f"{self.episode.frame_stride}")
+            if self.image_format != "jpg":
+                raise ValueError("formats b2d: Bench2Drive's camera frames are JPEG; image_format must be jpg")
         if self.image_format not in ("jpg", "png"):
             raise ValueError(f"image_format must be jpg or png, got {self.image_format!r}")
         if not 0 <= self.vqa_per_frame <= len(QUESTIONS):
@@ -184,6 +194,8 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
     for w in writers:
         w.path.parent.mkdir(parents=True, exist_ok=True)
         w.__enter__()
+    clip = B2DClipWriter(root / "b2d" / f"WamDiff2Synth_seed{settings.seed}_e{index:04d}", episode, settings) \
+        if "b2d" in settings.formats else None
     samples, records = [], []
     tick_ns = int(round(es.dt_s * 1e9))
     start_ns = int(round(es.start_time_s * 1e9))
@@ -210,8 +222,11 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
                               camera={"width": camera.width, "height": camera.height, "fx": camera.fx,
                                       "fy": camera.fy, "cx": camera.cx, "cy": camera.cy})
                 records.append(record)
+                encoded = encode_image(frame.rgb, settings) if sampled or clip is not None else None
+                if clip is not None:
+                    clip.write_frame(truth, encoded)
                 if sampled:
-                    (root / image_path).write_bytes(encode_image(frame.rgb, settings))
+                    (root / image_path).write_bytes(encoded)
                     samples.extend(frame_samples(truth, image_path, camera.width, camera.height, settings))
                     if split == "train" and truth.frame in episode.recoveries:
                         samples.append(_recovery_sample(root, episode, truth, settings))
@@ -228,16 +243,6 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
 def _export_episode_job(args) -> EpisodeResult:
     root, index, split, settings = args
     return export_episode(Path(root), index, split, settings)
-
-
-def dump_json_list(path: Path, items: list[dict]) -> None:
-    """A JSON list with one item per line (the datasets' train.json / val.json)."""
-    with open(path, "w") as f:
-        f.write("[\n")
-        for i, item in enumerate(items):
-            f.write(json.dumps(item, ensure_ascii=False))
-            f.write(",\n" if i + 1 < len(items) else "\n")
-        f.write("]\n")
 
 
 def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = False, progress: bool = True,

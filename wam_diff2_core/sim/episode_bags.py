@@ -37,8 +37,8 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from ..evaluation.bags import DEFAULT_COMMAND_TOPIC
 from ..evaluation.derived_objects import OBJECT_ARRAY_TYPE, object_array_msg, object_types
+from ..topics import DEFAULT_COMMAND_TOPIC, carla_topics
 from ..geometry import CameraMount, PinholeCamera, quaternion_from_yaw
 
 STORAGES = ("mcap", "sqlite3")
@@ -48,17 +48,10 @@ BAG_VERSION = 9
 def topic_names(role: str, command_topic: str = DEFAULT_COMMAND_TOPIC) -> dict[str, str]:
     """carla-ros-bridge topic names for an ego ``role``, plus the planner node's command input
     (the evaluator's and the replay launch file's default command topic)."""
-    base = f"/carla/{role}"
-    return {
-        "clock": "/clock",
-        "tf": "/tf",
-        "odometry": f"{base}/odometry",
-        "objects": f"{base}/objects",
-        "route": f"{base}/waypoints",
-        "command": command_topic,
-        "camera_info": f"{base}/rgb_front/camera_info",
-        "image": f"{base}/rgb_front/image",
-    }
+    carla = carla_topics(role)
+    return {"clock": "/clock", "tf": "/tf", "odometry": carla["odometry"], "objects": carla["objects"],
+            "route": carla["route"], "command": command_topic, "camera_info": carla["camera_info"],
+            "image": carla["image"]}
 
 
 TOPIC_TYPES = {

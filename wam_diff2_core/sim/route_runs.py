@@ -55,7 +55,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..control import ControllerGains, Plan, Pose2D, VehicleControl, WaypointController
-from ..geometry import AccelerationEstimator
+from ..geometry import AccelerationEstimator, EgoMotion
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 from ..routes import RouteTracker, RouteTrackerSettings
 from .camera import CameraSettings, Palette, Renderer
@@ -343,8 +343,7 @@ class PolicyPlanner:
         self.last_reason = ""
 
     def __call__(self, run: RouteRun) -> Plan:
-        from ..policy import EgoState
-        out = self.policy.step(run.render(), EgoState(velocity=(run.speed, 0.0), acceleration=run.acceleration),
+        out = self.policy.step(run.render(), EgoMotion(velocity=(run.speed, 0.0), acceleration=run.acceleration),
                                run.command())
         plan = out.plan
         self.last_reason = plan.invalid_reason
@@ -381,7 +380,7 @@ class ExpertLabels:
 
     def write(self) -> Path:
         """``root``/train.json with the samples so far (the synthetic datasets' layout)."""
-        from .dataset_export import dump_json_list
+        from ..data.samples import dump_json_list
         self.root.mkdir(parents=True, exist_ok=True)
         dump_json_list(self.root / "train.json", self.samples)
         return self.root / "train.json"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..control import VehicleControl
+from ..geometry import DEMO_EGO_BOX
 from .road import Path2D
 
 
@@ -50,9 +51,9 @@ TRAFFIC_MIX = {"car": 0.6, "suv": 0.2, "truck": 0.12, "bus": 0.08}
 @dataclass(frozen=True)
 class BicycleParams:
     wheelbase_m: float = 2.8
-    rear_overhang_m: float = 0.95     # rear axle -> rear bumper
-    length_m: float = 4.7
-    width_m: float = 1.9
+    rear_overhang_m: float = DEMO_EGO_BOX.rear_overhang_m     # rear axle -> rear bumper
+    length_m: float = DEMO_EGO_BOX.length_m
+    width_m: float = DEMO_EGO_BOX.width_m
     height_m: float = 1.5
     max_steer_rad: float = 0.6        # ~34 deg at the front wheel
     max_accel_mps2: float = 3.5       # full throttle at standstill

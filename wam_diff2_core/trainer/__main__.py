@@ -11,8 +11,8 @@ import argparse
 import logging
 import sys
 
-from ..cli import train as train_cli
 from ..config import ConfigError
+from . import command_line as train_cli
 
 
 def main(argv: list[str] | None = None) -> int:

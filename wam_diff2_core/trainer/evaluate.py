@@ -26,21 +26,23 @@ class ValidationResult:
     ce: float
     kd: float
     overlap: float    # rho_K over masked positions (with a teacher)
+    samples: int      # samples scored (each ``rounds`` times)
 
 
 @torch.no_grad()
 def validation_loss(loaded, data_file: str | Path, *, block_size: int, data_root: str | Path = ".",
                     min_pixels: int | None = None, max_pixels: int | None = None, rounds: int = 4,
                     seed: int = 1234, micro_batch_size: int = 8, teacher=None, teacher_block_size: int = 0,
-                    settings: LossSettings | None = None) -> ValidationResult:
-    """Mean per-sample loss (spec averaging) over ``rounds`` fixed noise draws."""
+                    settings: LossSettings | None = None, limit: int | None = None) -> ValidationResult:
+    """Mean per-sample loss (spec averaging) over ``rounds`` fixed noise draws (of the first
+    ``limit`` samples, default all)."""
     settings = settings or LossSettings(kd_ratio=1.0 if teacher is not None else 0.0)
     pad_multiple = lcm(block_size, teacher_block_size) if teacher is not None and block_size > 1 else block_size
     dataset = SampleDataset(data_file, loaded.processor, eos_token_id=loaded.config.eos_token_id,
                             data_root=data_root, min_pixels=min_pixels, max_pixels=max_pixels,
                             block_size=block_size, pad_multiple=pad_multiple, on_error="fail")
     examples: list[Example] = []
-    for i in range(len(dataset)):
+    for i in range(len(dataset) if limit is None else min(limit, len(dataset))):
         example = dataset[i]
         example.position = i
         examples.append(example)
@@ -68,4 +70,4 @@ def validation_loss(loaded, data_file: str | Path, *, block_size: int, data_root
         loaded.model.train(was_training)
     n = rounds * len(examples)
     return ValidationResult(loss=float(sums[0]) / n, ce=float(sums[1]) / n, kd=float(sums[2]) / n,
-                            overlap=float(sums[3] / max(float(sums[4]), 1.0)))
+                            overlap=float(sums[3] / max(float(sums[4]), 1.0)), samples=len(examples))

@@ -51,6 +51,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
+from wam_diff2_core import topics
 from wam_diff2_core.evaluation.bags import Bag, BagError, BagStreamWriter
 
 log = logging.getLogger("wam_diff2.replay")
@@ -71,7 +72,7 @@ DRAIN_TIMEOUT_S = 5.0   # how long the end of playback waits for reliable reader
 
 # The planner node's name and the outputs --record takes by default (planner_node.OUTPUT_TOPICS;
 # not imported from there, which would load the model code into the player).
-PLANNER_NODE = "/wam_diff2_planner"
+PLANNER_NODE = f"/{topics.PLANNER_NODE}"
 PLANNER_RECORD_OUTPUTS = ("output/trajectory", "output/detections", "status")
 
 

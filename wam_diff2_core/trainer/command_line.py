@@ -10,6 +10,9 @@ any ``--section.key value`` overrides the matching YAML field.
 
 Run directory: config.yaml, metrics.jsonl, checkpoints/step-N/ (resumable), final/ (the
 stage's Hugging Face checkpoint; a curriculum writes OUTPUT/blockB/final/ per stage).
+
+The ``wam-diff2 train`` subcommand and ``python -m wam_diff2_core.trainer`` both take these
+options (``HELP``, ``add_arguments``, ``run``: the interface of a ``wam-diff2`` subcommand module).
 """
 from __future__ import annotations
 
@@ -39,13 +42,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..trainer.training_config import dump_yaml, load_training_config
+    from .training_config import dump_yaml, load_training_config
 
     cfg = load_training_config(args.config, args.overrides)
     if args.print_config:
         print(dump_yaml(cfg), end="")
         return 0
-    from ..trainer.recipes import run as run_training
+    from .recipes import run as run_training
 
     final = run_training(cfg, resume=args.resume)
     if os.environ.get("RANK", "0") == "0":     # one line per run, not per process
