@@ -75,3 +75,20 @@ def test_stage_times_round_trip_and_peak_memory_resets():
     if memory.kind == "rss":                               # the peak resets to the current RSS
         memory.reset()
         assert memory.peak_mb() < before + 60
+
+
+def test_bench_prints_the_decode_calls_per_stage(tmp_path, capsys):
+    """The random-weight bench (text prompts): prefill / denoise / commit p50 / p95 of the timed calls."""
+    import json
+
+    from wam_diff2_core.cli import main
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--shape", "tiny", "--device", "cpu", "--threads", "1", "--prompt-lengths", "16",
+                 "--repeats", "2", "--new-tokens", "16", "--block-size", "8", "--variants", "plain",
+                 "--json", str(out)]) == 0
+    assert "4. per stage of those calls" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["decode"]
+    block = next(r for r in rows if r["mode"] == "Block-8")
+    assert block["prefill_p50_ms"] > 0 and block["denoise_p95_ms"] >= block["denoise_p50_ms"] > 0
+    assert block["commit_p50_ms"] > 0                       # 16 tokens = two blocks: one commit forward

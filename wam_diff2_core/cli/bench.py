@@ -30,6 +30,7 @@ import statistics
 import time
 from pathlib import Path
 
+from ..profiling import StageTimes, stage_summary
 from .common import cpu_name, format_table
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
@@ -299,12 +300,21 @@ def time_decodes(variants: dict, config, args, device) -> list[dict]:
                 ms, fastest = times[name]
                 # Decoding alone (prefill excluded), per call from the decoder's own phase timers.
                 decode_ms = statistics.median(o.stats[0].denoise_ms + o.stats[0].commit_ms for o in outs[name])
+                stages = []            # text prompts: no image, processor or vision stage; no parsing
+                for o in outs[name][-args.repeats:]:          # the timed calls, not the warm-up
+                    st = StageTimes()
+                    st.add_decode(o.stats[0], 0.0)
+                    st.total_ms = st.stage_sum_ms
+                    stages.append(st)
+                ms_by_stage = stage_summary(stages)["ms"]
                 rows.append({"variant": name, "prompt": length, "mode": "AR" if block == 1 else f"Block-{block}",
                              "ms": ms, "min_ms": fastest, "forwards": s.forwards, "tokens": s.tokens,
                              "tokens_per_forward": s.tokens / max(1, s.denoise_steps),
                              "prefill_ms": statistics.median(o.stats[0].prefill_ms for o in outs[name]),
                              "decode_ms": decode_ms, "ms_per_token": decode_ms / max(1, s.tokens),
-                             "tokens_per_s": tokens / (decode_ms / 1e3), "same_tokens_as_first": out.sequences == reference})
+                             "tokens_per_s": tokens / (decode_ms / 1e3), "same_tokens_as_first": out.sequences == reference,
+                             **{f"{k}_{q}_ms": ms_by_stage[k][q] for k in ("prefill", "denoise", "commit")
+                                for q in ("p50", "p95")}})
     return rows
 
 
@@ -371,6 +381,11 @@ def run(args) -> int:
                                    ("forwards", "forwards", ""), ("tokens_per_forward", "tok/fwd", ".2f"),
                                    ("ms_per_token", "decode ms/token", ".3f"), ("tokens_per_s", "tokens/s", ".1f"),
                                    ("same_tokens_as_first", "same tokens", "")]))
+        print("\n4. per stage of those calls, p50 / p95 ms (text prompts: no image, processor, vision or parse "
+              "stage; `bench --data` times all of them on images)")
+        print(format_table(decode_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
+                                   *((f"{k}_{q}_ms", f"{k} {q}", ".1f") for k in ("prefill", "denoise", "commit")
+                                     for q in ("p50", "p95"))]))
     if args.json:
         payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
                    "dtype": str(dtype), "shape": shape, "tokens_per_forward": args.tokens_per_forward,

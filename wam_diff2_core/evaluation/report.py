@@ -110,7 +110,7 @@ def render_collision(c: dict[str, Any] | None, topic: str = "") -> list[str]:
     return ["## Collision rate", "",
             f"The planned ego box along the plan against the other agents' recorded boxes{' (`' + topic + '`)' if topic else ''} "
             "at each waypoint time; a step where the recorded ego itself overlaps an agent is not counted. "
-            "UniAD: " + COLLISION_CONVENTIONS["at_t"] + ". VAD: " + COLLISION_CONVENTIONS["avg_to_t"] + ".", "",
+            + COLLISION_CONVENTIONS["at_t"] + ". " + COLLISION_CONVENTIONS["avg_to_t"] + ".", "",
             *_collision_rows([("model", c["model"]), ("constant velocity (same frames)", c["constant_velocity"]),
                               ("constant velocity (all evaluated)", c["constant_velocity_all_frames"]),
                               ("recorded drive", c["recorded"])]), "",
@@ -256,6 +256,9 @@ def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
         ax.set_xlabel("time ahead (s)")
         ax.set_xticks(HORIZONS_S)
         ax.grid(alpha=0.3)
+    highest = max([100 * v for c in runs.values() for key in ("at_t", "avg_to_t") for v in c[key].values()
+                   if v is not None] or [0.0])
+    axes[0].set_ylim(0.0, max(1.0, 1.15 * highest))          # a rate: from 0, at least up to 1 %
     axes[0].set_ylabel("collision rate (%)")
     axes[0].legend(fontsize=8)
     fig.suptitle("Planned ego box overlapping another agent", fontsize=9)
@@ -439,7 +442,7 @@ def render_compare(r: dict[str, Any], na: str, nb: str, ma: dict[str, Any], mb: 
     lines += [f"| ADE | {_f(p[na]['ade'])} | {_f(p[nb]['ade'])} | {_f(p['constant_velocity']['ade'])} |", ""]
     if r.get("collision"):
         c = r["collision"]
-        lines += ["## Collision rate", "", "UniAD: " + COLLISION_CONVENTIONS["at_t"] + ". VAD: "
+        lines += ["## Collision rate", "", COLLISION_CONVENTIONS["at_t"] + ". "
                   + COLLISION_CONVENTIONS["avg_to_t"] + ".", "", "Each on its own valid frames:", "",
                   *_collision_rows([(na, c["runs"][na]), (nb, c["runs"][nb])]), "",
                   "On the frames where both have a valid plan:", "",
