@@ -40,6 +40,8 @@ def test_infer_makes_generators_on_the_model_device(tiny_model, monkeypatch):
     from wam_diff2_core.data.samples import Sample
     from wam_diff2_core.model.prompt_encoding import encode_prompts
 
+    from wam_diff2_core.profiling import StageTimes
+
     seen = []
     decoder = types.SimpleNamespace(device=torch.device("meta"))
     decoder.generate = lambda inputs, generators=None: (seen.extend(generators), _empty(len(generators)))[1]
@@ -47,7 +49,7 @@ def test_infer_makes_generators_on_the_model_device(tiny_model, monkeypatch):
     sample = Sample(id="s0", datasource=None, image_paths=[], raw={},
                     messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}])
     args = types.SimpleNamespace(seed=5, min_pixels=None, max_pixels=None, parse="none")
-    infer._decode([(3, sample, [])], tiny_model, decoder, tiny_model.tokenizer, args, encode_prompts)
+    infer._decode([(3, sample, [])], tiny_model, decoder, tiny_model.tokenizer, args, encode_prompts, StageTimes())
     assert [(g.device.type, g.seed) for g in seen] == [("meta", 8)]
 
 
@@ -57,10 +59,10 @@ def test_bench_models_makes_generators_on_the_model_device(monkeypatch):
     from wam_diff2_core.cli import bench_models
     seen = []
     monkeypatch.setattr(torch, "Generator", _RecordingGenerator)
+    from wam_diff2_core.decoding.common import DecodeStats
     monkeypatch.setattr(bench_models, "decode_one", lambda decoder, tok, inputs, settings, gen: (
-        seen.append(gen), ("", types.SimpleNamespace(forwards=1, tokens=0, prefill_ms=0.0, denoise_ms=0.0,
-                                                      commit_ms=0.0)))[1])
-    decoder = types.SimpleNamespace(device=torch.device("meta"))
+        seen.append(gen), ("", DecodeStats(block_size=1)))[1])
+    decoder = types.SimpleNamespace(device=torch.device("meta"), model=None)
     bench_models.decode_row(decoder, None, "s", {}, np.zeros((8, 2)), None, seed=2)
     assert [(g.device.type, g.seed) for g in seen] == [("meta", 2)]
 
@@ -73,8 +75,8 @@ def test_sampling_names_a_generator_on_another_device(tiny_model):
 
 
 def _empty(n):
-    return types.SimpleNamespace(sequences=[[]] * n, finished=[True] * n,
-                                 stats=[types.SimpleNamespace(as_dict=dict) for _ in range(n)])
+    from wam_diff2_core.decoding.common import DecodeOutput, DecodeStats
+    return DecodeOutput(sequences=[[]] * n, finished=[True] * n, stats=[DecodeStats(block_size=1) for _ in range(n)])
 
 
 # ---------------------------------------------------------------------------------- 2. npu sampling

@@ -76,3 +76,25 @@ def test_greedy_decode_runs_whole_steps_and_equals_plain(tiny_model, monkeypatch
     expected = BlockDiffusionDecoder(tiny_model.model, cfg).generate(batch, settings)
     assert out.sequences == expected.sequences and out.finished == expected.finished
     assert len(calls) == static.forwards_run > 0
+
+
+@pytest.mark.parametrize("strategy", ["low_confidence_dynamic", "low_confidence_static"])
+def test_warmup_runs_every_whole_step_a_greedy_decode_needs(tiny_model, monkeypatch, strategy):
+    """The graphed path minus the graphs (CPU): after warmup() a decode of a prompt of the warmed
+    length needs no step shape or transfer rule that the warm-up did not run (capture) already."""
+    from wam_diff2_core.decoding.cuda_graphs import StepGraphs
+    keys = []
+    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step: (keys.append(key), step())[1])
+    cfg = tiny_model.config
+    static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC.replace(cuda_graphs=True))
+    static.graphs.enabled = True
+    settings = cfg.settings.replace(block_size=8, denoising_steps=8, remasking_strategy=strategy,
+                                    confidence_threshold=0.7, max_new_tokens=24)
+    batch = encode(tiny_model.processor, [1])
+    static.warmup(batch_sizes=(1,), prompt_tokens=batch["input_ids"].shape[1], settings=settings)
+    warmed = set(keys)
+    keys.clear()
+    out = static.generate(batch, settings)
+    assert out.sequences == BlockDiffusionDecoder(tiny_model.model, cfg).generate(batch, settings).sequences
+    assert keys and set(keys) <= warmed
+    assert all(isinstance(key[-1], TransferRule) for key in keys)            # greedy: whole steps only

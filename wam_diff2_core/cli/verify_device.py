@@ -239,12 +239,13 @@ def run(args) -> int:
     from ..config import ConfigError
     from ..model.checkpoint import resolve_device, resolve_dtype
     from . import bench
+    from .common import cpu_name, format_table
 
     args.seed = 0
     device = resolve_device(args.device)
     dtype = resolve_dtype("bfloat16" if device.type != "cpu" else "float32", device)
     flashinfer = _flashinfer_version()
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else bench.cpu_name()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"verify-device: {device} ({name}), torch {torch.__version__}, flashinfer {flashinfer}, shape {args.shape} "
           f"{str(dtype).replace('torch.', '')}")
     result: dict = {"device": str(device), "device_name": name, "torch": torch.__version__, "flashinfer": flashinfer,
@@ -255,7 +256,7 @@ def run(args) -> int:
         rows, ok = check_tokens(device, args.perturb_token, args.check_tokens)
         result["tokens"] = rows
         print("\n1. tokens: fast variants vs the plain decoder (head_dim-128 random model, mixed-length batches)")
-        print(bench.format_table(rows, [("dtype", "dtype", ""), ("variant", "variant", ""), ("case", "case", ""),
+        print(format_table(rows, [("dtype", "dtype", ""), ("variant", "variant", ""), ("case", "case", ""),
                                         ("same", "same tokens", ""), ("note", "note", "")]))
     if "forward" in args.parts or "decode" in args.parts:
         model, config = bench.build_random_model(args.shape, device, dtype, args.seed, 24.0)
@@ -273,7 +274,7 @@ def run(args) -> int:
             print(f"\n2. one denoise forward after {args.prompt_length} prompt tokens (median ms of {args.repeats}) "
                   f"vs the HBM floor at {bandwidth / 1e9:.0f} GB/s; targets: graphs <= {TARGETS['x_floor']}x floor, "
                   f">= {TARGETS['graph_speedup']}x eager")
-            print(bench.format_table(rows, [("variant", "variant", ""), ("step", "step", ""), ("ms", "ms", ".3f"),
+            print(format_table(rows, [("variant", "variant", ""), ("step", "step", ""), ("ms", "ms", ".3f"),
                                             ("floor_ms", "floor ms", ".3f"), ("x_floor", "x floor", ".2f"),
                                             ("graph_speedup", "graphs / eager", ".2f")]))
         if "decode" in args.parts:
@@ -298,7 +299,7 @@ def run(args) -> int:
     result["ok"], result["seconds"] = ok, time.perf_counter() - t0
     print(f"\nverify-device summary ({result['device_name']}, torch {result['torch']}, flashinfer {flashinfer}, "
           f"shape {args.shape})")
-    print(bench.format_table(summary_rows(result), [("what", "what", ""), ("value", "value", ""),
+    print(format_table(summary_rows(result), [("what", "what", ""), ("value", "value", ""),
                                                     ("target", "target", ""), ("met", "met", "")]))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -433,19 +433,30 @@ class StaticBlockDiffusionDecoder:
     @torch.no_grad()
     def warmup(self, batch_sizes: Sequence[int] = (1,), prompt_tokens: int = 64,
                settings: DecodingSettings | None = None) -> dict[str, Any]:
-        """Run every step shape once per batch size (denoise step, fused commit + step, or the AR step)
-        so that CUDA graphs are captured before the first request; a node calls this before it
-        reports ready. With SDPA, graphs are per key-span bucket: pass a typical prompt length."""
+        """Run every step shape once per batch size (denoise step, fused commit + step, or the AR step;
+        greedy block steps as whole steps, once per transfer rule of ``settings``) so that CUDA graphs
+        are captured before the first request; a node calls this before it reports ready. With SDPA,
+        graphs are per key-span bucket: pass a typical prompt length."""
         settings = settings or self.config.settings
         size = settings.block_size
         shapes = [[(0, 1)]] if size == 1 else [[(0, size)], [(0, size), (size, size)]]
-        filler = self.config.eos_token_id
+        whole = size > 1 and settings.temperature == 0
+        mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
+        schedule = transfer_schedule(size, settings.denoising_steps)
+        rules = {TransferRule.at_step(settings, step, schedule, mask_id, eos_id) for step in range(len(schedule))}
         for batch in batch_sizes:
-            prompt = torch.full((batch, prompt_tokens), filler, dtype=torch.long)
+            prompt = torch.full((batch, prompt_tokens), eos_id, dtype=torch.long)
             run = self._begin(batch, prompt_tokens + 2 * size)
             prefix = self.prefill({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, size, run)
             for segments in shapes:
-                self._forward(run, self._plan(run, prefix, segments))
+                buf = self._plan(run, prefix, segments)
+                if not whole:
+                    self._forward(run, buf)
+                    continue
+                block = self._block_state(run, size)
+                for rule in sorted(rules, key=lambda r: r.count):
+                    block.tokens.fill_(mask_id)
+                    self._denoise_step(run, buf, block, rule, self._greedy, graph_whole=True)
         _synchronize(self.device)
         return {"cuda_graphs": self.graphs.enabled, "graphs": len(self.graphs.graphs),
                 "graph_fallbacks": dict(self.graphs.failures), "attention_backend": self.attention.name}

@@ -66,7 +66,8 @@ SPECS: tuple[ParamSpec, ...] = (
               "with this remasking strategy before it counts as invalid (sequential: left to right, one token per "
               "step at denoising_steps = block_size); none = never; no retry at block size 1",
               CONFIGURE, choices=PARSE_RETRIES),
-    ParamSpec("warmup", True, "decode one grey frame on configure so the first real frame is not slow", CONFIGURE),
+    ParamSpec("warmup", True, "on configure: check the fast decoder against the plain one on a grey frame (plain "
+              "if they disagree) and decode that frame once, so the first real frame is not slow", CONFIGURE),
     # ---- start-up (read-only)
     ParamSpec("image_transport", "raw", "raw: sensor_msgs/Image on ~/input/image; compressed: "
               "sensor_msgs/CompressedImage (jpeg/png) on ~/input/image/compressed", START,
