@@ -42,10 +42,8 @@ def test_auto_is_the_default_of_every_entry_point(tiny_model):
     common.add_engine_arguments(parser)
     assert common.engine_settings(parser.parse_args([])).implementation == "auto"
     assert EngineSettings().implementation == "auto"                          # closed loop, DrivingPolicy
-    rclpy = pytest.importorskip("rclpy", reason="the node's parameter table needs the ROS 2 wheels")
-    del rclpy
-    from wam_diff2_ros import parameters as params
-    assert params.DEFAULTS["engine.implementation"] == "auto"
+    from wam_diff2_core.params import planner
+    assert planner.DEFAULTS["engine.implementation"] == "auto"                # the node's parameter
     assert isinstance(make_decoder(tiny_model.model, tiny_model.config), StaticBlockDiffusionDecoder)
     assert isinstance(DrivingPolicy(tiny_model).decoder, StaticBlockDiffusionDecoder)   # evaluator, node
 

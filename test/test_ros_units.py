@@ -166,3 +166,30 @@ def test_markers_draw_a_plan_or_delete_it():
     assert [m.action for m in shown] == [shown[0].ADD] * 3 and len(shown[0].points) == 9
     gone = conv.plan_markers(5, "ego", None, "INVALID").markers
     assert gone[0].action == gone[0].DELETE and gone[1].action == gone[1].DELETE and gone[2].text == "INVALID"
+
+
+def test_spinning_ends_quietly_on_the_shutdown_race_and_raises_real_errors():
+    """rclpy's SIGINT handler shuts the context down while the executor builds its next wait set,
+    which raises RCLError ('the given context is not valid'): after a shutdown that is the shutdown."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+
+    from wam_diff2_ros.spinning import spin_until_shutdown
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    executor = SingleThreadedExecutor(context=context)
+    failure = _rclpy.RCLError("failed to initialize wait set: the given context is not valid")
+
+    def spin_raising():
+        raise failure
+    executor.spin = spin_raising
+    try:
+        with pytest.raises(_rclpy.RCLError):        # the context is up: a real failure propagates
+            spin_until_shutdown(executor)
+    finally:
+        rclpy.shutdown(context=context)
+    spin_until_shutdown(executor)                   # the same error after the shutdown: a quiet end
+    executor.spin = lambda: (_ for _ in ()).throw(KeyboardInterrupt())
+    spin_until_shutdown(executor)

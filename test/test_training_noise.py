@@ -273,11 +273,11 @@ def test_noisy_block_logits_equal_the_decoders_denoise_step(tiny_model, examples
             prefix = decoder.prefill(prompt_batch([e], 0), block_size)
             for k in range(ell // block_size):
                 noisy = batch.input_ids[i, p + ell + k * block_size:p + ell + (k + 1) * block_size]
-                step_logits = decoder._forward(prefix, noisy.unsqueeze(0), k * block_size, keep=False)[0]
+                step_logits = decoder.forward_block(prefix, noisy.unsqueeze(0), k * block_size, keep=False)[0]
                 rows = slice(p + ell + k * block_size, p + ell + (k + 1) * block_size)
                 worst = max(worst, float((step_logits - logits[i, rows]).abs().max()))
                 worst_leaky = max(worst_leaky, float((step_logits - leaky_logits[i, rows]).abs().max()))
                 clean = batch.input_ids[i, p + k * block_size:p + (k + 1) * block_size]
-                decoder._forward(prefix, clean.unsqueeze(0), k * block_size, keep=True)
+                decoder.forward_block(prefix, clean.unsqueeze(0), k * block_size, keep=True)
     assert worst < 1e-3
     assert worst_leaky > 1e-2

@@ -55,7 +55,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                        qos_profile_sensor_data)
@@ -73,6 +73,7 @@ from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_fro
 
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .parameters import declare_all
+from .spinning import spin_until_shutdown
 
 try:  # CARLA's control and route messages, where the package exists (a CARLA ROS bridge install)
     import carla_msgs.msg as carla_msgs
@@ -433,9 +434,7 @@ def main(args: list[str] | None = None) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        spin_until_shutdown(executor)
     finally:
         executor.shutdown()
         node.destroy_node()

@@ -38,7 +38,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Imu, NavSatFix, NavSatStatus
@@ -51,6 +51,7 @@ from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NA
 
 from .controller_node import ns_stamp, stamp_ns
 from .parameters import declare_all
+from .spinning import spin_until_shutdown
 
 NS_PER_S = 1_000_000_000
 UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
@@ -215,9 +216,7 @@ def main(args: list[str] | None = None) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        spin_until_shutdown(executor)
     finally:
         executor.shutdown()
         node.destroy_node()

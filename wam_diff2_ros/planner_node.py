@@ -33,7 +33,7 @@ from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                        qos_profile_sensor_data)
@@ -56,6 +56,7 @@ from . import conversions as conv
 from .parameters import declare_all, read_all
 from .keep_latest import LatestSlot
 from .msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
+from .spinning import spin_until_shutdown
 
 try:  # the common interop type, published too where the package exists
     import vision_msgs.msg as vision_msgs
@@ -709,9 +710,7 @@ def main(args: list[str] | None = None) -> int:
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        spin_until_shutdown(executor)
     finally:
         # Ctrl-C must not wait for a decode in flight (a 2B prefill on CPU takes a minute): give the
         # worker a moment to finish, then leave; its daemon thread ends with the process.

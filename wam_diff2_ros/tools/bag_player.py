@@ -503,7 +503,11 @@ def run(args) -> int:
     except ReplayError as exc:
         print(f"wam-diff2-ros replay: error: {exc}", file=sys.stderr)
         return 2
-    rclpy.init(args=list(ros_args) if ros_args else None)
+    # No rclpy signal handler: Ctrl-C is a KeyboardInterrupt in the playing loop (which sleeps in Python),
+    # and the context stays valid until the finally below, instead of being shut down from the signal
+    # while a publish is under way (which raised RCLError "publisher's context is invalid").
+    from rclpy.signals import SignalHandlerOptions
+    rclpy.init(args=list(ros_args) if ros_args else None, signal_handler_options=SignalHandlerOptions.NO)
     node = None
     player = None
     try:
