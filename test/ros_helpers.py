@@ -39,6 +39,16 @@ from wam_diff2_ros.msg import Detection2DArray, PlannerStatus, StageTimes, Traje
 from wam_diff2_ros.planner_node import COMMAND_QOS, INPUT_TOPICS, OUTPUT_QOS, OUTPUT_TOPICS, ROUTE_QOS, STATUS_QOS
 
 
+def wait_for(condition: Callable[[], Any], timeout_s: float, poll_s: float = 0.02) -> Any:
+    """Poll ``condition`` until it returns something truthy; return it (or the last falsy value)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(poll_s)
+
+
 def unique_domain_id(offset: int) -> int:
     """A DDS domain per process and test module (offset 0..9), so parallel test runs do not talk.
 
@@ -196,15 +206,7 @@ class Probe(Node):
             for key in keys or list(self.received):
                 self.received[key].clear()
 
-    @staticmethod
-    def wait_for(condition: Callable[[], Any], timeout_s: float, poll_s: float = 0.02) -> Any:
-        """Poll ``condition`` until it returns something truthy; return it (or the last falsy value)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            value = condition()
-            if value or time.monotonic() > deadline:
-                return value
-            time.sleep(poll_s)
+    wait_for = staticmethod(wait_for)             # the module's, for probe.wait_for(...)
 
     def diagnostic_values(self, name_prefix: str) -> dict[str, str] | None:
         """Key/values of the newest /diagnostics status whose name starts with ``name_prefix``."""

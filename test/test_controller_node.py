@@ -34,6 +34,7 @@ from wam_diff2_ros import controller_node as cn  # noqa: E402
 from wam_diff2_ros.controller_node import (CLOCK_QOS, CONTROL_QOS, LATCHED_QOS, ControllerNode,  # noqa: E402
                                            controller_topics, ns_stamp, plan_from_trajectory, stamp_ns)
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
+import ros_helpers  # noqa: E402
 from ros_helpers import odometry_msg, route_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -104,13 +105,8 @@ class SimProbe(Node):
         return found[0]
 
 
-def wait_for(condition, timeout_s: float, poll_s: float = 0.01):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(poll_s)
+def wait_for(condition, timeout_s: float):
+    return ros_helpers.wait_for(condition, timeout_s, poll_s=0.01)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from wam_diff2_core.params import localization as lp  # noqa: E402
 from wam_diff2_ros import localization_node as ln  # noqa: E402
 from wam_diff2_ros.tools.dds_closed_loop import STREAM_QOS, sensor_messages  # noqa: E402
 from wam_diff2_ros.controller_node import ns_stamp, stamp_ns  # noqa: E402
+import ros_helpers  # noqa: E402
 from ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -48,13 +49,8 @@ def context():
     rclpy.shutdown(context=ctx)
 
 
-def wait_for(condition, timeout_s: float = WAIT_S, poll_s: float = 0.005):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(poll_s)
+def wait_for(condition, timeout_s: float = WAIT_S):
+    return ros_helpers.wait_for(condition, timeout_s, poll_s=0.005)
 
 
 class Bridge(Node):

@@ -33,7 +33,7 @@ from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                        qos_profile_sensor_data)
@@ -145,7 +145,7 @@ class PlannerNode(LifecycleNode):
                                                     callback_group=self._timer_group,
                                                     clock=Clock(clock_type=ClockType.STEADY_TIME))
         # Subscriptions and (lifecycle) publishers live as long as the node: destroying entities on
-        # cleanup races the MultiThreadedExecutor's wait-set (rclpy raises InvalidHandle in its
+        # cleanup races the executor's wait-set (rclpy raised InvalidHandle in the multi-threaded one's
         # spin thread). Inputs are ignored while nothing is active; outputs publish only when active.
         self._make_entities(self._values)
         self._publish_status()
@@ -707,7 +707,9 @@ def main(args: list[str] | None = None) -> int:
 
     rclpy.init(args=args)
     node = PlannerNode()
-    executor = MultiThreadedExecutor(num_threads=4)
+    # one thread: callbacks only store inputs (the decode is the worker's), and rclpy's
+    # MultiThreadedExecutor busy-spun a core and the GIL, starving the decode (README)
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
         spin_until_shutdown(executor)
