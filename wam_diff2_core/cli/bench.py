@@ -203,7 +203,8 @@ def make_variant(name: str, model, config):
     return decoder
 
 
-def _prompt(vocab: int, batch: int, length: int, seed: int, device):
+def random_prompt(vocab: int, batch: int, length: int, seed: int, device):
+    """Random token ids [batch, length] (seeded) as a benchmark prompt, on ``device``."""
     import torch
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab - 8, (batch, length), generator=gen)
@@ -215,7 +216,7 @@ def forward_steps(name, decoder, config, args, device, length: int) -> list[tupl
     the static path the fused commit + step (2B). Each callable runs one forward."""
     import torch
     size, batch = args.block_size, args.batch
-    inputs = _prompt(config.vocab_size, batch, length, args.seed, device)
+    inputs = random_prompt(config.vocab_size, batch, length, args.seed, device)
     shapes = [("AR", 1, [(0, 1)]), (f"Block-{size}", size, [(0, size)])]
     if name != "plain":
         shapes.append((f"fused commit+step ({2 * size} q)", 2 * size, [(0, size), (size, size)]))
@@ -282,7 +283,7 @@ def time_decodes(variants: dict, config, args, device) -> list[dict]:
     import torch
     rows = []
     for length in args.prompt_lengths:
-        inputs = _prompt(config.vocab_size, args.batch, length, args.seed + 1, device)
+        inputs = random_prompt(config.vocab_size, args.batch, length, args.seed + 1, device)
         for block in (1, args.block_size):
             settings = config.settings.replace(block_size=block, denoising_steps=block,
                                                max_new_tokens=args.new_tokens)

@@ -137,8 +137,8 @@ def time_forwards(model, config, device, variants: dict, args, bandwidth) -> lis
 
 def measure_decode(decoder, config, device, args) -> dict:
     """A greedy Block-32 decode of ``--new-tokens`` (EOS banned): tokens per forward, ms per token."""
-    from .bench import _prompt
-    inputs = _prompt(config.vocab_size, 1, args.prompt_length, args.seed + 1, device)
+    from .bench import random_prompt
+    inputs = random_prompt(config.vocab_size, 1, args.prompt_length, args.seed + 1, device)
     settings = config.settings.replace(block_size=32, denoising_steps=32, max_new_tokens=args.new_tokens)
     decoder.generate(inputs, settings)                                       # warm
     runs = [decoder.generate(inputs, settings).stats[0] for _ in range(max(1, args.repeats // 4))]

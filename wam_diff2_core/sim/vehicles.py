@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..control import VehicleControl
-from ..geometry import DEMO_EGO_BOX
+from ..geometry import DEMO_EGO_BOX, VehicleBox
 from .road import Path2D
 
 
@@ -69,7 +69,7 @@ class BicycleParams:
     @property
     def centre_from_axle_m(self) -> float:
         """Rear axle -> centre of the bounding box (forward)."""
-        return self.length_m / 2 - self.rear_overhang_m
+        return VehicleBox(self.length_m, self.width_m, self.rear_overhang_m).centre_from_axle_m
 
 
 @dataclass(frozen=True)
