@@ -109,9 +109,9 @@ def test_every_metric_pinned_per_command_with_parse_failures(straight_both, tmp_
     assert d["tokens_per_frame"]["mean"] == pytest.approx(4 * 81 / 41) and d["tokens_per_forward"] == 4.0
     assert o["latency_ms"] == pytest.approx({"count": 41, "mean": 210.0, "p50": 210.0, "p90": 370.0, "p99": 406.0,
                                              "max": 410.0})
-    assert metrics["conventions"]["l2_at_t"].startswith("UniAD/VAD") and "ST-P3" in metrics["conventions"]["l2_avg_to_t"]
+    assert metrics["conventions"]["l2_at_t"].startswith("UniAD convention") and "ST-P3" in metrics["conventions"]["l2_avg_to_t"]
     report = (tmp_path / "run" / "report.md").read_text()
-    assert "UniAD / VAD convention" in report and "ST-P3 convention" in report and "| left | 12 | 9 |" in report
+    assert "L2 at t (UniAD convention)" in report and "(ST-P3 / VAD convention)" in report and "| left | 12 | 9 |" in report
 
 
 def test_every_nth_frame(straight_bag):

@@ -63,7 +63,7 @@ def test_eval_bag_writes_metrics_report_and_plots(runs, storage, tiny_checkpoint
         data = (out / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 5000
     report = (out / "report.md").read_text()
-    assert "L2 at t (UniAD / VAD convention)" in report and "L2 averaged up to t (ST-P3 convention)" in report
+    assert "L2 at t (UniAD convention)" in report and "L2 averaged up to t (ST-P3 / VAD convention)" in report
     assert f"Parse failures: {o['parse_failures']} of 2" in report
 
 

@@ -24,10 +24,10 @@ def test_l2_in_both_conventions_ade_fde_and_curve_by_hand():
     # frame A: e_k = 0.1 k; frame B: e_k = 1.0 for every k
     errors = np.array([[0.1 * k for k in range(1, 9)], [1.0] * 8])
     m = trajectory_metrics(errors)
-    # at t (UniAD/VAD): waypoint k = 2t, mean over the two frames
+    # at t (UniAD): waypoint k = 2t, mean over the two frames
     assert m["l2_at_t"] == pytest.approx({"1s": (0.2 + 1) / 2, "2s": (0.4 + 1) / 2, "3s": (0.6 + 1) / 2,
                                           "4s": (0.8 + 1) / 2})
-    # averaged to t (ST-P3): mean of waypoints 1..2t per frame, then over frames
+    # averaged to t (ST-P3 / VAD): mean of waypoints 1..2t per frame, then over frames
     assert m["l2_avg_to_t"] == pytest.approx({"1s": (0.15 + 1) / 2, "2s": (0.25 + 1) / 2, "3s": (0.35 + 1) / 2,
                                               "4s": (0.45 + 1) / 2})
     assert m["ade"] == pytest.approx((0.45 + 1) / 2)

@@ -351,7 +351,7 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
           f"{sum(c['excluded_no_future'].values())} without 4 s of future); {o['valid']} valid plans, "
           f"parse failures {o['parse_failures']}{published}")
     horizons = list(o["model"]["l2_at_t"])
-    print("  L2 (m, UniAD/VAD)    " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
+    print("  L2 (m, UniAD)        " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
     for name, key in ((who, "model"), ("constant velocity", "constant_velocity")):
         row = o[key]["l2_at_t"]
         print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{row[h]:8.3f}" for h in horizons)

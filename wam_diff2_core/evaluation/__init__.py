@@ -5,7 +5,7 @@ The pipeline, one module per step:
 - :mod:`.bag`          open a bag (sqlite3 / mcap, folder or file), its types, its messages;
 - :mod:`.ground_truth` recorded odometry -> the future waypoints at +0.5 ... +4.0 s, ego frame;
 - :mod:`.runner`       pick the frames, run ``DrivingPolicy.step`` on them, score them;
-- :mod:`.metrics`      L2 (UniAD/VAD "at t" and ST-P3 "averaged to t"), ADE/FDE, per-waypoint curve,
+- :mod:`.metrics`      L2 (UniAD "at t" and ST-P3 / VAD "averaged to t"), ADE/FDE, per-waypoint curve,
                        parse failures, decode statistics, latency; per command and overall;
 - :mod:`.report`       ``metrics.json``, ``report.md``, plots, ``--compare``; atomic;
 - :mod:`.record`       predictions as the package's ``Trajectory`` messages into a bag;

@@ -3,9 +3,9 @@
 Per frame, ``e_k = || predicted_k - recorded_k ||`` for the 8 waypoints (k = 1 .. 8 at
 0.5 s steps, metres, ego frame). Over the frames with a valid (parsed) plan:
 
-- **L2 at t** (UniAD / VAD convention, ``l2_at_t``): the mean over frames of ``e_k`` at
+- **L2 at t** (UniAD convention, ``l2_at_t``): the mean over frames of ``e_k`` at
   ``t = 0.5 k``;
-- **L2 averaged up to t** (ST-P3 convention, ``l2_avg_to_t``): the mean over frames of
+- **L2 averaged up to t** (ST-P3 / VAD convention, ``l2_avg_to_t``): the mean over frames of
   ``mean(e_1 .. e_k)``;
 - **ADE** = mean of all ``e_k`` (= ST-P3 L2 at 4 s), **FDE** = mean ``e_8`` (= L2 at 4 s);
 - the **per-waypoint mean error** ``mean_frames(e_k)`` (the paper's exposure-bias curve);
@@ -36,8 +36,8 @@ from ..profiling import stage_summary
 
 HORIZONS_S = (1.0, 2.0, 3.0, 4.0)
 CONVENTIONS = {
-    "l2_at_t": "UniAD/VAD convention: L2 error of the waypoint at time t, averaged over frames",
-    "l2_avg_to_t": "ST-P3 convention: L2 error averaged over the waypoints up to time t (0.5 s steps), "
+    "l2_at_t": "UniAD convention: L2 error of the waypoint at time t, averaged over frames",
+    "l2_avg_to_t": "ST-P3 / VAD convention: L2 error averaged over the waypoints up to time t (0.5 s steps), "
                    "then over frames",
 }
 COLLISION_CONVENTIONS = {

@@ -160,12 +160,12 @@ def render_markdown(m: dict[str, Any]) -> str:
               "its input velocity) on the same frames, and on all evaluated frames for reference.", ""]
     rows = [("model", o["model"]), ("constant velocity (same frames)", o["constant_velocity"]),
             ("constant velocity (all evaluated)", o["constant_velocity_all_frames"])]
-    lines += ["## L2 at t (UniAD / VAD convention)", "", CONVENTIONS["l2_at_t"] + ". Metres.", "",
+    lines += ["## L2 at t (UniAD convention)", "", CONVENTIONS["l2_at_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_at_t"), "",
-              "## L2 averaged up to t (ST-P3 convention)", "", CONVENTIONS["l2_avg_to_t"] + ". Metres.", "",
+              "## L2 averaged up to t (ST-P3 / VAD convention)", "", CONVENTIONS["l2_avg_to_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_avg_to_t"), "",
               *render_collision(o.get("collision"), next((b["counts"].get("objects_topic", "") for b in m["bags"]), "")),
-              "## Per command (L2 at t, UniAD / VAD convention)", "",
+              "## Per command (L2 at t, UniAD convention)", "",
               "| command | frames | valid | parse failures | model L2 1s | 2s | 3s | 4s | ADE | FDE | CV L2 4s |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in COMMANDS:
@@ -418,9 +418,9 @@ def render_compare(r: dict[str, Any], na: str, nb: str, ma: dict[str, Any], mb: 
              row("valid plans", lambda m: o(m)["valid"]),
              row("parse failure rate", lambda m: _pct(o(m)["parse_failure_rate"]))]
     for h in hs:
-        lines.append(row(f"L2 at {h} (UniAD/VAD)", lambda m, h=h: _f(o(m)["model"]["l2_at_t"][h])))
+        lines.append(row(f"L2 at {h} (UniAD)", lambda m, h=h: _f(o(m)["model"]["l2_at_t"][h])))
     for h in hs:
-        lines.append(row(f"L2 avg to {h} (ST-P3)", lambda m, h=h: _f(o(m)["model"]["l2_avg_to_t"][h])))
+        lines.append(row(f"L2 avg to {h} (ST-P3/VAD)", lambda m, h=h: _f(o(m)["model"]["l2_avg_to_t"][h])))
     lines += [row("ADE", lambda m: _f(o(m)["model"]["ade"])), row("FDE", lambda m: _f(o(m)["model"]["fde"])),
               row("CV baseline L2 at 4s (same frames)",
                   lambda m: _f(o(m)["constant_velocity"]["l2_at_t"][hs[-1]])),
