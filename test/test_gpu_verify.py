@@ -30,6 +30,9 @@ def test_gpu_verify_runs_end_to_end_on_cpu(tmp_path):
         assert row in out, out
     result = json.loads((tmp_path / "out" / "verify.json").read_text())
     assert result["ok"] and result["decode"]["tokens_per_forward"] > 1                     # measured, not assumed
+    sweep = result["decode"]["sweep"]             # the host's mask check every k steps never changes the tokens
+    assert [r["interval"] for r in sweep] == [1, 2, 4, 8] and all(r["same_tokens"] for r in sweep)
+    assert "mask_check_interval sweep" in out
     assert result["frame"]["p95_ms"] >= result["frame"]["p50_ms"] > 0
 
 
