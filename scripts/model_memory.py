@@ -17,23 +17,9 @@ from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
 from wam_diff2_core.model.checkpoint import count_parameters
 from wam_diff2_core.model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from wam_diff2_core.model.shapes import qwen3_vl_config
 
-ROPE = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True}
-VISION = dict(patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=2304)
-SHAPES = {
-    "2B": dict(text_config=dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                                num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_parameters=ROPE,
-                                tie_word_embeddings=True),
-               vision_config=dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16,
-                                  out_hidden_size=2048, deepstack_visual_indexes=[5, 11, 17], **VISION),
-               tie_word_embeddings=True),
-    "8B": dict(text_config=dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                                num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_parameters=ROPE,
-                                tie_word_embeddings=False),
-               vision_config=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
-                                  out_hidden_size=4096, deepstack_visual_indexes=[8, 16, 24], **VISION),
-               tie_word_embeddings=False),
-}
+SHAPES = {"2B": qwen3_vl_config("2b"), "8B": qwen3_vl_config("8b")}
 PIXELS_PER_TOKEN = 32          # 16-pixel patches, merged 2 x 2
 
 

@@ -30,6 +30,7 @@ import statistics
 import time
 from pathlib import Path
 
+from ..model.shapes import MROPE_SECTION, TEXT, VISION, rope_parameters
 from ..profiling import StageTimes, stage_summary
 from .common import cpu_name, format_table
 
@@ -39,9 +40,7 @@ log = logging.getLogger(__name__)
 # Text dimensions (Qwen3-VL-2B-Instruct's config for "2b"); the vision tower is minimal unless a caller
 # asks for the real one (VISION_2B: scripts/gpu_verify.sh times camera frame -> trajectory through it).
 SHAPES = {
-    "2b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-               num_attention_heads=16, num_key_value_heads=8, head_dim=128, mrope_section=[24, 20, 20],
-               tie_word_embeddings=True),
+    "2b": {**TEXT["2b"], "mrope_section": list(MROPE_SECTION)},
     "small": dict(vocab_size=8192, hidden_size=512, intermediate_size=1536, num_hidden_layers=6,
                   num_attention_heads=8, num_key_value_heads=4, head_dim=64, mrope_section=[12, 10, 10],
                   tie_word_embeddings=False),
@@ -78,8 +77,7 @@ def add_arguments(p) -> None:
 
 
 # ---------------------------------------------------------------------------------- model
-VISION_2B = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, patch_size=16, spatial_merge_size=2,
-                 temporal_patch_size=2, num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17])
+VISION_2B = VISION["2b"]
 
 
 def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float, *,
@@ -101,8 +99,7 @@ def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale:
     section, tie = dims.pop("mrope_section"), dims.pop("tie_word_embeddings")
     config = Qwen3VLConfig(
         text_config=dict(**dims, max_position_embeddings=262144, rms_norm_eps=1e-6,
-                         rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0,
-                                          "mrope_section": section, "mrope_interleaved": True}),
+                         rope_parameters=rope_parameters(section)),
         vision_config=dict(vision or dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
                                           spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=256,
                                           deepstack_visual_indexes=[]), out_hidden_size=dims["hidden_size"]),
