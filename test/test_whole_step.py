@@ -13,7 +13,7 @@ from wam_diff2_core.config import EngineSettings
 from wam_diff2_core.decoding import static as static_module
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
-from wam_diff2_core.decoding.step import BlockState, TransferRule, forward_step, greedy_pick, whole_step
+from wam_diff2_core.decoding.step import ARState, BlockState, TransferRule, ar_step, forward_step, greedy_pick, whole_step
 from wam_diff2_core.decoding.sampling import transfer_schedule
 
 STATIC = EngineSettings(implementation="static")
@@ -98,3 +98,45 @@ def test_warmup_runs_every_whole_step_a_greedy_decode_needs(tiny_model, monkeypa
     assert out.sequences == BlockDiffusionDecoder(tiny_model.model, cfg).generate(batch, settings).sequences
     assert keys and set(keys) <= warmed
     assert all(isinstance(key[-1], TransferRule) for key in keys)            # greedy: whole steps only
+
+
+def test_ar_step_compiles_with_no_graph_break_and_greedy_ar_is_nothing_but_ar_steps(tiny_model, monkeypatch):
+    """The AR step plans itself from its device counter (slots, positions, mask): Dynamo traces it as one
+    graph, it matches its eager run, and a greedy B = 1 decode is one ar_step per forward, equal to plain."""
+    cfg = tiny_model.config
+    static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC)
+    batch = encode(tiny_model.processor, [0, 1])
+    state = static.begin(batch, 1, answer_slots=16)
+    buf = static.plan_step(state, [(0, 1)])
+    ar = ARState.empty(state.rows, state.run.cache.slots, static.device)
+    ar.out.fill_(cfg.eos_token_id)
+    ar.out[:, 0] = 7
+    prefix = state.prefix
+    forward = lambda: forward_step(static.text, state.run.cache, static.attention, buf)   # noqa: E731
+    args = (forward, greedy_pick(static.banned), static.text, buf, ar, prefix.base_t, prefix.prompt_valid,
+            prefix.next_position, cfg.eos_token_id)
+    start = [t.clone() for t in ar.tensors()]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        flag = torch.compile(ar_step, fullgraph=True, backend="eager")(*args).clone()
+        traced = [t.clone() for t in ar.tensors()]
+        for tensor, value in zip(ar.tensors(), start):
+            tensor.copy_(value)
+        assert torch.equal(ar_step(*args), flag)
+        assert all(torch.equal(a, b) for a, b in zip(traced, ar.tensors()))
+        assert int(ar.t) == 1 and bool((ar.out[:, 1] != cfg.eos_token_id).any())     # token 1 chosen
+        explained = torch._dynamo.explain(ar_step)(*args)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    torch._dynamo.reset()
+
+    calls = []
+    real = static_module.ar_step
+    monkeypatch.setattr(static_module, "ar_step", lambda *a: (calls.append(1), real(*a))[1])
+    settings = cfg.settings.replace(block_size=1, max_new_tokens=24, mask_check_interval=3)
+    batch = encode(tiny_model.processor, [0, 1, 2])
+    static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC)
+    out = static.generate(batch, settings)
+    expected = BlockDiffusionDecoder(tiny_model.model, cfg).generate(batch, settings)
+    assert out.sequences == expected.sequences and out.finished == expected.finished
+    assert [s.forwards for s in out.stats] == [s.forwards for s in expected.stats]
+    assert len(calls) == static.forwards_run > 0

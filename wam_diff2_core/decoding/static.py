@@ -23,6 +23,10 @@ float32 on CPU, pinned by test/test_static_decoder.py); the cost structure is gp
              costs S_b forwards instead of S_b + 1; no commit after the last block;
 4. stop    - a sequence stops as soon as EOS is fixed with nothing masked before it.
 
+B = 1 (autoregressive) is the same loop with one token per step (:func:`ar_step`): the step computes its
+own slots, positions and mask from a device counter, so greedy AR decoding is one graph replay per token
+(per key-span bucket) and the host reads the EOS flags every ``mask_check_interval`` tokens.
+
 Ascend NPUs run the same code with SDPA, inverse-CDF sampling and NPU synchronisation for timing.
 
     from wam_diff2_core.decoding import make_decoder
@@ -47,7 +51,8 @@ from .cuda_graphs import MutatingStep, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
 from .masks import prompt_block_mask, response_positions
 from .sampling import device_settings, sample_tokens, transfer_schedule
-from .step import BlockState, QueryGroup, StepBuffers, TransferRule, forward_step, greedy_pick, whole_step
+from .step import (ARState, BlockState, QueryGroup, StepBuffers, TransferRule, ar_step, forward_step, greedy_pick,
+                   whole_step)
 from .text_forward import QwenTextForward, text_model_inputs
 
 log = logging.getLogger(__name__)
@@ -397,29 +402,67 @@ class StaticBlockDiffusionDecoder:
             stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
         return DecodeOutput(sequences=answer, finished=done, stats=stats)
 
+    def _ar_state(self, run: _Run) -> ARState:
+        key = ("ar", run.rows)
+        state = run.cache.step_buffers.get(key)
+        if state is None:
+            state = run.cache.step_buffers[key] = ARState.empty(run.rows, run.cache.slots, self.device)
+        return state
+
+    def _ar_step(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, ar: ARState, t: int, pick,
+                 graph_whole: bool) -> torch.Tensor:
+        """Feed answer token ``t`` (:func:`ar_step`); the host sets only what it knows without reading
+        the device: the key span of token ``t`` (a graph key) and, for FlashInfer, the plan."""
+        span = max(prefix.base) + t + 1
+        if run.span_bucket:
+            span = min(run.cache.slots, -(-span // run.span_bucket) * run.span_bucket)
+        buf.groups = (QueryGroup(0, 1, span),)
+        buf.kv_lengths = [[b + t + 1] for b in prefix.base]
+        self.attention.begin(buf, run.cache)
+        cache, attention, text = run.cache, self.attention, self.text
+        forward = lambda: forward_step(text, cache, attention, buf)   # noqa: E731
+        self.forwards_run += 1
+        args = (text, buf, ar, prefix.base_t, prefix.prompt_valid, prefix.next_position, self.config.eos_token_id)
+        if run.graphed and graph_whole:
+            step = MutatingStep(lambda: ar_step(forward, pick, *args), ar.tensors())
+            return self.graphs.run((*attention.graph_key(buf), "ar"), step)
+        if run.graphed:
+            return ar_step(lambda: self.graphs.run(attention.graph_key(buf), forward), pick, *args)
+        return ar_step(forward, pick, *args)
+
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
                      generators, timer: PhaseTimer) -> DecodeOutput:
-        """B = 1: causal next-token decoding; each forward writes one token's K/V in place."""
+        """B = 1: causal next-token decoding, one :func:`ar_step` per token (a whole-step graph when
+        greedy); the host reads the EOS flags every ``mask_check_interval`` tokens (every token when
+        sampling: only sequences still decoding draw random numbers)."""
         n, eos_id, limit = prefix.n, self.config.eos_token_id, settings.max_new_tokens
-        interval = 1 if settings.temperature > 0 else settings.mask_check_interval
-        out = torch.full((n, limit), eos_id, dtype=torch.long, device=self.device)
-        done = [False] * n
-        logits = prefix.last_logits.unsqueeze(1)                                    # [N, 1, V]
+        greedy = settings.temperature == 0
+        interval = settings.mask_check_interval if greedy else 1
+        ar = self._ar_state(run)
+        ar.out.fill_(eos_id)
+        ar.t.zero_()
+        ar.done.fill_(True)                                     # rows beyond the batch: nothing to decode
+        tokens, _ = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n))
+        ar.out[:n, 0] = tokens[:, 0]
+        ar.done[:n] = tokens[:, 0] == eos_id
+        buf = self._plan(run, prefix, [(0, 1)])
+        done = ar.done[:n].tolist()
         with timer("denoise"):
-            for t in range(limit):
-                tokens, _ = sample_tokens(logits, settings, self.banned, generators,
-                                          [i for i in range(n) if not done[i]])
-                out[:, t] = tokens[:, 0]
-                if t % interval == 0 or t == limit - 1:
-                    done = (out[:, :t + 1] == eos_id).any(dim=1).tolist()
-                if all(done) or t == limit - 1:
-                    break
-                buf = self._plan(run, prefix, [(t, 1)])
-                buf.tokens[:n].copy_(out[:, t:t + 1])
-                logits = self._forward(run, buf)[:n]
+            for t in range(limit - 1):                          # feed token t, choose token t + 1
+                if t % interval == 0:
+                    done = ar.done[:n].tolist()                 # the one host read
+                    if all(done):
+                        break
+                if greedy:
+                    pick = self._greedy
+                else:
+                    rows = [i for i in range(n) if not done[i]]
+                    pick = (lambda logits, r=rows:              # noqa: E731
+                            sample_tokens(logits, settings, self.banned, generators, r))
+                self._ar_step(run, prefix, buf, ar, t, pick, graph_whole=greedy)
         stats = [DecodeStats(block_size=1) for _ in range(n)]
         sequences, finished = [], []
-        for i, row in enumerate(out.tolist()):
+        for i, row in enumerate(ar.out[:n, :limit].tolist()):
             end = row.index(eos_id) if eos_id in row else None
             sequences.append(row if end is None else row[:end])
             finished.append(end is not None)
@@ -434,13 +477,13 @@ class StaticBlockDiffusionDecoder:
     def warmup(self, batch_sizes: Sequence[int] = (1,), prompt_tokens: int = 64,
                settings: DecodingSettings | None = None) -> dict[str, Any]:
         """Run every step shape once per batch size (denoise step, fused commit + step, or the AR step;
-        greedy block steps as whole steps, once per transfer rule of ``settings``) so that CUDA graphs
+        greedy steps as whole steps, block steps once per transfer rule of ``settings``) so that CUDA graphs
         are captured before the first request; a node calls this before it reports ready. With SDPA,
         graphs are per key-span bucket: pass a typical prompt length."""
         settings = settings or self.config.settings
         size = settings.block_size
         shapes = [[(0, 1)]] if size == 1 else [[(0, size)], [(0, size), (size, size)]]
-        whole = size > 1 and settings.temperature == 0
+        whole = settings.temperature == 0
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         schedule = transfer_schedule(size, settings.denoising_steps)
         rules = {TransferRule.at_step(settings, step, schedule, mask_id, eos_id) for step in range(len(schedule))}
@@ -450,6 +493,11 @@ class StaticBlockDiffusionDecoder:
             prefix = self.prefill({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, size, run)
             for segments in shapes:
                 buf = self._plan(run, prefix, segments)
+                if size == 1 and whole:                        # the AR whole step, from token 0
+                    ar = self._ar_state(run)
+                    ar.out.fill_(eos_id), ar.t.zero_(), ar.done.zero_()
+                    self._ar_step(run, prefix, buf, ar, 0, self._greedy, graph_whole=True)
+                    continue
                 if not whole:
                     self._forward(run, buf)
                     continue

@@ -166,3 +166,46 @@ def whole_step(forward: Callable[[], torch.Tensor], pick, buf: StepBuffers, bloc
     block.last.copy_(tokens)
     block.steps.add_(needed)
     return pending_rows(block.tokens, block.tokens == rule.mask_id, rule.eos_id)
+
+
+# ---------------------------------------------------------------------------------- the AR step
+@dataclass
+class ARState:
+    """An autoregressive (B = 1) decode in fixed device buffers that :func:`ar_step` reads and writes."""
+
+    out: torch.Tensor           # [R, slots] long: the answer so far, EOS beyond it
+    t: torch.Tensor             # [1] long: response offset of the token the next step feeds
+    done: torch.Tensor          # [R] bool: EOS produced
+
+    @classmethod
+    def empty(cls, rows: int, slots: int, device: torch.device) -> "ARState":
+        return cls(torch.zeros(rows, slots, dtype=torch.long, device=device),
+                   torch.zeros(1, dtype=torch.long, device=device), torch.zeros(rows, dtype=torch.bool, device=device))
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.out, self.t, self.done
+
+
+def ar_step(forward: Callable[[], torch.Tensor], pick, text: QwenTextForward, buf: StepBuffers, ar: ARState,
+            base: torch.Tensor, prompt_valid: torch.Tensor, next_position: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """One AR step on the device: token ``t`` of the answer into its cache slot ``base + t`` (position
+    ``next_position + t``, attending to the prompt and response slots [0, t]), the forward, token
+    ``t + 1`` chosen (``pick``) and written, ``t`` advanced; returns [R] "EOS produced?". The step's
+    plan (slots, positions, cos/sin, mask) is computed here from the device counter, so with
+    :func:`greedy_pick` one CUDA graph replays every token of a key-span bucket with no host work."""
+    rows = ar.out.shape[0]
+    t = ar.t
+    buf.tokens.copy_(ar.out.gather(1, t.expand(rows, 1)))
+    buf.slots.copy_((base + t).unsqueeze(1))
+    buf.positions.copy_((next_position + t).view(1, rows, 1).expand(3, rows, 1))
+    cos, sin = text.rope(buf.positions)
+    buf.cos.copy_(cos)
+    buf.sin.copy_(sin)
+    slot = torch.arange(prompt_valid.shape[1], device=prompt_valid.device)
+    visible = prompt_valid | ((slot >= base.unsqueeze(1)) & (slot <= (base + t).unsqueeze(1)))
+    buf.mask[:, 0, 0].copy_(visible)
+    tokens, _ = pick(forward())                                               # [R, 1]
+    ar.out.scatter_(1, (t + 1).expand(rows, 1), tokens)
+    ar.done.logical_or_(tokens[:, 0] == eos_id)
+    ar.t.add_(1)
+    return ar.done
