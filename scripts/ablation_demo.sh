@@ -70,4 +70,5 @@ for row in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage3; do
   [ -f "$runs/report/$row/summary.json" ] || SET=report MODEL="$runs/$row/final" OUT="$runs/report/$row" \
     BENCH_ARGS="--block-sizes 32 --thresholds 0.9" bash scripts/score_demo.sh
 done
-echo "ablation: report-set summaries in $runs/report/*/summary.md; selection-set choices in $select/"
+python scripts/ablation_table.py "$runs" | tee "$runs/ablation_table.md"
+echo "ablation: the table in $runs/ablation_table.md; report-set summaries in $runs/report/*/summary.md; selection-set choices in $select/"

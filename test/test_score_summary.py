@@ -90,3 +90,25 @@ def test_score_summary_names_an_unreadable_input(tmp_path):
     missing = tmp_path / "nowhere"
     r = subprocess.run([sys.executable, str(SCRIPT), "--bench", str(missing)], capture_output=True, text=True)
     assert r.returncode != 0 and f"cannot read {missing}" in r.stderr
+
+
+def test_ablation_table_puts_each_scored_arm_in_the_recipe_order(tmp_path):
+    """scripts/ablation_table.py over two arms' score_summary JSON: the AR reference first, then the
+    arms in the recipe's order (not the order found), each with its figures and selection-set CE."""
+    bench, loops = _write_inputs(tmp_path)
+    runs = tmp_path / "ablation"
+    for arm in ("stage2_jsd", "direct"):
+        (runs / "report" / arm).mkdir(parents=True)
+        subprocess.run([sys.executable, str(SCRIPT), "--bench", str(bench), "--closed-loop", *map(str, loops),
+                        "--json", str(runs / "report" / arm / "summary.json")], capture_output=True, check=True)
+    (runs / "selection").mkdir()
+    (runs / "selection" / "stage2_jsd.json").write_text(json.dumps({"ce": 0.61234}))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ablation_table.py"), str(runs)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[2].startswith("| AR model (reference) | - | 0.375 | 0.750 | 1.125 | 1.500 [")
+    assert out[3].startswith("| direct adaptation") and out[4].startswith("| + Stage II, JSD") and len(out) == 5
+    assert "| 0.6123 | 0.467 | 0.933 | 1.400 | 1.867 [" in out[4] and "| 1.20 [1.20, 1.20] |" in out[4]
+    assert "| 1.20 1.20 1.20 1.20 1.20 1.20 1.20 1.20 |" in out[4] and "| 1 of 10 | 84.0 % [" in out[4]
+    empty = subprocess.run([sys.executable, str(ROOT / "scripts" / "ablation_table.py"), str(tmp_path / "none")],
+                           capture_output=True, text=True)
+    assert empty.returncode != 0 and "no report/<row>/summary.json" in empty.stderr
