@@ -495,7 +495,9 @@ class StaticBlockDiffusionDecoder:
                 buf = self._plan(run, prefix, segments)
                 if size == 1 and whole:                        # the AR whole step, from token 0
                     ar = self._ar_state(run)
-                    ar.out.fill_(eos_id), ar.t.zero_(), ar.done.zero_()
+                    ar.out.fill_(eos_id)
+                    ar.t.zero_()
+                    ar.done.zero_()
                     self._ar_step(run, prefix, buf, ar, 0, self._greedy, graph_whole=True)
                     continue
                 if not whole:
