@@ -439,9 +439,7 @@ class StaticBlockDiffusionDecoder:
         greedy = settings.temperature == 0
         interval = settings.mask_check_interval if greedy else 1
         ar = self._ar_state(run)
-        ar.out.fill_(eos_id)
-        ar.t.zero_()
-        ar.done.fill_(True)                                     # rows beyond the batch: nothing to decode
+        ar.reset(eos_id)                                        # rows beyond the batch stay done
         tokens, _ = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n))
         ar.out[:n, 0] = tokens[:, 0]
         ar.done[:n] = tokens[:, 0] == eos_id
@@ -495,9 +493,7 @@ class StaticBlockDiffusionDecoder:
                 buf = self._plan(run, prefix, segments)
                 if size == 1 and whole:                        # the AR whole step, from token 0
                     ar = self._ar_state(run)
-                    ar.out.fill_(eos_id)
-                    ar.t.zero_()
-                    ar.done.zero_()
+                    ar.reset(eos_id)
                     self._ar_step(run, prefix, buf, ar, 0, self._greedy, graph_whole=True)
                     continue
                 if not whole:

@@ -182,6 +182,12 @@ class ARState:
         return cls(torch.zeros(rows, slots, dtype=torch.long, device=device),
                    torch.zeros(1, dtype=torch.long, device=device), torch.zeros(rows, dtype=torch.bool, device=device))
 
+    def reset(self, eos_id: int) -> None:
+        """Before a decode: no answer (EOS everywhere), t = 0, every row done until its first token."""
+        self.out.fill_(eos_id)
+        self.t.zero_()
+        self.done.fill_(True)
+
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return self.out, self.t, self.done
 
