@@ -3,7 +3,7 @@
 # against a Stage I control of the same steps) and Stage III (a 3.4x larger teacher) on the demo world,
 # every run from a config in training/demo/ablation_*.yaml, choices on the selection set only, figures
 # on the report set (the protocol of scripts/score_demo.sh and models/README.md).
-#   bash scripts/ablation_demo.sh            (CPU, 2 cores: about 2.5 h of training + 1 h of scoring)
+#   bash scripts/ablation_demo.sh            (CPU, 2 cores: about 2.5 h of training + 1.5 h of scoring)
 #   RUNS=runs/ablation bash scripts/ablation_demo.sh [extra wam-diff2 train overrides]
 # Every step is skipped when its output exists and training resumes from its last checkpoint
 # (save_every_steps 25), so an interrupted run continues where it stopped.
@@ -34,6 +34,14 @@ teacher="--distill.teacher_path $runs/teacher_b4/final"
 train stage2_jsd stage2 "$runs/direct/final" $teacher "$@"
 train stage2_fkl stage2 "$runs/direct/final" $teacher --distill.loss forward_kl "$@"
 train stage2_rkl stage2 "$runs/direct/final" $teacher --distill.loss reverse_kl "$@"
+# the same JSD from an AR teacher of the same size (the shipped AR model, its next-token view)
+train stage2_ar_teacher stage2 "$runs/direct/final" --distill.teacher_path "$ar" --distill.teacher_block_size 1 "$@"
+# rho_5 of the two same-size teachers with the student they distil into, on the selection set
+for t in b4 ar; do
+  [ "$t" = b4 ] && tpath=$runs/teacher_b4/final || tpath=$ar
+  [ -f "$runs/selection/rho5_small_$t.json" ] || { mkdir -p "$runs/selection"; wam-diff2 val-loss --model "$runs/direct/final" \
+    --data "$data/val.json" --limit 200 --device cpu --teacher "$tpath" --json "$runs/selection/rho5_small_$t.json"; }
+done
 
 # Stage III's teacher: a larger model through this package's own Phase 1 + Stage I on the same data
 [ -d "$runs/init_large" ] || wam-diff2 tiny-checkpoint "$runs/init_large" --ar --seed 1 --hidden-size 512 --layers 4 \
@@ -66,9 +74,10 @@ for t in ar b32; do
 done
 
 # the report set: every row scored with scripts/score_demo.sh's report protocol (AR = the shipped AR model)
-for row in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage3; do
+# on its 200 planning samples and, to fit a session, the 10 closed-loop routes of seed 8001
+for row in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_ar_teacher stage3; do
   [ -f "$runs/report/$row/summary.json" ] || SET=report MODEL="$runs/$row/final" OUT="$runs/report/$row" \
-    BENCH_ARGS="--block-sizes 32 --thresholds 0.9" bash scripts/score_demo.sh
+    BENCH_ARGS="--block-sizes 32 --thresholds 0.9" ROUTE_SEEDS=8001 bash scripts/score_demo.sh
 done
 python scripts/ablation_table.py "$runs" | tee "$runs/ablation_table.md"
 echo "ablation: the table in $runs/ablation_table.md; report-set summaries in $runs/report/*/summary.md; selection-set choices in $select/"

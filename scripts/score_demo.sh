@@ -9,7 +9,8 @@
 #                    no training and no choice ever looked at them; the model card's figures come from here
 #   SET=report bash scripts/score_demo.sh      (default; about 30 minutes on 2 CPU cores)
 #   SET=selection bash scripts/score_demo.sh   (what choices look at; needs runs/demo/data/val.json or makes it)
-#   MODEL=, AR_MODEL=, OUT= (default outputs/score_demo/$SET), BENCH_ARGS= (extra `wam-diff2 bench` options)
+#   MODEL=, AR_MODEL=, OUT= (default outputs/score_demo/$SET), BENCH_ARGS= (extra `wam-diff2 bench` options),
+#   ROUTE_SEEDS= (a subset of the set's closed-loop route seeds, e.g. 8001: the ablation rows' 10 routes)
 # Writes OUT/bench (wam-diff2 bench --data), OUT/closed_loop_SEED (wam-diff2 closed-loop) and OUT/summary.md
 # (scripts/score_summary.py: the figures with 95 % bootstrap intervals).
 set -euo pipefail
@@ -33,6 +34,10 @@ case "$set_name" in
     every=50; route_seeds="2000 2001 2002" ;;
   *) echo "score_demo.sh: SET must be report or selection, got '$set_name'" >&2; exit 2 ;;
 esac
+for seed in ${ROUTE_SEEDS:-}; do
+  case " $route_seeds " in *" $seed "*) ;; *) echo "score_demo.sh: ROUTE_SEEDS: $seed is not a route seed of the $set_name set ($route_seeds)" >&2; exit 2 ;; esac
+done
+route_seeds=${ROUTE_SEEDS:-$route_seeds}
 mkdir -p "$out"
 # shellcheck disable=SC2086
 wam-diff2 --log-level WARNING bench --model "$model" --ar-model "$ar_model" --data "$samples" --every $every \
