@@ -34,6 +34,8 @@ teacher="--distill.teacher_path $runs/teacher_b4/final"
 train stage2_jsd stage2 "$runs/direct/final" $teacher "$@"
 train stage2_fkl stage2 "$runs/direct/final" $teacher --distill.loss forward_kl "$@"
 train stage2_rkl stage2 "$runs/direct/final" $teacher --distill.loss reverse_kl "$@"
+# JSD off-policy: the ground-truth answers noised, never the student's own (whose answers are often malformed)
+train stage2_jsd_off_policy stage2 "$runs/direct/final" $teacher --distill.on_policy false "$@"
 # the same JSD from an AR teacher of the same size (the shipped AR model, its next-token view)
 train stage2_ar_teacher stage2 "$runs/direct/final" --distill.teacher_path "$ar" --distill.teacher_block_size 1 "$@"
 # rho_5 of the two same-size teachers with the student they distil into, on the selection set
@@ -54,8 +56,10 @@ train teacher_large_b32 teacher_large_b32 "$runs/init_large_b32" "$@"
 # fixed-noise validation loss at B = 32 goes on to Stage III
 select=$runs/selection
 mkdir -p "$select"
-for arm in stage2_jsd stage2_fkl stage2_rkl; do
-  [ -f "$select/$arm.json" ] || wam-diff2 val-loss --model "$runs/$arm/final" --data "$data/val.json" --limit 200 \
+# (the other rows and the shipped Block-32 model beside them: whether any arm beats what ships)
+for arm in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_jsd_off_policy shipped_b32; do
+  [ "$arm" = shipped_b32 ] && model=models/wam-diff2-demo-b32 || model=$runs/$arm/final
+  [ -f "$select/$arm.json" ] || wam-diff2 val-loss --model "$model" --data "$data/val.json" --limit 200 \
     --device cpu --json "$select/$arm.json"
 done
 best=$(python - "$select" <<'PY'
@@ -75,7 +79,7 @@ done
 
 # the report set: every row scored with scripts/score_demo.sh's report protocol (AR = the shipped AR model)
 # on its 200 planning samples and, to fit a session, the 10 closed-loop routes of seed 8001
-for row in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_ar_teacher stage3; do
+for row in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_jsd_off_policy stage2_ar_teacher stage3; do
   [ -f "$runs/report/$row/summary.json" ] || SET=report MODEL="$runs/$row/final" OUT="$runs/report/$row" \
     BENCH_ARGS="--block-sizes 32 --thresholds 0.9" ROUTE_SEEDS=8001 bash scripts/score_demo.sh
 done
