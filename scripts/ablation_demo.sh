@@ -39,10 +39,12 @@ train stage2_jsd_off_policy stage2 "$runs/direct/final" $teacher --distill.on_po
 # the same JSD from an AR teacher of the same size (the shipped AR model, its next-token view)
 train stage2_ar_teacher stage2 "$runs/direct/final" --distill.teacher_path "$ar" --distill.teacher_block_size 1 "$@"
 # rho_5 of the two same-size teachers with the student they distil into, on the selection set
+select=$runs/selection
+mkdir -p "$select"
 for t in b4 ar; do
   [ "$t" = b4 ] && tpath=$runs/teacher_b4/final || tpath=$ar
-  [ -f "$runs/selection/rho5_small_$t.json" ] || { mkdir -p "$runs/selection"; wam-diff2 val-loss --model "$runs/direct/final" \
-    --data "$data/val.json" --limit 200 --device cpu --teacher "$tpath" --json "$runs/selection/rho5_small_$t.json"; }
+  [ -f "$select/rho5_small_$t.json" ] || wam-diff2 val-loss --model "$runs/direct/final" --data "$data/val.json" \
+    --limit 200 --device cpu --teacher "$tpath" --json "$select/rho5_small_$t.json"
 done
 
 # Stage III's teacher: a larger model through this package's own Phase 1 + Stage I on the same data
@@ -54,8 +56,6 @@ train teacher_large_b32 teacher_large_b32 "$runs/init_large_b32" "$@"
 
 # choice on the selection set (the 40 held-out drives of seed 0): the Stage II arm with the lowest
 # fixed-noise validation loss at B = 32 goes on to Stage III
-select=$runs/selection
-mkdir -p "$select"
 # (the other rows and the shipped Block-32 model beside them: whether any arm beats what ships)
 for arm in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_jsd_off_policy shipped_b32; do
   [ "$arm" = shipped_b32 ] && model=models/wam-diff2-demo-b32 || model=$runs/$arm/final

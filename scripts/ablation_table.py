@@ -38,8 +38,9 @@ def _read(path: Path) -> dict:
         raise SystemExit(f"ablation_table: cannot read {path}: {exc}")
 
 
-def _open_row(summary: dict, label: str) -> dict:
-    return next(r for r in summary["open_loop"] if (r["label"] == "AR") == (label == "AR"))
+def _open_row(summary: dict, ar: bool) -> dict:
+    """The AR reference row of a score_summary JSON, or the model's row beside it."""
+    return next(r for r in summary["open_loop"] if (r["label"] == "AR") == ar)
 
 
 def _cells(r: dict, loop: dict | None) -> list[str]:
@@ -70,11 +71,11 @@ def table(runs: Path) -> str:
     header = ("| row | selection-set CE | L2@1s | L2@2s | L2@3s | L2@4s mean | L2@4s / AR | per waypoint / AR "
               "(0.5 .. 4 s) | tokens/forward | unparseable | route completion (routes) |")
     out = [header, "|" + "---|" * (header.count("|") - 1)]
-    out.append("| AR model (reference) | - | " + " | ".join(_cells(_open_row(rows[0][2], "AR"), None)) + " |")
+    out.append("| AR model (reference) | - | " + " | ".join(_cells(_open_row(rows[0][2], ar=True), None)) + " |")
     for name, what, summary in rows:
         chosen = selection / f"{name}.json"
         ce = f"{_read(chosen)['ce']:.4f}" if chosen.is_file() else "-"
-        out.append(f"| {what} | {ce} | " + " | ".join(_cells(_open_row(summary, name), summary.get("closed_loop")))
+        out.append(f"| {what} | {ce} | " + " | ".join(_cells(_open_row(summary, ar=False), summary.get("closed_loop")))
                    + " |")
     return "\n".join(out)
 

@@ -251,9 +251,7 @@ class StaticBlockDiffusionDecoder:
             visible = prefix.prompt_valid | ((slot >= prefix.base_t.unsqueeze(1))
                                              & (slot < (prefix.base_t + end).unsqueeze(1)))   # [R, slots]
             buf.mask[:, 0, start:stop] = visible.unsqueeze(1)
-            span = max(prefix.base) + end
-            if run.span_bucket:
-                span = min(slots, -(-span // run.span_bucket) * run.span_bucket)
+            span = self._key_span(run, prefix, end)
             if groups and groups[-1].span == span:
                 groups[-1] = QueryGroup(groups[-1].start, stop, span)
             else:
@@ -265,6 +263,15 @@ class StaticBlockDiffusionDecoder:
         buf.segments, buf.groups, buf.kv_lengths = tuple(bounds), tuple(groups), kv_lengths
         self.attention.begin(buf, run.cache)
         return buf
+
+    @staticmethod
+    def _key_span(run: _Run, prefix: StaticPrefix, end: int) -> int:
+        """Cache slots [0, span) a step attends to when response slots [0, end) are visible: exact
+        eagerly, rounded up to the run's span bucket under graphs (a graph key)."""
+        span = max(prefix.base) + end
+        if run.span_bucket:
+            span = min(run.cache.slots, -(-span // run.span_bucket) * run.span_bucket)
+        return span
 
     def _forward(self, run: _Run, buf: StepBuffers) -> torch.Tensor:
         self.forwards_run += 1
@@ -282,20 +289,26 @@ class StaticBlockDiffusionDecoder:
             state = run.cache.step_buffers[key] = BlockState.empty(run.rows, size, self.device)
         return state
 
-    def _denoise_step(self, run: _Run, buf: StepBuffers, block: BlockState, rule: TransferRule,
-                      pick, graph_whole: bool) -> torch.Tensor:
-        """One :func:`whole_step` over ``buf`` (a denoise step, or the fused commit + step); returns the
-        [R] still-masked flag on the device. Under CUDA graphs the whole step is one graph when
-        ``graph_whole`` (greedy ``pick``); otherwise only its forward is graphed."""
+    def _run_step(self, run: _Run, buf: StepBuffers, step, mutable: Sequence[torch.Tensor], tag,
+                  graph_whole: bool) -> torch.Tensor:
+        """One whole step ``step(forward)`` over ``buf`` (:func:`whole_step` or :func:`ar_step`). Under
+        CUDA graphs it is one graph keyed by the buffers' shape and ``tag`` when ``graph_whole``
+        (greedy: nothing read from the host), else only its forward is graphed."""
         cache, attention, text = run.cache, self.attention, self.text
         forward = lambda: forward_step(text, cache, attention, buf)   # noqa: E731
         self.forwards_run += 1
         if run.graphed and graph_whole:
-            step = MutatingStep(lambda: whole_step(forward, pick, buf, block, rule), block.tensors())
-            return self.graphs.run((*attention.graph_key(buf), rule), step)
+            return self.graphs.run((*attention.graph_key(buf), tag), MutatingStep(lambda: step(forward), mutable))
         if run.graphed:
-            return whole_step(lambda: self.graphs.run(attention.graph_key(buf), forward), pick, buf, block, rule)
-        return whole_step(forward, pick, buf, block, rule)
+            return step(lambda: self.graphs.run(attention.graph_key(buf), forward))
+        return step(forward)
+
+    def _denoise_step(self, run: _Run, buf: StepBuffers, block: BlockState, rule: TransferRule,
+                      pick, graph_whole: bool) -> torch.Tensor:
+        """One :func:`whole_step` over ``buf`` (a denoise step, or the fused commit + step); returns the
+        [R] still-masked flag on the device."""
+        return self._run_step(run, buf, lambda forward: whole_step(forward, pick, buf, block, rule),
+                              block.tensors(), rule, graph_whole)
 
     # ------------------------------------------------------------ public single-step API
     def begin(self, inputs: Mapping[str, torch.Tensor], block_size: int, answer_slots: int) -> "DecodeState":
@@ -413,22 +426,11 @@ class StaticBlockDiffusionDecoder:
                  graph_whole: bool) -> torch.Tensor:
         """Feed answer token ``t`` (:func:`ar_step`); the host sets only what it knows without reading
         the device: the key span of token ``t`` (a graph key) and, for FlashInfer, the plan."""
-        span = max(prefix.base) + t + 1
-        if run.span_bucket:
-            span = min(run.cache.slots, -(-span // run.span_bucket) * run.span_bucket)
-        buf.groups = (QueryGroup(0, 1, span),)
+        buf.groups = (QueryGroup(0, 1, self._key_span(run, prefix, t + 1)),)
         buf.kv_lengths = [[b + t + 1] for b in prefix.base]
         self.attention.begin(buf, run.cache)
-        cache, attention, text = run.cache, self.attention, self.text
-        forward = lambda: forward_step(text, cache, attention, buf)   # noqa: E731
-        self.forwards_run += 1
-        args = (text, buf, ar, prefix.base_t, prefix.prompt_valid, prefix.next_position, self.config.eos_token_id)
-        if run.graphed and graph_whole:
-            step = MutatingStep(lambda: ar_step(forward, pick, *args), ar.tensors())
-            return self.graphs.run((*attention.graph_key(buf), "ar"), step)
-        if run.graphed:
-            return ar_step(lambda: self.graphs.run(attention.graph_key(buf), forward), pick, *args)
-        return ar_step(forward, pick, *args)
+        args = (self.text, buf, ar, prefix.base_t, prefix.prompt_valid, prefix.next_position, self.config.eos_token_id)
+        return self._run_step(run, buf, lambda forward: ar_step(forward, pick, *args), ar.tensors(), "ar", graph_whole)
 
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
                      generators, timer: PhaseTimer) -> DecodeOutput:
@@ -444,7 +446,6 @@ class StaticBlockDiffusionDecoder:
         ar.out[:n, 0] = tokens[:, 0]
         ar.done[:n] = tokens[:, 0] == eos_id
         buf = self._plan(run, prefix, [(0, 1)])
-        done = ar.done[:n].tolist()
         with timer("denoise"):
             for t in range(limit - 1):                          # feed token t, choose token t + 1
                 if t % interval == 0:

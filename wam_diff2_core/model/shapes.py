@@ -33,7 +33,7 @@ def rope_parameters(section: Sequence[int] = MROPE_SECTION) -> dict:
 
 def qwen3_vl_config(name: str) -> dict:
     """``Qwen3VLConfig`` keyword arguments of the named real shape (``2b`` or ``8b``)."""
-    text = dict(TEXT[name])
+    text = TEXT[name]
     return dict(text_config=dict(**text, rope_parameters=rope_parameters()),
                 vision_config=dict(**VISION[name], out_hidden_size=text["hidden_size"]),
                 tie_word_embeddings=text["tie_word_embeddings"])
