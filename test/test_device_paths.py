@@ -18,7 +18,7 @@ from wam_diff2_core.decoding import sampling
 from wam_diff2_core.decoding import static as static_module
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
-from wam_diff2_core.decoding.cuda_graphs import StepGraphs
+from wam_diff2_core.decoding.cuda_graphs import MutatingStep, StepGraphs
 
 STATIC = EngineSettings(implementation="static")
 
@@ -74,6 +74,30 @@ def test_sampling_names_a_generator_on_another_device(tiny_model):
         sampling.sample_tokens(logits, settings, None, [_RecordingGenerator("meta")])
 
 
+@pytest.mark.parametrize("vocab", [7, 151])
+def test_draw_one_is_torch_multinomial_without_its_host_read(vocab):
+    """The capturable draw equals torch.multinomial(p, 1) draw for draw and leaves the generator where
+    multinomial leaves it (also where top-k / top-p zeroed tokens out)."""
+    torch.manual_seed(0)
+    for trial in range(20):
+        p = torch.softmax(torch.randn(6, vocab) * (1 + trial % 5), dim=-1)
+        p[:, : trial % 4] = 0
+        p = p / p.sum(dim=-1, keepdim=True)
+        theirs, mine = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        assert torch.equal(sampling.draw_one(p, mine), torch.multinomial(p, 1, generator=theirs))
+        assert torch.equal(mine.get_state(), theirs.get_state())
+
+
+def test_bound_generators_draw_as_the_request_generators_and_hand_their_state_back():
+    request = sampling.seeded_generators([1, 2], "cpu")
+    alone = sampling.seeded_generators([1, 2], "cpu")
+    own = sampling.seeded_generators([90, 91, 92], "cpu")          # more than the batch: a graph bucket
+    with sampling.bound_generators(own, request):
+        drawn = [torch.rand(3, generator=g) for g in own[:2]]
+    assert all(torch.equal(d, torch.rand(3, generator=g)) for d, g in zip(drawn, alone))
+    assert all(torch.equal(torch.rand(2, generator=r), torch.rand(2, generator=a)) for r, a in zip(request, alone))
+
+
 def _empty(n):
     from wam_diff2_core.decoding.common import DecodeOutput, DecodeStats
     return DecodeOutput(sequences=[[]] * n, finished=[True] * n, stats=[DecodeStats(block_size=1) for _ in range(n)])
@@ -85,8 +109,8 @@ def _empty(n):
     (static_module, lambda m: StaticBlockDiffusionDecoder(m.model, m.config, STATIC))], ids=["plain", "static"])
 @pytest.mark.parametrize("block", [1, 8])
 def test_every_decoder_samples_by_inverse_cdf_on_npu(tiny_model, monkeypatch, module, make, block):
-    """Forced to the npu's device settings, neither decoder calls torch.multinomial (it hangs on
-    Ascend): the tokens are the inverse-CDF sampler's."""
+    """Forced to the npu's device settings, neither decoder draws by multinomial (torch.multinomial
+    hangs on Ascend; its rule is sampling.draw_one): the tokens are the inverse-CDF sampler's."""
     decoder = make(tiny_model)
     settings = tiny_model.config.settings.replace(block_size=block, denoising_steps=block, temperature=1.0,
                                                   max_new_tokens=16)
@@ -97,8 +121,8 @@ def test_every_decoder_samples_by_inverse_cdf_on_npu(tiny_model, monkeypatch, mo
     monkeypatch.setattr(module, "device_settings", lambda s, device_type: real(s, "npu"))
 
     def hang(*args, **kwargs):
-        raise AssertionError("torch.multinomial called on npu")
-    monkeypatch.setattr(torch, "multinomial", hang)
+        raise AssertionError("multinomial draw on npu")
+    monkeypatch.setattr(sampling, "draw_one", hang)
     assert decoder.generate(batch, settings, gens()).sequences == expected.sequences
 
 
@@ -151,16 +175,37 @@ def test_flashinfer_request_past_the_graph_cache_runs_eagerly(tiny_model, monkey
 
 
 # ---------------------------------------------------------------------------------- 9. failed capture
-def test_a_capture_that_fails_late_falls_back_to_eager(monkeypatch):
-    """The capture's error can also surface in the synchronize after it (asynchronous CUDA errors):
-    the step still runs eagerly, and the shape is remembered as eager."""
+class _GraphStandIn:
+    """Stands for torch.cuda.CUDAGraph where no GPU exists: replay reruns what was captured."""
+
+    def __init__(self):
+        self.registered, self.body = [], None
+
+    def register_generator_state(self, generator):
+        self.registered.append(generator)
+
+    def pool(self):
+        return None
+
+    def replay(self):
+        self.body()
+
+
+def _cuda_stand_in(monkeypatch, capture, default_generator=None):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     stream = types.SimpleNamespace(wait_stream=lambda other: None)
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: stream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: stream)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _GraphStandIn)
+    monkeypatch.setattr(torch.cuda, "default_generators", (default_generator or torch.Generator(),))
+    monkeypatch.setattr(torch.cuda, "graph", capture)
 
+
+def test_a_capture_that_fails_late_falls_back_to_eager(monkeypatch):
+    """The capture's error can also surface in the synchronize after it (asynchronous CUDA errors):
+    the step still runs eagerly, and the shape is remembered as eager; the warm-up runs' draws are
+    taken back, so the eager run draws what the plain decoder would."""
     @contextlib.contextmanager
     def capture(graph, pool=None):
         raise RuntimeError("operation not permitted when stream is capturing")
@@ -168,15 +213,43 @@ def test_a_capture_that_fails_late_falls_back_to_eager(monkeypatch):
 
     def synchronize(device):
         raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
-    monkeypatch.setattr(torch.cuda, "graph", capture)
+    _cuda_stand_in(monkeypatch, capture)
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
     graphs = StepGraphs(torch.device("cuda"), enabled=True)
     assert graphs.enabled
     ran = []
-    out = graphs.run(("step", 1), lambda: (ran.append(1), torch.ones(2))[1])
-    assert torch.equal(out, torch.ones(2)) and "stream is capturing" in graphs.failures[str(("step", 1))]
-    graphs.run(("step", 1), lambda: (ran.append(1), torch.ones(2))[1])     # eager from then on
+    gen, alone = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    step = MutatingStep(lambda: (ran.append(1), torch.rand(2, generator=gen))[1], (), (gen,))
+    out = graphs.run(("step", 1), step)
+    assert torch.equal(out, torch.rand(2, generator=alone)) and "stream is capturing" in graphs.failures[str(("step", 1))]
+    graphs.run(("step", 1), step)                      # eager from then on
     assert len(ran) == 2 + 2                          # 2 warm-up runs, the fallback, the next call
+    assert torch.equal(gen.get_state(), (torch.rand(2, generator=alone), alone.get_state())[1])
+
+
+def test_a_sampling_graph_registers_its_generators_and_draws_as_eager(monkeypatch):
+    """Warm-up runs and the capture draw from the step's generators and the device's default one;
+    both are put back, so the replays draw what successive eager steps would, and the graph is bound
+    to the step's generators."""
+    captured = []
+
+    @contextlib.contextmanager
+    def capture(graph, pool=None):
+        captured.append(graph)
+        yield
+
+    default = torch.Generator().manual_seed(3)
+    _cuda_stand_in(monkeypatch, capture, default)
+    graphs = StepGraphs(torch.device("cuda"), enabled=True)
+    gen = torch.Generator().manual_seed(7)
+    out = torch.zeros(2)
+    body = lambda: out.copy_(torch.rand(2, generator=gen) + torch.rand(2, generator=default))   # noqa: E731
+    step = MutatingStep(lambda: (setattr(captured[-1], "body", body) if captured else None, body())[1], (), (gen,))
+    draws = [graphs.run(("sample", 1), step).clone() for _ in range(3)]
+    gen_alone, default_alone = torch.Generator().manual_seed(7), torch.Generator().manual_seed(3)
+    expected = [torch.rand(2, generator=gen_alone) + torch.rand(2, generator=default_alone) for _ in range(3)]
+    assert captured[0].registered == [gen]
+    assert all(torch.equal(d, e) for d, e in zip(draws, expected))
 
 
 # ---------------------------------------------------------------------------------- 6. bench shape

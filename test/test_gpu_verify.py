@@ -24,7 +24,7 @@ def test_gpu_verify_runs_end_to_end_on_cpu(tmp_path):
     done = _verify(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "fast tokens vs plain" in out and "3/3 rows agree" in out and "verify-device: tokens agree" in out
+    assert "fast tokens vs plain" in out and "4/4 rows agree" in out and "verify-device: tokens agree" in out
     for row in ("static-sdpa Block-32 forward", "static-sdpa AR forward", "Block-32 decode (static-sdpa)",
                 "160x90 frame -> trajectory"):
         assert row in out, out

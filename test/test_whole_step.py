@@ -97,7 +97,54 @@ def test_warmup_runs_every_whole_step_a_greedy_decode_needs(tiny_model, monkeypa
     out = static.generate(batch, settings)
     assert out.sequences == BlockDiffusionDecoder(tiny_model.model, cfg).generate(batch, settings).sequences
     assert keys and set(keys) <= warmed
-    assert all(isinstance(key[-1], TransferRule) for key in keys)            # greedy: whole steps only
+    assert all(isinstance(key[-2], TransferRule) and key[-1] == "greedy" for key in keys)   # whole steps only
+
+
+def _graphed_on_cpu(tiny_model, monkeypatch):
+    """The static decoder on its graphed path with StepGraphs running each step eagerly (no GPU here):
+    records (key, generators) of every step it would capture or replay."""
+    from wam_diff2_core.decoding.cuda_graphs import StepGraphs
+    steps = []
+    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step: (
+        steps.append((key, tuple(getattr(step, "generators", ())))), step())[1])
+    static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, STATIC.replace(cuda_graphs=True))
+    static.graphs.enabled = True
+    return static, steps
+
+
+@pytest.mark.parametrize("block", [8, 1])
+def test_seeded_sampling_graphs_whole_steps_on_the_decoders_own_generators_and_equals_plain(
+        tiny_model, monkeypatch, block):
+    """Sampling under graphs: while every row still draws, each step is a whole-step graph bound to the
+    decoder's own generators (the request's states copied in and handed back), after that only the
+    forward is graphed; the tokens, and where the request's generators end, are the plain decoder's."""
+    from wam_diff2_core.decoding.sampling import seeded_generators
+    static, steps = _graphed_on_cpu(tiny_model, monkeypatch)
+    cfg = tiny_model.config
+    settings = cfg.settings.replace(block_size=block, denoising_steps=block, temperature=1.0, top_k=8,
+                                    confidence_threshold=0.7, max_new_tokens=24)
+    batch = encode(tiny_model.processor, [0, 1, 2])
+    request, alone = seeded_generators([5, 6, 7], "cpu"), seeded_generators([5, 6, 7], "cpu")
+    out = static.generate(batch, settings, request)
+    expected = BlockDiffusionDecoder(tiny_model.model, cfg).generate(batch, settings, alone)
+    assert out.sequences == expected.sequences and out.finished == expected.finished
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(request, alone))
+    whole = [gens for key, gens in steps if isinstance(key[-1], tuple) and key[-1][:1] == ("sample",)]
+    assert whole and all(gens == tuple(static._own_generators[:3]) for gens in whole)
+    assert not any(set(map(id, gens)) & set(map(id, request)) for _, gens in steps)
+
+
+def test_warmup_captures_the_seeded_sampling_steps_of_a_decode(tiny_model, monkeypatch):
+    from wam_diff2_core.decoding.sampling import seeded_generators
+    static, steps = _graphed_on_cpu(tiny_model, monkeypatch)
+    settings = tiny_model.config.settings.replace(block_size=8, denoising_steps=8, temperature=1.0,
+                                                  max_new_tokens=24)
+    batch = encode(tiny_model.processor, [1])
+    static.warmup(batch_sizes=(1,), prompt_tokens=batch["input_ids"].shape[1], settings=settings)
+    warmed = {key for key, _ in steps}
+    steps.clear()
+    static.generate(batch, settings, seeded_generators([3], "cpu"))
+    assert steps and {key for key, _ in steps} <= warmed
 
 
 def test_ar_step_compiles_with_no_graph_break_and_greedy_ar_is_nothing_but_ar_steps(tiny_model, monkeypatch):

@@ -89,7 +89,9 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0) -> tuple
         plain = make_variant("plain", model, config)
         cases = [("Block-32 greedy", dict(block_size=32, denoising_steps=32)),
                  ("Block-32 sampled", dict(block_size=32, denoising_steps=32, temperature=1.0, top_k=50)),
-                 ("AR greedy", dict(block_size=1, denoising_steps=1, max_new_tokens=max(1, new_tokens // 2)))]
+                 ("AR greedy", dict(block_size=1, denoising_steps=1, max_new_tokens=max(1, new_tokens // 2))),
+                 ("AR sampled", dict(block_size=1, denoising_steps=1, temperature=1.0, top_k=50,
+                                     max_new_tokens=max(1, new_tokens // 2)))]
         for name in fast_variants(device, dtype_name):
             try:
                 fast = make_variant(name, model, config)

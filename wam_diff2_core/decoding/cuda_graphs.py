@@ -8,7 +8,10 @@ kernels compile); later runs replay it. The graph reads its inputs from the step
 K/V into the one preallocated cache, so replaying is exactly the eager step. Anything that fails
 to capture runs eagerly from then on, with the reason logged once and kept in ``failures``.
 A whole step also updates the block in place (:class:`MutatingStep`): those tensors are restored after the
-warm-up runs and the capture, so the first replay starts from the state the caller left.
+warm-up runs and the capture, so the first replay starts from the state the caller left. A sampling step
+names its generators: they are registered with the graph (each replay draws from their current state and
+advances it, as the eager step would) and, with the device's default generator, put back after the
+warm-up runs and the capture, so the draws are those of the plain decoder.
 
     graphs = StepGraphs(torch.device("cuda"), enabled=True)
     logits = graphs.run(key, lambda: forward_step(text, cache, attention, buffers))
@@ -38,10 +41,12 @@ def batch_bucket(n: int, max_batch: int) -> int | None:
 
 @dataclass
 class MutatingStep:
-    """A step that also updates ``mutable`` in place (a whole step: the block buffers)."""
+    """A step that also updates ``mutable`` in place (a whole step: the block buffers) and, when it
+    samples, draws from ``generators`` (fixed objects: a graph is bound to the generators it captured)."""
 
     fn: Callable[[], torch.Tensor]
     mutable: Sequence[torch.Tensor]
+    generators: Sequence[torch.Generator] = ()
 
     def __call__(self) -> torch.Tensor:
         return self.fn()
@@ -77,18 +82,20 @@ class StepGraphs:
             return step()
         captured = self.graphs.get(key)
         if captured is None:
-            captured = self._capture(key, step, getattr(step, "mutable", ()))
+            captured = self._capture(key, step, getattr(step, "mutable", ()), getattr(step, "generators", ()))
             if captured is None:
                 return step()
         captured.graph.replay()
         return captured.output
 
-    def _capture(self, key: Hashable, step: Callable[[], torch.Tensor],
-                 mutable: Sequence[torch.Tensor]) -> _Captured | None:
+    def _capture(self, key: Hashable, step: Callable[[], torch.Tensor], mutable: Sequence[torch.Tensor],
+                 generators: Sequence[torch.Generator]) -> _Captured | None:
         # Warm-up runs and the capture repeat the step: each writes the K/V of its tokens into the
         # step's own cache slots, which the replay that follows rewrites; what else the step changes
-        # in place (the block) is put back before that replay.
+        # in place (the block, the generators' states) is put back before that replay.
+        rngs = [*generators, torch.cuda.default_generators[self.device.index or 0]]
         saved = [t.clone() for t in mutable]
+        saved_rngs = [g.get_state() for g in rngs]
         try:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
@@ -96,11 +103,15 @@ class StepGraphs:
                 for _ in range(WARMUP_RUNS):
                     step()
             torch.cuda.current_stream(self.device).wait_stream(side)
+            _restore_rngs(rngs, saved_rngs)
             graph = torch.cuda.CUDAGraph()
+            for generator in generators:
+                graph.register_generator_state(generator)
             with torch.cuda.graph(graph, pool=self._pool):
                 output = step()
             self._pool = graph.pool()
             _restore(mutable, saved)
+            _restore_rngs(rngs, saved_rngs)
         except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager, logged
             reason = f"{type(exc).__name__}: {exc}"
             self.failures[str(key)] = reason
@@ -111,6 +122,7 @@ class StepGraphs:
                 log.warning("CUDA graph capture for step %s: %s: %s after the failure; running eagerly",
                             key, type(late).__name__, late)
             _restore(mutable, saved)
+            _restore_rngs(rngs, saved_rngs)
             return None
         captured = _Captured(graph, output)
         self.graphs[key] = captured
@@ -121,3 +133,8 @@ class StepGraphs:
 def _restore(tensors: Sequence[torch.Tensor], saved: Sequence[torch.Tensor]) -> None:
     for tensor, value in zip(tensors, saved):
         tensor.copy_(value)
+
+
+def _restore_rngs(generators: Sequence[torch.Generator], states: Sequence[torch.Tensor]) -> None:
+    for generator, state in zip(generators, states):
+        generator.set_state(state)

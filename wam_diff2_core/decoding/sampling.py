@@ -7,7 +7,8 @@ sequence decodes to the same tokens alone or in any batch.
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Sequence
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Sequence
 
 import torch
 
@@ -31,6 +32,29 @@ def seeded_generators(seeds: Iterable[int], device: torch.device | str) -> list[
     """One seeded generator per sequence, on the model's device: ``torch.multinomial`` / ``torch.rand``
     on cuda or npu tensors refuse a CPU generator."""
     return [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
+
+
+@contextmanager
+def bound_generators(own: Sequence[torch.Generator], generators: Sequence[torch.Generator]) -> Iterator[None]:
+    """Draw from ``own`` (a CUDA graph's registered generators, fixed objects) as if from ``generators``
+    (the request's): each own generator takes its request generator's state on entry, which takes it back
+    on exit, so the request's generators end where drawing from them directly would leave them."""
+    for mine, theirs in zip(own, generators):
+        mine.set_state(theirs.get_state())
+    try:
+        yield
+    finally:
+        for mine, theirs in zip(own, generators):
+            theirs.set_state(mine.get_state())
+
+
+def draw_one(p: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row of ``p`` [..., V] drawn with probabilities ``p``: ``torch.multinomial(p, 1)``'s
+    own rule (the exponential race, argmax p / E with E ~ Exp(1)), the same draws from the same generator
+    state (a test pins it), without multinomial's validity check that reads the device from the host,
+    so a CUDA graph can capture it."""
+    race = torch.empty_like(p).exponential_(1, generator=generator)
+    return (p / race).argmax(dim=-1, keepdim=True)
 
 
 def ban_tokens(logits: torch.Tensor, banned: torch.Tensor | None) -> torch.Tensor:
@@ -88,7 +112,7 @@ def sample_tokens(logits: torch.Tensor, settings: DecodingSettings, banned: torc
             # Floating-point mass past the last allowed token must not select a removed one.
             idx = torch.where(p.gather(-1, idx) > 0, idx, p.argmax(dim=-1, keepdim=True))
         else:
-            idx = torch.multinomial(p, 1, generator=gen)
+            idx = draw_one(p, gen)
         tokens[row] = idx.squeeze(-1)
         conf[row] = p.gather(-1, idx).squeeze(-1)
     return tokens, conf

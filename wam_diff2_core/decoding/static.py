@@ -13,11 +13,13 @@ float32 on CPU, pinned by test/test_static_decoder.py); the cost structure is gp
 1. prefill - the prompt runs once through the text forward and its K/V are written in place;
 2. denoise - each step is :func:`whole_step`: the forward of the block against prefix + block (its K/V
              into the block's own slots), the token choice, the transfer rule and the "still masked?"
-             flag, in fixed shapes on the device; greedy steps are one CUDA graph each (per batch bucket,
-             key span and step rule) and the host reads the flag every ``mask_check_interval`` steps.
-             Sampling (temperature > 0) draws from the sequences' own generators on the host's list of
-             the rows still decoding (so a sequence decodes alone as in any batch): the forward is
-             graphed, the draws are not, and the flag is read every step;
+             flag, in fixed shapes on the device, one CUDA graph each (per batch bucket, key span, step
+             rule and token choice); greedy, the host reads the flag every ``mask_check_interval`` steps.
+             Sampling (temperature > 0) draws only for the rows still decoding (so a sequence decodes
+             alone as in any batch), so the host reads the flag every step: while every row still draws,
+             the step is one graph, bound to the decoder's own generators, which take the request's
+             generator states for the call and hand them back (sampling.bound_generators); once a row has
+             finished its block, only the forward is graphed and the draws run eagerly;
 3. commit  - fused: the commit of block b and the first denoise step of block b + 1 are ONE forward
              over 2B queries (block b sees the prefix and itself, block b + 1 sees both), so a block
              costs S_b forwards instead of S_b + 1; no commit after the last block;
@@ -40,7 +42,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import torch
 
@@ -50,7 +53,7 @@ from .common import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_b
 from .cuda_graphs import MutatingStep, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
 from .masks import prompt_block_mask, response_positions
-from .sampling import device_settings, sample_tokens, transfer_schedule
+from .sampling import bound_generators, device_settings, sample_tokens, transfer_schedule
 from .step import (ARState, BlockState, QueryGroup, StepBuffers, TransferRule, ar_step, forward_step, greedy_pick,
                    whole_step)
 from .text_forward import QwenTextForward, text_model_inputs
@@ -95,6 +98,16 @@ class _Run:
     span_bucket: int
 
 
+@dataclass(frozen=True)
+class _Pick:
+    """The token choice of a step, the graph tag of its whole step (None: only its forward is graphed)
+    and the generators it draws from (registered with that graph)."""
+
+    fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    tag: Hashable | None
+    generators: tuple[torch.Generator, ...] = ()
+
+
 @dataclass
 class DecodeState:
     """A prefilled batch, ready for steps (:meth:`StaticBlockDiffusionDecoder.begin`)."""
@@ -122,7 +135,8 @@ class StaticBlockDiffusionDecoder:
         if engine.attention_backend == "flashinfer" and self.device.type != "cuda":
             raise ConfigError(f"attention_backend: flashinfer needs a CUDA device (model is on {self.device})")
         self.banned = torch.tensor(config.banned_token_ids, dtype=torch.long, device=self.device)
-        self._greedy = greedy_pick(self.banned)
+        self._greedy = _Pick(greedy_pick(self.banned), "greedy")
+        self._own_generators: list[torch.Generator] = []  # sampling graphs draw from these (fixed objects)
         self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs)
         self.attention = make_attention(engine.attention_backend, self.text, self.graphs.enabled)
         # SDPA attends to slots [0, span): the exact span eagerly (bit-exact with the plain path), a
@@ -290,25 +304,53 @@ class StaticBlockDiffusionDecoder:
         return state
 
     def _run_step(self, run: _Run, buf: StepBuffers, step, mutable: Sequence[torch.Tensor], tag,
-                  graph_whole: bool) -> torch.Tensor:
+                  pick: _Pick) -> torch.Tensor:
         """One whole step ``step(forward)`` over ``buf`` (:func:`whole_step` or :func:`ar_step`). Under
-        CUDA graphs it is one graph keyed by the buffers' shape and ``tag`` when ``graph_whole``
-        (greedy: nothing read from the host), else only its forward is graphed."""
+        CUDA graphs it is one graph keyed by the buffers' shape, ``tag`` and the pick's tag when the pick
+        has one, else only its forward is graphed."""
         cache, attention, text = run.cache, self.attention, self.text
         forward = lambda: forward_step(text, cache, attention, buf)   # noqa: E731
         self.forwards_run += 1
-        if run.graphed and graph_whole:
-            return self.graphs.run((*attention.graph_key(buf), tag), MutatingStep(lambda: step(forward), mutable))
+        if run.graphed and pick.tag is not None:
+            return self.graphs.run((*attention.graph_key(buf), tag, pick.tag),
+                                   MutatingStep(lambda: step(forward), mutable, pick.generators))
         if run.graphed:
             return step(lambda: self.graphs.run(attention.graph_key(buf), forward))
         return step(forward)
 
     def _denoise_step(self, run: _Run, buf: StepBuffers, block: BlockState, rule: TransferRule,
-                      pick, graph_whole: bool) -> torch.Tensor:
+                      pick: _Pick) -> torch.Tensor:
         """One :func:`whole_step` over ``buf`` (a denoise step, or the fused commit + step); returns the
         [R] still-masked flag on the device."""
-        return self._run_step(run, buf, lambda forward: whole_step(forward, pick, buf, block, rule),
-                              block.tensors(), rule, graph_whole)
+        return self._run_step(run, buf, lambda forward: whole_step(forward, pick.fn, buf, block, rule),
+                              block.tensors(), rule, pick)
+
+    def _pick(self, settings: DecodingSettings, generators, rows: Sequence[int], n: int) -> _Pick:
+        """The token choice of a step that draws for ``rows`` of the ``n`` sequences. Greedy steps graph
+        whole; a sampling step does while every sequence still draws (the graph's draws are then the plain
+        decoder's) from the device's default generator or from bound generators (:meth:`_bind`)."""
+        if settings.temperature == 0:
+            return self._greedy
+        fn = lambda logits: sample_tokens(logits, settings, self.banned, generators, rows)   # noqa: E731
+        own = tuple(generators[:n]) if generators is not None else ()
+        if len(rows) < n or (own and any(g not in self._own_generators for g in own)):
+            return _Pick(fn, None)
+        tag = ("sample", n, settings.temperature, settings.top_k, settings.top_p, settings.sampler, bool(own))
+        return _Pick(fn, tag, own)
+
+    def _bind(self, run: _Run, settings: DecodingSettings, generators):
+        """The generators a sampling decode draws from and the context that binds them: under CUDA graphs
+        the decoder's own (a graph is bound to fixed generator objects), holding the request's states for
+        the call (handed back at its end); otherwise the request's own (also when rows share a generator:
+        their draws interleave, which separate bound copies would not)."""
+        if (not run.graphed or settings.temperature == 0 or generators is None
+                or len({id(g) for g in generators}) < len(generators)
+                or any(g is None or g.device.type != self.device.type for g in generators)):
+            return generators, nullcontext()
+        while len(self._own_generators) < run.rows:
+            self._own_generators.append(torch.Generator(device=self.device))
+        own = self._own_generators[:len(generators)]
+        return own, bound_generators(own, generators)
 
     # ------------------------------------------------------------ public single-step API
     def begin(self, inputs: Mapping[str, torch.Tensor], block_size: int, answer_slots: int) -> "DecodeState":
@@ -343,10 +385,12 @@ class StaticBlockDiffusionDecoder:
         timer = PhaseTimer(self.device)
         with timer("prefill"):
             prefix = self.prefill(inputs, size, run)
-        if size == 1:
-            result = self._generate_ar(run, prefix, settings, generators, timer)
-        else:
-            result = self._generate_blocks(run, prefix, settings, generators, timer)
+        generators, bound = self._bind(run, settings, generators)
+        with bound:
+            if size == 1:
+                result = self._generate_ar(run, prefix, settings, generators, timer)
+            else:
+                result = self._generate_blocks(run, prefix, settings, generators, timer)
         for stats in result.stats:
             stats.prefill_ms, stats.denoise_ms, stats.commit_ms = (
                 timer.totals["prefill"], timer.totals["denoise"], timer.totals["commit"])
@@ -395,14 +439,9 @@ class StaticBlockDiffusionDecoder:
                         if step_buf is None:
                             step_buf = self._plan(run, prefix, [(k * size, size)])
                         buf = step_buf
-                    if greedy:
-                        pick = self._greedy
-                    else:
-                        sample_rows = [i for i in range(n) if active[i]]
-                        pick = (lambda logits, r=sample_rows:                        # noqa: E731
-                                sample_tokens(logits, settings, self.banned, generators, r))
+                    pick = self._pick(settings, generators, [i for i in range(n) if active[i]], n)
                     rule = TransferRule.at_step(settings, step, schedule, mask_id, eos_id)
-                    still_masked = self._denoise_step(run, buf, block, rule, pick, graph_whole=greedy)
+                    still_masked = self._denoise_step(run, buf, block, rule, pick)
                 # Positions still masked after S steps take the last step's tokens.
                 block.tokens.copy_(torch.where(block.tokens == mask_id, block.last, block.tokens))
             record_block(block.tokens[:n].tolist(), block.steps[:n].tolist(), live, eos_id, stats, answer, done)
@@ -422,21 +461,21 @@ class StaticBlockDiffusionDecoder:
             state = run.cache.step_buffers[key] = ARState.empty(run.rows, run.cache.slots, self.device)
         return state
 
-    def _ar_step(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, ar: ARState, t: int, pick,
-                 graph_whole: bool) -> torch.Tensor:
+    def _ar_step(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, ar: ARState, t: int,
+                 pick: _Pick) -> torch.Tensor:
         """Feed answer token ``t`` (:func:`ar_step`); the host sets only what it knows without reading
         the device: the key span of token ``t`` (a graph key) and, for FlashInfer, the plan."""
         buf.groups = (QueryGroup(0, 1, self._key_span(run, prefix, t + 1)),)
         buf.kv_lengths = [[b + t + 1] for b in prefix.base]
         self.attention.begin(buf, run.cache)
         args = (self.text, buf, ar, prefix.base_t, prefix.prompt_valid, prefix.next_position, self.config.eos_token_id)
-        return self._run_step(run, buf, lambda forward: ar_step(forward, pick, *args), ar.tensors(), "ar", graph_whole)
+        return self._run_step(run, buf, lambda forward: ar_step(forward, pick.fn, *args), ar.tensors(), "ar", pick)
 
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
                      generators, timer: PhaseTimer) -> DecodeOutput:
-        """B = 1: causal next-token decoding, one :func:`ar_step` per token (a whole-step graph when
-        greedy); the host reads the EOS flags every ``mask_check_interval`` tokens (every token when
-        sampling: only sequences still decoding draw random numbers)."""
+        """B = 1: causal next-token decoding, one :func:`ar_step` per token (a whole-step graph, sampling
+        while every sequence still draws); the host reads the EOS flags every ``mask_check_interval``
+        tokens (every token when sampling: only sequences still decoding draw random numbers)."""
         n, eos_id, limit = prefix.n, self.config.eos_token_id, settings.max_new_tokens
         greedy = settings.temperature == 0
         interval = settings.mask_check_interval if greedy else 1
@@ -452,13 +491,8 @@ class StaticBlockDiffusionDecoder:
                     done = ar.done[:n].tolist()                 # the one host read
                     if all(done):
                         break
-                if greedy:
-                    pick = self._greedy
-                else:
-                    rows = [i for i in range(n) if not done[i]]
-                    pick = (lambda logits, r=rows:              # noqa: E731
-                            sample_tokens(logits, settings, self.banned, generators, r))
-                self._ar_step(run, prefix, buf, ar, t, pick, graph_whole=greedy)
+                pick = self._pick(settings, generators, [i for i in range(n) if not done[i]], n)
+                self._ar_step(run, prefix, buf, ar, t, pick)
         stats = [DecodeStats(block_size=1) for _ in range(n)]
         sequences, finished = [], []
         for i, row in enumerate(ar.out[:n, :limit].tolist()):
@@ -476,13 +510,14 @@ class StaticBlockDiffusionDecoder:
     def warmup(self, batch_sizes: Sequence[int] = (1,), prompt_tokens: int = 64,
                settings: DecodingSettings | None = None) -> dict[str, Any]:
         """Run every step shape once per batch size (denoise step, fused commit + step, or the AR step;
-        greedy steps as whole steps, block steps once per transfer rule of ``settings``) so that CUDA graphs
-        are captured before the first request; a node calls this before it reports ready. With SDPA,
-        graphs are per key-span bucket: pass a typical prompt length."""
+        as whole steps, block steps once per transfer rule of ``settings``; sampling, also the bare
+        forward that steps run once a row has finished) so that CUDA graphs are captured before the
+        first request; a node calls this before it reports ready. With SDPA, graphs are per key-span
+        bucket: pass a typical prompt length. Sampling graphs are those of seeded requests (per-sequence
+        generators)."""
         settings = settings or self.config.settings
         size = settings.block_size
         shapes = [[(0, 1)]] if size == 1 else [[(0, size)], [(0, size), (size, size)]]
-        whole = settings.temperature == 0
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         schedule = transfer_schedule(size, settings.denoising_steps)
         rules = {TransferRule.at_step(settings, step, schedule, mask_id, eos_id) for step in range(len(schedule))}
@@ -490,20 +525,22 @@ class StaticBlockDiffusionDecoder:
             prompt = torch.full((batch, prompt_tokens), eos_id, dtype=torch.long)
             run = self._begin(batch, prompt_tokens + 2 * size)
             prefix = self.prefill({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, size, run)
-            for segments in shapes:
-                buf = self._plan(run, prefix, segments)
-                if size == 1 and whole:                        # the AR whole step, from token 0
-                    ar = self._ar_state(run)
-                    ar.reset(eos_id)
-                    self._ar_step(run, prefix, buf, ar, 0, self._greedy, graph_whole=True)
-                    continue
-                if not whole:
-                    self._forward(run, buf)
-                    continue
-                block = self._block_state(run, size)
-                for rule in sorted(rules, key=lambda r: r.count):
-                    block.tokens.fill_(mask_id)
-                    self._denoise_step(run, buf, block, rule, self._greedy, graph_whole=True)
+            generators, bound = self._bind(run, settings, [torch.Generator(device=self.device) for _ in range(batch)])
+            with bound:
+                pick = self._pick(settings, generators, range(batch), batch)
+                for segments in shapes:
+                    buf = self._plan(run, prefix, segments)
+                    if settings.temperature > 0:
+                        self._forward(run, buf)
+                    if size == 1:                                  # the AR whole step, from token 0
+                        ar = self._ar_state(run)
+                        ar.reset(eos_id)
+                        self._ar_step(run, prefix, buf, ar, 0, pick)
+                        continue
+                    block = self._block_state(run, size)
+                    for rule in sorted(rules, key=lambda r: r.count):
+                        block.tokens.fill_(mask_id)
+                        self._denoise_step(run, buf, block, rule, pick)
         _synchronize(self.device)
         return {"cuda_graphs": self.graphs.enabled, "graphs": len(self.graphs.graphs),
                 "graph_fallbacks": dict(self.graphs.failures), "attention_backend": self.attention.name}
