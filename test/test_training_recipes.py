@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from wam_diff2_core.config import ConfigError, read_diffusion_file
+from wam_diff2_core.model.ar_to_diffusion import convert_to_diffusion
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS, build_tiny_checkpoint
 from wam_diff2_core.trainer.checkpointing import checkpoint_dirs, latest_checkpoint, read_metrics
@@ -144,6 +145,27 @@ def test_teacher_reads_with_its_own_block_size(tiny_checkpoint, data_file, tmp_p
         torch.testing.assert_close(ar, causal.last_hidden_state.flatten(0, 1)[batch.ar_predecessor_index])
     finally:
         recipe.cleanup()
+
+
+def test_an_ar_teacher_needs_no_mask_id_of_its_own(data_file, tmp_path):
+    """An AR teacher (B_t = 1) reads only the clean tokens: a stock Qwen3-VL checkpoint (no mask token,
+    no diffusion settings) guides the diffusion student converted from it; read with B_t = 4 it would see the student's
+    MASKs, and the mismatch is refused, naming both ids."""
+    teacher = build_tiny_checkpoint(tmp_path / "ar", diffusion=False)
+    student = convert_to_diffusion(teacher, tmp_path / "student", block_size=8)
+    overrides = {"distill.teacher_path": str(teacher), "diffusion.block_size": 8, "distill.teacher_block_size": 1}
+    recipe = DistillRecipe(shipped("distill_blockwise", student, data_file, tmp_path / "d1", **overrides))
+    recipe.setup()
+    try:
+        assert recipe.teacher_block_size == 1
+        assert recipe.teacher.config.get_text_config().vocab_size == recipe.hf_model.config.get_text_config().vocab_size
+    finally:
+        recipe.cleanup()
+    overrides["distill.teacher_block_size"] = 4
+    recipe = DistillRecipe(shipped("distill_blockwise", student, data_file, tmp_path / "d4", **overrides))
+    with pytest.raises(ConfigError, match="mask token id .* differs from the student's"):
+        recipe.setup()
+    recipe.cleanup()
 
 
 def test_on_policy_regenerates_every_interval(tiny_checkpoint, data_file, tmp_path, block4_run, monkeypatch):

@@ -63,8 +63,14 @@ class DistillRecipe(FinetuneRecipe):
         if teacher.vocab_size != student.vocab_size:
             raise ConfigError(f"distill.teacher_path: LM head width {teacher.vocab_size} differs from the student's "
                               f"{student.vocab_size}")
-        if (teacher.eos_token_id, teacher.mask_token_id) != (student.eos_token_id, student.mask_token_id):
-            raise ConfigError("distill.teacher_path: the teacher's EOS / mask token ids differ from the student's")
+        if teacher.eos_token_id != student.eos_token_id:
+            raise ConfigError(f"distill.teacher_path: the teacher's EOS token id {teacher.eos_token_id} differs from "
+                              f"the student's {student.eos_token_id}")
+        # An AR teacher reads the clean tokens only; a diffusion teacher reads the student's MASKs too.
+        if self.teacher_block_size > 1 and teacher.mask_token_id != student.mask_token_id:
+            raise ConfigError(f"distill.teacher_path: the teacher's mask token id {teacher.mask_token_id} differs from "
+                              f"the student's {student.mask_token_id} (a teacher with B_t = "
+                              f"{self.teacher_block_size} reads the student's masked positions)")
         for key in ("patch_size", "merge_size", "temporal_patch_size"):
             t_val = getattr(loaded.processor.image_processor, key, None)
             s_val = getattr(self.processor.image_processor, key, None)
