@@ -71,6 +71,12 @@ PY
 )
 echo "ablation: Stage III starts from $best (lowest selection-set validation loss)"
 train stage3 stage3 "$runs/$best/final" --distill.teacher_path "$runs/teacher_large_b32/final" "$@"
+# Stage III's control: the same 50 steps of Stage I CE at B = 32 from the same start
+train stage3_control stage1_control "$runs/$best/final" "$@"
+for arm in stage3 stage3_control; do
+  [ -f "$select/$arm.json" ] || wam-diff2 val-loss --model "$runs/$arm/final" --data "$data/val.json" --limit 200 \
+    --device cpu --json "$select/$arm.json"
+done
 # rho_5 of a diffusion teacher vs an AR teacher of the same size, on the selection set
 for t in ar b32; do
   [ -f "$select/rho5_large_$t.json" ] || wam-diff2 val-loss --model "$runs/$best/final" --data "$data/val.json" \
@@ -79,7 +85,7 @@ done
 
 # the report set: every row scored with scripts/score_demo.sh's report protocol (AR = the shipped AR model)
 # on its 200 planning samples and, to fit a session, the 10 closed-loop routes of seed 8001
-for row in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_jsd_off_policy stage2_ar_teacher stage3; do
+for row in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_jsd_off_policy stage2_ar_teacher stage3 stage3_control; do
   [ -f "$runs/report/$row/summary.json" ] || SET=report MODEL="$runs/$row/final" OUT="$runs/report/$row" \
     BENCH_ARGS="--block-sizes 32 --thresholds 0.9" ROUTE_SEEDS=8001 bash scripts/score_demo.sh
 done

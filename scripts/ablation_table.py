@@ -28,6 +28,7 @@ ROWS = {   # name under report/ -> what the row is (scripts/ablation_demo.sh's r
     "stage2_jsd_off_policy": "+ Stage II, JSD off-policy (ground-truth answers noised)",
     "stage2_ar_teacher": "+ Stage II, JSD from the AR model (same size, next-token view)",
     "stage3": "+ Stage III (3.4x larger B = 32 teacher, JSD off-policy)",
+    "stage3_control": "+ Stage I CE at B = 32 from Stage III's start (its control: its steps)",
 }
 
 
