@@ -3,7 +3,9 @@
 # against a Stage I control of the same steps) and Stage III (a 3.4x larger teacher) on the demo world,
 # every run from a config in training/demo/ablation_*.yaml, choices on the selection set only, figures
 # on the report set (the protocol of scripts/score_demo.sh and models/README.md).
-#   bash scripts/ablation_demo.sh            (CPU, 2 cores: about 2.5 h of training + 1.5 h of scoring)
+#   bash scripts/ablation_demo.sh            (CPU, 2 cores: about 2 h of training + 1 h of scoring, one run at a time;
+#                                             the model card's run: two 1-thread runs side by side, 65 + 32 min)
+#   THREADS=1 bash scripts/ablation_demo.sh  (scoring at one thread, to share the cores with another run)
 #   RUNS=runs/ablation bash scripts/ablation_demo.sh [extra wam-diff2 train overrides]
 # Every step is skipped when its output exists and training resumes from its last checkpoint
 # (save_every_steps 25), so an interrupted run continues where it stopped.
@@ -53,11 +55,14 @@ done
 train teacher_large_ar teacher_large_ar "$runs/init_large" "$@"
 convert "$runs/teacher_large_ar/final" "$runs/init_large_b32" 32
 train teacher_large_b32 teacher_large_b32 "$runs/init_large_b32" "$@"
+# the large teacher's own selection-set loss at B = 32, beside its students'
+[ -f "$select/teacher_large_b32.json" ] || wam-diff2 val-loss --model "$runs/teacher_large_b32/final" \
+  --data "$data/val.json" --limit 200 --device cpu --json "$select/teacher_large_b32.json"
 
 # choice on the selection set (the 40 held-out drives of seed 0): the Stage II arm with the lowest
 # fixed-noise validation loss at B = 32 goes on to Stage III
 # (the other rows and the shipped Block-32 model beside them: whether any arm beats what ships)
-for arm in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_jsd_off_policy shipped_b32; do
+for arm in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_jsd_off_policy stage2_ar_teacher shipped_b32; do
   [ "$arm" = shipped_b32 ] && model=models/wam-diff2-demo-b32 || model=$runs/$arm/final
   [ -f "$select/$arm.json" ] || wam-diff2 val-loss --model "$model" --data "$data/val.json" --limit 200 \
     --device cpu --json "$select/$arm.json"

@@ -11,6 +11,8 @@
 #   SET=selection bash scripts/score_demo.sh   (what choices look at; needs runs/demo/data/val.json or makes it)
 #   MODEL=, AR_MODEL=, OUT= (default outputs/score_demo/$SET), BENCH_ARGS= (extra `wam-diff2 bench` options),
 #   ROUTE_SEEDS= (a subset of the set's closed-loop route seeds, e.g. 8001: the ablation rows' 10 routes)
+#   THREADS= (CPU threads of each run, default 2; give 1 to each of two runs sharing 2 cores: OpenMP threads
+#   oversubscribing the cores slow a closed loop many times over)
 # Writes OUT/bench (wam-diff2 bench --data), OUT/closed_loop_SEED (wam-diff2 closed-loop) and OUT/summary.md
 # (scripts/score_summary.py: the figures with 95 % bootstrap intervals).
 set -euo pipefail
@@ -23,14 +25,12 @@ case "$set_name" in
   report)
     data=${DATA:-runs/report_set}
     samples=$data/train.json   # every drive of the set (synth names an undivided set train.json)
-    [ -f "$samples" ] || wam-diff2 synth "$data" --seed 8000 --episodes 40 --frames 25 --frame-stride 5 \
-      --formats json --vqa-per-frame 0 --no-detection --val-fraction 0 --workers 2 --no-progress --overwrite
+    synth=(--seed 8000 --episodes 40 --frames 25 --frame-stride 5 --val-fraction 0)
     every=5; route_seeds="8001 8002" ;;
   selection)
     data=${DATA:-runs/demo/data}
     samples=$data/val.json
-    [ -f "$samples" ] || wam-diff2 synth "$data" --episodes 160 --frames 100 --frame-stride 5 --formats json \
-      --vqa-per-frame 0 --no-detection --recovery-fraction 0.3 --workers 2 --no-progress --overwrite
+    synth=(--episodes 160 --frames 100 --frame-stride 5 --recovery-fraction 0.3)
     every=50; route_seeds="2000 2001 2002" ;;
   *) echo "score_demo.sh: SET must be report or selection, got '$set_name'" >&2; exit 2 ;;
 esac
@@ -38,13 +38,17 @@ for seed in ${ROUTE_SEEDS:-}; do
   case " $route_seeds " in *" $seed "*) ;; *) echo "score_demo.sh: ROUTE_SEEDS: $seed is not a route seed of the $set_name set ($route_seeds)" >&2; exit 2 ;; esac
 done
 route_seeds=${ROUTE_SEEDS:-$route_seeds}
+threads=${THREADS:-2}
+[[ "$threads" =~ ^[1-9][0-9]*$ ]] || { echo "score_demo.sh: THREADS must be a positive integer, got '$threads'" >&2; exit 2; }
+[ -f "$samples" ] || wam-diff2 synth "$data" "${synth[@]}" --formats json --vqa-per-frame 0 --no-detection --workers 2 \
+  --no-progress --overwrite
 mkdir -p "$out"
 # shellcheck disable=SC2086
 wam-diff2 --log-level WARNING bench --model "$model" --ar-model "$ar_model" --data "$samples" --every $every \
-  --device cpu --threads 2 --out "$out/bench" --overwrite ${BENCH_ARGS:-} | tee "$out/bench.txt"
+  --device cpu --threads $threads --out "$out/bench" --overwrite ${BENCH_ARGS:-} | tee "$out/bench.txt"
 loops=()
 for seed in $route_seeds; do
-  wam-diff2 --log-level WARNING closed-loop --model "$model" --seed "$seed" --routes 10 --threads 2 \
+  wam-diff2 --log-level WARNING closed-loop --model "$model" --seed "$seed" --routes 10 --threads $threads \
     --out "$out/closed_loop_$seed" --overwrite | tee "$out/closed_loop_$seed.txt"
   loops+=("$out/closed_loop_$seed")
 done

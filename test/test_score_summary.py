@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,18 @@ def test_ablation_table_puts_each_scored_arm_in_the_recipe_order(tmp_path):
     empty = subprocess.run([sys.executable, str(ROOT / "scripts" / "ablation_table.py"), str(tmp_path / "none")],
                            capture_output=True, text=True)
     assert empty.returncode != 0 and "no report/<row>/summary.json" in empty.stderr
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"SET": "train"}, "SET must be report or selection, got 'train'"),
+    ({"ROUTE_SEEDS": "8001 2000"}, "ROUTE_SEEDS: 2000 is not a route seed of the report set (8001 8002)"),
+    ({"THREADS": "0"}, "THREADS must be a positive integer, got '0'"),
+    ({"THREADS": "two"}, "THREADS must be a positive integer, got 'two'"),
+])
+def test_score_demo_refuses_bad_settings_before_any_work(tmp_path, env, message):
+    """scripts/score_demo.sh names the bad setting and stops before it makes data or writes OUT."""
+    data, out = tmp_path / "report_set", tmp_path / "out"
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "score_demo.sh")], capture_output=True, text=True,
+                       env={**os.environ, "DATA": str(data), "OUT": str(out), **env})
+    assert r.returncode == 2 and message in r.stderr
+    assert not data.exists() and not out.exists()
