@@ -4,7 +4,7 @@
 # every run from a config in training/demo/ablation_*.yaml, choices on the selection set only, figures
 # on the report set (the protocol of scripts/score_demo.sh and models/README.md).
 #   bash scripts/ablation_demo.sh            (CPU, 2 cores: about 2 h of training + 1 h of scoring, one run at a time;
-#                                             the model card's run: two 1-thread runs side by side, 65 + 32 min)
+#                                             the model card's run: two 1-thread runs side by side, 75 + 31 min)
 #   THREADS=1 bash scripts/ablation_demo.sh  (scoring at one thread, to share the cores with another run)
 #   RUNS=runs/ablation bash scripts/ablation_demo.sh [extra wam-diff2 train overrides]
 # Every step is skipped when its output exists and training resumes from its last checkpoint
@@ -26,6 +26,14 @@ train() {
     $paths --output.dir "$runs/$name" $(resume "$runs/$name") "$@"
 }
 convert() { [ -d "$2" ] || wam-diff2 convert "$1" "$2" --block-size "$3"; }
+select=$runs/selection
+# val_loss NAME MODEL [--teacher T]: the selection-set loss (and rho_5 with a teacher) in selection/NAME.json
+val_loss() {
+  local name=$1 model=$2
+  shift 2
+  [ -f "$select/$name.json" ] || wam-diff2 val-loss --model "$model" --data "$data/val.json" --limit 200 --device cpu \
+    --json "$select/$name.json" "$@"
+}
 
 convert "$ar" "$runs/init_b4" 4
 train teacher_b4 teacher_b4 "$runs/init_b4" "$@"
@@ -41,12 +49,10 @@ train stage2_jsd_off_policy stage2 "$runs/direct/final" $teacher --distill.on_po
 # the same JSD from an AR teacher of the same size (the shipped AR model, its next-token view)
 train stage2_ar_teacher stage2 "$runs/direct/final" --distill.teacher_path "$ar" --distill.teacher_block_size 1 "$@"
 # rho_5 of the two same-size teachers with the student they distil into, on the selection set
-select=$runs/selection
 mkdir -p "$select"
 for t in b4 ar; do
   [ "$t" = b4 ] && tpath=$runs/teacher_b4/final || tpath=$ar
-  [ -f "$select/rho5_small_$t.json" ] || wam-diff2 val-loss --model "$runs/direct/final" --data "$data/val.json" \
-    --limit 200 --device cpu --teacher "$tpath" --json "$select/rho5_small_$t.json"
+  val_loss "rho5_small_$t" "$runs/direct/final" --teacher "$tpath"
 done
 
 # Stage III's teacher: a larger model through this package's own Phase 1 + Stage I on the same data
@@ -56,16 +62,14 @@ train teacher_large_ar teacher_large_ar "$runs/init_large" "$@"
 convert "$runs/teacher_large_ar/final" "$runs/init_large_b32" 32
 train teacher_large_b32 teacher_large_b32 "$runs/init_large_b32" "$@"
 # the large teacher's own selection-set loss at B = 32, beside its students'
-[ -f "$select/teacher_large_b32.json" ] || wam-diff2 val-loss --model "$runs/teacher_large_b32/final" \
-  --data "$data/val.json" --limit 200 --device cpu --json "$select/teacher_large_b32.json"
+val_loss teacher_large_b32 "$runs/teacher_large_b32/final"
 
 # choice on the selection set (the 40 held-out drives of seed 0): the Stage II arm with the lowest
 # fixed-noise validation loss at B = 32 goes on to Stage III
 # (the other rows and the shipped Block-32 model beside them: whether any arm beats what ships)
 for arm in direct stage1_control stage2_jsd stage2_fkl stage2_rkl stage2_jsd_off_policy stage2_ar_teacher shipped_b32; do
   [ "$arm" = shipped_b32 ] && model=models/wam-diff2-demo-b32 || model=$runs/$arm/final
-  [ -f "$select/$arm.json" ] || wam-diff2 val-loss --model "$model" --data "$data/val.json" --limit 200 \
-    --device cpu --json "$select/$arm.json"
+  val_loss "$arm" "$model"
 done
 best=$(python - "$select" <<'PY'
 import json, sys
@@ -78,14 +82,10 @@ echo "ablation: Stage III starts from $best (lowest selection-set validation los
 train stage3 stage3 "$runs/$best/final" --distill.teacher_path "$runs/teacher_large_b32/final" "$@"
 # Stage III's control: the same 50 steps of Stage I CE at B = 32 from the same start
 train stage3_control stage1_control "$runs/$best/final" "$@"
-for arm in stage3 stage3_control; do
-  [ -f "$select/$arm.json" ] || wam-diff2 val-loss --model "$runs/$arm/final" --data "$data/val.json" --limit 200 \
-    --device cpu --json "$select/$arm.json"
-done
+for arm in stage3 stage3_control; do val_loss "$arm" "$runs/$arm/final"; done
 # rho_5 of a diffusion teacher vs an AR teacher of the same size, on the selection set
 for t in ar b32; do
-  [ -f "$select/rho5_large_$t.json" ] || wam-diff2 val-loss --model "$runs/$best/final" --data "$data/val.json" \
-    --limit 200 --device cpu --teacher "$runs/teacher_large_$t/final" --json "$select/rho5_large_$t.json"
+  val_loss "rho5_large_$t" "$runs/$best/final" --teacher "$runs/teacher_large_$t/final"
 done
 
 # the report set: every row scored with scripts/score_demo.sh's report protocol (AR = the shipped AR model)
