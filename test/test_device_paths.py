@@ -1,10 +1,9 @@
 """Device-side defects a CPU can show (issue 16): generators on the model's device, inverse-CDF sampling
-on Ascend in every decoder, per-rank devices, FlashInfer wrappers per cache, a failed CUDA-graph capture
-that falls back to eager, the bench's tied-embedding shape. Each test fails on the code before its fix.
+on Ascend in every decoder, per-rank devices, FlashInfer wrappers per cache, the bench's tied-embedding shape (a
+failed CUDA-graph capture: test_graph_emulation.py). Each test fails on the code before its fix.
 """
 from __future__ import annotations
 
-import contextlib
 import types
 
 import pytest
@@ -18,7 +17,7 @@ from wam_diff2_core.decoding import sampling
 from wam_diff2_core.decoding import static as static_module
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
-from wam_diff2_core.decoding.cuda_graphs import MutatingStep, StepGraphs
+from wam_diff2_core.decoding.cuda_graphs import StepGraphs
 
 STATIC = EngineSettings(implementation="static")
 
@@ -158,7 +157,7 @@ def test_flashinfer_request_past_the_graph_cache_runs_eagerly(tiny_model, monkey
     """Batch 1 fits a graph bucket; a request longer than max_context_tokens runs eagerly in its own
     cache, with its own (non-graph) wrapper, instead of the graph wrapper sized for the graph cache."""
     from wam_diff2_core.decoding.attention_flashinfer import FlashInferAttention
-    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step: step())
+    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step, fallback=None: step())
     engine = STATIC.replace(cuda_graphs=True, max_context_tokens=96, max_graph_batch=2)
     static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, engine)
     static.graphs.enabled = True                       # as on a GPU, with eager "replays"
@@ -172,84 +171,6 @@ def test_flashinfer_request_past_the_graph_cache_runs_eagerly(tiny_model, monkey
                                                       max_new_tokens=new_tokens)
         assert static.generate(batch, settings).sequences == plain.generate(batch, settings).sequences
     assert static.cache is not None and static.cache.slots > engine.max_context_tokens
-
-
-# ---------------------------------------------------------------------------------- 9. failed capture
-class _GraphStandIn:
-    """Stands for torch.cuda.CUDAGraph where no GPU exists: replay reruns what was captured."""
-
-    def __init__(self):
-        self.registered, self.body = [], None
-
-    def register_generator_state(self, generator):
-        self.registered.append(generator)
-
-    def pool(self):
-        return None
-
-    def replay(self):
-        self.body()
-
-
-def _cuda_stand_in(monkeypatch, capture, default_generator=None):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    stream = types.SimpleNamespace(wait_stream=lambda other: None)
-    monkeypatch.setattr(torch.cuda, "Stream", lambda device: stream)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: stream)
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", _GraphStandIn)
-    monkeypatch.setattr(torch.cuda, "default_generators", (default_generator or torch.Generator(),))
-    monkeypatch.setattr(torch.cuda, "graph", capture)
-
-
-def test_a_capture_that_fails_late_falls_back_to_eager(monkeypatch):
-    """The capture's error can also surface in the synchronize after it (asynchronous CUDA errors):
-    the step still runs eagerly, and the shape is remembered as eager; the warm-up runs' draws are
-    taken back, so the eager run draws what the plain decoder would."""
-    @contextlib.contextmanager
-    def capture(graph, pool=None):
-        raise RuntimeError("operation not permitted when stream is capturing")
-        yield
-
-    def synchronize(device):
-        raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
-    _cuda_stand_in(monkeypatch, capture)
-    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
-    graphs = StepGraphs(torch.device("cuda"), enabled=True)
-    assert graphs.enabled
-    ran = []
-    gen, alone = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    step = MutatingStep(lambda: (ran.append(1), torch.rand(2, generator=gen))[1], (), (gen,))
-    out = graphs.run(("step", 1), step)
-    assert torch.equal(out, torch.rand(2, generator=alone)) and "stream is capturing" in graphs.failures[str(("step", 1))]
-    graphs.run(("step", 1), step)                      # eager from then on
-    assert len(ran) == 2 + 2                          # 2 warm-up runs, the fallback, the next call
-    assert torch.equal(gen.get_state(), (torch.rand(2, generator=alone), alone.get_state())[1])
-
-
-def test_a_sampling_graph_registers_its_generators_and_draws_as_eager(monkeypatch):
-    """Warm-up runs and the capture draw from the step's generators and the device's default one;
-    both are put back, so the replays draw what successive eager steps would, and the graph is bound
-    to the step's generators."""
-    captured = []
-
-    @contextlib.contextmanager
-    def capture(graph, pool=None):
-        captured.append(graph)
-        yield
-
-    default = torch.Generator().manual_seed(3)
-    _cuda_stand_in(monkeypatch, capture, default)
-    graphs = StepGraphs(torch.device("cuda"), enabled=True)
-    gen = torch.Generator().manual_seed(7)
-    out = torch.zeros(2)
-    body = lambda: out.copy_(torch.rand(2, generator=gen) + torch.rand(2, generator=default))   # noqa: E731
-    step = MutatingStep(lambda: (setattr(captured[-1], "body", body) if captured else None, body())[1], (), (gen,))
-    draws = [graphs.run(("sample", 1), step).clone() for _ in range(3)]
-    gen_alone, default_alone = torch.Generator().manual_seed(7), torch.Generator().manual_seed(3)
-    expected = [torch.rand(2, generator=gen_alone) + torch.rand(2, generator=default_alone) for _ in range(3)]
-    assert captured[0].registered == [gen]
-    assert all(torch.equal(d, e) for d, e in zip(draws, expected))
 
 
 # ---------------------------------------------------------------------------------- 6. bench shape

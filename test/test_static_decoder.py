@@ -259,7 +259,7 @@ def test_graph_mode_bookkeeping(tiny_model, decoders, monkeypatch, block):
     key spans in buckets, so a decode needs a handful of step shapes, not one per block."""
     from wam_diff2_core.decoding.cuda_graphs import StepGraphs
     keys = []
-    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step: (keys.append(key), step())[1])
+    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step, fallback=None: (keys.append(key), step())[1])
     static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, STATIC.replace(cuda_graphs=True))
     static.graphs.enabled = True                        # as on a GPU: graphed calls, eager "replays"
     settings = tiny_model.config.settings.replace(block_size=block, denoising_steps=block,

@@ -84,7 +84,7 @@ def test_warmup_runs_every_whole_step_a_greedy_decode_needs(tiny_model, monkeypa
     length needs no step shape or transfer rule that the warm-up did not run (capture) already."""
     from wam_diff2_core.decoding.cuda_graphs import StepGraphs
     keys = []
-    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step: (keys.append(key), step())[1])
+    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step, fallback=None: (keys.append(key), step())[1])
     cfg = tiny_model.config
     static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC.replace(cuda_graphs=True))
     static.graphs.enabled = True
@@ -105,7 +105,7 @@ def _graphed_on_cpu(tiny_model, monkeypatch):
     records (key, generators) of every step it would capture or replay."""
     from wam_diff2_core.decoding.cuda_graphs import StepGraphs
     steps = []
-    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step: (
+    monkeypatch.setattr(StepGraphs, "run", lambda self, key, step, fallback=None: (
         steps.append((key, tuple(getattr(step, "generators", ())))), step())[1])
     static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, STATIC.replace(cuda_graphs=True))
     static.graphs.enabled = True

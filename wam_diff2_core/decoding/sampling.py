@@ -58,12 +58,11 @@ def draw_one(p: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor
 
 
 def ban_tokens(logits: torch.Tensor, banned: torch.Tensor | None) -> torch.Tensor:
-    """Remove MASK and other special ids: they can never be emitted."""
+    """Remove MASK and other special ids: they can never be emitted. (``index_fill`` takes the scalar as a
+    kernel argument; ``logits[..., banned] = -inf`` would copy it from the host: no CUDA graph captures that.)"""
     if banned is None or banned.numel() == 0:
         return logits
-    logits = logits.clone()
-    logits[..., banned] = float("-inf")
-    return logits
+    return logits.index_fill(-1, banned, float("-inf"))
 
 
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

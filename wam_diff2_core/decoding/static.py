@@ -125,7 +125,7 @@ class StaticBlockDiffusionDecoder:
     """Block-diffusion (and B = 1 autoregressive) decoding over a static KV cache; see module doc."""
 
     def __init__(self, model, config: DiffusionConfig, engine: EngineSettings | None = None, *,
-                 span_bucket: int | None = None):
+                 span_bucket: int | None = None, graph_emulation: bool = False):
         engine = (engine or EngineSettings(implementation="static")).validated()
         if engine.implementation != "static":
             raise ConfigError(f"implementation: {engine.implementation!r} given to the static decoder")
@@ -137,7 +137,9 @@ class StaticBlockDiffusionDecoder:
         self.banned = torch.tensor(config.banned_token_ids, dtype=torch.long, device=self.device)
         self._greedy = _Pick(greedy_pick(self.banned), "greedy")
         self._own_generators: list[torch.Generator] = []  # sampling graphs draw from these (fixed objects)
-        self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs)
+        # ``graph_emulation``: the graphed path on any device, each graph a kept closure (cuda_graphs.py;
+        # what CI checks the capture rules and fixed buffers with).
+        self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs or graph_emulation, emulate=graph_emulation)
         self.attention = make_attention(engine.attention_backend, self.text, self.graphs.enabled)
         # SDPA attends to slots [0, span): the exact span eagerly (bit-exact with the plain path), a
         # multiple of GRAPH_SPAN_BUCKET under graphs (one graph per bucket, not one per block).
@@ -217,8 +219,9 @@ class StaticBlockDiffusionDecoder:
             prompt_valid[:n] = slot.unsqueeze(0) < torch.tensor(lengths, device=self.device).unsqueeze(1)
         next_pos = torch.zeros(rows, dtype=next_position.dtype, device=self.device)
         next_pos[:n] = next_position
-        return StaticPrefix(n=n, base=base, base_t=torch.tensor(base, device=self.device),
-                            prompt_valid=prompt_valid, next_position=next_pos, last_logits=last_logits)
+        return StaticPrefix(n=n, base=base, base_t=_fixed(run, "base", torch.tensor(base, device=self.device)),
+                            prompt_valid=_fixed(run, "prompt_valid", prompt_valid),
+                            next_position=_fixed(run, "next_position", next_pos), last_logits=last_logits)
 
     def _prompt_plan(self, valid: torch.Tensor, lengths: list[int], block_size: int) -> PromptPlan:
         n, length = valid.shape
@@ -311,12 +314,14 @@ class StaticBlockDiffusionDecoder:
         cache, attention, text = run.cache, self.attention, self.text
         forward = lambda: forward_step(text, cache, attention, buf)   # noqa: E731
         self.forwards_run += 1
-        if run.graphed and pick.tag is not None:
-            return self.graphs.run((*attention.graph_key(buf), tag, pick.tag),
-                                   MutatingStep(lambda: step(forward), mutable, pick.generators))
-        if run.graphed:
-            return step(lambda: self.graphs.run(attention.graph_key(buf), forward))
-        return step(forward)
+        if not run.graphed:
+            return step(forward)
+        graphed_forward = lambda: self.graphs.run(attention.graph_key(buf), forward)   # noqa: E731
+        if pick.tag is None:
+            return step(graphed_forward)
+        return self.graphs.run((*attention.graph_key(buf), tag, pick.tag),
+                               MutatingStep(lambda: step(forward), mutable, pick.generators),
+                               fallback=lambda: step(graphed_forward))
 
     def _denoise_step(self, run: _Run, buf: StepBuffers, block: BlockState, rule: TransferRule,
                       pick: _Pick) -> torch.Tensor:
@@ -544,6 +549,16 @@ class StaticBlockDiffusionDecoder:
         _synchronize(self.device)
         return {"cuda_graphs": self.graphs.enabled, "graphs": len(self.graphs.graphs),
                 "graph_fallbacks": dict(self.graphs.failures), "attention_backend": self.attention.name}
+
+
+def _fixed(run: _Run, name: str, value: torch.Tensor) -> torch.Tensor:
+    """``value`` copied into the run's cache's own tensor ``name`` (one per row count; its shape is the
+    same every call): a step graph keeps the addresses it captured, so what it reads must not move."""
+    key = ("prefix", name, run.rows)
+    fixed = run.cache.step_buffers.get(key)
+    if fixed is None or fixed.shape != value.shape:
+        fixed = run.cache.step_buffers[key] = torch.empty_like(value)
+    return fixed.copy_(value)
 
 
 def _synchronize(device: torch.device) -> None:
