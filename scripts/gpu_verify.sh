@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one device check of the fast decoding paths: tokens of every fast variant vs the plain decoder
-# (exit status 1 on any mismatch), then the table: ms per denoise forward (eager, CUDA graphs, graphs +
+# The device check of the fast decoding paths: tokens of every fast variant vs the plain decoder
+# (exit status 1 on any mismatch or graph fallback), then the table: ms per denoise forward (eager, CUDA graphs, graphs +
 # FlashInfer) vs the HBM floor, graphs / eager, measured tokens per forward and ms/token, and a camera
 # frame -> parsed trajectory latency through DrivingPolicy (wam_diff2_core/cli/verify_device.py).
 #
@@ -8,10 +8,11 @@
 #   scripts/gpu_verify.sh --device cpu --shape tiny ...   # the same run on CPU (CI: test/test_gpu_verify.py)
 #
 # Runs on a machine as it is: the interpreter is ${PYTHON:-python3} (the lent GPU image's system Python
-# 3.12 with torch, transformers, safetensors, tokenizers), nothing is installed and no registry is
-# asked. Extras it lacks (Pillow, jinja2, torchvision for the frame row; flashinfer) travel as wheels
-# in ${WHEELS:-gpu_wheels}/ (git-ignored; filled here by scripts/gpu_wheels.sh): they are unpacked into
-# a temporary folder on PYTHONPATH, never installed. Results: ${OUT:-gpu_verify_out}/verify.json.
+# 3.12 with torch, transformers, safetensors, tokenizers, Pillow, jinja2, torchvision), nothing is
+# installed, nothing is carried and no registry is asked. Wheels put in ${WHEELS:-gpu_wheels}/ (git-ignored,
+# empty by default) are unpacked into a temporary folder on PYTHONPATH, never installed: the hook for an
+# extra a later check needs. Results: ${OUT:-gpu_verify_out}/verify.json. scripts/device_check.sh runs
+# this after the probe and the GPU tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -24,19 +24,62 @@ def test_gpu_verify_runs_end_to_end_on_cpu(tmp_path):
     done = _verify(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "fast tokens vs plain" in out and "4/4 rows agree" in out and "verify-device: tokens agree" in out
+    assert "fast tokens vs plain" in out and "8/8 rows agree" in out and "verify-device: every check passed" in out
+    graphed = [r for r in json.loads((tmp_path / "out" / "verify.json").read_text())["tokens"]
+               if r["variant"] == "static-sdpa-graph-emulated"]
+    assert len(graphed) == 4 and all("replays of" in r["note"] for r in graphed)    # graphs ran, none fell back
     for row in ("static-sdpa Block-32 forward", "static-sdpa AR forward", "Block-32 decode (static-sdpa)",
                 "160x90 frame -> trajectory"):
         assert row in out, out
     result = json.loads((tmp_path / "out" / "verify.json").read_text())
     assert result["ok"] and result["decode"]["tokens_per_forward"] > 1                     # measured, not assumed
+    assert result["decode"]["plain_agreement"] == 1.0                                      # the timed decode is plain's
     sweep = result["decode"]["sweep"]             # the host's mask check every k steps never changes the tokens
     assert [r["interval"] for r in sweep] == [1, 2, 4, 8] and all(r["same_tokens"] for r in sweep)
     assert "mask_check_interval sweep" in out
+    probe = {r["what"]: r for r in result["probe"]}
+    assert all(r["ok"] == "yes" for r in probe.values()) and "math" in probe[
+        "SDPA, bool mask, bf16: backends that run it"]["result"]
+    assert probe["token choice under the capture rules (HostSyncCheck)"]["result"] == "no host sync"
     assert result["frame"]["p95_ms"] >= result["frame"]["p50_ms"] > 0
 
 
 def test_gpu_verify_fails_on_one_perturbed_token(tmp_path):
     done = _verify(tmp_path, "--parts", "tokens", "--perturb-token")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "TOKEN MISMATCH" in done.stdout and "FAIL (needs 100%)" in done.stdout
+    assert "verify-device: FAILED" in done.stdout and "FAIL (needs 100%)" in done.stdout
+
+
+def test_a_graph_fallback_fails_the_token_check(monkeypatch):
+    """A step that breaks a capture rule (here the index_put_ of a host scalar that ban_tokens used to do)
+    falls back to eager with the same tokens: the graphed row must fail anyway, and so must the run."""
+    import torch
+
+    from wam_diff2_core.cli import verify_device
+    from wam_diff2_core.decoding import sampling
+
+    def host_scalar_ban(logits, banned):
+        logits = logits.clone()
+        logits[..., banned] = float("-inf")
+        return logits
+    monkeypatch.setattr(sampling, "ban_tokens", host_scalar_ban)
+    monkeypatch.setattr(verify_device, "CHECK_LENGTHS", ((9,), (12,)))
+    rows, ok = verify_device.check_tokens(torch.device("cpu"), perturb=False, new_tokens=8)
+    graphed = [r for r in rows if r["variant"].endswith("-emulated")]
+    assert not ok and graphed and all(r["note"].startswith("FAIL graph fallbacks") for r in graphed)
+    assert all("index_put" in r["note"] for r in graphed)
+    assert all(r["note"] == "" for r in rows if r["variant"] == "static-sdpa")       # eager rows still agree
+
+
+def test_device_check_runs_its_three_parts_on_cpu(tmp_path):
+    """scripts/device_check.sh, the one device call, on CPU: probe, the GPU tests (skipped here, with the
+    reason), then gpu_verify.sh; exit 0 and the closing line."""
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "DEVICE": "cpu", "SHAPE": "tiny",
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh"), *SMALL[4:], "--parts", "tokens"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for part in ("== 1. probe", "== 2. pytest -m gpu", "== 3. gpu_verify.sh", "device_check: every part passed"):
+        assert part in done.stdout, done.stdout
+    assert "skipped" in (tmp_path / "out" / "pytest.log").read_text()
+    assert json.loads((tmp_path / "out" / "probe" / "verify.json").read_text())["ok"]

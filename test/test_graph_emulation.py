@@ -57,6 +57,27 @@ def test_emulated_graphs_equal_plain_across_calls(tiny_model, batches, block, te
     assert static.cache is None                                   # nothing ran outside the graph cache
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real graphs): scripts/device_check.sh")
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("block", [1, 8, 32])
+def test_cuda_graphs_equal_plain_across_calls(tiny_checkpoint, block, temperature):
+    """The same ladder with real CUDA graphs (float32): captured at warm-up, replayed across calls."""
+    from wam_diff2_core.model.checkpoint import load_checkpoint
+    m = load_checkpoint(tiny_checkpoint, device="cuda", dtype="float32")
+    settings = m.config.settings.replace(block_size=block, denoising_steps=block, confidence_threshold=0.7,
+                                         max_new_tokens=40, temperature=temperature, top_k=20 if temperature else 0)
+    static = StaticBlockDiffusionDecoder(m.model, m.config, GRAPHED)
+    plain = BlockDiffusionDecoder(m.model, m.config)
+    assert not static.warmup(batch_sizes=(1,), prompt_tokens=47, settings=settings)["graph_fallbacks"]
+    for prompts in CALLS:
+        batch, n = encode(m.processor, prompts), len(prompts)
+        got = static.generate(batch, settings, seeded_generators(range(n), "cuda"))
+        want = plain.generate(batch, settings, seeded_generators(range(n), "cuda"))
+        assert got.sequences == want.sequences, prompts
+    assert not static.graphs.failures and static.graphs.replays > 0
+
+
 @pytest.mark.parametrize("statement,op", [
     (lambda x, i: x.index_put_((i,), torch.tensor(0.5)), "index_put_"),
     (lambda x, i: x.__setitem__((Ellipsis, i), float("-inf")), "index_put_"),

@@ -17,6 +17,7 @@ import torch
 from decoder_prompts import encode
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding import make_decoder
+from wam_diff2_core.decoding.attention_flashinfer import flashinfer_problem
 from wam_diff2_core.decoding.common import PhaseTimer
 from wam_diff2_core.decoding.cuda_graphs import batch_bucket
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
@@ -40,6 +41,10 @@ def decoders(tiny_model):
         plain=BlockDiffusionDecoder(m.model, m.config),
         fused=StaticBlockDiffusionDecoder(m.model, m.config, STATIC),
         unfused=StaticBlockDiffusionDecoder(m.model, m.config, STATIC.replace(fused_commit=False)),
+        # the graphed path with emulated graphs (test_graph_emulation.py), shared: later cases replay
+        # what earlier ones captured, as a long-lived node does
+        graphed=StaticBlockDiffusionDecoder(m.model, m.config, STATIC.replace(cuda_graphs=True, max_context_tokens=256,
+                                                                              max_graph_batch=4), graph_emulation=True),
         batches={key: encode(m.processor, key) for key in ((0,), (1,), (2,), (0, 1, 2), (1, 2))})
 
 
@@ -87,6 +92,8 @@ def test_static_equals_plain(tiny_model, decoders, block, steps, strategy, thres
     got = decoders.fused.generate(batch, settings, _gens(seed, len(prompts)))
     _assert_same(expected, got)
     assert any(len(s) > 0 for s in expected.sequences)
+    _assert_same(expected, decoders.graphed.generate(batch, settings, _gens(seed, len(prompts))))
+    assert not decoders.graphed.graphs.failures and decoders.graphed.graphs.replays > 0
 
 
 @pytest.mark.parametrize("block,prompts", [(8, (0, 1, 2)), (1, (1, 2))])
@@ -453,14 +460,6 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device (CUDA graphs, FlashInfer): run scripts/gpu_verify.sh")
 
 
-def _flashinfer_available() -> bool:
-    try:
-        import flashinfer  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def cuda_model(tiny_checkpoint):
     from wam_diff2_core.model.checkpoint import load_checkpoint
@@ -519,7 +518,7 @@ def test_gpu_graphs_float32_tokens_equal_plain(cuda_model, block, temperature):
 
 @pytest.mark.gpu
 @requires_cuda
-@pytest.mark.skipif(not _flashinfer_available(), reason="flashinfer is not installed (pip install .[gpu])")
+@pytest.mark.skipif(bool(flashinfer_problem()), reason=f"FlashInfer: {flashinfer_problem()}")
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 def test_gpu_flashinfer_matches_sdpa(cuda_model_head_dim_128, cuda_graphs):
     m = cuda_model_head_dim_128

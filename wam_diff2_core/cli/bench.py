@@ -181,19 +181,26 @@ def available_variants(device) -> list[str]:
     variants = ["plain", "static-sdpa"]
     if device.type == "cuda":
         variants.append("static-sdpa-graph")
-        try:
-            import flashinfer  # noqa: F401
+        from ..decoding.attention_flashinfer import flashinfer_problem
+        if flashinfer_problem():
+            log.warning("no FlashInfer rows: %s", flashinfer_problem())
+        else:
             variants += ["static-flashinfer", "static-flashinfer-graph"]
-        except ImportError:
-            log.warning("flashinfer is not installed: no FlashInfer rows (pip install .[gpu])")
     return variants
 
 
 def make_variant(name: str, model, config):
+    """A decoder by variant name; ``static-sdpa-graph-emulated`` is the graphed path with emulated graphs
+    (decoding/cuda_graphs.py: any device; verify-device's check of the capture rules off a GPU)."""
     from ..decoding import make_decoder
     if name == "plain":
         return make_decoder(model, config, "plain")
     backend = "flashinfer" if "flashinfer" in name else "sdpa"
+    if name.endswith("-emulated"):
+        from ..config import EngineSettings
+        from ..decoding.static import StaticBlockDiffusionDecoder
+        engine = EngineSettings(implementation="static", cuda_graphs=True, attention_backend=backend)
+        return StaticBlockDiffusionDecoder(model, config, engine, graph_emulation=True)
     decoder = make_decoder(model, config, "static", attention_backend=backend, cuda_graphs=name.endswith("-graph"))
     if name.endswith("-graph") and not decoder.graphs.enabled:
         raise RuntimeError(decoder.graphs.reason)

@@ -56,5 +56,6 @@ def resolve_engine(engine: EngineSettings, model) -> EngineSettings:
 
 
 def _flashinfer_importable() -> bool:
-    from importlib.util import find_spec
-    return find_spec("flashinfer") is not None
+    """FlashInfer imports here (installed is not enough: a broken install must not be auto-picked)."""
+    from .attention_flashinfer import flashinfer_problem
+    return not flashinfer_problem()

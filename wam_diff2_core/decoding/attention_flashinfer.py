@@ -19,6 +19,8 @@ against SDPA (CPU tests run its page tables and request layout against a pure-to
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..config import ConfigError
@@ -27,12 +29,30 @@ WORKSPACE_BYTES = 256 * 1024 * 1024
 
 
 def import_flashinfer():
+    """The flashinfer module, or ConfigError saying why not: not installed, or installed but failing to
+    import (a missing dependency such as ``tvm_ffi``, a library built for another CUDA or torch)."""
     try:
         import flashinfer
     except ImportError as exc:
-        raise ConfigError("attention_backend: flashinfer is not installed (pip install .[gpu], or "
-                          "flashinfer-python for this torch/CUDA)") from exc
+        if getattr(exc, "name", None) == "flashinfer":
+            raise ConfigError("attention_backend: flashinfer is not installed (pip install .[gpu], or "
+                              "flashinfer-python for this torch/CUDA)") from exc
+        raise ConfigError(f"attention_backend: flashinfer is installed but does not import "
+                          f"({type(exc).__name__}: {exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - any import-time failure makes the backend unusable
+        raise ConfigError(f"attention_backend: flashinfer is installed but does not import "
+                          f"({type(exc).__name__}: {exc})") from exc
     return flashinfer
+
+
+@functools.cache
+def flashinfer_problem() -> str:
+    """Why FlashInfer cannot be used in this process ("" when it imports); imported once to find out."""
+    try:
+        import_flashinfer()
+    except ConfigError as exc:
+        return str(exc).removeprefix("attention_backend: ")
+    return ""
 
 
 class FlashInferAttention:

@@ -254,7 +254,7 @@ class StepGraphs:
             _restore_rngs(rngs, saved_rngs)
         if captured is not None:
             self.graphs[key] = captured
-            log.info("captured %sCUDA graph for step %s (%d graphs)", "an emulated " if self.emulate else "",
+            log.debug("captured %sCUDA graph for step %s (%d graphs)", "an emulated " if self.emulate else "",
                      key, len(self.graphs))
         return captured
 
