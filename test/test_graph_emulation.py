@@ -57,6 +57,28 @@ def test_emulated_graphs_equal_plain_across_calls(tiny_model, batches, block, te
     assert static.cache is None                                   # nothing ran outside the graph cache
 
 
+@pytest.mark.parametrize("block,temperature", [(8, 0.0), (8, 1.0), (1, 0.0)])
+def test_warmup_captures_every_span_bucket_so_decoding_captures_nothing(tiny_model, batches, block, temperature):
+    """warmup() without a prompt length reaches every key-span bucket up to max_context_tokens (here two
+    buckets of 64 slots; prompts of 22-54 tokens with 40 answer tokens cross into the second): no decode
+    captures a graph afterwards, and the tokens are plain's."""
+    cfg = tiny_model.config
+    settings = cfg.settings.replace(block_size=block, denoising_steps=block, confidence_threshold=0.7,
+                                    max_new_tokens=40, temperature=temperature)
+    static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, GRAPHED.replace(max_context_tokens=128),
+                                         span_bucket=64, graph_emulation=True)
+    plain = BlockDiffusionDecoder(tiny_model.model, cfg)
+    static.warmup(batch_sizes=(1, 2, 3), settings=settings)          # the batch sizes that come
+    captured = dict(static.graphs.graphs)
+    spans = {group.span for key in captured for group in key[3]}
+    assert spans == {64, 128}
+    for prompts in CALLS:
+        batch, n = batches[prompts], len(prompts)
+        got = static.generate(batch, settings, seeded_generators(range(n), "cpu"))
+        assert got.sequences == plain.generate(batch, settings, seeded_generators(range(n), "cpu")).sequences
+    assert static.graphs.graphs.keys() == captured.keys() and not static.graphs.failures
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real graphs): scripts/device_check.sh")
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -535,3 +535,20 @@ def test_gpu_flashinfer_matches_sdpa(cuda_model_head_dim_128, cuda_graphs):
         total += len(idx)
     # bf16 attention kernels differ in rounding: allow a rare divergence, report the rate.
     assert same >= total - 1, f"flashinfer == sdpa on {same}/{total} sequences"
+
+
+@pytest.mark.parametrize("heads,kv_heads,queries", [(16, 8, 32), (2, 1, 1), (8, 1, 64), (4, 4, 16)])
+def test_grouped_sdpa_equals_transformers_repeat_kv(heads, kv_heads, queries):
+    """Grouped heads folded into the query axis (no K/V copy) give transformers' repeat_kv numbers exactly."""
+    import types as _types
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from wam_diff2_core.decoding.attention import grouped_sdpa
+    gen = torch.Generator().manual_seed(heads + queries)
+    q = torch.randn(3, heads, queries, 32, generator=gen)
+    k, v = torch.randn(2, 3, kv_heads, 90, 32, generator=gen)
+    mask = torch.rand(3, 1, queries, 90, generator=gen) > 0.3
+    module = _types.SimpleNamespace(num_key_value_groups=heads // kv_heads, is_causal=False, training=False)
+    want = sdpa_attention_forward(module, q, k, v, mask, dropout=0.0, scaling=32 ** -0.5)[0]
+    assert torch.equal(grouped_sdpa(q, k, v, mask, 32 ** -0.5), want)

@@ -190,11 +190,10 @@ class DrivingPolicy:
     def warmup(self) -> None:
         """One decode on a grey frame so the first real frame does not pay one-off costs; with CUDA
         graphs, also capture every step shape for this policy's batch (one row per task)."""
-        frame, image, prompts = self._warmup_prompts()
+        frame, _, _ = self._warmup_prompts()
         self.step(frame, EgoMotion((0.0, 0.0), (0.0, 0.0)), "straight")
-        if self.engine.cuda_graphs:
-            tokens = self._inputs(prompts[:1], image)["input_ids"].shape[1]
-            self.decoder.warmup([len(self.tasks)], prompt_tokens=tokens)
+        if self.engine.cuda_graphs:       # every key-span bucket: no capture while driving
+            self.decoder.warmup([len(self.tasks)], settings=self.settings)
 
     def check_fast_path(self) -> str | None:
         """Decode the warm-up prompts with this policy's decoder and with the plain one (the reference).

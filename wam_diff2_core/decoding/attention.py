@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 
 class SdpaAttention:
-    """torch SDPA through transformers' own ``sdpa_attention_forward``: the plain path's exact dispatch
-    (repeat_kv for grouped heads, pack_gqa for a single query). Keys are cache slots [0, span)."""
+    """torch SDPA over cache slots [0, span). The prefill goes through transformers' own
+    ``sdpa_attention_forward`` (the plain path's dispatch); a step folds grouped heads into the query axis
+    instead (:func:`grouped_sdpa`: no copy of K/V per query head), the same numbers (tests pin the tokens)."""
 
     name = "sdpa"
     packed_prompts = False      # the cache keeps prompts left-padded, like the plain path's cache
@@ -50,9 +51,23 @@ class SdpaAttention:
         for group in buf.groups:  # one SDPA call per distinct key span (see _plan)
             k, v = cache.read(layer, q.shape[0], group.span)
             mask = buf.mask[:, :, group.start:group.stop, :group.span]
-            outs.append(self._sdpa(attn, q[:, :, group.start:group.stop], k, v, mask,
-                                   dropout=0.0, scaling=attn.scaling)[0])
+            outs.append(grouped_sdpa(q[:, :, group.start:group.stop], k, v, mask, attn.scaling))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+
+
+def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of q [N, H, Q, D] over k, v [N, H_kv, S, D] under a boolean mask [N, 1, Q, S], returned
+    as [N, Q, H, D] (transformers' layout). With grouped heads (H = G * H_kv) the G query heads that share
+    a K/V head are one longer query axis [N, H_kv, G * Q, D] (the mask tiled G times along it), so K and V
+    are read where they are instead of being copied G times (transformers' ``repeat_kv`` under a mask)."""
+    n, heads, queries, dim = q.shape
+    kv_heads = k.shape[1]
+    groups = heads // kv_heads
+    if groups > 1:
+        q = q.reshape(n, kv_heads, groups * queries, dim)
+        mask = mask.repeat(1, 1, groups, 1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=scale)
+    return out.reshape(n, heads, queries, dim).transpose(1, 2).contiguous()
 
 
 def make_attention(name: str, text: QwenTextForward, cuda_graphs: bool):

@@ -228,9 +228,10 @@ class StepGraphs:
         return torch.default_generator
 
     def _capture(self, key: Hashable, step: Callable[[], torch.Tensor]) -> _Graph | _Emulated | None:
-        # Warm-up runs and the capture repeat the step: each writes the K/V of its tokens into the
-        # step's own cache slots, which the replay that follows rewrites; what else the step changes
-        # in place (the block, the generators' states) is put back after them.
+        # Warm-up runs and the capture repeat the step from the caller's state: each writes the K/V of
+        # its tokens into the step's own cache slots, which the replay that follows rewrites; what else
+        # the step changes in place (the block, the AR counter, the generators' states) is put back after
+        # each of them (an AR step run three times from one state never writes past its own slot).
         mutable, generators = getattr(step, "mutable", ()), tuple(getattr(step, "generators", ()))
         rngs = [*generators, self._default_generator()]
         saved = [t.clone() for t in mutable]
@@ -240,6 +241,7 @@ class StepGraphs:
             with no_host_sync(self.device):
                 for _ in range(WARMUP_RUNS):
                     step()
+                    _restore(mutable, saved)
             _restore_rngs(rngs, saved_rngs)
 
         try:

@@ -61,6 +61,7 @@ from .text_forward import QwenTextForward, text_model_inputs
 log = logging.getLogger(__name__)
 
 GRAPH_SPAN_BUCKET = 256  # with CUDA graphs, SDPA attends to slots [0, span) with span a multiple of this
+WARMUP_PROMPT_TOKENS = 64  # the warm-up prompt without graphs (or of a backend whose graphs ignore spans)
 
 
 @dataclass
@@ -512,43 +513,59 @@ class StaticBlockDiffusionDecoder:
 
     # ------------------------------------------------------------ warm-up
     @torch.no_grad()
-    def warmup(self, batch_sizes: Sequence[int] = (1,), prompt_tokens: int = 64,
+    def warmup(self, batch_sizes: Sequence[int] = (1,), prompt_tokens: int | None = None,
                settings: DecodingSettings | None = None) -> dict[str, Any]:
         """Run every step shape once per batch size (denoise step, fused commit + step, or the AR step;
         as whole steps, block steps once per transfer rule of ``settings``; sampling, also the bare
         forward that steps run once a row has finished) so that CUDA graphs are captured before the
-        first request; a node calls this before it reports ready. With SDPA, graphs are per key-span
-        bucket: pass a typical prompt length. Sampling graphs are those of seeded requests (per-sequence
-        generators)."""
+        first request; a node calls this before it reports ready. Under graphs, ``prompt_tokens=None``
+        (the default) warms prompt lengths that reach every key-span bucket up to ``max_context_tokens``
+        (:meth:`_warmup_lengths`), so a decode never captures; a length warms only the spans of that
+        prompt. Sampling graphs are those of seeded requests (per-sequence generators) and are kept per
+        batch size, greedy ones per batch bucket: warm the batch sizes that will come."""
         settings = settings or self.config.settings
         size = settings.block_size
         shapes = [[(0, 1)]] if size == 1 else [[(0, size)], [(0, size), (size, size)]]
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         schedule = transfer_schedule(size, settings.denoising_steps)
         rules = {TransferRule.at_step(settings, step, schedule, mask_id, eos_id) for step in range(len(schedule))}
+        lengths = [prompt_tokens] if prompt_tokens is not None else self._warmup_lengths(size)
         for batch in batch_sizes:
-            prompt = torch.full((batch, prompt_tokens), eos_id, dtype=torch.long)
-            run = self._begin(batch, prompt_tokens + 2 * size)
-            prefix = self.prefill({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, size, run)
-            generators, bound = self._bind(run, settings, [torch.Generator(device=self.device) for _ in range(batch)])
-            with bound:
-                pick = self._pick(settings, generators, range(batch), batch)
-                for segments in shapes:
-                    buf = self._plan(run, prefix, segments)
-                    if settings.temperature > 0:
-                        self._forward(run, buf)
-                    if size == 1:                                  # the AR whole step, from token 0
-                        ar = self._ar_state(run)
-                        ar.reset(eos_id)
-                        self._ar_step(run, prefix, buf, ar, 0, pick)
-                        continue
-                    block = self._block_state(run, size)
-                    for rule in sorted(rules, key=lambda r: r.count):
-                        block.tokens.fill_(mask_id)
-                        self._denoise_step(run, buf, block, rule, pick)
+            for length in lengths:
+                prompt = torch.full((batch, length), eos_id, dtype=torch.long)
+                run = self._begin(batch, length + 2 * size)
+                prefix = self.prefill({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, size, run)
+                generators, bound = self._bind(run, settings,
+                                               [torch.Generator(device=self.device) for _ in range(batch)])
+                with bound:
+                    pick = self._pick(settings, generators, range(batch), batch)
+                    for segments in shapes:
+                        buf = self._plan(run, prefix, segments)
+                        if settings.temperature > 0:
+                            self._forward(run, buf)
+                        if size == 1:                                  # the AR whole step, from token 0
+                            ar = self._ar_state(run)
+                            ar.reset(eos_id)
+                            self._ar_step(run, prefix, buf, ar, 0, pick)
+                            continue
+                        block = self._block_state(run, size)
+                        for rule in sorted(rules, key=lambda r: r.count):
+                            block.tokens.fill_(mask_id)
+                            self._denoise_step(run, buf, block, rule, pick)
         _synchronize(self.device)
         return {"cuda_graphs": self.graphs.enabled, "graphs": len(self.graphs.graphs),
                 "graph_fallbacks": dict(self.graphs.failures), "attention_backend": self.attention.name}
+
+    def _warmup_lengths(self, size: int) -> list[int]:
+        """Prompt lengths whose warm-up steps meet every key span of a decode: per span bucket [top - b, top),
+        one length whose steps stay inside it (top - 2B) and one whose fused step reaches into the next
+        bucket (top - B). Without graphs (or with a backend whose graphs ignore spans) one typical length."""
+        if not self.graphs.enabled or self.attention.name != "sdpa":
+            return [WARMUP_PROMPT_TOKENS]
+        bucket = GRAPH_SPAN_BUCKET if self.span_bucket is None else self.span_bucket
+        limit = self.engine.max_context_tokens
+        lengths = {top - back for top in range(bucket, limit + 1, bucket) for back in (2 * size, size)}
+        return sorted(p for p in lengths if 1 <= p and p + 2 * size <= limit)
 
 
 def _fixed(run: _Run, name: str, value: torch.Tensor) -> torch.Tensor:
