@@ -2,20 +2,24 @@
 
 The planner's, the controller's and the localization node's parameters are tables in
 ``wam_diff2_core.params``; ``config/*.yaml`` and the README / docs tables are generated from them
-(``python -m wam_diff2_core.params --write``), and the evaluator names the planner's parameters from
+(``python -m wam_diff2_core.params --write``), the JSON schemas in schema/ too, and the evaluator names the planner's parameters from
 its table. (The nodes' declarations against the tables: test_ros_params.py, test_controller_node.py,
 test_localization_node.py.)
 """
 from __future__ import annotations
 
+import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
+import yaml
 
 from wam_diff2_core.params import controller, generated, localization, planner
-from wam_diff2_core.params.spec import ParamSpec, check_values, markdown_table
+from wam_diff2_core.params.spec import ParamSpec, check_values, markdown_table, yaml_block
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = {"planner": planner, "controller": controller, "localization": localization}
@@ -43,11 +47,46 @@ def test_a_changed_default_shows_in_every_generated_file(tmp_path, monkeypatch):
     old = controller.SPECS_BY_NAME["control.max_throttle"]
     changed = ParamSpec(old.name, 0.5, old.description, old.apply, low=old.low, high=old.high)
     monkeypatch.setattr(controller, "SPECS", tuple(changed if s is old else s for s in controller.SPECS))
-    assert generated.stale(tmp_path) == ["config/controller.yaml", "docs/carla.md"]
+    assert generated.stale(tmp_path) == ["config/controller.yaml", "schema/controller.schema.json", "docs/carla.md"]
     generated.write(tmp_path)
     assert "max_throttle: 0.5" in (tmp_path / "config/controller.yaml").read_text()
     assert markdown_table(controller.SPECS) in (tmp_path / "docs/carla.md").read_text()
+    schema = json.loads((tmp_path / "schema/controller.schema.json").read_text())
+    assert schema["definitions"]["wam_diff2_controller"]["properties"]["control"]["properties"][
+        "max_throttle"]["default"] == 0.5
     assert generated.stale(tmp_path) == []
+
+
+def _parameter_file(name: str) -> dict:
+    """The node's parameter file as a ROS user writes it: config/<node>.yaml, or one generated from the
+    table's defaults (the localization node has no file of its own)."""
+    path = ROOT / "config" / f"{name}.yaml"
+    text = path.read_text() if path.exists() else "/**:\n  ros__parameters:\n" + yaml_block(TABLES[name].SPECS) + "\n"
+    return yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_the_parameter_files_validate_against_their_json_schemas(name):
+    """schema/<node>.schema.json (generated from the same table) accepts the node's parameter file and
+    refuses what the node would refuse: a value out of range, of another type, an unknown name."""
+    schema = json.loads((ROOT / "schema" / f"{name}.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    params = _parameter_file(name)
+    jsonschema.validate(params, schema)
+    ranged = next(s for s in TABLES[name].SPECS if s.high is not None or s.choices is not None)
+    for bad in ((ranged.high * 2 + 1) if ranged.choices is None else "not-a-choice", [1, 2]):
+        broken = copy.deepcopy(params)
+        *groups, leaf = ranged.name.split(".")
+        target = broken["/**"]["ros__parameters"]
+        for group in groups:
+            target = target[group]
+        target[leaf] = bad
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, schema)
+    unknown = copy.deepcopy(params)
+    unknown["/**"]["ros__parameters"]["no_such_parameter"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="no_such_parameter"):
+        jsonschema.validate(unknown, schema)
 
 
 @pytest.mark.parametrize("name", sorted(TABLES))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 DEFAULT_ROLE = "ego_vehicle"                              # carla-ros-bridge's default role name
 PLANNER_NODE = "wam_diff2_planner"                        # the planner node's default name
+CONTROLLER_NODE = "wam_diff2_controller"                  # the controller node's default name
+LOCALIZATION_NODE = "wam_diff2_localization"              # the localization node's default name
 DEFAULT_COMMAND_TOPIC = f"/{PLANNER_NODE}/input/command"  # the planner node's command input
 
 

@@ -14,10 +14,10 @@ from ..control import ControllerGains
 from ..geometry import RouteCommandSettings
 from ..outputs.prompts import WAYPOINT_DT_S
 from ..routes import RouteTrackerSettings
-from ..topics import DEFAULT_ROLE, PLANNER_NODE
+from ..topics import CONTROLLER_NODE, DEFAULT_ROLE, PLANNER_NODE
 from .spec import LIVE, START, ParamError, ParamSpec, by_name, check_values, defaults
 
-NODE = "wam_diff2_controller"
+NODE = CONTROLLER_NODE
 TICK_SOURCES = ("odometry", "clock")
 CONTROL_CONSUMERS = ("carla", "vehicle_control")
 

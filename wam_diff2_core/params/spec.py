@@ -1,10 +1,11 @@
 """One parameter system: a spec per parameter (name, type, default, range or choices, when it
-applies, help with its unit), one validator, and the generated YAML / README tables.
+applies, help with its unit), one validator, and the generated YAML / README tables / JSON schemas.
 
 The nodes declare their ROS parameters from these specs (``wam_diff2_ros.parameters``: descriptors
 with the ranges), the evaluator names the planner's parameters from them, and
-``python -m wam_diff2_core.params --write`` regenerates the YAML files in config/ and the README
-tables (a test checks the checked-in ones match).
+``python -m wam_diff2_core.params --write`` regenerates the YAML files in config/, the README
+tables and the JSON schemas in schema/ (as Autoware keeps beside its parameter files; a test checks
+the checked-in ones match, and validates the YAML files against the schemas).
 """
 from __future__ import annotations
 
@@ -148,3 +149,50 @@ def _yaml_lines(items: list[tuple[str, Any]], indent: int) -> list[str]:
             opened.append(g)
         lines.append(" " * (indent + 2 * len(opened)) + f"{leaf}: {format_value(value)}")
     return lines
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array"}
+
+
+def json_schema(specs: Iterable[ParamSpec], node: str, title: str) -> dict[str, Any]:
+    """A JSON Schema (draft-07) of a ROS parameter file for ``node``, in the layout Autoware uses:
+    ``/**: ros__parameters:`` holding the parameters nested on the dots, each with its type, default,
+    range or choices and description; every parameter with a default is required, one unset by default
+    is optional (the checkpoint's value applies)."""
+    tree: dict[str, Any] = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    for spec in specs:
+        *groups, leaf = spec.name.split(".")
+        node_schema, path = tree, [tree]
+        for group in groups:
+            if group not in node_schema["properties"]:
+                node_schema["properties"][group] = {"type": "object", "properties": {}, "required": [],
+                                                    "additionalProperties": False}
+            node_schema = node_schema["properties"][group]
+            path.append(node_schema)
+        if spec.default is not None:            # its groups are required too
+            for parent, group in zip(path, groups):
+                if group not in parent["required"]:
+                    parent["required"].append(group)
+        entry: dict[str, Any] = {"type": _JSON_TYPES[spec.kind], "description": spec.description}
+        if spec.kind is list:
+            entry["items"] = {"type": "string"}
+        if spec.default is not None:
+            entry["default"] = spec.default
+            node_schema["required"].append(leaf)
+        if spec.choices is not None:
+            entry["enum"] = list(spec.choices)
+        if spec.low is not None:
+            entry["minimum"] = spec.low
+        if spec.high is not None:
+            entry["maximum"] = spec.high
+        node_schema["properties"][leaf] = entry
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": title,
+        "type": "object",
+        "definitions": {node: tree},
+        "properties": {"/**": {"type": "object", "properties": {"ros__parameters": {"$ref": f"#/definitions/{node}"}},
+                               "required": ["ros__parameters"], "additionalProperties": False}},
+        "required": ["/**"],
+        "additionalProperties": False,
+    }
