@@ -3,7 +3,7 @@
     export WAM_DIFF2_MODEL_PATH=/path/to/checkpoint          # default: the installed demo model
     export TEAM_AGENT=$(ros2 pkg prefix --share wam_diff2_ros)/agents/wam_diff2_agent.py
     python3 ${LEADERBOARD_ROOT}/leaderboard/leaderboard_evaluator.py --agent=${TEAM_AGENT} \\
-        --routes=${ROUTES} --track=SENSORS --ros-version=2 ...                 # docs/carla.md, section 2
+        --routes=${ROUTES} --track=SENSORS ...                                 # docs/carla.md, section 2
 
 The leaderboard's ``ROS2Agent`` (``leaderboard/autoagents/ros2_agent.py``) starts the
 carla-ros-bridge in passive mode, spawns :meth:`WamDiff2Agent.sensors` on the ego (role
@@ -12,6 +12,13 @@ this package's ``leaderboard.launch.py`` (localization + planner + controller). 
 the latched True on ``/carla/hero/status`` (the controller sends it once the planner is
 READY), publishes the route on ``/carla/hero/global_plan`` and takes one
 ``/carla/hero/vehicle_control_cmd`` per tick, stamped with the tick's time.
+
+Georeference: the localization node starts with CARLA's default (42.0 / 2.0). When the leaderboard
+hands over the route (:meth:`WamDiff2Agent.set_global_plan`, before the first tick) the agent
+solves the town's georeference from the route's first point, known both as GNSS and as world
+coordinates (as public Bench2Drive agents do), and sets it on the localization node
+(``geo.lat_ref_deg`` / ``geo.lon_ref_deg``), so a town whose OpenDRIVE header names its own is
+localized right too.
 
 Sensors: the front camera at the resolution, field of view and place the model was trained
 with (the demo world's camera, ``wam_diff2_core.sim.camera.CameraSettings``: 320 x 180,
@@ -26,8 +33,11 @@ import os
 from leaderboard.autoagents.autonomous_agent import Track
 from leaderboard.autoagents.ros2_agent import ROS2Agent
 
+from wam_diff2_core.localization import GeoReference
+from wam_diff2_core.params.localization import NODE as LOCALIZATION_NODE
 from wam_diff2_core.sim.camera import CameraSettings
 from wam_diff2_core.sim.vehicles import BicycleParams
+from wam_diff2_ros.parameters import set_remote_parameters
 
 MODEL_PATH_ENV = "WAM_DIFF2_MODEL_PATH"
 DEMO_MODEL = ("models", "wam-diff2-demo-b32")          # under the package's share directory
@@ -50,6 +60,16 @@ def model_path() -> str:
     return path
 
 
+def georeference_from_plan(global_plan_gps, global_plan_world_coord) -> GeoReference | None:
+    """The route's georeference from its first point: ``global_plan_gps[0]`` is ``({"lat", "lon", "z"}, option)``,
+    ``global_plan_world_coord[0]`` is ``(carla.Transform, option)`` (CARLA's frame: y points south, hence the
+    sign for the map frame). None when either plan is empty."""
+    if not global_plan_gps or not global_plan_world_coord:
+        return None
+    gnss, location = global_plan_gps[0][0], global_plan_world_coord[0][0].location
+    return GeoReference.solve(float(gnss["lat"]), float(gnss["lon"]), float(location.x), -float(location.y))
+
+
 class WamDiff2Agent(ROS2Agent):
 
     def get_ros_entrypoint(self):
@@ -67,6 +87,13 @@ class WamDiff2Agent(ROS2Agent):
                 "speedometer_id": SPEEDOMETER_ID,
             },
         }
+
+    def set_global_plan(self, global_plan_gps, global_plan_world_coord):
+        super().set_global_plan(global_plan_gps, global_plan_world_coord)
+        reference = georeference_from_plan(global_plan_gps, global_plan_world_coord)
+        if reference is not None:       # the base class spins ros_node in its own thread
+            set_remote_parameters(self.ros_node, LOCALIZATION_NODE, {"geo.lat_ref_deg": reference.lat_deg,
+                                                                     "geo.lon_ref_deg": reference.lon_deg})
 
     def setup(self, path_to_conf_file):
         self.track = Track.SENSORS

@@ -7,7 +7,8 @@
 The leaderboard's SENSORS track gives GNSS, IMU and a speedometer, no odometry: with
 ``localization`` true (the default) the localization node turns /carla/<role_name>/<gnss_id>,
 <imu_id> and <speedometer_id> into /carla/<role_name>/odometry (``lat_ref_deg`` /
-``lon_ref_deg``: the town's georeference). agents/wam_diff2_agent.py starts this file.
+``lon_ref_deg``: the town's georeference, CARLA's 42.0 / 2.0 by default; the agent sets each
+route's own on the node once the route is known). agents/wam_diff2_agent.py starts this file.
 
 The planner (a lifecycle node) plans in lockstep on every ``lockstep_n``-th camera tick of
 /carla/<role_name>/<camera_id>/image, on simulation time; the controller answers every tick
@@ -31,6 +32,8 @@ from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
+
+from wam_diff2_core.params.localization import DEFAULTS as LOCALIZATION_DEFAULTS
 
 
 def generate_launch_description():
@@ -57,9 +60,9 @@ def generate_launch_description():
         DeclareLaunchArgument("gnss_id", default_value="gnss", description="GNSS sensor id"),
         DeclareLaunchArgument("imu_id", default_value="imu", description="IMU sensor id"),
         DeclareLaunchArgument("speedometer_id", default_value="speedometer", description="speedometer sensor id"),
-        DeclareLaunchArgument("lat_ref_deg", default_value="0.0",
+        DeclareLaunchArgument("lat_ref_deg", default_value=str(LOCALIZATION_DEFAULTS["geo.lat_ref_deg"]),
                               description="the town's georeference latitude (OpenDRIVE header; degrees)"),
-        DeclareLaunchArgument("lon_ref_deg", default_value="0.0",
+        DeclareLaunchArgument("lon_ref_deg", default_value=str(LOCALIZATION_DEFAULTS["geo.lon_ref_deg"]),
                               description="the town's georeference longitude (degrees)"),
         Node(
             package="wam_diff2_ros",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command set-up on a machine without ROS: a .venv with torch, transformers, the ROS 2
-# Kilted wheels, this package's messages (built with CMake into ./install) and this package
-# (editable). Idempotent: each step is skipped when its inputs did not change.
+# Kilted wheels, this package's messages (built with CMake into ./install), this package (editable)
+# and the upstream carla_msgs / derived_object_msgs (colcon, into ~/.cache/wam-diff2). Idempotent:
+# each step is skipped when its inputs did not change.
 #   bash scripts/setup.sh            # or: make setup
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -79,4 +80,8 @@ fi
 # Message modules on sys.path after the source root; their libraries through RPATH and here.
 venv_site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$site" > "$venv_site/zz_wam_diff2_msgs.pth"
+# The upstream interface packages the stack talks to (carla_msgs, derived_object_msgs), built once
+# per machine outside the checkout (reused while unchanged); scripts/env.sh puts them on the paths.
+step "upstream interface packages (carla_msgs, derived_object_msgs)"
+bash "$root/scripts/build_ros_interfaces.sh"
 step "done: source scripts/env.sh (or use make) to run with the messages"

@@ -36,6 +36,7 @@ from wam_diff2_ros.controller_node import (CLOCK_QOS, CONTROL_QOS, LATCHED_QOS, 
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
 import ros_helpers  # noqa: E402
 from ros_helpers import odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NS = 1_000_000_000
@@ -272,14 +273,13 @@ def test_unusable_odometry_brakes(rig):
     assert (c.throttle, c.brake, c.reason) == (0.0, 1.0, "invalid odometry")
 
 
-def test_carla_control_is_published_on_the_bridge_topic_when_carla_msgs_exists(rig, monkeypatch):
-    # carla_msgs is not installed here: stand in a message type with CarlaEgoVehicleControl's fields
-    # (the package's VehicleControl starts with exactly those) to exercise the CARLA output path
-    from types import SimpleNamespace
-    monkeypatch.setattr(cn, "carla_msgs", SimpleNamespace(CarlaEgoVehicleControl=VehicleControl))
+def test_carla_control_is_published_on_the_bridge_topic_when_carla_msgs_exists(rig):
+    carla_msgs = interface_module("carla_msgs")               # the Leaderboard 2.0 bridge's own type
+    assert cn.carla_msgs is carla_msgs
     node, probe = rig.start(control_consumer="carla")
     got = []
-    probe.create_subscription(VehicleControl, probe.topics["carla_control"], got.append, CONTROL_QOS)
+    probe.create_subscription(carla_msgs.CarlaEgoVehicleControl, probe.topics["carla_control"], got.append,
+                              CONTROL_QOS)
     assert wait_for(lambda: node.count_subscribers(probe.topics["carla_control"]) > 0, WAIT_S)
     send_plan(node, probe, trajectory(T0_NS, straight(8.0)))
     probe.odometry_pub.publish(odometry_msg(T0_NS, vx=6.0, child_frame_id="hero"))
@@ -357,7 +357,7 @@ def _controller_diagnostics(probe, node) -> list:
 
 
 def test_without_carla_msgs_the_carla_consumer_gets_no_ready_but_an_error(rig, context, monkeypatch):
-    monkeypatch.setattr(cn, "carla_msgs", None)               # as here: carla_msgs is not installed
+    monkeypatch.setattr(cn, "carla_msgs", None)               # as on a machine without carla_msgs
     assert cp.SPECS_BY_NAME["control_consumer"].default == "carla"
     node, probe = rig.start(control_consumer="carla")
     diagnostics = _controller_diagnostics(probe, node)
@@ -387,10 +387,8 @@ def test_without_carla_msgs_the_carla_consumer_gets_no_ready_but_an_error(rig, c
     assert probe.control_at(T0_NS).reason == "no plan"
 
 
-def test_with_carla_msgs_the_carla_consumer_gets_ready_after_the_planner(rig, monkeypatch):
-    # carla_msgs is not installed here: the stand-in of the CARLA output test
-    from types import SimpleNamespace
-    monkeypatch.setattr(cn, "carla_msgs", SimpleNamespace(CarlaEgoVehicleControl=VehicleControl))
+def test_with_carla_msgs_the_carla_consumer_gets_ready_after_the_planner(rig):
+    assert cn.carla_msgs is interface_module("carla_msgs")
     node, probe = rig.start(control_consumer="carla")
     diagnostics = _controller_diagnostics(probe, node)
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.LOADING))
@@ -432,6 +430,34 @@ def test_route_command_is_published_to_the_planner_every_tick(rig):
         probe.control_at(T0_NS + k * DT_NS)
     assert wait_for(lambda: len(probe.commands) == 3, WAIT_S) and set(probe.commands) == {"straight"}
     for k, x in enumerate(np.arange(20.0, 40.0, 1.0), start=3):
+        probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=float(x), vx=0.0))
+        probe.control_at(T0_NS + k * DT_NS)
+    assert wait_for(lambda: probe.commands[-1] == "left", WAIT_S), probe.commands
+
+
+def test_the_leaderboards_carla_route_drives_the_command_by_its_road_options(rig):
+    """The real carla_msgs/CarlaRoute (int8 road options, VOID = -1) as the leaderboard latches it on
+    global_plan: a straight road whose LEFT stretch (a junction) starts 200 m in reads left there."""
+    carla_msgs = interface_module("carla_msgs")
+    from geometry_msgs.msg import Pose
+    node, probe = rig.start()
+    route = carla_msgs.CarlaRoute(header=Header(frame_id="map"))
+    options = [carla_msgs.CarlaRoute.LANEFOLLOW] * 31
+    options[20], options[-1] = carla_msgs.CarlaRoute.LEFT, carla_msgs.CarlaRoute.VOID
+    route.road_options = options
+    for x in range(0, 310, 10):                               # a point every 10 m, as the leaderboard's plan
+        pose = Pose()
+        pose.position.x = float(x)
+        route.poses.append(pose)
+    publisher = probe.create_publisher(carla_msgs.CarlaRoute, probe.topics["carla_route"], LATCHED_QOS)
+    publisher.publish(route)
+    assert wait_for(lambda: node.counts["routes_received"] == 1, WAIT_S)
+    assert node.route.options[20] == "LEFT" and node.route.options[-1] == "VOID"
+    for k, x in enumerate((0.0, 1.0, 2.0)):                   # the LEFT point is 200 m ahead: beyond the lookahead
+        probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=x, vx=0.0))
+        probe.control_at(T0_NS + k * DT_NS)
+    assert wait_for(lambda: len(probe.commands) == 3, WAIT_S) and set(probe.commands) == {"straight"}
+    for k, x in enumerate(np.arange(195.0, 210.0, 1.0), start=3):
         probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=float(x), vx=0.0))
         probe.control_at(T0_NS + k * DT_NS)
     assert wait_for(lambda: probe.commands[-1] == "left", WAIT_S), probe.commands

@@ -16,11 +16,13 @@ import enum
 import importlib.util
 import math
 import sys
+import threading
 import types
 from pathlib import Path
 
 import pytest
 
+from wam_diff2_core.localization import GeoReference
 from wam_diff2_core.sim.camera import CameraSettings
 from wam_diff2_core.params import localization as localization_params
 
@@ -53,7 +55,9 @@ def test_agent_source_has_the_ros2_agent_interface():
     assert [ast.unparse(b) for b in cls.bases] == ["ROS2Agent"]
     assert ast.literal_eval(entry.body[0].value) == cls.name
     methods = {n.name: [a.arg for a in n.args.args] for n in cls.body if isinstance(n, ast.FunctionDef)}
-    assert methods == {"get_ros_entrypoint": ["self"], "setup": ["self", "path_to_conf_file"], "sensors": ["self"]}
+    assert methods == {"get_ros_entrypoint": ["self"], "setup": ["self", "path_to_conf_file"], "sensors": ["self"],
+                       "set_global_plan": ["self", "global_plan_gps", "global_plan_world_coord"]}
+    assert "--ros-version" not in AGENT.read_text()            # the evaluator has no such option
 
 
 @pytest.fixture
@@ -70,6 +74,9 @@ def agent_module(monkeypatch):
 
         def get_ros_entrypoint(self):
             raise NotImplementedError
+
+        def set_global_plan(self, global_plan_gps, global_plan_world_coord):   # AutonomousAgent's keeps them
+            self._global_plan, self._global_plan_world_coord = global_plan_gps, global_plan_world_coord
 
     modules = {"leaderboard": types.ModuleType("leaderboard"),
                "leaderboard.autoagents": types.ModuleType("leaderboard.autoagents"),
@@ -148,3 +155,78 @@ def test_leaderboard_launch_starts_the_localization_node_on_the_role_and_sensor_
     assert '"wam-diff2-localization=wam_diff2_ros.entry_point:localization"' in (ROOT / "setup.py").read_text()
     script = ROOT / "scripts" / "ros2_run" / "wam-diff2-localization"
     assert script.stat().st_mode & 0o111 and "from wam_diff2_ros.entry_point import localization" in script.read_text()
+
+
+# ----------------------------------------------------------------------------- the georeference
+def leaderboard_plan(reference, carla_points):
+    """The two plans the leaderboard hands ``set_global_plan``: GNSS dicts and carla.Transform-likes (CARLA's
+    frame, y south), as CARLA's GNSS reads them under ``reference``. Only ``location`` of a Transform is read."""
+    gps, world = [], []
+    for x, y in carla_points:
+        lat, lon = reference.to_geo(x, -y)                   # the map frame is CARLA's with y flipped
+        gps.append(({"lat": lat, "lon": lon, "z": 0.0}, "LANEFOLLOW"))
+        world.append((types.SimpleNamespace(location=types.SimpleNamespace(x=x, y=y, z=0.0)), "LANEFOLLOW"))
+    return gps, world
+
+
+@pytest.mark.parametrize("truth", [GeoReference(), GeoReference(49.0, 8.0)], ids=["carla-default", "own"])
+def test_the_georeference_is_solved_from_the_plans_first_point(agent_module, truth):
+    gps, world = leaderboard_plan(truth, [(152.3, -87.5), (160.0, -87.5)])
+    solved = agent_module.georeference_from_plan(gps, world)
+    assert (solved.lat_deg, solved.lon_deg) == pytest.approx((truth.lat_deg, truth.lon_deg), abs=1e-9)
+    # the route's first point lands where the world plan has it (map frame: x, -y)
+    assert solved.to_local(gps[0][0]["lat"], gps[0][0]["lon"]) == pytest.approx((152.3, 87.5), abs=1e-4)
+    assert agent_module.georeference_from_plan([], world) is None
+
+
+@pytest.fixture
+def ros_context():
+    rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
+    from ros_helpers import unique_domain_id
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=unique_domain_id(8))
+    yield context
+    rclpy.shutdown(context=context)
+
+
+def spinning(context, *nodes):
+    from rclpy.executors import MultiThreadedExecutor
+
+    executor = MultiThreadedExecutor(context=context)
+    for node in nodes:
+        executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    return executor, thread
+
+
+@pytest.mark.ros
+def test_the_agent_sets_the_routes_georeference_on_the_localization_node(agent_module, ros_context):
+    """Over DDS: the agent's ros_node (spun by the leaderboard's base class in its own thread) sets the solved
+    georeference on a running localization node through its set_parameters service."""
+    from rclpy.node import Node
+
+    from wam_diff2_ros.localization_node import LocalizationNode
+
+    node = LocalizationNode(context=ros_context)
+    assert (node.reference.lat_deg, node.reference.lon_deg) == (42.0, 2.0)
+    agent = getattr(agent_module, agent_module.get_entry_point())("localhost", 2000)
+    agent.ros_node = Node("leaderboard_node", context=ros_context)
+    executor, thread = spinning(ros_context, node, agent.ros_node)
+    try:
+        truth = GeoReference(45.5, -73.6)                      # a town whose OpenDRIVE header names its own
+        agent.set_global_plan(*leaderboard_plan(truth, [(10.0, 20.0), (30.0, 20.0)]))
+        assert (node.reference.lat_deg, node.reference.lon_deg) == pytest.approx((45.5, -73.6), abs=1e-9)
+        assert node.counts["georeference_changes"] == 1 and not node.ekf.has_position
+        # a value the node refuses comes back as an error naming it
+        from wam_diff2_ros.parameters import set_remote_parameters
+        with pytest.raises(RuntimeError, match="refused .'geo.lat_ref_deg': 95.0"):
+            set_remote_parameters(agent.ros_node, "wam_diff2_localization", {"geo.lat_ref_deg": 95.0})
+        with pytest.raises(RuntimeError, match="/no_such_node/set_parameters_atomically did not appear"):
+            set_remote_parameters(agent.ros_node, "no_such_node", {"geo.lat_ref_deg": 1.0}, timeout_s=0.5)
+    finally:
+        executor.shutdown()
+        thread.join(5.0)
+        node.destroy_node()
+        agent.ros_node.destroy_node()

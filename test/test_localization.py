@@ -11,8 +11,16 @@ from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, expert_drive_err
 
 
 # ----------------------------------------------------------------------------- GNSS -> metres
-def test_projection_matches_carla_mercator_at_the_default_reference():
+def test_the_default_reference_is_carlas_and_the_leaderboards():
     ref = GeoReference()
+    assert (ref.lat_deg, ref.lon_deg) == (42.0, 2.0)            # where the OpenDRIVE header names none
+    assert ref.to_geo(0.0, 0.0) == pytest.approx((42.0, 2.0), abs=1e-12)
+    # a degree of longitude there is shortened by cos(42 deg): 1e-3 deg is 82.73 m east
+    assert ref.to_local(42.0, 2.001)[0] == pytest.approx(82.73, abs=0.01)
+
+
+def test_projection_matches_carla_mercator_at_the_equator():
+    ref = GeoReference(0.0, 0.0)
     # along the equator a degree of longitude is 2 pi R / 360; north is +y in the ROS map frame (CARLA -y)
     x, y = ref.to_local(0.0, 1e-3)
     assert x == pytest.approx(math.radians(1e-3) * EARTH_RADIUS_EQUA_M, rel=1e-9) and y == pytest.approx(0.0)
@@ -29,6 +37,28 @@ def test_projection_round_trips_and_scales_with_the_reference_latitude(lat_ref, 
     # a small step in longitude is scale x R x angle (Mercator scaled to the reference latitude)
     x, _ = ref.to_local(lat_ref, lon_ref + 1e-4)
     assert x == pytest.approx(degrees_to_metres(1e-4, lat_ref), rel=1e-6)
+
+
+@pytest.mark.parametrize("truth", [GeoReference(), GeoReference(49.0, 8.0), GeoReference(-33.9, 151.2),
+                                   GeoReference(0.0, 179.999)])
+@pytest.mark.parametrize("x, y", [(0.0, 0.0), (338.2, -105.7), (-4500.0, 5200.0)])
+def test_the_georeference_is_solved_from_one_point_known_in_both_frames(truth, x, y):
+    """What an agent does with the route's first point: its GNSS reading and its map position give back
+    the reference CARLA projected with (round trip through the same projection)."""
+    lat, lon = truth.to_geo(x, y)
+    solved = GeoReference.solve(lat, lon, x, y)
+    assert solved.lat_deg == pytest.approx(truth.lat_deg, abs=1e-9)
+    assert solved.lon_deg == pytest.approx(truth.lon_deg, abs=1e-9)
+    assert solved.to_local(lat, lon) == pytest.approx((x, y), abs=1e-4)
+
+
+def test_solving_the_georeference_names_bad_input():
+    with pytest.raises(ValueError, match="lat_deg"):
+        GeoReference.solve(math.nan, 2.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="y"):
+        GeoReference.solve(42.0, 2.0, 0.0, math.inf)
+    with pytest.raises(ValueError, match="outside"):
+        GeoReference.solve(84.9, 2.0, 0.0, -1e7)                # 10,000 km south of a point at 84.9 N
 
 
 def test_bad_reference_and_settings_name_the_field():
@@ -114,7 +144,9 @@ def test_demo_sensors_are_noisy_around_the_truth():
     readings = [sensors.read(ego) for _ in range(400)]
     xy = np.array([ref.to_local(r.latitude_deg, r.longitude_deg) for r in readings])
     assert np.allclose(xy.mean(axis=0), [ego.x, ego.y], atol=0.1)
-    assert xy.std(axis=0) == pytest.approx([degrees_to_metres(DEMO_NOISE.gnss_deg)] * 2, rel=0.2)
+    # noise in degrees: east it is shortened by cos(reference latitude), north (Mercator) it is not
+    assert xy.std(axis=0) == pytest.approx([degrees_to_metres(DEMO_NOISE.gnss_deg, ref.lat_deg),
+                                            degrees_to_metres(DEMO_NOISE.gnss_deg)], rel=0.2)
     speeds = np.array([r.speed_mps for r in readings])
     assert speeds.mean() == pytest.approx(ego.speed, abs=0.02) and speeds.std() > 0.0
     assert pose_errors(OdometryFilter(), ego)[0] > 0      # an unfed filter is not at the truth by accident

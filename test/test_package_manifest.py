@@ -1,8 +1,8 @@
 """package.xml against the code: every ROS package the Python code, the launch files and the agent
 import is declared (optional ones conditionally), and one version everywhere.
 
-Imports are read with ast from the sources (not by importing them: launch, launch_ros, carla_msgs
-and vision_msgs are not installable here). A ROS package is a name in the ament index here
+Imports are read with ast from the sources (not by importing them: launch, launch_ros and
+vision_msgs are not installable here, carla_msgs only where scripts/build_ros_interfaces.sh built it). A ROS package is a name in the ament index here
 (AMENT_PREFIX_PATH) or one of the ROS packages listed in NOT_INSTALLABLE_HERE. Every other
 top-level import must be the standard library, this package, or a Python library listed in
 PYTHON_LIBRARIES with where it comes from, so an import of a new ROS package cannot go unnoticed.
@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*ROOT.glob("wam_diff2_core/**/*.py"), *ROOT.glob("wam_diff2_ros/**/*.py"),
                   *ROOT.glob("launch/*.py"), *ROOT.glob("agents/*.py"), *ROOT.glob("scripts/ros2_run/*")])
 OWN = {"wam_diff2_core", "wam_diff2_ros"}
-# ROS 2 packages that are not on PyPI (so not in the ament index of this machine)
+# ROS 2 packages that are not on PyPI (so not in the ament index of every environment the tests run in:
+# carla_msgs is built by scripts/build_ros_interfaces.sh, absent from the install-tree tests' environment)
 NOT_INSTALLABLE_HERE = {"launch", "launch_ros", "vision_msgs", "carla_msgs"}
 # ROS packages the code may do without (imported inside try/except ImportError)
 OPTIONAL_ROS = {"vision_msgs", "carla_msgs"}

@@ -343,7 +343,8 @@ def test_controller_and_localization_start_from_the_install_tree(workspaces, tmp
         for node in procs:
             values = probe.wait_for(lambda: probe.diagnostic_values(f"wam_diff2_{node}: {node}"), 60.0)
             assert values, (tmp_path / f"{node}.log").read_text()
-        # the installed controller's handshake: no carla_msgs here, so no READY but an ERROR naming why
+        # the installed controller's handshake: the distribution's environment has no carla_msgs, so no READY
+        # but an ERROR naming why
         controller = probe.diagnostic_values("wam_diff2_controller: controller")
         assert controller["__level__"] == 2 and "carla_msgs is not importable" in controller["__message__"]
     finally:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import enum
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -252,10 +251,20 @@ def test_bad_routes_are_refused():
     assert tracker.update((0.0, 0.0), 0.0, 0.0) is None   # no route yet
 
 
-def test_messages_are_read_by_attribute():
-    pose = lambda x, y: SimpleNamespace(position=SimpleNamespace(x=x, y=y, z=0.0))   # noqa: E731
-    carla_route = SimpleNamespace(poses=[pose(0.0, 0.0), pose(10.0, 0.0)], road_options=bytes([4, 255]))
+def test_the_real_route_messages_are_read():
+    """The leaderboard's carla_msgs/CarlaRoute (int8 road options: VOID is -1) and nav_msgs/Path."""
+    from geometry_msgs.msg import Pose, PoseStamped
+    from nav_msgs.msg import Path
+    from ros_packages import interface_module
+
+    carla_msgs = interface_module("carla_msgs")
+    poses = [Pose(), Pose()]
+    poses[1].position.x = 10.0
+    carla_route = carla_msgs.CarlaRoute(poses=poses, road_options=[carla_msgs.CarlaRoute.LANEFOLLOW,
+                                                                   carla_msgs.CarlaRoute.VOID])
     points, options = route_from_carla_route_msg(carla_route)
     assert points.tolist() == [[0.0, 0.0], [10.0, 0.0]] and options == ["LANEFOLLOW", "VOID"]
-    path = SimpleNamespace(poses=[SimpleNamespace(pose=pose(1.0, 2.0)), SimpleNamespace(pose=pose(3.0, 4.0))])
+    path = Path(poses=[PoseStamped(), PoseStamped()])
+    path.poses[0].pose.position.x, path.poses[0].pose.position.y = 1.0, 2.0
+    path.poses[1].pose.position.x, path.poses[1].pose.position.y = 3.0, 4.0
     assert route_from_path_msg(path).tolist() == [[1.0, 2.0], [3.0, 4.0]]

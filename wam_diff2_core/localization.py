@@ -1,17 +1,20 @@
 """Odometry from GNSS + IMU + speedometer: the leaderboard's SENSORS track gives no odometry. ROS-free.
 
-    ref = GeoReference(lat_deg=0.0, lon_deg=0.0)            # the CARLA town's georeference
+    ref = GeoReference()                                     # CARLA's default georeference, 42.0 / 2.0
     ekf = OdometryFilter(LocalizationSettings())
     ekf.gnss(t, *ref.to_local(lat, lon))                     # NavSatFix -> metres in the map frame
     ekf.imu(t, yaw, yaw_rate, accel_x)                       # Imu: orientation, angular_velocity.z, linear_acceleration.x
-    ekf.speed(t, speed)                                      # the speedometer (std_msgs/Float32, m/s)
+    ekf.speed(t, speed)                                      # the speedometer (carla_msgs/CarlaSpeedometer, m/s)
     if ekf.ready:
         ekf.state.x, ekf.state.y, ekf.state.yaw, ekf.state.speed, ekf.covariance    # [4, 4]
 
 **GNSS -> local metres.** CARLA's GNSS sensor turns a world location into latitude / longitude
 with a Mercator projection scaled to the map's reference latitude (``cos(lat_ref)``, the earth's
 equatorial radius 6378137 m), around the reference latitude / longitude in the town's OpenDRIVE
-header (0, 0 for most towns). The public CARLA agents (TransFuser's ``convert_gps_to_carla``,
+header; CARLA and the leaderboard use 42.0 / 2.0 where the header names none (every town they
+ship), which is :class:`GeoReference`'s default. A route's own reference can be solved from one
+point known in both frames (:meth:`GeoReference.solve`, as Bench2Drive agents do with the first
+point of the leaderboard's global plan). The public CARLA agents (TransFuser's ``convert_gps_to_carla``,
 Roach's ``gps2xyz``) invert that projection; :class:`GeoReference` does the same, in the ROS map
 frame the carla-ros-bridge uses (CARLA's world frame with y flipped: x east, y north), so the
 result lies in the frame of the bridge's odometry and of the leaderboard's route.
@@ -64,9 +67,10 @@ LEADERBOARD_NOISE = SensorNoise()          # the leaderboard's agent_wrapper set
 
 @dataclass(frozen=True)
 class GeoReference:
-    """The map's georeference: latitude / longitude of the map origin (degrees)."""
-    lat_deg: float = 0.0
-    lon_deg: float = 0.0
+    """The map's georeference: latitude / longitude of the map origin (degrees); the defaults are
+    CARLA's (and the leaderboard's) when the town's OpenDRIVE header names none."""
+    lat_deg: float = 42.0
+    lon_deg: float = 2.0
 
     def __post_init__(self):
         if not (math.isfinite(self.lat_deg) and -85.0 < self.lat_deg < 85.0):
@@ -87,6 +91,36 @@ class GeoReference:
         mx, my = self._mercator(lat_deg, lon_deg)
         mx0, my0 = self._mercator(self.lat_deg, self.lon_deg)
         return mx - mx0, my - my0
+
+    @classmethod
+    def solve(cls, lat_deg: float, lon_deg: float, x: float, y: float) -> "GeoReference":
+        """The reference under which the map-frame point (``x`` east, ``y`` north, metres: CARLA's x, -y)
+        reads ``lat_deg`` / ``lon_deg``: the inverse of :meth:`to_local` for one point known in both frames
+        (the first point of the leaderboard's GNSS and world global plans).
+
+        The Mercator scale depends on the reference latitude being solved for, so this iterates on
+        it (a fixed point: each step changes the scale by about ``y / R``; a few steps reach float
+        precision). Raises ValueError naming the bad input (non-finite, or no latitude in range)."""
+        for name, value in (("lat_deg", lat_deg), ("lon_deg", lon_deg), ("x", x), ("y", y)):
+            if not math.isfinite(value):
+                raise ValueError(f"{name}: {value!r} is not a finite number")
+        if not -85.0 < lat_deg < 85.0:
+            raise ValueError(f"lat_deg: {lat_deg!r} is not a latitude in (-85, 85) degrees")
+        lat_ref = lat_deg
+        for _ in range(50):
+            scale = math.cos(math.radians(lat_ref)) * EARTH_RADIUS_EQUA_M
+            my = math.log(math.tan(math.radians(90.0 + lat_deg) / 2.0)) * scale - y
+            new = 2.0 * math.degrees(math.atan(math.exp(my / scale))) - 90.0
+            if not -85.0 < new < 85.0:
+                raise ValueError(f"y: {y!r} m north of the point puts the reference latitude at {new:.3f} degrees, "
+                                 "outside (-85, 85): the point's map coordinates do not fit its GNSS reading")
+            done = abs(new - lat_ref) < 1e-13
+            lat_ref = new
+            if done:
+                break
+        lon_ref = lon_deg - math.degrees(x / (math.cos(math.radians(lat_ref)) * EARTH_RADIUS_EQUA_M))
+        lon_ref = (lon_ref + 180.0) % 360.0 - 180.0
+        return cls(lat_ref, lon_ref)
 
     def to_geo(self, x: float, y: float) -> tuple[float, float]:
         """(latitude, longitude) degrees of a map-frame point: what CARLA's GNSS reports there."""

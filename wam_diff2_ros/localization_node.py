@@ -1,7 +1,7 @@
 """WAM-Diff2 localization: GNSS + IMU + speedometer -> nav_msgs/Odometry, for the leaderboard's SENSORS track.
 
     wam-diff2-localization --ros-args -p role_name:=hero -p use_sim_time:=true
-    ros2 run wam_diff2_ros wam-diff2-localization --ros-args -p role_name:=hero -p geo.lat_ref_deg:=0.0
+    ros2 run wam_diff2_ros wam-diff2-localization --ros-args -p role_name:=hero -p geo.lat_ref_deg:=42.0
     ros2 launch wam_diff2_ros leaderboard.launch.py model_path:=/path/to/checkpoint     # with planner + controller
 
 The leaderboard's SENSORS track allows GNSS, IMU and a speedometer but not the bridge's
@@ -11,10 +11,25 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
 
 - in: ``/carla/<role>/<gnss_id>`` (``sensor_msgs/NavSatFix``: latitude / longitude -> metres in
   the map frame with CARLA's projection around ``geo.lat_ref_deg`` / ``geo.lon_ref_deg``, the
-  town's OpenDRIVE georeference, 0 / 0 for most towns), ``/carla/<role>/<imu_id>``
-  (``sensor_msgs/Imu``: orientation -> heading, angular_velocity.z and linear_acceleration.x
-  drive the prediction), ``/carla/<role>/<speedometer_id>`` (``std_msgs/Float32``, m/s, as
-  carla-ros-bridge's speedometer pseudo-sensor publishes it); sensor-data QoS.
+  town's OpenDRIVE georeference, CARLA's 42.0 / 2.0 by default; the agent solves it per route),
+  ``/carla/<role>/<imu_id>`` (``sensor_msgs/Imu``: orientation -> heading, angular_velocity.z and
+  linear_acceleration.x drive the prediction), ``/carla/<role>/<speedometer_id>`` (m/s:
+  ``carla_msgs/CarlaSpeedometer`` as the Leaderboard 2.0 bridge publishes it, or ``std_msgs/Float32``
+  with ``speedometer_type``); sensor-data QoS. The route (``carla_msgs/CarlaRoute`` on
+  ``global_plan``, ``nav_msgs/Path`` on ``waypoints``; latched) only for the start check below.
+- GNSS status: the bridge never sets ``NavSatFix.status``, so its fixes carry the message's
+  default, ``STATUS_UNKNOWN`` (-2) on Jazzy / Kilted, 0 on older distributions: a fix with a finite
+  latitude / longitude and any status but ``STATUS_NO_FIX`` (-1) is used. A receiver that knows it
+  has no fix says ``STATUS_NO_FIX``, and those fixes are refused (counted ``gnss_no_fix``).
+- The speedometer type is a parameter, not detected: the leaderboard starts this node and the
+  bridge together, and with Fast DDS discovery a publisher may be seen only after the first ticks
+  (or, with the bridge restarted, never before the node subscribed), so a type chosen from the
+  graph at start-up would be a guess. The graph is checked instead: a publisher of another type on
+  the speedometer topic is an ERROR on ``/diagnostics`` naming that type and the parameter.
+- Route start check: the first fix after a route arrives farther than
+  ``route_start_max_distance_m`` from the route's first point (leaderboard routes start at the
+  ego) is an ERROR on ``/diagnostics`` with the distance: a wrong georeference puts the odometry
+  kilometres from the route, which the controller would otherwise follow silently as "off route".
 - out: ``/carla/<role>/odometry`` (``nav_msgs/Odometry``, frame ``map_frame_id``, child
   ``child_frame_id`` or the role name, twist in the child frame; the topic the planner and
   the controller read), one per IMU message once the filter has a position, a heading and a speed,
@@ -23,7 +38,7 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
   x / y / yaw and twist covariance v / yaw rate from the filter; z, roll, pitch and the
   sideways / vertical rates are not estimated (variance ``UNOBSERVED_VARIANCE``).
 - ``/diagnostics``: measurements used / refused, filter restarts, the position and heading
-  standard deviation.
+  standard deviation, the first fix's distance to the route start.
 """
 from __future__ import annotations
 
@@ -42,14 +57,16 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Imu, NavSatFix, NavSatStatus
+from nav_msgs.msg import Path
 from std_msgs.msg import Float32, Header
 
 from wam_diff2_core.topics import DEFAULT_ROLE
 from wam_diff2_core.geometry import quaternion_from_yaw, yaw_from_quaternion
 from wam_diff2_core.localization import GeoReference, LocalizationSettings, OdometryFilter, X, Y, YAW, V
-from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, filter_settings
+from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
+from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 
-from .controller_node import ns_stamp, stamp_ns
+from .controller_node import CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics, ns_stamp, stamp_ns
 from .parameters import declare_all
 from .spinning import spin_until_shutdown
 
@@ -61,9 +78,16 @@ ODOMETRY_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, dura
 
 def localization_topics(role: str = DEFAULT_ROLE, gnss_id: str = "gnss", imu_id: str = "imu",
                         speedometer_id: str = "speedometer") -> dict[str, str]:
-    carla = f"/carla/{role}"
+    carla, routes = f"/carla/{role}", controller_topics(role)
     return {"gnss": f"{carla}/{gnss_id}", "imu": f"{carla}/{imu_id}", "speedometer": f"{carla}/{speedometer_id}",
-            "odometry": f"{carla}/odometry", "diagnostics": "/diagnostics"}
+            "odometry": f"{carla}/odometry", "route": routes["route"], "carla_route": routes["carla_route"],
+            "diagnostics": "/diagnostics"}
+
+
+def ros_type_name(short: str) -> str:
+    """``pkg/Type`` (a ``speedometer_type`` value) -> ``pkg/msg/Type`` as the ROS graph names it."""
+    package, name = short.split("/")
+    return f"{package}/msg/{name}"
 
 
 def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:
@@ -110,6 +134,10 @@ class LocalizationNode(Node):
         self.counts: collections.Counter[str] = collections.Counter()
         self._last_imu_ns: int | None = None           # stamp of the newest IMU sample used
         self._published_ns: int | None = None          # stamp of the newest odometry published
+        self._route_start: tuple[float, float] | None = None   # first point of the newest route (map frame)
+        self._route_start_checked = True               # the first fix after a route arrives is checked
+        self.route_start_distance_m: float | None = None
+        self._route_start_error = ""
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
@@ -120,7 +148,21 @@ class LocalizationNode(Node):
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, t["diagnostics"], 10)
         self.create_subscription(NavSatFix, t["gnss"], self._on_gnss, qos_profile_sensor_data)
         self.create_subscription(Imu, t["imu"], self._on_imu, qos_profile_sensor_data)
-        self.create_subscription(Float32, t["speedometer"], self._on_speed, qos_profile_sensor_data)
+        self.speedometer_type = values["speedometer_type"]
+        if self.speedometer_type == SPEEDOMETER_TYPES[0]:
+            if carla_msgs is None:
+                self._config_errors.append(
+                    f"speedometer_type {self.speedometer_type}: carla_msgs is not importable ({CARLA_MSGS_ERROR}); "
+                    "source the workspace that has carla_msgs (the Leaderboard 2.0 bridge's), or set "
+                    f"speedometer_type:={SPEEDOMETER_TYPES[1]} if the topic carries that")
+            else:
+                self.create_subscription(carla_msgs.CarlaSpeedometer, t["speedometer"], self._on_carla_speed,
+                                         qos_profile_sensor_data)
+        else:
+            self.create_subscription(Float32, t["speedometer"], self._on_float_speed, qos_profile_sensor_data)
+        self.create_subscription(Path, t["route"], self._on_path_route, LATCHED_QOS)
+        if carla_msgs is not None:
+            self.create_subscription(carla_msgs.CarlaRoute, t["carla_route"], self._on_carla_route, LATCHED_QOS)
         self.create_timer(values["diagnostics_period_s"], self.publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
         if self._config_errors:
@@ -132,6 +174,7 @@ class LocalizationNode(Node):
         proposed = {**self._values, **{p.name: p.value for p in changed if p.name in SPECS_BY_NAME}}
         try:
             filter_settings(proposed)
+            GeoReference(proposed["geo.lat_ref_deg"], proposed["geo.lon_ref_deg"])
         except (ValueError, TypeError) as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)
@@ -140,26 +183,81 @@ class LocalizationNode(Node):
         self._values.update({p.name: p.value for p in changed if p.name in SPECS_BY_NAME})
         if any(p.name.startswith(FILTER_PREFIX) for p in changed):
             self.ekf.settings = filter_settings(self._values)      # from the next measurement on
+        reference = GeoReference(self._values["geo.lat_ref_deg"], self._values["geo.lon_ref_deg"])
+        if reference != self.reference:          # positions so far are in the old frame: start again
+            self.reference = reference
+            self.ekf.reset()
+            self.counts["georeference_changes"] += 1
+            self._route_start_checked = self._route_start is None
+            self._route_start_error = ""
+            self.get_logger().info(f"georeference {reference.lat_deg:.9f} / {reference.lon_deg:.9f}: filter restarted")
 
     # ------------------------------------------------------------------ inputs
     def _on_gnss(self, msg: NavSatFix) -> None:
-        if msg.status.status < NavSatStatus.STATUS_FIX:
+        if msg.status.status == NavSatStatus.STATUS_NO_FIX:     # STATUS_UNKNOWN (-2, the bridge's) is used
             self.counts["gnss_no_fix"] += 1
             return
-        x, y = self.reference.to_local(msg.latitude, msg.longitude)
+        lat, lon = msg.latitude, msg.longitude
+        if not (math.isfinite(lat) and math.isfinite(lon) and -90.0 < lat < 90.0 and -180.0 <= lon <= 180.0):
+            self.counts["gnss_invalid"] += 1
+            return
+        x, y = self.reference.to_local(lat, lon)
         stamp = stamp_ns(msg.header.stamp)
         used = self.ekf.gnss(stamp / NS_PER_S, x, y, gnss_covariance(msg))
         self._count("gnss", used)
+        if used and not self._route_start_checked:
+            self._check_route_start(x, y)
         if used and stamp == self._last_imu_ns:       # this tick's IMU came first, before the filter was ready
             self._publish(msg.header.stamp)
 
-    def _on_speed(self, msg: Float32) -> None:
-        # the speedometer carries no header: it belongs to the newest tick (the bridge publishes it per tick)
-        t = self.ekf.t if self.ekf.t is not None else self.get_clock().now().nanoseconds / NS_PER_S
-        used = self.ekf.speed(t, float(msg.data))
+    def _on_carla_speed(self, msg) -> None:
+        stamp = stamp_ns(msg.header.stamp)
+        self._speed(stamp / NS_PER_S if stamp else None, float(msg.speed))
+
+    def _on_float_speed(self, msg: Float32) -> None:
+        self._speed(None, float(msg.data))             # no header: it belongs to the newest tick
+
+    def _speed(self, t: float | None, speed: float) -> None:
+        """A speed at ``t`` (seconds; None: the filter's newest time, the bridge publishing it per tick)."""
+        if t is None:
+            t = self.ekf.t if self.ekf.t is not None else self.get_clock().now().nanoseconds / NS_PER_S
+        used = self.ekf.speed(t, speed)
         self._count("speed", used)
         if used and self._last_imu_ns is not None:    # this tick's IMU came first, before the filter was ready
             self._publish(ns_stamp(self._last_imu_ns))
+
+    def _on_path_route(self, msg: Path) -> None:
+        self._set_route(route_from_path_msg(msg))
+
+    def _on_carla_route(self, msg) -> None:
+        try:
+            points, _ = route_from_carla_route_msg(msg)
+        except ValueError:                             # an unknown road option: the controller reports it
+            self.counts["routes_refused"] += 1
+            return
+        self._set_route(points)
+
+    def _set_route(self, points: np.ndarray) -> None:
+        if len(points) == 0 or not np.isfinite(points[0]).all():
+            self.counts["routes_refused"] += 1
+            return
+        self._route_start = (float(points[0, 0]), float(points[0, 1]))
+        self._route_start_checked = False
+        self.counts["routes_received"] += 1
+
+    def _check_route_start(self, x: float, y: float) -> None:
+        self._route_start_checked = True
+        d = math.hypot(x - self._route_start[0], y - self._route_start[1])
+        self.route_start_distance_m = d
+        limit = self._values["route_start_max_distance_m"]
+        if d > limit:
+            self._route_start_error = (
+                f"the first GNSS fix is {d:.0f} m from the route's start (more than route_start_max_distance_m "
+                f"{limit:g}): is the georeference right? geo.lat_ref_deg / geo.lon_ref_deg = "
+                f"{self.reference.lat_deg:g} / {self.reference.lon_deg:g}")
+            self.get_logger().error(self._route_start_error)
+        else:
+            self._route_start_error = ""
 
     def _on_imu(self, msg: Imu) -> None:
         q = msg.orientation
@@ -191,8 +289,12 @@ class LocalizationNode(Node):
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_status(self) -> DiagnosticStatus:
         p = self.ekf.covariance
+        speedometer_error = self._speedometer_type_error()
         if self._config_errors:
             level, summary = DiagnosticStatus.ERROR, "bad parameters: " + "; ".join(self._config_errors)
+        elif speedometer_error or self._route_start_error:
+            level, summary = DiagnosticStatus.ERROR, "; ".join(e for e in (speedometer_error, self._route_start_error)
+                                                                if e)
         elif not self.ekf.ready:
             level, summary = DiagnosticStatus.WARN, "waiting for a GNSS fix, an IMU orientation and a speed"
         else:
@@ -200,10 +302,24 @@ class LocalizationNode(Node):
         kv = {"ready": str(self.ekf.ready).lower(),
               "position_stddev_m": f"{math.sqrt(max(p[X, X], p[Y, Y])):.3f}" if self.ekf.ready else "none",
               "heading_stddev_deg": f"{math.degrees(math.sqrt(p[YAW, YAW])):.3f}" if self.ekf.ready else "none",
-              "filter_restarts": str(self.ekf.counts["restarts"])}
+              "filter_restarts": str(self.ekf.counts["restarts"]),
+              "speedometer_type": self.speedometer_type,
+              "first_fix_to_route_start_m": "none" if self.route_start_distance_m is None
+              else f"{self.route_start_distance_m:.1f}"}
         kv.update({k: str(v) for k, v in sorted(self.counts.items())})
         return DiagnosticStatus(level=level, name=f"{self.get_name()}: localization", message=summary,
                                 hardware_id="wam_diff2", values=[KeyValue(key=k, value=v) for k, v in kv.items()])
+
+    def _speedometer_type_error(self) -> str:
+        """Non-empty when a publisher on the speedometer topic has another type than the one subscribed
+        (nothing would ever arrive: the failure that left the car standing on the leaderboard)."""
+        topic, wanted = self.topics["speedometer"], ros_type_name(self.speedometer_type)
+        others = sorted({info.topic_type for info in self.get_publishers_info_by_topic(topic)} - {wanted})
+        if not others:
+            return ""
+        fitting = [t for t in SPEEDOMETER_TYPES if ros_type_name(t) in others]
+        advice = f"set speedometer_type:={fitting[0]}" if fitting else f"speedometer_type takes {SPEEDOMETER_TYPES}"
+        return f"{topic} is published as {', '.join(others)}, not {wanted}: no speed arrives; {advice}"
 
     def publish_diagnostics(self) -> None:
         self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()),

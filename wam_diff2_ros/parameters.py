@@ -78,3 +78,32 @@ def read_all(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
         except ParameterUninitializedException:
             values[spec.name] = None
     return values
+
+
+# ----------------------------------------------------------------------------- another node's parameters
+def set_remote_parameters(node, target: str, values: dict[str, Any], timeout_s: float = 10.0) -> None:
+    """Set ``values`` on the node named ``target`` (``/wam_diff2_localization``) at once (its
+    ``set_parameters_atomically`` service: all or none, one change seen), from ``node``, which another
+    thread spins (as the leaderboard's ``ROS2Agent`` spins its ``ros_node``). Raises RuntimeError naming the
+    service, or the refused values and the node's reason."""
+    import threading
+
+    from rcl_interfaces.srv import SetParametersAtomically
+    from rclpy.parameter import Parameter
+
+    service = f"/{target.strip('/')}/set_parameters_atomically"
+    client = node.create_client(SetParametersAtomically, service)
+    try:
+        if not client.wait_for_service(timeout_sec=timeout_s):
+            raise RuntimeError(f"{service} did not appear within {timeout_s:g} s: is {target} running?")
+        done = threading.Event()
+        future = client.call_async(SetParametersAtomically.Request(
+            parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()]))
+        future.add_done_callback(lambda _: done.set())
+        if not done.wait(timeout_s):
+            raise RuntimeError(f"{service}: no answer within {timeout_s:g} s")
+        result = future.result().result
+        if not result.successful:
+            raise RuntimeError(f"{target} refused {values}: {result.reason}")
+    finally:
+        node.destroy_client(client)

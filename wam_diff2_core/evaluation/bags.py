@@ -72,14 +72,17 @@ def package_msg_dir() -> Path | None:
 
 @lru_cache(maxsize=1)
 def default_types() -> dict[str, Any]:
-    """Kilted's standard message types, carla-ros-bridge's ``derived_object_msgs`` (no wheel: see
+    """Kilted's standard message types, carla-ros-bridge's ``derived_object_msgs`` when installed (see
     :mod:`.derived_objects`) and this package's, as a rosbags types dict."""
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
     from .derived_objects import object_types
 
     types = dict(get_typestore(Stores.ROS2_KILTED).fielddefs)
-    types.update(object_types())
+    try:
+        types.update(object_types())
+    except LookupError:       # only writing needs them: a recorded bag carries its own definitions
+        pass
     msg_dir = package_msg_dir()
     if msg_dir is not None:
         for path in sorted(msg_dir.glob("*.msg")):

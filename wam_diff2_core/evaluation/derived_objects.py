@@ -2,10 +2,11 @@
 
 carla-ros-bridge publishes every actor but the ego on ``/carla/<role>/objects`` (frame ``map``,
 each object's pose, twist, a ``shape_msgs/SolidPrimitive`` box ``[length, width, height]`` and a
-classification). ``derived_object_msgs`` (Autonomoustuff's sensor messages) has no wheel on PyPI,
-so its two definitions are written here and registered with ``rosbags`` under their real type
-names: a bag recorded from the bridge (which stores these definitions) and a demo-world bag
-written with them decode the same way.
+classification). ``derived_object_msgs`` (Autonomoustuff's sensor messages) has no wheel on PyPI:
+its definitions are read from the installed package (``share/derived_object_msgs/msg`` on
+``AMENT_PREFIX_PATH``; here ``scripts/build_ros_interfaces.sh`` builds it, on a ROS 2 distribution
+``ros-<distro>-derived-object-msgs``) and registered with ``rosbags`` for writing demo-world bags.
+Reading a bag needs no installed package: a bag stores the definitions of its types.
 
     snapshot = objects_from_msg(msg)          # ObjectSnapshot: ids [N], boxes [N, 5] (x, y, yaw, length, width)
     track = ObjectTrack([snapshot, ...])
@@ -14,8 +15,10 @@ written with them decode the same way.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,59 +26,34 @@ import numpy as np
 OBJECT_TYPE = "derived_object_msgs/msg/Object"
 OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
 
-# Field order and types as in derived_object_msgs (ROS 2); the comments are ours.
-OBJECT_MSG = """\
-# One detected or tracked object.
-std_msgs/Header header
-uint32 id
-
-# detection level
-uint8 detection_level
-uint8 OBJECT_DETECTED=0
-uint8 OBJECT_TRACKED=1
-
-bool object_classified
-
-geometry_msgs/Pose pose
-geometry_msgs/Twist twist
-geometry_msgs/Accel accel
-geometry_msgs/Polygon polygon
-shape_msgs/SolidPrimitive shape
-
-uint8 classification
-uint8 CLASSIFICATION_UNKNOWN=0
-uint8 CLASSIFICATION_UNKNOWN_SMALL=1
-uint8 CLASSIFICATION_UNKNOWN_MEDIUM=2
-uint8 CLASSIFICATION_UNKNOWN_BIG=3
-uint8 CLASSIFICATION_PEDESTRIAN=4
-uint8 CLASSIFICATION_BIKE=5
-uint8 CLASSIFICATION_CAR=6
-uint8 CLASSIFICATION_TRUCK=7
-uint8 CLASSIFICATION_MOTORCYCLE=8
-uint8 CLASSIFICATION_OTHER_VEHICLE=9
-uint8 CLASSIFICATION_BARRIER=10
-uint8 CLASSIFICATION_SIGN=11
-
-uint8 classification_certainty
-uint32 classification_age
-"""
-
-OBJECT_ARRAY_MSG = """\
-# All objects of one instant.
-std_msgs/Header header
-derived_object_msgs/Object[] objects
-"""
-
 CLASSIFICATION = {"car": 6, "truck": 7, "bus": 9}        # demo-world labels -> Object.CLASSIFICATION_*
 BOX, CYLINDER = 1, 3                                       # shape_msgs/SolidPrimitive types
 
 
+def installed_msg_dir(package: str = "derived_object_msgs") -> Path | None:
+    """``share/<package>/msg`` of the first prefix on ``AMENT_PREFIX_PATH`` that has it, or None."""
+    for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)):
+        folder = Path(prefix) / "share" / package / "msg"
+        if folder.is_dir():
+            return folder
+    return None
+
+
 @lru_cache(maxsize=1)
 def object_types() -> dict[str, Any]:
-    """The two definitions as a rosbags types dict (register into a typestore)."""
+    """``Object`` and ``ObjectArray`` from the installed package's ``.msg`` files, as a rosbags types dict
+    (register into a typestore). Raises LookupError naming what to install when the package is absent."""
     from rosbags.typesys import get_types_from_msg
 
-    return {**get_types_from_msg(OBJECT_MSG, OBJECT_TYPE), **get_types_from_msg(OBJECT_ARRAY_MSG, OBJECT_ARRAY_TYPE)}
+    folder = installed_msg_dir()
+    if folder is None:
+        raise LookupError("derived_object_msgs is not on AMENT_PREFIX_PATH (no share/derived_object_msgs/msg): "
+                          "source scripts/env.sh after scripts/build_ros_interfaces.sh, or on a ROS 2 "
+                          "distribution install ros-<distro>-derived-object-msgs")
+    types: dict[str, Any] = {}
+    for name in (OBJECT_TYPE, OBJECT_ARRAY_TYPE):
+        types.update(get_types_from_msg((folder / f"{name.rsplit('/', 1)[1]}.msg").read_text(), name))
+    return types
 
 
 @dataclass(frozen=True)

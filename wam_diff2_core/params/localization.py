@@ -9,11 +9,14 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from ..localization import LocalizationSettings
+from ..localization import GeoReference, LocalizationSettings
 from ..topics import DEFAULT_ROLE
 from .spec import LIVE, START, ParamSpec, by_name, defaults
 
 NODE = "wam_diff2_localization"
+# What the speedometer topic carries: the Leaderboard 2.0 bridge's type (header + float64 speed), or
+# a bare Float32 (m/s) as some older bridges and recordings have it.
+SPEEDOMETER_TYPES = ("carla_msgs/CarlaSpeedometer", "std_msgs/Float32")
 FILTER_PREFIX = "filter."
 FILTER_HELP: dict[str, tuple[str, float, float]] = {
     "gnss_stddev_m": ("GNSS position standard deviation when a fix carries no covariance (metres; the "
@@ -33,14 +36,22 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("role_name", DEFAULT_ROLE, "CARLA ego role name: topics /carla/<role_name>/...", START),
     ParamSpec("gnss_id", "gnss", "GNSS sensor id: sensor_msgs/NavSatFix on /carla/<role_name>/<gnss_id>", START),
     ParamSpec("imu_id", "imu", "IMU sensor id: sensor_msgs/Imu on /carla/<role_name>/<imu_id>", START),
-    ParamSpec("speedometer_id", "speedometer", "speedometer id: std_msgs/Float32 (m/s) on "
-              "/carla/<role_name>/<speedometer_id>", START),
+    ParamSpec("speedometer_id", "speedometer", "speedometer id: the speed (m/s) on /carla/<role_name>/<speedometer_id>",
+              START),
+    ParamSpec("speedometer_type", SPEEDOMETER_TYPES[0], "message type on the speedometer topic: the Leaderboard 2.0 "
+              "bridge's carla_msgs/CarlaSpeedometer (field speed), or std_msgs/Float32 (field data); a publisher "
+              "of another type on the topic is an ERROR on /diagnostics", START, choices=SPEEDOMETER_TYPES),
     ParamSpec("map_frame_id", "map", "header.frame_id of the odometry (the map frame of the bridge and the route)",
               START),
     ParamSpec("child_frame_id", "", "child_frame_id of the odometry; empty = the role name (as the bridge)", START),
-    ParamSpec("geo.lat_ref_deg", 0.0, "latitude of the map origin (the town's OpenDRIVE geoReference; degrees)",
-              START, low=-85.0, high=85.0),
-    ParamSpec("geo.lon_ref_deg", 0.0, "longitude of the map origin (degrees)", START, low=-180.0, high=180.0),
+    ParamSpec("geo.lat_ref_deg", GeoReference().lat_deg, "latitude of the map origin (the town's OpenDRIVE "
+              "geoReference; CARLA's default where it names none; degrees); a change restarts the filter (the "
+              "agent sets the route's own before the first tick)", LIVE, low=-85.0, high=85.0),
+    ParamSpec("geo.lon_ref_deg", GeoReference().lon_deg, "longitude of the map origin (degrees)", LIVE,
+              low=-180.0, high=180.0),
+    ParamSpec("route_start_max_distance_m", 50.0, "a first GNSS fix farther than this from the route's first point "
+              "(CarlaRoute on global_plan, or the Path route) is an ERROR on /diagnostics: a wrong georeference "
+              "(metres)", START, low=1.0, high=1e7),
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (wall seconds)", START,
               low=0.05, high=60.0),
 ) + tuple(

@@ -89,7 +89,7 @@ class EpisodeBagWriter:
         self.role, self.camera, self.mount = role, camera, mount
         self.frames = {"map": "map", "ego": role, "camera": f"{role}/rgb_front"}
         self.typestore = get_typestore(Stores.ROS2_KILTED)
-        self.typestore.register(object_types())     # carla-ros-bridge's derived_object_msgs (no wheel)
+        self.typestore.register(object_types())     # carla-ros-bridge's derived_object_msgs, as installed
         self.writer = Writer(self.path, version=BAG_VERSION,
                              storage_plugin=StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3)
         self.topics = topic_names(role, command_topic)

@@ -362,8 +362,10 @@ class RosClosedLoop:
             self.sim = SimulatorNode(st.role, st.odometry, context=self.context)
             self._spinners.append(_Spinner(self.sim, SingleThreadedExecutor(context=self.context)))
             if st.odometry == "estimated":
+                # the demo world's speedometer is a bare Float32 (not yet the Leaderboard 2.0 bridge's type)
                 self.localization = LocalizationNode(context=self.context, parameter_overrides=[
-                    Parameter("role_name", value=st.role), Parameter("use_sim_time", value=True)])
+                    Parameter("role_name", value=st.role), Parameter("use_sim_time", value=True),
+                    Parameter("speedometer_type", value="std_msgs/Float32")])
                 self._spinners.append(_Spinner(self.localization, SingleThreadedExecutor(context=self.context)))
             controller_params = {"role_name": st.role, "use_sim_time": True,
                                  "control_consumer": "vehicle_control",   # the simulator applies ~/output/control
