@@ -66,7 +66,7 @@ from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointContro
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS, SPECS_BY_NAME, gains_from,
                                               route_settings_from, validate_values)
-from wam_diff2_core.topics import DEFAULT_ROLE, PLANNER_NODE
+from wam_diff2_core.topics import CONTROLLER_NODE, DEFAULT_ROLE, PLANNER_NODE
 from wam_diff2_core.geometry import TIME_RESET_S, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
                                    route_from_path_msg)
@@ -171,7 +171,7 @@ def fallback_key(reason: str) -> str:
 
 # ----------------------------------------------------------------------------- the node
 class ControllerNode(Node):
-    def __init__(self, node_name: str = "wam_diff2_controller", **kwargs: Any):
+    def __init__(self, node_name: str = CONTROLLER_NODE, **kwargs: Any):
         super().__init__(node_name, **kwargs)
         # an override rclpy refuses (wrong type, out of range) keeps the node up: it brakes and reports
         self._config_errors = list(declare_all(self, SPECS).values())

@@ -60,7 +60,7 @@ from sensor_msgs.msg import Imu, NavSatFix, NavSatStatus
 from nav_msgs.msg import Path
 from std_msgs.msg import Float32, Header
 
-from wam_diff2_core.topics import DEFAULT_ROLE
+from wam_diff2_core.topics import DEFAULT_ROLE, LOCALIZATION_NODE
 from wam_diff2_core.geometry import quaternion_from_yaw, yaw_from_quaternion
 from wam_diff2_core.localization import GeoReference, LocalizationSettings, OdometryFilter, X, Y, YAW, V
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
@@ -118,7 +118,7 @@ def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: 
 
 
 class LocalizationNode(Node):
-    def __init__(self, node_name: str = "wam_diff2_localization", **kwargs: Any):
+    def __init__(self, node_name: str = LOCALIZATION_NODE, **kwargs: Any):
         super().__init__(node_name, **kwargs)
         # an override rclpy refuses keeps the node up: it publishes nothing and reports
         self._config_errors = list(declare_all(self, SPECS).values())
