@@ -1,12 +1,15 @@
 # Sourced by scripts/build_ros_interfaces.sh and scripts/env.sh: where the upstream interface
-# packages (carla_msgs, derived_object_msgs) are built for this machine. The folder's name is a
+# packages (carla_msgs, derived_object_msgs, vision_msgs, tf2_msgs, autoware_planning_msgs) are built
+# for this machine. The folder's name is a
 # hash of what the build reads (the package folders, the venv's ROS wheels, the build script), so
 # a change to any of them means a new build and an unchanged set reuses the old one.
 #   _wd2_root must be set (the checkout); defines wd2_ros_interfaces_dir (prints that folder, whose
 #   install/ is the prefix, or nothing when ../shared/ros_interfaces is not beside the checkout).
 
-# What is built, in colcon's order of need: the CMake helper they both find_package, then the two.
-WD2_ROS_INTERFACE_PACKAGES="build_support/ros_environment carla_msgs derived_object_msgs"
+# What is built (colcon orders them): the CMake helpers the Kilted wheels lack, then the interface
+# packages the nodes and tests talk to (the bridge's, vision_msgs' detections, /tf, Autoware's trajectory).
+WD2_ROS_INTERFACE_PACKAGES="build_support/ros_environment build_support/ament_cmake_auto carla_msgs derived_object_msgs
+  vision_msgs tf2_msgs autoware_common_msgs autoware_planning_msgs"
 
 wd2_ros_interfaces_dir() {
   local shared=${WAM_DIFF2_ROS_INTERFACES:-$_wd2_root/../shared/ros_interfaces}

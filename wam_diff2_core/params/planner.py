@@ -25,6 +25,7 @@ from ..geometry import COMMANDS, RouteCommandSettings
 from ..images import ImageLimits
 from ..outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M
 from ..outputs.prompts import DEFAULT_DETECTION_CLASSES
+from ..speed_profile import ProfileLimits
 from ..topics import PLANNER_NODE
 from .spec import CONFIGURE, LIVE, START, ParamError, ParamSpec, by_name, check_values, defaults
 
@@ -41,6 +42,7 @@ _INPUT_DEFAULTS = InputSettings()
 _ROUTE_DEFAULTS = _INPUT_DEFAULTS.route
 _IMAGE_LIMITS = {f.name: f for f in fields(ImageLimits)}
 IMAGE_LIMIT_PREFIX = "image."
+PROFILE_PREFIX = "trajectory."
 
 
 SPECS: tuple[ParamSpec, ...] = (
@@ -107,6 +109,8 @@ SPECS: tuple[ParamSpec, ...] = (
               "(base_link if that is empty)"),
     ParamSpec("publish_odom_frame_path", True, "also publish ~/output/path_odom: the plan in the odometry "
               "frame, placed with the ego pose at the image stamp"),
+    *(ParamSpec(PROFILE_PREFIX + f.name, f.default, f.metadata["help"] + "; ~/output/autoware_trajectory and the "
+                "speeds of ~/output/trajectory", low=1e-3, high=f.metadata["high"]) for f in fields(ProfileLimits)),
     ParamSpec("debug.publish_image", True, "publish ~/debug/image (trajectory projected, boxes drawn)"),
     ParamSpec("debug.publish_markers", True, "publish ~/debug/markers (visualization_msgs/MarkerArray)"),
     ParamSpec("warn_throttle_s", 5.0, "at most one warning per cause in this period (seconds)",
@@ -204,6 +208,11 @@ def input_settings(values: Mapping[str, Any]) -> InputSettings:
 def image_limits(values: Mapping[str, Any]) -> ImageLimits:
     """The ``image.max_decoded_*`` values as the core's image-size guard."""
     return ImageLimits(**{name: values[IMAGE_LIMIT_PREFIX + name] for name in _IMAGE_LIMITS})
+
+
+def profile_limits(values: Mapping[str, Any]) -> ProfileLimits:
+    """The speed profile's limits from ``trajectory.*``."""
+    return ProfileLimits(**{f.name: values[PROFILE_PREFIX + f.name] for f in fields(ProfileLimits)})
 
 
 def cli_dest(name: str) -> str:

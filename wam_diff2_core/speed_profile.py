@@ -1,0 +1,188 @@
+"""A drivable trajectory from a plan: the waypoints (one every ``WAYPOINT_DT_S``, ego frame) and the ego's
+measured speed -> a point every ``step_s`` from t = 0 (at the ego, at the measured speed) to the plan's
+horizon, each with position, heading, longitudinal speed, acceleration and heading rate: what Autoware's
+``autoware_planning_msgs/Trajectory`` and path followers consume.
+
+1. **path**: the ego (0, 0) and the waypoints, each point closer than ``MIN_SEGMENT_M`` to the last kept
+   one dropped (a plan that stands still is a path of one point), parameterised by arc length;
+2. **planned speed**: the plan's progress s(t_k) at t_k = 0, 0.5, ..., 4.0 s, interpolated by a monotone
+   cubic (Fritsch-Carlson): its derivative is the planned speed, never negative and without overshoot;
+3. **speed**: from the measured speed, each step moves toward the planned speed within the limits
+   (acceleration, deceleration, top speed, lateral acceleration on the path's curvature, speed >= 0), so
+   the first point has the measured speed and no step breaks the acceleration limits. Where they
+   conflict the deceleration limit wins (an ego too fast for the curve ahead decelerates at the limit,
+   above the lateral limit for those steps), and a plan that stops closer than the ego can brake
+   continues past its last waypoint along the last heading;
+4. **points**: s(t) integrates the speed (trapezoid) and is placed on the path; the heading is the path's
+   tangent, interpolated between segment headings, and the heading rate its time derivative.
+
+    profile = speed_profile(plan_xy, measured_speed_mps)          # SpeedProfile of numpy arrays
+    profile.t, profile.x, profile.speed, profile.accel, profile.heading_rate
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .outputs.prompts import WAYPOINT_DT_S
+
+MIN_SEGMENT_M = 0.05        # path points closer than this to the last kept one are dropped
+
+
+@dataclass(frozen=True)
+class ProfileLimits:
+    """Physical limits of the profile and its sampling step (defaults: a passenger car in traffic)."""
+
+    step_s: float = field(default=0.1, metadata={"help": "time between trajectory points (seconds; Autoware's "
+                                                         "planners publish about 0.1 s)", "high": 0.5})
+    max_speed_mps: float = field(default=36.0, metadata={"help": "top speed of the profile (m/s; 130 km/h)",
+                                                         "high": 100.0})
+    max_accel_mps2: float = field(default=3.0, metadata={"help": "largest acceleration of the profile (m/s^2; a "
+                                                         "brisk passenger car)", "high": 20.0})
+    max_decel_mps2: float = field(default=6.0, metadata={"help": "largest deceleration of the profile (m/s^2; firm "
+                                                         "braking, about 0.6 g)", "high": 20.0})
+    max_lateral_accel_mps2: float = field(default=4.0, metadata={"help": "largest lateral acceleration on the "
+                                                                 "path's curvature: v <= sqrt(a / curvature) (m/s^2)",
+                                                                 "high": 20.0})
+
+    def __post_init__(self):
+        for name in ("step_s", "max_speed_mps", "max_accel_mps2", "max_decel_mps2", "max_lateral_accel_mps2"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value > 0):
+                raise ValueError(f"{name}: must be a positive finite number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SpeedProfile:
+    """Points every ``step_s`` from t = 0 in the plan's (ego) frame; all arrays [M]."""
+
+    t: np.ndarray              # s from the plan's stamp
+    x: np.ndarray              # m, forward
+    y: np.ndarray              # m, left
+    heading: np.ndarray        # rad, from +x toward +y
+    speed: np.ndarray          # m/s, longitudinal, >= 0
+    accel: np.ndarray          # m/s^2, d speed / dt (the last point repeats the one before)
+    heading_rate: np.ndarray   # rad/s, d heading / dt
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+def speed_profile(waypoints, measured_speed_mps: float, limits: ProfileLimits = ProfileLimits(),
+                  waypoint_dt_s: float = WAYPOINT_DT_S) -> SpeedProfile:
+    """The trajectory of ``waypoints`` [K, 2] (ego frame; waypoint k at (k + 1) * ``waypoint_dt_s``) driven
+    from ``measured_speed_mps`` within ``limits`` (module doc). Raises ValueError naming a bad input."""
+    plan = np.asarray(waypoints, dtype=np.float64)
+    if plan.ndim != 2 or plan.shape[1] != 2 or len(plan) == 0:
+        raise ValueError(f"waypoints: expected [K, 2] with K >= 1, got shape {plan.shape}")
+    if not np.isfinite(plan).all():
+        raise ValueError("waypoints: not finite (NaN or inf)")
+    if not (np.isfinite(measured_speed_mps) and measured_speed_mps >= 0):
+        raise ValueError(f"measured_speed_mps: must be finite and >= 0, got {measured_speed_mps!r}")
+    points = np.vstack([np.zeros((1, 2)), plan])
+    path, path_s = _path(points)
+    step = limits.step_s
+    t = np.arange(0.0, len(plan) * waypoint_dt_s + step / 2, step)
+    planned = _planned_speed(points, waypoint_dt_s, t)
+
+    speed = np.empty_like(t)
+    s = np.zeros_like(t)
+    speed[0] = min(float(measured_speed_mps), limits.max_speed_mps)
+    for i in range(1, len(t)):
+        ceiling = min(limits.max_speed_mps, _curve_speed(path, path_s, s[i - 1], limits.max_lateral_accel_mps2))
+        target = min(planned[i], ceiling)
+        speed[i] = float(np.clip(target, speed[i - 1] - limits.max_decel_mps2 * step,
+                                 speed[i - 1] + limits.max_accel_mps2 * step))
+        speed[i] = max(speed[i], 0.0)
+        s[i] = s[i - 1] + 0.5 * (speed[i - 1] + speed[i]) * step
+    x, y, heading = _place(path, path_s, s)
+    accel = np.append(np.diff(speed) / step, 0.0)
+    accel[-1] = accel[-2] if len(accel) > 1 else 0.0
+    heading_rate = np.gradient(heading, step) if len(t) > 1 else np.zeros_like(t)
+    return SpeedProfile(t=t, x=x, y=y, heading=heading, speed=speed, accel=accel, heading_rate=heading_rate)
+
+
+def planned_speeds(waypoints, waypoint_dt_s: float = WAYPOINT_DT_S) -> np.ndarray:
+    """The plan's own speed at each waypoint [K] (m/s): the slope of its progress along the path (the
+    monotone cubic of the module doc), before any limit: the model's speed intent."""
+    plan = np.asarray(waypoints, dtype=np.float64)
+    points = np.vstack([np.zeros((1, 2)), plan])
+    return _planned_speed(points, waypoint_dt_s, np.arange(1, len(points)) * waypoint_dt_s)
+
+
+def _planned_speed(points: np.ndarray, dt: float, at: np.ndarray) -> np.ndarray:
+    times = np.arange(len(points)) * dt
+    progress = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(points, axis=0), axis=1))])
+    return _monotone_slope(times, progress, at)
+
+
+def _path(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Path points (ego first, each at least MIN_SEGMENT_M from the last kept) and their arc lengths."""
+    kept = [points[0]]
+    for p in points[1:]:
+        if np.linalg.norm(p - kept[-1]) >= MIN_SEGMENT_M:
+            kept.append(p)
+    path = np.array(kept)
+    return path, np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(path, axis=0), axis=1))])
+
+
+def _segment_headings(path: np.ndarray) -> np.ndarray:
+    if len(path) < 2:
+        return np.zeros(1)
+    d = np.diff(path, axis=0)
+    return np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+
+
+def _heading_at(path: np.ndarray, path_s: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """The tangent at arc length ``s``: segment headings interpolated between segment midpoints (the first
+    and last segments' headings held beyond them)."""
+    headings = _segment_headings(path)
+    if len(headings) == 1:
+        return np.full_like(s, headings[0])
+    mids = 0.5 * (path_s[:-1] + path_s[1:])
+    return np.interp(s, mids, headings)
+
+
+def _curve_speed(path: np.ndarray, path_s: np.ndarray, s: float, max_lateral: float) -> float:
+    """The highest speed at arc length ``s`` whose lateral acceleration on the path stays <= max_lateral."""
+    headings = _segment_headings(path)
+    if len(headings) < 2:
+        return np.inf
+    mids = 0.5 * (path_s[:-1] + path_s[1:])
+    curvature = np.abs(np.diff(headings) / np.maximum(np.diff(mids), 1e-6))     # per segment joint
+    k = float(np.interp(s, 0.5 * (mids[:-1] + mids[1:]), curvature)) if len(curvature) > 1 else float(curvature[0])
+    return np.inf if k < 1e-9 else float(np.sqrt(max_lateral / k))
+
+
+def _place(path: np.ndarray, path_s: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions and headings at arc lengths ``s`` on the path (past its end: straight on, last heading)."""
+    heading = _heading_at(path, path_s, s)
+    end = path_s[-1]
+    within = np.minimum(s, end)
+    x = np.interp(within, path_s, path[:, 0]) if len(path) > 1 else np.full_like(s, path[0, 0])
+    y = np.interp(within, path_s, path[:, 1]) if len(path) > 1 else np.full_like(s, path[0, 1])
+    beyond = s - within
+    last = _segment_headings(path)[-1]
+    return x + beyond * np.cos(last), y + beyond * np.sin(last), heading
+
+
+def _monotone_slope(xs: np.ndarray, ys: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The derivative at ``at`` of the monotone cubic Hermite interpolant of (xs, ys) (Fritsch-Carlson:
+    ys non-decreasing -> derivative >= 0, no overshoot); xs strictly increasing."""
+    h = np.diff(xs)
+    delta = np.diff(ys) / h
+    slopes = np.zeros_like(ys)
+    if len(xs) > 2:
+        for k in range(1, len(xs) - 1):
+            if delta[k - 1] * delta[k] > 0:
+                w1, w2 = 2 * h[k] + h[k - 1], h[k] + 2 * h[k - 1]
+                slopes[k] = (w1 + w2) / (w1 / delta[k - 1] + w2 / delta[k])
+    slopes[0], slopes[-1] = delta[0], delta[-1]
+    index = np.clip(np.searchsorted(xs, at, side="right") - 1, 0, len(h) - 1)
+    u = (at - xs[index]) / h[index]
+    y0, y1, m0, m1, hk = ys[index], ys[index + 1], slopes[index], slopes[index + 1], h[index]
+    # derivative of the cubic Hermite basis in u, divided by h
+    d = ((6 * u ** 2 - 6 * u) * y0 + (3 * u ** 2 - 4 * u + 1) * hk * m0
+         + (-6 * u ** 2 + 6 * u) * y1 + (3 * u ** 2 - 2 * u) * hk * m1) / hk
+    return np.maximum(d, 0.0)
