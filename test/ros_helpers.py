@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
+from autoware_planning_msgs.msg import Trajectory as AutowareTrajectory
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry, Path
@@ -28,6 +29,7 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float64, Header, String
+from vision_msgs.msg import Detection2DArray as VisionDetections
 from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.geometry import quaternion_from_yaw
@@ -137,7 +139,8 @@ class Probe(Node):
         self.received: dict[str, list] = {}
         kinds = {"trajectory": Trajectory, "path": Path, "path_odom": Path, "detections": Detection2DArray,
                  "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64,
-                 "status": PlannerStatus, "stage_times": StageTimes}
+                 "status": PlannerStatus, "stage_times": StageTimes, "autoware_trajectory": AutowareTrajectory,
+                 "vision_detections": VisionDetections}
         for key, kind in kinds.items():
             self.received[key] = []
             self.create_subscription(kind, self.topic(OUTPUT_TOPICS[key]), self._recorder(key),

@@ -18,6 +18,7 @@ from wam_diff2_core.evaluation.ground_truth import WAYPOINT_OFFSETS_NS
 from wam_diff2_core.evaluation.runner import (DEFAULT_TRAJECTORY_TOPIC, NOT_PUBLISHED, EvalSettings,
                                               evaluate_predictions, plan_bag)
 from wam_diff2_core.evaluation.scenes import START_NS, straight_scene, write_scene_bag
+from wam_diff2_core.speed_profile import waypoint_states
 
 K = np.arange(1, 9)
 TOPIC = DEFAULT_TRAJECTORY_TOPIC
@@ -38,15 +39,37 @@ def stages(t, stamp_ns, latency_ms):
                                              memory_kind="rss")
 
 
+# TrajectoryPoint as 0.1.0 published it (before heading and speed): bags recorded then must still evaluate
+TRAJECTORY_POINT_0_1 = """builtin_interfaces/Duration time_from_start
+float64 x
+float64 y
+"""
+
+
+def typestore_of(version: str):
+    """The types a node of package ``version`` wrote its bag with."""
+    store = default_typestore()
+    if version == "0.1.0":
+        from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+        old = get_typestore(Stores.EMPTY)
+        old.register({k: v for k, v in store.fielddefs.items() if k != "wam_diff2_ros/msg/TrajectoryPoint"})
+        old.register(get_types_from_msg(TRAJECTORY_POINT_0_1, "wam_diff2_ros/msg/TrajectoryPoint"))
+        store = old
+    return store
+
+
 def trajectory(types, stamp_ns, points=None, *, valid=True, reason="", command="straight", forwards=4, tokens=8,
                block_size=32, latency_ms=100.0, raw_text="answer"):
     t = types
     pts = []
+    point = t["wam_diff2_ros/msg/TrajectoryPoint"]
     if points is not None:
-        for dt_ns, (x, y) in zip(WAYPOINT_OFFSETS_NS, points):
-            pts.append(t["wam_diff2_ros/msg/TrajectoryPoint"](
+        headings, speeds = waypoint_states(points)
+        for dt_ns, (x, y), heading, speed in zip(WAYPOINT_OFFSETS_NS, points, headings, speeds):
+            extra = dict(heading=float(heading), speed=float(speed)) if "speed" in point.__dataclass_fields__ else {}
+            pts.append(point(
                 time_from_start=t["builtin_interfaces/msg/Duration"](sec=dt_ns // 10**9, nanosec=dt_ns % 10**9),
-                x=float(x), y=float(y)))
+                x=float(x), y=float(y), **extra))
     stats = t["wam_diff2_ros/msg/DecodeStats"](block_size=block_size, forwards=forwards, denoise_steps=forwards - 1,
                                                blocks=1, tokens=tokens, prefill_ms=1.0, denoise_ms=2.0, commit_ms=0.5,
                                                retries=0, latency_ms=latency_ms, stages=stages(t, stamp_ns, latency_ms))
@@ -64,15 +87,17 @@ def scene_bag(tmp_path_factory):
     return write_scene_bag(tmp_path_factory.mktemp("src") / "bag", scene, storage="mcap"), scene
 
 
-@pytest.fixture(scope="module")
-def predictions_bag(scene_bag, tmp_path_factory):
+@pytest.fixture(scope="module", params=["0.2.0", "0.1.0"])
+def predictions_bag(scene_bag, tmp_path_factory, request):
+    """A node's answers as the current package writes them, and as 0.1.0 did (its own definitions inside)."""
     bag, scene = scene_bag
     with Bag(bag) as b:
         plan = plan_bag(b, EvalSettings())
     gt = {p.stamp_ns: p.ground_truth for p in plan.planned}
     s = [p.stamp_ns for p in plan.planned]
     assert len(s) == 6 and s[0] == START_NS
-    types = default_typestore().types
+    store = typestore_of(request.param)
+    types = store.types
     log = lambda stamp: stamp + 300_000_000          # noqa: E731 - answered 0.3 s later
     msgs = [
         (TOPIC, log(s[0]), trajectory(types, s[0], gt[s[0]] + lateral(0.1 * K), latency_ms=100.0)),   # e_k = 0.1 k
@@ -87,7 +112,7 @@ def predictions_bag(scene_bag, tmp_path_factory):
         (TOPIC, log(s[5]) + 3, trajectory(types, s[5] + 1234, gt[s[0]])),                          # no such frame
     ]
     out = tmp_path_factory.mktemp("node") / "node_out"
-    return write_bag(out, {TOPIC: TYPE}, sorted(msgs, key=lambda m: m[1]), storage="mcap")
+    return write_bag(out, {TOPIC: TYPE}, sorted(msgs, key=lambda m: m[1]), storage="mcap", typestore=store)
 
 
 def test_predictions_give_exact_l2_and_every_count(scene_bag, predictions_bag):

@@ -24,7 +24,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_core.decoding.decoder import DecodeOutput  # noqa: E402
-from wam_diff2_core.geometry import CameraMount, PinholeCamera, ego_to_world, project_ego_points  # noqa: E402
+from wam_diff2_core.geometry import (CameraMount, PinholeCamera, ego_to_world, path_headings,  # noqa: E402
+                                    project_ego_points)
 from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_core.params import planner as params  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
@@ -199,6 +200,33 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
     expected = ego_to_world(WAYPOINTS, (ego_x, ego_y), ego_yaw)
     np.testing.assert_allclose([(p.pose.position.x, p.pose.position.y) for p in path_odom.poses], expected,
                                atol=1e-6)
+
+    # Autoware's trajectory: the odometry frame, the image stamp, a point every 0.1 s from the ego at its
+    # measured speed (5 m/s), speed and acceleration finite and within the profile's limits
+    aw = answer_for(probe, stamp, "autoware_trajectory")
+    limits = params.profile_limits(params.DEFAULTS)
+    assert aw.header.frame_id == "map" and len(aw.points) == 41
+    t = np.array([p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in aw.points])
+    np.testing.assert_allclose(np.diff(t), 0.1, atol=1e-6)
+    first = aw.points[0]
+    assert t[0] == 0 and (first.pose.position.x, first.pose.position.y) == pytest.approx((ego_x, ego_y))
+    assert first.longitudinal_velocity_mps == pytest.approx(5.0)
+    assert 2 * math.atan2(first.pose.orientation.z, first.pose.orientation.w) == pytest.approx(ego_yaw, abs=0.2)
+    speed = np.array([p.longitudinal_velocity_mps for p in aw.points])
+    accel = np.array([p.acceleration_mps2 for p in aw.points])
+    assert np.isfinite(speed).all() and np.isfinite(accel).all() and (speed >= 0).all()
+    assert (accel <= limits.max_accel_mps2 + 1e-4).all() and (accel >= -limits.max_decel_mps2 - 1e-4).all()
+    xy = np.array([(p.pose.position.x, p.pose.position.y) for p in aw.points])
+    assert (np.hypot(*np.diff(xy, axis=0).T) <= 0.1 * np.maximum(speed[1:], speed[:-1]) + 1e-3).all()
+    # the package's trajectory carries the heading and the plan's own speed at each waypoint
+    assert [p.heading for p in traj.points] == pytest.approx(list(path_headings(WAYPOINTS)))
+    assert all(p.speed > 0 for p in traj.points)
+
+    vision = answer_for(probe, stamp, "vision_detections")
+    assert vision.header.frame_id == answer_for(probe, stamp, "detections").header.frame_id
+    assert len(vision.detections) == 1
+    hypothesis = vision.detections[0].results[0].hypothesis
+    assert hypothesis.class_id == "car" and vision.detections[0].bbox.size_x == pytest.approx(64.0)
 
     dets = answer_for(probe, stamp, "detections")
     assert dets.valid and len(dets.detections) == 1

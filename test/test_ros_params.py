@@ -110,7 +110,7 @@ def test_descriptors_mark_ranges_units_and_read_only(node):
         assert node.describe_parameter(spec.name).description == spec.description
         if spec.kind is float and not spec.name.startswith(params.DECODING_PREFIX):
             # physical quantities carry their unit in the name
-            assert re.search(r"_(s|m|deg|hz|ms|mps)$", spec.name), spec.name
+            assert re.search(r"_(s|m|deg|hz|ms|mps|mps2)$", spec.name), spec.name
 
 
 def test_readme_parameter_table_matches_declared_parameters(declared):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -143,22 +142,21 @@ def test_invalid_results_carry_no_points_or_boxes():
 
 
 def test_vision_msgs_layout():
-    """vision_msgs is not installable here: a stand-in with the 4.x field layout."""
-    def ns(**fields):
-        return lambda **kw: SimpleNamespace(**{**{k: v() for k, v in fields.items()}, **kw})
-
-    point = ns(x=float, y=float)
-    vision = SimpleNamespace(
-        Detection2DArray=ns(detections=list),
-        Detection2D=ns(bbox=ns(center=ns(position=point, theta=float), size_x=float, size_y=float), results=list),
-        ObjectHypothesisWithPose=ns(hypothesis=ns(class_id=str, score=float)))
+    """The real vision_msgs (built from ../shared/ros_interfaces): boxes as a vision_msgs consumer reads them,
+    centre and size in source pixels, the label as class_id and the score; the message serialises."""
+    import vision_msgs.msg as vision
+    from rclpy.serialization import deserialize_message, serialize_message
     result = TaskResult(valid=True, invalid_reason="", raw_text="", stats=STATS,
                         boxes=[Box("truck", 0.8, 10.0, 20.0, 50.0, 80.0)])
-    out = conv.vision_detections_msg(vision, Header(frame_id="cam"), result)
+    out = deserialize_message(serialize_message(conv.vision_detections_msg(vision, Header(frame_id="cam"), result)),
+                              vision.Detection2DArray)
     det = out.detections[0]
+    assert out.header.frame_id == "cam" and det.header.frame_id == "cam"
     assert (det.bbox.center.position.x, det.bbox.center.position.y, det.bbox.size_x, det.bbox.size_y) == \
         (30.0, 50.0, 40.0, 60.0)
-    assert (det.results[0].hypothesis.class_id, det.results[0].hypothesis.score) == ("truck", 0.8)
+    assert (det.results[0].hypothesis.class_id, det.results[0].hypothesis.score) == ("truck", pytest.approx(0.8))
+    invalid = TaskResult(valid=False, invalid_reason="invalid_json", raw_text="[", stats=STATS, boxes=result.boxes)
+    assert conv.vision_detections_msg(vision, Header(frame_id="cam"), invalid).detections == []
 
 
 def test_markers_draw_a_plan_or_delete_it():

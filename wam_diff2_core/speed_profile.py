@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .geometry import path_headings
 from .outputs.prompts import WAYPOINT_DT_S
 
 MIN_SEGMENT_M = 0.05        # path points closer than this to the last kept one are dropped
@@ -109,6 +110,12 @@ def planned_speeds(waypoints, waypoint_dt_s: float = WAYPOINT_DT_S) -> np.ndarra
     plan = np.asarray(waypoints, dtype=np.float64)
     points = np.vstack([np.zeros((1, 2)), plan])
     return _planned_speed(points, waypoint_dt_s, np.arange(1, len(points)) * waypoint_dt_s)
+
+
+def waypoint_states(waypoints, waypoint_dt_s: float = WAYPOINT_DT_S) -> tuple[np.ndarray, np.ndarray]:
+    """(heading, speed) [K] at each waypoint as the package's own ``TrajectoryPoint`` carries them: the
+    direction from the previous point (``geometry.path_headings``) and :func:`planned_speeds`."""
+    return path_headings(waypoints), planned_speeds(waypoints, waypoint_dt_s)
 
 
 def _planned_speed(points: np.ndarray, dt: float, at: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from wam_diff2_core.geometry import EgoSample, PinholeCamera, ego_to_world, path
 from wam_diff2_core.frame_inputs import NS_PER_S
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.policy import TaskResult
+from wam_diff2_core.speed_profile import SpeedProfile, waypoint_states
 
 from .msg import DecodeStats, Detection2D, Detection2DArray, StageTimes, Trajectory, TrajectoryPoint
 
@@ -101,9 +102,27 @@ def trajectory_msg(stamp_ns: int, ego_frame: str, command: str, result: TaskResu
                      valid=bool(result.valid), invalid_reason=result.invalid_reason, raw_text=result.raw_text,
                      stats=decode_stats_msg(result, latency_ms, stages, header))
     if result.valid and result.waypoints is not None:
-        msg.points = [TrajectoryPoint(time_from_start=ns_to_duration((k + 1) * WAYPOINT_DT_NS), x=float(x), y=float(y))
-                      for k, (x, y) in enumerate(result.waypoints)]
+        headings, speeds = waypoint_states(result.waypoints)
+        msg.points = [TrajectoryPoint(time_from_start=ns_to_duration((k + 1) * WAYPOINT_DT_NS), x=float(x), y=float(y),
+                                      heading=float(heading), speed=float(speed))
+                      for k, ((x, y), heading, speed) in enumerate(zip(result.waypoints, headings, speeds))]
     return msg
+
+
+def autoware_trajectory_msg(autoware_msgs, stamp_ns: int, frame_id: str, profile: SpeedProfile,
+                            ego_at_stamp: EgoSample):
+    """autoware_planning_msgs/Trajectory (``autoware_msgs``: its ``msg`` module) from a speed profile in the
+    ego frame, placed in ``frame_id`` (the odometry frame) with the ego pose at the image stamp: the first
+    point at the ego with its measured speed, one every ``profile.t`` step, stamped with the image."""
+    world = ego_to_world(np.stack([profile.x, profile.y], axis=1), (ego_at_stamp.x, ego_at_stamp.y), ego_at_stamp.yaw)
+    out = autoware_msgs.Trajectory(header=Header(stamp=ns_to_stamp(stamp_ns), frame_id=frame_id))
+    for t, (x, y), heading, speed, accel, rate in zip(profile.t, world, profile.heading, profile.speed, profile.accel,
+                                                     profile.heading_rate):
+        out.points.append(autoware_msgs.TrajectoryPoint(
+            time_from_start=ns_to_duration(int(round(t * NS_PER_S))),
+            pose=_pose(float(x), float(y), float(heading) + ego_at_stamp.yaw),
+            longitudinal_velocity_mps=float(speed), acceleration_mps2=float(accel), heading_rate_rps=float(rate)))
+    return out
 
 
 def invalid_trajectory_msg(stamp_ns: int, ego_frame: str, command: str, reason: str) -> Trajectory:

@@ -50,6 +50,7 @@ from wam_diff2_core.params import planner as params
 from wam_diff2_core.params.spec import CONFIGURE
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
 from wam_diff2_core.profiling import stage_summary
+from wam_diff2_core.speed_profile import speed_profile
 from wam_diff2_core.topics import PLANNER_NODE
 
 from . import conversions as conv
@@ -62,6 +63,10 @@ try:  # the common interop type, published too where the package exists
     import vision_msgs.msg as vision_msgs
 except ImportError:
     vision_msgs = None
+try:  # Autoware's trajectory, published too where the package exists
+    import autoware_planning_msgs.msg as autoware_msgs
+except ImportError:
+    autoware_msgs = None
 
 # Inputs: sensor QoS (best effort, keep last 5) for streams; the route is latched; commands
 # are few and must not be lost, so reliable (matches reliable publishers of any durability).
@@ -86,6 +91,7 @@ INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/com
                 "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
                 "command": "~/input/command"}
 OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "trajectory": "~/output/trajectory",
+                 "autoware_trajectory": "~/output/autoware_trajectory",
                  "detections": "~/output/detections", "vision_detections": "~/output/detections_vision",
                  "debug_image": "~/debug/image", "markers": "~/debug/markers",
                  "processing_ms": "~/debug/processing_time_ms", "latency_ms": "~/debug/pipeline_latency_ms",
@@ -334,6 +340,8 @@ class PlannerNode(LifecycleNode):
                  "stage_times": StageTimes}
         if vision_msgs is not None:
             types["vision_detections"] = vision_msgs.Detection2DArray
+        if autoware_msgs is not None:
+            types["autoware_trajectory"] = autoware_msgs.Trajectory
         self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], OUTPUT_QOS)
                          for key, kind in types.items()}
 
@@ -549,6 +557,10 @@ class PlannerNode(LifecycleNode):
                 outputs["path"].publish(path)
                 if values["publish_odom_frame_path"] and path_odom is not None:
                     outputs["path_odom"].publish(path_odom)
+                if "autoware_trajectory" in outputs and odom_frame:
+                    profile = speed_profile(waypoints, max(ego.vx, 0.0), params.profile_limits(values))
+                    outputs["autoware_trajectory"].publish(
+                        conv.autoware_trajectory_msg(autoware_msgs, stamp_ns, odom_frame, profile, ego))
         if detections is not None:
             outputs["detections"].publish(conv.detections_msg(msg.header, detections, out.latency_ms, out.stages))
             if "vision_detections" in outputs:

@@ -27,6 +27,7 @@ import numpy as np
 from ..geometry import ego_to_world, path_headings, quaternion_from_yaw
 from ..outputs.prompts import WAYPOINT_DT_S
 from ..profiling import StageTimes
+from ..speed_profile import waypoint_states
 from .bags import BagError, default_typestore, write_bag
 from .ground_truth import WAYPOINT_OFFSETS_NS
 from .metrics import FrameResult
@@ -55,10 +56,12 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
     """A ``Trajectory`` message (rosbags class) for one evaluated frame."""
     points = []
     if frame.valid and frame.predicted is not None:
-        for dt_ns, (x, y) in zip(WAYPOINT_OFFSETS_NS, frame.predicted):
+        headings, speeds = waypoint_states(frame.predicted)
+        for dt_ns, (x, y), heading, speed in zip(WAYPOINT_OFFSETS_NS, frame.predicted, headings, speeds):
             duration = types["builtin_interfaces/msg/Duration"](sec=int(dt_ns // 1_000_000_000),
                                                                 nanosec=int(dt_ns % 1_000_000_000))
-            points.append(types["wam_diff2_ros/msg/TrajectoryPoint"](time_from_start=duration, x=float(x), y=float(y)))
+            points.append(types["wam_diff2_ros/msg/TrajectoryPoint"](time_from_start=duration, x=float(x), y=float(y),
+                                                                     heading=float(heading), speed=float(speed)))
     s = frame.stats
     stats = types["wam_diff2_ros/msg/DecodeStats"](
         block_size=int(s.get("block_size", 0)), forwards=int(s.get("forwards", 0)),
