@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.pdm_score import (OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle,
-                                      _local_polynomial, pdm_score, reference_progress, speed_and_curvature_profiles,
-                                      track_plan)
+                                      _local_polynomial, pdm_score, plan_headings, reference_progress,
+                                      speed_and_curvature_profiles, track_plan)
 
 T = np.arange(1, 9) * 0.5                                   # [8] waypoint times, s
 AGENT_T = np.arange(OBSERVATION_SAMPLES) * SIM_DT_S         # [50] agent box times, s
@@ -125,7 +125,7 @@ def test_a_lateral_hit_is_the_egos_fault_only_while_it_straddles_lanes():
     plan = np.stack([10.0 * T, 3.5 * (3 * s * s - 2 * s ** 3)], axis=1)
     changed = pdm_score(plan, EgoStart(10.0), scene([beside]), reference_progress_m=0.0)
     assert changed.dac == 1.0 and changed.nc == 0.0 and changed.pdms == 0.0
-    assert changed.collision_time_s == pytest.approx(2.2)
+    assert changed.collision_time_s == pytest.approx(2.0)
     no_lanes = pdm_score(plan, EgoStart(10.0), scene([beside], lanes=()), reference_progress_m=0.0)
     assert no_lanes.nc == 1.0 and no_lanes.collision_time_s is None
     assert pdm_score(plan, EgoStart(10.0), scene(), reference_progress_m=0.0).nc == 1.0
@@ -170,15 +170,24 @@ def test_the_tracker_drives_a_constant_speed_plan_exactly_and_fits_a_circles_pro
 
 def test_the_tracker_drives_as_navsims_own_does():
     """NAVSIM v1.1's BatchLQRTracker + BatchKinematicBicycleModel (run from its repository with nuPlan's
-    types stubbed) on this plan, from 10 m/s and 0.5 m/s^2: x, y and speed at 1, 2, 3 and 4 s."""
-    navsim = np.array([[10.673138862718, 0.217361217512, 10.161656312155],
-                       [20.940643420963, 1.592188419256, 9.825245319893],
-                       [30.778835173476, 4.03933580635, 9.569357970687],
-                       [38.248707011595, 6.485056473943, 6.191361017409]])
+    types stubbed) on this plan's reference poses (``reference_poses``), from 10 m/s and 0.5 m/s^2:
+    x, y and speed at 1, 2, 3 and 4 s."""
+    navsim = np.array([[10.671872907662, 0.231696469291, 10.16419323071],
+                       [20.95142614327, 1.606250457842, 9.84327053309],
+                       [30.879543534484, 3.851477496396, 9.62257065817],
+                       [38.304057600663, 6.482666390236, 6.202826597552]])
     plan = np.stack([10.0 * T + np.where(np.arange(8) % 2 == 0, 1.5, -1.5), 0.3 * T * T], axis=1)
     rollout = track_plan(plan, EgoStart(10.0, acceleration_mps2=0.5))
     ours = np.stack([rollout.x, rollout.y, rollout.speed], axis=1)[10::10]
     assert np.allclose(ours, navsim, atol=1e-9)
+
+
+def test_waypoint_headings_are_the_paths_tangent_on_a_line_and_an_arc():
+    angle = 8.0 * T / 30.0
+    arc = np.stack([30.0 * np.sin(angle), 30.0 * (1 - np.cos(angle))], axis=1)
+    assert np.allclose(plan_headings(arc), angle, atol=1e-12)
+    assert np.allclose(plan_headings(straight(10.0)), 0.0)
+    assert np.allclose(plan_headings(np.zeros((8, 2))), 0.0)          # standing still keeps the ego's heading
 
 
 def test_the_smoothing_reproduces_polynomials_and_reads_an_even_window_half_a_sample_late():

@@ -40,8 +40,10 @@ Where this differs from NAVSIM, and why:
 - **The ego**: the demo world's car (:data:`~wam_diff2_core.geometry.DEMO_EGO_BOX`, wheelbase
   2.8 m) instead of nuPlan's Chrysler Pacifica; any :class:`~wam_diff2_core.geometry.VehicleBox`
   and wheelbase can be given.
-- **Headings**: the model's plans have none; each waypoint faces the direction from the previous
-  one (NAVSIM's plans carry a heading per pose).
+- **Headings**: the model's plans have none (NAVSIM's carry one per pose); each waypoint gets the
+  path's tangent estimated from the chords around it (:func:`plan_headings`). The chord into a
+  waypoint alone lags the tangent by half a step's turn, and NAVSIM's tracker, which weighs heading
+  error 10 x lateral error, then cuts the demo world's tight crossing turns off the road.
 - **The reference**: NAVSIM's is PDM-Closed's trajectory; here it is any rule-based planner's
   progress (x its NC x DAC), given as ``reference_progress_m`` (:func:`reference_progress` scores a
   reference plan through this same pipeline).
@@ -313,11 +315,24 @@ def check_plan(plan) -> np.ndarray:
     return points
 
 
+def plan_headings(plan: np.ndarray) -> np.ndarray:
+    """[8] a heading for each waypoint (the model gives none): the path's tangent, estimated as the mean
+    direction of the chords before and after it (the origin, heading 0, before the first), the last one
+    turned on by half the last change of chord direction; exact on a straight line and on a circular
+    arc. A repeated point keeps the heading before it."""
+    chords = np.unwrap(path_headings(plan))                                   # [8] direction into each waypoint
+    headings = np.empty(NUM_WAYPOINTS)
+    headings[:-1] = (chords[:-1] + chords[1:]) / 2.0
+    headings[-1] = chords[-1] + (chords[-1] - chords[-2]) / 2.0
+    return headings
+
+
 def reference_poses(plan: np.ndarray) -> np.ndarray:
-    """[41, 3] (x, y, heading) every 0.1 s: the ego at the origin, then the waypoints (heading along the
-    path), interpolated linearly (heading unwrapped), as NAVSIM interpolates a plan before tracking it."""
+    """[41, 3] (x, y, heading) every 0.1 s: the ego at the origin (heading 0), then the waypoints
+    (:func:`plan_headings`), interpolated linearly (heading unwrapped), as NAVSIM interpolates a plan
+    before tracking it."""
     points = np.vstack([[0.0, 0.0], plan])                                    # [9, 2]
-    headings = np.unwrap(np.concatenate([[0.0], path_headings(plan)]))        # [9]
+    headings = np.unwrap(np.concatenate([[0.0], plan_headings(plan)]))        # [9]
     times = np.arange(NUM_WAYPOINTS + 1) * WAYPOINT_DT_S
     t = np.arange(SIM_STEPS + 1) * SIM_DT_S
     return np.stack([np.interp(t, times, points[:, 0]), np.interp(t, times, points[:, 1]),
@@ -635,5 +650,5 @@ def pdm_score(plan, ego: EgoStart, scene: PdmScene, reference_progress_m: float,
 
 
 __all__ = ["Area", "AgentTrack", "EgoRollout", "EgoStart", "PdmResult", "PdmScene", "Vehicle", "check_plan",
-           "comfort_checks", "pdm_score", "reference_poses", "reference_progress", "speed_and_curvature_profiles",
+           "comfort_checks", "pdm_score", "plan_headings", "reference_poses", "reference_progress", "speed_and_curvature_profiles",
            "track_plan", "SIM_DT_S", "SIM_STEPS", "OBSERVATION_SAMPLES", "AGENT_KINDS", "OBJECT_KINDS"]
