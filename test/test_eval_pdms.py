@@ -226,3 +226,67 @@ def test_bad_scene_inputs_are_refused_naming_the_field():
         Area.corridor(LINE, 0.0)
     with pytest.raises(ValueError, match="PdmScene.centreline"):
         PdmScene(centreline=np.zeros((1, 2)), drivable=Area.corridor(LINE, 3.5))
+
+
+# ----------------------------------------------------------------------------- the demo world's frames
+@pytest.fixture(scope="module")
+def world_frame():
+    """Frame 3 of demo episode (0, 0): the expert drives 6.4 m/s on a straight with an oncoming car
+    about 30 m ahead in the other lane (3.5 m to the left)."""
+    from wam_diff2_core.sim.episode import EpisodeSettings, simulate_episode
+    from wam_diff2_core.sim.pdm_scenes import frame_pdm_inputs
+
+    episode = simulate_episode(seed=0, index=0, settings=EpisodeSettings(frames=4, frame_stride=10))
+    return episode, 3, frame_pdm_inputs(episode, 3)
+
+
+def test_the_demo_worlds_expert_is_the_reference_and_scores_one(world_frame):
+    from wam_diff2_core.sim.pdm_scenes import score_frame_plan
+
+    episode, frame, inputs = world_frame
+    expert = episode.future_waypoints(episode.settings.frame_tick(frame))
+    result = score_frame_plan(episode, frame, expert, inputs)
+    assert result.progress_m == inputs.reference_progress_m > 20.0
+    assert (result.nc, result.dac, result.ttc, result.ep, result.c, result.pdms) == (1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+
+
+def test_a_demo_world_plan_into_the_oncoming_car_or_off_the_road_scores_zero(world_frame):
+    from wam_diff2_core.sim.pdm_scenes import score_frame_plan
+
+    episode, frame, inputs = world_frame
+    speed = inputs.ego.speed_mps
+    s = np.clip(T / 1.5, 0.0, 1.0)
+    swerve = 3 * s * s - 2 * s ** 3                                            # 0 -> 1 over 1.5 s
+    head_on = score_frame_plan(episode, frame, np.stack([speed * T, 2.8 * swerve], axis=1), inputs)
+    assert (head_on.nc, head_on.dac, head_on.pdms) == (0.0, 1.0, 0.0)      # still on the road: the car
+    off_road = score_frame_plan(episode, frame, np.stack([speed * T, -8.0 * swerve], axis=1), inputs)
+    assert (off_road.nc, off_road.dac, off_road.pdms) == (1.0, 0.0, 0.0)   # 8 m right of the ego lane
+
+
+def test_demo_world_agents_are_the_worlds_boxes_then_move_on_at_their_last_speed(world_frame):
+    from wam_diff2_core.geometry import world_to_ego
+
+    episode, frame, inputs = world_frame
+    tick = episode.settings.frame_tick(frame)
+    x, y, yaw = episode.track.pose(tick)
+    last_stored = len(episode.traffic) - 1                                  # the last tick the episode keeps
+    for agent in inputs.scene.agents:
+        vehicle_id = int(agent.name.split()[-1])
+        for k in (0, 20):
+            box = next(b for b in episode.traffic[tick + 2 * k] if b.id == vehicle_id)
+            assert np.allclose(agent.xy[k], world_to_ego(np.array([[box.x, box.y]]), (x, y), yaw)[0])
+            assert agent.yaw[k] == pytest.approx(box.yaw - yaw)
+        last = next((b for b in episode.traffic[last_stored] if b.id == vehicle_id), None)
+        if last is not None and (last_stored - tick) % 2 == 0:
+            k_last = (last_stored - tick) // 2
+            moved = np.hypot(*(agent.xy[-1] - agent.xy[k_last]))
+            assert moved == pytest.approx(last.speed * (len(agent.xy) - 1 - k_last) * SIM_DT_S)
+    assert len(inputs.scene.agents) == len(episode.traffic[tick])
+
+
+def test_a_frame_the_episode_lacks_is_refused(world_frame):
+    from wam_diff2_core.sim.pdm_scenes import frame_pdm_inputs
+
+    episode, _, _ = world_frame
+    with pytest.raises(ValueError, match=r"frame 4 is not in the episode \(0 ... 3\)"):
+        frame_pdm_inputs(episode, 4)
