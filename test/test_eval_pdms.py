@@ -290,3 +290,25 @@ def test_a_frame_the_episode_lacks_is_refused(world_frame):
     episode, _, _ = world_frame
     with pytest.raises(ValueError, match=r"frame 4 is not in the episode \(0 ... 3\)"):
         frame_pdm_inputs(episode, 4)
+
+
+def test_a_data_sets_manifest_gives_back_its_settings_and_sample_ids_their_frames():
+    import dataclasses
+    import json
+
+    from wam_diff2_core.sim.dataset_export import (MANIFEST_FORMAT, ExportSettings, planning_sample_frame,
+                                                   sample_stem, settings_from_manifest)
+    from wam_diff2_core.sim.episode import EpisodeSettings, RecoverySettings
+
+    settings = ExportSettings(episodes=3, seed=7, formats=("json",), commands=("left", "right"),
+                              episode=EpisodeSettings(frames=11, frame_stride=5, recovery=RecoverySettings(0.5)))
+    manifest = json.loads(json.dumps({"format": MANIFEST_FORMAT, "settings": dataclasses.asdict(settings)}))
+    assert settings_from_manifest(manifest) == settings
+    manifest["settings"]["episode"]["world"]["fog"] = 1
+    with pytest.raises(ValueError, match=r"manifest settings.episode.world: unknown field\(s\) \['fog'\]"):
+        settings_from_manifest(manifest)
+    with pytest.raises(ValueError, match="not a wam-diff2-synth/1 manifest"):
+        settings_from_manifest({"format": "other"})
+    assert planning_sample_frame(sample_stem(7, 2, 10) + "-plan") == (7, 2, 10)
+    assert planning_sample_frame(sample_stem(7, 2, 10) + "-plan-recovery") is None      # a displaced ego
+    assert planning_sample_frame("s0") is None

@@ -23,8 +23,10 @@ Everything is in the ego frame at the frame's tick (rear axle, x forward, y left
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +48,10 @@ class FramePdmInputs:
     ego: EgoStart
     vehicle: Vehicle
     reference_progress_m: float
+
+    def score(self, plan) -> PdmResult:
+        """The PDM score of ``plan`` [8, 2] (ego frame) at this frame."""
+        return pdm_score(plan, self.ego, self.scene, self.reference_progress_m, self.vehicle)
 
 
 def _agents(episode: Episode, tick: int, origin: np.ndarray, yaw: float) -> list[AgentTrack]:
@@ -113,8 +119,60 @@ def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
 def score_frame_plan(episode: Episode, frame: int, plan, inputs: FramePdmInputs | None = None) -> PdmResult:
     """The PDM score of ``plan`` [8, 2] (ego frame) at ``frame``; ``inputs`` reuses a frame's inputs
     (several plans of one frame: the scene and the reference are built once)."""
-    inputs = inputs or frame_pdm_inputs(episode, frame)
-    return pdm_score(plan, inputs.ego, inputs.scene, inputs.reference_progress_m, inputs.vehicle)
+    return (inputs or frame_pdm_inputs(episode, frame)).score(plan)
 
 
-__all__ = ["FramePdmInputs", "frame_pdm_inputs", "score_frame_plan", "ROUTE_AHEAD_M", "ROUTE_BEHIND_M"]
+
+
+class DataSetPdm:
+    """PDM scores of a demo-world data set's planning samples (a ``wam-diff2 synth`` folder): its
+    manifest says how its episodes were simulated, so each sample's episode is simulated again
+    (deterministic) and the sample's frame scored as :func:`score_frame_plan` scores it.
+
+        pdm = DataSetPdm.for_data("data/synth/val.json")       # None: not a synth data set
+        pdm.score("synth0-e0007-f00040-plan", waypoints)        # PdmResult, or None (not such a sample)
+    """
+
+    def __init__(self, root: str | Path, keep_episodes: int = 2):
+        from .dataset_export import settings_from_manifest
+
+        path = Path(root) / "manifest.json"
+        try:
+            self.settings = settings_from_manifest(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        self.keep_episodes = keep_episodes
+        self._episodes: dict[int, Episode] = {}                     # the latest few, by episode index
+        self._inputs: dict[str, FramePdmInputs | None] = {}
+
+    @classmethod
+    def for_data(cls, data: str | Path) -> "DataSetPdm | None":
+        """The scorer of the data set ``data`` (a samples file) belongs to; None without a manifest beside it."""
+        root = Path(data).parent
+        return cls(root) if (root / "manifest.json").is_file() else None
+
+    def inputs(self, sample_id: str) -> FramePdmInputs | None:
+        """The frame's inputs of a planning sample of this data set (None: an id it did not write)."""
+        from .dataset_export import planning_sample_frame
+        from .episode import simulate_episode
+
+        if sample_id not in self._inputs:
+            where = planning_sample_frame(sample_id)
+            inputs = None
+            if where is not None and where[0] == self.settings.seed and where[1] < self.settings.episodes \
+                    and where[2] < self.settings.episode.frames:
+                _, index, frame = where
+                if index not in self._episodes:
+                    while len(self._episodes) >= self.keep_episodes:
+                        self._episodes.pop(next(iter(self._episodes)))
+                    self._episodes[index] = simulate_episode(self.settings.seed, index, self.settings.episode)
+                inputs = frame_pdm_inputs(self._episodes[index], frame)
+            self._inputs[sample_id] = inputs
+        return self._inputs[sample_id]
+
+    def score(self, sample_id: str, plan) -> PdmResult | None:
+        inputs = self.inputs(sample_id)
+        return None if inputs is None else inputs.score(plan)
+
+
+__all__ = ["DataSetPdm", "FramePdmInputs", "frame_pdm_inputs", "score_frame_plan", "ROUTE_AHEAD_M", "ROUTE_BEHIND_M"]
