@@ -23,10 +23,12 @@ without fault, or overlapping the ego already at t = 0, is ignored for NC and TT
 kept: a car closing fast from behind can count as ahead once it would pass the ego's rear axle).
 
 The controller and model are NAVSIM's (``pdm_simulator.py``): the plan, with the ego's pose at
-t = 0 in front and headings along the path, is interpolated to 0.1 s; a regularised least-squares
-fit gives its speed and curvature profiles (nuPlan's, "jerk" penalty 1e-4 as nuPlan builds it:
-on the accelerations themselves, see :func:`speed_and_curvature_profiles`; curvature-rate penalty 1e-2); an LQR tracker (longitudinal: speed error 1 s ahead; lateral: lateral / heading error and
-steering angle over a 10-step horizon; below 0.2 m/s a proportional stopping controller) commands
+t = 0 in front and a heading per waypoint (:func:`plan_headings`), is interpolated to 0.1 s; a
+regularised least-squares fit gives its speed and curvature profiles (nuPlan's: "jerk" penalty 1e-4
+as nuPlan builds it, on the accelerations themselves, see :func:`speed_and_curvature_profiles`;
+curvature-rate penalty 1e-2); an LQR tracker (longitudinal: speed error 1 s ahead; lateral: lateral
+/ heading error and steering angle over a 10-step horizon; below 0.2 m/s a proportional stopping
+controller) commands
 acceleration and steering rate to a kinematic bicycle at the rear axle (Euler steps, 0.2 s / 0.05 s
 first-order lags on acceleration / steering, steering <= 60 deg). Its state carries no lateral
 acceleration (NAVSIM's neither), so the lateral-acceleration bound never fails there either.
@@ -129,7 +131,8 @@ class EgoStart:
         values = (self.speed_mps, self.acceleration_mps2, self.steering_angle_rad)
         if not all(math.isfinite(float(v)) for v in values):
             raise ValueError(f"EgoStart must be finite: speed_mps={self.speed_mps}, "
-                             f"acceleration_mps2={self.acceleration_mps2}, steering_angle_rad={self.steering_angle_rad}")
+                             f"acceleration_mps2={self.acceleration_mps2}, "
+                             f"steering_angle_rad={self.steering_angle_rad}")
 
 
 @dataclass(frozen=True)
@@ -307,7 +310,8 @@ def check_plan(plan) -> np.ndarray:
     """``plan`` as [8, 2] float64; ValueError naming what is wrong with it."""
     points = np.asarray(plan, dtype=np.float64)
     if points.shape != (NUM_WAYPOINTS, 2):
-        raise ValueError(f"plan must be [{NUM_WAYPOINTS}, 2] waypoints (0.5 ... 4.0 s, metres), got shape {points.shape}")
+        raise ValueError(f"plan must be [{NUM_WAYPOINTS}, 2] waypoints (0.5 ... 4.0 s, metres), "
+                         f"got shape {points.shape}")
     bad = ~np.isfinite(points).all(axis=1)
     if bad.any():
         raise ValueError(f"plan waypoints must be finite; waypoint(s) {np.flatnonzero(bad).tolist()} are not: "
@@ -650,5 +654,6 @@ def pdm_score(plan, ego: EgoStart, scene: PdmScene, reference_progress_m: float,
 
 
 __all__ = ["Area", "AgentTrack", "EgoRollout", "EgoStart", "PdmResult", "PdmScene", "Vehicle", "check_plan",
-           "comfort_checks", "pdm_score", "plan_headings", "reference_poses", "reference_progress", "speed_and_curvature_profiles",
-           "track_plan", "SIM_DT_S", "SIM_STEPS", "OBSERVATION_SAMPLES", "AGENT_KINDS", "OBJECT_KINDS"]
+           "comfort_checks", "pdm_score", "plan_headings", "reference_poses", "reference_progress",
+           "speed_and_curvature_profiles", "track_plan", "SIM_DT_S", "SIM_STEPS", "OBSERVATION_SAMPLES",
+           "AGENT_KINDS", "OBJECT_KINDS"]
