@@ -160,3 +160,43 @@ def test_every_and_limit_pick_spread_samples(dataset):
     from wam_diff2_core.config import ConfigError
     with pytest.raises(ConfigError, match="--every"):
         bench_models.planning_samples(str(dataset / "samples.json"), None, None, every=0)
+
+
+def test_bench_models_prints_the_pdm_score_on_a_demo_world_data_set(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    """A one-frame ``synth`` data set: AR answers the expert's own plan (the reference: PDMS 1, every
+    sub-score 1), Block-32 t=0.9 that plan swerving 8 m to the right (off the road: DAC 0, PDMS 0), the
+    other rows the random model's text (never parses: PDMS 0, no sub-scores)."""
+    from wam_diff2_core.outputs.parsing import parse_waypoints
+    from wam_diff2_core.sim.dataset_export import ExportSettings, export
+    from wam_diff2_core.sim.episode import EpisodeSettings
+
+    data = tmp_path / "synth"
+    export(data, ExportSettings(episodes=1, seed=0, episode=EpisodeSettings(frames=1), formats=("json",),
+                                detection=False, vqa_per_frame=0), progress=False)
+    samples = json.loads((data / "train.json").read_text())
+    assert [s["id"] for s in samples] == ["synth0-e0000-f00000-plan"]
+    expert = parse_waypoints(samples[0]["conversations"][1]["value"]).waypoints
+    swerve = expert + np.stack([np.zeros(8), -8.0 * np.minimum(np.arange(1, 9) / 3.0, 1.0)], axis=1)
+    real = bench_models.decode_one
+
+    def stub(decoder, tokenizer, inputs, settings, generator):
+        text, stats = real(decoder, tokenizer, inputs, settings, generator)
+        if settings.block_size == 1:
+            return _answer(expert), stats
+        if settings.block_size == 32 and settings.confidence_threshold == 0.9:
+            return _answer(swerve), stats
+        return text, stats
+
+    monkeypatch.setattr(bench_models, "decode_one", stub)
+    out = tmp_path / "bench"
+    assert _bench(tiny_checkpoint, data / "train.json", out) == 0
+    table = capsys.readouterr().out
+    result = json.loads((out / "bench.json").read_text())
+    ar, b4, b32, b32_08 = result["configurations"]
+    assert ar["pdm_samples"] == 1 and ar["pdms"] == pytest.approx(1.0, abs=1e-3)   # the answer's 2 decimals
+    assert (ar["nc"], ar["dac"], ar["ttc"], ar["c"]) == (1.0, 1.0, 1.0, 1.0) and ar["ep"] == pytest.approx(1.0, abs=1e-3)
+    assert (b32["pdms"], b32["dac"], b32["nc"]) == (0.0, 0.0, 1.0)
+    for c in (b4, b32_08):
+        assert c["pdm_samples"] == 1 and c["pdms"] == 0.0 and c["nc"] is None
+    assert result["baseline"]["pdm_samples"] == 1 and 0.0 <= result["baseline"]["pdms"] <= 1.0
+    assert "PDM score (NAVSIM v1" in table and "CV baseline" in table

@@ -113,6 +113,7 @@ class VehicleBox:
 
 
 DEMO_EGO_BOX = VehicleBox(length_m=4.7, width_m=1.9, rear_overhang_m=0.95)   # the demo world's ego car
+DEMO_EGO_WHEELBASE_M = 2.8                                                    # ... and its wheelbase
 
 
 def box_corners(x: float, y: float, yaw: float, length_m: float, width_m: float) -> np.ndarray:

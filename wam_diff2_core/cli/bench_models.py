@@ -9,6 +9,13 @@ separately), and over the samples whose answer parses: L2 at 4 s (median and mea
 per-waypoint mean L2 curve, against the sample's ground-truth answer (parsed); parse failures count
 every sample. Samples whose ground truth is not a planning answer are skipped.
 
+On a demo-world data set (``wam-diff2 synth``'s folder: a ``manifest.json`` beside the samples file),
+each configuration also gets NAVSIM v1's PDM score (``pdm_score.py``) and its sub-scores, means over
+the planning samples seen from the ego: each sample's episode is simulated again and its frame scored
+against the world's road and traffic, the expert as the reference planner (``sim/pdm_scenes.py``); an
+answer that does not parse scores PDMS 0 (the sub-scores are over the parsed ones). The
+constant-velocity baseline is scored alike.
+
 Writes ``bench.json`` and ``bench.png`` (per-waypoint error of AR vs Block-32, the exposure-bias
 figure, and ms/token per configuration) into ``--out``, atomically.
 """
@@ -105,8 +112,32 @@ def _median(values) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
+PDM_SUBSCORES = ("nc", "dac", "ttc", "ep", "c")
+
+
+def pdm_row(pdm, sample_id: str, waypoints) -> dict[str, Any] | None:
+    """A sample's PDM score and sub-scores (``waypoints`` None: the answer did not parse, PDMS 0);
+    None when ``pdm`` is None or does not know the sample."""
+    if pdm is None or pdm.inputs(sample_id) is None:
+        return None
+    if waypoints is None:
+        return {"pdms": 0.0, "parsed": False}
+    result = pdm.score(sample_id, waypoints)
+    return {"pdms": result.pdms, "parsed": True, **{k: getattr(result, k) for k in PDM_SUBSCORES}}
+
+
+def pdm_means(scores: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Mean PDMS over the scored samples and mean sub-scores over the parsed ones (None: nothing scored)."""
+    scored = [s for s in scores if s is not None]
+    parsed = [s for s in scored if s["parsed"]]
+    return {"pdm_samples": len(scored),
+            "pdms": sum(s["pdms"] for s in scored) / len(scored) if scored else None,
+            **{k: sum(s[k] for s in parsed) / len(parsed) if parsed else None for k in PDM_SUBSCORES}}
+
+
 def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -> dict[str, Any]:
-    """Medians over samples + L2 over the parsed ones (metrics.trajectory_metrics)."""
+    """Medians over samples + L2 over the parsed ones (metrics.trajectory_metrics) + the PDM score
+    means where the rows carry them (``pdm``)."""
     import numpy as np
 
     from ..evaluation.metrics import trajectory_metrics
@@ -129,28 +160,32 @@ def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -
         "l2_4s_median": _median(e[-1] for e in errors),
         "l2_4s_mean": traj["l2_at_t"]["4s"],
         "per_waypoint": traj["per_waypoint"],
+        **pdm_means([r.get("pdm") for r in rows]),
         "per_sample": rows,
     }
 
 
-def constant_velocity_baseline(samples) -> dict[str, Any]:
+def constant_velocity_baseline(samples, pdm=None) -> dict[str, Any]:
     """L2 of the constant-velocity extrapolation of each sample's prompt velocity (the floor a
-    planner must beat), over the samples whose prompt is the planning prompt."""
+    planner must beat), over the samples whose prompt is the planning prompt; its PDM score with
+    ``pdm`` (a :class:`~wam_diff2_core.sim.pdm_scenes.DataSetPdm`)."""
     import numpy as np
 
     from ..evaluation.ground_truth import constant_velocity_waypoints
     from ..evaluation.metrics import trajectory_metrics, waypoint_errors
     from ..outputs.prompts import parse_planning_prompt
 
-    errors = []
+    errors, scores = [], []
     for sample, truth in samples:
         text = "\n".join(item["text"] for m in sample.prompt_messages for item in m["content"] if item["type"] == "text")
         telemetry = parse_planning_prompt(text)
         if telemetry is not None:
-            errors.append(waypoint_errors(constant_velocity_waypoints(telemetry[1]), truth))
+            plan = constant_velocity_waypoints(telemetry[1])
+            errors.append(waypoint_errors(plan, truth))
+            scores.append(pdm_row(pdm, sample.id, plan))
     traj = trajectory_metrics(np.array(errors) if errors else np.zeros((0, 8)))
     return {"label": "CV baseline", "samples": len(errors), "l2_4s_median": _median(e[-1] for e in errors),
-            "l2_4s_mean": traj["l2_at_t"]["4s"], "per_waypoint": traj["per_waypoint"]}
+            "l2_4s_mean": traj["l2_at_t"]["4s"], "per_waypoint": traj["per_waypoint"], **pdm_means(scores)}
 
 
 def compare(results: list[dict[str, Any]], baseline: dict[str, Any]) -> None:
@@ -193,6 +228,7 @@ def decode_row(decoder, tokenizer, sample_id: str, inputs, truth, settings, seed
     stages.other_ms = max(0.0, stages.total_ms - stages.stage_sum_ms)
     stages.peak_memory_mb = memory.peak_mb()
     return {"id": sample_id, "text": text, "parse_error": None if plan.ok else str(plan.error),
+            "waypoints": plan.waypoints.tolist() if plan.ok else None,
             "errors": waypoint_errors(plan.waypoints, truth).tolist() if plan.ok else None,
             "forwards": s.forwards, "tokens": s.tokens, "prefill_ms": s.prefill_ms,
             "decode_ms": s.denoise_ms + s.commit_ms, "stages": stages.as_dict()}
@@ -258,7 +294,10 @@ COLUMNS = [("label", "config", ""), ("tokens_per_forward", "tok/fwd", ".2f"),
            ("ms_per_token", "ms/token", ".3f"), ("speedup_vs_ar", "x AR speed", ".2f"),
            ("tokens_per_s", "tokens/s", ".1f"), ("total_ms", "ms/answer", ".1f"),
            ("l2_4s_median", "L2@4s med", ".3f"), ("l2_4s_mean", "L2@4s mean", ".3f"),
-           ("l2_4s_vs_ar", "/AR", ".2f"), ("l2_4s_vs_cv", "/CV", ".2f"), ("parse_failures", "parse fail", "")]
+           ("l2_4s_vs_ar", "/AR", ".2f"), ("l2_4s_vs_cv", "/CV", ".2f"), ("parse_failures", "parse fail", ""),
+           ("pdms", "PDMS", ".3f")]
+PDM_COLUMNS = [("label", "config", ""), ("pdm_samples", "samples", ""), ("pdms", "PDMS", ".3f"),
+               *((k, k.upper(), ".3f") for k in PDM_SUBSCORES)]
 
 
 def run(args) -> int:
@@ -283,6 +322,11 @@ def run(args) -> int:
     if out_dir.exists() and not args.overwrite:
         raise ConfigError(f"--out {out_dir} already exists (use --overwrite to replace it)")
     samples, skipped = planning_samples(args.data, args.data_root, args.limit, args.every)
+    from ..sim.pdm_scenes import DataSetPdm
+    try:
+        pdm = DataSetPdm.for_data(args.data)
+    except ValueError as exc:
+        raise ConfigError(f"--data: {exc}") from exc
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -329,9 +373,12 @@ def run(args) -> int:
         for r, config_rows in zip(runs, rows):
             config_rows.append(decode_row(r.decoder, r.loaded.tokenizer, sample.id, r.encoded[i], truth, r.settings,
                                           args.seed + i, image_ms[sample.id], r.processor_ms[i]))
+    for config_rows in rows:
+        for row in config_rows:
+            row["pdm"] = pdm_row(pdm, row["id"], row["waypoints"])
     results = [summarize(r.label, r.block, r.threshold, str(r.path), config_rows) for r, config_rows in zip(runs, rows)]
 
-    baseline = constant_velocity_baseline(samples)
+    baseline = constant_velocity_baseline(samples, pdm)
     compare(results, baseline)
     loaded = next(iter(loaded_by_path.values()))[0]
     device = loaded.device
@@ -347,6 +394,11 @@ def run(args) -> int:
               f"{baseline['l2_4s_median']:.3f} m, mean {baseline['l2_4s_mean']:.3f} m; /AR and /CV: the row's "
               "mean L2@4s over the AR row's and the baseline's; x AR speed: AR ms/token over the row's")
 
+    if results[0]["pdm_samples"]:
+        print(f"\nPDM score (NAVSIM v1; demo world, the expert as reference) over {results[0]['pdm_samples']} "
+              "samples: PDMS mean (an unparsed answer scores 0), sub-scores over the parsed answers")
+        print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in results + [baseline]],
+                           PDM_COLUMNS))
     print_stage_table(results)
 
     payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),

@@ -17,15 +17,18 @@ episodes (at least one when there are two or more) are validation.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import platform
+import re
 import sys
 import time
+import typing
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import cv2
 import numpy as np
@@ -115,6 +118,48 @@ class EpisodeResult:
     bag_counts: dict[str, dict[str, int]]
 
 
+def sample_stem(seed: int, episode: int, frame: int) -> str:
+    """The id prefix of a frame's samples (``-plan``, ``-detect``, ``-vqa-*`` follow)."""
+    return f"synth{seed}-e{episode:04d}-f{frame:05d}"
+
+
+PLANNING_SAMPLE_ID = re.compile(r"^synth(\d+)-e(\d{4,})-f(\d{5,})-plan$")   # seen from the ego (not -recovery)
+
+
+def planning_sample_frame(sample_id: str) -> tuple[int, int, int] | None:
+    """(seed, episode, frame) of a planning sample's id as :func:`frame_samples` writes it; None for any
+    other id (another data set, a recovery copy seen from a displaced ego)."""
+    match = PLANNING_SAMPLE_ID.match(sample_id)
+    return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+
+
+def _from_dict(cls, data: dict, where: str):
+    """``cls`` (a dataclass) from ``asdict``'s output: nested dataclasses and tuples restored, defaults
+    for missing fields; ValueError naming a field the dataclass does not have."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {unknown} for {cls.__name__}")
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = _from_dict(hint, value, f"{where}.{name}")
+        elif typing.get_origin(hint) is tuple and isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
+    return cls(**values)
+
+
+def settings_from_manifest(manifest: dict) -> ExportSettings:
+    """The :class:`ExportSettings` a data set was made with (its manifest's ``settings``), so its
+    episodes can be simulated again exactly; ValueError when the manifest has none or an unknown field."""
+    if manifest.get("format") != MANIFEST_FORMAT or not isinstance(manifest.get("settings"), dict):
+        raise ValueError(f"not a {MANIFEST_FORMAT} manifest with settings")
+    return _from_dict(ExportSettings, manifest["settings"], "manifest settings")
+
+
 def make_sample(sample_id: str, task: str, image_path: str, prompt: str, answer: str) -> dict:
     """One sample in the authors' format (one image, one question, one answer)."""
     return {"id": sample_id, "datasource": DATASOURCE, "task": task, "image": [image_path],
@@ -142,7 +187,7 @@ def encode_image(rgb: np.ndarray, settings: ExportSettings) -> bytes:
 
 def frame_samples(truth, image_path: str, width: int, height: int, settings: ExportSettings) -> list[dict]:
     """The samples of one frame in the authors' format."""
-    stem = f"synth{settings.seed}-e{truth.episode:04d}-f{truth.frame:05d}"
+    stem = sample_stem(settings.seed, truth.episode, truth.frame)
     velocity = truth.velocity
     acceleration = truth.acceleration_estimated if settings.prompt_acceleration == "estimated" else truth.acceleration
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..control import VehicleControl
-from ..geometry import DEMO_EGO_BOX, VehicleBox
+from ..geometry import DEMO_EGO_BOX, DEMO_EGO_WHEELBASE_M, VehicleBox
 from .road import Path2D
 
 
@@ -50,7 +50,7 @@ TRAFFIC_MIX = {"car": 0.6, "suv": 0.2, "truck": 0.12, "bus": 0.08}
 # ----------------------------------------------------------------------------- ego
 @dataclass(frozen=True)
 class BicycleParams:
-    wheelbase_m: float = 2.8
+    wheelbase_m: float = DEMO_EGO_WHEELBASE_M
     rear_overhang_m: float = DEMO_EGO_BOX.rear_overhang_m     # rear axle -> rear bumper
     length_m: float = DEMO_EGO_BOX.length_m
     width_m: float = DEMO_EGO_BOX.width_m

@@ -1,0 +1,178 @@
+"""A demo-world frame as a PDM-score scene: the road, the traffic and the expert's drive as NAVSIM's inputs.
+
+    episode = simulate_episode(seed=0, index=3, settings=EpisodeSettings(frames=50))
+    result = score_frame_plan(episode, frame=10, plan=waypoints)        # pdm_score.PdmResult
+    result.pdms, result.nc, result.ep
+
+Everything is in the ego frame at the frame's tick (rear axle, x forward, y left), as the plan is:
+
+- **agents**: the traffic present at the frame, each box every 0.1 s for 5 s from the episode's
+  stored ticks; past the stored horizon (or once a vehicle has left the world) its last box moves on
+  at its last speed along its heading. All are vehicles (NC 0 when hit at fault).
+- **drivable area**: the route's two lanes (the shoulder is not drivable), the crossings' boxes and
+  the side-road stubs' two lanes; **lanes**: the ego lane, the oncoming lane and each stub lane
+  (straddling two of them makes a lateral hit the ego's fault); **intersections**: the crossing boxes.
+- **progress** is measured along the ego lane's centre line (the route), from
+  :data:`ROUTE_BEHIND_M` behind the ego to :data:`ROUTE_AHEAD_M` ahead (so a route that comes back
+  near itself cannot capture the ego elsewhere).
+- **the reference planner** is the demo world's rule-based expert (pure pursuit + IDM, ``expert.py``):
+  its own drive from the frame (the frame's ground truth) is scored through the same tracker, and its
+  progress x NC x DAC is ``reference_progress_m``, as NAVSIM uses PDM-Closed's.
+- **the ego**: the world's car (box and wheelbase from ``WorldSettings.ego``), its speed,
+  longitudinal acceleration and steering angle at the frame.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..geometry import VehicleBox as EgoBox
+from ..geometry import world_to_ego
+from ..pdm_score import (OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult, PdmScene, Vehicle,
+                         pdm_score, reference_progress)
+from .episode import Episode
+
+ROUTE_BEHIND_M = 30.0      # route kept behind the ego (progress is clipped at 0 anyway)
+ROUTE_AHEAD_M = 200.0      # ... and ahead: more than 4 s at the world's top cruise speed, plus the ego's length
+
+
+@dataclass(frozen=True)
+class FramePdmInputs:
+    """What :func:`~wam_diff2_core.pdm_score.pdm_score` needs for one frame."""
+
+    scene: PdmScene
+    ego: EgoStart
+    vehicle: Vehicle
+    reference_progress_m: float
+
+    def score(self, plan) -> PdmResult:
+        """The PDM score of ``plan`` [8, 2] (ego frame) at this frame."""
+        return pdm_score(plan, self.ego, self.scene, self.reference_progress_m, self.vehicle)
+
+
+def _agents(episode: Episode, tick: int, origin: np.ndarray, yaw: float) -> list[AgentTrack]:
+    every = round(SIM_DT_S / episode.settings.dt_s)
+    if not math.isclose(every * episode.settings.dt_s, SIM_DT_S):
+        raise ValueError(f"the world's tick ({episode.settings.dt_s} s) does not divide the score's {SIM_DT_S} s step")
+    tracks = []
+    for vehicle in episode.traffic[tick]:
+        xy, heading = [], []
+        last, stored_tick = vehicle, tick
+        for k in range(OBSERVATION_SAMPLES):
+            t = tick + k * every
+            box = None
+            if t < len(episode.traffic):
+                box = next((b for b in episode.traffic[t] if b.id == vehicle.id), None)
+            if box is None:      # past the stored ticks or gone: its last box moves on at its last speed
+                ahead = (t - stored_tick) * episode.settings.dt_s * last.speed
+                xy.append((last.x + ahead * math.cos(last.yaw), last.y + ahead * math.sin(last.yaw)))
+                heading.append(last.yaw)
+                continue
+            last, stored_tick = box, t
+            xy.append((box.x, box.y))
+            heading.append(box.yaw)
+        tracks.append(AgentTrack(xy=world_to_ego(np.array(xy), origin, yaw), yaw=np.array(heading) - yaw,
+                                 length_m=vehicle.length_m, width_m=vehicle.width_m, kind="vehicle",
+                                 name=f"{vehicle.label} {vehicle.id}"))
+    return tracks
+
+
+def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
+    """The PDM-score inputs of ``frame`` (module docstring); ValueError for a frame the episode lacks."""
+    if not 0 <= frame < episode.num_frames:
+        raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.num_frames - 1})")
+    tick = episode.settings.frame_tick(frame)
+    track, road = episode.track, episode.road
+    x, y, yaw = track.pose(tick)
+    origin = np.array([x, y])
+
+    def local(points: np.ndarray) -> np.ndarray:
+        return world_to_ego(points, origin, yaw)
+
+    lane_s = float(track.lane_s[tick])
+    window = (road.lane.s >= lane_s - ROUTE_BEHIND_M) & (road.lane.s <= lane_s + ROUTE_AHEAD_M)   # [N]
+    width = road.settings.lane_width_m
+    route = local(road.lane.points[window])
+    oncoming = local(road.oncoming.points[::-1][window])      # oncoming is the offset centreline, reversed
+    lanes = [Area.corridor(route, width), Area.corridor(oncoming, width)]
+    drivable = Area.corridor(local(road.centreline.points[window]), 2 * width)
+    reach = ROUTE_AHEAD_M + road.settings.stub_length_m
+    for stub, (towards, away) in zip(road.stubs, road.stub_lanes):
+        if np.hypot(*(stub.points[0] - origin)) <= reach:
+            drivable = drivable | Area.corridor(local(stub.points), 2 * width)
+            lanes += [Area.corridor(local(towards.points), width), Area.corridor(local(away.points), width)]
+    crossings = Area(polygons=tuple(local(c.corners()) for c in road.crossings
+                                    if np.hypot(*(c.centre - origin)) <= reach))
+    scene = PdmScene(centreline=route, drivable=drivable | crossings, agents=_agents(episode, tick, origin, yaw),
+                     lanes=lanes, intersections=crossings)
+    p = episode.settings.world.ego
+    vehicle = Vehicle(EgoBox(p.length_m, p.width_m, p.rear_overhang_m), p.wheelbase_m)
+    ego = EgoStart(float(track.speed[tick]), float(track.acceleration[tick]), float(track.steer_angle[tick]))
+    reference = reference_progress(episode.future_waypoints(tick), ego, scene, vehicle)
+    return FramePdmInputs(scene, ego, vehicle, reference)
+
+
+def score_frame_plan(episode: Episode, frame: int, plan, inputs: FramePdmInputs | None = None) -> PdmResult:
+    """The PDM score of ``plan`` [8, 2] (ego frame) at ``frame``; ``inputs`` reuses a frame's inputs
+    (several plans of one frame: the scene and the reference are built once)."""
+    return (inputs or frame_pdm_inputs(episode, frame)).score(plan)
+
+
+
+
+class DataSetPdm:
+    """PDM scores of a demo-world data set's planning samples (a ``wam-diff2 synth`` folder): its
+    manifest says how its episodes were simulated, so each sample's episode is simulated again
+    (deterministic) and the sample's frame scored as :func:`score_frame_plan` scores it.
+
+        pdm = DataSetPdm.for_data("data/synth/val.json")       # None: not a synth data set
+        pdm.score("synth0-e0007-f00040-plan", waypoints)        # PdmResult, or None (not such a sample)
+    """
+
+    def __init__(self, root: str | Path, keep_episodes: int = 2):
+        from .dataset_export import settings_from_manifest
+
+        path = Path(root) / "manifest.json"
+        try:
+            self.settings = settings_from_manifest(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        self.keep_episodes = keep_episodes
+        self._episodes: dict[int, Episode] = {}                     # the latest few, by episode index
+        self._inputs: dict[str, FramePdmInputs | None] = {}
+
+    @classmethod
+    def for_data(cls, data: str | Path) -> "DataSetPdm | None":
+        """The scorer of the data set ``data`` (a samples file) belongs to; None without a manifest beside it."""
+        root = Path(data).parent
+        return cls(root) if (root / "manifest.json").is_file() else None
+
+    def inputs(self, sample_id: str) -> FramePdmInputs | None:
+        """The frame's inputs of a planning sample of this data set (None: an id it did not write)."""
+        from .dataset_export import planning_sample_frame
+        from .episode import simulate_episode
+
+        if sample_id not in self._inputs:
+            where = planning_sample_frame(sample_id)
+            inputs = None
+            if where is not None and where[0] == self.settings.seed and where[1] < self.settings.episodes \
+                    and where[2] < self.settings.episode.frames:
+                _, index, frame = where
+                if index not in self._episodes:
+                    while len(self._episodes) >= self.keep_episodes:
+                        self._episodes.pop(next(iter(self._episodes)))
+                    self._episodes[index] = simulate_episode(self.settings.seed, index, self.settings.episode)
+                inputs = frame_pdm_inputs(self._episodes[index], frame)
+            self._inputs[sample_id] = inputs
+        return self._inputs[sample_id]
+
+    def score(self, sample_id: str, plan) -> PdmResult | None:
+        inputs = self.inputs(sample_id)
+        return None if inputs is None else inputs.score(plan)
+
+
+__all__ = ["DataSetPdm", "FramePdmInputs", "frame_pdm_inputs", "score_frame_plan", "ROUTE_AHEAD_M", "ROUTE_BEHIND_M"]
