@@ -8,6 +8,7 @@ the step depends on).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,8 +18,21 @@ from .kv_cache import StaticKVCache
 from .text_forward import QwenTextForward
 
 if TYPE_CHECKING:
-    from .static import PromptPlan
     from .step import StepBuffers
+
+
+@dataclass
+class PromptPlan:
+    """Where the prompt's K/V go and how its attention is masked (made by the static decoder's prefill,
+    read by the backends)."""
+
+    length: int                         # T, the padded prompt length
+    rows: torch.Tensor                  # [M] or [N, T] cache rows of the stored tokens
+    slots: torch.Tensor                 # same shape: cache slots
+    select: tuple | None                # (row, token) indices of the stored tokens; None = all
+    mask: torch.Tensor | None           # [N, 1, T, T] block-causal (SDPA)
+    lengths: list[int]                  # host: P_n, real prompt tokens per row
+    block_size: int
 
 
 class SdpaAttention:
@@ -33,10 +47,10 @@ class SdpaAttention:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         self._sdpa = sdpa_attention_forward
 
-    def begin_prompt(self, plan: "PromptPlan", cache: StaticKVCache) -> None:
+    def begin_prompt(self, plan: PromptPlan, cache: StaticKVCache) -> None:
         pass
 
-    def prompt(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, plan: "PromptPlan") -> torch.Tensor:
+    def prompt(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, plan: PromptPlan) -> torch.Tensor:
         k, v = cache.read(layer, q.shape[0], plan.length)
         return self._sdpa(attn, q, k, v, plan.mask, dropout=0.0, scaling=attn.scaling)[0]
 

@@ -7,12 +7,7 @@
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-
-if TYPE_CHECKING:
-    from .step import StepBuffers
 
 PAGE_SIZE = 16          # cache slots per FlashInfer page; capacities are rounded up to it
 
@@ -33,7 +28,9 @@ class StaticKVCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.page_size = page_size
-        self.step_buffers: dict[tuple, "StepBuffers"] = {}   # fixed step inputs over this cache, by shape
+        # the static decoder's fixed tensors over this cache, by key: step buffers, block and AR state, the
+        # prefix's slots / validity / positions (what a CUDA graph of a step reads must not move)
+        self.step_buffers: dict[tuple, object] = {}
 
     @property
     def rows(self) -> int:

@@ -48,7 +48,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
-from .attention import make_attention
+from .attention import PromptPlan, make_attention
 from .common import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
 from .cuda_graphs import MutatingStep, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
@@ -62,19 +62,6 @@ log = logging.getLogger(__name__)
 
 GRAPH_SPAN_BUCKET = 256  # with CUDA graphs, SDPA attends to slots [0, span) with span a multiple of this
 WARMUP_PROMPT_TOKENS = 64  # the warm-up prompt without graphs (or of a backend whose graphs ignore spans)
-
-
-@dataclass
-class PromptPlan:
-    """Where the prompt's K/V go and how its attention is masked."""
-
-    length: int                         # T, the padded prompt length
-    rows: torch.Tensor                  # [M] or [N, T] cache rows of the stored tokens
-    slots: torch.Tensor                 # same shape: cache slots
-    select: tuple | None                # (row, token) indices of the stored tokens; None = all
-    mask: torch.Tensor | None           # [N, 1, T, T] block-causal (SDPA)
-    lengths: list[int]                  # host: P_n, real prompt tokens per row
-    block_size: int
 
 
 @dataclass
