@@ -1,14 +1,18 @@
-# make test   - set up (idempotent) and run the whole test suite
+# make test   - set up (idempotent), lint (ruff) and run the whole test suite
 # make setup  - only the set-up
 SHELL := /bin/bash
 ENV := . scripts/env.sh &&
 
-.PHONY: setup test test-fast clean
+.PHONY: setup test test-fast lint clean
 setup:
 	bash scripts/setup.sh
 
-test: setup
+test: setup lint
 	$(ENV) OMP_NUM_THREADS=1 python -m pytest test
+
+# ruff.toml: pyflakes, syntax errors and bugbear's likely bugs (part of make test, so of CI)
+lint: setup
+	$(ENV) ruff check .
 
 test-fast: setup
 	$(ENV) OMP_NUM_THREADS=1 python -m pytest test -x -q -m "not slow"

@@ -36,7 +36,7 @@ def _read(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"ablation_table: cannot read {path}: {exc}")
+        raise SystemExit(f"ablation_table: cannot read {path}: {exc}") from None
 
 
 def _open_row(summary: dict, ar: bool) -> dict:

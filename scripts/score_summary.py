@@ -29,7 +29,7 @@ def _load(path: Path, name: str) -> dict:
     try:
         return json.loads(file.read_text())
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"score_summary: cannot read {file}: {exc}")
+        raise SystemExit(f"score_summary: cannot read {file}: {exc}") from None
 
 
 def open_loop(bench: dict) -> list[dict]:

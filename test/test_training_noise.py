@@ -14,7 +14,7 @@ from wam_diff2_core.decoding.masks import prompt_block_mask
 from wam_diff2_core.model.prompt_encoding import encode_prompts
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
 from wam_diff2_core.trainer.training_data import SampleDataset, prompt_batch
-from wam_diff2_core.trainer.noise import (CLEAN, NOISY, PREFIX, Layout, build_batch, noise_generator,
+from wam_diff2_core.trainer.noise import (PREFIX, Layout, build_batch, noise_generator,
                                           noise_response, stratified_mask_ratios, training_attention_mask)
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
@@ -228,7 +228,7 @@ def test_training_mask_and_inference_masks_agree(p, b):
     segment, _ = layout.segments()
     assert torch.equal(mask[:p, :p], prompt_block_mask(torch.ones(1, p, dtype=torch.long), b)[0, 0])
     for k in range(blocks):
-        for copy, seg in ((0, CLEAN), (1, NOISY)):
+        for copy in (0, 1):                                          # the clean copy, then the noisy one
             rows = torch.arange(p + copy * ell + k * b, p + copy * ell + (k + 1) * b)
             seen = mask[rows].any(0)
             expect = torch.zeros(p + 2 * ell, dtype=torch.bool)

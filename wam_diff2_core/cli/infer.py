@@ -221,7 +221,7 @@ def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages: Sta
     t = time.perf_counter()
     texts = tokenizer.batch_decode(out.sequences, skip_special_tokens=False)
     records = []
-    for (i, s, ims), text, stats, finished in zip(ready, texts, out.stats, out.finished):
+    for (_, s, ims), text, stats, finished in zip(ready, texts, out.stats, out.finished):
         rec = {"id": s.id, "line": s.line, "prediction": text, "ground_truth": s.answer, "finished": finished}
         rec.update(_parsed_fields(text, s, ims, args.parse))
         rec["stats"] = stats.as_dict()

@@ -185,7 +185,7 @@ class DataOrder:
     def __init__(self, size: int, seed: int, shuffle: bool = True):
         self.size, self.seed, self.shuffle = size, seed, shuffle
 
-    @lru_cache(maxsize=4)
+    @lru_cache(maxsize=4)  # noqa: B019 - one sampler per run: the cache goes with it
     def permutation(self, epoch: int) -> list[int]:
         if not self.shuffle:
             return list(range(self.size))
