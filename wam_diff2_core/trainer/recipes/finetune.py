@@ -34,6 +34,7 @@ from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, Metrics
                              latest_checkpoint, prune_checkpoints, publish, read_progress, step_dir_name,
                              write_progress)
 from ..training_config import TrainingConfig, check_required, dump_yaml, parse_mix
+from ..trainer_state import load_trainer_state, refuse_pickles, save_trainer_state
 from ..training_data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
 from ..losses import LossSettings, objective
 from ..noise import TrainingBatch, build_batch
@@ -128,6 +129,11 @@ class FinetuneRecipe:
         if acc.distributed_type == DistributedType.DEEPSPEED:
             # no DataLoader goes through prepare(), so DeepSpeed cannot infer its micro-batch
             acc.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.train.micro_batch_size
+        if acc.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP) and (
+                cfg.output.save_every_steps or self.resume):
+            raise ConfigError(f"output.save_every_steps: resumable checkpoints (and --resume) are supported with "
+                              f"DDP or one process, not {acc.distributed_type.value}, whose optimizer states are "
+                              "pickles; pass --output.save_every_steps 0 (final/ is still written)")
 
         resume_from = self._check_run_dir()
         if self.finished:
@@ -161,14 +167,13 @@ class FinetuneRecipe:
         optimizer = build_optimizer(module, cfg.optim)
         self.scheduler = build_scheduler(optimizer, self.total_steps, cfg.optim)
         self.module, self.optimizer = acc.prepare(module, optimizer)
-        acc.register_for_checkpointing(self.scheduler)
-        # Model weights live in the Hugging Face part of each checkpoint; trainer_state/ holds the rest.
-        acc.register_save_state_pre_hook(lambda models, weights, out: weights.clear())
-        acc.register_load_state_pre_hook(lambda models, inp: models.clear())
         if resume_from is not None:
-            acc.load_state(str(resume_from / TRAINER_STATE))
+            # Model weights come from the Hugging Face part of the checkpoint; trainer_state/ holds the rest.
+            load_trainer_state(resume_from / TRAINER_STATE, self.optimizer, self.scheduler,
+                               process_index=acc.process_index, device=acc.device)
             progress = read_progress(resume_from)
             self.step = int(progress["step"])
+            acc.step = int(progress.get("accelerator_step", self.step * self.plan.accumulation_steps))
             if progress.get("total_steps") != self.total_steps:
                 log.warning("resuming with %s total steps (the checkpoint planned %s)", self.total_steps,
                             progress.get("total_steps"))
@@ -191,6 +196,8 @@ class FinetuneRecipe:
         return self.block_size
 
     def _check_run_dir(self) -> Path | None:
+        if self.resume:
+            refuse_pickles(self.run_dir)
         if (self.run_dir / FINAL).exists() and self.resume:
             log.info("%s is already finished", self.run_dir / FINAL)
             self.finished = True
@@ -378,10 +385,11 @@ class FinetuneRecipe:
         acc.wait_for_everyone()
         tmp = tmp or final.with_name(f".{final.name}.partial")
         self._write_hf(tmp)
-        acc.save_state(str(tmp / TRAINER_STATE))
+        save_trainer_state(tmp / TRAINER_STATE, self.optimizer, self.scheduler, process_index=acc.process_index,
+                           main=acc.is_main_process, device=acc.device)
         acc.wait_for_everyone()
         if acc.is_main_process:
-            write_progress(tmp, {"step": self.step, "total_steps": self.total_steps,
+            write_progress(tmp, {"step": self.step, "total_steps": self.total_steps, "accelerator_step": acc.step,
                                  "global_batch_size": self.plan.global_batch_size, "block_size": self.block_size})
             publish(tmp, final)
             prune_checkpoints(self.run_dir, self.cfg.output.keep_last)
