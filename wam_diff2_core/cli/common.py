@@ -71,6 +71,16 @@ def image_limits(args: argparse.Namespace):
                           if getattr(args, f.name, None) is not None})
 
 
+def add_sample_path_arguments(parser) -> None:
+    """``--data-root`` and ``--allow-absolute-image-paths``: where a samples file's image paths are read."""
+    from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS, ALLOW_ABSOLUTE_IMAGE_PATHS_HELP
+
+    parser.add_argument("--data-root", default=None,
+                        help="image paths are relative to this (default: the samples file's folder)")
+    parser.add_argument("--allow-absolute-image-paths", action=argparse.BooleanOptionalAction,
+                        default=ALLOW_ABSOLUTE_IMAGE_PATHS, help=ALLOW_ABSOLUTE_IMAGE_PATHS_HELP)
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--model", required=required, help="checkpoint directory (Qwen3-VL or WAM-Diff2), or a "
                         "Hugging Face hub id (ORG/NAME) already in the local cache")

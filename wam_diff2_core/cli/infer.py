@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..profiling import PeakMemory, StageTimes, VisionTimer, stage_summary, stage_table
 from .common import (add_decoding_arguments, add_engine_arguments, add_image_limit_arguments, add_model_arguments,
-                     decoding_overrides, engine_settings, image_limits)
+                     add_sample_path_arguments, decoding_overrides, engine_settings, image_limits)
 
 HELP = "decode a JSON/JSONL file of samples and write predictions"
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
     add_model_arguments(p)
     p.add_argument("--input", required=True, help="samples (JSON list or JSONL)")
     p.add_argument("--output", required=True, help="predictions (.json list or .jsonl)")
-    p.add_argument("--data-root", default=None, help="image paths are relative to this (default: the input's folder)")
+    add_sample_path_arguments(p)
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--parse", default="auto", choices=PARSERS,
                    help="how to read answers: auto = waypoints for planning prompts, boxes for bbox_2d prompts")
@@ -98,7 +98,8 @@ def run(args) -> int:
     output = Path(args.output)
     data_root = Path(args.data_root) if args.data_root else Path(args.input).parent
     try:
-        items = list(iter_samples(args.input, data_root))     # Sample, or the SampleError of a record
+        items = list(iter_samples(args.input, data_root,      # Sample, or the SampleError of a record
+                                  allow_absolute_paths=args.allow_absolute_image_paths))
     except ValueError as exc:         # the file as a whole: unreadable, or a JSON list that does not parse
         print(f"wam-diff2 infer: error: --input: {exc}", file=sys.stderr)
         return 2

@@ -16,11 +16,11 @@ HELP = "fixed-noise validation loss on held-out samples (and a teacher's top-5 o
 
 def add_arguments(p) -> None:
     from ..trainer.losses import KD_LOSSES
-    from .common import add_model_arguments
+    from .common import add_model_arguments, add_sample_path_arguments
 
     add_model_arguments(p)
     p.add_argument("--data", required=True, help="samples (the authors' JSON / JSONL)")
-    p.add_argument("--data-root", default=None, help="folder image paths are relative to (default: the data's)")
+    add_sample_path_arguments(p)
     p.add_argument("--block-size", type=int, default=None,
                    help="the model's block size for the noise and the mask (default: its diffusion_config.json)")
     p.add_argument("--teacher", default=None, help="a teacher checkpoint: also report the divergence and rho_K")
@@ -57,7 +57,8 @@ def run(args) -> int:
     result = validation_loss(student, args.data, block_size=block_size, data_root=data_root, rounds=args.rounds,
                              min_pixels=args.min_pixels, max_pixels=args.max_pixels,
                              seed=args.seed, teacher=teacher, teacher_block_size=teacher_block_size,
-                             settings=settings, limit=args.limit)
+                             settings=settings, limit=args.limit,
+                             allow_absolute_paths=args.allow_absolute_image_paths)
     figures = {"model": args.model, "block_size": block_size, "data": args.data, "samples": result.samples,
                "rounds": args.rounds, "ce": result.ce}
     line = f"val-loss: {result.samples} samples x {args.rounds} noise draws, B = {block_size}: CE {result.ce:.4f}"

@@ -148,7 +148,8 @@ class FinetuneRecipe:
             data_root=cfg.data.data_root, mix=parse_mix(cfg.data.mix), min_pixels=cfg.data.min_pixels,
             max_pixels=cfg.data.max_pixels, max_length=cfg.data.max_length, block_size=self.block_size,
             pad_multiple=self.pad_multiple, on_error=cfg.data.on_error,
-            image_limits=ImageLimits(cfg.data.max_decoded_pixels, cfg.data.max_decoded_bytes))
+            image_limits=ImageLimits(cfg.data.max_decoded_pixels, cfg.data.max_decoded_bytes),
+            allow_absolute_paths=cfg.data.allow_absolute_image_paths)
         self.order = DataOrder(len(self.dataset), cfg.train.seed, cfg.data.shuffle)
         self.total_steps = total_steps(len(self.dataset), cfg.train.epochs, cfg.train.global_batch_size,
                                        cfg.train.max_steps)
