@@ -30,6 +30,7 @@ from ...images import ImageLimits
 from ...model.checkpoint import save_checkpoint
 from ...model.prompt_encoding import pixel_size
 from ...utils.atomic import atomic_write_text
+from ...utils.run_lock import RUN_LOCK, RunLock
 from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
                              latest_checkpoint, prune_checkpoints, publish, read_progress, step_dir_name,
                              write_progress)
@@ -110,6 +111,7 @@ class FinetuneRecipe:
         self.step = 0
         self.finished = False
         self._placeholder_example: Example | None = None
+        self.run_lock: RunLock | None = None
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -119,6 +121,8 @@ class FinetuneRecipe:
         cfg = self.cfg
         device = resolve_train_device(cfg.train.device)
         state = PartialState(cpu=device == "cpu")          # joins the process group (torchrun / accelerate launch)
+        if state.is_main_process:                           # one run writes output.dir at a time
+            self.run_lock = RunLock(self.run_dir / RUN_LOCK, "run folder").acquire()
         self.plan = BatchPlan(cfg.train.global_batch_size, cfg.train.micro_batch_size, state.num_processes,
                               state.process_index)
         self.accelerator = Accelerator(
@@ -411,6 +415,8 @@ class FinetuneRecipe:
         return final
 
     def cleanup(self) -> None:
+        if self.run_lock is not None:
+            self.run_lock.release()
         acc = getattr(self, "accelerator", None)
         if acc is not None:
             acc.free_memory()
