@@ -170,12 +170,12 @@ def test_one_sided_pixel_budget_keeps_the_processors_other_bound(cli_checkpoint,
     assert not bad.exists()
 
 
-def test_cpu_threads_flag_sets_torch_threads(cli_checkpoint, dataset, tmp_path):
+def test_threads_flag_sets_torch_threads(cli_checkpoint, dataset, tmp_path):
     import torch
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        assert _infer(cli_checkpoint, dataset, tmp_path / "p.json", "--cpu-threads", "1", "--max-new-tokens", "4") == 0
+        assert _infer(cli_checkpoint, dataset, tmp_path / "p.json", "--threads", "1", "--max-new-tokens", "4") == 0
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

@@ -276,7 +276,7 @@ def run(args) -> int:
     from ..model.checkpoint import load_checkpoint
     from ..model.prompt_encoding import encode_prompts
     from ..utils.atomic import atomic_directory, atomic_write_json
-    from .common import cpu_name, format_table
+    from .common import apply_threads, cpu_name, format_table
 
     if not args.model:
         raise ConfigError("--data needs --model (the block-diffusion checkpoint)")
@@ -289,8 +289,7 @@ def run(args) -> int:
         raise ConfigError(f"--out {out_dir} already exists (use --overwrite to replace it)")
     samples, skipped = planning_samples(args.data, args.data_root, args.limit, args.every,
                                         allow_absolute_paths=args.allow_absolute_image_paths)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
 
     overrides = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else None
     from ..data.samples import SampleError, load_images

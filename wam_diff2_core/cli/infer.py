@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..profiling import PeakMemory, StageTimes, VisionTimer, stage_summary, stage_table
 from .common import (add_decoding_arguments, add_engine_arguments, add_image_limit_arguments, add_model_arguments,
-                     add_sample_path_arguments, decoding_overrides, engine_settings, image_limits)
+                     add_sample_path_arguments, apply_threads, decoding_overrides, engine_settings, image_limits)
 
 HELP = "decode a JSON/JSONL file of samples and write predictions"
 log = logging.getLogger(__name__)
@@ -127,6 +127,7 @@ def run(args) -> int:
         # Rewrite the partial file without any torn last line before appending.
         atomic_write_text(partial, "".join(json.dumps(r) + "\n" for r in done.values()))
 
+        apply_threads(args)
         engine = engine_settings(args)
         loaded = load_checkpoint(args.model, device=device, dtype=args.dtype, overrides=decoding_overrides(args))
         try:  # a bad pixel budget is the run's error, not every sample's

@@ -16,9 +16,10 @@ HELP = "fixed-noise validation loss on held-out samples (and a teacher's top-5 o
 
 def add_arguments(p) -> None:
     from ..trainer.losses import KD_LOSSES
-    from .common import add_model_arguments, add_sample_path_arguments
+    from .common import add_model_arguments, add_sample_path_arguments, add_threads_argument
 
     add_model_arguments(p)
+    add_threads_argument(p)
     p.add_argument("--data", required=True, help="samples (the authors' JSON / JSONL)")
     add_sample_path_arguments(p)
     p.add_argument("--block-size", type=int, default=None,
@@ -41,11 +42,13 @@ def run(args) -> int:
     from ..model.checkpoint import load_checkpoint
     from ..trainer.evaluate import validation_loss
     from ..trainer.losses import LossSettings
+    from .common import apply_threads
 
     for name in ("rounds", "limit", "top_k", "block_size", "teacher_block_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    apply_threads(args)
     student = load_checkpoint(args.model, device=args.device, dtype=args.dtype)
     block_size = args.block_size or student.config.block_size
     teacher, teacher_block_size = None, 0
