@@ -265,6 +265,7 @@ class DiffusionConfig:
             # a decoder run at another block size than trained degrades: say so
             log.warning("block_size %d differs from the block size %s the checkpoint was trained with (%s)",
                         settings.block_size, trained, DIFFUSION_CONFIG_FILE)
+        warn_if_partial_last_block(settings)
 
         text_config = getattr(model_config, "text_config", model_config)
         vocab_size = int(text_config.vocab_size)
@@ -303,6 +304,8 @@ class DiffusionConfig:
         if settings.block_size > 1 and self.mask_token_id is None:
             raise ConfigError("block_size: > 1 needs a mask token; convert the checkpoint first")
         changed = {k: SOURCE_USER for k, v in overrides.items() if v != getattr(self.settings, k)}
+        if {"block_size", "max_new_tokens"} & set(changed):
+            warn_if_partial_last_block(settings)
         return dataclasses.replace(self, settings=settings, sources={**self.sources, **changed})
 
     def describe(self) -> str:
@@ -315,6 +318,15 @@ class DiffusionConfig:
             by_source.setdefault(self.sources.get("mask_token_id", SOURCE_DEFAULT), []).append(
                 f"mask_token_id={self.mask_token_id}")
         return "; ".join(f"{', '.join(items)} (from {source})" for source, items in by_source.items())
+
+
+def warn_if_partial_last_block(settings: DecodingSettings) -> None:
+    """A budget that is not whole blocks: the decoder denoises the whole last block, then cuts it."""
+    block, budget = settings.block_size, settings.max_new_tokens
+    if block > 1 and budget % block:
+        log.warning("max_new_tokens %d is not a multiple of block_size %d: the last block is decoded whole (%d "
+                    "tokens) and cut to %d, so an answer that reaches it is cut mid-block", budget, block, block,
+                    budget % block)
 
 
 def _resolve_mask_id(stored: Mapping[str, Any], tokenizer, model_config, vocab_size: int,
