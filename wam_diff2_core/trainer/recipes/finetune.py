@@ -178,7 +178,7 @@ class FinetuneRecipe:
                                process_index=acc.process_index, device=acc.device)
             progress = read_progress(resume_from)
             self.step = int(progress["step"])
-            acc.step = int(progress.get("accelerator_step", self.step * self.plan.accumulation_steps))
+            acc.step = int(progress["accelerator_step"])          # micro-batches seen: accumulation phase
             if progress.get("total_steps") != self.total_steps:
                 log.warning("resuming with %s total steps (the checkpoint planned %s)", self.total_steps,
                             progress.get("total_steps"))
