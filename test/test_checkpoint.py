@@ -153,3 +153,30 @@ def test_tiny_checkpoint_cli_sizes(tmp_path):
     text = read_model_config(tmp_path / "m").text_config
     assert (text.hidden_size, text.num_hidden_layers) == (64, 3)
     assert not (tmp_path / "m" / DIFFUSION_CONFIG_FILE).exists()
+
+
+# ---------------------------------------------------------------- what is ignored or likely wrong is said
+def test_remote_code_and_a_partial_last_block_are_warned_about(tmp_path, tiny_checkpoint, caplog):
+    """Before: auto_map was ignored without a word, and max_new_tokens 7 at B = 4 accepted silently."""
+    ckpt = tmp_path / "remote"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    with caplog.at_level("WARNING"):
+        loaded = load_checkpoint(ckpt, device="cpu", dtype="float32", overrides={"block_size": 4, "max_new_tokens": 7})
+    assert "config.json: auto_map names remote code, which is not run" in caplog.text
+    assert "max_new_tokens 7 is not a multiple of block_size 4" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        whole = loaded.config.with_settings(max_new_tokens=8)
+        assert not caplog.text                                  # whole blocks: nothing to say
+        whole.with_settings(block_size=3)
+    assert "max_new_tokens 8 is not a multiple of block_size 3: the last block is decoded whole (3 tokens) " \
+           "and cut to 2" in caplog.text
+
+
+def test_a_checkpoint_without_remote_code_loads_without_warnings(tiny_checkpoint, caplog):
+    with caplog.at_level("WARNING"):
+        load_checkpoint(tiny_checkpoint, device="cpu", dtype="float32")
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text

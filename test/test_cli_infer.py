@@ -170,12 +170,12 @@ def test_one_sided_pixel_budget_keeps_the_processors_other_bound(cli_checkpoint,
     assert not bad.exists()
 
 
-def test_cpu_threads_flag_sets_torch_threads(cli_checkpoint, dataset, tmp_path):
+def test_threads_flag_sets_torch_threads(cli_checkpoint, dataset, tmp_path):
     import torch
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        assert _infer(cli_checkpoint, dataset, tmp_path / "p.json", "--cpu-threads", "1", "--max-new-tokens", "4") == 0
+        assert _infer(cli_checkpoint, dataset, tmp_path / "p.json", "--threads", "1", "--max-new-tokens", "4") == 0
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
@@ -257,3 +257,21 @@ def test_a_checkpoint_without_its_chat_template_is_refused_at_load(cli_checkpoin
 def test_bad_image_limit_flags_are_refused(cli_checkpoint, dataset, tmp_path, capsys):
     assert _infer(cli_checkpoint, dataset, tmp_path / "p.json", "--max-decoded-pixels", "0") == 2
     assert "--max-decoded-pixels: must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_image_paths_outside_the_data_root_are_refused_unless_absolute_ones_are_allowed(cli_checkpoint, tmp_path):
+    """Before: '../../etc/...' and absolute paths were read, decoded and answered."""
+    from hostile_data import planning_record
+    outside = tmp_path / "outside.png"
+    Image.fromarray(np.zeros((72, 128, 3), np.uint8)).save(outside)
+    (tmp_path / "root").mkdir()
+    data = _one_good_and(tmp_path / "root", json.dumps(planning_record("abs", [str(outside)])))
+    with data.open("a") as f:
+        f.write(json.dumps(planning_record("up", ["../outside.png"])) + "\n")
+    for flag, answered in (((), ["s0", "s1"]), (("--allow-absolute-image-paths",), ["s0", "abs", "s1"])):
+        out = tmp_path / f"preds{len(flag)}.json"
+        assert main(["infer", "--model", str(cli_checkpoint), "--input", str(data), "--output", str(out),
+                     "--device", "cpu", "--max-new-tokens", "8", *flag]) == 0
+        records = json.loads(out.read_text())
+        assert [r["id"] for r in records if "prediction" in r] == answered
+        assert all("is outside the data root" in r["error"] for r in records if "error" in r)

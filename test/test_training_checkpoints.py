@@ -12,9 +12,10 @@ from wam_diff2_core.trainer import checkpointing
 from wam_diff2_core.trainer.checkpointing import (CHECKPOINTS, begin_partial, checkpoint_dirs, latest_checkpoint,
                                                   prune_checkpoints, publish, step_dir_name, write_progress)
 
-# what a training checkpoint holds (finetune.save_checkpoint: the Hugging Face part + accelerate's state)
+# what a training checkpoint holds (finetune.save_checkpoint: the Hugging Face part + trainer_state.py)
 FILES = ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja",
-         "trainer_state/optimizer.bin", "trainer_state/random_states_0.pkl", "trainer_state/custom_checkpoint_0.pkl")
+         "trainer_state/optimizer.safetensors", "trainer_state/optimizer.json", "trainer_state/scheduler.json",
+         "trainer_state/rng-0.safetensors")
 
 
 def _save(run, step: int):
@@ -34,7 +35,7 @@ def test_a_checkpoint_missing_a_file_is_not_complete_and_resume_takes_the_previo
         _save(tmp_path, step)
     assert [s for s, _ in checkpoint_dirs(tmp_path)] == [2, 4, 6]
     (tmp_path / CHECKPOINTS / "step-000006" / "model.safetensors").unlink()
-    (tmp_path / CHECKPOINTS / "step-000004" / "trainer_state" / "optimizer.bin").unlink()
+    (tmp_path / CHECKPOINTS / "step-000004" / "trainer_state" / "optimizer.safetensors").unlink()
     assert [s for s, _ in checkpoint_dirs(tmp_path)] == [2]
     assert latest_checkpoint(tmp_path) == tmp_path / CHECKPOINTS / "step-000002"
 

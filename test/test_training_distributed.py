@@ -109,3 +109,36 @@ def test_two_processes_equal_one_with_the_combined_batch(tiny_checkpoint, tmp_pa
             torch.testing.assert_close(b["grads"][name], g, rtol=1e-4, atol=1e-5 * scale, msg=name)
     assert one[1]["overlap"] is not None
     assert two[1]["overlap"] == pytest.approx(one[1]["overlap"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_two_processes_save_and_resume_exactly(tiny_checkpoint, tmp_path):
+    """Each process writes and reads its own RNG file; the main one the optimizer and scheduler."""
+    import shutil
+    from safetensors.torch import load_file
+    from wam_diff2_core.trainer.checkpointing import loss_curve, read_metrics
+    data = write_tiny_dataset(tmp_path / "data", num_samples=8)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(REPO)}
+
+    def train(out, *extra):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+               "wam_diff2_core.trainer", "--log-level", "WARNING", "--config", str(REPO / "training" / "block8.yaml"),
+               "--model.path", str(tiny_checkpoint), "--data.train_file", str(data), "--data.data_root",
+               str(data.parent), "--data.min_pixels", str(TINY_MIN_PIXELS), "--data.max_pixels",
+               str(TINY_MAX_PIXELS), "--train.global_batch_size", "4", "--train.micro_batch_size", "1",
+               "--train.max_steps", "4", "--optim.lr", "2e-3", "--output.save_every_steps", "2",
+               "--train.device", "cpu", "--output.dir", str(out), *extra]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+    train(straight)
+    state = straight / "checkpoints" / "step-000002" / "trainer_state"
+    assert {"rng-0.safetensors", "rng-1.safetensors", "optimizer.safetensors"} <= {p.name for p in state.iterdir()}
+    shutil.copytree(straight, resumed)                     # as if stopped right after the step-2 checkpoint
+    shutil.rmtree(resumed / "final")
+    train(resumed, "--resume")
+    assert loss_curve(read_metrics(resumed)) == loss_curve(read_metrics(straight))
+    a, b = (load_file(str(run / "final" / "model.safetensors")) for run in (straight, resumed))
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -3,7 +3,9 @@ curve and the final weights of an uninterrupted run (model, optimizer, scheduler
 data position restored); the kill leaves no half checkpoint that looks whole."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +81,62 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tiny_checkpoint, t
     assert a.keys() == b.keys()
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
     assert worst < 1e-6
+
+
+# ---------------------------------------------------------------- resume state without pickles
+class _PlantedPayload:
+    """Unpickling this creates ``marker``: what an attacker's file in a run folder would do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def _short_run(tiny_checkpoint, data, out):
+    from wam_diff2_core.trainer.recipes import run_stage
+    from wam_diff2_core.trainer.training_config import load_training_config
+    overrides = _command(tiny_checkpoint, data, out, "--train.max_steps", "4", "--output.save_every_steps", "2")
+    return load_training_config(REPO / "training" / "block4.yaml", overrides[7:]), run_stage
+
+
+def test_resume_state_is_safetensors_and_json_and_resumes_exactly(tiny_checkpoint, tmp_path):
+    import shutil
+    data = write_tiny_dataset(tmp_path / "data", num_samples=6)
+    cfg, run_stage = _short_run(tiny_checkpoint, data, tmp_path / "straight")
+    run_stage(cfg)
+    state = tmp_path / "straight" / "checkpoints" / "step-000002" / "trainer_state"
+    assert sorted(p.name for p in state.iterdir()) == ["optimizer.json", "optimizer.safetensors", "progress.json",
+                                                     "rng-0.safetensors", "scheduler.json"]
+    # the same run stopped after its step-2 checkpoint: its final/ and later metrics never written
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "straight", resumed)
+    shutil.rmtree(resumed / "final")
+    records = read_metrics(resumed)
+    (resumed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records if r["step"] <= 2))
+    run_stage(cfg.replace(**{"output.dir": str(resumed)}), resume=True)
+    assert loss_curve(read_metrics(resumed)) == loss_curve(read_metrics(tmp_path / "straight"))
+    a = load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
+    b = load_file(str(resumed / "final" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("planted", ["checkpoints/step-000002/trainer_state/custom_checkpoint_0.pkl",
+                                     "checkpoints/step-000002/notes.txt", "metrics.jsonl.bak"])
+def test_resume_refuses_a_run_folder_with_a_pickle_and_runs_none_of_it(tiny_checkpoint, tmp_path, planted):
+    import pickle
+    from wam_diff2_core.config import ConfigError
+    data = write_tiny_dataset(tmp_path / "data", num_samples=6)
+    out = tmp_path / "run"
+    cfg, run_stage = _short_run(tiny_checkpoint, data, out)
+    cfg = cfg.replace(**{"train.max_steps": 3})           # step-2 checkpoint, then final/ (removed below)
+    run_stage(cfg)
+    import shutil
+    shutil.rmtree(out / "final")
+    marker = tmp_path / "pwned"
+    (out / planted).write_bytes(pickle.dumps(_PlantedPayload(marker)))
+    with pytest.raises(ConfigError, match=re.escape(str(out / planted)) + ".* is a pickle"):
+        run_stage(cfg, resume=True)
+    assert not marker.exists()
+    assert not (out / "final").exists()                   # refused before anything was read or written

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -101,9 +102,10 @@ class EngineSettings:
     max_graph_batch: int = _setting(8, "static decoder with CUDA graphs: largest batch-size bucket "
                                     "(buckets 1, 2, 4, ... up to this); larger batches run eagerly",
                                     low=1, high=1024)
-    cpu_threads: int = _setting(0, "torch intra-op threads when the model runs on CPU; 0 = torch's default "
-                                "(one per core), which can oversubscribe a small CPU shared with the ROS "
-                                "executor and other processes (2 cores: 16 s per plan instead of 0.4 s)",
+    cpu_threads: int = _setting(0, "torch intra-op threads when the model runs on CPU; 0 = OMP_NUM_THREADS "
+                                "when set, else the CPUs this process may run on (its affinity, not the "
+                                "machine's core count), which can oversubscribe a small CPU shared with the "
+                                "ROS executor and other processes (2 cores: 16 s per plan instead of 0.4 s)",
                                 low=0, high=1024)
 
     def validated(self) -> "EngineSettings":
@@ -121,6 +123,34 @@ class EngineSettings:
 
 
 ENGINE_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(EngineSettings)}
+
+
+def default_cpu_threads() -> tuple[int, str]:
+    """What ``cpu_threads: 0`` means, and where it comes from: OMP_NUM_THREADS when set (the user's
+    process-wide choice), else the CPUs this process may run on (its affinity: taskset, a
+    container's cpuset), not the machine's core count."""
+    try:
+        requested = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        requested = 0
+    if requested > 0:
+        return requested, "OMP_NUM_THREADS"
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)), "the process's CPU affinity"
+    return os.cpu_count() or 1, "the CPU count"            # no affinity API (macOS)
+
+
+def apply_cpu_threads(cpu_threads: int) -> int:
+    """Set torch's intra-op threads to ``cpu_threads`` (0: :func:`default_cpu_threads`) and log it;
+    returns the number. Process-wide, as torch allows; called by DrivingPolicy (the node, eval-bag,
+    closed-loop) and by every other command that runs a model (cli/common.py apply_threads)."""
+    import torch
+
+    cpu_threads = EngineSettings().replace(cpu_threads=cpu_threads).cpu_threads      # validated
+    threads, source = (cpu_threads, "cpu_threads / --threads") if cpu_threads else default_cpu_threads()
+    torch.set_num_threads(threads)
+    log.info("torch intra-op threads: %d (from %s)", threads, source)
+    return threads
 
 # The fast path proves itself where it runs (DrivingPolicy.check_fast_path, the node at configure): on
 # the warm-up prompt its tokens must equal the plain path's in float32 (bit-exact, as the tests pin)
@@ -235,6 +265,7 @@ class DiffusionConfig:
             # a decoder run at another block size than trained degrades: say so
             log.warning("block_size %d differs from the block size %s the checkpoint was trained with (%s)",
                         settings.block_size, trained, DIFFUSION_CONFIG_FILE)
+        warn_if_partial_last_block(settings)
 
         text_config = getattr(model_config, "text_config", model_config)
         vocab_size = int(text_config.vocab_size)
@@ -273,6 +304,8 @@ class DiffusionConfig:
         if settings.block_size > 1 and self.mask_token_id is None:
             raise ConfigError("block_size: > 1 needs a mask token; convert the checkpoint first")
         changed = {k: SOURCE_USER for k, v in overrides.items() if v != getattr(self.settings, k)}
+        if {"block_size", "max_new_tokens"} & set(changed):
+            warn_if_partial_last_block(settings)
         return dataclasses.replace(self, settings=settings, sources={**self.sources, **changed})
 
     def describe(self) -> str:
@@ -285,6 +318,15 @@ class DiffusionConfig:
             by_source.setdefault(self.sources.get("mask_token_id", SOURCE_DEFAULT), []).append(
                 f"mask_token_id={self.mask_token_id}")
         return "; ".join(f"{', '.join(items)} (from {source})" for source, items in by_source.items())
+
+
+def warn_if_partial_last_block(settings: DecodingSettings) -> None:
+    """A budget that is not whole blocks: the decoder denoises the whole last block, then cuts it."""
+    block, budget = settings.block_size, settings.max_new_tokens
+    if block > 1 and budget % block:
+        log.warning("max_new_tokens %d is not a multiple of block_size %d: the last block is decoded whole (%d "
+                    "tokens) and cut to %d, so an answer that reaches it is cut mid-block", budget, block, block,
+                    budget % block)
 
 
 def _resolve_mask_id(stored: Mapping[str, Any], tokenizer, model_config, vocab_size: int,

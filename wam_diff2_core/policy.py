@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .config import DEFAULT_PARSE_RETRY, FAST_PATH_MIN_AGREEMENT, PARSE_RETRIES, EngineSettings
+from .config import DEFAULT_PARSE_RETRY, FAST_PATH_MIN_AGREEMENT, PARSE_RETRIES, EngineSettings, apply_cpu_threads
 from .decoding import make_decoder, resolve_engine
 from .decoding.common import DecodeStats
 from .geometry import EgoMotion
@@ -82,6 +82,8 @@ class DrivingPolicy:
         self.max_waypoint_abs_m = max_waypoint_abs_m
         self.parse_retry = parse_retry
         self.engine = resolve_engine(engine or EngineSettings(), loaded.model)
+        if next(loaded.model.parameters()).device.type == "cpu":
+            apply_cpu_threads(self.engine.cpu_threads)
         self.decoder = make_decoder(loaded.model, loaded.config, engine=self.engine)
 
     @classmethod

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..model.shapes import MROPE_SECTION, TEXT, VISION, rope_parameters
 from ..profiling import StageTimes, stage_summary
-from .common import cpu_name, format_table
+from .common import add_threads_argument, apply_threads, cpu_name, format_table
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def add_arguments(p) -> None:
     p.add_argument("--logit-scale", type=float, default=24.0,
                    help="random weights: logit scale (through the final norm), so confidences spread like a trained model's")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
+    add_threads_argument(p)
     p.add_argument("--json", default=None, help="also write every number here")
     from . import bench_models
     bench_models.add_arguments(p)
@@ -332,8 +332,7 @@ def run(args) -> int:
     from ..config import ConfigError
     from ..model.checkpoint import load_checkpoint, resolve_device, resolve_dtype
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     if args.model:   # the one precedence rule: --block-size > the checkpoint's settings > its format's

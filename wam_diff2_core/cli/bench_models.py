@@ -29,6 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..config import DecodingSettings
+from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS
 from ..profiling import stage_summary
 
 log = logging.getLogger(__name__)
@@ -38,11 +39,13 @@ DEFAULT_THRESHOLD = DecodingSettings().confidence_threshold   # the Block-B rows
 
 
 def add_arguments(p) -> None:
+    from .common import add_sample_path_arguments
+
     g = p.add_argument_group("model comparison mode (with --data)")
     g.add_argument("--data", default=None,
                    help="planning samples (seed JSON/JSONL): compare --ar-model (B=1) with --model's block sizes")
     g.add_argument("--ar-model", default=None, help="AR checkpoint (default: --model decoded at B = 1)")
-    g.add_argument("--data-root", default=None, help="image paths are relative to this (default: the data's folder)")
+    add_sample_path_arguments(g)
     g.add_argument("--block-sizes", type=int, nargs="+", default=[4, 8, 16, 32])
     g.add_argument("--thresholds", type=float, nargs="+", default=[0.7, 0.8, 0.9, 0.95],
                    help=f"confidence thresholds swept at B = {SWEEP_BLOCK}")
@@ -67,7 +70,8 @@ def configurations(block_sizes, thresholds) -> list[tuple[str, int, float | None
     return out
 
 
-def planning_samples(data: str, data_root: str | None, limit: int | None, every: int = 1):
+def planning_samples(data: str, data_root: str | None, limit: int | None, every: int = 1, *,
+                     allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS):
     """[(Sample, ground truth [8, 2])] whose answer is a planning answer; ConfigError when none."""
     from ..config import ConfigError
     from ..data.samples import SampleError, iter_samples
@@ -77,7 +81,8 @@ def planning_samples(data: str, data_root: str | None, limit: int | None, every:
     if not path.is_file():
         raise ConfigError(f"--data {path}: no such file")
     try:
-        items = list(iter_samples(path, Path(data_root) if data_root else path.parent))
+        items = list(iter_samples(path, Path(data_root) if data_root else path.parent,
+                                  allow_absolute_paths=allow_absolute_paths))
     except ValueError as exc:
         raise ConfigError(f"--data {exc}") from exc
     out, skipped = [], []
@@ -310,7 +315,7 @@ def run(args) -> int:
     from ..model.checkpoint import load_checkpoint
     from ..model.prompt_encoding import encode_prompts
     from ..utils.atomic import atomic_directory, atomic_write_json
-    from .common import cpu_name, format_table
+    from .common import apply_threads, cpu_name, format_table
 
     if not args.model:
         raise ConfigError("--data needs --model (the block-diffusion checkpoint)")
@@ -321,14 +326,14 @@ def run(args) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not args.overwrite:
         raise ConfigError(f"--out {out_dir} already exists (use --overwrite to replace it)")
-    samples, skipped = planning_samples(args.data, args.data_root, args.limit, args.every)
+    samples, skipped = planning_samples(args.data, args.data_root, args.limit, args.every,
+                                        allow_absolute_paths=args.allow_absolute_image_paths)
     from ..sim.pdm_scenes import DataSetPdm
     try:
         pdm = DataSetPdm.for_data(args.data)
     except ValueError as exc:
         raise ConfigError(f"--data: {exc}") from exc
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
 
     overrides = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else None
     from ..data.samples import SampleError, load_images

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import platform
 from pathlib import Path
 from typing import Any
 
 from ..config import DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings, field_type
+
+log = logging.getLogger(__name__)
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +41,10 @@ def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """``--implementation``, ``--cuda-graphs`` ...: one flag per EngineSettings field (how, never which tokens)."""
     group = parser.add_argument_group("decoding engine (the tokens do not depend on these)")
+    add_threads_argument(group)
     for name, f in ENGINE_FIELDS.items():
+        if name == "cpu_threads":
+            continue
         meta = f.metadata
         kind = field_type(f)
         flag = "--" + name.replace("_", "-")
@@ -48,6 +54,21 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(flag, dest=name, type=kind, default=f.default, choices=meta["choices"],
                                help=f"{meta['help']} (default {f.default!r})")
+
+
+def add_threads_argument(parser) -> None:
+    """``--threads N``: the planner node's ``engine.cpu_threads``, for every command that runs a model."""
+    f = ENGINE_FIELDS["cpu_threads"]
+    parser.add_argument("--threads", dest="cpu_threads", type=int, default=f.default,
+                        help=f"{f.metadata['help']} (default {f.default})")
+
+
+def apply_threads(args: argparse.Namespace) -> int:
+    """Set torch's threads from ``--threads`` (0: the default rule), made concrete in ``args``."""
+    from ..config import apply_cpu_threads
+
+    args.cpu_threads = apply_cpu_threads(args.cpu_threads)
+    return args.cpu_threads
 
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
@@ -69,6 +90,16 @@ def image_limits(args: argparse.Namespace):
 
     return ImageLimits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ImageLimits)
                           if getattr(args, f.name, None) is not None})
+
+
+def add_sample_path_arguments(parser) -> None:
+    """``--data-root`` and ``--allow-absolute-image-paths``: where a samples file's image paths are read."""
+    from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS, ALLOW_ABSOLUTE_IMAGE_PATHS_HELP
+
+    parser.add_argument("--data-root", default=None,
+                        help="image paths are relative to this (default: the samples file's folder)")
+    parser.add_argument("--allow-absolute-image-paths", action=argparse.BooleanOptionalAction,
+                        default=ALLOW_ABSOLUTE_IMAGE_PATHS, help=ALLOW_ABSOLUTE_IMAGE_PATHS_HELP)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:

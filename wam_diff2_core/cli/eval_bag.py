@@ -29,7 +29,7 @@ from pathlib import Path
 from ..params import planner as node_params
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
-                     decoding_overrides, image_limits)
+                     add_threads_argument, decoding_overrides, image_limits)
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
@@ -96,6 +96,7 @@ def add_arguments(p) -> None:
                    help="longest odometry gap the recorded future is interpolated over (default 0.5)")
 
     add_model_arguments(p, required=False)  # --compare needs no model; run() checks it for evaluation
+    add_threads_argument(p)
     spec = node_params.SPECS_BY_NAME["max_waypoint_abs_m"]
     p.add_argument("--max-waypoint-abs-m", type=float, default=None,
                    help=f"{spec.description} (node default {spec.default:g})")
@@ -232,6 +233,7 @@ def _evaluate(args, settings) -> int:
     from ..evaluation.bags import Bag
     from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
+    from ..config import EngineSettings
     from ..evaluation.runner import evaluate_bags, plan_bag
     from ..policy import DrivingPolicy
 
@@ -243,7 +245,8 @@ def _evaluate(args, settings) -> int:
     extra = {k: getattr(args, k) for k in ("max_waypoint_abs_m", "parse_retry") if getattr(args, k) is not None}
     policy = DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
                                            overrides=decoding_overrides(args), tasks=("plan",),
-                                           min_pixels=args.min_pixels, max_pixels=args.max_pixels, **extra)
+                                           min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+                                           engine=EngineSettings(cpu_threads=args.cpu_threads), **extra)
     run = evaluate_bags(args.bags, policy, settings, progress=not args.no_progress, plans=plans)
     record = None
     if args.record:

@@ -10,10 +10,12 @@ of it), an image that is missing, undecodable or over ``--max-decoded-pixels`` /
 ``--max-decoded-bytes``). Records are appended to ``OUTPUT.partial.jsonl`` as they finish; the
 final file is written atomically at the end; ``--resume`` skips the ids already in the partial
 file. Under torchrun each rank decodes a shard and rank 0 merges them in input order. The exit
-status is 1 when every sample failed.
+status is 1 when every sample failed. ``OUTPUT.lock`` is held while the run writes: a second run
+with the same output stops at once, naming the first's PID.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from ..profiling import PeakMemory, StageTimes, VisionTimer, stage_summary, stage_table
 from .common import (add_decoding_arguments, add_engine_arguments, add_image_limit_arguments, add_model_arguments,
-                     decoding_overrides, engine_settings, image_limits)
+                     add_sample_path_arguments, apply_threads, decoding_overrides, engine_settings, image_limits)
 
 HELP = "decode a JSON/JSONL file of samples and write predictions"
 log = logging.getLogger(__name__)
@@ -34,7 +36,7 @@ def add_arguments(p) -> None:
     add_model_arguments(p)
     p.add_argument("--input", required=True, help="samples (JSON list or JSONL)")
     p.add_argument("--output", required=True, help="predictions (.json list or .jsonl)")
-    p.add_argument("--data-root", default=None, help="image paths are relative to this (default: the input's folder)")
+    add_sample_path_arguments(p)
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--parse", default="auto", choices=PARSERS,
                    help="how to read answers: auto = waypoints for planning prompts, boxes for bbox_2d prompts")
@@ -96,103 +98,125 @@ def run(args) -> int:
         print(f"wam-diff2 infer: error: --{name.replace('_', '-')}: {why}", file=sys.stderr)
         return 2
     output = Path(args.output)
-    data_root = Path(args.data_root) if args.data_root else Path(args.input).parent
-    try:
-        items = list(iter_samples(args.input, data_root))     # Sample, or the SampleError of a record
-    except ValueError as exc:         # the file as a whole: unreadable, or a JSON list that does not parse
-        print(f"wam-diff2 infer: error: --input: {exc}", file=sys.stderr)
-        return 2
-    refused = [s for s in items if isinstance(s, SampleError)]
-    if refused and rank == 0:
-        for exc in refused:
-            log.warning("refused %s", exc)
-        log.warning("%d of %d records refused up front (each gets its error record)", len(refused), len(items))
-    shard = [(i, s) for i, s in enumerate(items) if i % world == rank and isinstance(s, Sample)]
-    partial = output.with_name(output.name + (f".rank{rank}" if world > 1 else "") + ".partial.jsonl")
-    done: dict[str, dict] = {}        # sample id -> its record (ids of usable samples are unique)
-    if args.resume and partial.exists():
-        for line in partial.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-                done[rec["id"]] = rec
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue  # a line cut by a kill: redo that sample
-        log.info("resuming: %d samples already decoded", len(done))
-    elif partial.exists():
-        partial.unlink()
-    # Rewrite the partial file without any torn last line before appending.
-    atomic_write_text(partial, "".join(json.dumps(r) + "\n" for r in done.values()))
-
-    engine = engine_settings(args)
-    loaded = load_checkpoint(args.model, device=device, dtype=args.dtype, overrides=decoding_overrides(args))
-    try:  # a bad pixel budget is the run's error, not every sample's
-        pixel_size(args.min_pixels, args.max_pixels, loaded.processor.image_processor.size)
-    except ValueError as exc:
-        print(f"wam-diff2 infer: error: --min-pixels/--max-pixels: {exc}", file=sys.stderr)
-        return 2
-    decoder = make_decoder(loaded.model, loaded.config, engine=engine)
-    tokenizer = loaded.tokenizer
-    todo = [(i, s) for i, s in shard if s.id not in done]
-    bar = tqdm(total=len(shard), initial=len(shard) - len(todo), desc=f"infer B={loaded.config.block_size}",
-               disable=rank != 0, unit="sample")
-    batch_stages = []                 # StageTimes of every decoded batch (the stage table at the end)
-    with partial.open("a") as sink:
-        for start in range(0, len(todo), args.batch_size):
-            batch = todo[start:start + args.batch_size]
-            records, ready = [], []
-            t_batch = time.perf_counter()
-            stages = StageTimes()
-            for i, s in batch:
+    with _output_lock(output, rank, world):      # one run writes OUTPUT (and its partial files) at a time
+        data_root = Path(args.data_root) if args.data_root else Path(args.input).parent
+        try:
+            items = list(iter_samples(args.input, data_root,      # Sample, or the SampleError of a record
+                                      allow_absolute_paths=args.allow_absolute_image_paths))
+        except ValueError as exc:         # the file as a whole: unreadable, or a JSON list that does not parse
+            print(f"wam-diff2 infer: error: --input: {exc}", file=sys.stderr)
+            return 2
+        refused = [s for s in items if isinstance(s, SampleError)]
+        if refused and rank == 0:
+            for exc in refused:
+                log.warning("refused %s", exc)
+            log.warning("%d of %d records refused up front (each gets its error record)", len(refused), len(items))
+        shard = [(i, s) for i, s in enumerate(items) if i % world == rank and isinstance(s, Sample)]
+        partial = output.with_name(output.name + (f".rank{rank}" if world > 1 else "") + ".partial.jsonl")
+        done: dict[str, dict] = {}        # sample id -> its record (ids of usable samples are unique)
+        if args.resume and partial.exists():
+            for line in partial.read_text().splitlines():
                 try:
-                    ready.append((i, s, load_images(s, limits)))
-                except SampleError as exc:
-                    records.append(_error_record(exc))
-            stages.image_ms = (time.perf_counter() - t_batch) * 1e3
-            if ready:
-                memory = PeakMemory(loaded.device)
-                memory.reset()
-                stages.memory_kind = memory.kind
-                records += _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages)
-                stages.total_ms = (time.perf_counter() - t_batch) * 1e3
-                stages.other_ms = max(0.0, stages.total_ms - stages.stage_sum_ms)
-                stages.peak_memory_mb = memory.peak_mb()
-                batch_stages.append(stages)
-            for rec in records:
-                sink.write(json.dumps(rec) + "\n")
-                done[rec["id"]] = rec
-            sink.flush()
-            bar.update(len(batch))
-    bar.close()
+                    rec = json.loads(line)
+                    done[rec["id"]] = rec
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a line cut by a kill: redo that sample
+            log.info("resuming: %d samples already decoded", len(done))
+        elif partial.exists():
+            partial.unlink()
+        # Rewrite the partial file without any torn last line before appending.
+        atomic_write_text(partial, "".join(json.dumps(r) + "\n" for r in done.values()))
 
-    if world > 1:
-        torch.distributed.barrier()
-        if rank != 0:
-            return 0
-        parts = [output.with_name(output.name + f".rank{r}.partial.jsonl") for r in range(world)]
-        for part in parts[1:]:
-            for line in part.read_text().splitlines():
-                rec = json.loads(line)
-                done[rec["id"]] = rec
-    ordered = [_error_record(s) if isinstance(s, SampleError) else done[s.id] for s in items
-               if isinstance(s, SampleError) or s.id in done]
-    if output.suffix == ".jsonl":
-        atomic_write_text(output, "".join(json.dumps(r) + "\n" for r in ordered))
-    else:
-        atomic_write_json(output, ordered)
-    for part in ([partial] if world == 1 else parts):
-        part.unlink(missing_ok=True)
-    failed = sum("error" in r for r in ordered)
-    unparsed = sum(bool(r.get("parse_error")) for r in ordered)
-    print(f"wrote {len(ordered)} predictions to {output} ({failed} failed samples, {unparsed} unparsed answers)")
-    summary = stage_summary(batch_stages)
-    if summary is not None:
-        print(f"per stage, over {summary['frames']} batches of up to {args.batch_size} (image = reading the image "
-              "files; this rank):")
-        print("\n".join(stage_table(summary, total_label="batch -> records")))
-    if ordered and failed == len(ordered):
-        print(f"wam-diff2 infer: error: every sample failed; the first: {ordered[0]['error']}", file=sys.stderr)
-        return 1
-    return 0
+        apply_threads(args)
+        engine = engine_settings(args)
+        loaded = load_checkpoint(args.model, device=device, dtype=args.dtype, overrides=decoding_overrides(args))
+        try:  # a bad pixel budget is the run's error, not every sample's
+            pixel_size(args.min_pixels, args.max_pixels, loaded.processor.image_processor.size)
+        except ValueError as exc:
+            print(f"wam-diff2 infer: error: --min-pixels/--max-pixels: {exc}", file=sys.stderr)
+            return 2
+        decoder = make_decoder(loaded.model, loaded.config, engine=engine)
+        tokenizer = loaded.tokenizer
+        todo = [(i, s) for i, s in shard if s.id not in done]
+        bar = tqdm(total=len(shard), initial=len(shard) - len(todo), desc=f"infer B={loaded.config.block_size}",
+                   disable=rank != 0, unit="sample")
+        batch_stages = []                 # StageTimes of every decoded batch (the stage table at the end)
+        with partial.open("a") as sink:
+            for start in range(0, len(todo), args.batch_size):
+                batch = todo[start:start + args.batch_size]
+                records, ready = [], []
+                t_batch = time.perf_counter()
+                stages = StageTimes()
+                for i, s in batch:
+                    try:
+                        ready.append((i, s, load_images(s, limits)))
+                    except SampleError as exc:
+                        records.append(_error_record(exc))
+                stages.image_ms = (time.perf_counter() - t_batch) * 1e3
+                if ready:
+                    memory = PeakMemory(loaded.device)
+                    memory.reset()
+                    stages.memory_kind = memory.kind
+                    records += _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages)
+                    stages.total_ms = (time.perf_counter() - t_batch) * 1e3
+                    stages.other_ms = max(0.0, stages.total_ms - stages.stage_sum_ms)
+                    stages.peak_memory_mb = memory.peak_mb()
+                    batch_stages.append(stages)
+                for rec in records:
+                    sink.write(json.dumps(rec) + "\n")
+                    done[rec["id"]] = rec
+                sink.flush()
+                bar.update(len(batch))
+        bar.close()
+
+        if world > 1:
+            torch.distributed.barrier()
+            if rank != 0:
+                return 0
+            parts = [output.with_name(output.name + f".rank{r}.partial.jsonl") for r in range(world)]
+            for part in parts[1:]:
+                for line in part.read_text().splitlines():
+                    rec = json.loads(line)
+                    done[rec["id"]] = rec
+        ordered = [_error_record(s) if isinstance(s, SampleError) else done[s.id] for s in items
+                   if isinstance(s, SampleError) or s.id in done]
+        if output.suffix == ".jsonl":
+            atomic_write_text(output, "".join(json.dumps(r) + "\n" for r in ordered))
+        else:
+            atomic_write_json(output, ordered)
+        for part in ([partial] if world == 1 else parts):
+            part.unlink(missing_ok=True)
+        failed = sum("error" in r for r in ordered)
+        unparsed = sum(bool(r.get("parse_error")) for r in ordered)
+        print(f"wrote {len(ordered)} predictions to {output} ({failed} failed samples, {unparsed} unparsed answers)")
+        summary = stage_summary(batch_stages)
+        if summary is not None:
+            print(f"per stage, over {summary['frames']} batches of up to {args.batch_size} (image = reading the image "
+                  "files; this rank):")
+            print("\n".join(stage_table(summary, total_label="batch -> records")))
+        if ordered and failed == len(ordered):
+            print(f"wam-diff2 infer: error: every sample failed; the first: {ordered[0]['error']}", file=sys.stderr)
+            return 1
+        return 0
+
+
+@contextlib.contextmanager
+def _output_lock(output: Path, rank: int, world: int):
+    """Rank 0 holds OUTPUT.lock while every rank writes; the other ranks start writing only once it does."""
+    import torch
+
+    from ..utils.run_lock import RunLock
+
+    lock = RunLock(output.with_name(output.name + ".lock"), "output") if rank == 0 else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        if world > 1:
+            torch.distributed.barrier()
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _error_record(exc) -> dict:

@@ -16,11 +16,12 @@ HELP = "fixed-noise validation loss on held-out samples (and a teacher's top-5 o
 
 def add_arguments(p) -> None:
     from ..trainer.losses import KD_LOSSES
-    from .common import add_model_arguments
+    from .common import add_model_arguments, add_sample_path_arguments, add_threads_argument
 
     add_model_arguments(p)
+    add_threads_argument(p)
     p.add_argument("--data", required=True, help="samples (the authors' JSON / JSONL)")
-    p.add_argument("--data-root", default=None, help="folder image paths are relative to (default: the data's)")
+    add_sample_path_arguments(p)
     p.add_argument("--block-size", type=int, default=None,
                    help="the model's block size for the noise and the mask (default: its diffusion_config.json)")
     p.add_argument("--teacher", default=None, help="a teacher checkpoint: also report the divergence and rho_K")
@@ -41,11 +42,13 @@ def run(args) -> int:
     from ..model.checkpoint import load_checkpoint
     from ..trainer.evaluate import validation_loss
     from ..trainer.losses import LossSettings
+    from .common import apply_threads
 
     for name in ("rounds", "limit", "top_k", "block_size", "teacher_block_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    apply_threads(args)
     student = load_checkpoint(args.model, device=args.device, dtype=args.dtype)
     block_size = args.block_size or student.config.block_size
     teacher, teacher_block_size = None, 0
@@ -57,7 +60,8 @@ def run(args) -> int:
     result = validation_loss(student, args.data, block_size=block_size, data_root=data_root, rounds=args.rounds,
                              min_pixels=args.min_pixels, max_pixels=args.max_pixels,
                              seed=args.seed, teacher=teacher, teacher_block_size=teacher_block_size,
-                             settings=settings, limit=args.limit)
+                             settings=settings, limit=args.limit,
+                             allow_absolute_paths=args.allow_absolute_image_paths)
     figures = {"model": args.model, "block_size": block_size, "data": args.data, "samples": result.samples,
                "rounds": args.rounds, "ce": result.ce}
     line = f"val-loss: {result.samples} samples x {args.rounds} noise draws, B = {block_size}: CE {result.ce:.4f}"

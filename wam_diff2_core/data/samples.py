@@ -6,6 +6,14 @@
 ``<image>`` placeholders in a turn are replaced by the sample's images in order; image paths
 are relative to a data root. Roles: human -> user, gpt -> assistant, system -> system.
 
+Image paths stay inside the data root: one that is absolute or leaves the root through ``..`` is
+refused when the record is parsed, from the text alone, so the error is the same whether such a
+file exists or not (a samples file cannot probe the disk). ``allow_absolute_paths`` (the
+``--allow-absolute-image-paths`` flag, ``data.allow_absolute_image_paths`` in training) lets
+absolute paths through. The check is on the path as written: a symlink under the data root is
+followed wherever it points (datasets link image folders to other disks; whoever can place
+links in the root chose what it holds).
+
 Hostile data never stops a run: every record that cannot be used (a JSONL line that is not
 JSON, a value that is not an object, a field of the wrong type, an id that is not unique in its
 file, an image that is missing, undecodable or over the :class:`~wam_diff2_core.images.ImageLimits`)
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +38,9 @@ from ..images import DEFAULT_LIMITS, TOO_LARGE, ImageError, ImageLimits, load_rg
 from ..outputs.prompts import IMAGE_PLACEHOLDER
 
 ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
+ALLOW_ABSOLUTE_IMAGE_PATHS = False        # the default of every entry point's flag / setting
+ALLOW_ABSOLUTE_IMAGE_PATHS_HELP = ("read image paths that are absolute in the samples (default: only paths "
+                                   "inside the data root; '..' never leaves it)")
 
 
 class SampleError(ValueError):
@@ -164,10 +176,18 @@ def _sample_id(raw: dict[str, Any], index: int) -> str:
     return str(value)
 
 
+def outside_root(path: str, allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS) -> bool:
+    """Whether an image path as written in a sample would be read from outside its data root
+    (decided from the text alone: nothing on disk is looked at)."""
+    if os.path.isabs(path):
+        return not allow_absolute_paths
+    return os.path.normpath(path).split(os.sep)[0] == os.pardir
+
+
 def parse_sample(raw: dict[str, Any], data_root: str | Path = ".", index: int = 0,
-                 record: Record | None = None) -> Sample:
+                 record: Record | None = None, *, allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS) -> Sample:
     """Validate one record (``record``: where it is in its file) and turn its conversation into
-    processor chat messages."""
+    processor chat messages. An image path outside the data root is an error (module docstring)."""
     where, line = (record.where, record.line) if record is not None else (None, None)
     try:
         sample_id = _sample_id(raw, index)
@@ -182,6 +202,10 @@ def parse_sample(raw: dict[str, Any], data_root: str | Path = ".", index: int = 
         images = [images]
     if not isinstance(images, list) or not all(isinstance(p, str) and p for p in images):
         raise bad(f"'image' must be a path or a list of paths, got {_short(raw.get('image'))}")
+    for path in images:
+        if outside_root(path, allow_absolute_paths):
+            raise bad(f"image path {_short(path, 300)} is outside the data root (absolute paths are read only with "
+                      "--allow-absolute-image-paths / data.allow_absolute_image_paths)")
     datasource = raw.get("datasource")
     if datasource is not None and not isinstance(datasource, str):
         raise bad(f"'datasource' must be a string, got {_short(datasource)}")
@@ -215,7 +239,8 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def iter_samples(path: str | Path, data_root: str | Path = ".") -> Iterator[Sample | SampleError]:
+def iter_samples(path: str | Path, data_root: str | Path = ".", *,
+                 allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS) -> Iterator[Sample | SampleError]:
     """Every record as a Sample, or the SampleError that says why it is unusable (with its line).
 
     Ids must be unique in a file (predictions and reports are keyed by id): every record of an id
@@ -233,7 +258,7 @@ def iter_samples(path: str | Path, data_root: str | Path = ".") -> Iterator[Samp
             yield SampleError(f"#{i + 1}", f"a JSON {_json_type(rec.value)}, expected an object", rec.where, rec.line)
         else:
             try:
-                sample = parse_sample(rec.value, data_root, i, rec)
+                sample = parse_sample(rec.value, data_root, i, rec, allow_absolute_paths=allow_absolute_paths)
             except SampleError as exc:
                 yield exc
                 continue

@@ -254,6 +254,26 @@ def check_files(path: Path) -> None:
         raise CheckpointError(f"{path}: no image processor config ({' or '.join(PROCESSOR_FILES)})")
 
 
+REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json",
+                     "video_preprocessor_config.json")
+
+
+def warn_about_remote_code(path: Path) -> None:
+    """``auto_map`` names modelling code shipped with the checkpoint; it is never run (trust_remote_code
+    stays off), so say that the model runs as transformers' Qwen3-VL instead."""
+    found = []
+    for name in REMOTE_CODE_FILES:
+        try:
+            raw = json.loads((path / name).read_text())
+        except (OSError, ValueError):
+            continue                       # absent (or unreadable: check_files / the loaders say so)
+        if isinstance(raw, dict) and "auto_map" in raw:
+            found.append(f"{name}: auto_map")
+    if found:
+        log.warning("%s: %s names remote code, which is not run (trust_remote_code stays off): the model runs as "
+                    "transformers' Qwen3-VL, the processor as its Qwen3VLProcessor", path, "; ".join(found))
+
+
 def load_processor(path: str | Path):
     from transformers import Qwen3VLProcessor
     try:
@@ -275,6 +295,7 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
     path = resolve_checkpoint_path(path)
     model_config = read_model_config(path)
     check_files(path)
+    warn_about_remote_code(path)
     processor = load_processor(path)
     if not processor.chat_template:       # every prompt goes through it: fail here, not on every sample
         raise CheckpointError(f"{path}: no chat template (chat_template.jinja, or chat_template in the "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS
 from .training_data import Example, SampleDataset
 from .losses import LossSettings
 from .noise import build_batch, lcm
@@ -33,14 +34,16 @@ class ValidationResult:
 def validation_loss(loaded, data_file: str | Path, *, block_size: int, data_root: str | Path = ".",
                     min_pixels: int | None = None, max_pixels: int | None = None, rounds: int = 4,
                     seed: int = 1234, micro_batch_size: int = 8, teacher=None, teacher_block_size: int = 0,
-                    settings: LossSettings | None = None, limit: int | None = None) -> ValidationResult:
+                    settings: LossSettings | None = None, limit: int | None = None,
+                    allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS) -> ValidationResult:
     """Mean per-sample loss (spec averaging) over ``rounds`` fixed noise draws (of the first
     ``limit`` samples, default all)."""
     settings = settings or LossSettings(kd_ratio=1.0 if teacher is not None else 0.0)
     pad_multiple = lcm(block_size, teacher_block_size) if teacher is not None and block_size > 1 else block_size
     dataset = SampleDataset(data_file, loaded.processor, eos_token_id=loaded.config.eos_token_id,
                             data_root=data_root, min_pixels=min_pixels, max_pixels=max_pixels,
-                            block_size=block_size, pad_multiple=pad_multiple, on_error="fail")
+                            block_size=block_size, pad_multiple=pad_multiple, on_error="fail",
+                            allow_absolute_paths=allow_absolute_paths)
     examples: list[Example] = []
     for i in range(len(dataset) if limit is None else min(limit, len(dataset))):
         example = dataset[i]

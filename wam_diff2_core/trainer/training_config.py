@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from ..config import ConfigError, check_value
+from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS, ALLOW_ABSOLUTE_IMAGE_PATHS_HELP
 from ..images import ImageLimits
 from ..model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from .losses import KD_LOSSES
@@ -73,6 +74,7 @@ class ModelSection:
 class DataSection:
     train_file: str = _setting("", "JSON list or JSONL in the authors' sample format", required=True)
     data_root: str = _setting(".", "image paths in the samples are relative to this directory")
+    allow_absolute_image_paths: bool = _setting(ALLOW_ABSOLUTE_IMAGE_PATHS, ALLOW_ABSOLUTE_IMAGE_PATHS_HELP)
     mix: list[str] = _list([], "more sample files trained on with train_file, each `FILE` or `FILE*N` (its samples "
                                "N times); image paths relative to each FILE's directory")
     min_pixels: int = _setting(DEFAULT_MIN_PIXELS, "pixel budget: smallest image area after resizing", low=1)

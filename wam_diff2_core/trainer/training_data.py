@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ..data.samples import Sample, SampleError, iter_samples, load_images
+from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS, Sample, SampleError, iter_samples, load_images
 from ..images import DEFAULT_LIMITS, ImageLimits
 from ..model.prompt_encoding import pixel_size
 
@@ -115,7 +115,8 @@ class SampleDataset(torch.utils.data.Dataset):
                  mix: Sequence[tuple[Path, int]] = (), min_pixels: int | None = None,
                  max_pixels: int | None = None, max_length: int = 0, block_size: int = 1,
                  pad_multiple: int | None = None, on_error: str = "skip",
-                 image_limits: ImageLimits = DEFAULT_LIMITS):
+                 image_limits: ImageLimits = DEFAULT_LIMITS,
+                 allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS):
         self.processor = processor
         self.image_limits = image_limits
         self.eos_token_id = eos_token_id
@@ -125,6 +126,7 @@ class SampleDataset(torch.utils.data.Dataset):
         self.pad_multiple = pad_multiple or block_size
         self.on_error = on_error
         self.rejected: list[SampleError] = []
+        self.allow_absolute_paths = allow_absolute_paths
         self.samples: list[Sample] = self._read("data.train_file", path, data_root)
         for i, (file, times) in enumerate(mix):
             self.samples += self._read(f"data.mix[{i}]", file, file.parent) * times
@@ -132,7 +134,7 @@ class SampleDataset(torch.utils.data.Dataset):
     def _read(self, setting: str, path: str | Path, data_root: str | Path) -> list[Sample]:
         samples, rejected = [], len(self.rejected)
         try:
-            items = list(iter_samples(path, data_root))
+            items = list(iter_samples(path, data_root, allow_absolute_paths=self.allow_absolute_paths))
         except ValueError as exc:      # the file as a whole (unreadable, a JSON list that does not parse)
             from ..config import ConfigError
             raise ConfigError(f"{setting}: {exc}") from None

@@ -30,10 +30,12 @@ from ...images import ImageLimits
 from ...model.checkpoint import save_checkpoint
 from ...model.prompt_encoding import pixel_size
 from ...utils.atomic import atomic_write_text
+from ...utils.run_lock import RUN_LOCK, RunLock
 from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
                              latest_checkpoint, prune_checkpoints, publish, read_progress, step_dir_name,
                              write_progress)
 from ..training_config import TrainingConfig, check_required, dump_yaml, parse_mix
+from ..trainer_state import load_trainer_state, refuse_pickles, save_trainer_state
 from ..training_data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
 from ..losses import LossSettings, objective
 from ..noise import TrainingBatch, build_batch
@@ -109,6 +111,7 @@ class FinetuneRecipe:
         self.step = 0
         self.finished = False
         self._placeholder_example: Example | None = None
+        self.run_lock: RunLock | None = None
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -118,6 +121,8 @@ class FinetuneRecipe:
         cfg = self.cfg
         device = resolve_train_device(cfg.train.device)
         state = PartialState(cpu=device == "cpu")          # joins the process group (torchrun / accelerate launch)
+        if state.is_main_process:                           # one run writes output.dir at a time
+            self.run_lock = RunLock(self.run_dir / RUN_LOCK, "run folder").acquire()
         self.plan = BatchPlan(cfg.train.global_batch_size, cfg.train.micro_batch_size, state.num_processes,
                               state.process_index)
         self.accelerator = Accelerator(
@@ -128,6 +133,11 @@ class FinetuneRecipe:
         if acc.distributed_type == DistributedType.DEEPSPEED:
             # no DataLoader goes through prepare(), so DeepSpeed cannot infer its micro-batch
             acc.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.train.micro_batch_size
+        if acc.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP) and (
+                cfg.output.save_every_steps or self.resume):
+            raise ConfigError(f"output.save_every_steps: resumable checkpoints (and --resume) are supported with "
+                              f"DDP or one process, not {acc.distributed_type.value}, whose optimizer states are "
+                              "pickles; pass --output.save_every_steps 0 (final/ is still written)")
 
         resume_from = self._check_run_dir()
         if self.finished:
@@ -142,7 +152,8 @@ class FinetuneRecipe:
             data_root=cfg.data.data_root, mix=parse_mix(cfg.data.mix), min_pixels=cfg.data.min_pixels,
             max_pixels=cfg.data.max_pixels, max_length=cfg.data.max_length, block_size=self.block_size,
             pad_multiple=self.pad_multiple, on_error=cfg.data.on_error,
-            image_limits=ImageLimits(cfg.data.max_decoded_pixels, cfg.data.max_decoded_bytes))
+            image_limits=ImageLimits(cfg.data.max_decoded_pixels, cfg.data.max_decoded_bytes),
+            allow_absolute_paths=cfg.data.allow_absolute_image_paths)
         self.order = DataOrder(len(self.dataset), cfg.train.seed, cfg.data.shuffle)
         self.total_steps = total_steps(len(self.dataset), cfg.train.epochs, cfg.train.global_batch_size,
                                        cfg.train.max_steps)
@@ -161,14 +172,13 @@ class FinetuneRecipe:
         optimizer = build_optimizer(module, cfg.optim)
         self.scheduler = build_scheduler(optimizer, self.total_steps, cfg.optim)
         self.module, self.optimizer = acc.prepare(module, optimizer)
-        acc.register_for_checkpointing(self.scheduler)
-        # Model weights live in the Hugging Face part of each checkpoint; trainer_state/ holds the rest.
-        acc.register_save_state_pre_hook(lambda models, weights, out: weights.clear())
-        acc.register_load_state_pre_hook(lambda models, inp: models.clear())
         if resume_from is not None:
-            acc.load_state(str(resume_from / TRAINER_STATE))
+            # Model weights come from the Hugging Face part of the checkpoint; trainer_state/ holds the rest.
+            load_trainer_state(resume_from / TRAINER_STATE, self.optimizer, self.scheduler,
+                               process_index=acc.process_index, device=acc.device)
             progress = read_progress(resume_from)
             self.step = int(progress["step"])
+            acc.step = int(progress["accelerator_step"])          # micro-batches seen: accumulation phase
             if progress.get("total_steps") != self.total_steps:
                 log.warning("resuming with %s total steps (the checkpoint planned %s)", self.total_steps,
                             progress.get("total_steps"))
@@ -191,6 +201,8 @@ class FinetuneRecipe:
         return self.block_size
 
     def _check_run_dir(self) -> Path | None:
+        if self.resume:
+            refuse_pickles(self.run_dir)
         if (self.run_dir / FINAL).exists() and self.resume:
             log.info("%s is already finished", self.run_dir / FINAL)
             self.finished = True
@@ -378,10 +390,11 @@ class FinetuneRecipe:
         acc.wait_for_everyone()
         tmp = tmp or final.with_name(f".{final.name}.partial")
         self._write_hf(tmp)
-        acc.save_state(str(tmp / TRAINER_STATE))
+        save_trainer_state(tmp / TRAINER_STATE, self.optimizer, self.scheduler, process_index=acc.process_index,
+                           main=acc.is_main_process, device=acc.device)
         acc.wait_for_everyone()
         if acc.is_main_process:
-            write_progress(tmp, {"step": self.step, "total_steps": self.total_steps,
+            write_progress(tmp, {"step": self.step, "total_steps": self.total_steps, "accelerator_step": acc.step,
                                  "global_batch_size": self.plan.global_batch_size, "block_size": self.block_size})
             publish(tmp, final)
             prune_checkpoints(self.run_dir, self.cfg.output.keep_last)
@@ -402,6 +415,8 @@ class FinetuneRecipe:
         return final
 
     def cleanup(self) -> None:
+        if self.run_lock is not None:
+            self.run_lock.release()
         acc = getattr(self, "accelerator", None)
         if acc is not None:
             acc.free_memory()
