@@ -76,7 +76,8 @@ from wam_diff2_core.localization import (GeoReference, LocalizationSettings, Mea
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
 from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 
-from .controller_node import CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics, ns_stamp, stamp_ns
+from .controller_node import (CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics, ns_stamp, stamp_ns,
+                              well_formed_stamp)
 from .parameters import declare_all
 from .spinning import spin_until_shutdown
 
@@ -112,6 +113,12 @@ def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:
     if msg.position_covariance_type == NavSatFix.COVARIANCE_TYPE_UNKNOWN or cov[0] == cov[4] == 0.0:
         return None
     return np.array([[cov[0], cov[1]], [cov[3], cov[4]]], dtype=np.float64)
+
+
+def check_stamp(stamp) -> None:
+    """Raises MeasurementRefused (``stamp``) for a malformed header stamp (nanosec not below a second)."""
+    if not well_formed_stamp(stamp):
+        raise MeasurementRefused("stamp", f"header.stamp.nanosec {stamp.nanosec} is not below 1e9")
 
 
 def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: str) -> Odometry:
@@ -215,6 +222,7 @@ class LocalizationNode(Node):
     # ------------------------------------------------------------------ inputs
     def _on_gnss(self, msg: NavSatFix) -> None:
         try:
+            check_stamp(msg.header.stamp)
             if msg.status.status == NavSatStatus.STATUS_NO_FIX:     # STATUS_UNKNOWN (-2, the bridge's) is used
                 raise MeasurementRefused("no_fix", "status STATUS_NO_FIX: the receiver has no fix")
             x, y = self.reference.to_local(msg.latitude, msg.longitude)
@@ -230,6 +238,11 @@ class LocalizationNode(Node):
             self._publish(msg.header.stamp)
 
     def _on_carla_speed(self, msg) -> None:
+        try:
+            check_stamp(msg.header.stamp)
+        except MeasurementRefused as exc:
+            self._refused("speed", exc)
+            return
         stamp = stamp_ns(msg.header.stamp)
         self._speed(stamp / NS_PER_S if stamp else None, float(msg.speed))
 
@@ -283,6 +296,7 @@ class LocalizationNode(Node):
         # no orientation: REP-145's -1 in the covariance, or a zero quaternion (a message left at its default)
         has_orientation = cov[0] != -1.0 and (q.x, q.y, q.z, q.w) != (0.0, 0.0, 0.0, 0.0)
         try:
+            check_stamp(msg.header.stamp)
             yaw = heading_from_quaternion(q.x, q.y, q.z, q.w) if has_orientation else None
         except MeasurementRefused as exc:
             self._refused("imu", exc)
