@@ -381,10 +381,12 @@ def test_a_non_finite_state_is_never_published_and_diagnostics_never_say_ok_with
     for _ in range(5):
         send_tick(node, bridge, run, sensors)
     node.ekf.covariance = node.ekf.covariance.copy()
-    node.ekf.covariance[0, 0] = math.nan
+    node.ekf.covariance[1, 1] = math.nan                      # north only: the position's figure is the larger
     level, message, values = status_values(node)
     assert level == DiagnosticStatus.ERROR and "non-finite standard deviation" in message
     assert values["position_stddev_m"] == "nan"
+    node.ekf.covariance[1, 1] = node.ekf.covariance[0, 0]
+    node.ekf.covariance[0, 0] = math.nan
     assert send_tick(node, bridge, run, sensors, sensors_sent=("imu",)) is None      # the prediction meets it
     level, message, values = status_values(node)
     assert level == DiagnosticStatus.WARN and "filter restarted: the prediction gave a non-finite state" in message

@@ -375,7 +375,7 @@ class LocalizationNode(Node):
     def diagnostic_status(self) -> DiagnosticStatus:
         p = self.ekf.covariance
         with np.errstate(invalid="ignore"):                           # a negative variance: nan, not an error
-            stddev = {"position_stddev_m": float(np.sqrt(max(p[X, X], p[Y, Y]))),
+            stddev = {"position_stddev_m": float(np.sqrt(np.max([p[X, X], p[Y, Y]]))),     # np.max keeps a NaN
                       "heading_stddev_deg": float(np.degrees(np.sqrt(p[YAW, YAW]))),
                       "speed_stddev_mps": float(np.sqrt(p[V, V]))}
         speedometer_error = self._speedometer_type_error()
