@@ -81,3 +81,30 @@ def test_a_fast_path_that_fails_here_falls_back_to_plain(tiny_model, monkeypatch
     message = policy.check_fast_path()
     assert message.startswith("fast path (static (sdpa)) failed on the warm-up prompt (RuntimeError: no kernel")
     assert isinstance(policy.decoder, BlockDiffusionDecoder)
+
+
+@pytest.mark.parametrize("max_new_tokens", [256, 40])
+def test_start_up_decodes_stop_after_a_few_blocks(tiny_model, monkeypatch, max_new_tokens):
+    """Issue 30: a random checkpoint never stops early, so the fast-path check (fast and plain) and the
+    warm-up each decoded the whole answer budget, and configure took minutes. Each start-up decode now
+    stops after STARTUP_BLOCKS blocks (or at the budget, when that is shorter), whichever decoder runs it."""
+    from wam_diff2_core.policy import STARTUP_BLOCKS
+
+    policy = DrivingPolicy(tiny_model)
+    monkeypatch.setattr(tiny_model, "config", tiny_model.config.with_settings(max_new_tokens=max_new_tokens))
+    block = policy.settings.block_size
+    budgets, lengths = [], []
+    for cls in (StaticBlockDiffusionDecoder, BlockDiffusionDecoder):
+        real = cls.generate
+
+        def recording(self, inputs, settings, *args, _real=real, **kwargs):
+            budgets.append(settings.max_new_tokens)
+            out = _real(self, inputs, settings, *args, **kwargs)
+            lengths.extend(len(s) for s in out.sequences)
+            return out
+        monkeypatch.setattr(cls, "generate", recording)
+    assert policy.check_fast_path() is None
+    policy.warmup()
+    expected = min(max_new_tokens, STARTUP_BLOCKS * block)
+    assert budgets == [expected] * 3 and STARTUP_BLOCKS * block < 256      # fast, plain, warm-up
+    assert max(lengths) <= expected and policy.settings.max_new_tokens == max_new_tokens

@@ -1,11 +1,12 @@
 """The ROS-free odometry filter (GNSS + IMU + speedometer -> pose, heading, speed) and the demo world's sensors."""
 import math
+import re
 
 import numpy as np
 import pytest
 
-from wam_diff2_core.localization import (EARTH_RADIUS_EQUA_M, GeoReference, LocalizationSettings, OdometryFilter,
-                                         degrees_to_metres)
+from wam_diff2_core.localization import (EARTH_RADIUS_EQUA_M, GeoReference, LocalizationSettings, MeasurementRefused,
+                                         OdometryFilter, degrees_to_metres, heading_from_quaternion)
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, expert_drive_errors, feed, pose_errors
 
@@ -106,6 +107,134 @@ def test_late_measurements_are_refused_and_a_time_jump_restarts():
     assert ekf.counts["refused_late"] == 1 and ekf.state.x == pytest.approx(1.0)
     ekf.gnss(100.0, 7.0, 8.0)                         # a gap: a new run
     assert ekf.counts["restarts"] == 1 and not ekf.ready and (ekf.state.x, ekf.state.y) == (7.0, 8.0)
+
+
+# ----------------------------------------------------------------------------- hostile inputs
+def ready_filter(**settings) -> OdometryFilter:
+    ekf = OdometryFilter(LocalizationSettings(**settings))
+    ekf.gnss(10.0, 1.0, 2.0)
+    ekf.imu(10.0, 0.5, 0.0, 0.0)
+    ekf.speed(10.0, 3.0)
+    assert ekf.ready
+    return ekf
+
+
+NAN, INF = math.nan, math.inf
+HOSTILE = [   # (measurement, arguments after the stamp, reason code, words the message must have)
+    ("gnss", (NAN, 2.0), "position", "x is nan"),
+    ("gnss", (1.0, -INF), "position", "y is -inf"),
+    ("gnss", (1.0, 2.0, np.array([[INF, 0.0], [0.0, 1.0]])), "covariance", "not finite"),
+    ("gnss", (1.0, 2.0, np.array([[1e308, 1e308], [1e308, 1e308]])), "covariance", "not finite"),
+    ("gnss", (1.0, 2.0, np.array([[-1.0, 0.0], [0.0, 1.0]])), "covariance", "east variance -1.0"),
+    ("gnss", (1.0, 2.0, np.array([[1.0, 0.0], [0.0, 1e300]])), "covariance", "north variance 1e+300"),
+    ("gnss", (1.0, 2.0, np.array([[1.0, 5.0], [5.0, 1.0]])), "covariance", "not positive definite"),
+    ("gnss", (1.0, 2.0, np.zeros(3)), "covariance", "shape (3,)"),
+    ("gnss", (1001.0, 2.0), "gate", "sigma (Mahalanobis)"),
+    ("imu", (0.5, 1e308, 0.0), "rate", "angular_velocity.z 1e+308 is beyond +-10 (max_yaw_rate_radps)"),
+    ("imu", (0.5, NAN, 0.0), "rate", "angular_velocity.z is nan"),
+    ("imu", (0.5, 0.0, -1e308), "acceleration", "linear_acceleration.x -1e+308"),
+    ("imu", (0.5, 0.0, INF), "acceleration", "linear_acceleration.x is inf"),
+    ("imu", (NAN, 0.0, 0.0), "orientation", "orientation yaw is nan"),
+    ("imu", (0.5, 0.0, 0.0, INF), "covariance", "orientation variance inf"),
+    ("imu", (0.5, 0.0, 0.0, -0.1), "covariance", "orientation variance -0.1"),
+    ("imu", (0.5, 0.0, 0.0, 1e-300), "covariance", "orientation variance 1e-300"),
+    ("speed", (INF,), "speed", "speed is inf"),
+    ("speed", (1e308,), "speed", "speed 1e+308 is beyond +-100 (max_speed_mps)"),
+    ("speed", (-1e9,), "speed", "beyond"),
+]
+
+
+@pytest.mark.parametrize("kind, args, code, words", HOSTILE, ids=[f"{h[0]}-{h[2]}-{i}" for i, h in enumerate(HOSTILE)])
+def test_a_hostile_measurement_is_refused_with_its_reason_and_leaves_the_state_alone(kind, args, code, words):
+    ekf = ready_filter()
+    before, covariance = vars(ekf.state).copy(), ekf.covariance.copy()
+    assert getattr(ekf, kind)(10.0, *args) is False
+    assert ekf.refusal.code == code and words in str(ekf.refusal), str(ekf.refusal)
+    assert ekf.counts[f"refused_{code}"] == 1 and ekf.ready
+    assert vars(ekf.state) == before and np.array_equal(ekf.covariance, covariance)
+    assert getattr(ekf, kind)(10.0, *((1.0, 2.0) if kind == "gnss" else (0.5, 0.0, 0.0) if kind == "imu"
+                                      else (3.0,))) is True and ekf.refusal is None       # a good one is used again
+
+
+@pytest.mark.parametrize("stamp", [NAN, INF, -INF])
+def test_a_stamp_that_is_not_a_number_is_refused(stamp):
+    ekf = ready_filter()
+    for kind, args in (("gnss", (1.0, 2.0)), ("imu", (0.5, 0.0, 0.0)), ("speed", (3.0,))):
+        assert not getattr(ekf, kind)(stamp, *args) and ekf.refusal.code == "stamp"
+    assert ekf.t == 10.0 and ekf.counts["refused_stamp"] == 3
+
+
+@pytest.mark.parametrize("lat, lon, words", [(INF, 2.0, "latitude inf"), (100.0, 2.0, "latitude 100.0"),
+                                             (-90.0, 2.0, "latitude -90.0"), (90.0, 2.0, "latitude 90.0"),
+                                             (NAN, 2.0, "latitude nan"), (42.0, NAN, "longitude nan"),
+                                             (42.0, 1e308, "longitude 1e+308")])
+def test_the_projection_refuses_what_it_cannot_project_naming_it(lat, lon, words):
+    """The fixes that raised 'math domain error' in the node's GNSS callback (issue 30)."""
+    with pytest.raises(MeasurementRefused, match=re.escape(words)) as refused:
+        GeoReference().to_local(lat, lon)
+    assert refused.value.code == "position"
+
+
+def test_quaternions_give_a_heading_only_when_they_are_unit_and_finite():
+    assert heading_from_quaternion(0.0, 0.0, math.sin(0.25), math.cos(0.25)) == pytest.approx(0.5)
+    assert heading_from_quaternion(0.0, 0.0, 1.001 * math.sin(0.25), 1.001 * math.cos(0.25)) == pytest.approx(0.5)
+    for q, words in [((0.0, 0.0, 0.0, 0.0), "norm 0.0"), ((0.0, 0.0, 0.0, 2.0), "norm 2.0"),
+                     ((0.0, 0.0, NAN, 1.0), "orientation.z is nan"), ((1e308, 1e308, 0.0, 0.0), "norm inf")]:
+        with pytest.raises(MeasurementRefused, match=re.escape(words)) as refused:
+            heading_from_quaternion(*q)
+        assert refused.value.code == "orientation"
+
+
+def test_a_1_km_jump_is_gated_and_followed_after_gnss_reacquire_s():
+    """The issue's jump: the estimate moved 348 m in one second. Now the fixes are refused for
+    gnss_reacquire_s, counted, and then the position follows them (a real jump does not lock the
+    filter out); the heading and the speed are kept."""
+    ekf = ready_filter()
+    for k in range(1, 11):                                 # 0.5 s at 20 Hz, standing still
+        t = 10.0 + 0.05 * k
+        ekf.speed(t, 0.0)
+        ekf.imu(t, 0.5, 0.0, 0.0)
+        assert ekf.gnss(t, 1.0, 2.0)
+    refused = 0
+    for k in range(11, 40):
+        t = 10.0 + 0.05 * k
+        ekf.imu(t, 0.5, 0.0, 0.0)
+        if not ekf.gnss(t, 1001.0, 2.0):
+            refused += 1
+            assert ekf.refusal.code == "gate" and ekf.state.x == pytest.approx(1.0, abs=0.1)
+            assert f"({refused} in a row)" in str(ekf.refusal)
+    assert refused == 20                                   # 1.0 s of fixes, then the 21st places the filter
+    assert ekf.counts["refused_gate"] == 20 and ekf.counts["gnss_reacquired"] == 1 and ekf.gate_refused_in_row == 0
+    assert ekf.state.x == pytest.approx(1001.0, abs=0.5) and ekf.state.yaw == pytest.approx(0.5) and ekf.ready
+
+
+def test_a_single_outlier_among_good_fixes_never_moves_the_estimate():
+    ekf, rng = ready_filter(), np.random.default_rng(0)
+    for k in range(1, 200):
+        t = 10.0 + 0.05 * k
+        ekf.imu(t, 0.5, 0.0, 0.0)
+        ekf.speed(t, 0.0)
+        x, y = 1.0 + rng.normal(0.0, 0.5), 2.0 + rng.normal(0.0, 0.5)
+        if k % 10 == 0:
+            assert not ekf.gnss(t, x + 50.0, y) and ekf.refusal.code == "gate"
+        else:
+            assert ekf.gnss(t, x, y)
+        assert math.hypot(ekf.state.x - 1.0, ekf.state.y - 2.0) < 1.0
+    assert ekf.counts["refused_gate"] == 19 and ekf.counts["gnss_reacquired"] == 0
+
+
+def test_a_state_that_stops_being_finite_restarts_the_filter_and_is_never_kept():
+    """The inputs are checked, so only a bug could make the state non-finite; this one is planted."""
+    ekf = ready_filter()
+    ekf.covariance[0, 0] = math.inf
+    assert not ekf.imu(10.05, 0.5, 0.0, 0.0)               # the prediction meets the planted inf
+    assert ekf.refusal.code == "non_finite" and "the prediction gave a non-finite state" in str(ekf.refusal)
+    assert ekf.counts["restarts_non_finite"] == 1 and not ekf.ready and ekf.last_restart
+    assert np.isfinite(ekf.covariance).all() and all(math.isfinite(v) for v in vars(ekf.state).values())
+    ekf.gnss(10.1, 1.0, 2.0)
+    ekf.imu(10.1, 0.5, 0.0, 0.0)
+    ekf.speed(10.1, 3.0)
+    assert ekf.ready
 
 
 def test_filter_on_noisy_demo_routes_beats_raw_gnss_and_tracks_the_truth():

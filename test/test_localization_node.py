@@ -41,6 +41,7 @@ from ros_helpers import unique_domain_id  # noqa: E402
 from ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
+NS_PER_S = 1_000_000_000
 WAIT_S = 10.0
 ROLES = (f"loc{i}" for i in itertools.count())
 
@@ -168,7 +169,7 @@ def test_node_turns_the_demo_worlds_sensors_into_odometry_close_to_the_truth(rig
     assert status.level == DiagnosticStatus.OK
     values = {kv.key: kv.value for kv in status.values}
     assert values["odometry_published"] == "160" and values["gnss_used"] == "160" and values["speed_used"] == "160"
-    assert values["speedometer_type"] == "carla_msgs/CarlaSpeedometer" and "gnss_no_fix" not in values
+    assert values["speedometer_type"] == "carla_msgs/CarlaSpeedometer" and "gnss_refused_no_fix" not in values
 
 
 def test_no_odometry_before_a_fix_and_a_heading(rig):
@@ -181,7 +182,7 @@ def test_no_odometry_before_a_fix_and_a_heading(rig):
     fix = NavSatFix(header=header)
     fix.status.status = -1                                    # STATUS_NO_FIX
     bridge.gnss_pub.publish(fix)
-    assert wait_for(lambda: node.counts["gnss_no_fix"] == 1)
+    assert wait_for(lambda: node.counts["gnss_refused_no_fix"] == 1)
     assert not bridge.odometry and node.diagnostic_status().level == DiagnosticStatus.WARN
 
 
@@ -214,6 +215,189 @@ def drive(node, bridge, run, sensors, ticks: int, speed_type=None) -> None:
         run.world.step()
 
 
+def send_tick(node, bridge, run, sensors, hostile=None, sensors_sent=("gnss", "speed", "imu")) -> Odometry | None:
+    """One tick of the expert's drive; ``hostile(fix, imu, speed)`` may spoil the messages first. Waits until
+    the node has handled every message sent; returns the tick's odometry (None: none came) and steps the world."""
+    fix, imu, speed = bridge_messages(sensors.read(run.world.ego), Header(stamp=ns_stamp(run.stamp_ns)))
+    if hostile is not None:
+        hostile(fix, imu, speed)
+    handled = sum(v for k, v in node.counts.items() if k.endswith(("_used", "_refused")))
+    for kind in sensors_sent:
+        {"gnss": bridge.gnss_pub, "speed": bridge.speed_pub, "imu": bridge.imu_pub}[kind].publish(
+            {"gnss": fix, "speed": speed, "imu": imu}[kind])
+    assert wait_for(lambda: sum(v for k, v in node.counts.items() if k.endswith(("_used", "_refused")))
+                    == handled + len(sensors_sent)), f"tick {run.tick} not handled: {dict(node.counts)}"
+    stamp = run.stamp_ns
+    run.world.step()
+    if "imu" not in sensors_sent:
+        return None
+    time.sleep(0.02)
+    with bridge.lock:
+        return next((m for m in bridge.odometry if stamp_ns(m.header.stamp) == stamp), None)
+
+
+def finite_odometry(msg: Odometry) -> bool:
+    p, o, v, w = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear, msg.twist.twist.angular
+    return bool(np.isfinite([p.x, p.y, p.z, o.x, o.y, o.z, o.w, v.x, v.y, v.z, w.x, w.y, w.z, *msg.pose.covariance,
+                             *msg.twist.covariance]).all())
+
+
+def status_values(node) -> tuple[int, str, dict[str, str]]:
+    status = node.diagnostic_status()
+    return status.level, status.message, {kv.key: kv.value for kv in status.values}
+
+
+def _set(name: str, value):
+    """A spoiler setting one field (dotted path) of one of the tick's messages."""
+    kind, path = name.split(":")
+
+    def spoil(fix, imu, speed):
+        target = {"gnss": fix, "imu": imu, "speed": speed}[kind]
+        *parents, leaf = path.split(".")
+        for part in parents:
+            target = getattr(target, part)
+        if leaf.isdigit():
+            target[int(leaf)] = value
+        else:
+            setattr(target, leaf, value)
+    return spoil
+
+
+def _known_covariance(fix, imu, speed):
+    fix.position_covariance_type = NavSatFix.COVARIANCE_TYPE_DIAGONAL_KNOWN
+    fix.position_covariance[0] = fix.position_covariance[4] = math.inf
+
+
+# (spoiler, counter it must raise) — the issue's messages that killed the node or poisoned the filter, and more
+HOSTILE_MESSAGES = [
+    (_set("gnss:latitude", math.inf), "gnss_refused_position"),
+    (_set("gnss:latitude", 100.0), "gnss_refused_position"),
+    (_set("gnss:latitude", -90.0), "gnss_refused_position"),
+    (_set("gnss:longitude", math.nan), "gnss_refused_position"),
+    (_known_covariance, "gnss_refused_covariance"),
+    (_set("imu:orientation_covariance.8", math.inf), "imu_refused_covariance"),
+    (_set("imu:angular_velocity.z", 1e308), "imu_refused_rate"),
+    (_set("imu:linear_acceleration.x", 1e308), "imu_refused_acceleration"),
+    (_set("imu:linear_acceleration.x", -math.inf), "imu_refused_acceleration"),
+    (_set("imu:orientation.w", 3.0), "imu_refused_orientation"),
+    (_set("imu:orientation.z", math.nan), "imu_refused_orientation"),
+    (_set("speed:speed", math.inf), "speed_refused_speed"),
+    (_set("speed:speed", -1e308), "speed_refused_speed"),
+]
+
+
+def test_hostile_sensor_messages_are_refused_per_reason_and_the_odometry_stays_finite_and_right(rig):
+    """Issue 30: a latitude of inf / 100 / -90 killed the node (math domain error); an infinite GNSS or IMU
+    orientation covariance or a rate / acceleration of 1e308 gave NaN odometry for ever under an OK. Each
+    now is refused and counted by its reason, the node keeps answering every tick with finite odometry
+    near the truth, and /diagnostics stays OK with finite standard deviations."""
+    node, bridge = rig()
+    run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=100.0))
+    sensors = DemoSensors(rng=np.random.default_rng(8))
+    for _ in range(20):
+        assert send_tick(node, bridge, run, sensors) is not None
+    for spoil, counter in HOSTILE_MESSAGES:
+        before = node.counts[counter]
+        ego = run.world.ego
+        odometry = send_tick(node, bridge, run, sensors, spoil)
+        assert node.counts[counter] == before + 1, (counter, dict(node.counts))
+        if counter.startswith("imu"):
+            assert odometry is None                           # the IMU drives the output: none for its tick
+        else:
+            assert finite_odometry(odometry)
+            assert math.hypot(odometry.pose.pose.position.x - ego.x, odometry.pose.pose.position.y - ego.y) < 1.0
+        assert send_tick(node, bridge, run, sensors) is not None                    # the next good tick
+    with bridge.lock:
+        assert all(finite_odometry(m) for m in bridge.odometry)
+    level, message, values = status_values(node)
+    assert level == DiagnosticStatus.OK, message
+    assert all(math.isfinite(float(values[k])) for k in ("position_stddev_m", "heading_stddev_deg",
+                                                         "speed_stddev_mps"))
+    assert values["gnss_refused"] == "5" and values["imu_refused"] == "6" and values["speed_refused"] == "2"
+    assert values["imu_refused_rate"] == "1" and values["filter_restarts_non_finite"] == "0"
+
+
+def test_a_1_km_gnss_jump_is_gated_with_a_warn_then_followed(rig):
+    """The issue's jump moved the estimate 348 m in a second. Now the fixes are refused (a WARN on
+    /diagnostics while they keep coming), the odometry stays on the IMU and speedometer, and after
+    filter.gnss_reacquire_s of them the position follows the GNSS (a real jump must not lock it out)."""
+    node, bridge = rig()
+    run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=100.0))
+    sensors = DemoSensors(rng=np.random.default_rng(9))
+    for _ in range(20):
+        send_tick(node, bridge, run, sensors)
+    reference = GeoReference()
+
+    def jump(fix, imu, speed):
+        x, y = reference.to_local(fix.latitude, fix.longitude)
+        fix.latitude, fix.longitude = reference.to_geo(x + 1000.0, y)
+
+    reacquire_ticks = int(round(LocalizationSettings().gnss_reacquire_s / (run.dt_ns / NS_PER_S)))
+    for k in range(reacquire_ticks):
+        ego = run.world.ego
+        odometry = send_tick(node, bridge, run, sensors, jump)
+        assert math.hypot(odometry.pose.pose.position.x - ego.x, odometry.pose.pose.position.y - ego.y) < 1.0
+        if k == 2:
+            level, message, values = status_values(node)
+            assert level == DiagnosticStatus.WARN and "3 GNSS fixes in a row refused by the gate" in message
+    assert node.counts["gnss_refused_gate"] == reacquire_ticks and node.ekf.counts["gnss_reacquired"] == 0
+    ego = run.world.ego
+    odometry = send_tick(node, bridge, run, sensors, jump)
+    assert node.ekf.counts["gnss_reacquired"] == 1
+    assert abs(odometry.pose.pose.position.x - (ego.x + 1000.0)) < 2.0      # following the GNSS
+    level, message, values = status_values(node)
+    assert level == DiagnosticStatus.OK and values["gnss_reacquired"] == "1", message
+
+
+def test_a_silent_speedometer_or_imu_is_reported_stale(rig):
+    node, bridge = rig(sensor_timeout_s=0.32)
+    run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=100.0))
+    sensors = DemoSensors(rng=np.random.default_rng(10))
+    for _ in range(10):
+        send_tick(node, bridge, run, sensors)
+    assert status_values(node)[0] == DiagnosticStatus.OK
+    for k in range(10):                                        # 0.5 s without a speed: the IMU keeps ticking
+        send_tick(node, bridge, run, sensors, sensors_sent=("gnss", "imu"))
+        level, message, values = status_values(node)
+        assert values["imu_age_s"] == "0.000" and float(values["speed_age_s"]) == pytest.approx(0.05 * (k + 1))
+        if k >= 6:                                              # more than 0.32 s behind
+            assert level == DiagnosticStatus.WARN, message
+            assert f"stale (sensor_timeout_s 0.32): speed ({0.05 * (k + 1):.2f} s behind)" in message
+        else:
+            assert level == DiagnosticStatus.OK, message
+    send_tick(node, bridge, run, sensors)
+    assert status_values(node)[0] == DiagnosticStatus.OK
+    for _ in range(8):                                         # the IMU silent: no odometry, and said so
+        send_tick(node, bridge, run, sensors, sensors_sent=("gnss", "speed"))
+    level, message, _ = status_values(node)
+    assert level == DiagnosticStatus.WARN and "stale (sensor_timeout_s 0.32): imu (0.40 s behind)" in message
+
+
+def test_a_non_finite_state_is_never_published_and_diagnostics_never_say_ok_with_it(rig):
+    """The inputs are checked, so only a filter bug could make the state non-finite: planted here."""
+    node, bridge = rig()
+    run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=100.0))
+    sensors = DemoSensors(rng=np.random.default_rng(11))
+    for _ in range(5):
+        send_tick(node, bridge, run, sensors)
+    node.ekf.covariance = node.ekf.covariance.copy()
+    node.ekf.covariance[1, 1] = math.nan                      # north only: the position's figure is the larger
+    level, message, values = status_values(node)
+    assert level == DiagnosticStatus.ERROR and "non-finite standard deviation" in message
+    assert values["position_stddev_m"] == "nan"
+    node.ekf.covariance[1, 1] = node.ekf.covariance[0, 0]
+    node.ekf.covariance[0, 0] = math.nan
+    assert send_tick(node, bridge, run, sensors, sensors_sent=("imu",)) is None      # the prediction meets it
+    level, message, values = status_values(node)
+    assert level == DiagnosticStatus.WARN and "filter restarted: the prediction gave a non-finite state" in message
+    assert values["filter_restarts_non_finite"] == "1" and values["imu_refused_non_finite"] == "1"
+    for _ in range(3):
+        odometry = send_tick(node, bridge, run, sensors)
+    assert finite_odometry(odometry) and status_values(node)[0] == DiagnosticStatus.OK
+    with bridge.lock:
+        assert all(finite_odometry(m) for m in bridge.odometry)
+
+
 def test_fixes_with_status_unknown_or_zero_are_used_and_no_fix_or_nan_refused(rig):
     node, bridge = rig()
     run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
@@ -223,11 +407,11 @@ def test_fixes_with_status_unknown_or_zero_are_used_and_no_fix_or_nan_refused(ri
     for k, status in enumerate(statuses):
         fix.status.status = status
         bridge.gnss_pub.publish(fix)
-        assert wait_for(lambda: node.counts["gnss_used"] + node.counts["gnss_no_fix"] == k + 1)
-    assert (node.counts["gnss_used"], node.counts["gnss_no_fix"]) == (2, 1)
+        assert wait_for(lambda: node.counts["gnss_used"] + node.counts["gnss_refused_no_fix"] == k + 1)
+    assert (node.counts["gnss_used"], node.counts["gnss_refused_no_fix"]) == (2, 1)
     fix.status.status, fix.latitude = NavSatStatus.STATUS_UNKNOWN, math.nan
     bridge.gnss_pub.publish(fix)
-    assert wait_for(lambda: node.counts["gnss_invalid"] == 1) and node.counts["gnss_used"] == 2
+    assert wait_for(lambda: node.counts["gnss_refused_position"] == 1) and node.counts["gnss_used"] == 2
 
 
 def test_a_float32_speedometer_is_read_when_the_parameter_says_so(rig):

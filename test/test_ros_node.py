@@ -9,6 +9,7 @@ only the decoder's token output with a known answer, still parsed by the real po
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 
@@ -653,6 +654,11 @@ def test_a_fast_path_that_diverges_at_warm_up_falls_back_to_plain_with_a_warning
         assert "first difference in answer 0 at token 0" in err and "decoder: plain" in err
         values = {kv.key: kv.value for kv in node.diagnostic_status().values}
         assert values["decoder"] == "plain" and values["fast_path_check"].startswith("fell back: fast path")
+        # how long configure took, and where (issue 30: start-up is bounded and reported)
+        parts = [float(values[k]) for k in ("load_s", "fast_path_check_s", "warmup_s")]
+        assert all(v > 0 for v in parts) and float(values["configure_s"]) >= sum(parts) - 0.02
+        assert re.search(r"configured in \d+\.\d s \(load \d+\.\d s, fast path check \d+\.\d s, warmup "
+                         r"\d+\.\d s\)", err), err[-2000:]
         node.trigger_activate()
         status = node.diagnostic_status()
         assert status.level == status.WARN and "fast path fell back to the plain decoder" in status.message

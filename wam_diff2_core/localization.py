@@ -29,6 +29,18 @@ measurement older than the filter's time by more than ``max_lag_s`` is refused (
 gap longer than ``max_gap_s`` restarts the filter (a simulator reset). The filter is
 ``ready`` once it has had a position, a heading and a speed since it (re)started.
 
+**Hostile inputs.** Every measurement is checked before it touches the state: stamps and values
+finite, speed, yaw rate and acceleration within the settings' ``max_*`` figures, variances within
+[``MIN_VARIANCE``, ``MAX_VARIANCE``] and a GNSS covariance positive definite. A refused one leaves
+the state as it was and says why (``refusal``: a :class:`MeasurementRefused` with a reason code,
+counted in ``counts["refused_<code>"]``). A fix farther from the prediction than ``gnss_gate_sigma``
+(Mahalanobis distance, the prediction's and the fix's covariance together) is refused too; when
+fixes have been refused that way for ``gnss_reacquire_s`` (a real jump: a teleported ego, a
+position that drifted while fixes were missing), the next one places the position again, as the
+first fix does, so the gate never locks the filter out. Should the state or its covariance ever
+become non-finite all the same, the filter restarts (``counts["restarts_non_finite"]``) rather than
+hand it on: what ``state`` holds is always finite.
+
 Noise defaults (:data:`LEADERBOARD_NOISE`) are the leaderboard's own sensor settings
 (``leaderboard/autoagents/agent_wrapper.py``: GNSS latitude / longitude standard deviation
 5e-6 deg, about 0.56 m; accelerometer 0.001 m/s^2, gyro 0.001 rad/s); the speedometer and the
@@ -36,15 +48,64 @@ IMU's orientation are exact in CARLA, so their filter defaults are small model-e
 """
 from __future__ import annotations
 
+import collections
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .geometry import wrap_angle
+from .geometry import wrap_angle, yaw_from_quaternion
 
 EARTH_RADIUS_EQUA_M = 6378137.0        # CARLA's (and WGS-84's) equatorial radius
 X, Y, YAW, V = range(4)                # state indices
+# Variances a measurement may claim (its units squared). Below: a sensor claiming micrometre / microradian
+# precision, whose inverse would dominate the update's arithmetic; above (100 km, 1e5 rad): a measurement
+# that carries no information, and whose products overflow in the update.
+MIN_VARIANCE, MAX_VARIANCE = 1e-12, 1e10
+QUATERNION_NORM_TOLERANCE = 0.01       # |norm - 1| a message's orientation may have (float32 rounding is ~1e-7)
+
+
+class MeasurementRefused(ValueError):
+    """A measurement the filter does not use: ``code`` (a counter name: ``late``, ``stamp``, ``position``,
+    ``covariance``, ``gate``, ``orientation``, ``rate``, ``acceleration``, ``speed``) and a message naming the
+    offending value."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def _finite(name: str, value: float, code: str) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        raise MeasurementRefused(code, f"{name} is {value!r}, not a finite number")
+    return value
+
+
+def _bounded(name: str, value: float, limit: float, setting: str, code: str) -> float:
+    value = _finite(name, value, code)
+    if abs(value) > limit:
+        raise MeasurementRefused(code, f"{name} {value!r} is beyond +-{limit:g} ({setting})")
+    return value
+
+
+def _variance(name: str, value: float) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and MIN_VARIANCE <= value <= MAX_VARIANCE):
+        raise MeasurementRefused("covariance", f"{name} {value!r} is not a variance in [{MIN_VARIANCE:g}, "
+                                               f"{MAX_VARIANCE:g}]")
+    return value
+
+
+def heading_from_quaternion(x: float, y: float, z: float, w: float) -> float:
+    """Yaw of an orientation quaternion (rad); raises MeasurementRefused (``orientation``) when a component
+    is not finite or the norm is not 1 (within QUATERNION_NORM_TOLERANCE)."""
+    q = [_finite(f"orientation.{n}", v, "orientation") for n, v in zip("xyzw", (x, y, z, w))]
+    norm = math.sqrt(sum(c * c for c in q))
+    if not abs(norm - 1.0) <= QUATERNION_NORM_TOLERANCE:
+        raise MeasurementRefused("orientation", f"orientation ({x!r}, {y!r}, {z!r}, {w!r}) has norm {norm!r}, "
+                                                "not a unit quaternion")
+    return yaw_from_quaternion(*(c / norm for c in q))
 
 
 def degrees_to_metres(deg: float, lat_ref_deg: float = 0.0) -> float:
@@ -87,7 +148,14 @@ class GeoReference:
                 math.log(math.tan(math.radians(90.0 + lat_deg) / 2.0)) * self._scale_m)
 
     def to_local(self, lat_deg: float, lon_deg: float) -> tuple[float, float]:
-        """(x east, y north) metres in the ROS map frame (CARLA's x, -y)."""
+        """(x east, y north) metres in the ROS map frame (CARLA's x, -y). Raises MeasurementRefused
+        (``position``) for a latitude outside (-90, 90) degrees (the projection has no value at the poles) or a
+        longitude outside [-360, 360] (the projection does not wrap: east of a reference near 180 it reads
+        above 180), or one that is not finite."""
+        if not -90.0 < float(lat_deg) < 90.0:
+            raise MeasurementRefused("position", f"latitude {lat_deg!r} is not in (-90, 90) degrees")
+        if not -360.0 <= float(lon_deg) <= 360.0:
+            raise MeasurementRefused("position", f"longitude {lon_deg!r} is not in [-360, 360] degrees")
         mx, my = self._mercator(lat_deg, lon_deg)
         mx0, my0 = self._mercator(self.lat_deg, self.lon_deg)
         return mx - mx0, my - my0
@@ -142,13 +210,17 @@ class LocalizationSettings:
     max_lag_s: float = 0.1                 # a measurement this much older than the filter is refused
     max_gap_s: float = 1.0                 # a gap longer than this (or time going back) restarts the filter
     initial_speed_stddev_mps: float = 5.0  # before the first speedometer reading
+    gnss_gate_sigma: float = 5.0           # a fix farther from the prediction (Mahalanobis distance) is refused
+    gnss_reacquire_s: float = 1.0          # fixes refused by the gate this long: the next one places the position
+    max_speed_mps: float = 100.0           # speedometer readings beyond are refused
+    max_yaw_rate_radps: float = 10.0       # gyro z beyond is refused
+    max_acceleration_mps2: float = 100.0   # accelerometer x beyond (10 g: a crash, not driving) is refused
 
     def __post_init__(self):
-        for f in ("gnss_stddev_m", "heading_stddev_rad", "speed_stddev_mps", "gyro_noise_radps",
-                  "accel_noise_mps2", "position_noise_mps", "max_lag_s", "max_gap_s", "initial_speed_stddev_mps"):
-            value = getattr(self, f)
+        for f in fields(self):
+            value = getattr(self, f.name)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{f}: must be a positive number, got {value!r}")
+                raise ValueError(f"{f.name}: must be a positive number, got {value!r}")
 
 
 @dataclass
@@ -167,7 +239,11 @@ class OdometryFilter:
     settings: LocalizationSettings = field(default_factory=LocalizationSettings)
 
     def __post_init__(self):
-        self.counts: dict[str, int] = {"gnss": 0, "imu": 0, "speed": 0, "refused_late": 0, "restarts": 0}
+        # gnss / imu / speed: used; refused_<code>: refused (MeasurementRefused.code); restarts: a gap or time
+        # going back; restarts_non_finite: a state that stopped being finite; gnss_reacquired: see the gate
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.refusal: MeasurementRefused | None = None      # why the newest measurement was refused (None: used)
+        self.last_restart = ""                               # why the filter last restarted ("": it never did)
         self.reset()
 
     def reset(self) -> None:
@@ -175,6 +251,9 @@ class OdometryFilter:
         self.t: float | None = None
         self.covariance = np.diag([1e6, 1e6, math.pi ** 2, self.settings.initial_speed_stddev_mps ** 2])  # [4, 4]
         self.has_position = self.has_heading = self.has_speed = False
+        self.gate_refused_since: float | None = None         # stamp of the first of the fixes the gate refuses in a row
+        self.gate_refused_in_row = 0
+        self.gate_distance: float | None = None              # Mahalanobis distance of the newest fix past the first
 
     @property
     def ready(self) -> bool:
@@ -191,26 +270,29 @@ class OdometryFilter:
         s = self.state
         s.x, s.y, s.yaw, s.speed = float(x[X]), float(x[Y]), wrap_angle(float(x[YAW])), max(0.0, float(x[V]))
 
+    def _restart(self, why: str) -> None:
+        self.reset()
+        self.last_restart = why
+
     # ------------------------------------------------------------------ time
-    def _advance(self, t: float) -> bool:
-        """Predict to ``t``; False: the measurement is too old to use."""
+    def _advance(self, t: float) -> None:
+        """Predict to ``t``; raises MeasurementRefused (``late``) when the measurement is too old to use."""
         st = self.settings
         if self.t is None:
             self.t = t
-            return True
+            return
         dt = t - self.t
         if dt > st.max_gap_s or dt < -st.max_gap_s:
-            self.reset()
+            self._restart(f"a gap of {dt:+.3f} s between stamps (beyond +-max_gap_s {st.max_gap_s:g})")
             self.counts["restarts"] += 1
             self.t = t
-            return True
+            return
         if dt < -st.max_lag_s:
-            self.counts["refused_late"] += 1
-            return False
+            raise MeasurementRefused("late", f"stamp {t:.3f} s is {-dt:.3f} s older than the filter's (more than "
+                                             f"max_lag_s {st.max_lag_s:g})")
         if dt > 0:
             self._predict(dt)
             self.t = t
-        return True
 
     def _predict(self, dt: float) -> None:
         st, s = self.settings, self.state
@@ -224,70 +306,147 @@ class OdometryFilter:
         jac[Y, YAW], jac[Y, V] = v_mid * c * dt, sn * dt
         pos_var = (st.position_noise_mps * dt) ** 2
         q = np.diag([pos_var, pos_var, (st.gyro_noise_radps * dt) ** 2, (st.accel_noise_mps2 * dt) ** 2])
-        self.covariance = jac @ self.covariance @ jac.T + q
-        self._set(x)
+        with np.errstate(over="ignore", invalid="ignore"):                  # _commit checks the result
+            covariance = jac @ self.covariance @ jac.T + q
+        self._commit(x, covariance, "the prediction")
 
-    def _update(self, h: np.ndarray, innovation: np.ndarray, r: np.ndarray) -> None:
+    def _update(self, h: np.ndarray, innovation: np.ndarray, r: np.ndarray, what: str) -> None:
         """Kalman update with measurement matrix ``h`` [m, 4], innovation [m], noise ``r`` [m, m] (Joseph form)."""
         p = self.covariance
-        s = h @ p @ h.T + r
-        gain = p @ h.T @ np.linalg.inv(s)                                   # [4, m]
-        self._set(self._x + gain @ innovation)
-        i_kh = np.eye(4) - gain @ h
-        self.covariance = i_kh @ p @ i_kh.T + gain @ r @ gain.T
+        with np.errstate(over="ignore", invalid="ignore"):                  # _commit checks the result
+            s = h @ p @ h.T + r
+            gain = p @ h.T @ np.linalg.inv(s)                               # [4, m]
+            i_kh = np.eye(4) - gain @ h
+            x, covariance = self._x + gain @ innovation, i_kh @ p @ i_kh.T + gain @ r @ gain.T
+        self._commit(x, covariance, what)
+
+    def _commit(self, x: np.ndarray, covariance: np.ndarray, what: str) -> None:
+        """The new state, or a restart when it is not finite (never handed on: a NaN stays a NaN for ever)."""
+        if not (np.isfinite(x).all() and np.isfinite(covariance).all()):
+            self._restart(f"{what} gave a non-finite state")
+            self.counts["restarts_non_finite"] += 1
+            raise MeasurementRefused("non_finite", self.last_restart + ": the filter restarted")
+        self.covariance = covariance
+        self._set(x)
+
+    def _measure(self, kind: str, apply, *args) -> bool:
+        try:
+            apply(*args)
+        except MeasurementRefused as exc:
+            self.refusal = exc
+            self.counts["refused_" + exc.code] += 1
+            return False
+        self.refusal = None
+        self.counts[kind] += 1
+        return True
 
     # ------------------------------------------------------------------ measurements
     def gnss(self, t: float, x: float, y: float, covariance: np.ndarray | None = None) -> bool:
-        """A GNSS position in the map frame (metres); ``covariance`` [2, 2] or None for the settings' figure."""
-        if not (math.isfinite(x) and math.isfinite(y)) or not self._advance(t):
-            return False
-        r = np.eye(2) * self.settings.gnss_stddev_m ** 2 if covariance is None else np.asarray(covariance, float)
+        """A GNSS position in the map frame (metres); ``covariance`` [2, 2] or None for the settings' figure.
+        False: refused (``refusal`` says why)."""
+        return self._measure("gnss", self._gnss, t, x, y, covariance)
+
+    def _gnss(self, t: float, x: float, y: float, covariance: np.ndarray | None) -> None:
+        t, x, y = _finite("stamp", t, "stamp"), _finite("x", x, "position"), _finite("y", y, "position")
+        r = np.eye(2) * self.settings.gnss_stddev_m ** 2 if covariance is None else gnss_noise(covariance)
+        self._advance(t)
         if not self.has_position:                        # the first fix places the filter
-            s = self.state
-            s.x, s.y = x, y
-            self.covariance[:2, :] = 0.0
-            self.covariance[:, :2] = 0.0
-            self.covariance[:2, :2] = r
-            self.has_position = True
+            self._place(x, y, r)
+            return
+        h = np.zeros((2, 4))
+        h[0, X] = h[1, Y] = 1.0
+        innovation = np.array([x - self.state.x, y - self.state.y])
+        s = h @ self.covariance @ h.T + r
+        distance = self.gate_distance = math.sqrt(max(0.0, float(innovation @ np.linalg.solve(s, innovation))))
+        st = self.settings
+        if distance > st.gnss_gate_sigma:
+            if self.gate_refused_since is None:
+                self.gate_refused_since = t
+            refused_s = t - self.gate_refused_since
+            if refused_s < st.gnss_reacquire_s:
+                self.gate_refused_in_row += 1
+                raise MeasurementRefused("gate", f"the fix is {distance:.1f} sigma (Mahalanobis) from the prediction, "
+                                                 f"beyond gnss_gate_sigma {st.gnss_gate_sigma:g} "
+                                                 f"({self.gate_refused_in_row} in a row)")
+            self._place(x, y, r)                         # refused for gnss_reacquire_s: a real jump, follow it
+            self.counts["gnss_reacquired"] += 1
         else:
-            h = np.zeros((2, 4))
-            h[0, X] = h[1, Y] = 1.0
-            self._update(h, np.array([x - self.state.x, y - self.state.y]), r)
-        self.counts["gnss"] += 1
-        return True
+            self._update(h, innovation, r, "a GNSS fix")
+        self.gate_refused_since, self.gate_refused_in_row = None, 0
+
+    def _place(self, x: float, y: float, r: np.ndarray) -> None:
+        """The position at the fix, with its covariance and no correlation with heading or speed."""
+        covariance = self.covariance.copy()
+        covariance[:2, :] = 0.0
+        covariance[:, :2] = 0.0
+        covariance[:2, :2] = r
+        self._commit(np.array([x, y, self.state.yaw, self.state.speed]), covariance, "a GNSS fix")
+        self.has_position = True
 
     def imu(self, t: float, yaw: float | None, yaw_rate: float, acceleration: float,
             yaw_variance: float | None = None) -> bool:
-        """An IMU sample: orientation yaw (None: the IMU gives none), gyro z, accelerometer x (ego frame)."""
-        if not (math.isfinite(yaw_rate) and math.isfinite(acceleration)) or not self._advance(t):
-            return False
+        """An IMU sample: orientation yaw (None: the IMU gives none), gyro z, accelerometer x (ego frame);
+        ``yaw_variance`` None for the settings' figure. False: refused (``refusal`` says why)."""
+        return self._measure("imu", self._imu, t, yaw, yaw_rate, acceleration, yaw_variance)
+
+    def _imu(self, t: float, yaw: float | None, yaw_rate: float, acceleration: float,
+             yaw_variance: float | None) -> None:
+        st = self.settings
+        t = _finite("stamp", t, "stamp")
+        yaw_rate = _bounded("angular_velocity.z", yaw_rate, st.max_yaw_rate_radps, "max_yaw_rate_radps", "rate")
+        acceleration = _bounded("linear_acceleration.x", acceleration, st.max_acceleration_mps2,
+                                "max_acceleration_mps2", "acceleration")
+        if yaw is not None:
+            yaw = _finite("orientation yaw", yaw, "orientation")
+            var = st.heading_stddev_rad ** 2 if yaw_variance is None else _variance("orientation variance",
+                                                                                   yaw_variance)
+        self._advance(t)
         self.state.yaw_rate, self.state.acceleration = yaw_rate, acceleration   # inputs from here on
-        if yaw is not None and math.isfinite(yaw):
-            var = self.settings.heading_stddev_rad ** 2 if yaw_variance is None else yaw_variance
-            if not self.has_heading:
-                self.state.yaw = wrap_angle(yaw)
-                self.covariance[YAW, :] = 0.0
-                self.covariance[:, YAW] = 0.0
-                self.covariance[YAW, YAW] = var
-                self.has_heading = True
-            else:
-                h = np.zeros((1, 4))
-                h[0, YAW] = 1.0
-                self._update(h, np.array([wrap_angle(yaw - self.state.yaw)]), np.array([[var]]))
-        self.counts["imu"] += 1
-        return True
+        if yaw is None:
+            return
+        if not self.has_heading:
+            covariance = self.covariance.copy()
+            covariance[YAW, :] = 0.0
+            covariance[:, YAW] = 0.0
+            covariance[YAW, YAW] = var
+            self._commit(np.array([self.state.x, self.state.y, yaw, self.state.speed]), covariance, "an IMU heading")
+            self.has_heading = True
+        else:
+            h = np.zeros((1, 4))
+            h[0, YAW] = 1.0
+            self._update(h, np.array([wrap_angle(yaw - self.state.yaw)]), np.array([[var]]), "an IMU heading")
 
     def speed(self, t: float, speed: float) -> bool:
-        """A speedometer reading (m/s, its magnitude: the filter's speed is never negative)."""
-        if not math.isfinite(speed) or not self._advance(t):
-            return False
+        """A speedometer reading (m/s, its magnitude: the filter's speed is never negative). False: refused
+        (``refusal`` says why)."""
+        return self._measure("speed", self._speed, t, speed)
+
+    def _speed(self, t: float, speed: float) -> None:
+        t = _finite("stamp", t, "stamp")
+        speed = _bounded("speed", speed, self.settings.max_speed_mps, "max_speed_mps", "speed")
+        self._advance(t)
         h = np.zeros((1, 4))
         h[0, V] = 1.0
-        self._update(h, np.array([abs(speed) - self.state.speed]),
-                     np.array([[self.settings.speed_stddev_mps ** 2]]))
+        self._update(h, np.array([abs(speed) - self.state.speed]), np.array([[self.settings.speed_stddev_mps ** 2]]),
+                     "a speed")
         self.has_speed = True
-        self.counts["speed"] += 1
-        return True
 
     def yaw_rate_variance(self) -> float:
         return self.settings.gyro_noise_radps ** 2
+
+
+def gnss_noise(covariance) -> np.ndarray:
+    """A fix's east / north covariance [2, 2] (m^2) checked: finite, symmetric (its symmetric part is used),
+    variances in [MIN_VARIANCE, MAX_VARIANCE], positive definite; raises MeasurementRefused (``covariance``)."""
+    r = np.asarray(covariance, dtype=np.float64)
+    if r.shape != (2, 2):
+        raise MeasurementRefused("covariance", f"the position covariance has shape {r.shape}, not (2, 2)")
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = 0.5 * (r + r.T)
+    if not np.isfinite(r).all():
+        raise MeasurementRefused("covariance", f"the position covariance {r.tolist()} is not finite")
+    _variance("the east variance", r[0, 0])
+    _variance("the north variance", r[1, 1])
+    if np.linalg.eigvalsh(r)[0] < MIN_VARIANCE:
+        raise MeasurementRefused("covariance", f"the position covariance {r.tolist()} is not positive definite")
+    return r

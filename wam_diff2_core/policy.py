@@ -38,6 +38,11 @@ from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEM
 from .profiling import PeakMemory, StageTimes, VisionTimer
 
 TASKS = ("plan", "detect")
+# The start-up decodes (check_fast_path, warmup) stop after this many blocks: the prefill, a block's denoise
+# steps and commit, and a block after a commit are every step shape a decode runs (with CUDA graphs the
+# decoder's own warm-up captures every key-span bucket), and a checkpoint that never stops early (a random
+# one) no longer makes start-up three full answers long.
+STARTUP_BLOCKS = 2
 
 
 @dataclass
@@ -183,39 +188,47 @@ class DrivingPolicy:
         return s.replace(remasking_strategy=self.parse_retry)
 
     def _warmup_prompts(self):
-        """The warm-up frame (grey, 64 x 64) and its prompts, one per task."""
+        """The warm-up image (grey, 64 x 64) and its prompts, one per task."""
         from PIL import Image
         frame = np.full((64, 64, 3), 128, np.uint8)
         prompts = {"plan": format_planning_prompt("straight", (0.0, 0.0), (0.0, 0.0)), "detect": self.detection_prompt}
-        return frame, Image.fromarray(frame), [prompts[task] for task in self.tasks]
+        return Image.fromarray(frame), [prompts[task] for task in self.tasks]
+
+    def startup_settings(self):
+        """The decoding settings of the start-up decodes: this policy's, at most STARTUP_BLOCKS blocks long."""
+        s = self.settings
+        return s.replace(max_new_tokens=min(s.max_new_tokens, STARTUP_BLOCKS * s.block_size))
 
     def warmup(self) -> None:
-        """One decode on a grey frame so the first real frame does not pay one-off costs; with CUDA
-        graphs, also capture every step shape for this policy's batch (one row per task)."""
-        frame, _, _ = self._warmup_prompts()
-        self.step(frame, EgoMotion((0.0, 0.0), (0.0, 0.0)), "straight")
+        """One decode (startup_settings) on a grey frame so the first real frame does not pay one-off costs:
+        processor, vision encoder, prefill, denoise steps, commits, parsing; with CUDA graphs, also capture
+        every step shape for this policy's batch (one row per task)."""
+        image, prompts = self._warmup_prompts()
+        self._decode(dict(zip(self.tasks, prompts)), image, self.startup_settings(), None, StageTimes())
         if self.engine.cuda_graphs:       # every key-span bucket: no capture while driving
             self.decoder.warmup([len(self.tasks)], settings=self.settings)
 
     def check_fast_path(self) -> str | None:
-        """Decode the warm-up prompts with this policy's decoder and with the plain one (the reference).
+        """Decode the warm-up prompts with this policy's decoder and with the plain one (the reference), at most
+        STARTUP_BLOCKS blocks each (startup_settings).
         If their tokens agree at fewer positions than FAST_PATH_MIN_AGREEMENT[dtype] (1.0 in float32),
         switch this policy to the plain decoder and return a diagnostic naming the divergence (or the
         error, when the fast path cannot run here); None when they agree (or the decoder is plain)."""
         if self.engine.implementation == "plain":
             return None
-        _, image, prompts = self._warmup_prompts()
+        image, prompts = self._warmup_prompts()
         inputs = self._inputs(prompts, image)
         fast_name = describe_engine(self.engine)
         plain_engine = self.engine.replace(implementation="plain", cuda_graphs=False, attention_backend="sdpa")
         plain_decoder = make_decoder(self.loaded.model, self.loaded.config, engine=plain_engine)
+        settings = self.startup_settings()
         try:
-            fast = self.decoder.generate(inputs, self.settings).sequences
+            fast = self.decoder.generate(inputs, settings).sequences
         except Exception as exc:  # noqa: BLE001 - a fast path that cannot run on this device is not used
             self.engine, self.decoder = plain_engine, plain_decoder
             return (f"fast path ({fast_name}) failed on the warm-up prompt ({type(exc).__name__}: {exc}); "
                     "decoding with the plain decoder")
-        plain = plain_decoder.generate(inputs, self.settings).sequences
+        plain = plain_decoder.generate(inputs, settings).sequences
         same, total, first = token_agreement(fast, plain)
         dtype = str(self.loaded.dtype).replace("torch.", "")
         needed = FAST_PATH_MIN_AGREEMENT.get(dtype, 1.0)

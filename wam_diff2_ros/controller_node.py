@@ -123,21 +123,37 @@ def ns_stamp(ns: int):
     return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
 
 
+def well_formed_stamp(stamp) -> bool:
+    """``nanosec`` below a second (builtin_interfaces/Time's contract): a stamp beyond it is malformed, and at
+    the end of int32 its seconds would not fit a stamp again (an output stamped with it would raise)."""
+    return 0 <= int(stamp.nanosec) < NS_PER_S
+
+
+# Beyond these an odometry, a plan or a route is invalid: no map frame on earth is 10,000 km across (and
+# coordinates near 1e154 overflow the route geometry's squares), and the published speed is a float32.
+MAX_COORDINATE_M = 1e7
+MAX_SPEED_MPS = 1e3
+MAX_PLAN_HORIZON_S = 60.0          # a plan reaching further is invalid (resampling it would fill the memory)
+
+
 def plan_from_trajectory(msg) -> Plan:
     """A ``wam_diff2_ros/Trajectory`` as the controller's plan (ego frame at its stamp, 0.5 s apart).
 
     Points not spaced 0.5 s apart are resampled on that grid (by ``time_from_start``); times that
-    do not increase, an invalid message or fewer than 2 points give an invalid plan.
+    do not increase or reach beyond MAX_PLAN_HORIZON_S, points beyond MAX_COORDINATE_M, an invalid
+    message or fewer than 2 points give an invalid plan.
     """
     t = stamp_ns(msg.header.stamp) / NS_PER_S
     if not msg.valid or len(msg.points) < 2:
         return Plan(t, np.zeros((0, 2)), valid=False)
     xy = np.array([[p.x, p.y] for p in msg.points], dtype=np.float64)                  # [N, 2]
+    if (np.abs(xy) > MAX_COORDINATE_M).any():       # finite but absurd: the control's geometry would overflow
+        return Plan(t, xy, valid=False)
     times = np.array([stamp_ns(p.time_from_start) / NS_PER_S for p in msg.points])     # [N]
     grid = WAYPOINT_DT_S * np.arange(1, len(xy) + 1)
     if np.allclose(times, grid, atol=1e-6):
         return Plan(t, xy)
-    if not (np.all(np.diff(times) > 0) and times[0] > 0):
+    if not (np.all(np.diff(times) > 0) and times[0] > 0 and times[-1] <= MAX_PLAN_HORIZON_S):
         return Plan(t, xy, valid=False)
     grid = WAYPOINT_DT_S * np.arange(1, int(times[-1] / WAYPOINT_DT_S + 1e-9) + 1)
     full_t, full_xy = np.concatenate([[0.0], times]), np.vstack([[0.0, 0.0], xy])    # the ego at the stamp
@@ -157,11 +173,13 @@ class EgoOdometry:
 def ego_from_odometry(msg) -> EgoOdometry:
     p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
     values = (p.x, p.y, q.x, q.y, q.z, q.w, v.x, v.y)
-    finite = all(math.isfinite(float(a)) for a in values) and not (q.x == q.y == q.z == q.w == 0.0)
-    yaw = yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w)) if finite else math.nan
     # twist in the child (ego) frame, as carla-ros-bridge publishes it; the speedometer is its norm
-    return EgoOdometry(stamp_ns(msg.header.stamp), Pose2D(float(p.x), float(p.y), yaw),
-                       math.hypot(float(v.x), float(v.y)), str(msg.child_frame_id), finite)
+    speed = math.hypot(float(v.x), float(v.y))
+    finite = all(math.isfinite(float(a)) for a in values) and not (q.x == q.y == q.z == q.w == 0.0) \
+        and max(abs(p.x), abs(p.y)) <= MAX_COORDINATE_M and speed <= MAX_SPEED_MPS
+    yaw = yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w)) if finite else math.nan
+    return EgoOdometry(stamp_ns(msg.header.stamp), Pose2D(float(p.x), float(p.y), yaw), speed if finite else math.nan,
+                       str(msg.child_frame_id), finite)
 
 
 def fallback_key(reason: str) -> str:
@@ -270,9 +288,12 @@ class ControllerNode(Node):
 
     # ------------------------------------------------------------------ inputs
     def _on_trajectory(self, msg: Trajectory) -> None:
+        self.counts["plans_received"] += 1
+        if not well_formed_stamp(msg.header.stamp):
+            self.counts["plans_bad_stamp"] += 1
+            return
         plan = plan_from_trajectory(msg)
         stamp = stamp_ns(msg.header.stamp)
-        self.counts["plans_received"] += 1
         self.counts["plans_valid" if plan.valid else "plans_invalid"] += 1
         if self._plan_stamp_ns is not None and stamp <= self._plan_stamp_ns \
                 and self._plan_stamp_ns - stamp <= TIME_RESET_S * NS_PER_S:
@@ -304,6 +325,9 @@ class ControllerNode(Node):
         self._set_route(points, options, "CarlaRoute")
 
     def _set_route(self, points: np.ndarray, options, kind: str) -> None:
+        if len(points) and np.abs(points).max() > MAX_COORDINATE_M:      # NaN: set_route names it
+            self._refuse_route(f"route has points beyond +-{MAX_COORDINATE_M:g} m")
+            return
         try:
             self.route.set_route(points, options)
         except ValueError as exc:
@@ -317,12 +341,18 @@ class ControllerNode(Node):
         self.get_logger().warning(f"route refused, keeping the previous one: {why}")
 
     def _on_odometry(self, msg: Odometry) -> None:
+        if not well_formed_stamp(msg.header.stamp):          # no tick to answer: its stamp names none
+            self.counts["odometry_bad_stamp"] += 1
+            return
         odometry = ego_from_odometry(msg)
         self._odometry = odometry
         if self._values["tick_source"] == "odometry":
             self._tick(odometry.stamp_ns)
 
     def _on_clock(self, msg: ClockMsg) -> None:
+        if not well_formed_stamp(msg.clock):
+            self.counts["clock_bad_stamp"] += 1
+            return
         self._tick(stamp_ns(msg.clock))
 
     # ------------------------------------------------------------------ the tick

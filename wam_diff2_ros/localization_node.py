@@ -20,7 +20,7 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
 - GNSS status: the bridge never sets ``NavSatFix.status``, so its fixes carry the message's
   default, ``STATUS_UNKNOWN`` (-2) on Jazzy / Kilted, 0 on older distributions: a fix with a finite
   latitude / longitude and any status but ``STATUS_NO_FIX`` (-1) is used. A receiver that knows it
-  has no fix says ``STATUS_NO_FIX``, and those fixes are refused (counted ``gnss_no_fix``).
+  has no fix says ``STATUS_NO_FIX``, and those fixes are refused (counted ``gnss_refused_no_fix``).
 - The speedometer type is a parameter, not detected: the leaderboard starts this node and the
   bridge together, and with Fast DDS discovery a publisher may be seen only after the first ticks
   (or, with the bridge restarted, never before the node subscribed), so a type chosen from the
@@ -37,14 +37,23 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
   arrive after its IMU while the filter still waits for its first fix or speed, on that GNSS or speed). Pose covariance
   x / y / yaw and twist covariance v / yaw rate from the filter; z, roll, pitch and the
   sideways / vertical rates are not estimated (variance ``UNOBSERVED_VARIANCE``).
-- ``/diagnostics``: measurements used / refused, filter restarts, the position and heading
-  standard deviation, the first fix's distance to the route start.
+- Hostile inputs: every message is checked before it touches the filter (latitude / longitude,
+  covariances, quaternion, rates, acceleration, speed: finite and in range; stamps not too late), a
+  refused one counted per sensor and reason (``gnss_refused_gate``, ``imu_refused_rate``, ...) with a
+  throttled WARN naming the value. Fixes farther from the prediction than ``filter.gnss_gate_sigma``
+  are refused (a WARN while they keep coming; after ``filter.gnss_reacquire_s`` of them the position
+  follows the fix). A filter state that stops being finite is never published: the filter restarts
+  and ``/diagnostics`` says why.
+- ``/diagnostics``: measurements used / refused, filter restarts, the position, heading and speed
+  standard deviation (OK only when they are finite), each sensor's age against the newest (stale,
+  a WARN, beyond ``sensor_timeout_s``), the first fix's distance to the route start.
 """
 from __future__ import annotations
 
 import collections
 import math
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -61,12 +70,14 @@ from nav_msgs.msg import Path
 from std_msgs.msg import Float32, Header
 
 from wam_diff2_core.topics import DEFAULT_ROLE, LOCALIZATION_NODE
-from wam_diff2_core.geometry import quaternion_from_yaw, yaw_from_quaternion
-from wam_diff2_core.localization import GeoReference, LocalizationSettings, OdometryFilter, X, Y, YAW, V
+from wam_diff2_core.geometry import quaternion_from_yaw
+from wam_diff2_core.localization import (GeoReference, LocalizationSettings, MeasurementRefused, OdometryFilter, X,
+                                         Y, YAW, V, heading_from_quaternion)
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
 from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 
-from .controller_node import CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics, ns_stamp, stamp_ns
+from .controller_node import (CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics, ns_stamp, stamp_ns,
+                              well_formed_stamp)
 from .parameters import declare_all
 from .spinning import spin_until_shutdown
 
@@ -74,6 +85,11 @@ NS_PER_S = 1_000_000_000
 UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
 ODOMETRY_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
                           history=HistoryPolicy.KEEP_LAST)   # like the bridge's odometry; best-effort readers match
+SENSORS = ("gnss", "imu", "speed")
+WARN_PERIOD_S = 5.0                # one WARN per sensor and refusal reason this often, at most
+# Fixes the gate refuses in a row before /diagnostics warns: one is an outlier the gate is there for,
+# two in a row are not noise any more (5 sigma each) but the estimate or the GNSS having moved.
+GATE_WARN_IN_ROW = 2
 
 
 def localization_topics(role: str = DEFAULT_ROLE, gnss_id: str = "gnss", imu_id: str = "imu",
@@ -91,11 +107,18 @@ def ros_type_name(short: str) -> str:
 
 
 def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:
-    """The fix's east / north covariance [2, 2] (m^2), or None when it carries none."""
+    """The fix's east / north covariance [2, 2] (m^2, unchecked: the filter checks it), or None when it carries
+    none (type unknown, or east and north variance both left at zero)."""
     cov = msg.position_covariance
-    if msg.position_covariance_type == NavSatFix.COVARIANCE_TYPE_UNKNOWN or not (cov[0] > 0 and cov[4] > 0):
+    if msg.position_covariance_type == NavSatFix.COVARIANCE_TYPE_UNKNOWN or cov[0] == cov[4] == 0.0:
         return None
     return np.array([[cov[0], cov[1]], [cov[3], cov[4]]], dtype=np.float64)
+
+
+def check_stamp(stamp) -> None:
+    """Raises MeasurementRefused (``stamp``) for a malformed header stamp (nanosec not below a second)."""
+    if not well_formed_stamp(stamp):
+        raise MeasurementRefused("stamp", f"header.stamp.nanosec {stamp.nanosec} is not below 1e9")
 
 
 def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: str) -> Odometry:
@@ -133,6 +156,10 @@ class LocalizationNode(Node):
         self.ekf = OdometryFilter(settings)
         self.counts: collections.Counter[str] = collections.Counter()
         self._last_imu_ns: int | None = None           # stamp of the newest IMU sample used
+        self._used_s: dict[str, float] = {}            # sensor -> filter time of its newest measurement used
+        self._warned_at: dict[str, float] = {}         # WARN key -> steady time of its last WARN
+        self._restart_note = ""                        # why the filter restarted, until it is ready again
+        self._seen = {"restarts_non_finite": 0, "gnss_reacquired": 0}   # filter counts already logged
         self._published_ns: int | None = None          # stamp of the newest odometry published
         self._route_start: tuple[float, float] | None = None   # first point of the newest route (map frame)
         self._route_start_checked = True               # the first fix after a route arrives is checked
@@ -194,14 +221,14 @@ class LocalizationNode(Node):
 
     # ------------------------------------------------------------------ inputs
     def _on_gnss(self, msg: NavSatFix) -> None:
-        if msg.status.status == NavSatStatus.STATUS_NO_FIX:     # STATUS_UNKNOWN (-2, the bridge's) is used
-            self.counts["gnss_no_fix"] += 1
+        try:
+            check_stamp(msg.header.stamp)
+            if msg.status.status == NavSatStatus.STATUS_NO_FIX:     # STATUS_UNKNOWN (-2, the bridge's) is used
+                raise MeasurementRefused("no_fix", "status STATUS_NO_FIX: the receiver has no fix")
+            x, y = self.reference.to_local(msg.latitude, msg.longitude)
+        except MeasurementRefused as exc:
+            self._refused("gnss", exc)
             return
-        lat, lon = msg.latitude, msg.longitude
-        if not (math.isfinite(lat) and math.isfinite(lon) and -90.0 < lat < 90.0 and -180.0 <= lon <= 180.0):
-            self.counts["gnss_invalid"] += 1
-            return
-        x, y = self.reference.to_local(lat, lon)
         stamp = stamp_ns(msg.header.stamp)
         used = self.ekf.gnss(stamp / NS_PER_S, x, y, gnss_covariance(msg))
         self._count("gnss", used)
@@ -211,6 +238,11 @@ class LocalizationNode(Node):
             self._publish(msg.header.stamp)
 
     def _on_carla_speed(self, msg) -> None:
+        try:
+            check_stamp(msg.header.stamp)
+        except MeasurementRefused as exc:
+            self._refused("speed", exc)
+            return
         stamp = stamp_ns(msg.header.stamp)
         self._speed(stamp / NS_PER_S if stamp else None, float(msg.speed))
 
@@ -260,11 +292,16 @@ class LocalizationNode(Node):
             self._route_start_error = ""
 
     def _on_imu(self, msg: Imu) -> None:
-        q = msg.orientation
-        has_orientation = msg.orientation_covariance[0] != -1.0 and (q.x, q.y, q.z, q.w) != (0.0, 0.0, 0.0, 0.0)
-        yaw = yaw_from_quaternion(q.x, q.y, q.z, q.w) if has_orientation else None
-        yaw_var = float(msg.orientation_covariance[8]) if has_orientation and msg.orientation_covariance[8] > 0 \
-            else None
+        q, cov = msg.orientation, msg.orientation_covariance
+        # no orientation: REP-145's -1 in the covariance, or a zero quaternion (a message left at its default)
+        has_orientation = cov[0] != -1.0 and (q.x, q.y, q.z, q.w) != (0.0, 0.0, 0.0, 0.0)
+        try:
+            check_stamp(msg.header.stamp)
+            yaw = heading_from_quaternion(q.x, q.y, q.z, q.w) if has_orientation else None
+        except MeasurementRefused as exc:
+            self._refused("imu", exc)
+            return
+        yaw_var = float(cov[8]) if has_orientation and cov[8] != 0.0 else None    # 0: not filled in
         stamp = stamp_ns(msg.header.stamp)
         ok = self.ekf.imu(stamp / NS_PER_S, yaw, float(msg.angular_velocity.z), float(msg.linear_acceleration.x),
                           yaw_var)
@@ -284,25 +321,91 @@ class LocalizationNode(Node):
         self.counts["odometry_published"] += 1
 
     def _count(self, kind: str, used: bool) -> None:
-        self.counts[f"{kind}_used" if used else f"{kind}_refused"] += 1
+        if used:
+            self.counts[f"{kind}_used"] += 1
+            t = self.ekf.t
+            if self._used_s and t < max(self._used_s.values()) - self.ekf.settings.max_gap_s:
+                self._used_s.clear()                   # time went back (a new run): ages start over
+            self._used_s[kind] = t
+            if self.ekf.ready:
+                self._restart_note = ""
+        else:
+            self._refused(kind, self.ekf.refusal)
+        self._log_filter_events()
+
+    def _refused(self, kind: str, why: MeasurementRefused) -> None:
+        self.counts[f"{kind}_refused"] += 1
+        self.counts[f"{kind}_refused_{why.code}"] += 1
+        if why.code == "gate":
+            if self.ekf.gate_refused_in_row >= GATE_WARN_IN_ROW:
+                self._warn("gnss_gate", f"GNSS fixes keep being refused by the innovation gate: {why} (the position "
+                                        f"follows the fix after filter.gnss_reacquire_s "
+                                        f"{self.ekf.settings.gnss_reacquire_s:g} s of them)")
+        else:
+            self._warn(f"{kind}_{why.code}", f"{kind} refused ({why.code}): {why}")
+
+    def _log_filter_events(self) -> None:
+        """A WARN for each non-finite restart and each re-acquisition after the gate, once."""
+        counts = self.ekf.counts
+        if counts["restarts_non_finite"] > self._seen["restarts_non_finite"]:
+            self._restart_note = f"filter restarted: {self.ekf.last_restart}"
+            self.get_logger().warning(f"{self._restart_note}; no odometry until it has a position, a heading and "
+                                      "a speed again")
+        if counts["gnss_reacquired"] > self._seen["gnss_reacquired"]:
+            self.get_logger().warning(f"GNSS fixes refused by the gate for filter.gnss_reacquire_s "
+                                      f"{self.ekf.settings.gnss_reacquire_s:g} s: the position follows the fix again "
+                                      f"(re-acquisition {counts['gnss_reacquired']})")
+        self._seen = {k: counts[k] for k in self._seen}
+
+    def _warn(self, key: str, text: str) -> None:
+        now = time.monotonic()
+        if now - self._warned_at.get(key, -math.inf) >= WARN_PERIOD_S:
+            self._warned_at[key] = now
+            self.get_logger().warning(text)
+
+    def sensor_ages(self) -> dict[str, float | None]:
+        """Seconds of stamp time between each sensor's newest measurement used and the newest of any (None: none
+        used yet while another sensor was)."""
+        if not self._used_s:
+            return {kind: None for kind in SENSORS}
+        newest = max(self._used_s.values())
+        return {kind: newest - self._used_s[kind] if kind in self._used_s else None for kind in SENSORS}
 
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_status(self) -> DiagnosticStatus:
         p = self.ekf.covariance
+        with np.errstate(invalid="ignore"):                           # a negative variance: nan, not an error
+            stddev = {"position_stddev_m": float(np.sqrt(np.max([p[X, X], p[Y, Y]]))),     # np.max keeps a NaN
+                      "heading_stddev_deg": float(np.degrees(np.sqrt(p[YAW, YAW]))),
+                      "speed_stddev_mps": float(np.sqrt(p[V, V]))}
         speedometer_error = self._speedometer_type_error()
+        ages, timeout = self.sensor_ages(), self._values["sensor_timeout_s"]
+        stale = [f"{kind} ({'none used' if age is None else f'{age:.2f} s behind'})" for kind, age in ages.items()
+                 if (age is None and self._used_s) or (age is not None and age > timeout)]
+        warnings = [f"stale (sensor_timeout_s {timeout:g}): {', '.join(stale)}" if stale else "",
+                    f"{self.ekf.gate_refused_in_row} GNSS fixes in a row refused by the gate"
+                    if self.ekf.gate_refused_in_row >= GATE_WARN_IN_ROW else ""]
         if self._config_errors:
             level, summary = DiagnosticStatus.ERROR, "bad parameters: " + "; ".join(self._config_errors)
         elif speedometer_error or self._route_start_error:
             level, summary = DiagnosticStatus.ERROR, "; ".join(e for e in (speedometer_error, self._route_start_error)
                                                                 if e)
         elif not self.ekf.ready:
-            level, summary = DiagnosticStatus.WARN, "waiting for a GNSS fix, an IMU orientation and a speed"
+            level, summary = DiagnosticStatus.WARN, "; ".join(filter(None, [
+                self._restart_note, "waiting for a GNSS fix, an IMU orientation and a speed", *warnings]))
+        elif not all(math.isfinite(v) for v in stddev.values()):      # never OK with a NaN standard deviation
+            level, summary = DiagnosticStatus.ERROR, f"non-finite standard deviation: {stddev}"
+        elif any(warnings):
+            level, summary = DiagnosticStatus.WARN, "localized; " + "; ".join(filter(None, warnings))
         else:
             level, summary = DiagnosticStatus.OK, "localized"
         kv = {"ready": str(self.ekf.ready).lower(),
-              "position_stddev_m": f"{math.sqrt(max(p[X, X], p[Y, Y])):.3f}" if self.ekf.ready else "none",
-              "heading_stddev_deg": f"{math.degrees(math.sqrt(p[YAW, YAW])):.3f}" if self.ekf.ready else "none",
+              **{k: f"{v:.3f}" if self.ekf.ready else "none" for k, v in stddev.items()},
+              **{f"{kind}_age_s": "none" if age is None else f"{age:.3f}" for kind, age in ages.items()},
               "filter_restarts": str(self.ekf.counts["restarts"]),
+              "filter_restarts_non_finite": str(self.ekf.counts["restarts_non_finite"]),
+              "gnss_reacquired": str(self.ekf.counts["gnss_reacquired"]),
+              "gnss_refused_by_gate_in_row": str(self.ekf.gate_refused_in_row),
               "speedometer_type": self.speedometer_type,
               "first_fix_to_route_start_m": "none" if self.route_start_distance_m is None
               else f"{self.route_start_distance_m:.1f}"}

@@ -128,6 +128,7 @@ class PlannerNode(LifecycleNode):
         self._last_warn: dict[str, float] = {}
         self._policy = None
         self._fast_path_check = "not run"       # the warm-up check of the fast path (check_fast_path)
+        self._configure_times: dict[str, float] = {}   # configure_s and its parts of the last configure (seconds)
         self._policy_overrides: dict[str, Any] = {}
         self._loading = False
         self._active = False
@@ -205,6 +206,7 @@ class PlannerNode(LifecycleNode):
             return self._configure_failed("; ".join(errors))
         self._loading = True
         self._set_model_state(PlannerStatus.LOADING, f"loading {values['model_path']}")
+        t0 = time.monotonic()
         try:
             policy = self._load_policy(values)
         except Exception as exc:  # any load failure: stay alive, report, publish nothing
@@ -218,11 +220,16 @@ class PlannerNode(LifecycleNode):
         message = (f"{values['model_path']} on {policy.loaded.device} "
                    f"({str(policy.loaded.dtype).replace('torch.', '')}), tasks {'+'.join(policy.tasks)}, "
                    f"block size {settings.block_size}")
+        self._configure_times["configure_s"] = time.monotonic() - t0
         self._set_model_state(PlannerStatus.READY, message)
-        self.get_logger().info(f"configured: {message}")
+        times = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in self._configure_times.items()
+                          if k != "configure_s")
+        self.get_logger().info(f"configured in {self._configure_times['configure_s']:.1f} s ({times}): {message}")
         return super().on_configure(state)
 
     def _load_policy(self, values: dict) -> DrivingPolicy:
+        t0 = time.monotonic()
+        self._configure_times = {}
         policy = DrivingPolicy.from_checkpoint(
             values["model_path"], device=values["device"], dtype=values["dtype"],
             overrides=params.decoding_overrides(values), tasks=params.TASKS[values["tasks"]],
@@ -232,12 +239,18 @@ class PlannerNode(LifecycleNode):
             engine=params.engine_settings(values))
         self.get_logger().info(f"decoding settings: {policy.loaded.config.describe()}")
         self._fast_path_check = "not run"
+        self._configure_times["load_s"] = time.monotonic() - t0
         if values["warmup"]:
-            # The fast path proves itself on this device, or the node decodes with the plain path.
+            # The fast path proves itself on this device, or the node decodes with the plain path; both
+            # start-up decodes stop after STARTUP_BLOCKS blocks (policy.startup_settings).
+            t0 = time.monotonic()
             fallback = policy.check_fast_path()
             if fallback:
                 self.get_logger().warn(fallback)
+            self._configure_times["fast_path_check_s"] = time.monotonic() - t0
+            t0 = time.monotonic()
             policy.warmup()
+            self._configure_times["warmup_s"] = time.monotonic() - t0
             self._fast_path_check = (FAST_PATH_FELL_BACK + fallback if fallback else
                                      "plain decoder chosen" if policy.engine.implementation == "plain" else "passed")
         self.get_logger().info(f"decoder: {describe_engine(policy.engine)}")
@@ -688,6 +701,7 @@ class PlannerNode(LifecycleNode):
             "last_command": "none" if last_plan is None else last_plan[2],
             "decoder": "none" if self._policy is None else describe_engine(self._policy.engine),
             "fast_path_check": self._fast_path_check,
+            **{k: f"{v:.2f}" for k, v in self._configure_times.items()},
         }
         # matched on this side: a publisher the graph lists but this reader has not matched yet delivers nothing
         kv.update({f"{name}_publishers": str(subscription.get_publisher_count())

@@ -31,6 +31,14 @@ FILTER_HELP: dict[str, tuple[str, float, float]] = {
     "max_gap_s": ("a gap longer than this, or time going back by more, restarts the filter (seconds)", 1e-3, 3600.0),
     "initial_speed_stddev_mps": ("speed standard deviation before the first speedometer reading (m/s)",
                                  1e-3, 100.0),
+    "gnss_gate_sigma": ("innovation gate: a fix farther than this from the prediction (Mahalanobis distance, the "
+                        "prediction's and the fix's covariance together) is refused (counted gnss_refused_gate)",
+                        1.0, 1e6),
+    "gnss_reacquire_s": ("fixes refused by the gate for this long (a real jump) and the next one places the position "
+                         "again, as the first fix does, so the gate never locks out (seconds)", 0.05, 3600.0),
+    "max_speed_mps": ("a speedometer reading beyond this is refused (m/s)", 1.0, 1000.0),
+    "max_yaw_rate_radps": ("an IMU angular_velocity.z beyond this is refused (rad/s)", 0.1, 1000.0),
+    "max_acceleration_mps2": ("an IMU linear_acceleration.x beyond this is refused (m/s^2)", 1.0, 10000.0),
 }
 SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("role_name", DEFAULT_ROLE, "CARLA ego role name: topics /carla/<role_name>/...", START),
@@ -52,6 +60,9 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("route_start_max_distance_m", 50.0, "a first GNSS fix farther than this from the route's first point "
               "(CarlaRoute on global_plan, or the Path route) is an ERROR on /diagnostics: a wrong georeference "
               "(metres)", START, low=1.0, high=1e7),
+    ParamSpec("sensor_timeout_s", 0.5, "a sensor (GNSS, IMU, speedometer) whose newest message is this much older "
+              "than the newest of any sensor is reported stale on /diagnostics (WARN; seconds of stamp time)", LIVE,
+              low=0.01, high=3600.0),
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (wall seconds)", START,
               low=0.05, high=60.0),
 ) + tuple(
