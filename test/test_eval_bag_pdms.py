@@ -154,3 +154,32 @@ def test_cli_prints_and_writes_the_pdm_score(scene_bag, node_bag, tmp_path, caps
         assert main([*args, "--out", str(tmp_path / "bad"), "--lane-width-m", bad]) == 2
         assert "lane_width_m (--lane-width-m): must be a finite width > 0" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_agents_are_the_recorded_boxes_and_move_on_at_their_last_speed_where_the_recording_stops():
+    """A car 20 m ahead driving away at 5 m/s is recorded for 1 s only: its boxes follow the recording,
+    then go on at 5 m/s (the speed of its last two boxes) to 4.9 s; a car that appears after the frame
+    is not an agent of it."""
+    from wam_diff2_core.evaluation.bag_pdm import bag_pdm_inputs
+    from wam_diff2_core.evaluation.collision import EgoFootprint
+    from wam_diff2_core.evaluation.derived_objects import ObjectSnapshot, ObjectTrack
+    from wam_diff2_core.evaluation.ground_truth import EgoTrajectory
+    from wam_diff2_core.pdm_score import OBSERVATION_SAMPLES, SIM_DT_S
+
+    t0 = 10**12
+    snapshots = []
+    for k in range(11):                                               # 0 ... 1 s every 0.1 s
+        ids, boxes = [7], [[120.0 + 5.0 * 0.1 * k, 50.0, 0.0, 4.5, 1.85]]
+        if k >= 5:                                                    # appears at 0.5 s
+            ids, boxes = ids + [8], boxes + [[110.0, 55.0, 0.0, 4.5, 1.85]]
+        snapshots.append(ObjectSnapshot(t0 + k * 10**8, "map", np.array(ids), np.array(boxes)))
+    stamps = [t0 + k * 10**8 for k in range(60)]                     # the ego: 6 s at 8 m/s along x from (100, 50)
+    trajectory = EgoTrajectory(stamps, np.array([[100.0 + 0.8 * k, 50.0] for k in range(60)]), [0.0] * 60)
+    gt = np.stack([SPEED * T, np.zeros(8)], 1)
+    inputs = bag_pdm_inputs(ObjectTrack(snapshots), trajectory, None, t0, (SPEED, 0.0), (0.0, 0.0), gt, EgoFootprint())
+    (agent,) = inputs.scene.agents
+    expected_x = 20.0 + 5.0 * np.arange(OBSERVATION_SAMPLES) * SIM_DT_S
+    np.testing.assert_allclose(agent.xy, np.stack([expected_x, np.zeros(OBSERVATION_SAMPLES)], 1), atol=1e-9)
+    assert inputs.area == AREA_RECORDED_DRIVE and inputs.reference_progress_m == pytest.approx(32.0, abs=0.05)
+    assert bag_pdm_inputs(ObjectTrack(snapshots), trajectory, None, t0 + 2 * 10**9, (SPEED, 0.0), (0.0, 0.0), gt,
+                          EgoFootprint()) is None                      # no objects message near the frame
