@@ -27,7 +27,7 @@ from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE, DEFAULT_LANE_WIDTH_M
 from wam_diff2_core.evaluation.bags import Bag, default_typestore, write_bag
 from wam_diff2_core.evaluation.metrics import PDM_SUBSCORES, summarize
-from wam_diff2_core.evaluation.report import write_run_report
+from wam_diff2_core.evaluation.report import compare_runs, write_run_report
 from wam_diff2_core.evaluation.runner import EvalSettings, evaluate_bags, evaluate_predictions, plan_bag
 from wam_diff2_core.evaluation.scenes import ScriptedPolicy, circle_scene, straight_scene, write_scene_bag
 
@@ -90,6 +90,15 @@ def test_a_policy_run_scores_the_known_answers(scene_bag, tmp_path):
     assert "| recorded drive | 3 | 3 | 1.000 | 1.000 | 1.000 | 1.000 | 1.000 | 1.000 |" in report
     record = json.loads((tmp_path / "out" / "frames.jsonl").read_text().splitlines()[2])
     assert record["pdm"]["dac"] == 0.0 and record["pdm_area"] == AREA_ROUTE
+
+    # --compare against a run that answers the recorded drive (constant velocity here): PDMS side by side
+    write_run_report(tmp_path / "cv", evaluate_bags([scene_bag], ScriptedPolicy(), progress=False), model={"path": "cv"})
+    compared = compare_runs(tmp_path / "out", tmp_path / "cv", tmp_path / "both")["pdm"]
+    name_a, name_b = list(compared["runs"])
+    assert compared["runs"][name_a]["pdms"] == pytest.approx(short["pdms"] / 3)
+    common = compared["common_valid_frames"]
+    assert common[name_b]["pdms"] == pytest.approx(1.0) and common[name_a]["pdm_samples"] == 3
+    assert "## PDM score (NAVSIM v1)" in (tmp_path / "both" / "compare.md").read_text()
 
 
 def test_an_unparsed_plan_scores_zero_and_counts_apart(scene_bag):
