@@ -42,7 +42,7 @@ DEFAULT_LANE_WIDTH_M = 3.5     # the drivable corridor's width around the route 
 CORRIDOR_BEHIND_M = 30.0       # centre line kept behind the ego (progress is clipped at 0 anyway)
 CORRIDOR_AHEAD_M = 200.0       # ... and ahead: more than 4 s at 40 m/s plus the ego's length
 CORRIDOR_SPACING_M = 0.5       # centre-line points closer than this to the previous kept one are dropped
-STEERING_MIN_SPEED_MPS = 0.5  # slower: the ego's steering angle is taken as 0 (yaw rate / speed is noise)
+STEERING_MIN_SPEED_MPS = 0.5   # slower: the ego's steering angle is taken as 0 (yaw rate / speed is noise)
 AREA_ROUTE, AREA_RECORDED_DRIVE = "route", "recorded_drive"     # where a frame's corridor came from
 
 
