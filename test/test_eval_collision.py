@@ -108,9 +108,11 @@ def test_a_step_the_recorded_ego_collides_at_does_not_count(tmp_path):
     assert f.recorded_collisions == [True] * 8 and f.baseline_collisions == [False] * 8
 
 
-def test_a_bag_without_objects_reports_no_collision_rate(tmp_path):
+def test_a_bag_without_objects_reports_no_collision_rate_nor_pdm_score(tmp_path):
     bag = write_scene_bag(tmp_path / "bag", straight_scene(SPEED, duration_s=4.5, camera_hz=2.0))
     run = evaluate_bags([bag], ScriptedPolicy(), EvalSettings(), progress=False)
     assert run.frames[0].collisions is None and summarize(run.frames)["overall"]["collision"] is None
+    assert run.frames[0].pdm is None and summarize(run.frames)["overall"]["pdm"] is None    # no agents known
     write_run_report(tmp_path / "out", run, model={"path": "cv"})
-    assert "Collision rate" not in (tmp_path / "out" / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Collision rate" not in report and "PDM score" not in report

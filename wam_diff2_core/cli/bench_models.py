@@ -117,27 +117,14 @@ def _median(values) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
-PDM_SUBSCORES = ("nc", "dac", "ttc", "ep", "c")
-
-
 def pdm_row(pdm, sample_id: str, waypoints) -> dict[str, Any] | None:
     """A sample's PDM score and sub-scores (``waypoints`` None: the answer did not parse, PDMS 0);
     None when ``pdm`` is None or does not know the sample."""
+    from ..evaluation.metrics import pdm_entry
+
     if pdm is None or pdm.inputs(sample_id) is None:
         return None
-    if waypoints is None:
-        return {"pdms": 0.0, "parsed": False}
-    result = pdm.score(sample_id, waypoints)
-    return {"pdms": result.pdms, "parsed": True, **{k: getattr(result, k) for k in PDM_SUBSCORES}}
-
-
-def pdm_means(scores: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """Mean PDMS over the scored samples and mean sub-scores over the parsed ones (None: nothing scored)."""
-    scored = [s for s in scores if s is not None]
-    parsed = [s for s in scored if s["parsed"]]
-    return {"pdm_samples": len(scored),
-            "pdms": sum(s["pdms"] for s in scored) / len(scored) if scored else None,
-            **{k: sum(s[k] for s in parsed) / len(parsed) if parsed else None for k in PDM_SUBSCORES}}
+    return pdm_entry(None if waypoints is None else pdm.score(sample_id, waypoints))
 
 
 def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -> dict[str, Any]:
@@ -145,7 +132,7 @@ def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -
     means where the rows carry them (``pdm``)."""
     import numpy as np
 
-    from ..evaluation.metrics import trajectory_metrics
+    from ..evaluation.metrics import pdm_means, trajectory_metrics
 
     errors = [r["errors"] for r in rows if r["errors"] is not None]
     traj = trajectory_metrics(np.array(errors) if errors else np.zeros((0, 8)))
@@ -177,7 +164,7 @@ def constant_velocity_baseline(samples, pdm=None) -> dict[str, Any]:
     import numpy as np
 
     from ..evaluation.ground_truth import constant_velocity_waypoints
-    from ..evaluation.metrics import trajectory_metrics, waypoint_errors
+    from ..evaluation.metrics import pdm_means, trajectory_metrics, waypoint_errors
     from ..outputs.prompts import parse_planning_prompt
 
     errors, scores = [], []
@@ -301,8 +288,14 @@ COLUMNS = [("label", "config", ""), ("tokens_per_forward", "tok/fwd", ".2f"),
            ("l2_4s_median", "L2@4s med", ".3f"), ("l2_4s_mean", "L2@4s mean", ".3f"),
            ("l2_4s_vs_ar", "/AR", ".2f"), ("l2_4s_vs_cv", "/CV", ".2f"), ("parse_failures", "parse fail", ""),
            ("pdms", "PDMS", ".3f")]
-PDM_COLUMNS = [("label", "config", ""), ("pdm_samples", "samples", ""), ("pdms", "PDMS", ".3f"),
-               *((k, k.upper(), ".3f") for k in PDM_SUBSCORES)]
+
+
+def pdm_columns() -> list[tuple[str, str, str]]:
+    """The PDM table's columns: PDMS and each sub-score (metrics.PDM_SUBSCORES)."""
+    from ..evaluation.metrics import PDM_SUBSCORES
+
+    return [("label", "config", ""), ("pdm_samples", "samples", ""), ("pdms", "PDMS", ".3f"),
+            *((k, k.upper(), ".3f") for k in PDM_SUBSCORES)]
 
 
 def run(args) -> int:
@@ -403,7 +396,7 @@ def run(args) -> int:
         print(f"\nPDM score (NAVSIM v1; demo world, the expert as reference) over {results[0]['pdm_samples']} "
               "samples: PDMS mean (an unparsed answer scores 0), sub-scores over the parsed answers")
         print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in results + [baseline]],
-                           PDM_COLUMNS))
+                           pdm_columns()))
     print_stage_table(results)
 
     payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),

@@ -17,6 +17,11 @@ With --predictions NODE_BAG no model runs: the wam_diff2_ros/msg/Trajectory mess
 node published while the bag was replayed (``wam-diff2-ros replay BAG --record NODE_BAG``) are matched
 to the frames by stamp (the node stamps each output with its input image's stamp) and scored the
 same way; frames the node did not answer are skipped as ``not_published``.
+
+With an objects topic in the bag, each frame's plan, the constant-velocity baseline and the recorded
+drive also get NAVSIM v1's PDM score and its sub-scores (``evaluation/bag_pdm.py``): the recorded
+objects as agents, a --lane-width-m corridor around the route (or the recorded drive) as the drivable
+area, the recorded drive as the reference planner.
 """
 from __future__ import annotations
 
@@ -71,7 +76,7 @@ def add_arguments(p) -> None:
                                                          f"{DEFAULT_COMMAND_TOPIC}, the node's input; used "
                                                          "when the bag has it)")
     t.add_argument("--objects-topic", default=None, help="derived_object_msgs/ObjectArray of the other agents, for "
-                   "the collision rate (default /carla/ROLE/objects; used when present)")
+                   "the collision rate and the PDM score (default /carla/ROLE/objects; used when present)")
     t.add_argument("--camera-info-topic", default=None, help="sensor_msgs/CameraInfo (default "
                                                              "/carla/ROLE/CAMERA/camera_info; informational)")
 
@@ -88,10 +93,14 @@ def add_arguments(p) -> None:
         i.add_argument("--" + dest.replace("_", "-"), dest=dest, type=spec.kind, default=None, choices=choices,
                        help=f"{spec.description} (node default {spec.default}{extra})")
     add_image_limit_arguments(i)
-    e = p.add_argument_group("ego box for the collision rate (default: the demo world's ego, odometry at the rear axle)")
+    e = p.add_argument_group("ego box for the collision rate and the PDM score (default: the demo world's ego, "
+                             "odometry at the rear axle)")
     for f in dataclasses.fields(_footprint_class()):
         e.add_argument("--ego-" + f.name.replace("_", "-"), dest="ego_" + f.name, type=float, default=None,
                        help=f"default {f.default} (a CARLA bag: --ego-centre-ahead-m 0, and the ego's size)")
+    p.add_argument("--lane-width-m", type=float, default=None,
+                   help="the PDM score's drivable area: a corridor this wide around the route, or the recorded drive "
+                        f"without one (the bag has no map; default {_lane_width_default():g})")
     p.add_argument("--max-gap-s", type=float, default=0.5,
                    help="longest odometry gap the recorded future is interpolated over (default 0.5)")
 
@@ -102,6 +111,11 @@ def add_arguments(p) -> None:
                    help=f"{spec.description} (node default {spec.default:g})")
     add_parse_retry_argument(p)
     add_decoding_arguments(p)
+
+
+def _lane_width_default() -> float:
+    from ..evaluation.bag_pdm import DEFAULT_LANE_WIDTH_M
+    return DEFAULT_LANE_WIDTH_M
 
 
 def _footprint_class():
@@ -177,8 +191,10 @@ def _settings(args):
     if values["default_command"] == NO_DEFAULT_COMMAND:
         values["default_command"] = None
     inputs = node_params.input_settings(values)
+    lane = {} if args.lane_width_m is None else {"lane_width_m": args.lane_width_m}
     return EvalSettings(topics=topics, inputs=inputs, image_limits=image_limits(args), every=args.every,
-                        max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required, footprint=footprint)
+                        max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required, footprint=footprint,
+                        **lane)
 
 
 def _model_info(policy, args) -> dict:
@@ -367,6 +383,17 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
                 row = collision[key][convention]
                 print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{100 * row[h]:8.1f}"
                                                  for h in horizons) + f"   {collision[key]['frames']:>6}")
+    pdm = o.get("pdm")
+    if pdm:
+        from ..evaluation.metrics import PDM_SUBSCORES
+        from ..evaluation.report import pdm_area_label, pdm_rows
+
+        print(f"  PDM score (NAVSIM v1) on {pdm['frames']} frames; drivable area: "
+              f"{pdm_area_label(pdm, metrics['settings']['lane_width_m'])}; EP reference: the recorded drive")
+        print(f"  {'':<20} " + "".join(f"{k.upper():>8}" for k in ("pdms", *PDM_SUBSCORES)) + "   frames")
+        for name, row in pdm_rows(pdm, who):
+            print(f"  {name:<20} " + "".join("       -" if row[k] is None else f"{row[k]:8.3f}"
+                                             for k in ("pdms", *PDM_SUBSCORES)) + f"   {row['pdm_samples']:>6}")
     d, lat = o.get("decode") or {}, o.get("latency_ms") or {}
     if d.get("tokens_per_frame", {}).get("count"):
         retried = d.get("retried_frames")

@@ -13,7 +13,11 @@ Per frame, ``e_k = || predicted_k - recorded_k ||`` for the 8 waypoints (k = 1 .
   UniAD convention (``collision.at_t``: share of frames whose ego box at the waypoint at t
   overlaps an agent) and the VAD / ST-P3 one (``collision.avg_to_t``: per frame the share of
   colliding waypoints up to t, averaged over frames), for the model, the constant-velocity
-  baseline and the recorded drive.
+  baseline and the recorded drive;
+- the **PDM score** (NAVSIM v1, :mod:`.bag_pdm`) where the bag carries other agents' boxes: per frame
+  PDMS and its sub-scores (NC, DAC, TTC, EP, C) of the model's plan, the constant-velocity baseline and
+  the recorded drive; means over the frames scored (``pdm``: a plan that does not parse scores PDMS 0,
+  the sub-scores are means over the parsed plans, :func:`pdm_means`).
 
 The constant-velocity baseline (the ego keeps its input velocity) is scored on exactly the
 frames the model is scored on, and separately on every evaluated frame. Parse failures,
@@ -47,6 +51,7 @@ COLLISION_CONVENTIONS = {
                 "overlaps an agent, averaged over frames",
 }
 LATENCY_PERCENTILES = (50, 90, 99)
+PDM_SUBSCORES = ("nc", "dac", "ttc", "ep", "c")
 
 
 @dataclass
@@ -74,6 +79,11 @@ class FrameResult:
     baseline_collisions: list[bool | None] | None = None   # the constant-velocity baseline (counted likewise)
     recorded_collisions: list[bool | None] | None = None   # the recorded drive itself
     stages: dict[str, Any] | None = None                   # profiling.StageTimes.as_dict(): frame -> trajectory
+    # PDM score entries (pdm_entry) where the frame has a PDM scene (objects near its stamp); None: none
+    pdm: dict[str, Any] | None = None                      # the model's plan ({"pdms": 0, "parsed": False}: invalid)
+    baseline_pdm: dict[str, Any] | None = None             # the constant-velocity baseline
+    recorded_pdm: dict[str, Any] | None = None             # the recorded drive (the reference planner)
+    pdm_area: str | None = None                            # the drivable corridor's centre line: route | recorded_drive
 
     @property
     def errors(self) -> np.ndarray | None:
@@ -96,7 +106,8 @@ class FrameResult:
                 "baseline": pts(self.baseline), "errors": pts(errors), "baseline_errors": pts(self.baseline_errors),
                 "stats": self.stats, "latency_ms": self.latency_ms, "collisions": self.collisions,
                 "baseline_collisions": self.baseline_collisions, "recorded_collisions": self.recorded_collisions,
-                "stages": self.stages}
+                "stages": self.stages, "pdm": self.pdm, "baseline_pdm": self.baseline_pdm,
+                "recorded_pdm": self.recorded_pdm, "pdm_area": self.pdm_area}
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> "FrameResult":
@@ -110,7 +121,8 @@ class FrameResult:
                    raw_text=r["raw_text"], predicted=arr(r["predicted"]), stats=r["stats"],
                    latency_ms=r["latency_ms"], collisions=r.get("collisions"),
                    baseline_collisions=r.get("baseline_collisions"), recorded_collisions=r.get("recorded_collisions"),
-                   stages=r.get("stages"))
+                   stages=r.get("stages"), pdm=r.get("pdm"), baseline_pdm=r.get("baseline_pdm"),
+                   recorded_pdm=r.get("recorded_pdm"), pdm_area=r.get("pdm_area"))
 
 
 def waypoint_errors(predicted: np.ndarray, ground_truth: np.ndarray) -> np.ndarray:
@@ -158,6 +170,24 @@ def collision_metrics(flags: Sequence[Sequence[bool | None]]) -> dict[str, Any]:
             "frames_colliding": sum(1 for r in rows if any(v for v in r if v is not None))}
 
 
+def pdm_entry(result) -> dict[str, Any]:
+    """A plan's PDM score as a per-frame / per-sample record: ``result`` a
+    :class:`~wam_diff2_core.pdm_score.PdmResult`, or None for a plan that did not parse (PDMS 0)."""
+    if result is None:
+        return {"pdms": 0.0, "parsed": False}
+    return {"parsed": True, **result.as_dict()}
+
+
+def pdm_means(scores: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """Mean PDMS over the scored entries (:func:`pdm_entry`; None: not scored) and mean sub-scores over
+    the parsed ones (None: nothing scored)."""
+    scored = [s for s in scores if s is not None]
+    parsed = [s for s in scored if s["parsed"]]
+    return {"pdm_samples": len(scored), "pdm_parsed": len(parsed),
+            "pdms": sum(s["pdms"] for s in scored) / len(scored) if scored else None,
+            **{k: sum(s[k] for s in parsed) / len(parsed) if parsed else None for k in PDM_SUBSCORES}}
+
+
 def distribution(values: Iterable[float], percentiles: Sequence[int] = LATENCY_PERCENTILES) -> dict[str, Any]:
     v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
     if len(v) == 0:
@@ -192,7 +222,21 @@ def group_summary(frames: Sequence[FrameResult]) -> dict[str, Any]:
         "latency_ms": distribution(f.latency_ms for f in frames),
         "collision": _collision_summary(frames, valid),
         "stages": stage_summary([f.stages for f in frames if f.stages]),
+        "pdm": _pdm_summary(frames),
     }
+
+
+def _pdm_summary(frames: Sequence[FrameResult]) -> dict[str, Any] | None:
+    """PDM score means (:func:`pdm_means`) of the model, the constant-velocity baseline and the recorded
+    drive over the frames with a PDM scene, and how many of those had their corridor from the route /
+    the recorded drive; None when no frame has one."""
+    scored = [f for f in frames if f.recorded_pdm is not None]
+    if not scored:
+        return None
+    return {"frames": len(scored), "areas": dict(Counter(f.pdm_area for f in scored).most_common()),
+            "model": pdm_means([f.pdm for f in scored]),
+            "constant_velocity": pdm_means([f.baseline_pdm for f in scored]),
+            "recorded": pdm_means([f.recorded_pdm for f in scored])}
 
 
 def _collision_summary(frames: Sequence[FrameResult], valid: Sequence[FrameResult]) -> dict[str, Any] | None:

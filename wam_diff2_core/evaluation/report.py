@@ -21,8 +21,9 @@ from ..config import ConfigError
 from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
 from ..profiling import stage_markdown
 from ..utils.atomic import atomic_directory
-from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, FrameResult, collision_metrics, horizon_key,
-                      summarize, trajectory_metrics)
+from .bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE
+from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, PDM_SUBSCORES, FrameResult, collision_metrics,
+                      horizon_key, pdm_means, summarize, trajectory_metrics)
 
 FORMAT = "wam-diff2-eval-bag/1"
 PLOTS = {"per_waypoint": "per_waypoint_error.png", "bev": "bev_samples.png", "histogram": "error_histogram.png",
@@ -117,6 +118,42 @@ def render_collision(c: dict[str, Any] | None, topic: str = "") -> list[str]:
             f"![collision rate]({PLOTS['collision']})", ""]
 
 
+PDM_TABLE_HEAD = "| | frames | parsed | PDMS | " + " | ".join(k.upper() for k in PDM_SUBSCORES) + " |"
+PDM_TABLE_RULE = "|---|---:|---:|---:|" + "---:|" * len(PDM_SUBSCORES)
+AREA_LABELS = {AREA_ROUTE: "the route", AREA_RECORDED_DRIVE: "the recorded drive (no usable route)"}
+
+
+def pdm_area_label(pdm: dict[str, Any], lane_width_m: float) -> str:
+    """What the PDM score's drivable area was: a corridor, not a map (the report's and the CLI's words)."""
+    where = "; ".join(f"{AREA_LABELS[a]} on {n} frames" for a, n in pdm["areas"].items())
+    return f"a {lane_width_m:g} m corridor (--lane-width-m) around {where}, not a map"
+
+
+def pdm_rows(pdm: dict[str, Any], who: str = "model") -> list[tuple[str, dict[str, Any]]]:
+    return [(who, pdm["model"]), ("constant velocity", pdm["constant_velocity"]), ("recorded drive", pdm["recorded"])]
+
+
+def render_pdm(pdm: dict[str, Any] | None, lane_width_m: float, topic: str = "", who: str = "model") -> list[str]:
+    if pdm is None:
+        return []
+    lines = ["## PDM score (NAVSIM v1)", "",
+             "NAVSIM v1's PDM score (`wam_diff2_core/pdm_score.py`), PDMS = NC x DAC x (5 EP + 5 TTC + 2 C) / 12, of "
+             f"each plan on the {pdm['frames']} frames with the recorded objects near their stamp. From the bag, "
+             f"not NAVSIM's inputs: the agents are the recorded objects{' (`' + topic + '`)' if topic else ''}, "
+             "non-reactive, every 0.1 s for 5 s; **the drivable area is " + pdm_area_label(pdm, lane_width_m)
+             + "** (no lanes, no intersections); **EP's reference planner is the recorded drive** (its progress x "
+             "NC x DAC), not PDM-Closed. PDMS is the mean over the frames (a plan that does not parse scores 0), "
+             "the sub-scores are means over the parsed plans.", "",
+             PDM_TABLE_HEAD, PDM_TABLE_RULE]
+    return lines + _pdm_table_rows(pdm_rows(pdm, who)) + [""]
+
+
+def _pdm_table_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    """One table row per (name, :func:`~.metrics.pdm_means`): frames, parsed, PDMS, sub-scores."""
+    return [f"| {name} | {p['pdm_samples']} | {p['pdm_parsed']} | {_f(p['pdms'])} | "
+            + " | ".join(_f(p[k]) for k in PDM_SUBSCORES) + " |" for name, p in rows]
+
+
 def render_markdown(m: dict[str, Any]) -> str:
     o, counts = m["overall"], m["counts"]
     title = f"# Open-loop evaluation{': ' + m['label'] if m.get('label') else ''}"
@@ -158,13 +195,16 @@ def render_markdown(m: dict[str, Any]) -> str:
               + (": " + ", ".join(f"{k} {v}" for k, v in o["invalid_reasons"].items()) if o["invalid_reasons"] else "")
               + ". L2 is scored on the frames with a valid plan only; the constant-velocity baseline (the ego keeps "
               "its input velocity) on the same frames, and on all evaluated frames for reference.", ""]
+    objects_topic = next((b["counts"].get("objects_topic", "") for b in m["bags"]), "")
     rows = [("model", o["model"]), ("constant velocity (same frames)", o["constant_velocity"]),
             ("constant velocity (all evaluated)", o["constant_velocity_all_frames"])]
     lines += ["## L2 at t (UniAD convention)", "", CONVENTIONS["l2_at_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_at_t"), "",
               "## L2 averaged up to t (ST-P3 / VAD convention)", "", CONVENTIONS["l2_avg_to_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_avg_to_t"), "",
-              *render_collision(o.get("collision"), next((b["counts"].get("objects_topic", "") for b in m["bags"]), "")),
+              *render_collision(o.get("collision"), objects_topic),
+              *render_pdm(o.get("pdm"), m["settings"]["lane_width_m"], objects_topic,
+                          "node" if from_node else "model"),
               "## Per command (L2 at t, UniAD convention)", "",
               "| command | frames | valid | parse failures | model L2 1s | 2s | 3s | 4s | ADE | FDE | CV L2 4s |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -392,10 +432,19 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
                          na: collision_metrics([valid_a[k].collisions for k in both]),
                          nb: collision_metrics([valid_b[k].collisions for k in both]),
                          "constant_velocity": collision_metrics([valid_a[k].baseline_collisions for k in both])}}
+    pdm = None
+    if ma["overall"].get("pdm") and mb["overall"].get("pdm"):
+        both = [k for k in common if valid_a[k].pdm is not None and valid_b[k].pdm is not None]
+        pdm = {"lane_width_m": {na: ma["settings"].get("lane_width_m"), nb: mb["settings"].get("lane_width_m")},
+               "runs": {na: ma["overall"]["pdm"]["model"], nb: mb["overall"]["pdm"]["model"]},
+               "common_valid_frames": {na: pdm_means([valid_a[k].pdm for k in both]),
+                                       nb: pdm_means([valid_b[k].pdm for k in both]),
+                                       "constant_velocity": pdm_means([valid_a[k].baseline_pdm for k in both]),
+                                       "recorded drive": pdm_means([valid_a[k].recorded_pdm for k in both])}}
     result = {"format": FORMAT + "/compare", "runs": {na: str(run_a), nb: str(run_b)},
               "conventions": CONVENTIONS, "overall": {na: ma["overall"], nb: mb["overall"]},
               "per_command": {c: {na: ma["per_command"][c], nb: mb["per_command"][c]} for c in COMMANDS},
-              "common_valid_frames": paired, "collision": collision, "complete": True}
+              "common_valid_frames": paired, "collision": collision, "pdm": pdm, "complete": True}
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         plot_per_waypoint({na: ma, nb: mb}, tmp / "per_waypoint_compare.png", baseline=True)
         if collision is not None:
@@ -448,6 +497,15 @@ def render_compare(r: dict[str, Any], na: str, nb: str, ma: dict[str, Any], mb: 
                   "On the frames where both have a valid plan:", "",
                   *_collision_rows([(na, c["common_valid_frames"][na]), (nb, c["common_valid_frames"][nb]),
                                     ("constant velocity", c["common_valid_frames"]["constant_velocity"])]), ""]
+    if r.get("pdm"):
+        p = r["pdm"]
+        widths = " / ".join(f"{n}: {w:g} m" for n, w in p["lane_width_m"].items() if w is not None)
+        lines += ["## PDM score (NAVSIM v1)", "", "Drivable area: a corridor around the route or the recorded drive "
+                  f"(--lane-width-m {widths}), not a map; EP's reference: the recorded drive (each run's report "
+                  "says more). Each on its own frames (an unparsed plan scores 0):", "",
+                  PDM_TABLE_HEAD, PDM_TABLE_RULE, *_pdm_table_rows(list(p["runs"].items())), "",
+                  "On the frames where both have a valid plan:", "", PDM_TABLE_HEAD, PDM_TABLE_RULE,
+                  *_pdm_table_rows(list(p["common_valid_frames"].items())), ""]
     lines += ["L2 at t: " + CONVENTIONS["l2_at_t"] + ". L2 avg to t: " + CONVENTIONS["l2_avg_to_t"] + ".", "",
               "![per-waypoint error](per_waypoint_compare.png)", ""]
     return "\n".join(lines)

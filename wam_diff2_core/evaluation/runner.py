@@ -34,13 +34,14 @@ from ..frame_inputs import (FrameInputs, FrameInputTracker, InputSettings, Input
                             stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
 from ..profiling import StageTimes
+from .bag_pdm import DEFAULT_LANE_WIDTH_M, BagPdmInputs, bag_pdm_inputs, check_lane_width
 from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
                   BagError, BagTopics, Undecodable)
 from .collision import EgoFootprint, collision_flags, counted, obstacles_along
 from .derived_objects import ObjectTrack, objects_from_msg
 from .ground_truth import (WAYPOINT_OFFSETS_NS, EgoTrajectory, NoFuture, constant_velocity_waypoints,
                            is_finite_waypoints)
-from .metrics import FrameResult
+from .metrics import FrameResult, pdm_entry
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,11 @@ class EvalSettings:
     max_gap_s: float = 0.5              # longest odometry gap interpolated over for the ground truth
     max_backward_jump_s: float = TIME_RESET_S   # a stamp further back is a second run in one bag: an error
     required: frozenset[str] = frozenset()   # optional topic roles the user named, so they must be present
-    footprint: EgoFootprint = field(default_factory=EgoFootprint)   # the ego box for the collision check
+    footprint: EgoFootprint = field(default_factory=EgoFootprint)   # the ego box (collision check, PDM score)
+    lane_width_m: float = DEFAULT_LANE_WIDTH_M   # the PDM score's drivable corridor around the route / drive
 
     def __post_init__(self):
+        check_lane_width(self.lane_width_m)
         if self.every < 1:
             raise ValueError(f"every: must be >= 1, got {self.every}")
         if self.max_frames is not None and self.max_frames < 1:
@@ -82,6 +85,7 @@ class EvalSettings:
         return {"topics": self.topics.as_dict(), "every": self.every, "max_frames": self.max_frames,
                 "max_gap_s": self.max_gap_s, "max_backward_jump_s": self.max_backward_jump_s,
                 "image_limits": vars(self.image_limits), "ego_footprint": vars(self.footprint),
+                "lane_width_m": self.lane_width_m,
                 "inputs": {"odometry_timeout_s": i.odometry_timeout_s,
                            "acceleration_time_constant_s": i.acceleration_time_constant_s,
                            "default_command": i.default_command, "route": vars(i.route)}}
@@ -97,6 +101,7 @@ class PlannedFrame:
     baseline: np.ndarray            # [8, 2]
     obstacles: list[np.ndarray | None] | None = None   # per waypoint: other agents' boxes [N, 4, 2], ego frame
     recorded_collisions: list[bool | None] | None = None
+    pdm: BagPdmInputs | None = None                    # the PDM score's scene (objects near the stamp)
 
 
 @dataclass
@@ -300,6 +305,10 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
         if objects is not None:
             planned.obstacles = obstacles_along(objects, trajectory, t_ns)
             planned.recorded_collisions = collision_flags(ground_truth, planned.obstacles, settings.footprint)
+            route = tracker.route_xy if tracker.route_frame in ("", plan.odometry_frame) else None
+            planned.pdm = bag_pdm_inputs(objects, trajectory, route, t_ns, inputs.ego.velocity,
+                                         inputs.ego.acceleration, ground_truth, settings.footprint,
+                                         settings.lane_width_m)
         plan.planned.append(planned)
     return plan
 
@@ -326,8 +335,9 @@ def _read_objects(bag: Bag, topic: str, plan: BagPlan) -> ObjectTrack | None:
     return ObjectTrack(snapshots) if snapshots else None
 
 
-def with_collisions(result: FrameResult, planned: PlannedFrame, footprint: EgoFootprint) -> FrameResult:
-    """``result`` with the collision flags of its plan and of the baseline (when the bag has objects)."""
+def with_scores(result: FrameResult, planned: PlannedFrame, footprint: EgoFootprint) -> FrameResult:
+    """``result`` with the collision flags and PDM scores of its plan, of the baseline and (PDM) of the
+    recorded drive (when the bag has objects; the PDM score where objects lie near the frame's stamp)."""
     if planned.obstacles is None:
         return result
     recorded = planned.recorded_collisions
@@ -335,6 +345,11 @@ def with_collisions(result: FrameResult, planned: PlannedFrame, footprint: EgoFo
     result.baseline_collisions = counted(collision_flags(planned.baseline, planned.obstacles, footprint), recorded)
     if result.predicted is not None:
         result.collisions = counted(collision_flags(result.predicted, planned.obstacles, footprint), recorded)
+    if planned.pdm is not None:
+        result.pdm_area = planned.pdm.area
+        result.recorded_pdm = pdm_entry(planned.pdm.score(planned.ground_truth))
+        result.baseline_pdm = pdm_entry(planned.pdm.score(planned.baseline))
+        result.pdm = pdm_entry(None if result.predicted is None else planned.pdm.score(result.predicted))
     return result
 
 
@@ -392,8 +407,8 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
                 continue
             try:
                 conversion_ms = (time.perf_counter() - t_convert) * 1e3
-                result = with_collisions(run_frame(policy, rgb, planned, plan.bag["path"], conversion_ms), planned,
-                                         plan.footprint)
+                result = with_scores(run_frame(policy, rgb, planned, plan.bag["path"], conversion_ms), planned,
+                                     plan.footprint)
             except ValueError as exc:   # the policy refused the input (e.g. a non-finite ego state)
                 log.warning("frame %d (stamp %d): %s", i, planned.stamp_ns, exc)
                 run.skipped_at_run[POLICY_REJECTED] += 1
@@ -546,7 +561,7 @@ def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str 
         if msg is None:
             run.skipped_at_run[NOT_PUBLISHED] += 1
             continue
-        frame = with_collisions(frame_from_trajectory(msg, planned, bag_name), planned, plan.footprint)
+        frame = with_scores(frame_from_trajectory(msg, planned, bag_name), planned, plan.footprint)
         counts["matched"] += 1
         counts["command_differs"] += frame.command != planned.inputs.command
         run.frames.append(frame)

@@ -1,0 +1,149 @@
+"""A bag frame as a PDM-score scene (NAVSIM v1, :mod:`~wam_diff2_core.pdm_score`): what a recording knows.
+
+A bag has no map, so the scene is built from what it carries, in the ego frame at the frame's stamp
+(the odometry origin, x forward, y left, as the plan is):
+
+- **agents**: every object of the objects topic (carla-ros-bridge's ``derived_object_msgs/ObjectArray``,
+  :class:`~.derived_objects.ObjectTrack`) present at the frame, its recorded box every 0.1 s for 5 s
+  (non-reactive, as NAVSIM's); where the recording has no box of it (it left, the bag ended, no message
+  within the track's 50 ms) its last box moves on at the speed of its last two boxes. All count as
+  agents (NC 0 when hit at fault): carla-ros-bridge publishes vehicles and walkers, no static objects.
+- **drivable area**: NOT a map: a corridor ``lane_width_m`` wide (``--lane-width-m``, default
+  :data:`DEFAULT_LANE_WIDTH_M`) around the route (the newest ``nav_msgs/Path`` before the frame, in the
+  odometry frame) or, without one, around the recorded drive, each going on straight past its ends; no
+  lanes or intersections (the ego never "straddles lanes", so a lateral hit is its fault only off the
+  corridor).
+- **progress** is measured along that same centre line, from :data:`CORRIDOR_BEHIND_M` behind the ego
+  to :data:`CORRIDOR_AHEAD_M` ahead.
+- **the reference planner** is the recorded drive (the frame's 8 recorded waypoints, scored through the
+  same tracker): its progress x NC x DAC is ``reference_progress_m`` (NAVSIM: PDM-Closed's).
+- **the ego**: the evaluator's ego box (``EgoFootprint``) and :data:`~wam_diff2_core.geometry.DEMO_EGO_WHEELBASE_M`;
+  speed and acceleration along its heading from the odometry, steering angle from the recorded yaw
+  rate over the next 0.1 s (kinematic bicycle).
+
+    inputs = bag_pdm_inputs(track, trajectory, route_xy, t_ns, ego_motion, footprint, lane_width_m=3.5)
+    inputs.score(plan).pdms                       # None when no objects message lies near the frame
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..geometry import VehicleBox, world_to_ego, wrap_angle
+from ..pdm_score import (MAX_STEERING_RAD, OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult,
+                         PdmScene, Vehicle, pdm_score, reference_progress)
+from .collision import EgoFootprint
+from .derived_objects import ObjectTrack
+from .ground_truth import EgoTrajectory
+
+DEFAULT_LANE_WIDTH_M = 3.5     # the drivable corridor's width around the route / recorded drive (--lane-width-m)
+CORRIDOR_BEHIND_M = 30.0       # centre line kept behind the ego (progress is clipped at 0 anyway)
+CORRIDOR_AHEAD_M = 200.0       # ... and ahead: more than 4 s at 40 m/s plus the ego's length
+CORRIDOR_SPACING_M = 0.5       # centre-line points closer than this to the previous kept one are dropped
+STEERING_MIN_SPEED_MPS = 0.5   # slower: the ego's steering angle is taken as 0 (yaw rate / speed is noise)
+AREA_ROUTE, AREA_RECORDED_DRIVE = "route", "recorded_drive"     # where a frame's corridor came from
+
+
+@dataclass(frozen=True)
+class BagPdmInputs:
+    """What :func:`~wam_diff2_core.pdm_score.pdm_score` needs for one bag frame, and where its corridor came from."""
+
+    scene: PdmScene
+    ego: EgoStart
+    vehicle: Vehicle
+    reference_progress_m: float
+    area: str                  # AREA_ROUTE | AREA_RECORDED_DRIVE
+
+    def score(self, plan) -> PdmResult:
+        """The PDM score of ``plan`` [8, 2] (ego frame) at this frame."""
+        return pdm_score(plan, self.ego, self.scene, self.reference_progress_m, self.vehicle)
+
+
+def check_lane_width(lane_width_m: float) -> float:
+    """``lane_width_m`` as a float; ValueError naming it unless finite and > 0."""
+    if not (isinstance(lane_width_m, (int, float)) and math.isfinite(lane_width_m) and lane_width_m > 0):
+        raise ValueError(f"lane_width_m (--lane-width-m): must be a finite width > 0 in metres, got {lane_width_m!r}")
+    return float(lane_width_m)
+
+
+def corridor_line(points: np.ndarray, anchor: int, yaw: float) -> np.ndarray:
+    """The stretch of the polyline ``points`` [N, 2] from :data:`CORRIDOR_BEHIND_M` before point ``anchor``
+    to :data:`CORRIDOR_AHEAD_M` after it, thinned to points :data:`CORRIDOR_SPACING_M` apart; where the
+    polyline ends sooner (a recording's or a route's ends) it goes on straight along its first / last
+    segment (along ``yaw``, the ego's heading, where the stretch has no length: a drive standing still)."""
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(points, axis=0).T))])
+    window = (s >= s[anchor] - CORRIDOR_BEHIND_M) & (s <= s[anchor] + CORRIDOR_AHEAD_M)
+    line, s_line = points[window], s[window]
+    keep = np.concatenate([[True], np.diff(np.floor(s_line / CORRIDOR_SPACING_M)) > 0])
+    keep[-1] = True
+    line, s_line = line[keep], s_line[keep]
+    steps = np.diff(line, axis=0)
+    moving = np.flatnonzero(np.hypot(*steps.T) > 1e-6) if len(steps) else np.zeros(0, dtype=int)
+    heading = np.array([math.cos(yaw), math.sin(yaw)])
+    first, last = (steps[moving[0]], steps[moving[-1]]) if len(moving) else (heading, heading)
+    behind = max(0.0, CORRIDOR_BEHIND_M - (s[anchor] - s_line[0]))
+    ahead = max(0.0, CORRIDOR_AHEAD_M - (s_line[-1] - s[anchor]))
+    return np.vstack([line[0] - behind * first / np.hypot(*first), line, line[-1] + ahead * last / np.hypot(*last)])
+
+
+def _agents(track: ObjectTrack, t_ns: int, origin: np.ndarray, yaw: float) -> list[AgentTrack] | None:
+    """The objects at ``t_ns`` as non-reactive agents (module docstring); None: no objects message near it."""
+    snapshots = [track.at(t_ns + round(k * SIM_DT_S * 1e9)) for k in range(OBSERVATION_SAMPLES)]
+    if snapshots[0] is None:
+        return None
+    agents = []
+    for oid, first in zip(snapshots[0].ids, snapshots[0].boxes):
+        rows: list[np.ndarray | None] = []
+        for snapshot in snapshots:
+            hit = None if snapshot is None else np.flatnonzero(snapshot.ids == oid)
+            rows.append(None if hit is None or not len(hit) else snapshot.boxes[hit[0], :3])
+        known = [k for k, row in enumerate(rows) if row is not None]
+        velocity = np.zeros(2)
+        for k in range(OBSERVATION_SAMPLES):
+            if rows[k] is not None:
+                before = [j for j in known if j < k]
+                if before:
+                    velocity = (rows[k][:2] - rows[before[-1]][:2]) / ((k - before[-1]) * SIM_DT_S)
+                continue
+            last = max(j for j in known if j < k)
+            rows[k] = np.array([*(rows[last][:2] + velocity * (k - last) * SIM_DT_S), rows[last][2]])
+        boxes = np.array(rows)
+        agents.append(AgentTrack(xy=world_to_ego(boxes[:, :2], origin, yaw), yaw=boxes[:, 2] - yaw,
+                                 length_m=float(first[3]), width_m=float(first[4]), kind="vehicle",
+                                 name=f"object {int(oid)}"))
+    return agents
+
+
+def bag_pdm_inputs(track: ObjectTrack, trajectory: EgoTrajectory, route_xy: np.ndarray | None, t_ns: int,
+                   velocity, acceleration, ground_truth: np.ndarray, footprint: EgoFootprint,
+                   lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> BagPdmInputs | None:
+    """The PDM-score inputs of the frame at ``t_ns`` (module docstring): ``route_xy`` [N, 2] the route in
+    the odometry frame (None: none usable, the recorded drive is the corridor), ``velocity`` /
+    ``acceleration`` the ego-frame motion the policy got, ``ground_truth`` [8, 2] the recorded future (the
+    reference planner). None when no objects message lies near the frame (nothing known of the agents)."""
+    width = check_lane_width(lane_width_m)
+    origin, yaw = trajectory.pose_at(t_ns)
+    agents = _agents(track, t_ns, origin, yaw)
+    if agents is None:
+        return None
+    if route_xy is not None and len(route_xy):
+        route = np.asarray(route_xy, dtype=np.float64)
+        line, area = corridor_line(route, int(np.argmin(np.hypot(*(route - origin).T))), yaw), AREA_ROUTE
+    else:
+        anchor = min(int(np.searchsorted(trajectory.stamps_ns, t_ns)), len(trajectory.xy) - 1)
+        line, area = corridor_line(trajectory.xy, anchor, yaw), AREA_RECORDED_DRIVE
+    centreline = world_to_ego(line, origin, yaw)
+    scene = PdmScene(centreline=centreline, drivable=Area.corridor(centreline, width), agents=agents)
+    vehicle = Vehicle(VehicleBox(footprint.length_m, footprint.width_m,
+                                 footprint.length_m / 2 - footprint.centre_ahead_m))
+    speed = float(velocity[0])
+    yaw_rate = wrap_angle(trajectory.pose_at(t_ns + round(SIM_DT_S * 1e9))[1] - yaw) / SIM_DT_S
+    steering = math.atan(vehicle.wheelbase_m * yaw_rate / speed) if abs(speed) > STEERING_MIN_SPEED_MPS else 0.0
+    ego = EgoStart(speed, float(acceleration[0]), min(max(steering, -MAX_STEERING_RAD), MAX_STEERING_RAD))
+    return BagPdmInputs(scene, ego, vehicle, reference_progress(ground_truth, ego, scene, vehicle), area)
+
+
+__all__ = ["AREA_RECORDED_DRIVE", "AREA_ROUTE", "BagPdmInputs", "CORRIDOR_AHEAD_M", "CORRIDOR_BEHIND_M",
+           "DEFAULT_LANE_WIDTH_M", "bag_pdm_inputs", "check_lane_width", "corridor_line"]
