@@ -34,6 +34,7 @@ from leaderboard.autoagents.autonomous_agent import Track
 from leaderboard.autoagents.ros2_agent import ROS2Agent
 
 from wam_diff2_core.localization import GeoReference
+from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, CAMERA_ID, GNSS_ID, IMU_ID, PACKAGE, SPEEDOMETER_ID
 from wam_diff2_core.params.localization import NODE as LOCALIZATION_NODE
 from wam_diff2_core.sim.camera import CameraSettings
 from wam_diff2_core.sim.vehicles import BicycleParams
@@ -41,8 +42,6 @@ from wam_diff2_ros.parameters import set_remote_parameters
 
 MODEL_PATH_ENV = "WAM_DIFF2_MODEL_PATH"
 DEMO_MODEL = ("models", "wam-diff2-demo-b32")          # under the package's share directory
-ROLE_NAME = "hero"                                     # the leaderboard's ego role
-CAMERA_ID, GNSS_ID, IMU_ID, SPEEDOMETER_ID = "rgb_front", "gnss", "imu", "speedometer"
 
 
 def get_entry_point():
@@ -74,19 +73,8 @@ class WamDiff2Agent(ROS2Agent):
 
     def get_ros_entrypoint(self):
         # called by the base class's constructor, before setup(): the model comes from the environment
-        return {
-            "package": "wam_diff2_ros",
-            "launch_file": "leaderboard.launch.py",
-            "parameters": {
-                "model_path": model_path(),
-                "role_name": ROLE_NAME,
-                "camera_id": CAMERA_ID,
-                "localization": "true",
-                "gnss_id": GNSS_ID,
-                "imu_id": IMU_ID,
-                "speedometer_id": SPEEDOMETER_ID,
-            },
-        }
+        return {"package": PACKAGE, "launch_file": "leaderboard.launch.py",
+                "parameters": {"model_path": model_path(), **AGENT_ARGUMENTS}}
 
     def set_global_plan(self, global_plan_gps, global_plan_world_coord):
         super().set_global_plan(global_plan_gps, global_plan_world_coord)

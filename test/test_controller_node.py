@@ -503,36 +503,34 @@ def test_bad_parameters_keep_the_node_up_braking_and_reporting(context):
 ROOT = FsPath(__file__).resolve().parents[1]
 
 
-def _launch_nodes(name: str) -> dict[str, dict]:
-    """{executable: {keyword: ast node}} of the launch file's nodes."""
-    import ast
-    tree = ast.parse((ROOT / "launch" / name).read_text())
-    nodes = {}
-    for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and getattr(call.func, "id", "") in ("Node", "LifecycleNode"):
-            kwargs = {k.arg: k.value for k in call.keywords}
-            nodes[ast.literal_eval(kwargs["executable"])] = kwargs
-    return nodes
-
-
 def test_leaderboard_launch_runs_planner_in_lockstep_and_the_controller_with_declared_parameters():
-    import ast
-    nodes = _launch_nodes("leaderboard.launch.py")
+    """The leaderboard stack's table (wam_diff2_core.params.leaderboard, which launch/leaderboard.launch.py and the
+    --bridge closed loop start): each node sets only parameters its own table declares, typed as declared."""
+    from wam_diff2_core.params import leaderboard as lb, localization as lp, planner as pp
+    from wam_diff2_ros.planner_node import INPUT_TOPICS
+    values = lb.launch_values({"model_path": "/m", "lockstep_n": "5"}, share="/share")
+    nodes = {n.spec.executable: n for n in lb.resolve_nodes(values)}
     assert set(nodes) == {"wam-diff2-planner", "wam-diff2-controller", "wam-diff2-localization"}
-    controller = nodes["wam-diff2-controller"]
-    params = {ast.literal_eval(k): ast.unparse(v) for d in controller["parameters"].elts if isinstance(d, ast.Dict)
-              for k, v in zip(d.keys, d.values)}
-    assert set(params) - {"use_sim_time"} <= set(cp.SPECS_BY_NAME)
-    assert params["use_sim_time"] == "True" and params["planner_name"] == "'wam_diff2_planner'"
-    assert ast.literal_eval(nodes["wam-diff2-planner"]["name"]) == params["planner_name"].strip("'")
-    planner = {ast.literal_eval(k): ast.unparse(v) for d in nodes["wam-diff2-planner"]["parameters"].elts
-               if isinstance(d, ast.Dict) for k, v in zip(d.keys, d.values)}
-    assert planner["mode"] == "'lockstep'" and planner["use_sim_time"] == "True"
-    remaps = {ast.literal_eval(r.elts[0]): ast.unparse(r.elts[1])
-              for r in nodes["wam-diff2-planner"]["remappings"].elts}
-    assert remaps["~/input/odometry"] == "['/carla/', role, '/odometry']"
-    text = (ROOT / "launch" / "leaderboard.launch.py").read_text()
-    assert '"controller.yaml"' in text and 'default_value="hero"' in text
+    tables = {"wam-diff2-planner": pp.SPECS_BY_NAME, "wam-diff2-controller": cp.SPECS_BY_NAME,
+              "wam-diff2-localization": lp.SPECS_BY_NAME}
+    for executable, node in nodes.items():
+        specs = tables[executable]
+        assert set(node.parameters) - {"use_sim_time"} <= set(specs), executable
+        for name, value in node.parameters.items():
+            assert name == "use_sim_time" or isinstance(value, specs[name].kind), (executable, name, value)
+    controller, planner = nodes["wam-diff2-controller"], nodes["wam-diff2-planner"]
+    assert controller.parameters["use_sim_time"] and controller.parameters["planner_name"] == planner.spec.name
+    assert controller.parameters["plan_deadline_s"] == pytest.approx(5 * 0.05)       # lockstep_n x the tick
+    assert controller.params_file == "/share/config/controller.yaml"
+    assert planner.parameters["mode"] == "lockstep" and planner.parameters["lockstep_every_n_images"] == 5
+    assert dict(planner.remappings)["~/input/odometry"] == "/carla/hero/odometry"
+    assert {source for source, _ in planner.remappings} <= set(INPUT_TOPICS.values())
+    with pytest.raises(ValueError, match="lockstep_n: 'five' is not a int"):
+        lb.resolve_nodes({**values, "lockstep_n": "five"})
+    with pytest.raises(ValueError, match="model_path: a required launch argument"):
+        lb.launch_values({}, share="/share")
+    with pytest.raises(ValueError, match=r"unknown launch argument\(s\) \['lockstep'\]"):
+        lb.launch_values({"model_path": "/m", "lockstep": "5"}, share="/share")
 
 
 def test_console_script_and_ros2_run_entry_point():

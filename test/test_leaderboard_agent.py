@@ -24,6 +24,7 @@ import pytest
 
 from wam_diff2_core.localization import GeoReference
 from wam_diff2_core.sim.camera import CameraSettings
+from wam_diff2_core.params import leaderboard as leaderboard_params
 from wam_diff2_core.params import localization as localization_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,18 +116,12 @@ def test_agent_declares_the_sensors_track_and_valid_sensors(agent_module):
     assert by_type["sensor.other.gnss"]["x"] == by_type["sensor.other.imu"]["x"] == pytest.approx(-1.4)
 
 
-def _launch_arguments(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    return {c.args[0].value for c in ast.walk(tree) if isinstance(c, ast.Call)
-            and getattr(c.func, "id", None) == "DeclareLaunchArgument"}
-
-
 def test_agent_starts_this_packages_leaderboard_launch_with_its_sensor_ids(agent_module, monkeypatch):
     agent = getattr(agent_module, agent_module.get_entry_point())("localhost", 2000)
     entry = agent.entrypoint
     assert entry["package"] == "wam_diff2_ros" and (ROOT / "launch" / entry["launch_file"]).is_file()
     params = entry["parameters"]
-    assert set(params) <= _launch_arguments(ROOT / "launch" / entry["launch_file"])
+    assert set(params) <= set(leaderboard_params.ARGUMENTS_BY_NAME)
     assert params["role_name"] == "hero" and params["localization"] == "true"
     assert params["model_path"] == str(ROOT / "models" / "wam-diff2-demo-b32")
     sensor_ids = {s["type"]: s["id"] for s in agent.sensors()}
@@ -140,18 +135,30 @@ def test_agent_starts_this_packages_leaderboard_launch_with_its_sensor_ids(agent
         agent.get_ros_entrypoint()
 
 
-def test_leaderboard_launch_starts_the_localization_node_on_the_role_and_sensor_ids():
+def test_the_launch_file_builds_every_node_from_the_stacks_one_table():
+    """launch/leaderboard.launch.py declares ARGUMENTS and starts NODES (wam_diff2_core.params.leaderboard, which
+    the demo world's --bridge loop starts too) and writes none of their parameters itself."""
     tree = ast.parse(LAUNCH.read_text())
-    nodes = {ast.literal_eval(k.value): {kw.arg: kw.value for kw in c.keywords}
-             for c in ast.walk(tree) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "Node"
-             for k in c.keywords if k.arg == "executable"}
-    node = nodes["wam-diff2-localization"]
-    assert ast.unparse(node["condition"]) == "IfCondition(LaunchConfiguration('localization'))"
-    params = {ast.literal_eval(k): ast.unparse(v) for d in node["parameters"].elts for k, v in zip(d.keys, d.values)}
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and n.module == "wam_diff2_core.params.leaderboard" for a in n.names}
+    assert {"ARGUMENTS", "NODES", "Arg", "Product", "default_value"} <= imported
+    keys = {k.value for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if isinstance(k, ast.Constant)}
+    parameters = {name for node in leaderboard_params.NODES for name in node.parameters}
+    assert not keys & parameters, "parameters written in the launch file"
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and str(n.value).startswith("wam-diff2-")]
+
+
+def test_leaderboard_launch_starts_the_localization_node_on_the_role_and_sensor_ids():
+    values = leaderboard_params.launch_values({"model_path": "m", **leaderboard_params.AGENT_ARGUMENTS,
+                                               "role_name": "ego", "gnss_id": "g", "imu_id": "i",
+                                               "speedometer_id": "s"}, share="/share")
+    nodes = {n.spec.executable: n for n in leaderboard_params.resolve_nodes(values)}
+    params = nodes["wam-diff2-localization"].parameters
     assert set(params) - {"use_sim_time"} <= set(localization_params.SPECS_BY_NAME)
-    assert params["role_name"] == "role" and params["use_sim_time"] == "True"
-    for sensor in ("gnss_id", "imu_id", "speedometer_id"):
-        assert params[sensor] == f"LaunchConfiguration('{sensor}')"
+    assert params == {"role_name": "ego", "use_sim_time": True, "gnss_id": "g", "imu_id": "i", "speedometer_id": "s",
+                      "geo.lat_ref_deg": 42.0, "geo.lon_ref_deg": 2.0}
+    off = leaderboard_params.resolve_nodes({**values, "localization": "false"})
+    assert {n.spec.executable for n in off} == {"wam-diff2-planner", "wam-diff2-controller"}
     assert '"wam-diff2-localization=wam_diff2_ros.entry_point:localization"' in (ROOT / "setup.py").read_text()
     script = ROOT / "scripts" / "ros2_run" / "wam-diff2-localization"
     assert script.stat().st_mode & 0o111 and "from wam_diff2_ros.entry_point import localization" in script.read_text()

@@ -83,6 +83,10 @@ def add_closed_loop_arguments(p) -> None:
                    help="true: the simulator publishes its odometry; estimated: it publishes GNSS, IMU and a "
                         "speedometer with noise (as the leaderboard's SENSORS track) and the localization node's "
                         "estimate drives the planner and the controller")
+    p.add_argument("--bridge", action="store_true",
+                   help="play the Leaderboard 2.0 bridge and agent exactly (SENSORS track, CarlaSpeedometer, "
+                        "CarlaRoute, CarlaEgoVehicleControl) and start the nodes with launch/leaderboard.launch.py's "
+                        "parameters; implies --odometry estimated --command-source route")
     p.add_argument("--role", default="hero", help="CARLA role name of the topics (default hero)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS domain (default: ROS_DOMAIN_ID or 0)")
 
