@@ -499,6 +499,55 @@ def test_bad_parameters_keep_the_node_up_braking_and_reporting(context):
         node.destroy_node()
 
 
+# ----------------------------------------------------------------------------- pacing
+def diagnostics_of(node: ControllerNode) -> dict[str, str]:
+    return {kv.key: kv.value for kv in node.diagnostic_status().values}
+
+
+def test_pacing_holds_the_tick_after_a_planning_frame_until_its_plan_arrives(rig):
+    """pacing hold (the default), planning every 3rd tick: tick 1 (after planning frame 0) is answered only
+    when frame 0's plan arrives, with that plan; tick 4 (after frame 3) waits pacing_max_hold_wall_s for a plan
+    that never comes, then brakes and counts; ticks that follow no planning frame are answered at once."""
+    assert cp.DEFAULTS["pacing"] == "hold"
+    node, probe = rig.start(pacing_every_n_ticks=3, pacing_max_hold_wall_s=0.6)
+    probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
+    assert wait_for(lambda: node._planner_state == PlannerStatus.READY, WAIT_S)
+    tick = [T0_NS + k * DT_NS for k in range(6)]
+    probe.odometry_pub.publish(odometry_msg(tick[0], vx=5.0, child_frame_id="hero"))
+    assert probe.control_at(tick[0]).reason == "no plan"                 # frame 0: its plan cannot exist yet
+    probe.odometry_pub.publish(odometry_msg(tick[1], x=0.25, vx=5.0, child_frame_id="hero"))
+    assert wait_for(lambda: node.counts["pacing_holds"] == 1, WAIT_S)
+    time.sleep(0.3)
+    assert not [c for c in probe.controls if stamp_ns(c.header.stamp) == tick[1]], "tick 1 answered without its plan"
+    probe.trajectory_pub.publish(trajectory(tick[0], straight(8.0)))     # 0.3 s of "decoding" later
+    held = probe.control_at(tick[1])
+    assert held.reason == "" and held.throttle > 0.0 and stamp_ns(held.plan_stamp) == tick[0]
+    for k in (2, 3):                                                      # not after a planning frame: at once
+        probe.odometry_pub.publish(odometry_msg(tick[k], x=0.25 * k, vx=5.0, child_frame_id="hero"))
+        assert probe.control_at(tick[k], timeout_s=2.0).reason == ""
+    t = time.monotonic()
+    probe.odometry_pub.publish(odometry_msg(tick[4], x=1.0, vx=5.0, child_frame_id="hero"))
+    late = probe.control_at(tick[4])
+    assert time.monotonic() - t >= 0.55 and late.brake == 1.0 and late.throttle == 0.0
+    assert late.reason.startswith("plan late")
+    assert (node.counts["pacing_holds"], node.counts["pacing_timeouts"], node.counts["fallback_plan_late"]) == (2, 1, 1)
+    values = diagnostics_of(node)
+    assert values["pacing"] == "hold" and values["pacing_timeouts"] == "1"
+    assert float(values["pacing_hold_wall_ms_max"]) >= 550.0
+
+
+def test_pacing_newest_and_a_planner_not_ready_never_hold(rig):
+    for params, ready in (({"pacing": "newest"}, True), ({}, False)):
+        node, probe = rig.start(pacing_every_n_ticks=2, **params)
+        if ready:
+            probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
+            assert wait_for(lambda: node._planner_state == PlannerStatus.READY, WAIT_S)
+        for k in range(3):
+            probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, vx=5.0, child_frame_id="hero"))
+            assert probe.control_at(T0_NS + k * DT_NS, timeout_s=2.0).reason == "no plan"
+        assert node.counts["pacing_holds"] == 0
+
+
 # ----------------------------------------------------------------------------- launch and entry points
 ROOT = FsPath(__file__).resolve().parents[1]
 

@@ -113,6 +113,7 @@ NODES: tuple[NodeSpec, ...] = (
         "use_sim_time": True,
         "tick_source": Arg("tick_source"),
         "plan_deadline_s": Product((_LOCKSTEP_N, Arg("fixed_delta_seconds", float))),
+        "pacing_every_n_ticks": _LOCKSTEP_N,          # the planner's planning frames
         "route.publish_command": True,
     }),
 )

@@ -468,6 +468,7 @@ class RosClosedLoop:
             controller_params = {"role_name": st.role, "use_sim_time": True,
                                  "control_consumer": "vehicle_control",   # the simulator applies ~/output/control
                                  "route.publish_command": st.command_source == "route",
+                                 "pacing_every_n_ticks": st.lockstep_n,
                                  **{GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}
             self.controller = ControllerNode(context=self.context, **self._node_arguments(
                 CONTROLLER_NODE, controller_params))
