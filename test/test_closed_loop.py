@@ -326,3 +326,21 @@ def test_ros_loop_plays_the_leaderboard_bridge_and_the_demo_model_completes_a_sh
     assert result.lane_departures == 0 and result.collisions == []
     assert result.extra["control_timeouts"] == 0 and result.extra["plan_timeouts"] == 0
     assert result.plans == math.ceil(result.ticks / 10) and result.plans_valid >= result.plans - 1
+
+
+@pytest.mark.ros
+def test_the_planner_slowdown_hook_stretches_each_plan_and_is_refused_where_it_cannot_apply():
+    """``planner_slowdown`` (``--planner-slowdown``, to measure pacing): each step of the in-process planner's policy
+    takes the factor times its own time; refused below 1 and for a planner not in this process."""
+    import time
+    import types
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
+    for bad, planner in ((0.5, "inprocess"), (float("nan"), "inprocess"), (3.0, "oracle"), (3.0, "subprocess")):
+        with pytest.raises(ValueError, match="planner_slowdown"):
+            RosLoopSettings(planner=planner, model_path="m", planner_slowdown=bad)
+    loop = RosClosedLoop(RosLoopSettings(planner="inprocess", model_path="m", planner_slowdown=3.0))
+    loop.planner_node = types.SimpleNamespace(_policy=types.SimpleNamespace(step=lambda x: time.sleep(0.05) or x))
+    loop._slow_down_planner(3.0)
+    t = time.monotonic()
+    assert loop.planner_node._policy.step("plan") == "plan"
+    assert 0.15 <= time.monotonic() - t < 0.5

@@ -65,6 +65,7 @@ from std_msgs.msg import Bool, Header, String
 from wam_diff2_core.control import ControllerGains, Plan
 from wam_diff2_core.geometry import quaternion_from_yaw, wrap_angle, yaw_from_quaternion
 from wam_diff2_core.localization import SensorNoise
+from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS
 from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
 from wam_diff2_core.routes import ROAD_OPTIONS
 from wam_diff2_core.sim.episode_bags import topic_names
@@ -107,6 +108,9 @@ class RosLoopSettings:
     odometry: str = "true"                   # true: the simulator's odometry; estimated: the localization node's
                                              # from the demo world's GNSS / IMU / speedometer
     sensor_noise: SensorNoise = DEMO_NOISE   # odometry estimated: the sensors' noise
+    pacing: str = CONTROLLER_DEFAULTS["pacing"]   # the controller's pacing (hold | newest)
+    planner_slowdown: float = 1.0            # inprocess: each plan takes this many times as long (a test hook:
+                                             # it sleeps (slowdown - 1) x its decode time), to measure pacing
     bridge: bool = False                     # the Leaderboard 2.0 bridge and agent: CarlaRoute, CarlaEgoVehicleControl,
                                              # the nodes as launch/leaderboard.launch.py starts them (needs
                                              # odometry estimated and command_source route, as the SENSORS track)
@@ -122,6 +126,10 @@ class RosLoopSettings:
             raise ValueError("model_path: empty; the planner needs a checkpoint (or use planner='oracle')")
         if self.lockstep_n < 1:
             raise ValueError(f"lockstep_n: must be >= 1, got {self.lockstep_n}")
+        if not math.isfinite(self.planner_slowdown) or self.planner_slowdown < 1.0 or (
+                self.planner_slowdown != 1.0 and self.planner != "inprocess"):
+            raise ValueError(f"planner_slowdown: {self.planner_slowdown!r} must be >= 1 (and != 1 only with the "
+                             f"inprocess planner, got {self.planner!r})")
         if self.bridge and (self.odometry, self.command_source) != ("estimated", "route"):
             raise ValueError(f"bridge: the SENSORS track has no odometry and the agent tracks the route itself: needs "
                              f"odometry 'estimated' and command_source 'route', got {self.odometry!r} and "
@@ -468,13 +476,15 @@ class RosClosedLoop:
             controller_params = {"role_name": st.role, "use_sim_time": True,
                                  "control_consumer": "vehicle_control",   # the simulator applies ~/output/control
                                  "route.publish_command": st.command_source == "route",
-                                 "pacing_every_n_ticks": st.lockstep_n,
+                                 "pacing_every_n_ticks": st.lockstep_n, "pacing": st.pacing,
                                  **{GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}
             self.controller = ControllerNode(context=self.context, **self._node_arguments(
                 CONTROLLER_NODE, controller_params))
             self._spinners.append(_Spinner(self.controller, SingleThreadedExecutor(context=self.context)))
             self._start_planner(domain)
             self._handshake()
+            if st.planner_slowdown != 1.0:
+                self._slow_down_planner(st.planner_slowdown)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -489,7 +499,7 @@ class RosClosedLoop:
         planner = dict(st.planner_parameters)
         device = planner.pop("device", None)
         files = {"planner_params_file": planner, "controller_params_file": {
-            GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}
+            "pacing": st.pacing, **{GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}}
         for argument, values in files.items():
             files[argument] = os.path.join(self._files.name, f"{argument}.yaml")
             with open(files[argument], "w") as f:
@@ -530,6 +540,19 @@ class RosClosedLoop:
         planner = PlannerNode(DEFAULT_PLANNER, context=self.context, **node)
         self._spinners.append(_Spinner(planner, MultiThreadedExecutor(num_threads=3, context=self.context)))
         self.planner_node = planner
+
+    def _slow_down_planner(self, factor: float) -> None:
+        """The in-process planner's policy (configured: READY) sleeps (factor - 1) x each step's own time."""
+        policy = self.planner_node._policy
+        step = policy.step
+
+        def slowed(*args, **kwargs):
+            t = time.perf_counter()
+            out = step(*args, **kwargs)
+            time.sleep((factor - 1.0) * (time.perf_counter() - t))
+            return out
+
+        policy.step = slowed
 
     def _handshake(self) -> None:
         """Wait, like the leaderboard's agent, for the latched True on /carla/<role>/status."""
@@ -665,7 +688,8 @@ class RosClosedLoop:
         waits, plan_waits = stats.pop("control_wait_ms"), stats.pop("plan_wait_ms")
         counts = {k: v - counts_before.get(k, 0) for k, v in self.controller.counts.items()
                   if v != counts_before.get(k, 0)}                 # this route's share
-        extra = {"loop": "ros", "planner": st.planner, "timing": st.timing, "lockstep_n": st.lockstep_n, **stats,
+        extra = {"loop": "ros", "planner": st.planner, "timing": st.timing, "lockstep_n": st.lockstep_n,
+                 "pacing": st.pacing, "planner_slowdown": st.planner_slowdown, **stats,
                  "control_wait_ms_mean": float(np.mean(waits)) if waits else None,
                  "control_wait_ms_max": float(np.max(waits)) if waits else None,
                  "plan_wait_ms_mean": float(np.mean(plan_waits)) if plan_waits else None,
@@ -717,7 +741,8 @@ def run(args) -> int:
                                    lockstep_n=args.lockstep_n, timing=args.timing,
                                    command_source="route" if args.bridge else args.command_source,
                                    gains=job.gains, domain_id=args.domain_id,
-                                   odometry="estimated" if args.bridge else args.odometry, bridge=args.bridge)
+                                   odometry="estimated" if args.bridge else args.odometry, bridge=args.bridge,
+                                   pacing=args.pacing, planner_slowdown=args.planner_slowdown)
         with RosClosedLoop(settings) as loop:
             each(loop.run_route)
         if loop.localization_errors:
