@@ -10,6 +10,7 @@ the test environment); agents/wam_diff2_agent.py passes :data:`AGENT_ARGUMENTS`.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -177,3 +178,69 @@ def resolve_nodes(values: Mapping[str, str]) -> list[ResolvedNode]:
                          [(source, "".join(str(resolve(p, values)) for p in target))
                           for source, target in spec.remappings])
             for spec in NODES if spec.condition is None or resolve(spec.condition, values)]
+
+
+# ----------------------------------------------------------------------------- Bench2Drive harness
+MODEL_PATH_ENV, TEAM_CONFIG_ENV, SAVE_PATH_ENV = "WAM_DIFF2_MODEL_PATH", "TEAM_CONFIG", "SAVE_PATH"
+DEMO_MODEL_NAME = "demo"                   # WAM_DIFF2_MODEL_PATH=demo: the demo model, asked for explicitly
+EVALUATOR_PORT_STRIDE = 150                # Bench2Drive's parallel evaluators: CARLA ports 150 apart
+MAX_DOMAIN_ID = 101                        # ROS 2's domain ids safe on Linux: 0 .. 101
+METRIC_INFO_FILE = "metric_info.json"
+
+
+def evaluator_domain_id(carla_port: int) -> int:
+    """The ROS domain of the evaluator on ``carla_port``: one per 150-port block (Bench2Drive's stride; the port a
+    busy one moves to stays in its block), 1 .. 101 (0, the default, left to everything else)."""
+    if isinstance(carla_port, bool) or not isinstance(carla_port, int) or not 0 < carla_port < 65536:
+        raise ValueError(f"carla_port: {carla_port!r} is not a TCP port")
+    return 1 + (carla_port // EVALUATOR_PORT_STRIDE) % MAX_DOMAIN_ID
+
+
+def evaluator_environment(carla_port: int) -> dict[str, str]:
+    """What the agent sets before anything of ROS starts (the bridge, the launch, rclpy.init): its evaluator's
+    domain and discovery on this machine only, so evaluators on one host never see each other's topics."""
+    return {"ROS_DOMAIN_ID": str(evaluator_domain_id(carla_port)), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+
+
+def model_path_from(environ: Mapping[str, str], demo_path: str) -> tuple[str, str]:
+    """(checkpoint directory, where it came from): ``$WAM_DIFF2_MODEL_PATH`` (``demo``: ``demo_path``), else
+    ``$TEAM_CONFIG`` (a directory, or Bench2Drive's ``<checkpoint>+...`` form: its first field). Raises ValueError
+    when neither is set (the demo model only when asked for)."""
+    path = environ.get(MODEL_PATH_ENV, "").strip()
+    if path:
+        return (demo_path, f"{MODEL_PATH_ENV}=demo") if path == DEMO_MODEL_NAME else (path, MODEL_PATH_ENV)
+    team_config = environ.get(TEAM_CONFIG_ENV, "").strip()
+    if team_config.split("+")[0]:
+        return team_config.split("+")[0], TEAM_CONFIG_ENV
+    raise ValueError(f"no model: set {MODEL_PATH_ENV} (or {TEAM_CONFIG_ENV}, Bench2Drive's agent config) to a "
+                     f"checkpoint directory, or {MODEL_PATH_ENV}={DEMO_MODEL_NAME} for the demo model")
+
+
+def save_directory(environ: Mapping[str, str], path_to_conf_file: str) -> str | None:
+    """Where Bench2Drive wants this route's files: ``$SAVE_PATH/<save_name>``, the save name being the last
+    ``+`` field Bench2Drive's evaluator appends to the agent config; None outside Bench2Drive (no SAVE_PATH or no
+    save name)."""
+    root, fields = environ.get(SAVE_PATH_ENV, ""), str(path_to_conf_file).split("+")
+    return os.path.join(root, fields[-1]) if root and len(fields) > 1 and fields[-1] else None
+
+
+class MetricLog:
+    """Bench2Drive's ``metric_info.json``: per step, the ego's acceleration, angular velocity, forward and right
+    vectors, location and rotation (its evaluator's ``get_metric_info()``), keyed by the step number, as its
+    efficiency and smoothness tool reads them. Written atomically every ``every`` steps and on :meth:`write`."""
+
+    def __init__(self, directory: str, every: int = 100):
+        self.path = os.path.join(directory, METRIC_INFO_FILE)
+        self.every, self.steps = every, {}
+        os.makedirs(directory, exist_ok=True)
+
+    def add(self, step: int, info: Mapping[str, Any]) -> None:
+        self.steps[str(step)] = dict(info)
+        if len(self.steps) % self.every == 0:
+            self.write()
+
+    def write(self) -> None:
+        partial = self.path + ".partial"
+        with open(partial, "w") as f:
+            json.dump(self.steps, f)
+        os.replace(partial, self.path)
