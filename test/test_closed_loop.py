@@ -344,3 +344,42 @@ def test_the_planner_slowdown_hook_stretches_each_plan_and_is_refused_where_it_c
     t = time.monotonic()
     assert loop.planner_node._policy.step("plan") == "plan"
     assert 0.15 <= time.monotonic() - t < 0.5
+
+
+@pytest.mark.ros
+def test_two_bridge_stacks_on_different_evaluator_ports_do_not_cross_talk():
+    """Bench2Drive's parallel evaluators on one host: two Leaderboard 2.0 stacks at once, each on the ROS domain the
+    agent derives from its CARLA port (same topic names, same node names), each drives its own route with
+    nothing of the other's: one route and one control publisher each."""
+    pytest.importorskip("carla_msgs", reason="needs the built interface packages (scripts/build_ros_interfaces.sh)")
+    import os
+    import threading
+    from wam_diff2_core.params.leaderboard import EVALUATOR_PORT_STRIDE, evaluator_domain_id
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
+    base = 30000 + EVALUATOR_PORT_STRIDE * (os.getpid() % 40) * 2            # Bench2Drive's ports, 150 apart
+    ports = (base, base + EVALUATOR_PORT_STRIDE)
+    assert evaluator_domain_id(ports[0]) != evaluator_domain_id(ports[1])
+    routes, results, errors = (0, LEFT_CROSSING_ROUTE), {}, []
+
+    def evaluator(port: int, route: int) -> None:
+        try:
+            with RosClosedLoop(RosLoopSettings(planner="oracle", gains=demo_world_gains(), bridge=True,
+                                               odometry="estimated", command_source="route",
+                                               domain_id=evaluator_domain_id(port))) as loop:
+                result = loop.run_route(RouteRun(route, ClosedLoopSettings(route_length_m=60.0)))
+                control_publishers = loop.sim.count_publishers("/carla/hero/vehicle_control_cmd")
+                results[port] = (result, dict(loop.controller.counts), control_publishers)
+        except BaseException as exc:            # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=evaluator, args=pair) for pair in zip(ports, routes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300.0)
+    assert not errors, errors
+    for port, route in zip(ports, routes):
+        result, counts, control_publishers = results[port]
+        assert result.termination == "completed" and result.lane_departures == 0, (port, result.to_json())
+        assert counts["routes_received"] == 1 and control_publishers == 1
+        assert result.extra["localization"]["position_p95_m"] < 0.5        # its own world's sensors only
