@@ -537,7 +537,8 @@ def test_pacing_holds_the_tick_after_a_planning_frame_until_its_plan_arrives(rig
 
 
 def test_pacing_newest_and_a_planner_not_ready_never_hold(rig):
-    for params, ready in (({"pacing": "newest"}, True), ({}, False)):
+    # not ready: a planner no test publishes a status for (the module's other planners' READY is latched)
+    for params, ready in (({"pacing": "newest"}, True), ({"planner_name": "planner_never_ready"}, False)):
         node, probe = rig.start(pacing_every_n_ticks=2, **params)
         if ready:
             probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))

@@ -197,7 +197,7 @@ def evaluator_domain_id(carla_port: int) -> int:
 
 
 def evaluator_environment(carla_port: int) -> dict[str, str]:
-    """What the agent sets before anything of ROS starts (the bridge, the launch, rclpy.init): its evaluator's
+    """What the agent sets before anything of ROS starts (the bridge, the launch, the ROS client): its evaluator's
     domain and discovery on this machine only, so evaluators on one host never see each other's topics."""
     return {"ROS_DOMAIN_ID": str(evaluator_domain_id(carla_port)), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
 

@@ -30,6 +30,14 @@ What runs (all in one DDS domain; the planner optionally in its own process):
   plan + odometry -> control every tick, the leaderboard handshake, and (``command_source``
   route) the command from the route.
 
+**The Leaderboard 2.0 bridge** (``bridge``, ``--bridge``): the simulator publishes what the leaderboard-2.0
+carla-ros-bridge and the leaderboard's ``ROS2Agent`` publish on the SENSORS track (the sensors above, each in
+its frame ``<role>/<id>``, reliable depth 10, the GNSS status unset, the IMU orientation from the compass,
+``carla_msgs/CarlaSpeedometer``; camera and ``/clock``; ``CarlaRoute`` / ``CarlaGnssRoute`` latched on
+``global_plan`` / ``global_plan_gnss``), applies the ``CarlaEgoVehicleControl`` of each tick, and starts the
+localization, planner and controller nodes with the parameters ``launch/leaderboard.launch.py`` passes for the
+agent's arguments (both from ``wam_diff2_core.params.leaderboard``).
+
 Timing: ``lockstep`` waits, on each planning tick, for that tick's trajectory before the world
 moves on (results do not depend on how fast the model runs here); ``leaderboard`` waits only
 for the control, as the leaderboard does, and ticks no faster than ``realtime_factor`` x real
@@ -59,7 +67,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMsg
-from sensor_msgs.msg import CameraInfo, Image, Imu, NavSatFix, NavSatStatus
+from sensor_msgs.msg import CameraInfo, Image, Imu, NavSatFix
 from std_msgs.msg import Bool, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan
@@ -71,11 +79,11 @@ from wam_diff2_core.routes import ROAD_OPTIONS
 from wam_diff2_core.sim.episode_bags import topic_names
 from wam_diff2_core.sim.route_runs import ExpertOracle, RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
+from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE
 
 from ..controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
                                carla_msgs, controller_topics, ns_stamp, stamp_ns)
 from ..localization_node import LocalizationNode, localization_topics
-from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 
 PLANNERS = ("inprocess", "subprocess", "oracle")
@@ -468,7 +476,7 @@ class RosClosedLoop:
             self.sim = SimulatorNode(st.role, st.odometry, st.bridge, context=self.context)
             self._spinners.append(_Spinner(self.sim, SingleThreadedExecutor(context=self.context)))
             if st.bridge:
-                self.launched = {n.spec.name: n for n in resolve_nodes(self.launch_arguments())}
+                self.launched = {n.spec.name: n for n in resolve_nodes(self._bridge_launch_values())}
             if st.odometry == "estimated":
                 self.localization = LocalizationNode(context=self.context, **self._node_arguments(
                     LOCALIZATION_NODE, {"role_name": st.role, "use_sim_time": True}))
@@ -490,7 +498,7 @@ class RosClosedLoop:
             raise
         return self
 
-    def launch_arguments(self) -> dict[str, str]:
+    def _bridge_launch_values(self) -> dict[str, str]:
         """bridge: launch/leaderboard.launch.py's arguments as the agent passes them, with the demo car's gains
         in the controller's parameter file and the planner options in the planner's (files in a temporary
         folder, removed on exit)."""
