@@ -1,6 +1,6 @@
 """The WAM-Diff2 agent for the CARLA Leaderboard 2.0 / Bench2Drive, as a leaderboard ROS 2 agent.
 
-    export WAM_DIFF2_MODEL_PATH=/path/to/checkpoint          # default: the installed demo model
+    export WAM_DIFF2_MODEL_PATH=/path/to/checkpoint          # else $TEAM_CONFIG; "demo": the installed demo model
     export TEAM_AGENT=$(ros2 pkg prefix --share wam_diff2_ros)/agents/wam_diff2_agent.py
     python3 ${LEADERBOARD_ROOT}/leaderboard/leaderboard_evaluator.py --agent=${TEAM_AGENT} \\
         --routes=${ROUTES} --track=SENSORS ...                                 # docs/carla.md, section 2
@@ -12,6 +12,16 @@ this package's ``leaderboard.launch.py`` (localization + planner + controller). 
 the latched True on ``/carla/hero/status`` (the controller sends it once the planner is
 READY), publishes the route on ``/carla/hero/global_plan`` and takes one
 ``/carla/hero/vehicle_control_cmd`` per tick, stamped with the tick's time.
+
+Harness (Bench2Drive runs several evaluators on one host, CARLA ports 150 apart): before the base class
+starts anything, the agent sets ``ROS_DOMAIN_ID`` from its evaluator's CARLA port (one domain per
+150-port block) and discovery on this host only, so evaluators do not cross-talk; it checks the
+checkpoint (``$WAM_DIFF2_MODEL_PATH``, else ``$TEAM_CONFIG``, a directory or Bench2Drive's
+``<checkpoint>+...``; the demo model only with ``WAM_DIFF2_MODEL_PATH=demo``) so a bad one fails before
+the bridge is spawned; a planner whose configure fails (ERROR on its status) makes the constructor raise
+with the planner's reason instead of leaving the leaderboard waiting for READY. Under Bench2Drive
+(``$SAVE_PATH`` and its ``+<save_name>`` on the agent config) it writes ``metric_info.json`` per route
+(its base class's ``get_metric_info()`` per step) for Bench2Drive's efficiency and smoothness.
 
 Georeference: the localization node starts with CARLA's default (42.0 / 2.0). When the leaderboard
 hands over the route (:meth:`WamDiff2Agent.set_global_plan`, before the first tick) the agent
@@ -28,36 +38,85 @@ and IMU on the rear axle (the point the planner's odometry and the model's waypo
 """
 from __future__ import annotations
 
+import glob
 import os
+import threading
 
 from leaderboard.autoagents.autonomous_agent import Track
 from leaderboard.autoagents.ros2_agent import ROS2Agent
 
 from wam_diff2_core.localization import GeoReference
+from wam_diff2_core.params.leaderboard import (AGENT_ARGUMENTS, CAMERA_ID, GNSS_ID, IMU_ID, PACKAGE, ROLE_NAME,
+                                               SPEEDOMETER_ID, MetricLog, evaluator_environment, model_path_from,
+                                               save_directory)
 from wam_diff2_core.params.localization import NODE as LOCALIZATION_NODE
 from wam_diff2_core.sim.camera import CameraSettings
 from wam_diff2_core.sim.vehicles import BicycleParams
+from wam_diff2_core.topics import PLANNER_NODE
 from wam_diff2_ros.parameters import set_remote_parameters
 
-MODEL_PATH_ENV = "WAM_DIFF2_MODEL_PATH"
 DEMO_MODEL = ("models", "wam-diff2-demo-b32")          # under the package's share directory
-ROLE_NAME = "hero"                                     # the leaderboard's ego role
-CAMERA_ID, GNSS_ID, IMU_ID, SPEEDOMETER_ID = "rgb_front", "gnss", "imu", "speedometer"
 
 
 def get_entry_point():
     return "WamDiff2Agent"
 
 
-def model_path() -> str:
-    """``$WAM_DIFF2_MODEL_PATH``, else the demo model installed with the package."""
-    path = os.environ.get(MODEL_PATH_ENV, "")
-    if not path:
-        from ament_index_python.packages import get_package_share_directory
-        path = os.path.join(get_package_share_directory("wam_diff2_ros"), *DEMO_MODEL)
+def model_path(environ=os.environ) -> str:
+    """The checkpoint (``wam_diff2_core.params.leaderboard.model_path_from``), checked before anything starts:
+    a directory with a readable ``config.json`` of a model this package loads and safetensors weights.
+    Raises ValueError / FileNotFoundError naming the variable it came from and what is wrong."""
+    from ament_index_python.packages import get_package_share_directory
+    from wam_diff2_core.model.checkpoint import CheckpointError, read_model_config
+
+    path, source = model_path_from(environ, os.path.join(get_package_share_directory(PACKAGE), *DEMO_MODEL))
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"{MODEL_PATH_ENV}: {path!r} is not a checkpoint directory")
+        raise FileNotFoundError(f"{source}: {path!r} is not a checkpoint directory")
+    try:
+        read_model_config(path)
+    except CheckpointError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+    if not glob.glob(os.path.join(path, "*.safetensors")):
+        raise FileNotFoundError(f"{source}: {path!r} has no *.safetensors weights")
     return path
+
+
+class PlannerWatch:
+    """While the leaderboard's constructor waits (without a timeout) for ``/carla/<role>/status``: a node of its
+    own that, when the planner reports ERROR (its configure failed: no READY will ever come), keeps the reason
+    and releases that wait with a False, so the agent fails at once instead of at the leaderboard's watchdog."""
+
+    def __init__(self, role: str = ROLE_NAME, planner: str = PLANNER_NODE):
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from std_msgs.msg import Bool
+        from wam_diff2_ros.controller_node import LATCHED_QOS, controller_topics
+        from wam_diff2_ros.msg import PlannerStatus
+
+        self.failure: str | None = None
+        self._error, self._bool = PlannerStatus.ERROR, Bool
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)              # the evaluator's domain: set in the environment already
+        self.node = rclpy.create_node("wam_diff2_agent_watch", context=self.context)
+        topics = controller_topics(role, planner)
+        self._release = self.node.create_publisher(Bool, topics["leaderboard_status"], LATCHED_QOS)
+        self.node.create_subscription(PlannerStatus, topics["planner_status"], self._on_status, LATCHED_QOS)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True, name="wam-diff2-agent-watch")
+        self.thread.start()
+
+    def _on_status(self, msg) -> None:
+        if msg.state == self._error and self.failure is None:
+            self.failure = msg.message or "ERROR without a message"
+            self._release.publish(self._bool(data=False))
+
+    def stop(self) -> None:
+        import rclpy
+        self.executor.shutdown()
+        self.thread.join(5.0)
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
 
 
 def georeference_from_plan(global_plan_gps, global_plan_world_coord) -> GeoReference | None:
@@ -72,21 +131,26 @@ def georeference_from_plan(global_plan_gps, global_plan_world_coord) -> GeoRefer
 
 class WamDiff2Agent(ROS2Agent):
 
+    def __init__(self, carla_host, carla_port, debug=False):
+        # before the base class starts the bridge, the launch and rclpy: this evaluator's own ROS domain,
+        # discovery on this host only, and the checkpoint checked
+        os.environ.update(evaluator_environment(int(carla_port)))
+        self._model_path = model_path()
+        self._metrics: MetricLog | None = None
+        self._step = 0
+        watch = PlannerWatch()
+        try:
+            super().__init__(carla_host, carla_port, debug)
+        finally:
+            watch.stop()
+        if watch.failure is not None:
+            self.destroy()                                 # the bridge and the launch: not left behind
+            raise RuntimeError(f"the planner failed to configure ({self._model_path}): {watch.failure}")
+
     def get_ros_entrypoint(self):
-        # called by the base class's constructor, before setup(): the model comes from the environment
-        return {
-            "package": "wam_diff2_ros",
-            "launch_file": "leaderboard.launch.py",
-            "parameters": {
-                "model_path": model_path(),
-                "role_name": ROLE_NAME,
-                "camera_id": CAMERA_ID,
-                "localization": "true",
-                "gnss_id": GNSS_ID,
-                "imu_id": IMU_ID,
-                "speedometer_id": SPEEDOMETER_ID,
-            },
-        }
+        # called by the base class's constructor, before setup()
+        return {"package": PACKAGE, "launch_file": "leaderboard.launch.py",
+                "parameters": {"model_path": self._model_path, **AGENT_ARGUMENTS}}
 
     def set_global_plan(self, global_plan_gps, global_plan_world_coord):
         super().set_global_plan(global_plan_gps, global_plan_world_coord)
@@ -97,6 +161,24 @@ class WamDiff2Agent(ROS2Agent):
 
     def setup(self, path_to_conf_file):
         self.track = Track.SENSORS
+        # Bench2Drive appends "+<save_name>" to the agent config; its base class has get_metric_info()
+        directory = save_directory(os.environ, path_to_conf_file)
+        if directory is not None and hasattr(self, "get_metric_info"):
+            self._metrics = MetricLog(directory)
+
+    def run_step(self, input_data, timestamp):
+        control = super().run_step(input_data, timestamp)
+        if self._metrics is not None:
+            if getattr(self, "hero_actor", None) is None:
+                self.get_hero()                            # Bench2Drive's base: the ego its metrics read
+            self._metrics.add(self._step, self.get_metric_info())
+        self._step += 1
+        return control
+
+    def destroy(self):
+        if self._metrics is not None:
+            self._metrics.write()
+        super().destroy()
 
     def sensors(self):
         camera, car = CameraSettings(), BicycleParams()

@@ -21,10 +21,10 @@ the leaderboard starts ticking (never without carla_msgs: then the controller re
 CarlaRoute with RoadOptions, or /carla/<role_name>/waypoints) and sends its command to the
 planner. ``fixed_delta_seconds`` is the simulator's tick (the leaderboard's 0.05 s): a plan
 arriving more than lockstep_n ticks after its image counts as late in /diagnostics.
-See docs/carla.md.
-"""
-import os
 
+The arguments, nodes and parameters are those of ``wam_diff2_core.params.leaderboard`` (the demo
+world's ``wam-diff2-ros closed-loop --bridge`` starts the same nodes from it). See docs/carla.md.
+"""
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
@@ -33,99 +33,38 @@ from launch.substitutions import LaunchConfiguration, PythonExpression
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 
-from wam_diff2_core.params.localization import DEFAULTS as LOCALIZATION_DEFAULTS
+from wam_diff2_core.params.leaderboard import ARGUMENTS, NODES, PACKAGE, Arg, Product, default_value
+
+
+def _substitution(value):
+    """A parameter value of NODES as the launch system's: an argument typed by ParameterValue."""
+    if isinstance(value, Arg):
+        return ParameterValue(LaunchConfiguration(value.name), value_type=value.type)
+    if isinstance(value, Product):
+        a, b = (LaunchConfiguration(f.name) for f in value.factors)
+        return ParameterValue(PythonExpression([a, " * ", b]), value_type=float)
+    return value
 
 
 def generate_launch_description():
-    share = get_package_share_directory("wam_diff2_ros")
-    role = LaunchConfiguration("role_name")
-    camera = LaunchConfiguration("camera_id")
-    lockstep_n = LaunchConfiguration("lockstep_n")
-    return LaunchDescription([
-        DeclareLaunchArgument("model_path", description="checkpoint directory (Qwen3-VL or WAM-Diff2)"),
-        DeclareLaunchArgument("role_name", default_value="hero", description="CARLA ego role name (leaderboard: hero)"),
-        DeclareLaunchArgument("camera_id", default_value="rgb_front", description="front camera sensor id"),
-        DeclareLaunchArgument("lockstep_n", default_value="10",
-                              description="plan on every N-th camera tick (10 at 20 Hz: 2 Hz, one plan per 0.5 s)"),
-        DeclareLaunchArgument("fixed_delta_seconds", default_value="0.05", description="simulator tick (seconds)"),
-        DeclareLaunchArgument("tick_source", default_value="odometry",
-                              description="controller tick: odometry (each odometry message) | clock (each /clock)"),
-        DeclareLaunchArgument("device", default_value="auto", description="planner device: auto, cpu, cuda[:N]"),
-        DeclareLaunchArgument("planner_params_file", default_value=os.path.join(share, "config", "planner.yaml")),
-        DeclareLaunchArgument("controller_params_file",
-                              default_value=os.path.join(share, "config", "controller.yaml")),
-        DeclareLaunchArgument("localization", default_value="true",
-                              description="true: odometry from GNSS + IMU + speedometer (SENSORS track); "
-                                          "false: the bridge's odometry pseudo-sensor"),
-        DeclareLaunchArgument("gnss_id", default_value="gnss", description="GNSS sensor id"),
-        DeclareLaunchArgument("imu_id", default_value="imu", description="IMU sensor id"),
-        DeclareLaunchArgument("speedometer_id", default_value="speedometer", description="speedometer sensor id"),
-        DeclareLaunchArgument("lat_ref_deg", default_value=str(LOCALIZATION_DEFAULTS["geo.lat_ref_deg"]),
-                              description="the town's georeference latitude (OpenDRIVE header; degrees)"),
-        DeclareLaunchArgument("lon_ref_deg", default_value=str(LOCALIZATION_DEFAULTS["geo.lon_ref_deg"]),
-                              description="the town's georeference longitude (degrees)"),
-        Node(
-            package="wam_diff2_ros",
-            executable="wam-diff2-localization",
-            name="wam_diff2_localization",
+    share = get_package_share_directory(PACKAGE)
+    actions = []
+    for argument in ARGUMENTS:
+        default = default_value(argument, share)
+        actions.append(DeclareLaunchArgument(argument.name, description=argument.description,
+                                             **({} if default is None else {"default_value": default})))
+    for spec in NODES:
+        kind = LifecycleNode if spec.lifecycle else Node
+        params_file = [LaunchConfiguration(spec.params_file.name)] if spec.params_file else []
+        actions.append(kind(
+            package=PACKAGE,
+            executable=spec.executable,
+            name=spec.name,
             namespace="",
             output="screen",
-            condition=IfCondition(LaunchConfiguration("localization")),
-            parameters=[{
-                "role_name": role,
-                "use_sim_time": True,
-                "gnss_id": LaunchConfiguration("gnss_id"),
-                "imu_id": LaunchConfiguration("imu_id"),
-                "speedometer_id": LaunchConfiguration("speedometer_id"),
-                "geo.lat_ref_deg": ParameterValue(LaunchConfiguration("lat_ref_deg"), value_type=float),
-                "geo.lon_ref_deg": ParameterValue(LaunchConfiguration("lon_ref_deg"), value_type=float),
-            }],
-        ),
-        LifecycleNode(
-            package="wam_diff2_ros",
-            executable="wam-diff2-planner",
-            name="wam_diff2_planner",
-            namespace="",
-            output="screen",
-            parameters=[
-                LaunchConfiguration("planner_params_file"),
-                {
-                    "model_path": ParameterValue(LaunchConfiguration("model_path"), value_type=str),
-                    "device": LaunchConfiguration("device"),
-                    "use_sim_time": True,
-                    "mode": "lockstep",
-                    "lockstep_every_n_images": ParameterValue(lockstep_n, value_type=int),
-                    "image_transport": "raw",
-                    # the bridge publishes its camera reliable; on best effort most raw frames of more
-                    # than ~0.5 MB never arrive over Fast DDS (wam_diff2_ros/README.md, image QoS)
-                    "image_reliability": "reliable",
-                },
-            ],
-            remappings=[
-                ("~/input/image", ["/carla/", role, "/", camera, "/image"]),
-                ("~/input/camera_info", ["/carla/", role, "/", camera, "/camera_info"]),
-                ("~/input/odometry", ["/carla/", role, "/odometry"]),
-                # no route remap: the controller sends the route's command to ~/input/command
-            ],
-        ),
-        Node(
-            package="wam_diff2_ros",
-            executable="wam-diff2-controller",
-            name="wam_diff2_controller",
-            namespace="",
-            output="screen",
-            parameters=[
-                LaunchConfiguration("controller_params_file"),
-                {
-                    "role_name": role,
-                    "planner_name": "wam_diff2_planner",
-                    "use_sim_time": True,
-                    "tick_source": LaunchConfiguration("tick_source"),
-                    "plan_deadline_s": ParameterValue(
-                        PythonExpression([lockstep_n, " * ", LaunchConfiguration("fixed_delta_seconds")]),
-                        value_type=float),
-                    "route.publish_command": True,
-                },
-            ],
-        ),
-    ])
+            condition=IfCondition(LaunchConfiguration(spec.condition.name)) if spec.condition else None,
+            parameters=params_file + [{k: _substitution(v) for k, v in spec.parameters.items()}],
+            remappings=[(source, [LaunchConfiguration(p.name) if isinstance(p, Arg) else p for p in target])
+                        for source, target in spec.remappings],
+        ))
+    return LaunchDescription(actions)

@@ -233,3 +233,153 @@ def test_ros_loop_with_the_tiny_model_brakes_to_a_stop_and_never_accelerates(dom
     assert speeds[0] == start_speed and np.all(np.diff(speeds) <= 0.0) and run.speed == 0.0
     assert result.termination == "agent_blocked" and result.collisions == []
     assert controller["fallback_invalid_plan"] == result.ticks - 1 and controller["plans_invalid"] == result.plans
+
+
+@pytest.mark.ros
+def test_demo_world_sensor_messages_are_the_leaderboard_bridges():
+    pytest.importorskip("carla_msgs", reason="needs the built interface packages (scripts/build_ros_interfaces.sh)")
+    from builtin_interfaces.msg import Time
+    from carla_msgs.msg import CarlaSpeedometer
+    from sensor_msgs.msg import NavSatFix
+    from wam_diff2_core.geometry import yaw_from_quaternion
+    from wam_diff2_core.sim.sensors import SensorReading
+    from wam_diff2_ros.localization_node import localization_topics
+    from wam_diff2_ros.tools.dds_closed_loop import carla_route_messages, compass_rad, sensor_messages
+    reading = SensorReading(42.0001, 2.0002, yaw=-3.0, gyro=(0.0, 0.0, 0.1), accel=(0.2, 0.0, 9.81), speed_mps=4.5)
+    fix, imu, speed = sensor_messages(reading, Time(sec=3), localization_topics("hero"))
+    assert fix.status.status == NavSatFix().status.status          # left unset, as the bridge leaves it
+    assert (fix.header.frame_id, imu.header.frame_id, speed.header.frame_id) == ("hero/gnss", "hero/imu",
+                                                                              "hero/speedometer")
+    assert isinstance(speed, CarlaSpeedometer) and speed.speed == 4.5 and speed.header.stamp.sec == 3
+    assert 0.0 <= compass_rad(-3.0) < 2 * math.pi and compass_rad(math.pi / 2) == 0.0    # north: compass 0
+    q = imu.orientation
+    assert yaw_from_quaternion(q.x, q.y, q.z, q.w) == pytest.approx(-3.0)
+    route, gnss_route = carla_route_messages(RouteRun(LEFT_CROSSING_ROUTE, ClosedLoopSettings(route_length_m=120.0)))
+    assert len(route.poses) == len(route.road_options) and {1, 4} <= set(route.road_options)    # LEFT, LANEFOLLOW
+    assert list(gnss_route.road_options) == list(route.road_options) and not gnss_route.coordinates
+
+
+def _bridge_checks(loop) -> None:
+    """The graph as the Leaderboard 2.0 bridge and agent leave it, and the nodes started with the launch file's
+    parameters for the agent's arguments."""
+    from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+    from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
+    types = dict(loop.sim.get_topic_names_and_types())
+    expected = {"/carla/hero/gnss": "sensor_msgs/msg/NavSatFix", "/carla/hero/imu": "sensor_msgs/msg/Imu",
+                "/carla/hero/speedometer": "carla_msgs/msg/CarlaSpeedometer", "/clock": "rosgraph_msgs/msg/Clock",
+                "/carla/hero/global_plan": "carla_msgs/msg/CarlaRoute",
+                "/carla/hero/global_plan_gnss": "carla_msgs/msg/CarlaGnssRoute",
+                "/carla/hero/vehicle_control_cmd": "carla_msgs/msg/CarlaEgoVehicleControl",
+                "/carla/hero/status": "std_msgs/msg/Bool"}
+    assert {k: types.get(k, [None])[0] for k in expected} == expected
+    sim = loop.sim
+    for publisher, depth, durability in ((sim.speed_pub, 10, DurabilityPolicy.VOLATILE),
+                                         (sim.image_pub, 10, DurabilityPolicy.VOLATILE),
+                                         (sim.route_pub, 1, DurabilityPolicy.TRANSIENT_LOCAL)):
+        qos = publisher.qos_profile                          # the depth is not on the graph
+        assert (qos.reliability, qos.durability, qos.depth) == (ReliabilityPolicy.RELIABLE, durability, depth)
+    launched = {n.spec.name: n for n in resolve_nodes(launch_values({**AGENT_ARGUMENTS, "model_path": "unused"},
+                                                                    share="unused"))}
+    for node in (loop.localization, loop.controller) + ((loop.planner_node,) if loop.planner_node else ()):
+        params = launched[node.get_name()].parameters
+        if node.get_name() == "wam_diff2_planner":
+            params = {**params, "model_path": loop.settings.model_path, "device": "cpu"}     # as the test passes
+        assert {k: node.get_parameter(k).value for k in params} == params, node.get_name()
+    assert loop.localization.get_parameter("speedometer_type").value == "carla_msgs/CarlaSpeedometer"   # default
+    assert loop.controller.get_parameter("control_consumer").value == "carla"
+
+
+@pytest.mark.ros
+def test_ros_loop_plays_the_leaderboard_bridge_and_the_oracle_completes_a_crossing(domain):
+    """--bridge with the oracle: SENSORS track only (no odometry on the wire), CarlaRoute with RoadOptions, the
+    car driven by CarlaEgoVehicleControl through a left turn at a crossing."""
+    pytest.importorskip("carla_msgs", reason="needs the built interface packages (scripts/build_ros_interfaces.sh)")
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
+    with pytest.raises(ValueError, match="bridge: the SENSORS track has no odometry"):
+        RosLoopSettings(bridge=True)
+    with RosClosedLoop(RosLoopSettings(planner="oracle", gains=demo_world_gains(), domain_id=domain, bridge=True,
+                                       odometry="estimated", command_source="route")) as loop:
+        assert loop.sim.odometry_pub is None
+        result = loop.run_route(RouteRun(LEFT_CROSSING_ROUTE, ClosedLoopSettings(route_length_m=120.0)))
+        _bridge_checks(loop)
+    assert result.termination == "completed" and result.lane_departures == 0 and result.collisions == []
+    assert result.extra["control_timeouts"] == 0 and result.extra["localization"]["ticks_without_estimate"] == 0
+    controller = result.extra["controller"]
+    assert controller["command_changes"] >= 2 and controller["controls_plan"] >= result.ticks - 1   # LEFT, then on
+
+
+@pytest.mark.ros
+def test_ros_loop_plays_the_leaderboard_bridge_and_the_demo_model_completes_a_short_route(domain):
+    """--bridge with the shipped demo model (a 3 M-parameter checkpoint: a random tiny one never parses, so it
+    could not drive) on the nodes the agent's launch file starts, with its parameters: the car completes route 0."""
+    pytest.importorskip("carla_msgs", reason="needs the built interface packages (scripts/build_ros_interfaces.sh)")
+    from pathlib import Path
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
+    model = Path(__file__).resolve().parents[1] / "models" / "wam-diff2-demo-b32"
+    settings = RosLoopSettings(planner="inprocess", model_path=str(model), planner_parameters={"device": "cpu"},
+                               gains=demo_world_gains(), domain_id=domain, bridge=True, odometry="estimated",
+                               command_source="route", ready_timeout_s=300.0, plan_timeout_s=120.0)
+    with RosClosedLoop(settings) as loop:
+        result = loop.run_route(RouteRun(0, ClosedLoopSettings(route_length_m=60.0)))
+        _bridge_checks(loop)
+    assert result.termination == "completed", result.to_json()
+    assert result.lane_departures == 0 and result.collisions == []
+    assert result.extra["control_timeouts"] == 0 and result.extra["plan_timeouts"] == 0
+    assert result.plans == math.ceil(result.ticks / 10) and result.plans_valid >= result.plans - 1
+
+
+@pytest.mark.ros
+def test_the_planner_slowdown_hook_stretches_each_plan_and_is_refused_where_it_cannot_apply():
+    """``planner_slowdown`` (``--planner-slowdown``, to measure pacing): each step of the in-process planner's policy
+    takes the factor times its own time; refused below 1 and for a planner not in this process."""
+    import time
+    import types
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
+    for bad, planner in ((0.5, "inprocess"), (float("nan"), "inprocess"), (3.0, "oracle"), (3.0, "subprocess")):
+        with pytest.raises(ValueError, match="planner_slowdown"):
+            RosLoopSettings(planner=planner, model_path="m", planner_slowdown=bad)
+    loop = RosClosedLoop(RosLoopSettings(planner="inprocess", model_path="m", planner_slowdown=3.0))
+    loop.planner_node = types.SimpleNamespace(_policy=types.SimpleNamespace(step=lambda x: time.sleep(0.05) or x))
+    loop._slow_down_planner(3.0)
+    t = time.monotonic()
+    assert loop.planner_node._policy.step("plan") == "plan"
+    assert 0.15 <= time.monotonic() - t < 0.5
+
+
+@pytest.mark.ros
+def test_two_bridge_stacks_on_different_evaluator_ports_do_not_cross_talk():
+    """Bench2Drive's parallel evaluators on one host: two Leaderboard 2.0 stacks at once, each on the ROS domain the
+    agent derives from its CARLA port (same topic names, same node names), each drives its own route with
+    nothing of the other's: one route and one control publisher each."""
+    pytest.importorskip("carla_msgs", reason="needs the built interface packages (scripts/build_ros_interfaces.sh)")
+    import os
+    import threading
+    from wam_diff2_core.params.leaderboard import EVALUATOR_PORT_STRIDE, evaluator_domain_id
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
+    base = 30000 + EVALUATOR_PORT_STRIDE * (os.getpid() % 40) * 2            # Bench2Drive's ports, 150 apart
+    ports = (base, base + EVALUATOR_PORT_STRIDE)
+    assert evaluator_domain_id(ports[0]) != evaluator_domain_id(ports[1])
+    routes, results, errors = (0, LEFT_CROSSING_ROUTE), {}, []
+
+    def evaluator(port: int, route: int) -> None:
+        try:
+            with RosClosedLoop(RosLoopSettings(planner="oracle", gains=demo_world_gains(), bridge=True,
+                                               odometry="estimated", command_source="route",
+                                               domain_id=evaluator_domain_id(port))) as loop:
+                result = loop.run_route(RouteRun(route, ClosedLoopSettings(route_length_m=60.0)))
+                control_publishers = loop.sim.count_publishers("/carla/hero/vehicle_control_cmd")
+                results[port] = (result, dict(loop.controller.counts), control_publishers)
+        except BaseException as exc:            # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=evaluator, args=pair) for pair in zip(ports, routes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300.0)
+    assert not errors, errors
+    for port in ports:
+        result, counts, control_publishers = results[port]
+        assert result.termination == "completed" and result.lane_departures == 0, (port, result.to_json())
+        assert counts["routes_received"] == 1 and control_publishers == 1
+        assert result.extra["localization"]["position_p95_m"] < 0.5        # its own world's sensors only

@@ -499,40 +499,88 @@ def test_bad_parameters_keep_the_node_up_braking_and_reporting(context):
         node.destroy_node()
 
 
+# ----------------------------------------------------------------------------- pacing
+def diagnostics_of(node: ControllerNode) -> dict[str, str]:
+    return {kv.key: kv.value for kv in node.diagnostic_status().values}
+
+
+def test_pacing_holds_the_tick_after_a_planning_frame_until_its_plan_arrives(rig):
+    """pacing hold (the default), planning every 3rd tick: tick 1 (after planning frame 0) is answered only
+    when frame 0's plan arrives, with that plan; tick 4 (after frame 3) waits pacing_max_hold_wall_s for a plan
+    that never comes, then brakes and counts; ticks that follow no planning frame are answered at once."""
+    assert cp.DEFAULTS["pacing"] == "hold"
+    node, probe = rig.start(pacing_every_n_ticks=3, pacing_max_hold_wall_s=0.6)
+    probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
+    assert wait_for(lambda: node._planner_state == PlannerStatus.READY, WAIT_S)
+    tick = [T0_NS + k * DT_NS for k in range(6)]
+    probe.odometry_pub.publish(odometry_msg(tick[0], vx=5.0, child_frame_id="hero"))
+    assert probe.control_at(tick[0]).reason == "no plan"                 # frame 0: its plan cannot exist yet
+    probe.odometry_pub.publish(odometry_msg(tick[1], x=0.25, vx=5.0, child_frame_id="hero"))
+    assert wait_for(lambda: node.counts["pacing_holds"] == 1, WAIT_S)
+    time.sleep(0.3)
+    assert not [c for c in probe.controls if stamp_ns(c.header.stamp) == tick[1]], "tick 1 answered without its plan"
+    probe.trajectory_pub.publish(trajectory(tick[0], straight(8.0)))     # 0.3 s of "decoding" later
+    held = probe.control_at(tick[1])
+    assert held.reason == "" and held.throttle > 0.0 and stamp_ns(held.plan_stamp) == tick[0]
+    for k in (2, 3):                                                      # not after a planning frame: at once
+        probe.odometry_pub.publish(odometry_msg(tick[k], x=0.25 * k, vx=5.0, child_frame_id="hero"))
+        assert probe.control_at(tick[k], timeout_s=2.0).reason == ""
+    t = time.monotonic()
+    probe.odometry_pub.publish(odometry_msg(tick[4], x=1.0, vx=5.0, child_frame_id="hero"))
+    late = probe.control_at(tick[4])
+    assert time.monotonic() - t >= 0.55 and late.brake == 1.0 and late.throttle == 0.0
+    assert late.reason.startswith("plan late")
+    assert (node.counts["pacing_holds"], node.counts["pacing_timeouts"], node.counts["fallback_plan_late"]) == (2, 1, 1)
+    values = diagnostics_of(node)
+    assert values["pacing"] == "hold" and values["pacing_timeouts"] == "1"
+    assert float(values["pacing_hold_wall_ms_max"]) >= 550.0
+
+
+def test_pacing_newest_and_a_planner_not_ready_never_hold(rig):
+    # not ready: a planner no test publishes a status for (the module's other planners' READY is latched)
+    for params, ready in (({"pacing": "newest"}, True), ({"planner_name": "planner_never_ready"}, False)):
+        node, probe = rig.start(pacing_every_n_ticks=2, **params)
+        if ready:
+            probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
+            assert wait_for(lambda: node._planner_state == PlannerStatus.READY, WAIT_S)
+        for k in range(3):
+            probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, vx=5.0, child_frame_id="hero"))
+            assert probe.control_at(T0_NS + k * DT_NS, timeout_s=2.0).reason == "no plan"
+        assert node.counts["pacing_holds"] == 0
+
+
 # ----------------------------------------------------------------------------- launch and entry points
 ROOT = FsPath(__file__).resolve().parents[1]
 
 
-def _launch_nodes(name: str) -> dict[str, dict]:
-    """{executable: {keyword: ast node}} of the launch file's nodes."""
-    import ast
-    tree = ast.parse((ROOT / "launch" / name).read_text())
-    nodes = {}
-    for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and getattr(call.func, "id", "") in ("Node", "LifecycleNode"):
-            kwargs = {k.arg: k.value for k in call.keywords}
-            nodes[ast.literal_eval(kwargs["executable"])] = kwargs
-    return nodes
-
-
 def test_leaderboard_launch_runs_planner_in_lockstep_and_the_controller_with_declared_parameters():
-    import ast
-    nodes = _launch_nodes("leaderboard.launch.py")
+    """The leaderboard stack's table (wam_diff2_core.params.leaderboard, which launch/leaderboard.launch.py and the
+    --bridge closed loop start): each node sets only parameters its own table declares, typed as declared."""
+    from wam_diff2_core.params import leaderboard as lb, localization as lp, planner as pp
+    from wam_diff2_ros.planner_node import INPUT_TOPICS
+    values = lb.launch_values({"model_path": "/m", "lockstep_n": "5"}, share="/share")
+    nodes = {n.spec.executable: n for n in lb.resolve_nodes(values)}
     assert set(nodes) == {"wam-diff2-planner", "wam-diff2-controller", "wam-diff2-localization"}
-    controller = nodes["wam-diff2-controller"]
-    params = {ast.literal_eval(k): ast.unparse(v) for d in controller["parameters"].elts if isinstance(d, ast.Dict)
-              for k, v in zip(d.keys, d.values)}
-    assert set(params) - {"use_sim_time"} <= set(cp.SPECS_BY_NAME)
-    assert params["use_sim_time"] == "True" and params["planner_name"] == "'wam_diff2_planner'"
-    assert ast.literal_eval(nodes["wam-diff2-planner"]["name"]) == params["planner_name"].strip("'")
-    planner = {ast.literal_eval(k): ast.unparse(v) for d in nodes["wam-diff2-planner"]["parameters"].elts
-               if isinstance(d, ast.Dict) for k, v in zip(d.keys, d.values)}
-    assert planner["mode"] == "'lockstep'" and planner["use_sim_time"] == "True"
-    remaps = {ast.literal_eval(r.elts[0]): ast.unparse(r.elts[1])
-              for r in nodes["wam-diff2-planner"]["remappings"].elts}
-    assert remaps["~/input/odometry"] == "['/carla/', role, '/odometry']"
-    text = (ROOT / "launch" / "leaderboard.launch.py").read_text()
-    assert '"controller.yaml"' in text and 'default_value="hero"' in text
+    tables = {"wam-diff2-planner": pp.SPECS_BY_NAME, "wam-diff2-controller": cp.SPECS_BY_NAME,
+              "wam-diff2-localization": lp.SPECS_BY_NAME}
+    for executable, node in nodes.items():
+        specs = tables[executable]
+        assert set(node.parameters) - {"use_sim_time"} <= set(specs), executable
+        for name, value in node.parameters.items():
+            assert name == "use_sim_time" or isinstance(value, specs[name].kind), (executable, name, value)
+    controller, planner = nodes["wam-diff2-controller"], nodes["wam-diff2-planner"]
+    assert controller.parameters["use_sim_time"] and controller.parameters["planner_name"] == planner.spec.name
+    assert controller.parameters["plan_deadline_s"] == pytest.approx(5 * 0.05)       # lockstep_n x the tick
+    assert controller.params_file == "/share/config/controller.yaml"
+    assert planner.parameters["mode"] == "lockstep" and planner.parameters["lockstep_every_n_images"] == 5
+    assert dict(planner.remappings)["~/input/odometry"] == "/carla/hero/odometry"
+    assert {source for source, _ in planner.remappings} <= set(INPUT_TOPICS.values())
+    with pytest.raises(ValueError, match="lockstep_n: 'five' is not a int"):
+        lb.resolve_nodes({**values, "lockstep_n": "five"})
+    with pytest.raises(ValueError, match="model_path: a required launch argument"):
+        lb.launch_values({}, share="/share")
+    with pytest.raises(ValueError, match=r"unknown launch argument\(s\) \['lockstep'\]"):
+        lb.launch_values({"model_path": "/m", "lockstep": "5"}, share="/share")
 
 
 def test_console_script_and_ros2_run_entry_point():

@@ -59,15 +59,13 @@ def wait_for(condition, timeout_s: float = WAIT_S):
 
 
 def bridge_messages(reading, header: Header, speed_type=None) -> tuple[NavSatFix, Imu, object]:
-    """One tick as the Leaderboard 2.0 bridge publishes it: the NavSatFix status never set (the
-    message's default, STATUS_UNKNOWN on Kilted), the speed as carla_msgs/CarlaSpeedometer with the tick's
-    header (``speed_type=Float32``: a bare Float32 instead)."""
-    fix, imu, speed = sensor_messages(reading, header)
-    fix.status = NavSatStatus()
+    """One tick as the Leaderboard 2.0 bridge publishes it (the demo world's bridge messages): the NavSatFix
+    status never set (the message's default, STATUS_UNKNOWN on Kilted), the speed as carla_msgs/CarlaSpeedometer
+    with the tick's stamp (``speed_type=Float32``: a bare Float32 instead)."""
+    fix, imu, speed = sensor_messages(reading, header.stamp, ln.localization_topics())
     assert fix.status.status == NavSatStatus.STATUS_UNKNOWN
-    if speed_type is Float32:
-        return fix, imu, speed
-    return fix, imu, interface_module("carla_msgs").CarlaSpeedometer(header=header, speed=float(speed.data))
+    assert isinstance(speed, interface_module("carla_msgs").CarlaSpeedometer)
+    return (fix, imu, Float32(data=float(speed.speed))) if speed_type is Float32 else (fix, imu, speed)
 
 
 class Bridge(Node):
@@ -490,7 +488,7 @@ def test_a_refused_parameter_keeps_the_node_up_reporting_and_silent(rig):
     assert node.diagnostic_status().level == DiagnosticStatus.ERROR
     assert "filter.gnss_stddev_m" in node.diagnostic_status().message
     run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
-    fix, imu, speed = sensor_messages(DemoSensors().read(run.world.ego), Header(stamp=ns_stamp(run.stamp_ns)))
+    fix, imu, speed = sensor_messages(DemoSensors().read(run.world.ego), ns_stamp(run.stamp_ns), ln.localization_topics())
     bridge.gnss_pub.publish(fix)
     bridge.imu_pub.publish(imu)
     assert wait_for(lambda: node.counts["imu_used"] == 1)

@@ -244,15 +244,18 @@ def test_launch_default_model_is_the_installed_demo_model(workspaces):
     assert f"model_path:={default.relative_to(ws)}" in run_line
 
 
-def test_installed_agent_defaults_to_the_installed_demo_model(workspaces, tmp_path):
-    """TEAM_AGENT=share/wam_diff2_ros/agents/wam_diff2_agent.py (docs/carla.md) without WAM_DIFF2_MODEL_PATH:
-    its model_path() (run alone: the leaderboard's modules it imports are not here) finds the demo model."""
+def test_installed_agent_finds_the_installed_demo_model_when_asked(workspaces, tmp_path):
+    """TEAM_AGENT=share/wam_diff2_ros/agents/wam_diff2_agent.py (docs/carla.md) with WAM_DIFF2_MODEL_PATH=demo:
+    its model_path() (run alone: the leaderboard's modules it imports are not here) finds and checks the demo
+    model installed beside it."""
     ws = workspaces["copy"]
     agent = prefix(ws) / "share" / PACKAGE / "agents" / "wam_diff2_agent.py"
-    code = ("import ast, os, sys; tree = ast.parse(open(sys.argv[1]).read()); "
-            "keep = [n for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) in "
-            "('MODEL_PATH_ENV', 'DEMO_MODEL') or isinstance(n, ast.FunctionDef) and n.name == 'model_path']; "
-            "ns = {'os': os}; exec(compile(ast.Module(keep, []), sys.argv[1], 'exec'), ns); print(ns['model_path']())")
+    code = ("import ast, sys; tree = ast.parse(open(sys.argv[1]).read()); "
+            "keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and not "
+            "str(getattr(n, 'module', '')).startswith('leaderboard') or isinstance(n, ast.Assign) and "
+            "ast.unparse(n.targets[0]) == 'DEMO_MODEL' or isinstance(n, ast.FunctionDef) and n.name == 'model_path']; "
+            "ns = {}; exec(compile(ast.Module(keep, []), sys.argv[1], 'exec'), ns); "
+            "print(ns['model_path']({'WAM_DIFF2_MODEL_PATH': 'demo'}))")
     out = subprocess.run(["python3", "-c", code, str(agent)], cwd=tmp_path, env=installed_env(ws),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -32,6 +32,13 @@ that tick's sim time. This node is the fast half of that split, and the agent-si
   ``carla_msgs`` is importable, a ``carla_msgs/CarlaRoute`` (with RoadOptions) on
   ``/carla/<role>/global_plan``, tracked by :class:`wam_diff2_core.routes.RouteTracker`
   (progress memory + hysteresis); the command goes to the planner's ``input/command`` each tick.
+- **Pacing** (``pacing`` hold, the default): the planner plans on every N-th image and the
+  leaderboard waits up to 1.0 s for each tick's control, so on the tick after a planning frame
+  the controller holds its control until the plan for that frame arrives (at most
+  ``pacing_max_hold_wall_s``, then it brakes and counts ``pacing_timeouts``): the car follows the
+  plan of frame k from tick k + 1 whatever the GPU, the repo's lockstep semantics on the
+  leaderboard's path, so scores measure the model and reproduce across machines. ``newest``
+  answers at once with the newest plan (a slow planner's plans go stale: stale-plan braking).
 - **Deadlines** in ``/diagnostics``: plans received / valid / late (arrived more than
   ``plan_deadline_s`` of sim time after their image), controls per fallback reason (a stale plan
   is a missed deadline the fallback covered), ticks whose own processing exceeded
@@ -207,6 +214,10 @@ class ControllerNode(Node):
         self._plan_stamp_ns: int | None = None
         self._odometry: EgoOdometry | None = None
         self._last_tick_ns: int | None = None
+        self._tick_index = 0                      # ticks since the start (or a time reset): pacing's frame count
+        self._held: tuple[int, int, float] | None = None   # pacing hold: (tick, planning frame, wall start)
+        self._hold_timer = None
+        self._hold_wall_ms: collections.deque[float] = collections.deque(maxlen=200)
         self._planner_state: int | None = None
         self._leaderboard_ready_sent = False
         self._plan_arrival_ages: collections.deque[float] = collections.deque(maxlen=200)
@@ -305,6 +316,8 @@ class ControllerNode(Node):
             self._plan_arrival_ages.append(age)
             if age > self._values["plan_deadline_s"]:
                 self.counts["plans_late"] += 1
+        if self._held is not None and stamp >= self._held[1]:
+            self._release()                        # the held tick's plan is here: answer it with that plan
 
     def _on_planner_status(self, msg: PlannerStatus) -> None:
         self._planner_state = int(msg.state)
@@ -357,14 +370,48 @@ class ControllerNode(Node):
 
     # ------------------------------------------------------------------ the tick
     def _tick(self, tick_ns: int) -> None:
-        t_wall = time.perf_counter()
         last = self._last_tick_ns
         if last is not None and tick_ns <= last:
             if last - tick_ns <= TIME_RESET_S * NS_PER_S:
                 self.counts["ticks_repeated"] += 1      # answered already: the leaderboard ignores repeats
                 return
             self._restart()                            # time went back: a new run
+            last = None
+        if self._held is not None:                     # a new tick before the held one's plan: answer that first
+            self.counts["pacing_overtaken"] += 1
+            self._release()
         self._last_tick_ns = tick_ns
+        index, self._tick_index = self._tick_index, self._tick_index + 1
+        values = self._values
+        if (values["pacing"] == "hold" and last is not None and (index - 1) % values["pacing_every_n_ticks"] == 0
+                and self._planner_state == PlannerStatus.READY and not self._config_errors
+                and (self._plan_stamp_ns is None or self._plan_stamp_ns < last)):
+            # the tick after a planning frame (the previous tick) whose plan has not arrived: hold it
+            self._held = (tick_ns, last, time.perf_counter())
+            self.counts["pacing_holds"] += 1
+            self._hold_timer = self.create_timer(values["pacing_max_hold_wall_s"], self._on_hold_timeout,
+                                                 clock=Clock(clock_type=ClockType.STEADY_TIME))
+            return
+        self._answer(tick_ns)
+
+    def _release(self, reason: str = "") -> None:
+        """Answer the held tick: with the plan that arrived, or braking for ``reason``."""
+        tick_ns, _, started = self._held
+        self._held = None
+        self.destroy_timer(self._hold_timer)
+        self._hold_timer = None
+        self._hold_wall_ms.append((time.perf_counter() - started) * 1e3)
+        self._answer(tick_ns, reason)
+
+    def _on_hold_timeout(self) -> None:
+        if self._held is None:
+            return
+        self.counts["pacing_timeouts"] += 1
+        frame_s = self._held[1] / NS_PER_S
+        self._release(f"plan late (frame {frame_s:.2f} s: none within {self._values['pacing_max_hold_wall_s']} s)")
+
+    def _answer(self, tick_ns: int, brake_reason: str = "") -> None:
+        t_wall = time.perf_counter()
         values, odometry, now_s = self._values, self._odometry, tick_ns / NS_PER_S
         speed = math.nan
         if self._config_errors:
@@ -377,7 +424,8 @@ class ControllerNode(Node):
             control = self.controller.brake(f"stale odometry ({(tick_ns - odometry.stamp_ns) / NS_PER_S:.2f} s old)")
         else:
             speed = odometry.speed_mps
-            control = self.controller.step(self._plan, odometry.pose, speed, now_s)
+            control = (self.controller.brake(brake_reason) if brake_reason
+                       else self.controller.step(self._plan, odometry.pose, speed, now_s))
             if self._command_pub is not None:
                 command = self.route.update((odometry.pose.x, odometry.pose.y), odometry.pose.yaw, now_s)
                 if command is not None:
@@ -399,6 +447,10 @@ class ControllerNode(Node):
     def _restart(self) -> None:
         self.controller = WaypointController(self.controller.gains)
         self._plan = self._plan_stamp_ns = None
+        self._tick_index = 0
+        if self._held is not None:
+            self.destroy_timer(self._hold_timer)
+            self._held = self._hold_timer = None
         self.route.clear_progress()
         self.counts["time_resets"] += 1
         self.get_logger().warning(f"time went back by more than {TIME_RESET_S} s (a simulator restart): "
@@ -425,6 +477,7 @@ class ControllerNode(Node):
         counts = dict(self.counts)
         walls = list(self._tick_wall_ms)
         ages = list(self._plan_arrival_ages)
+        holds = list(self._hold_wall_ms)
         states = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
                   PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
         if self._config_errors or self._consumer_error:
@@ -448,6 +501,9 @@ class ControllerNode(Node):
             "plan_age_at_arrival_max_s": f"{max(ages):.3f}" if ages else "none",
             "tick_wall_ms_mean": f"{np.mean(walls):.2f}" if walls else "none",
             "tick_wall_ms_max": f"{max(walls):.2f}" if walls else "none",
+            "pacing": self._values["pacing"],
+            "pacing_hold_wall_ms_mean": f"{np.mean(holds):.1f}" if holds else "none",
+            "pacing_hold_wall_ms_max": f"{max(holds):.1f}" if holds else "none",
         }
         kv.update({k: str(v) for k, v in sorted(counts.items())})
         return DiagnosticStatus(level=level, name=f"{self.get_name()}: controller", message=summary,

@@ -15,11 +15,13 @@ from ..geometry import RouteCommandSettings
 from ..outputs.prompts import WAYPOINT_DT_S
 from ..routes import RouteTrackerSettings
 from ..topics import CONTROLLER_NODE, DEFAULT_ROLE, PLANNER_NODE
+from .planner import DEFAULTS as PLANNER_DEFAULTS
 from .spec import LIVE, START, ParamError, ParamSpec, by_name, check_values, defaults
 
 NODE = CONTROLLER_NODE
 TICK_SOURCES = ("odometry", "clock")
 CONTROL_CONSUMERS = ("carla", "vehicle_control")
+PACINGS = ("hold", "newest")
 
 # Descriptions and ranges of the derived parameters (defaults come from the dataclasses; a test
 # checks that every field has an entry here).
@@ -88,6 +90,19 @@ SPECS: tuple[ParamSpec, ...] = (
               "(sim seconds)", low=0.001, high=3600.0),
     ParamSpec("plan_deadline_s", WAYPOINT_DT_S, "a plan arriving more than this after its image stamp (sim time) "
               "counts as late (lockstep N x tick period; 10 x 50 ms = 0.5 s)", low=0.0, high=3600.0),
+    # hold by default: a benchmark's score should measure the model, not the GPU it ran on, and reproduce
+    # across machines; holding stays inside the leaderboard's own rule (a control within 1.0 s per tick)
+    ParamSpec("pacing", "hold", "hold: on the tick after each planning frame (every pacing_every_n_ticks-th tick "
+              "from the first, as the lockstep planner plans on every N-th image), hold that tick's control until "
+              "the plan for that frame arrives, at most pacing_max_hold_wall_s, then brake and count "
+              "(pacing_timeouts; only while the planner is READY): driving does not depend on how fast the planner "
+              "decodes within the bound; newest: answer every tick at once with the newest plan (a slow planner's "
+              "plans arrive late and go stale)", START, choices=PACINGS),
+    ParamSpec("pacing_every_n_ticks", PLANNER_DEFAULTS["lockstep_every_n_images"], "pacing hold: the planning "
+              "frames are every N-th tick from the first (the planner's lockstep_every_n_images; one image per tick)",
+              START, low=1, high=100000),
+    ParamSpec("pacing_max_hold_wall_s", 0.8, "pacing hold: the longest a control is held for its plan (wall "
+              "seconds; below the leaderboard's 1.0 s wait, leaving room for the delivery)", START, low=0.0, high=0.95),
     ParamSpec("tick_deadline_wall_s", 1.0, "a tick whose control took longer than this (wall) counts as a missed "
               "deadline (the leaderboard waits 1.0 s)", low=0.0, high=3600.0),
 ) + tuple(

@@ -73,6 +73,7 @@ def add_replay_arguments(p) -> None:
 
 def add_closed_loop_arguments(p) -> None:
     from wam_diff2_core.cli.closed_loop import add_route_arguments
+    from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS, PACINGS
     add_route_arguments(p)
     p.add_argument("--timing", choices=("lockstep", "leaderboard"), default="lockstep",
                    help="lockstep waits for each planning tick's trajectory; leaderboard waits only for the "
@@ -83,6 +84,16 @@ def add_closed_loop_arguments(p) -> None:
                    help="true: the simulator publishes its odometry; estimated: it publishes GNSS, IMU and a "
                         "speedometer with noise (as the leaderboard's SENSORS track) and the localization node's "
                         "estimate drives the planner and the controller")
+    p.add_argument("--bridge", action="store_true",
+                   help="play the Leaderboard 2.0 bridge and agent exactly (SENSORS track, CarlaSpeedometer, "
+                        "CarlaRoute, CarlaEgoVehicleControl) and start the nodes with launch/leaderboard.launch.py's "
+                        "parameters; implies --odometry estimated --command-source route")
+    p.add_argument("--pacing", choices=PACINGS, default=CONTROLLER_DEFAULTS["pacing"],
+                   help="the controller's pacing: hold the tick after a planning frame for its plan (at most "
+                        "pacing_max_hold_wall_s) or answer at once with the newest plan (docs/carla.md)")
+    p.add_argument("--planner-slowdown", type=float, default=1.0,
+                   help="in-process planner: each plan takes this many times as long (it sleeps the difference); "
+                        "to measure how pacing keeps scores independent of the planner's speed")
     p.add_argument("--role", default="hero", help="CARLA role name of the topics (default hero)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS domain (default: ROS_DOMAIN_ID or 0)")
 

@@ -30,6 +30,14 @@ What runs (all in one DDS domain; the planner optionally in its own process):
   plan + odometry -> control every tick, the leaderboard handshake, and (``command_source``
   route) the command from the route.
 
+**The Leaderboard 2.0 bridge** (``bridge``, ``--bridge``): the simulator publishes what the leaderboard-2.0
+carla-ros-bridge and the leaderboard's ``ROS2Agent`` publish on the SENSORS track (the sensors above, each in
+its frame ``<role>/<id>``, reliable depth 10, the GNSS status unset, the IMU orientation from the compass,
+``carla_msgs/CarlaSpeedometer``; camera and ``/clock``; ``CarlaRoute`` / ``CarlaGnssRoute`` latched on
+``global_plan`` / ``global_plan_gnss``), applies the ``CarlaEgoVehicleControl`` of each tick, and starts the
+localization, planner and controller nodes with the parameters ``launch/leaderboard.launch.py`` passes for the
+agent's arguments (both from ``wam_diff2_core.params.leaderboard``).
+
 Timing: ``lockstep`` waits, on each planning tick, for that tick's trajectory before the world
 moves on (results do not depend on how fast the model runs here); ``leaderboard`` waits only
 for the control, as the leaderboard does, and ticks no faster than ``realtime_factor`` x real
@@ -41,6 +49,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,7 +58,8 @@ from typing import Any
 import cv2
 import numpy as np
 import rclpy
-from geometry_msgs.msg import PoseStamped
+import yaml
+from geometry_msgs.msg import Pose, PoseStamped
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry, Path
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
@@ -57,18 +67,22 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMsg
-from sensor_msgs.msg import CameraInfo, Image, Imu, NavSatFix, NavSatStatus
-from std_msgs.msg import Bool, Float32, Header, String
+from sensor_msgs.msg import CameraInfo, Image, Imu, NavSatFix
+from std_msgs.msg import Bool, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan
 from wam_diff2_core.geometry import quaternion_from_yaw, wrap_angle, yaw_from_quaternion
 from wam_diff2_core.localization import SensorNoise
+from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS
+from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
+from wam_diff2_core.routes import ROAD_OPTIONS
 from wam_diff2_core.sim.episode_bags import topic_names
 from wam_diff2_core.sim.route_runs import ExpertOracle, RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
+from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE
 
 from ..controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
-                               controller_topics, ns_stamp, stamp_ns)
+                               carla_msgs, controller_topics, ns_stamp, stamp_ns)
 from ..localization_node import LocalizationNode, localization_topics
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 
@@ -102,6 +116,12 @@ class RosLoopSettings:
     odometry: str = "true"                   # true: the simulator's odometry; estimated: the localization node's
                                              # from the demo world's GNSS / IMU / speedometer
     sensor_noise: SensorNoise = DEMO_NOISE   # odometry estimated: the sensors' noise
+    pacing: str = CONTROLLER_DEFAULTS["pacing"]   # the controller's pacing (hold | newest)
+    planner_slowdown: float = 1.0            # inprocess: each plan takes this many times as long (a test hook:
+                                             # it sleeps (slowdown - 1) x its decode time), to measure pacing
+    bridge: bool = False                     # the Leaderboard 2.0 bridge and agent: CarlaRoute, CarlaEgoVehicleControl,
+                                             # the nodes as launch/leaderboard.launch.py starts them (needs
+                                             # odometry estimated and command_source route, as the SENSORS track)
 
     def __post_init__(self):
         if self.planner not in PLANNERS:
@@ -114,6 +134,17 @@ class RosLoopSettings:
             raise ValueError("model_path: empty; the planner needs a checkpoint (or use planner='oracle')")
         if self.lockstep_n < 1:
             raise ValueError(f"lockstep_n: must be >= 1, got {self.lockstep_n}")
+        if not math.isfinite(self.planner_slowdown) or self.planner_slowdown < 1.0 or (
+                self.planner_slowdown != 1.0 and self.planner != "inprocess"):
+            raise ValueError(f"planner_slowdown: {self.planner_slowdown!r} must be >= 1 (and != 1 only with the "
+                             f"inprocess planner, got {self.planner!r})")
+        if self.bridge and (self.odometry, self.command_source) != ("estimated", "route"):
+            raise ValueError(f"bridge: the SENSORS track has no odometry and the agent tracks the route itself: needs "
+                             f"odometry 'estimated' and command_source 'route', got {self.odometry!r} and "
+                             f"{self.command_source!r}")
+        if (self.bridge or self.odometry == "estimated") and carla_msgs is None:
+            raise ValueError("bridge / odometry estimated: the bridge's carla_msgs is not importable "
+                             "(scripts/build_ros_interfaces.sh, then . scripts/env.sh)")
 
 
 def planner_ros_arguments(role: str, lockstep_n: int, model_path: str, extra: dict[str, Any]) -> tuple[dict, list]:
@@ -130,42 +161,90 @@ def planner_ros_arguments(role: str, lockstep_n: int, model_path: str, extra: di
     return params, remaps
 
 
-def sensor_messages(reading: SensorReading, header: Header) -> tuple[NavSatFix, Imu, Float32]:
-    """One tick of the demo world's GNSS, IMU and speedometer as carla-ros-bridge publishes them: no
-    covariances (the bridge sets none), the speedometer a bare Float32 (m/s)."""
-    fix = NavSatFix(header=header, latitude=reading.latitude_deg, longitude=reading.longitude_deg, altitude=0.0,
-                    position_covariance_type=NavSatFix.COVARIANCE_TYPE_UNKNOWN)
-    fix.status.status, fix.status.service = NavSatStatus.STATUS_FIX, NavSatStatus.SERVICE_GPS
-    imu = Imu(header=header)
-    imu.orientation.x, imu.orientation.y, imu.orientation.z, imu.orientation.w = quaternion_from_yaw(reading.yaw)
+def sensor_frame(topic: str) -> str:
+    """The bridge's frame of a sensor: its topic without ``/carla/`` (``<role>/<sensor id>``)."""
+    return topic.removeprefix("/carla/")
+
+
+def compass_rad(yaw: float) -> float:
+    """CARLA's compass (radians clockwise from north, in [0, 2 pi)) of a map-frame heading (x east, y north)."""
+    return (math.pi / 2.0 - yaw) % (2.0 * math.pi)
+
+
+def sensor_messages(reading: SensorReading, stamp, topics: dict[str, str]):
+    """One tick of the demo world's GNSS, IMU and speedometer as the Leaderboard 2.0 bridge publishes them:
+    each in its own frame (``<role>/<id>``), no covariances and ``NavSatFix.status`` left at the message's
+    default (the bridge sets neither), the IMU's orientation from the compass (yaw = pi / 2 - compass), the
+    speed a ``carla_msgs/CarlaSpeedometer`` (m/s)."""
+    fix = NavSatFix(header=Header(stamp=stamp, frame_id=sensor_frame(topics["gnss"])), latitude=reading.latitude_deg,
+                    longitude=reading.longitude_deg, altitude=0.0)
+    imu = Imu(header=Header(stamp=stamp, frame_id=sensor_frame(topics["imu"])))
+    q = quaternion_from_yaw(math.pi / 2.0 - compass_rad(reading.yaw))
+    imu.orientation.x, imu.orientation.y, imu.orientation.z, imu.orientation.w = q
     imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = reading.gyro
     imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = reading.accel
-    return fix, imu, Float32(data=float(reading.speed_mps))
+    speed = carla_msgs.CarlaSpeedometer(header=Header(stamp=stamp, frame_id=sensor_frame(topics["speedometer"])),
+                                        speed=float(reading.speed_mps))
+    return fix, imu, speed
+
+
+def carla_route_messages(run: RouteRun):
+    """The route as the Leaderboard 2.0 agent publishes it: ``CarlaRoute`` (map-frame poses, one RoadOption
+    each; header left unset) and ``CarlaGnssRoute``. The leaderboard's ``ROS2Agent.set_global_plan`` appends
+    the GNSS points to the CarlaRoute it has already published instead of to the CarlaGnssRoute, so the
+    bridge's CarlaGnssRoute carries the road options and no coordinates; so does this one."""
+    points, options = run.route_with_options()
+    route = carla_msgs.CarlaRoute(road_options=[ROAD_OPTIONS[o] for o in options],
+                                  poses=[route_pose(x, y, h) for (x, y), h in zip(points, route_headings(points))])
+    return route, carla_msgs.CarlaGnssRoute(road_options=list(route.road_options))
+
+
+def route_headings(points: np.ndarray) -> np.ndarray:
+    """The heading at each route point [N] (towards the next; the last repeats the one before)."""
+    return np.arctan2(*np.diff(points, axis=0, append=points[-1:] * 2 - points[-2:-1]).T[::-1])
+
+
+def route_pose(x: float, y: float, heading: float) -> Pose:
+    pose = Pose()
+    pose.position.x, pose.position.y = float(x), float(y)
+    pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w = quaternion_from_yaw(float(heading))
+    return pose
 
 
 class SimulatorNode(Node):
     """The simulator's DDS face: sensors out, controls in, plus the oracle's planner topics."""
 
-    def __init__(self, role: str, odometry: str = "true", **kwargs: Any):
+    def __init__(self, role: str, odometry: str = "true", bridge: bool = False, **kwargs: Any):
         super().__init__("wam_diff2_sim", **kwargs)
         self.sensors = topic_names(role)
         self.control_topics = controller_topics(role)
         t, c = self.sensors, self.control_topics
+        self.bridge = bridge
         self.clock_pub = self.create_publisher(ClockMsg, "/clock", STREAM_QOS)
         self.estimated = odometry == "estimated"
         self.odometry_pub = self.gnss_pub = self.imu_pub = self.speed_pub = None
         self.estimates: dict[int, Odometry] = {}
+        self.localization_topics = localization_topics(role)
         if self.estimated:              # GNSS, IMU, speedometer out; the localization node's odometry in
-            loc = localization_topics(role)
+            loc = self.localization_topics
             self.gnss_pub = self.create_publisher(NavSatFix, loc["gnss"], STREAM_QOS)
             self.imu_pub = self.create_publisher(Imu, loc["imu"], STREAM_QOS)
-            self.speed_pub = self.create_publisher(Float32, loc["speedometer"], STREAM_QOS)
+            self.speed_pub = self.create_publisher(carla_msgs.CarlaSpeedometer, loc["speedometer"], STREAM_QOS)
             self.estimate_sub = self.create_subscription(Odometry, t["odometry"], self._on_estimate, RECEIVE_QOS)
         else:
             self.odometry_pub = self.create_publisher(Odometry, t["odometry"], STREAM_QOS)
-        self.image_pub = self.create_publisher(Image, t["image"], IMAGE_QOS)
+        # the bridge's camera: reliable, depth 10; otherwise keep all, so that no image is ever lost
+        self.image_pub = self.create_publisher(Image, t["image"], STREAM_QOS if bridge else IMAGE_QOS)
         self.info_pub = self.create_publisher(CameraInfo, t["camera_info"], STREAM_QOS)
-        self.route_pub = self.create_publisher(Path, t["route"], LATCHED_QOS)
+        self.carla_controls: dict[int, Any] = {}
+        if bridge:                      # the leaderboard's agent: the route out, CARLA's control in
+            self.route_pub = self.create_publisher(carla_msgs.CarlaRoute, c["carla_route"], LATCHED_QOS)
+            self.gnss_route_pub = self.create_publisher(carla_msgs.CarlaGnssRoute, f"{c['carla_route']}_gnss",
+                                                        LATCHED_QOS)
+            self.carla_control_sub = self.create_subscription(
+                carla_msgs.CarlaEgoVehicleControl, c["carla_control"], self._on_carla_control, CONTROL_QOS)
+        else:
+            self.route_pub = self.create_publisher(Path, t["route"], LATCHED_QOS)
         self.command_pub = self.create_publisher(String, c["command"], CONTROL_QOS)
         self.oracle_plan_pub = self.create_publisher(Trajectory, c["trajectory"], CONTROL_QOS)
         self.oracle_status_pub = self.create_publisher(PlannerStatus, c["planner_status"], LATCHED_QOS)
@@ -188,6 +267,17 @@ class SimulatorNode(Node):
         with self._cond:
             self.controls[stamp_ns(msg.header.stamp)] = msg
             self._cond.notify_all()
+
+    def _on_carla_control(self, msg) -> None:
+        with self._cond:
+            self.carla_controls[stamp_ns(msg.header.stamp)] = msg
+            self._cond.notify_all()
+
+    def take_carla_control(self, stamp: int, timeout_s: float):
+        msg = self.wait(lambda: self.carla_controls.get(stamp), timeout_s)
+        with self._lock:
+            self.carla_controls = {k: v for k, v in self.carla_controls.items() if k > stamp}
+        return msg
 
     def _on_estimate(self, msg: Odometry) -> None:
         with self._cond:
@@ -247,16 +337,16 @@ class SimulatorNode(Node):
 
     # ---- publishing
     def publish_route(self, run: RouteRun) -> None:
+        if self.bridge:
+            route, gnss_route = carla_route_messages(run)
+            self.route_pub.publish(route)
+            self.gnss_route_pub.publish(gnss_route)
+            return
         header = Header(stamp=ns_stamp(run.stamp_ns), frame_id="map")
         path = Path(header=header)
         points = run.route_xy()
-        headings = np.arctan2(*np.diff(points, axis=0, append=points[-1:] * 2 - points[-2:-1]).T[::-1])
-        for (x, y), h in zip(points, headings):
-            pose = PoseStamped(header=header)
-            pose.pose.position.x, pose.pose.position.y = float(x), float(y)
-            q = quaternion_from_yaw(float(h))
-            pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z, pose.pose.orientation.w = q
-            path.poses.append(pose)
+        path.poses = [PoseStamped(header=header, pose=route_pose(x, y, h))
+                      for (x, y), h in zip(points, route_headings(points))]
         self.route_pub.publish(path)
 
     def publish_tick(self, run: RouteRun, command: str | None, camera: bool,
@@ -267,7 +357,7 @@ class SimulatorNode(Node):
         self.clock_pub.publish(ClockMsg(clock=stamp))
         ego, role = run.world.ego, self.sensors["odometry"].split("/")[2]
         if sensors is not None:
-            fix, imu, speed = sensor_messages(sensors.read(ego), Header(stamp=stamp, frame_id=role))
+            fix, imu, speed = sensor_messages(sensors.read(ego), stamp, self.localization_topics)
             self.gnss_pub.publish(fix)
             self.speed_pub.publish(speed)
             self.imu_pub.publish(imu)
@@ -283,7 +373,7 @@ class SimulatorNode(Node):
             self.command_pub.publish(String(data=command))
         if camera:
             cam = run.renderer.camera
-            header = Header(stamp=stamp, frame_id=f"{role}/rgb_front")
+            header = Header(stamp=stamp, frame_id=sensor_frame(self.sensors["image"].removesuffix("/image")))
             info = CameraInfo(header=header, height=cam.height, width=cam.width, distortion_model="plumb_bob")
             info.d = [0.0] * 5
             info.k = [cam.fx, 0.0, cam.cx, 0.0, cam.fy, cam.cy, 0.0, 0.0, 1.0]
@@ -301,6 +391,18 @@ class SimulatorNode(Node):
             point.time_from_start.sec, point.time_from_start.nanosec = divmod((k + 1) * 500_000_000, 1_000_000_000)
             msg.points.append(point)
         self.oracle_plan_pub.publish(msg)
+
+
+def nested(values: dict[str, Any]) -> dict[str, Any]:
+    """Dotted parameter names as a ROS parameter file nests them: {"a.b": 1} -> {"a": {"b": 1}}."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        *groups, last = name.split(".")
+        level = out
+        for g in groups:
+            level = level.setdefault(g, {})
+        level[last] = value
+    return out
 
 
 def wait_until(condition, timeout_s: float, poll_s: float = 0.0005) -> bool:
@@ -338,6 +440,16 @@ class _Empty:
     reason: str = "no control in time"
 
 
+@dataclass
+class _Applied:
+    """bridge: a CARLA control as the leaderboard applies it, with the controller's reason for it."""
+    throttle: float
+    steer: float
+    brake: float
+    reason: str
+    header: Header
+
+
 class RosClosedLoop:
     """Nodes, DDS context and the handshake; :meth:`run_route` drives one route. A context manager."""
 
@@ -351,6 +463,8 @@ class RosClosedLoop:
         self.planner_node = None          # the in-process planner: its counts go into each route's result
         self.localization = None          # odometry estimated: the localization node
         self.localization_errors: list[tuple[float, float]] = []   # (position m, heading rad) per tick, all routes
+        self.launched: dict[str, Any] = {}  # bridge: the launch file's nodes by name (ResolvedNode)
+        self._files: tempfile.TemporaryDirectory | None = None
 
     # ------------------------------------------------------------------ set-up
     def __enter__(self) -> "RosClosedLoop":
@@ -359,27 +473,60 @@ class RosClosedLoop:
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=domain)
         try:
-            self.sim = SimulatorNode(st.role, st.odometry, context=self.context)
+            self.sim = SimulatorNode(st.role, st.odometry, st.bridge, context=self.context)
             self._spinners.append(_Spinner(self.sim, SingleThreadedExecutor(context=self.context)))
+            if st.bridge:
+                self.launched = {n.spec.name: n for n in resolve_nodes(self._bridge_launch_values())}
             if st.odometry == "estimated":
-                # the demo world's speedometer is a bare Float32 (not yet the Leaderboard 2.0 bridge's type)
-                self.localization = LocalizationNode(context=self.context, parameter_overrides=[
-                    Parameter("role_name", value=st.role), Parameter("use_sim_time", value=True),
-                    Parameter("speedometer_type", value="std_msgs/Float32")])
+                self.localization = LocalizationNode(context=self.context, **self._node_arguments(
+                    LOCALIZATION_NODE, {"role_name": st.role, "use_sim_time": True}))
                 self._spinners.append(_Spinner(self.localization, SingleThreadedExecutor(context=self.context)))
             controller_params = {"role_name": st.role, "use_sim_time": True,
                                  "control_consumer": "vehicle_control",   # the simulator applies ~/output/control
                                  "route.publish_command": st.command_source == "route",
+                                 "pacing_every_n_ticks": st.lockstep_n, "pacing": st.pacing,
                                  **{GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}
-            self.controller = ControllerNode(context=self.context, parameter_overrides=[
-                Parameter(k, value=v) for k, v in controller_params.items()])
+            self.controller = ControllerNode(context=self.context, **self._node_arguments(
+                CONTROLLER_NODE, controller_params))
             self._spinners.append(_Spinner(self.controller, SingleThreadedExecutor(context=self.context)))
             self._start_planner(domain)
             self._handshake()
+            if st.planner_slowdown != 1.0:
+                self._slow_down_planner(st.planner_slowdown)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _bridge_launch_values(self) -> dict[str, str]:
+        """bridge: launch/leaderboard.launch.py's arguments as the agent passes them, with the demo car's gains
+        in the controller's parameter file and the planner options in the planner's (files in a temporary
+        folder, removed on exit)."""
+        st = self.settings
+        self._files = tempfile.TemporaryDirectory(prefix="wam_diff2_bridge_")
+        planner = dict(st.planner_parameters)
+        device = planner.pop("device", None)
+        files = {"planner_params_file": planner, "controller_params_file": {
+            "pacing": st.pacing, **{GAINS_PREFIX + k: v for k, v in vars(st.gains).items()}}}
+        for argument, values in files.items():
+            files[argument] = os.path.join(self._files.name, f"{argument}.yaml")
+            with open(files[argument], "w") as f:
+                yaml.safe_dump({"/**": {"ros__parameters": nested(values)}}, f)
+        return launch_values({**AGENT_ARGUMENTS, "model_path": st.model_path, "role_name": st.role,
+                              "lockstep_n": str(st.lockstep_n), **({"device": device} if device else {}), **files})
+
+    def _node_arguments(self, name: str, parameters: dict[str, Any], remaps: list[str] = ()) -> dict[str, Any]:
+        """The keyword arguments of node ``name``: ``parameters`` and ``remaps`` (this loop's own), or, bridge,
+        the launch file's parameters, parameter file and remappings for the agent's arguments."""
+        params_file = None
+        if self.settings.bridge:
+            node = self.launched[name]
+            parameters, params_file = node.parameters, node.params_file
+            remaps = [f"{source}:={target}" for source, target in node.remappings]
+        return {"parameter_overrides": [Parameter(k, value=v) for k, v in parameters.items()],
+                "cli_args": ["--ros-args", *(["--params-file", params_file] if params_file else []),
+                             *[a for r in remaps for a in ("-r", r)]],
+                "use_global_arguments": False}
 
     def _start_planner(self, domain: int) -> None:
         st = self.settings
@@ -389,22 +536,31 @@ class RosClosedLoop:
             self.sim.oracle_status_pub.publish(PlannerStatus(state=PlannerStatus.READY, model_path="oracle",
                                                              message="the demo world's expert (an oracle)"))
             return
-        params, remaps = planner_ros_arguments(st.role, st.lockstep_n, st.model_path, st.planner_parameters)
+        node = self._node_arguments(DEFAULT_PLANNER, *planner_ros_arguments(st.role, st.lockstep_n, st.model_path,
+                                                                            st.planner_parameters))
         if st.planner == "subprocess":
-            args = [sys.executable, "-m", "wam_diff2_ros.planner_node", "--ros-args"]
-            for k, v in params.items():
-                args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
-            for r in remaps:
-                args += ["-r", r]
+            args = [sys.executable, "-m", "wam_diff2_ros.planner_node", *node["cli_args"]]
+            for p in node["parameter_overrides"]:
+                args += ["-p", f"{p.name}:={str(p.value).lower() if isinstance(p.value, bool) else p.value}"]
             self._process = subprocess.Popen(args, env={**os.environ, "ROS_DOMAIN_ID": str(domain)})
             return
         from ..planner_node import PlannerNode      # torch and the model: only when planning in-process
-        planner = PlannerNode(DEFAULT_PLANNER, context=self.context,
-                              parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
-                              cli_args=["--ros-args", *[a for r in remaps for a in ("-r", r)]],
-                              use_global_arguments=False)
+        planner = PlannerNode(DEFAULT_PLANNER, context=self.context, **node)
         self._spinners.append(_Spinner(planner, MultiThreadedExecutor(num_threads=3, context=self.context)))
         self.planner_node = planner
+
+    def _slow_down_planner(self, factor: float) -> None:
+        """The in-process planner's policy (configured: READY) sleeps (factor - 1) x each step's own time."""
+        policy = self.planner_node._policy
+        step = policy.step
+
+        def slowed(*args, **kwargs):
+            t = time.perf_counter()
+            out = step(*args, **kwargs)
+            time.sleep((factor - 1.0) * (time.perf_counter() - t))
+            return out
+
+        policy.step = slowed
 
     def _handshake(self) -> None:
         """Wait, like the leaderboard's agent, for the latched True on /carla/<role>/status."""
@@ -427,7 +583,7 @@ class RosClosedLoop:
             writers = [(sim.odometry_pub, odometry_readers)]       # (publisher, subscribers it must have matched)
         writers += [(sim.image_pub, 1), (sim.command_pub, 1)] if planner else []
         readers = [sim.control_sub] + ([sim.trajectory_sub] if planner else []) \
-            + ([sim.estimate_sub] if sim.estimated else [])
+            + ([sim.estimate_sub] if sim.estimated else []) + ([sim.carla_control_sub] if sim.bridge else [])
         controller_inputs = {sim.sensors["odometry"]} | ({sim.control_topics["trajectory"]} if not planner else set())
         readers += [r for r in self.controller.subscriptions if r.topic_name in controller_inputs]
 
@@ -466,6 +622,9 @@ class RosClosedLoop:
         if self.context is not None:
             rclpy.shutdown(context=self.context)
             self.context = None
+        if self._files is not None:
+            self._files.cleanup()
+            self._files = None
 
     # ------------------------------------------------------------------ one route
     def run_route(self, run: RouteRun) -> RouteResult:
@@ -492,7 +651,7 @@ class RosClosedLoop:
             if camera:
                 self.images_published += 1
             t = time.monotonic()
-            msg = sim.take_control(stamp, st.control_timeout_s)
+            msg = self._take_carla_control(stamp) if st.bridge else sim.take_control(stamp, st.control_timeout_s)
             stats["control_wait_ms"].append((time.monotonic() - t) * 1e3)
             if msg is None:
                 stats["control_timeouts"] += 1
@@ -537,7 +696,8 @@ class RosClosedLoop:
         waits, plan_waits = stats.pop("control_wait_ms"), stats.pop("plan_wait_ms")
         counts = {k: v - counts_before.get(k, 0) for k, v in self.controller.counts.items()
                   if v != counts_before.get(k, 0)}                 # this route's share
-        extra = {"loop": "ros", "planner": st.planner, "timing": st.timing, "lockstep_n": st.lockstep_n, **stats,
+        extra = {"loop": "ros", "planner": st.planner, "timing": st.timing, "lockstep_n": st.lockstep_n,
+                 "pacing": st.pacing, "planner_slowdown": st.planner_slowdown, **stats,
                  "control_wait_ms_mean": float(np.mean(waits)) if waits else None,
                  "control_wait_ms_max": float(np.max(waits)) if waits else None,
                  "plan_wait_ms_mean": float(np.mean(plan_waits)) if plan_waits else None,
@@ -550,6 +710,15 @@ class RosClosedLoop:
             extra["planner_counts"] = {k: v - planner_before.get(k, 0) for k, v in self.planner_counts().items()
                                        if v != planner_before.get(k, 0)}
         return run.result(extra)
+
+    def _take_carla_control(self, stamp: int) -> "_Applied | None":
+        """bridge: the tick's CarlaEgoVehicleControl as the leaderboard waits for it (``control_timeout_s``), with
+        the reason of the controller's own message for the same tick (scoring only; "" if it is not there)."""
+        carla = self.sim.take_carla_control(stamp, self.settings.control_timeout_s)
+        if carla is None:
+            return None
+        own = self.sim.take_control(stamp, 0.5)
+        return _Applied(carla.throttle, carla.steer, carla.brake, own.reason if own is not None else "", carla.header)
 
     def planner_counts(self) -> dict[str, int]:
         """The in-process planner's counters so far (images received, processed, ...); {} otherwise."""
@@ -577,8 +746,11 @@ def run(args) -> int:
         planner_params = planner_parameters(args, job.engine)
         settings = RosLoopSettings(role=args.role, planner="oracle" if args.oracle else args.planner_process,
                                    model_path=args.model or "", planner_parameters=planner_params,
-                                   lockstep_n=args.lockstep_n, timing=args.timing, command_source=args.command_source,
-                                   gains=job.gains, domain_id=args.domain_id, odometry=args.odometry)
+                                   lockstep_n=args.lockstep_n, timing=args.timing,
+                                   command_source="route" if args.bridge else args.command_source,
+                                   gains=job.gains, domain_id=args.domain_id,
+                                   odometry="estimated" if args.bridge else args.odometry, bridge=args.bridge,
+                                   pacing=args.pacing, planner_slowdown=args.planner_slowdown)
         with RosClosedLoop(settings) as loop:
             each(loop.run_route)
         if loop.localization_errors:
@@ -590,4 +762,5 @@ def run(args) -> int:
                 f"{loc['heading_median_deg']:.3f} deg, p95 {loc['heading_p95_deg']:.3f} deg")
 
     return run_routes(args, "wam-diff2-ros closed-loop", "ros", drive,
-                      extra_settings={"timing": args.timing, "odometry": args.odometry})
+                      extra_settings={"timing": args.timing, "bridge": args.bridge,
+                                      "odometry": "estimated" if args.bridge else args.odometry})
