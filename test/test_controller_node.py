@@ -32,7 +32,9 @@ from wam_diff2_core.routes import RouteTrackerSettings  # noqa: E402
 from wam_diff2_core.params import controller as cp  # noqa: E402
 from wam_diff2_ros import controller_node as cn  # noqa: E402
 from wam_diff2_ros.controller_node import (CLOCK_QOS, CONTROL_QOS, LATCHED_QOS, ControllerNode,  # noqa: E402
-                                           controller_topics, ns_stamp, plan_from_trajectory, stamp_ns)
+                                           controller_topics, plan_from_trajectory)
+from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
+from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
 import ros_helpers  # noqa: E402
 from ros_helpers import odometry_msg, route_msg, unique_domain_id  # noqa: E402
@@ -137,7 +139,7 @@ def rig(context):
 
 
 def trajectory(stamp: int, waypoints: np.ndarray | None, valid: bool = True, reason: str = "") -> Trajectory:
-    msg = Trajectory(header=Header(stamp=ns_stamp(stamp), frame_id="ego"), valid=valid, invalid_reason=reason,
+    msg = Trajectory(header=Header(stamp=ns_to_stamp(stamp), frame_id="ego"), valid=valid, invalid_reason=reason,
                      command="straight")
     if waypoints is not None:
         for k, (x, y) in enumerate(waypoints):
@@ -317,10 +319,10 @@ def test_clock_ticks_answer_each_clock_message_with_the_newest_odometry(rig):
     plan = plan_from_trajectory(trajectory(T0_NS, straight(8.0)))
     for k in range(4):
         tick = T0_NS + k * DT_NS
-        probe.clock_pub.publish(ClockMsg(clock=ns_stamp(tick)))
+        probe.clock_pub.publish(ClockMsg(clock=ns_to_stamp(tick)))
         assert_same(probe.control_at(tick), reference.step(plan, Pose2D(0.0, 0.0, 0.0), 8.0, tick / NS))
     tick = T0_NS + 10 * DT_NS                                # 0.5 s after the newest odometry: stale
-    probe.clock_pub.publish(ClockMsg(clock=ns_stamp(tick)))
+    probe.clock_pub.publish(ClockMsg(clock=ns_to_stamp(tick)))
     assert probe.control_at(tick).reason.startswith("stale odometry")
 
 

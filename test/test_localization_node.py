@@ -35,13 +35,13 @@ from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors  # noqa: E402
 from wam_diff2_core.params import localization as lp  # noqa: E402
 from wam_diff2_ros import localization_node as ln  # noqa: E402
 from wam_diff2_ros.tools.dds_closed_loop import STREAM_QOS, sensor_messages  # noqa: E402
-from wam_diff2_ros.controller_node import ns_stamp, stamp_ns  # noqa: E402
+from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
+from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns  # noqa: E402
 import ros_helpers  # noqa: E402
 from ros_helpers import unique_domain_id  # noqa: E402
 from ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
-NS_PER_S = 1_000_000_000
 WAIT_S = 10.0
 ROLES = (f"loc{i}" for i in itertools.count())
 
@@ -132,7 +132,7 @@ def test_node_turns_the_demo_worlds_sensors_into_odometry_close_to_the_truth(rig
     sensors = DemoSensors(DEMO_NOISE, GeoReference(), np.random.default_rng(3))
     truth = {}
     for _ in range(160):                                       # 8 s of the expert's drive
-        stamp = ns_stamp(run.stamp_ns)
+        stamp = ns_to_stamp(run.stamp_ns)
         header = Header(stamp=stamp, frame_id="hero/gnss")
         fix, imu, speed = bridge_messages(sensors.read(run.world.ego), header)
         truth[run.stamp_ns] = run.world.ego
@@ -172,7 +172,7 @@ def test_node_turns_the_demo_worlds_sensors_into_odometry_close_to_the_truth(rig
 
 def test_no_odometry_before_a_fix_and_a_heading(rig):
     node, bridge = rig()
-    header = Header(stamp=ns_stamp(5_000_000_000))
+    header = Header(stamp=ns_to_stamp(5_000_000_000))
     imu = Imu(header=header)
     imu.orientation_covariance[0] = -1.0                      # "no orientation" (REP-145)
     bridge.imu_pub.publish(imu)
@@ -189,7 +189,7 @@ def test_the_first_tick_is_answered_when_its_imu_comes_before_its_gnss_and_speed
     run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
     sensors = DemoSensors(rng=np.random.default_rng(2))
     for k in range(3):
-        fix, imu, speed = bridge_messages(sensors.read(run.world.ego), Header(stamp=ns_stamp(run.stamp_ns)))
+        fix, imu, speed = bridge_messages(sensors.read(run.world.ego), Header(stamp=ns_to_stamp(run.stamp_ns)))
         bridge.imu_pub.publish(imu)                           # the IMU first: at tick 0 the filter has no fix yet
         assert wait_for(lambda: node.counts["imu_used"] >= k + 1)
         bridge.gnss_pub.publish(fix)
@@ -203,7 +203,7 @@ def test_the_first_tick_is_answered_when_its_imu_comes_before_its_gnss_and_speed
 def drive(node, bridge, run, sensors, ticks: int, speed_type=None) -> None:
     """``ticks`` ticks of the expert's drive into the node, each answered with odometry."""
     for _ in range(ticks):
-        fix, imu, speed = bridge_messages(sensors.read(run.world.ego), Header(stamp=ns_stamp(run.stamp_ns)),
+        fix, imu, speed = bridge_messages(sensors.read(run.world.ego), Header(stamp=ns_to_stamp(run.stamp_ns)),
                                           speed_type)
         count = len(bridge.odometry)
         bridge.gnss_pub.publish(fix)
@@ -216,7 +216,7 @@ def drive(node, bridge, run, sensors, ticks: int, speed_type=None) -> None:
 def send_tick(node, bridge, run, sensors, hostile=None, sensors_sent=("gnss", "speed", "imu")) -> Odometry | None:
     """One tick of the expert's drive; ``hostile(fix, imu, speed)`` may spoil the messages first. Waits until
     the node has handled every message sent; returns the tick's odometry (None: none came) and steps the world."""
-    fix, imu, speed = bridge_messages(sensors.read(run.world.ego), Header(stamp=ns_stamp(run.stamp_ns)))
+    fix, imu, speed = bridge_messages(sensors.read(run.world.ego), Header(stamp=ns_to_stamp(run.stamp_ns)))
     if hostile is not None:
         hostile(fix, imu, speed)
     handled = sum(v for k, v in node.counts.items() if k.endswith(("_used", "_refused")))
@@ -399,7 +399,7 @@ def test_a_non_finite_state_is_never_published_and_diagnostics_never_say_ok_with
 def test_fixes_with_status_unknown_or_zero_are_used_and_no_fix_or_nan_refused(rig):
     node, bridge = rig()
     run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
-    fix, imu, speed = bridge_messages(DemoSensors().read(run.world.ego), Header(stamp=ns_stamp(run.stamp_ns)))
+    fix, imu, speed = bridge_messages(DemoSensors().read(run.world.ego), Header(stamp=ns_to_stamp(run.stamp_ns)))
     statuses = (NavSatStatus.STATUS_UNKNOWN, NavSatStatus.STATUS_FIX, NavSatStatus.STATUS_NO_FIX)
     assert statuses == (-2, 0, -1)
     for k, status in enumerate(statuses):
@@ -488,7 +488,7 @@ def test_a_refused_parameter_keeps_the_node_up_reporting_and_silent(rig):
     assert node.diagnostic_status().level == DiagnosticStatus.ERROR
     assert "filter.gnss_stddev_m" in node.diagnostic_status().message
     run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
-    fix, imu, speed = sensor_messages(DemoSensors().read(run.world.ego), ns_stamp(run.stamp_ns), ln.localization_topics())
+    fix, imu, speed = sensor_messages(DemoSensors().read(run.world.ego), ns_to_stamp(run.stamp_ns), ln.localization_topics())
     bridge.gnss_pub.publish(fix)
     bridge.imu_pub.publish(imu)
     assert wait_for(lambda: node.counts["imu_used"] == 1)

@@ -69,6 +69,7 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityP
 from rosgraph_msgs.msg import Clock as ClockMsg
 from std_msgs.msg import Bool, Header, String
 
+from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointController
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS, SPECS_BY_NAME, gains_from,
@@ -78,6 +79,7 @@ from wam_diff2_core.geometry import TIME_RESET_S, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
                                    route_from_path_msg)
 
+from .conversions import ns_to_stamp, well_formed_stamp
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .parameters import declare_all
 from .spinning import spin_until_shutdown
@@ -89,7 +91,6 @@ except ImportError as _exc:
     carla_msgs = None
     CARLA_MSGS_ERROR = str(_exc)
 
-NS_PER_S = 1_000_000_000
 DEFAULT_PLANNER = PLANNER_NODE
 # QoS: outputs depth 1 (the leaderboard's control subscriber is depth 1, reliable); latched for
 # the leaderboard status, the planner status and the routes; sensor QoS for odometry.
@@ -121,21 +122,6 @@ def controller_topics(role: str = DEFAULT_ROLE, planner: str = DEFAULT_PLANNER) 
 
 
 # ----------------------------------------------------------------------------- messages <-> core
-def stamp_ns(stamp) -> int:
-    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
-
-
-def ns_stamp(ns: int):
-    from builtin_interfaces.msg import Time
-    return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
-
-
-def well_formed_stamp(stamp) -> bool:
-    """``nanosec`` below a second (builtin_interfaces/Time's contract): a stamp beyond it is malformed, and at
-    the end of int32 its seconds would not fit a stamp again (an output stamped with it would raise)."""
-    return 0 <= int(stamp.nanosec) < NS_PER_S
-
-
 # Beyond these an odometry, a plan or a route is invalid: no map frame on earth is 10,000 km across (and
 # coordinates near 1e154 overflow the route geometry's squares), and the published speed is a float32.
 MAX_COORDINATE_M = 1e7
@@ -458,13 +444,13 @@ class ControllerNode(Node):
 
     def _publish(self, tick_ns: int, control, speed: float, odometry: EgoOdometry | None) -> None:
         frame = self._values["ego_frame_id"] or (odometry.child_frame if odometry else "")
-        header = Header(stamp=ns_stamp(tick_ns), frame_id=frame)
+        header = Header(stamp=ns_to_stamp(tick_ns), frame_id=frame)
         plan_age = math.nan if self._plan_stamp_ns is None else (tick_ns - self._plan_stamp_ns) / NS_PER_S
         msg = VehicleControl(header=header, throttle=float(control.throttle), steer=float(control.steer),
                              brake=float(control.brake), hand_brake=bool(control.hand_brake),
                              reverse=bool(control.reverse), gear=0, manual_gear_shift=False,
                              source=VehicleControl.SOURCE_FALLBACK if control.reason else VehicleControl.SOURCE_PLAN,
-                             reason=control.reason, plan_stamp=ns_stamp(self._plan_stamp_ns or 0),
+                             reason=control.reason, plan_stamp=ns_to_stamp(self._plan_stamp_ns or 0),
                              plan_age_s=float(plan_age), speed_mps=float(speed))
         self._control_pub.publish(msg)
         if self._carla_pub is not None:

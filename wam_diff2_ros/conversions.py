@@ -34,6 +34,12 @@ def ns_to_duration(ns: int) -> Duration:
     return Duration(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
 
 
+def well_formed_stamp(stamp) -> bool:
+    """``nanosec`` below a second (builtin_interfaces/Time's contract): a stamp beyond it is malformed, and at
+    the end of int32 its seconds would not fit a stamp again (an output stamped with it would raise)."""
+    return 0 <= int(stamp.nanosec) < NS_PER_S
+
+
 # ----------------------------------------------------------------------------- inputs
 # Odometry, route, command and image messages are read by wam_diff2_core.frame_inputs (shared with the
 # offline evaluator); only the camera model for the debug image is converted here.

@@ -73,15 +73,15 @@ from wam_diff2_core.topics import DEFAULT_ROLE, LOCALIZATION_NODE
 from wam_diff2_core.geometry import quaternion_from_yaw
 from wam_diff2_core.localization import (GeoReference, LocalizationSettings, MeasurementRefused, OdometryFilter, X,
                                          Y, YAW, V, heading_from_quaternion)
+from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
 from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 
-from .controller_node import (CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics, ns_stamp, stamp_ns,
-                              well_formed_stamp)
+from .controller_node import CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics
+from .conversions import ns_to_stamp, well_formed_stamp
 from .parameters import declare_all
 from .spinning import spin_until_shutdown
 
-NS_PER_S = 1_000_000_000
 UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
 ODOMETRY_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
                           history=HistoryPolicy.KEEP_LAST)   # like the bridge's odometry; best-effort readers match
@@ -256,7 +256,7 @@ class LocalizationNode(Node):
         used = self.ekf.speed(t, speed)
         self._count("speed", used)
         if used and self._last_imu_ns is not None:    # this tick's IMU came first, before the filter was ready
-            self._publish(ns_stamp(self._last_imu_ns))
+            self._publish(ns_to_stamp(self._last_imu_ns))
 
     def _on_path_route(self, msg: Path) -> None:
         self._set_route(route_from_path_msg(msg))

@@ -56,6 +56,7 @@ import numpy as np
 
 from ..control import ControllerGains, Plan, Pose2D, VehicleControl, WaypointController
 from ..geometry import AccelerationEstimator, EgoMotion
+from ..frame_inputs import NS_PER_S
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 from ..routes import RouteTracker, RouteTrackerSettings
 from .camera import CameraSettings, Palette, Renderer
@@ -65,7 +66,6 @@ from .world import World, WorldSettings
 
 COLLISION_PENALTY = 0.60          # leaderboard: collision with a vehicle
 CARLA_MAX_STEER_RAD = math.radians(70.0)   # CARLA wheel physics: default max_steer_angle of the front wheels
-NS_PER_S = 1_000_000_000
 COMMAND_SOURCES = ("world", "route")
 TERMINATIONS = ("completed", "route_timeout", "agent_blocked", "route_deviation")
 

@@ -72,6 +72,7 @@ from std_msgs.msg import Bool, Header, String
 
 from wam_diff2_core.control import ControllerGains, Plan
 from wam_diff2_core.geometry import quaternion_from_yaw, wrap_angle, yaw_from_quaternion
+from wam_diff2_core.frame_inputs import stamp_ns
 from wam_diff2_core.localization import SensorNoise
 from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS
 from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
@@ -82,7 +83,8 @@ from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, e
 from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE
 
 from ..controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
-                               carla_msgs, controller_topics, ns_stamp, stamp_ns)
+                               carla_msgs, controller_topics)
+from ..conversions import ns_to_stamp
 from ..localization_node import LocalizationNode, localization_topics
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 
@@ -342,7 +344,7 @@ class SimulatorNode(Node):
             self.route_pub.publish(route)
             self.gnss_route_pub.publish(gnss_route)
             return
-        header = Header(stamp=ns_stamp(run.stamp_ns), frame_id="map")
+        header = Header(stamp=ns_to_stamp(run.stamp_ns), frame_id="map")
         path = Path(header=header)
         points = run.route_xy()
         path.poses = [PoseStamped(header=header, pose=route_pose(x, y, h))
@@ -353,7 +355,7 @@ class SimulatorNode(Node):
                      sensors: DemoSensors | None = None) -> None:
         """/clock, odometry (or, with ``sensors``, GNSS + speedometer + IMU), the command and (when ``camera``)
         camera_info + image for the tick, in that order."""
-        stamp = ns_stamp(run.stamp_ns)
+        stamp = ns_to_stamp(run.stamp_ns)
         self.clock_pub.publish(ClockMsg(clock=stamp))
         ego, role = run.world.ego, self.sensors["odometry"].split("/")[2]
         if sensors is not None:
@@ -385,7 +387,7 @@ class SimulatorNode(Node):
                                          is_bigendian=0, step=4 * bgra.shape[1], data=bgra.tobytes()))
 
     def publish_oracle_plan(self, stamp: int, plan: Plan, frame_id: str) -> None:
-        msg = Trajectory(header=Header(stamp=ns_stamp(stamp), frame_id=frame_id), command="oracle", valid=True)
+        msg = Trajectory(header=Header(stamp=ns_to_stamp(stamp), frame_id=frame_id), command="oracle", valid=True)
         for k, (x, y) in enumerate(plan.waypoints):
             point = TrajectoryPoint(x=float(x), y=float(y))
             point.time_from_start.sec, point.time_from_start.nanosec = divmod((k + 1) * 500_000_000, 1_000_000_000)

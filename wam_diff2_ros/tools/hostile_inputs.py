@@ -45,18 +45,18 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Imu, NavSatFix
 from std_msgs.msg import Header
 
+from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.geometry import quaternion_from_yaw, wrap_angle, yaw_from_quaternion
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
 from wam_diff2_core.sim.sensors import DemoSensors
 
-from ..controller_node import (CONTROL_QOS, LATCHED_QOS, ControllerNode, carla_msgs, controller_topics, ns_stamp,
-                               stamp_ns)
+from ..controller_node import CONTROL_QOS, LATCHED_QOS, ControllerNode, carla_msgs, controller_topics
+from ..conversions import ns_to_stamp
 from ..localization_node import LocalizationNode, localization_topics
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 from .dds_closed_loop import STREAM_QOS, sensor_messages
 
-NS_PER_S = 1_000_000_000
 INT32_MIN, INT32_MAX, UINT32_MAX = -2 ** 31, 2 ** 31 - 1, 2 ** 32 - 1
 SPECIAL_F64 = (math.nan, math.inf, -math.inf, 1e308, -1e308, -0.0, 0.0, 5e-324, -1e-300, 1e15, -1e15)
 WAIT_S = 2.0                       # longest wait for the node to handle one message (a loaded machine)
@@ -93,17 +93,17 @@ class Spoiler:
         """A builtin_interfaces/Time: mostly ``good_ns``; else back a little or by hours, repeated, ahead,
         zero, an end of int32, or nanosec beyond a second."""
         if not self.chance(self.field_p / 2):
-            return ns_stamp(good_ns)
+            return ns_to_stamp(good_ns)
         kind = self.rng.integers(8)
-        stamp = ns_stamp(good_ns)
+        stamp = ns_to_stamp(good_ns)
         if kind == 0:
-            return ns_stamp(max(0, good_ns - int(self.rng.uniform(0.01, 0.9) * NS_PER_S)))
+            return ns_to_stamp(max(0, good_ns - int(self.rng.uniform(0.01, 0.9) * NS_PER_S)))
         if kind == 1:
-            return ns_stamp(max(0, good_ns - int(self.rng.uniform(10.0, 1e4) * NS_PER_S)))
+            return ns_to_stamp(max(0, good_ns - int(self.rng.uniform(10.0, 1e4) * NS_PER_S)))
         if kind == 2:
-            return ns_stamp(previous_ns)
+            return ns_to_stamp(previous_ns)
         if kind == 3:
-            return ns_stamp(good_ns + int(self.rng.uniform(0.01, 0.9) * NS_PER_S))
+            return ns_to_stamp(good_ns + int(self.rng.uniform(0.01, 0.9) * NS_PER_S))
         if kind == 4:
             stamp.sec, stamp.nanosec = 0, 0
         elif kind == 5:
@@ -360,7 +360,7 @@ def fuzz_localization(context, messages: int, seed: int, role: str = "fuzz_loc")
             for _ in range(ticks):
                 if report.messages >= messages or spinners[0].error:
                     break
-                good = _sensor_tick(phases, sensors)
+                good = _sensor_tick(phases, sensors, topics)
                 for kind in rng.permutation(["gnss", "speed", "imu"]) if hostile else ("gnss", "speed", "imu"):
                     if kind in silent:
                         continue
@@ -377,7 +377,7 @@ def fuzz_localization(context, messages: int, seed: int, role: str = "fuzz_loc")
                 phases.step()
             if report.messages >= messages or spinners[0].error:
                 break
-        _localization_recovery(report, node, probe, pubs, phases, sensors, spinners[0], send)
+        _localization_recovery(report, node, probe, pubs, phases, sensors, topics, spinners[0], send)
         report.wall_s = time.perf_counter() - start
         time.sleep(0.1)                                              # the last diagnostics
     finally:
@@ -390,11 +390,10 @@ def fuzz_localization(context, messages: int, seed: int, role: str = "fuzz_loc")
     return report
 
 
-def _sensor_tick(phases: _Phases, sensors: DemoSensors) -> dict[str, Any]:
-    header = Header(stamp=ns_stamp(phases.tick_ns), frame_id="hero/gnss")
-    fix, imu, speed = sensor_messages(sensors.read(phases.run.world.ego), header)
-    fix.status.status = -2                                       # as the Leaderboard 2.0 bridge leaves it
-    return {"gnss": fix, "imu": imu, "speed": carla_msgs.CarlaSpeedometer(header=header, speed=float(speed.data))}
+def _sensor_tick(phases: _Phases, sensors: DemoSensors, topics: dict[str, str]) -> dict[str, Any]:
+    """One tick of the demo world's sensors as the Leaderboard 2.0 bridge publishes them (status unset)."""
+    fix, imu, speed = sensor_messages(sensors.read(phases.run.world.ego), ns_to_stamp(phases.tick_ns), topics)
+    return {"gnss": fix, "imu": imu, "speed": speed}
 
 
 def _spoil_sensor(s: Spoiler, kind: str, good, phases: _Phases):
@@ -426,7 +425,7 @@ def _spoil_sensor(s: Spoiler, kind: str, good, phases: _Phases):
     return imu
 
 
-def _localization_recovery(report, node, probe, pubs, phases, sensors, spinner, send) -> None:
+def _localization_recovery(report, node, probe, pubs, phases, sensors, topics, spinner, send) -> None:
     """Good ticks again (after a good route from the ego); the last RECOVERY_CHECKED_TICKS must each give finite
     odometry stamped with the tick within RECOVERY_POSITION_M of the truth, and /diagnostics OK at the end."""
     send(pubs["route"], [_route_ahead(phases.run)], False)
@@ -434,7 +433,7 @@ def _localization_recovery(report, node, probe, pubs, phases, sensors, spinner, 
     for _ in range(RECOVERY_TICKS):
         if spinner.error:
             break
-        good, ego, stamp = _sensor_tick(phases, sensors), phases.run.world.ego, phases.tick_ns
+        good, ego, stamp = _sensor_tick(phases, sensors, topics), phases.run.world.ego, phases.tick_ns
         seen = len(probe.outputs)
         for kind in ("gnss", "speed", "imu"):
             send(pubs[kind], [good[kind]], False)
@@ -483,7 +482,7 @@ def _control_problem(msg) -> str:
 
 def _odometry_from(run: RouteRun, stamp_ns_: int, role: str) -> Odometry:
     ego = run.world.ego
-    msg = Odometry(header=Header(stamp=ns_stamp(stamp_ns_), frame_id="map"), child_frame_id=role)
+    msg = Odometry(header=Header(stamp=ns_to_stamp(stamp_ns_), frame_id="map"), child_frame_id=role)
     msg.pose.pose.position.x, msg.pose.pose.position.y = ego.x, ego.y
     o = msg.pose.pose.orientation
     o.x, o.y, o.z, o.w = quaternion_from_yaw(ego.yaw)
@@ -493,7 +492,7 @@ def _odometry_from(run: RouteRun, stamp_ns_: int, role: str) -> Odometry:
 
 def _plan_from(run: RouteRun, stamp_ns_: int) -> Trajectory:
     """The expert's next 4 s as a valid plan (ego frame, 0.5 s apart), as the planner would publish it."""
-    msg = Trajectory(header=Header(stamp=ns_stamp(stamp_ns_), frame_id="ego"), valid=True, command="straight")
+    msg = Trajectory(header=Header(stamp=ns_to_stamp(stamp_ns_), frame_id="ego"), valid=True, command="straight")
     for k, (x, y) in enumerate(run.world.expert_future(8, WAYPOINT_DT_S)):
         point = TrajectoryPoint(x=float(x), y=float(y))
         point.time_from_start.sec, point.time_from_start.nanosec = divmod(int((k + 1) * WAYPOINT_DT_S * NS_PER_S),
