@@ -6,28 +6,26 @@
 
 Runs ``ros2 bag play --clock`` and the planner with ``use_sim_time``, so every "now" (image
 staleness, pipeline latency) is the bag's time. Topic defaults are carla-ros-bridge's for role
-ego_vehicle. Playback starts ``play_delay_s`` after launch, when the model is loaded. A slow model plans on the newest frame and skips the rest (realtime mode); play
-the bag slower (``rate``) to plan on more frames. Record the outputs with
+ego_vehicle. ``namespace``, ``device``, ``image_reliability`` and ``params_file`` are the planner
+arguments every launch file shares (wam_diff2_ros/launch_planner.py). Playback starts
+``play_delay_s`` after launch, when the model is loaded. A slow model plans on the newest frame and
+skips the rest (realtime mode); play the bag slower (``rate``) to plan on more frames. Record the outputs with
 ``ros2 bag record /wam_diff2_planner/output/trajectory ...`` or evaluate offline without ROS
 with the same core policy.
 """
-import os
-
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, TimerAction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
-from launch_ros.parameter_descriptions import ParameterValue
+
+from wam_diff2_ros.launch_planner import declare_planner_arguments, launch_argument, planner_node, planner_parameters
 
 
 def generate_launch_description():
-    default_params = os.path.join(get_package_share_directory("wam_diff2_ros"), "config", "planner.yaml")
     image = LaunchConfiguration("image_topic")
     return LaunchDescription([
         DeclareLaunchArgument("bag", description="bag directory or file to play"),
-        DeclareLaunchArgument("model_path", description="checkpoint directory (Qwen3-VL or WAM-Diff2)"),
-        DeclareLaunchArgument("params_file", default_value=default_params),
+        *declare_planner_arguments(get_package_share_directory("wam_diff2_ros")),
         DeclareLaunchArgument("rate", default_value="1.0", description="bag playback rate"),
         DeclareLaunchArgument("play_delay_s", default_value="20.0",
                               description="start playing after this many seconds, once the model has loaded"),
@@ -38,21 +36,12 @@ def generate_launch_description():
         DeclareLaunchArgument("odometry_topic", default_value="/carla/ego_vehicle/odometry"),
         DeclareLaunchArgument("route_topic", default_value="/carla/ego_vehicle/waypoints"),
         DeclareLaunchArgument("command_topic", default_value="/wam_diff2_planner/input/command"),
-        LifecycleNode(
-            package="wam_diff2_ros",
-            executable="wam-diff2-planner",
-            name="wam_diff2_planner",
-            namespace="",
-            output="screen",
-            parameters=[
-                LaunchConfiguration("params_file"),
-                {
-                    "model_path": ParameterValue(LaunchConfiguration("model_path"), value_type=str),
-                    "use_sim_time": True,
-                    "mode": "realtime",
-                    "image_transport": LaunchConfiguration("image_transport"),
-                },
-            ],
+        planner_node(
+            planner_parameters(launch_argument, {
+                "use_sim_time": True,
+                "mode": "realtime",
+                "image_transport": LaunchConfiguration("image_transport"),
+            }),
             remappings=[
                 ("~/input/image", image),
                 ("~/input/image/compressed", [image, "/compressed"]),

@@ -10,49 +10,37 @@ camera tick (CARLA ticks at 20 Hz; N=10 plans at 2 Hz, one plan per 0.5 s waypoi
 controller acts on the newest plan every tick. Publish a RoadOption on
 /<node_name>/input/command to override the route. The camera.* parameters must describe the
 camera you spawned (defaults: the bridge example's rgb_front, x 2.0 m, z 2.0 m, 90 deg FOV).
+``namespace``, ``device``, ``params_file`` and ``image_reliability`` (here ``reliable`` by
+default, as the bridge publishes) are the planner arguments every launch file shares
+(wam_diff2_ros/launch_planner.py).
 """
-import os
-
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
-from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
-from launch_ros.parameter_descriptions import ParameterValue
+
+from wam_diff2_ros.launch_planner import declare_planner_arguments, launch_argument, planner_node, planner_parameters
 
 
 def generate_launch_description():
-    default_params = os.path.join(get_package_share_directory("wam_diff2_ros"), "config", "planner.yaml")
-    role = LaunchConfiguration("role_name")
-    camera = LaunchConfiguration("camera_id")
+    share = get_package_share_directory("wam_diff2_ros")
+    role = launch_argument("role_name")
+    camera = launch_argument("camera_id")
     return LaunchDescription([
-        DeclareLaunchArgument("model_path", description="checkpoint directory (Qwen3-VL or WAM-Diff2)"),
+        # the bridge publishes its camera reliable; on best effort most raw frames of more than
+        # ~0.5 MB never arrive over Fast DDS (wam_diff2_ros/README.md, image QoS)
+        *declare_planner_arguments(share, image_reliability="reliable"),
         DeclareLaunchArgument("role_name", default_value="ego_vehicle", description="CARLA ego role name"),
         DeclareLaunchArgument("camera_id", default_value="rgb_front", description="front camera sensor id"),
-        DeclareLaunchArgument("params_file", default_value=default_params),
         DeclareLaunchArgument("mode", default_value="lockstep", description="realtime | lockstep"),
         DeclareLaunchArgument("lockstep_every_n_images", default_value="10",
                               description="lockstep: plan on every N-th camera tick"),
-        LifecycleNode(
-            package="wam_diff2_ros",
-            executable="wam-diff2-planner",
-            name="wam_diff2_planner",
-            namespace="",
-            output="screen",
-            parameters=[
-                LaunchConfiguration("params_file"),
-                {
-                    "model_path": ParameterValue(LaunchConfiguration("model_path"), value_type=str),
-                    "use_sim_time": True,
-                    "mode": LaunchConfiguration("mode"),
-                    "lockstep_every_n_images": ParameterValue(LaunchConfiguration("lockstep_every_n_images"),
-                                                              value_type=int),
-                    "image_transport": "raw",
-                    # the bridge publishes its camera reliable; on best effort most raw frames of more
-                    # than ~0.5 MB never arrive over Fast DDS (wam_diff2_ros/README.md, image QoS)
-                    "image_reliability": "reliable",
-                },
-            ],
+        planner_node(
+            planner_parameters(launch_argument, {
+                "use_sim_time": True,
+                "mode": launch_argument("mode"),
+                "lockstep_every_n_images": launch_argument("lockstep_every_n_images"),
+                "image_transport": "raw",
+            }),
             remappings=[
                 ("~/input/image", ["/carla/", role, "/", camera, "/image"]),
                 ("~/input/camera_info", ["/carla/", role, "/", camera, "/camera_info"]),

@@ -41,3 +41,11 @@ def rgb_frame():
     """A deterministic 90 x 160 RGB frame (uint8, H x W x 3)."""
     rng = np.random.default_rng(0)
     return (rng.random((90, 160, 3)) * 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="session")
+def tiny_ar_checkpoint(tmp_path_factory):
+    """A random tiny stock Qwen3-VL checkpoint (seed 0, no diffusion settings): decodes with B = 1 (AR),
+    like models/wam-diff2-demo-ar."""
+    from wam_diff2_core.model.tiny import build_tiny_checkpoint
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ar") / "ckpt", seed=0, diffusion=False)

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ROS conversions", ("wam_diff2_ros", "wam_diff2_ros.conversions", "wam_diff2_ros.keep_latest",
                          "wam_diff2_ros.parameters", "wam_diff2_ros.spinning")),
     ("ROS nodes", ("wam_diff2_ros.planner_node", "wam_diff2_ros.controller_node", "wam_diff2_ros.localization_node",
-                   "wam_diff2_ros.entry_point")),
+                   "wam_diff2_ros.entry_point", "wam_diff2_ros.launch_planner")),
     ("ROS tools", ("wam_diff2_ros.tools",)),
 ]
 

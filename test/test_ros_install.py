@@ -40,6 +40,7 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
+from wam_diff2_ros.launch_planner import demo_model  # noqa: E402
 from ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -179,7 +180,8 @@ def test_colcon_build_installs_modules_messages_launch_config_and_models(workspa
     assert (ours / "__init__.py").read_text() == (ROOT / PACKAGE / "__init__.py").read_text()
     assert (site / "wam_diff2_core" / "policy.py").is_file()
     assert list(ours.glob("wam_diff2_ros_s__rosidl_typesupport_c*.so"))
-    for name in ("planner.launch.py", "carla_planner.launch.py", "bag_replay.launch.py", "leaderboard.launch.py"):
+    for name in ("planner.launch.py", "carla_planner.launch.py", "bag_replay.launch.py", "leaderboard.launch.py",
+                 "two_planners.launch.py"):
         assert (share / "launch" / name).is_file()
     assert (share / "config" / "planner.yaml").is_file() and (share / "config" / "controller.yaml").is_file()
     for model in ("wam-diff2-demo-b32", "wam-diff2-demo-ar"):
@@ -195,6 +197,7 @@ def test_colcon_build_installs_modules_messages_launch_config_and_models(workspa
 
 
 IMPORTS = ["wam_diff2_ros", "wam_diff2_ros.msg", "wam_diff2_ros.entry_point", "wam_diff2_ros.planner_node",
+           "wam_diff2_ros.launch_planner",
            "wam_diff2_ros.controller_node", "wam_diff2_ros.localization_node", "wam_diff2_core",
            "wam_diff2_core.policy"]
 
@@ -222,13 +225,21 @@ def test_with_only_setup_bash_the_modules_and_share_come_from_the_install_tree(w
 
 
 def launch_default(launch_file: Path, argument: str, share: str):
-    """The default_value of a DeclareLaunchArgument, evaluated with ``share`` the package's share folder."""
+    """The default of a launch argument, evaluated with ``share`` the package's share folder: a
+    DeclareLaunchArgument's default_value, or a keyword of declare_planner_arguments (launch_planner.py)."""
     tree = ast.parse(launch_file.read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and ast.unparse(node.func) == "DeclareLaunchArgument" \
-                and node.args and ast.literal_eval(node.args[0]) == argument:
+        if not isinstance(node, ast.Call):
+            continue
+        default = None
+        if ast.unparse(node.func) == "DeclareLaunchArgument" and node.args \
+                and ast.literal_eval(node.args[0]) == argument:
             default = next(k.value for k in node.keywords if k.arg == "default_value")
-            return eval(compile(ast.Expression(default), str(launch_file), "eval"), {"os": os, "share": share})
+        elif ast.unparse(node.func) == "declare_planner_arguments":
+            default = next((k.value for k in node.keywords if k.arg == argument), None)
+        if default is not None:
+            return eval(compile(ast.Expression(default), str(launch_file), "eval"),
+                        {"os": os, "share": share, "demo_model": demo_model})
     raise AssertionError(f"no {argument} argument in {launch_file}")
 
 
