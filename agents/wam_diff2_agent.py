@@ -31,10 +31,12 @@ coordinates (as public Bench2Drive agents do), and sets it on the localization n
 localized right too.
 
 Sensors: the front camera at the resolution, field of view and place the model was trained
-with (the demo world's camera, ``wam_diff2_core.sim.camera.CameraSettings``: 320 x 180,
-90 deg, 1.7 m ahead of the rear axle at 1.6 m; CARLA places sensors from the vehicle's
-centre), and the SENSORS track's GNSS, IMU and speedometer for the localization node, GNSS
-and IMU on the rear axle (the point the planner's odometry and the model's waypoints refer to).
+with: the checkpoint's camera rig (``wam_diff2_core/camera_rig.py``: the ``camera`` block of its
+diffusion_config.json, else the preset named by ``WAM_DIFF2_CAMERA``: ``b2d`` for Bench2Drive's
+1600 x 900, fov 70 camera, ``demo`` for the demo world's; checked before the bridge starts), also
+given to the planner for its debug image; and the SENSORS track's GNSS, IMU and speedometer for
+the localization node, GNSS and IMU on the rear axle (the point the planner's odometry and the
+model's waypoints refer to).
 """
 from __future__ import annotations
 
@@ -50,12 +52,14 @@ from wam_diff2_core.params.leaderboard import (AGENT_ARGUMENTS, CAMERA_ID, GNSS_
                                                SPEEDOMETER_ID, MetricLog, evaluator_environment, model_path_from,
                                                save_directory)
 from wam_diff2_core.params.localization import NODE as LOCALIZATION_NODE
-from wam_diff2_core.sim.camera import CameraSettings
-from wam_diff2_core.sim.vehicles import BicycleParams
+from wam_diff2_core.camera_rig import planner_camera_arguments, rig_for_checkpoint
+from wam_diff2_core.geometry import DEMO_EGO_BOX
 from wam_diff2_core.topics import PLANNER_NODE
 from wam_diff2_ros.parameters import set_remote_parameters
 
 DEMO_MODEL = ("models", "wam-diff2-demo-b32")          # under the package's share directory
+# the rear axle (the odometry's origin, where GNSS and IMU sit) behind the vehicle's origin: the demo car's
+AXLE_BEHIND_CENTRE_M = DEMO_EGO_BOX.centre_from_axle_m
 
 
 def get_entry_point():
@@ -136,6 +140,7 @@ class WamDiff2Agent(ROS2Agent):
         # discovery on this host only, and the checkpoint checked
         os.environ.update(evaluator_environment(int(carla_port)))
         self._model_path = model_path()
+        self._camera = rig_for_checkpoint(self._model_path)
         self._metrics: MetricLog | None = None
         self._step = 0
         watch = PlannerWatch()
@@ -150,7 +155,8 @@ class WamDiff2Agent(ROS2Agent):
     def get_ros_entrypoint(self):
         # called by the base class's constructor, before setup()
         return {"package": PACKAGE, "launch_file": "leaderboard.launch.py",
-                "parameters": {"model_path": self._model_path, **AGENT_ARGUMENTS}}
+                "parameters": {"model_path": self._model_path, **AGENT_ARGUMENTS,
+                               **planner_camera_arguments(self._camera, AXLE_BEHIND_CENTRE_M)}}
 
     def set_global_plan(self, global_plan_gps, global_plan_world_coord):
         super().set_global_plan(global_plan_gps, global_plan_world_coord)
@@ -181,14 +187,12 @@ class WamDiff2Agent(ROS2Agent):
         super().destroy()
 
     def sensors(self):
-        camera, car = CameraSettings(), BicycleParams()
-        axle_x = -car.centre_from_axle_m               # the rear axle, from the vehicle's centre
-        mount = camera.mount
+        rig, axle_x = self._camera, -AXLE_BEHIND_CENTRE_M      # the rear axle, from the vehicle's centre
         return [
             {"type": "sensor.camera.rgb", "id": CAMERA_ID,
-             "x": axle_x + mount.x_m, "y": -mount.y_m, "z": mount.z_m,          # CARLA: y right, pitch up
-             "roll": mount.roll_deg, "pitch": -mount.pitch_deg, "yaw": -mount.yaw_deg,
-             "width": camera.width, "height": camera.height, "fov": camera.horizontal_fov_deg},
+             "x": rig.x_m, "y": -rig.y_m, "z": rig.z_m,                          # CARLA: y right, pitch up
+             "roll": 0.0, "pitch": -rig.pitch_deg, "yaw": 0.0,
+             "width": rig.width, "height": rig.height, "fov": rig.fov_deg},
             {"type": "sensor.other.gnss", "id": GNSS_ID, "x": axle_x, "y": 0.0, "z": 0.0},
             {"type": "sensor.other.imu", "id": IMU_ID, "x": axle_x, "y": 0.0, "z": 0.0,
              "roll": 0.0, "pitch": 0.0, "yaw": 0.0},

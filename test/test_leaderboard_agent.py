@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from wam_diff2_core.config import ConfigError
 from wam_diff2_core.localization import GeoReference
 from wam_diff2_core.sim.camera import CameraSettings
 from wam_diff2_core.params import leaderboard as leaderboard_params
@@ -145,11 +146,38 @@ def test_agent_starts_this_packages_leaderboard_launch_with_its_sensor_ids(agent
     assert (params["camera_id"], params["gnss_id"], params["imu_id"], params["speedometer_id"]) == (
         sensor_ids["sensor.camera.rgb"], sensor_ids["sensor.other.gnss"], sensor_ids["sensor.other.imu"],
         sensor_ids["sensor.speedometer"])
+    # the planner's debug-image camera is the sensor's, in its ego frame (the rear axle, 1.4 m behind the centre)
+    camera = sensor_by_type(agent)["sensor.camera.rgb"]
+    assert float(params["camera_x_m"]) == pytest.approx(camera["x"] + 1.4)
+    assert (float(params["camera_z_m"]), float(params["camera_fov_deg"])) == (camera["z"], camera["fov"])
     # the leaderboard passes parameters as `key:=value` words: nothing may need quoting
     assert all(" " not in str(v) for v in params.values())
     monkeypatch.setenv("WAM_DIFF2_MODEL_PATH", str(ROOT / "no-such-model"))
     with pytest.raises(FileNotFoundError, match="WAM_DIFF2_MODEL_PATH: .*no-such-model' is not a checkpoint"):
         getattr(agent_module, agent_module.get_entry_point())("localhost", 2000)
+
+
+def sensor_by_type(agent) -> dict:
+    return {s["type"]: s for s in agent.sensors()}
+
+
+def test_the_camera_is_the_checkpoints_rig_or_a_named_preset_checked_before_the_bridge(agent_module, monkeypatch,
+                                                                                      tiny_checkpoint):
+    """A checkpoint without a camera block (the tiny one) needs WAM_DIFF2_CAMERA: refused before anything
+    starts without it; with b2d the sensor is Bench2Drive's front camera, and the planner is told the same."""
+    monkeypatch.setenv("WAM_DIFF2_MODEL_PATH", str(tiny_checkpoint))
+    monkeypatch.delenv("WAM_DIFF2_CAMERA", raising=False)
+    agent_class = getattr(agent_module, agent_module.get_entry_point())
+    with pytest.raises(ConfigError, match="no camera block.*WAM_DIFF2_CAMERA"):
+        agent_class("localhost", 2000)
+    monkeypatch.setenv("WAM_DIFF2_CAMERA", "b2d")
+    agent = agent_class("localhost", 2000)
+    camera = sensor_by_type(agent)["sensor.camera.rgb"]
+    assert (camera["width"], camera["height"], camera["fov"], camera["x"], camera["z"]) == (1600, 900, 70.0, 0.8, 1.6)
+    assert agent.entrypoint["parameters"]["camera_fov_deg"] == "70.0"
+    monkeypatch.setenv("WAM_DIFF2_CAMERA", "navsim-typo")
+    with pytest.raises(ConfigError, match="camera preset 'navsim-typo' is not one of b2d, demo"):
+        agent_class("localhost", 2000)
 
 
 def test_the_launch_file_builds_every_node_from_the_stacks_one_table():
@@ -331,7 +359,7 @@ def test_metric_info_json_is_written_per_step_as_bench2drive_reads_it(agent_modu
 
 @pytest.mark.ros
 def test_a_planner_that_fails_to_configure_fails_the_agent_at_once_with_its_reason(agent_module, tiny_checkpoint,
-                                                                                 tmp_path):
+                                                                                 tmp_path, monkeypatch):
     """The real planner node on a checkpoint whose weights are not safetensors at all (it passes the agent's
     checks): its configure fails, and the leaderboard's wait for /carla/hero/status (here: the base class's
     stand-in, waiting as the leaderboard does) is released; the constructor cleans up and raises the reason."""
@@ -346,6 +374,7 @@ def test_a_planner_that_fails_to_configure_fails_the_agent_at_once_with_its_reas
     from wam_diff2_ros.controller_node import LATCHED_QOS
     from wam_diff2_ros.planner_node import PlannerNode
 
+    monkeypatch.setenv("WAM_DIFF2_CAMERA", "demo")               # the tiny checkpoint names no camera
     broken = tmp_path / "broken"
     shutil.copytree(tiny_checkpoint, broken)
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")

@@ -366,7 +366,7 @@ def read_diffusion_file(checkpoint_dir: str | Path) -> dict:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
-    allowed = {"block_size", "mask_token_id", "eos_token_id", "decoding", "format_version"}
+    allowed = {"block_size", "mask_token_id", "eos_token_id", "decoding", "format_version", "camera"}  # camera: camera_rig.py
     unknown = set(data) - allowed
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from ..topics import CONTROLLER_NODE, LOCALIZATION_NODE, PLANNER_NODE
 from .localization import DEFAULTS as LOCALIZATION_DEFAULTS
+from .planner import DEFAULTS as PLANNER_DEFAULTS
 
 PACKAGE = "wam_diff2_ros"
 ROLE_NAME = "hero"                                     # the leaderboard's ego role
@@ -74,6 +75,12 @@ ARGUMENTS: tuple[LaunchArgument, ...] = (
                    "the town's georeference latitude (OpenDRIVE header; degrees)"),
     LaunchArgument("lon_ref_deg", str(LOCALIZATION_DEFAULTS["geo.lon_ref_deg"]),
                    "the town's georeference longitude (degrees)"),
+    # the front camera in the planner's ego frame (the rear axle: the odometry's origin), for its debug image;
+    # the agent sets them from the checkpoint's camera rig (wam_diff2_core/camera_rig.py)
+    *(LaunchArgument(arg, str(PLANNER_DEFAULTS[param]), f"the planner's {param}")
+      for arg, param in (("camera_fov_deg", "camera.horizontal_fov_deg"), ("camera_x_m", "camera.x_m"),
+                         ("camera_y_m", "camera.y_m"), ("camera_z_m", "camera.z_m"),
+                         ("camera_pitch_deg", "camera.pitch_deg"))),
 )
 ARGUMENTS_BY_NAME = {a.name: a for a in ARGUMENTS}
 
@@ -102,6 +109,11 @@ NODES: tuple[NodeSpec, ...] = (
         # the bridge publishes its camera reliable; on best effort most raw frames of more than
         # ~0.5 MB never arrive over Fast DDS (wam_diff2_ros/README.md, image QoS)
         "image_reliability": "reliable",
+        "camera.horizontal_fov_deg": Arg("camera_fov_deg", float),
+        "camera.x_m": Arg("camera_x_m", float),
+        "camera.y_m": Arg("camera_y_m", float),
+        "camera.z_m": Arg("camera_z_m", float),
+        "camera.pitch_deg": Arg("camera_pitch_deg", float),
     }, remappings=(
         ("~/input/image", ("/carla/", _ROLE, "/", _CAMERA, "/image")),
         ("~/input/camera_info", ("/carla/", _ROLE, "/", _CAMERA, "/camera_info")),

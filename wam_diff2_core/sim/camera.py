@@ -31,6 +31,7 @@ from typing import Protocol, Sequence
 import cv2
 import numpy as np
 
+from ..camera_rig import DEMO_CAMERA_FROM_AXLE_M, PRESETS
 from ..geometry import CameraMount, PinholeCamera
 from .road import RoadMap
 
@@ -43,13 +44,17 @@ MARKING_WIDTH_M = 0.15
 STOP_LINE_WIDTH_M = 0.4
 
 
+_RIG = PRESETS["demo"]
+
+
 @dataclass(frozen=True)
 class CameraSettings:
-    width: int = 320
-    height: int = 180
-    horizontal_fov_deg: float = 90.0
+    # the demo rig (camera_rig.PRESETS["demo"], what the demo models' camera block says)
+    width: int = _RIG.width
+    height: int = _RIG.height
+    horizontal_fov_deg: float = _RIG.fov_deg
     # rear axle -> camera: near the top of the windscreen, looking straight ahead
-    mount: CameraMount = field(default_factory=lambda: CameraMount(x_m=1.7, z_m=1.6))
+    mount: CameraMount = field(default_factory=lambda: CameraMount(x_m=DEMO_CAMERA_FROM_AXLE_M, z_m=_RIG.z_m))
     max_range_m: float = 400.0          # ground beyond this is drawn as horizon haze
     haze_distance_m: float = 300.0      # ground colour fades to haze as 1 - exp(-d / this)
     texture_resolution_m: float = 0.1   # finest bird's-eye texel
