@@ -50,3 +50,11 @@ def test_a_bad_camera_block_is_refused_naming_the_file_and_field(tmp_path, chang
 def test_a_missing_field_is_named():
     with pytest.raises(ConfigError, match="missing \\['fov_deg'\\]"):
         CameraRig.from_dict({"width": 100, "height": 50, "x_m": 0, "y_m": 0, "z_m": 1}, "here")
+
+
+def test_a_frame_far_from_the_camera_is_named():
+    from wam_diff2_core.camera_rig import frame_mismatch
+    b2d = PRESETS["b2d"]
+    assert frame_mismatch(b2d, 1600, 900) is None and frame_mismatch(b2d, 1280, 720) is None
+    assert "frame 800x600 is far from the checkpoint's camera 1600x900" in frame_mismatch(b2d, 800, 600)   # aspect
+    assert frame_mismatch(b2d, 320, 180) is not None                                                        # 25x fewer

@@ -670,3 +670,29 @@ def test_a_fast_path_that_diverges_at_warm_up_falls_back_to_plain_with_a_warning
 def test_the_fast_path_that_agrees_at_warm_up_stays(probe, planner):
     values = {kv.key: kv.value for kv in planner.diagnostic_status().values}
     assert values["decoder"] == "static (sdpa)" and values["fast_path_check"] == "passed"
+
+
+def test_frames_far_from_the_checkpoints_camera_are_counted_and_warned_about(context, tiny_checkpoint, tmp_path,
+                                                                               capfd):
+    """A checkpoint whose camera block says 1600 x 900 sees the 160 x 90 test frames: planned anyway, but
+    counted (frames_off_camera on /diagnostics) and warned about, naming both sizes."""
+    import json
+    import shutil
+    ckpt = tmp_path / "b2d_camera"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    stored = json.loads((ckpt / "diffusion_config.json").read_text())
+    stored["camera"] = {"width": 1600, "height": 900, "fov_deg": 70.0, "x_m": 0.8, "y_m": 0.0, "z_m": 1.6}
+    (ckpt / "diffusion_config.json").write_text(json.dumps(stored))
+    running = Running(context, "camera_planner", overrides(ckpt, tasks="plan", warmup=False))
+    probe = Probe("/camera_planner", name="camera_probe", context=context).start()
+    try:
+        assert probe.wait_for(lambda: probe.with_status(PlannerStatus.READY), FIRST_ANSWER_S)
+        for _ in range(5):            # resend if the first frame raced discovery
+            stamp = send_frame(probe)
+            if probe.wait_for(lambda: probe.with_stamp("trajectory", stamp), 30.0):
+                break
+        assert probe.wait_for(lambda: probe.counter("camera_planner: planner", "frames_off_camera") >= 1, 20.0)
+        assert "frame 160x90 is far from the checkpoint's camera 1600x900" in capfd.readouterr().err
+    finally:
+        probe.stop()
+        running.stop()

@@ -74,6 +74,19 @@ PRESETS: dict[str, CameraRig] = {
 }
 
 
+def frame_mismatch(rig: CameraRig, width: int, height: int) -> str | None:
+    """Why a ``width`` x ``height`` frame is likely not what the checkpoint saw (None when it is): another
+    aspect ratio (more than 10 % off), or a pixel count more than 4x off (the processor resizes within its
+    pixel budget, but the scene's scale in the image changes with the camera)."""
+    aspect = (width / height) / (rig.width / rig.height)
+    pixels = (width * height) / (rig.width * rig.height)
+    if abs(aspect - 1.0) <= 0.1 and 0.25 <= pixels <= 4.0:
+        return None
+    return (f"frame {width}x{height} is far from the checkpoint's camera {rig.width}x{rig.height} (fov {rig.fov_deg:g}): "
+            "plans are likely wrong; give the simulator the checkpoint's camera (camera block of "
+            f"{DIFFUSION_CONFIG_FILE})")
+
+
 def planner_camera_arguments(rig: CameraRig, centre_from_axle_m: float) -> dict[str, str]:
     """The leaderboard launch's camera arguments (``params/leaderboard.py``) for ``rig``: the planner's
     ``camera.*`` are in its ego frame, whose origin is the rear axle, ``centre_from_axle_m`` behind the

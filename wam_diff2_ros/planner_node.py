@@ -50,6 +50,7 @@ from wam_diff2_core.params import planner as params
 from wam_diff2_core.params.spec import CONFIGURE
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
 from wam_diff2_core.profiling import stage_summary
+from wam_diff2_core.camera_rig import frame_mismatch, read_camera_block
 from wam_diff2_core.speed_profile import speed_profile
 from wam_diff2_core.topics import PLANNER_NODE
 
@@ -122,6 +123,7 @@ class PlannerNode(LifecycleNode):
 
         self._lock = threading.Lock()            # counters, the input tracker, camera, status
         self._odometry_arrived = threading.Condition(self._lock)
+        self._camera_rig = None                              # the loaded checkpoint's camera block, if any
         self._counts: collections.Counter[str] = collections.Counter()
         self._received_times: collections.deque[float] = collections.deque()
         self._processed_times: collections.deque[float] = collections.deque()
@@ -238,6 +240,7 @@ class PlannerNode(LifecycleNode):
             max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
             engine=params.engine_settings(values))
         self.get_logger().info(f"decoding settings: {policy.loaded.config.describe()}")
+        self._camera_rig = read_camera_block(values["model_path"])     # None: the checkpoint names no camera
         self._fast_path_check = "not run"
         self._configure_times["load_s"] = time.monotonic() - t0
         if values["warmup"]:
@@ -506,6 +509,10 @@ class PlannerNode(LifecycleNode):
             self._skip(f"image_{exc.code}", str(exc))
             return
         conversion_ms = (time.perf_counter() - t_convert) * 1e3
+        mismatch = self._camera_rig and frame_mismatch(self._camera_rig, rgb.shape[1], rgb.shape[0])
+        if mismatch:                                 # planned anyway: the user may know better, but is told
+            self._count("frames_off_camera")
+            self._warn("frames_off_camera", mismatch)
 
         try:
             with self._lock:      # held over the route lookup too: ~1.5 ms for a 4000-point route, once a frame
