@@ -98,7 +98,8 @@ def test_demo_model_completes_a_short_route_in_closed_loop():
 
 
 def test_engine_cpu_threads_sets_torch_intra_op_threads(tiny_checkpoint):
-    """In a child process: the thread count is process-wide and other tests' numerics depend on it."""
+    """In a child process: the thread count is process-wide and other tests' numerics depend on it. 0 (the
+    default) takes OMP_NUM_THREADS when set (else the process's CPU affinity: config.default_cpu_threads)."""
     code = (
         "import sys, torch\n"
         "from wam_diff2_core.config import EngineSettings\n"
@@ -110,6 +111,6 @@ def test_engine_cpu_threads_sets_torch_intra_op_threads(tiny_checkpoint):
         "torch.set_num_threads(2); DrivingPolicy(loaded, engine=EngineSettings())\n"
         "print(one, torch.get_num_threads())\n")
     proc = subprocess.run([sys.executable, "-c", code, str(tiny_checkpoint)], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "3"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["1", "2"]          # 0 (the default) leaves torch's setting alone
+    assert proc.stdout.split() == ["1", "3"]

@@ -17,13 +17,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "ros_interfaces"
-PACKAGES = ("build_support/ros_environment", "carla_msgs", "derived_object_msgs")
 
 
 def bash(script: str, **env: str) -> subprocess.CompletedProcess:
     clean = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
              **env}
     return subprocess.run(["bash", "-c", script], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=300)
+
+
+# what the build script builds (scripts/ros_interfaces.sh names them once)
+PACKAGES = tuple(bash(". scripts/ros_interfaces.sh; echo $WD2_ROS_INTERFACE_PACKAGES").stdout.split())
 
 
 def interfaces_dir(**env: str) -> Path:

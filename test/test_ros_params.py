@@ -282,10 +282,16 @@ def test_carla_launch_remaps_onto_bridge_topics_with_the_role_name():
     assert ast.literal_eval(_keyword(arguments, "image_reliability")) == "reliable"
 
 
-@pytest.mark.parametrize("name", ["carla_planner.launch.py", "bag_replay.launch.py", "leaderboard.launch.py"])
+@pytest.mark.parametrize("name", ["carla_planner.launch.py", "bag_replay.launch.py"])
 def test_simulator_and_bag_launches_run_on_sim_time(name):
     (planner,) = _planners(ast.parse((ROOT / "launch" / name).read_text()))
     assert planner["parameter_values"]["use_sim_time"] == "True"
+
+
+def test_the_leaderboard_launchs_nodes_run_on_sim_time():
+    """leaderboard.launch.py builds its nodes from wam_diff2_core.params.leaderboard (test_leaderboard_agent)."""
+    from wam_diff2_core.params import leaderboard
+    assert all(node.parameters["use_sim_time"] is True for node in leaderboard.NODES)
 
 
 def test_two_planners_share_one_camera_in_their_own_namespaces():

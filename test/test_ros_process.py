@@ -74,7 +74,7 @@ def test_console_script_answers_over_dds_and_exits_on_sigint(tiny_checkpoint, tm
             code = proc.wait(10.0)
     assert code == 0, log_path.read_text()
     text = log_path.read_text()
-    assert "configured:" in text and "active:" in text and "Traceback" not in text, text
+    assert "configured in" in text and "active:" in text and "Traceback" not in text, text
 
 
 def test_sigint_during_a_long_decode_exits_within_seconds(tiny_checkpoint, tmp_path):

@@ -6,6 +6,8 @@ Times: ``builtin_interfaces/Time`` is handled as integer nanoseconds so that
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import Point, Pose, PoseStamped
@@ -17,10 +19,12 @@ from visualization_msgs.msg import Marker, MarkerArray
 from wam_diff2_core.geometry import EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw
 from wam_diff2_core.frame_inputs import NS_PER_S
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
-from wam_diff2_core.policy import TaskResult
 from wam_diff2_core.speed_profile import SpeedProfile, waypoint_states
 
 from .msg import DecodeStats, Detection2D, Detection2DArray, StageTimes, Trajectory, TrajectoryPoint
+
+if TYPE_CHECKING:
+    from wam_diff2_core.policy import TaskResult
 
 WAYPOINT_DT_NS = int(round(WAYPOINT_DT_S * NS_PER_S))
 
