@@ -20,7 +20,6 @@ import time
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
-from autoware_planning_msgs.msg import Trajectory as AutowareTrajectory
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry, Path
@@ -29,7 +28,6 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float64, Header, String
-from vision_msgs.msg import Detection2DArray as VisionDetections
 from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.geometry import quaternion_from_yaw
@@ -129,6 +127,23 @@ def route_msg(points_xy, frame_id: str = "map") -> Path:
     return path
 
 
+def optional_output_types() -> dict[str, type]:
+    """The planner's outputs on other stacks' types, where their packages import (scripts/build_ros_interfaces.sh
+    builds them for the suite; a colcon workspace of this package alone, as colcon test runs, lacks them)."""
+    types = {}
+    try:
+        from autoware_planning_msgs.msg import Trajectory as AutowareTrajectory
+        types["autoware_trajectory"] = AutowareTrajectory
+    except ImportError:
+        pass
+    try:
+        from vision_msgs.msg import Detection2DArray as VisionDetections
+        types["vision_detections"] = VisionDetections
+    except ImportError:
+        pass
+    return types
+
+
 class Probe(Node):
     """Publishes a planner's inputs and records all of its outputs (spun in its own thread)."""
 
@@ -139,8 +154,7 @@ class Probe(Node):
         self.received: dict[str, list] = {}
         kinds = {"trajectory": Trajectory, "path": Path, "path_odom": Path, "detections": Detection2DArray,
                  "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64,
-                 "status": PlannerStatus, "stage_times": StageTimes, "autoware_trajectory": AutowareTrajectory,
-                 "vision_detections": VisionDetections}
+                 "status": PlannerStatus, "stage_times": StageTimes, **optional_output_types()}
         for key, kind in kinds.items():
             self.received[key] = []
             self.create_subscription(kind, self.topic(OUTPUT_TOPICS[key]), self._recorder(key),
