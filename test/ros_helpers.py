@@ -49,6 +49,18 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, poll_s: float = 0.0
         time.sleep(poll_s)
 
 
+@contextlib.contextmanager
+def ros_context(offset: int) -> Iterator[Any]:
+    """A fresh rclpy context on :func:`unique_domain_id` ``(offset)``, shut down on exit (a module's fixture)."""
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=unique_domain_id(offset))
+    try:
+        yield context
+    finally:
+        rclpy.shutdown(context=context)
+
+
 def unique_domain_id(offset: int) -> int:
     """A DDS domain per process and test module (offset 0..9), so parallel test runs do not talk.
 

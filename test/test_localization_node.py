@@ -124,6 +124,15 @@ def rig(context):
         bridge.destroy_node()
 
 
+
+def publish_tick(bridge, fix, imu, speed, tick: int) -> None:
+    """One tick's GNSS, speed and IMU to the node; waits for the odometry they bring."""
+    count = len(bridge.odometry)
+    bridge.gnss_pub.publish(fix)
+    bridge.speed_pub.publish(speed)
+    bridge.imu_pub.publish(imu)
+    assert wait_for(lambda: len(bridge.odometry) > count), f"no odometry for tick {tick}"
+
 def test_node_turns_the_demo_worlds_sensors_into_odometry_close_to_the_truth(rig):
     node, bridge = rig()                                       # every default: CarlaSpeedometer, 42.0 / 2.0
     assert (node.reference.lat_deg, node.reference.lon_deg) == (42.0, 2.0) == (GeoReference().lat_deg,
@@ -136,11 +145,7 @@ def test_node_turns_the_demo_worlds_sensors_into_odometry_close_to_the_truth(rig
         header = Header(stamp=stamp, frame_id="hero/gnss")
         fix, imu, speed = bridge_messages(sensors.read(run.world.ego), header)
         truth[run.stamp_ns] = run.world.ego
-        count = len(bridge.odometry)
-        bridge.gnss_pub.publish(fix)
-        bridge.speed_pub.publish(speed)
-        bridge.imu_pub.publish(imu)
-        assert wait_for(lambda: len(bridge.odometry) > count), f"no odometry for tick {run.tick}"
+        publish_tick(bridge, fix, imu, speed, run.tick)
         run.world.step()
     with bridge.lock:
         received = list(bridge.odometry)
@@ -205,11 +210,7 @@ def drive(node, bridge, run, sensors, ticks: int, speed_type=None) -> None:
     for _ in range(ticks):
         fix, imu, speed = bridge_messages(sensors.read(run.world.ego), Header(stamp=ns_to_stamp(run.stamp_ns)),
                                           speed_type)
-        count = len(bridge.odometry)
-        bridge.gnss_pub.publish(fix)
-        bridge.speed_pub.publish(speed)
-        bridge.imu_pub.publish(imu)
-        assert wait_for(lambda: len(bridge.odometry) > count), f"no odometry for tick {run.tick}"
+        publish_tick(bridge, fix, imu, speed, run.tick)
         run.world.step()
 
 

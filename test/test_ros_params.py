@@ -16,7 +16,7 @@ from wam_diff2_core.params.spec import markdown_table  # noqa: E402
 from wam_diff2_ros import launch_planner  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.planner_node import INPUT_TOPICS, PlannerNode  # noqa: E402
-from ros_helpers import unique_domain_id  # noqa: E402
+from ros_helpers import ros_context  # noqa: E402
 
 pytestmark = pytest.mark.ros
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,10 +26,8 @@ BUILTIN = {"use_sim_time", "start_type_description_service"}   # declared by rcl
 
 @pytest.fixture(scope="module")
 def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=unique_domain_id(0))
-    yield ctx
-    rclpy.shutdown(context=ctx)
+    with ros_context(0) as ctx:
+        yield ctx
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 from wam_diff2_ros.launch_planner import argument_defaults, two_planners  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
-from ros_helpers import Probe, image_msg, odometry_msg, unique_domain_id  # noqa: E402
+from ros_helpers import Probe, image_msg, odometry_msg, ros_context  # noqa: E402
 
 pytestmark = pytest.mark.ros
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,10 +39,8 @@ ANSWER_S = 60.0
 
 @pytest.fixture(scope="module")
 def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=unique_domain_id(0))
-    yield ctx
-    rclpy.shutdown(context=ctx)
+    with ros_context(0) as ctx:
+        yield ctx
 
 
 @pytest.fixture(scope="module")
