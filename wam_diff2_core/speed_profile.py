@@ -21,7 +21,7 @@ horizon, each with position, heading, longitudinal speed, acceleration and headi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -48,10 +48,10 @@ class ProfileLimits:
                                                                  "high": 20.0})
 
     def __post_init__(self):
-        for name in ("step_s", "max_speed_mps", "max_accel_mps2", "max_decel_mps2", "max_lateral_accel_mps2"):
-            value = getattr(self, name)
+        for f in fields(self):
+            value = getattr(self, f.name)
             if not (np.isfinite(value) and value > 0):
-                raise ValueError(f"{name}: must be a positive finite number, got {value!r}")
+                raise ValueError(f"{f.name}: must be a positive finite number, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def speed_profile(waypoints, measured_speed_mps: float, limits: ProfileLimits = 
     if not (np.isfinite(measured_speed_mps) and measured_speed_mps >= 0):
         raise ValueError(f"measured_speed_mps: must be finite and >= 0, got {measured_speed_mps!r}")
     points = np.vstack([np.zeros((1, 2)), plan])
-    path, path_s = _path(points)
+    path = _Path.through(points)
     step = limits.step_s
     t = np.arange(0.0, len(plan) * waypoint_dt_s + step / 2, step)
     planned = _planned_speed(points, waypoint_dt_s, t)
@@ -91,13 +91,13 @@ def speed_profile(waypoints, measured_speed_mps: float, limits: ProfileLimits = 
     s = np.zeros_like(t)
     speed[0] = min(float(measured_speed_mps), limits.max_speed_mps)
     for i in range(1, len(t)):
-        ceiling = min(limits.max_speed_mps, _curve_speed(path, path_s, s[i - 1], limits.max_lateral_accel_mps2))
+        ceiling = min(limits.max_speed_mps, path.curve_speed(s[i - 1], limits.max_lateral_accel_mps2))
         target = min(planned[i], ceiling)
         speed[i] = float(np.clip(target, speed[i - 1] - limits.max_decel_mps2 * step,
                                  speed[i - 1] + limits.max_accel_mps2 * step))
         speed[i] = max(speed[i], 0.0)
         s[i] = s[i - 1] + 0.5 * (speed[i - 1] + speed[i]) * step
-    x, y, heading = _place(path, path_s, s)
+    x, y, heading = path.place(s)
     accel = np.append(np.diff(speed) / step, 0.0)
     accel[-1] = accel[-2] if len(accel) > 1 else 0.0
     heading_rate = np.gradient(heading, step) if len(t) > 1 else np.zeros_like(t)
@@ -124,54 +124,56 @@ def _planned_speed(points: np.ndarray, dt: float, at: np.ndarray) -> np.ndarray:
     return _monotone_slope(times, progress, at)
 
 
-def _path(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Path points (ego first, each at least MIN_SEGMENT_M from the last kept) and their arc lengths."""
-    kept = [points[0]]
-    for p in points[1:]:
-        if np.linalg.norm(p - kept[-1]) >= MIN_SEGMENT_M:
-            kept.append(p)
-    path = np.array(kept)
-    return path, np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(path, axis=0), axis=1))])
+@dataclass(frozen=True)
+class _Path:
+    """The ego and the plan's points as a polyline by arc length, with what every step reads of it
+    (segment headings, their midpoints, the curvature at each joint) computed once."""
 
+    xy: np.ndarray             # [P, 2] the kept points, the ego first
+    s: np.ndarray              # [P] arc length at each
+    headings: np.ndarray       # [max(P - 1, 1)] unwrapped heading of each segment (0: a path of one point)
+    mids: np.ndarray           # [P - 1] arc length at each segment's midpoint
+    curvature: np.ndarray      # [P - 2] |heading change| per metre at each joint
 
-def _segment_headings(path: np.ndarray) -> np.ndarray:
-    if len(path) < 2:
-        return np.zeros(1)
-    d = np.diff(path, axis=0)
-    return np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+    @classmethod
+    def through(cls, points: np.ndarray) -> "_Path":
+        """Each point at least MIN_SEGMENT_M from the last kept one."""
+        kept = [points[0]]
+        for p in points[1:]:
+            if np.linalg.norm(p - kept[-1]) >= MIN_SEGMENT_M:
+                kept.append(p)
+        xy = np.array(kept)
+        d = np.diff(xy, axis=0)
+        s = np.concatenate([[0.0], np.cumsum(np.linalg.norm(d, axis=1))])
+        headings = np.unwrap(np.arctan2(d[:, 1], d[:, 0])) if len(xy) > 1 else np.zeros(1)
+        mids = 0.5 * (s[:-1] + s[1:])
+        curvature = np.abs(np.diff(headings) / np.maximum(np.diff(mids), 1e-6)) if len(headings) > 1 else np.zeros(0)
+        return cls(xy, s, headings, mids, curvature)
 
+    def heading_at(self, s: np.ndarray) -> np.ndarray:
+        """The tangent at arc length ``s``: segment headings interpolated between segment midpoints (the
+        first and last segments' headings held beyond them)."""
+        if len(self.headings) == 1:
+            return np.full_like(s, self.headings[0])
+        return np.interp(s, self.mids, self.headings)
 
-def _heading_at(path: np.ndarray, path_s: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """The tangent at arc length ``s``: segment headings interpolated between segment midpoints (the first
-    and last segments' headings held beyond them)."""
-    headings = _segment_headings(path)
-    if len(headings) == 1:
-        return np.full_like(s, headings[0])
-    mids = 0.5 * (path_s[:-1] + path_s[1:])
-    return np.interp(s, mids, headings)
+    def curve_speed(self, s: float, max_lateral: float) -> float:
+        """The highest speed at arc length ``s`` whose lateral acceleration stays <= ``max_lateral``."""
+        if len(self.curvature) == 0:
+            return np.inf
+        k = (float(np.interp(s, 0.5 * (self.mids[:-1] + self.mids[1:]), self.curvature)) if len(self.curvature) > 1
+             else float(self.curvature[0]))
+        return np.inf if k < 1e-9 else float(np.sqrt(max_lateral / k))
 
-
-def _curve_speed(path: np.ndarray, path_s: np.ndarray, s: float, max_lateral: float) -> float:
-    """The highest speed at arc length ``s`` whose lateral acceleration on the path stays <= max_lateral."""
-    headings = _segment_headings(path)
-    if len(headings) < 2:
-        return np.inf
-    mids = 0.5 * (path_s[:-1] + path_s[1:])
-    curvature = np.abs(np.diff(headings) / np.maximum(np.diff(mids), 1e-6))     # per segment joint
-    k = float(np.interp(s, 0.5 * (mids[:-1] + mids[1:]), curvature)) if len(curvature) > 1 else float(curvature[0])
-    return np.inf if k < 1e-9 else float(np.sqrt(max_lateral / k))
-
-
-def _place(path: np.ndarray, path_s: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Positions and headings at arc lengths ``s`` on the path (past its end: straight on, last heading)."""
-    heading = _heading_at(path, path_s, s)
-    end = path_s[-1]
-    within = np.minimum(s, end)
-    x = np.interp(within, path_s, path[:, 0]) if len(path) > 1 else np.full_like(s, path[0, 0])
-    y = np.interp(within, path_s, path[:, 1]) if len(path) > 1 else np.full_like(s, path[0, 1])
-    beyond = s - within
-    last = _segment_headings(path)[-1]
-    return x + beyond * np.cos(last), y + beyond * np.sin(last), heading
+    def place(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positions and headings at arc lengths ``s`` (past the end: straight on, last heading)."""
+        within = np.minimum(s, self.s[-1])
+        if len(self.xy) > 1:
+            x, y = np.interp(within, self.s, self.xy[:, 0]), np.interp(within, self.s, self.xy[:, 1])
+        else:
+            x, y = np.full_like(s, self.xy[0, 0]), np.full_like(s, self.xy[0, 1])
+        beyond, last = s - within, self.headings[-1]
+        return x + beyond * np.cos(last), y + beyond * np.sin(last), self.heading_at(s)
 
 
 def _monotone_slope(xs: np.ndarray, ys: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -283,13 +283,13 @@ class StepGraphs:
                 with torch.cuda.graph(graph, pool=self._pool, stream=side):
                     output = step()
         except Exception:
-            torch.cuda.set_stream(previous)
             try:
                 torch.cuda.synchronize(self.device)
             except Exception as late:  # noqa: BLE001 - the failed capture's error can surface here too
                 log.warning("CUDA graph capture: %s: %s after the failure", type(late).__name__, late)
             raise
-        torch.cuda.set_stream(previous)
+        finally:
+            torch.cuda.set_stream(previous)
         previous.wait_stream(side)
         self._pool = graph.pool()
         return _Graph(graph, output)
