@@ -61,6 +61,16 @@ def ros_context(offset: int) -> Iterator[Any]:
         rclpy.shutdown(context=context)
 
 
+def spin_in_thread(context, *nodes, executor_type=SingleThreadedExecutor):
+    """``nodes`` spun by one executor in a daemon thread: (executor, thread); shut the executor down to stop."""
+    executor = executor_type(context=context)
+    for node in nodes:
+        executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    return executor, thread
+
+
 def unique_domain_id(offset: int) -> int:
     """A DDS domain per process and test module (offset 0..9), so parallel test runs do not talk.
 

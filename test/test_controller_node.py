@@ -420,6 +420,20 @@ def test_late_plans_and_fallbacks_are_counted_in_diagnostics(rig):
 
 
 # ----------------------------------------------------------------------------- route -> command
+
+def drive_straight_then_left(probe, turn_xs) -> None:
+    """Three ticks at x = 0, 1, 2 (the turn beyond the lookahead: "straight"), then ticks at ``turn_xs``
+    until the route's command reads "left"."""
+    for k, x in enumerate((0.0, 1.0, 2.0)):
+        probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=x, vx=0.0))
+        probe.control_at(T0_NS + k * DT_NS)
+    assert wait_for(lambda: len(probe.commands) == 3, WAIT_S) and set(probe.commands) == {"straight"}
+    for k, x in enumerate(turn_xs, start=3):
+        probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=float(x), vx=0.0))
+        probe.control_at(T0_NS + k * DT_NS)
+    assert wait_for(lambda: probe.commands[-1] == "left", WAIT_S), probe.commands
+
+
 def test_route_command_is_published_to_the_planner_every_tick(rig):
     node, probe = rig.start()
     # a left turn 40 m ahead on a Path route (geometric rule: heading change within 30 m)
@@ -427,14 +441,7 @@ def test_route_command_is_published_to_the_planner_every_tick(rig):
                                                     for a in np.linspace(0.1, math.pi / 2, 8)] + [(70.0, 40.0)]
     probe.route_pub.publish(route_msg(points))
     assert wait_for(lambda: node.counts["routes_received"] == 1, WAIT_S)
-    for k, x in enumerate((0.0, 1.0, 2.0)):
-        probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=x, vx=0.0))
-        probe.control_at(T0_NS + k * DT_NS)
-    assert wait_for(lambda: len(probe.commands) == 3, WAIT_S) and set(probe.commands) == {"straight"}
-    for k, x in enumerate(np.arange(20.0, 40.0, 1.0), start=3):
-        probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=float(x), vx=0.0))
-        probe.control_at(T0_NS + k * DT_NS)
-    assert wait_for(lambda: probe.commands[-1] == "left", WAIT_S), probe.commands
+    drive_straight_then_left(probe, np.arange(20.0, 40.0, 1.0))
 
 
 def test_the_leaderboards_carla_route_drives_the_command_by_its_road_options(rig):
@@ -455,14 +462,7 @@ def test_the_leaderboards_carla_route_drives_the_command_by_its_road_options(rig
     publisher.publish(route)
     assert wait_for(lambda: node.counts["routes_received"] == 1, WAIT_S)
     assert node.route.options[20] == "LEFT" and node.route.options[-1] == "VOID"
-    for k, x in enumerate((0.0, 1.0, 2.0)):                   # the LEFT point is 200 m ahead: beyond the lookahead
-        probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=x, vx=0.0))
-        probe.control_at(T0_NS + k * DT_NS)
-    assert wait_for(lambda: len(probe.commands) == 3, WAIT_S) and set(probe.commands) == {"straight"}
-    for k, x in enumerate(np.arange(195.0, 210.0, 1.0), start=3):
-        probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, x=float(x), vx=0.0))
-        probe.control_at(T0_NS + k * DT_NS)
-    assert wait_for(lambda: probe.commands[-1] == "left", WAIT_S), probe.commands
+    drive_straight_then_left(probe, np.arange(195.0, 210.0, 1.0))   # the LEFT point is 200 m ahead at first
 
 
 # ----------------------------------------------------------------------------- parameters

@@ -233,24 +233,18 @@ def test_the_georeference_is_solved_from_the_plans_first_point(agent_module, tru
 
 @pytest.fixture
 def ros_context():
-    rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
-    from ros_helpers import unique_domain_id
+    pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
+    from ros_helpers import ros_context as context_on_domain
 
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=unique_domain_id(8))
-    yield context
-    rclpy.shutdown(context=context)
+    with context_on_domain(8) as context:
+        yield context
 
 
 def spinning(context, *nodes):
     from rclpy.executors import MultiThreadedExecutor
+    from ros_helpers import spin_in_thread
 
-    executor = MultiThreadedExecutor(context=context)
-    for node in nodes:
-        executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
-    return executor, thread
+    return spin_in_thread(context, *nodes, executor_type=MultiThreadedExecutor)
 
 
 @pytest.mark.ros

@@ -20,7 +20,6 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
@@ -38,7 +37,7 @@ from wam_diff2_ros.tools.dds_closed_loop import STREAM_QOS, sensor_messages  # n
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns  # noqa: E402
 import ros_helpers  # noqa: E402
-from ros_helpers import unique_domain_id  # noqa: E402
+from ros_helpers import spin_in_thread, unique_domain_id  # noqa: E402
 from ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -92,15 +91,6 @@ class Bridge(Node):
             and self.odometry_sub.get_publisher_count() > 0
 
 
-def spin(nodes, context):
-    executor = SingleThreadedExecutor(context=context)
-    for n in nodes:
-        executor.add_node(n)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
-    return executor, thread
-
-
 @pytest.fixture
 def rig(context):
     started = []
@@ -110,7 +100,7 @@ def rig(context):
         node = ln.LocalizationNode(f"localization_{role}", context=context, parameter_overrides=[
             Parameter("role_name", value=role), *[Parameter(k, value=v) for k, v in params.items()]])
         bridge = Bridge(context, role, speed_type)
-        executor, thread = spin([node, bridge], context)
+        executor, thread = spin_in_thread(context, node, bridge)
         started.append((executor, thread, node, bridge))
         if match:
             assert wait_for(bridge.matched), "the bridge probe and the node did not match"
