@@ -22,6 +22,10 @@ from wam_diff2_core.outputs.prompts import NUM_WAYPOINTS
 from wam_diff2_core.sim.truth import route_command
 
 LEFT_CROSSING_ROUTE = 2          # seed 2000: a left turn at a crossing within the first 200 m
+# The ROS loops below assert that every tick got its control: they wait for it up to this long (wall time), not the
+# leaderboard's 1 s, which a shared 2-core CI machine running the planner in the same process can miss now and then
+# (one tick of 60 did in CI); the leaderboard's own deadline is exercised by the pacing measurements (docs/carla.md).
+CONTROL_WAIT_S = 10.0
 
 
 def test_expert_future_leaves_the_world_as_it_was():
@@ -148,7 +152,7 @@ def test_ros_loop_with_the_oracle_reproduces_the_direct_loop(domain):
     from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
     settings = ClosedLoopSettings(route_length_m=120.0)
     gains = demo_world_gains()
-    with RosClosedLoop(RosLoopSettings(planner="oracle", gains=gains, domain_id=domain)) as loop:
+    with RosClosedLoop(RosLoopSettings(planner="oracle", gains=gains, domain_id=domain, control_timeout_s=CONTROL_WAIT_S)) as loop:
         ros_run = RouteRun(LEFT_CROSSING_ROUTE, settings)
         result = loop.run_route(ros_run)
     direct_run = RouteRun(LEFT_CROSSING_ROUTE, settings)
@@ -190,7 +194,7 @@ def test_ros_loop_drives_on_the_localization_nodes_estimate(domain):
     from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
     settings = ClosedLoopSettings(route_length_m=120.0)
     with RosClosedLoop(RosLoopSettings(planner="oracle", gains=demo_world_gains(), domain_id=domain,
-                                       odometry="estimated")) as loop:
+                                       odometry="estimated", control_timeout_s=CONTROL_WAIT_S)) as loop:
         assert loop.sim.odometry_pub is None                   # no true odometry on the wire
         ros_run = RouteRun(LEFT_CROSSING_ROUTE, settings)
         result = loop.run_route(ros_run)
@@ -213,7 +217,8 @@ def test_ros_loop_with_the_tiny_model_brakes_to_a_stop_and_never_accelerates(dom
     index = next(i for i in range(10) if RouteRun(i, settings).speed > 3.0)     # a route starting at speed
     loop_settings = RosLoopSettings(planner="inprocess", model_path=str(tiny_checkpoint), gains=demo_world_gains(),
                                     planner_parameters={"decoding.max_new_tokens": 32, "device": "cpu"},
-                                    domain_id=domain, ready_timeout_s=300.0, plan_timeout_s=120.0)
+                                    domain_id=domain, ready_timeout_s=300.0, plan_timeout_s=120.0,
+                                    control_timeout_s=CONTROL_WAIT_S)
     with RosClosedLoop(loop_settings) as loop:
         run = RouteRun(index, settings)
         start_speed = run.speed
@@ -298,7 +303,8 @@ def test_ros_loop_plays_the_leaderboard_bridge_and_the_oracle_completes_a_crossi
     with pytest.raises(ValueError, match="bridge: the SENSORS track has no odometry"):
         RosLoopSettings(bridge=True)
     with RosClosedLoop(RosLoopSettings(planner="oracle", gains=demo_world_gains(), domain_id=domain, bridge=True,
-                                       odometry="estimated", command_source="route")) as loop:
+                                       odometry="estimated", command_source="route",
+                                       control_timeout_s=CONTROL_WAIT_S)) as loop:
         assert loop.sim.odometry_pub is None
         result = loop.run_route(RouteRun(LEFT_CROSSING_ROUTE, ClosedLoopSettings(route_length_m=120.0)))
         _bridge_checks(loop)
@@ -318,7 +324,8 @@ def test_ros_loop_plays_the_leaderboard_bridge_and_the_demo_model_completes_a_sh
     model = Path(__file__).resolve().parents[1] / "models" / "wam-diff2-demo-b32"
     settings = RosLoopSettings(planner="inprocess", model_path=str(model), planner_parameters={"device": "cpu"},
                                gains=demo_world_gains(), domain_id=domain, bridge=True, odometry="estimated",
-                               command_source="route", ready_timeout_s=300.0, plan_timeout_s=120.0)
+                               command_source="route", ready_timeout_s=300.0, plan_timeout_s=120.0,
+                               control_timeout_s=CONTROL_WAIT_S)
     with RosClosedLoop(settings) as loop:
         result = loop.run_route(RouteRun(0, ClosedLoopSettings(route_length_m=60.0)))
         _bridge_checks(loop)
