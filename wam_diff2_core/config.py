@@ -140,6 +140,14 @@ def default_cpu_threads() -> tuple[int, str]:
     return os.cpu_count() or 1, "the CPU count"            # no affinity API (macOS)
 
 
+def add_threads_argument(parser) -> None:
+    """``--threads N``: the planner node's ``engine.cpu_threads``, for every command that runs a model
+    (the command line's and the trainer's), set with :func:`apply_cpu_threads`."""
+    f = ENGINE_FIELDS["cpu_threads"]
+    parser.add_argument("--threads", dest="cpu_threads", type=int, default=f.default,
+                        help=f"{f.metadata['help']} (default {f.default})")
+
+
 def apply_cpu_threads(cpu_threads: int) -> int:
     """Set torch's intra-op threads to ``cpu_threads`` (0: :func:`default_cpu_threads`) and log it;
     returns the number. Process-wide, as torch allows; called by DrivingPolicy (the node, eval-bag,
@@ -148,8 +156,10 @@ def apply_cpu_threads(cpu_threads: int) -> int:
 
     cpu_threads = EngineSettings().replace(cpu_threads=cpu_threads).cpu_threads      # validated
     threads, source = (cpu_threads, "cpu_threads / --threads") if cpu_threads else default_cpu_threads()
+    from wam_diff2_core._openmp import wait_policy
+
     torch.set_num_threads(threads)
-    log.info("torch intra-op threads: %d (from %s)", threads, source)
+    log.info("torch intra-op threads: %d (from %s); waiting threads: %s", threads, source, wait_policy())
     return threads
 
 # The fast path proves itself where it runs (DrivingPolicy.check_fast_path, the node at configure): on

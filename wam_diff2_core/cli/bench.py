@@ -32,7 +32,8 @@ from pathlib import Path
 
 from ..model.shapes import MROPE_SECTION, TEXT, VISION, rope_parameters
 from ..profiling import StageTimes, stage_summary
-from .common import add_threads_argument, apply_threads, cpu_name, format_table
+from ..config import add_threads_argument
+from .common import apply_threads, cpu_name, format_table
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument, add_threads_argument
+from ..config import add_threads_argument
+from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument
 
 HELP = "drive demo-world routes in closed loop (policy + controller, no ROS) and report a driving score"
 

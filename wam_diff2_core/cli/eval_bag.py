@@ -31,10 +31,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..config import add_threads_argument
 from ..params import planner as node_params
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
-                     add_threads_argument, decoding_overrides, image_limits)
+                     decoding_overrides, image_limits)
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
