@@ -36,7 +36,8 @@ PYTHON_LIBRARIES = {
     "torch": "pip", "torchvision": "pip", "transformers": "pip", "safetensors": "pip", "tokenizers": "pip",
     "PIL": "pip", "tqdm": "pip", "huggingface_hub": "pip (with transformers)",
     "accelerate": "pip, training only", "rosbags": "pip, bag evaluation only", "ruamel": "pip (with rosbags)",
-    "matplotlib": "pip, evaluation plots only", "flashinfer": "pip .[gpu]", "torch_npu": "pip .[npu]",
+    "matplotlib": "pip, evaluation plots only", "pycocotools": "pip, detection scores only",
+    "flashinfer": "pip .[gpu]", "torch_npu": "pip .[npu]",
     "leaderboard": "the CARLA leaderboard's own Python (agents/ runs inside it)",
 }
 
