@@ -27,7 +27,7 @@ from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, PDM_SUBSCO
 
 FORMAT = "wam-diff2-eval-bag/1"
 PLOTS = {"per_waypoint": "per_waypoint_error.png", "bev": "bev_samples.png", "histogram": "error_histogram.png",
-         "collision": "collision_rate.png"}
+         "collision": "collision_rate.png", "detection": "detection_ap.png"}
 WAYPOINT_TIMES_S = [round((k + 1) * WAYPOINT_DT_S, 3) for k in range(NUM_WAYPOINTS)]
 
 
@@ -50,6 +50,7 @@ def build_metrics(run, *, model: dict[str, Any], command: str = "", label: str =
                   "odometry_frame": b.plan.odometry_frame} for b in run.bags],
         "counts": run.counts(),
         "record": record,
+        "detection": getattr(run, "detection", None),
         **summary,
         "complete": True,
     }
@@ -69,6 +70,8 @@ def write_run_report(out_dir: str | Path, run, *, model: dict[str, Any], command
             plot_collision_rates({label or "model": metrics["overall"]["collision"]["model"],
                                   "constant velocity": metrics["overall"]["collision"]["constant_velocity"]},
                                  tmp / PLOTS["collision"])
+        if (metrics["detection"] or {}).get("scores"):
+            plot_detection(metrics["detection"]["scores"], tmp / PLOTS["detection"])
         (tmp / "report.md").write_text(render_markdown(metrics))
         # metrics.json last: its presence (with "complete": true) marks a finished run
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
@@ -121,6 +124,32 @@ def render_collision(c: dict[str, Any] | None, topic: str = "") -> list[str]:
 PDM_TABLE_HEAD = "| | frames | parsed | PDMS | " + " | ".join(k.upper() for k in PDM_SUBSCORES) + " |"
 PDM_TABLE_RULE = "|---|---:|---:|---:|" + "---:|" * len(PDM_SUBSCORES)
 AREA_LABELS = {AREA_ROUTE: "the route", AREA_RECORDED_DRIVE: "the recorded drive (no usable route)"}
+
+
+def render_detection(d: dict[str, Any] | None) -> list[str]:
+    """The node's recorded boxes against the bag's objects (``bag_detection``); nothing without detections."""
+    if d is None:
+        return []
+    c = d["counts"]
+    lines = ["## Detection (the node's boxes, COCO AP)", "",
+             f"Boxes published on {', '.join(f'`{t}`' for t in d['topics'])}: {c['messages']} messages, {c['matched']} "
+             f"scored against what the camera saw of the bag's objects at their stamp ({d['truth_boxes']} boxes), "
+             f"{c['no_objects']} without objects and {c['no_pose']} without odometry there, {c['unmatched_stamp']} "
+             f"matching no camera frame, {c['duplicate']} duplicates, {c['undecodable']} undecodable.", ""]
+    sc = d["scores"]
+    if not sc:
+        return lines
+    lines += [f"pycocotools {sc['library']}; {sc['parse_failures']} answers did not parse (their objects count as "
+              "missed); boxes without a score rank as 1.0 in stamp order.", "",
+              "| AP@[.5:.95] | AP50 | AP75 | AR@1 | AR@10 | AR@100 | predicted boxes |",
+              "|---:|---:|---:|---:|---:|---:|---:|",
+              "| " + " | ".join(_f(sc[k]) for k in ("ap", "ap50", "ap75", "ar1", "ar10", "ar100"))
+              + f" | {sc['predicted_boxes']} |", "",
+              "| class | AP | AP50 | ground truth | predicted |", "|---|---:|---:|---:|---:|",
+              *[f"| {label} | {_f(v['ap'])} | {_f(v['ap50'])} | {v['truth']} | {v['predicted']} |"
+                for label, v in sc["per_class"].items()], "",
+              f"![detection AP]({PLOTS['detection']})", ""]
+    return lines
 
 
 def pdm_area_label(pdm: dict[str, Any], lane_width_m: float) -> str:
@@ -205,6 +234,7 @@ def render_markdown(m: dict[str, Any]) -> str:
               *render_collision(o.get("collision"), objects_topic),
               *render_pdm(o.get("pdm"), m["settings"]["lane_width_m"], objects_topic,
                           "node" if from_node else "model"),
+              *render_detection(m.get("detection")),
               "## Per command (L2 at t, UniAD convention)", "",
               "| command | frames | valid | parse failures | model L2 1s | 2s | 3s | 4s | ADE | FDE | CV L2 4s |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -302,6 +332,27 @@ def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
     axes[0].set_ylabel("collision rate (%)")
     axes[0].legend(fontsize=8)
     fig.suptitle("Planned ego box overlapping another agent", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_detection(scores: dict[str, Any], path: Path) -> None:
+    """AP@[.5:.95], AP50 and AP75 overall and per class (bag_detection's COCO scores)."""
+    plt = pyplot()
+    groups = {"all": scores, **scores["per_class"]}
+    keys = (("ap", "AP@[.5:.95]"), ("ap50", "AP50"), ("ap75", "AP75"))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(groups), 3.2), dpi=100)
+    x = np.arange(len(groups))
+    for i, (key, name) in enumerate(keys):
+        values = [100 * g[key] if g.get(key) is not None else np.nan for g in groups.values()]
+        ax.bar(x + (i - 1) * 0.27, values, width=0.27, label=name)
+    ax.set_xticks(x, list(groups))
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("%")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"The node's boxes against the bag's objects ({scores['images']} frames)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

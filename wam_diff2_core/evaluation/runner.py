@@ -119,6 +119,7 @@ class BagPlan:
     planned: list[PlannedFrame] = field(default_factory=list)
     image_stamps: set[int] = field(default_factory=set)         # every non-zero camera stamp (--predictions)
     objects_topic: str | None = None                            # other agents' boxes (collision rate)
+    objects: ObjectTrack | None = None                          # ... as read from it
     footprint: EgoFootprint = field(default_factory=EgoFootprint)
 
     def counts(self) -> dict[str, Any]:
@@ -151,6 +152,7 @@ class BagRun:
 class EvalRun:
     settings: EvalSettings
     bags: list[BagRun]
+    detection: dict[str, Any] | None = None      # --predictions: the recorded boxes' COCO AP (bag_detection)
 
     @property
     def frames(self) -> list[FrameResult]:
@@ -243,7 +245,7 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
     plan.footprint = settings.footprint
     objects = _read_objects(bag, used.get("objects"), plan) if "objects" in used else None
     if objects is not None:
-        plan.objects_topic = used["objects"]
+        plan.objects_topic, plan.objects = used["objects"], objects
 
     # Then camera, route and command in recorded order: a frame gets the newest route/command
     # received before it, as a live node does.
@@ -589,5 +591,8 @@ def evaluate_predictions(paths: Sequence[str | Path], prediction_paths: Sequence
         for path in paths:
             with Bag(path) as bag:
                 plans.append(plan_bag(bag, settings))
+    from .bag_detection import score_recorded_detections
+
     return EvalRun(settings=settings, bags=[predictions_run_bag(plan, pred, topic)
-                                            for plan, pred in zip(plans, prediction_paths)])
+                                            for plan, pred in zip(plans, prediction_paths)],
+                   detection=score_recorded_detections(paths, plans, prediction_paths))
