@@ -384,8 +384,10 @@ def read_diffusion_file(checkpoint_dir: str | Path) -> dict:
 
 
 def write_diffusion_file(checkpoint_dir: str | Path, *, block_size: int, mask_token_id: int,
-                         eos_token_id: int, decoding: DecodingSettings | None = None) -> Path:
-    """Write the diffusion settings beside a checkpoint (decoding defaults minus block_size)."""
+                         eos_token_id: int, decoding: DecodingSettings | None = None,
+                         camera: dict[str, Any] | None = None) -> Path:
+    """Write the diffusion settings beside a checkpoint (decoding defaults minus block_size; ``camera``:
+    the camera block the model was trained with, ``camera_rig.CameraRig.as_dict()``, when known)."""
     decoding = decoding or DecodingSettings()
     payload = {
         "format_version": 1,
@@ -393,6 +395,7 @@ def write_diffusion_file(checkpoint_dir: str | Path, *, block_size: int, mask_to
         "mask_token_id": int(mask_token_id),
         "eos_token_id": int(eos_token_id),
         "decoding": {k: v for k, v in dataclasses.asdict(decoding).items() if k != "block_size"},
+        **({"camera": dict(camera)} if camera is not None else {}),
     }
     path = Path(checkpoint_dir) / DIFFUSION_CONFIG_FILE
     path.write_text(json.dumps(payload, indent=2) + "\n")
