@@ -57,9 +57,9 @@ COLLISION_CONVENTIONS = {
     "avg_to_t": "VAD (ST-P3) convention: per frame, the share of waypoints up to time t (0.5 s steps) whose ego box "
                 "overlaps an agent, averaged over frames",
 }
-SPEED_CONVENTION = ("|speed of the plan's speed profile - recorded speed| at time t: the profile the planner node "
-                    "publishes on ~/output/autoware_trajectory (from the ego's measured speed, within the node's "
-                    "trajectory.* limits) against the recorded odometry's forward speed, mean and median over "
+SPEED_CONVENTION = ("Absolute difference at time t between the speed of the plan's speed profile (what the planner "
+                    "node publishes on ~/output/autoware_trajectory: from the ego's measured speed, within the "
+                    "node's trajectory.* limits) and the recorded odometry's forward speed, mean and median over "
                     "the frames with a valid plan; the constant-speed baseline holds the measured speed")
 LATENCY_PERCENTILES = (50, 90, 99)
 PDM_SUBSCORES = ("nc", "dac", "ttc", "ep", "c")
