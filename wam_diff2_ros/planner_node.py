@@ -51,7 +51,7 @@ from wam_diff2_core.params.spec import CONFIGURE
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
 from wam_diff2_core.profiling import stage_summary
 from wam_diff2_core.camera_rig import frame_mismatch, read_camera_block
-from wam_diff2_core.speed_profile import speed_profile
+from wam_diff2_core.speed_profile import measured_speed, speed_profile
 from wam_diff2_core.topics import PLANNER_NODE
 
 from . import conversions as conv
@@ -578,7 +578,7 @@ class PlannerNode(LifecycleNode):
                 if values["publish_odom_frame_path"] and path_odom is not None:
                     outputs["path_odom"].publish(path_odom)
                 if "autoware_trajectory" in outputs and odom_frame:
-                    profile = speed_profile(waypoints, max(ego.vx, 0.0), params.profile_limits(values))
+                    profile = speed_profile(waypoints, measured_speed(ego.vx), params.profile_limits(values))
                     outputs["autoware_trajectory"].publish(
                         conv.autoware_trajectory_msg(autoware_msgs, stamp_ns, odom_frame, profile, ego))
         if detections is not None:

@@ -22,8 +22,8 @@ from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
 from ..profiling import stage_markdown
 from ..utils.atomic import atomic_directory
 from .bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE
-from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, PDM_SUBSCORES, FrameResult, collision_metrics,
-                      horizon_key, pdm_means, summarize, trajectory_metrics)
+from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, PDM_SUBSCORES, SPEED_CONVENTION, FrameResult,
+                      collision_metrics, horizon_key, pdm_means, speed_error_metrics, summarize, trajectory_metrics)
 
 FORMAT = "wam-diff2-eval-bag/1"
 PLOTS = {"per_waypoint": "per_waypoint_error.png", "bev": "bev_samples.png", "histogram": "error_histogram.png",
@@ -44,6 +44,7 @@ def build_metrics(run, *, model: dict[str, Any], command: str = "", label: str =
         "settings": run.settings.as_dict(),
         "conventions": CONVENTIONS,
         "collision_conventions": COLLISION_CONVENTIONS,
+        "speed_convention": SPEED_CONVENTION,
         "horizons_s": list(HORIZONS_S),
         "waypoint_times_s": WAYPOINT_TIMES_S,
         "bags": [{"bag": b.plan.bag, "counts": b.counts(), "camera": b.plan.camera,
@@ -106,6 +107,24 @@ def _collision_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
         lines.append(f"| {name} | {c['frames']} | " + " | ".join(_pct(c["at_t"][h]) for h in hs) + " | "
                      + " | ".join(_pct(c["avg_to_t"][h]) for h in hs) + f" | {c['frames_colliding']} |")
     return lines
+
+
+def _speed_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Mean and median speed error (m/s) at 1-4 s, one row per (name, speed_error_metrics)."""
+    hs = [horizon_key(h) for h in HORIZONS_S]
+    lines = ["| | frames | " + " | ".join(f"mean {h}" for h in hs) + " | " + " | ".join(f"p50 {h}" for h in hs) + " |",
+             "|---|---:|" + "---:|" * (2 * len(hs))]
+    for name, e in rows:
+        lines.append(f"| {name} | {e['frames']} | " + " | ".join(_f(e["mean_at_t"][h]) for h in hs) + " | "
+                     + " | ".join(_f(e["p50_at_t"][h]) for h in hs) + " |")
+    return lines
+
+
+def render_speed(speed: dict[str, Any] | None, who: str = "model") -> list[str]:
+    if speed is None:
+        return []
+    return ["## Speed error of the speed profile", "", SPEED_CONVENTION + ". m/s.", "",
+            *_speed_rows([(who, speed["model"]), ("constant speed (same frames)", speed["constant_speed"])]), ""]
 
 
 def render_collision(c: dict[str, Any] | None, topic: str = "") -> list[str]:
@@ -229,6 +248,7 @@ def render_markdown(m: dict[str, Any]) -> str:
             ("constant velocity (all evaluated)", o["constant_velocity_all_frames"])]
     lines += ["## L2 at t (UniAD convention)", "", CONVENTIONS["l2_at_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_at_t"), "",
+              *render_speed(o.get("speed_profile"), "node" if from_node else "model"),
               "## L2 averaged up to t (ST-P3 / VAD convention)", "", CONVENTIONS["l2_avg_to_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_avg_to_t"), "",
               *render_collision(o.get("collision"), objects_topic),
@@ -483,6 +503,14 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
                          na: collision_metrics([valid_a[k].collisions for k in both]),
                          nb: collision_metrics([valid_b[k].collisions for k in both]),
                          "constant_velocity": collision_metrics([valid_a[k].baseline_collisions for k in both])}}
+    speed = None
+    if ma["overall"].get("speed_profile") and mb["overall"].get("speed_profile"):
+        both = [k for k in common if valid_a[k].speed_errors is not None and valid_b[k].speed_errors is not None]
+        speed = {"runs": {na: ma["overall"]["speed_profile"]["model"], nb: mb["overall"]["speed_profile"]["model"]},
+                 "common_valid_frames": {
+                     na: speed_error_metrics([valid_a[k].speed_errors for k in both]),
+                     nb: speed_error_metrics([valid_b[k].speed_errors for k in both]),
+                     "constant_speed": speed_error_metrics([valid_a[k].baseline_speed_errors for k in both])}}
     pdm = None
     if ma["overall"].get("pdm") and mb["overall"].get("pdm"):
         both = [k for k in common if valid_a[k].pdm is not None and valid_b[k].pdm is not None]
@@ -495,7 +523,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
     result = {"format": FORMAT + "/compare", "runs": {na: str(run_a), nb: str(run_b)},
               "conventions": CONVENTIONS, "overall": {na: ma["overall"], nb: mb["overall"]},
               "per_command": {c: {na: ma["per_command"][c], nb: mb["per_command"][c]} for c in COMMANDS},
-              "common_valid_frames": paired, "collision": collision, "pdm": pdm, "complete": True}
+              "common_valid_frames": paired, "speed_profile": speed, "collision": collision, "pdm": pdm,
+              "complete": True}
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         plot_per_waypoint({na: ma, nb: mb}, tmp / "per_waypoint_compare.png", baseline=True)
         if collision is not None:
@@ -540,6 +569,13 @@ def render_compare(r: dict[str, Any], na: str, nb: str, ma: dict[str, Any], mb: 
             lines.append(f"| {label} {h} | {_f(p[na][conv][h])} | {_f(p[nb][conv][h])} | "
                          f"{_f(p['constant_velocity'][conv][h])} |")
     lines += [f"| ADE | {_f(p[na]['ade'])} | {_f(p[nb]['ade'])} | {_f(p['constant_velocity']['ade'])} |", ""]
+    if r.get("speed_profile"):
+        v = r["speed_profile"]
+        lines += ["## Speed error of the speed profile", "", SPEED_CONVENTION + ". m/s.", "",
+                  "Each on its own valid frames:", "", *_speed_rows(list(v["runs"].items())), "",
+                  "On the frames where both have a valid plan:", "",
+                  *_speed_rows([(na, v["common_valid_frames"][na]), (nb, v["common_valid_frames"][nb]),
+                                ("constant speed", v["common_valid_frames"]["constant_speed"])]), ""]
     if r.get("collision"):
         c = r["collision"]
         lines += ["## Collision rate", "", COLLISION_CONVENTIONS["at_t"] + ". "
