@@ -2,6 +2,8 @@
 labels: one derivation (vehicle_projection.VehicleProjector) behind both."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -49,7 +51,7 @@ def test_a_snapshot_without_heights_is_refused():
         pixel_truth(snapshot, (0.0, 0.0, 0.0), projector)
 
 
-def test_eval_bag_predictions_score_the_nodes_boxes_against_the_bags_objects(tmp_path):
+def test_eval_bag_predictions_score_the_nodes_boxes_against_the_bags_objects(tmp_path, capsys):
     """``eval-bag --predictions``: a demo-world bag (objects, /tf, camera_info as synth writes them) and a node's
     recorded Detection2DArray: the demo world's own labels as answers score AP 1; an answer that did not parse
     scores no box (its objects are misses); a message of no camera frame is counted, not scored."""
@@ -100,10 +102,14 @@ def test_eval_bag_predictions_score_the_nodes_boxes_against_the_bags_objects(tmp
     d = run.detection
     assert d["counts"]["matched"] == len(stamps) and d["truth_boxes"] == sum(len(b) for b in labels.values())
     assert d["scores"]["ap"] == d["scores"]["ap50"] == 1.0 and d["scores"]["parse_failures"] == 0
-    from wam_diff2_core.evaluation.report import PLOTS, write_run_report
-    metrics = write_run_report(tmp_path / "report", run, model={"source": "predictions", "predictions": []})
-    assert metrics["detection"]["scores"]["ap"] == 1.0 and (tmp_path / "report" / PLOTS["detection"]).is_file()
-    assert "## Detection (the node's boxes, COCO AP)" in (tmp_path / "report" / "report.md").read_text()
+    from wam_diff2_core.cli import main
+    from wam_diff2_core.evaluation.report import PLOTS
+    out = tmp_path / "report"
+    assert main(["eval-bag", str(bag), "--predictions", str(perfect), "--out", str(out), "--no-progress"]) == 0
+    assert "COCO AP 1.000, AP50 1.000" in capsys.readouterr().out
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["detection"]["scores"]["ap"] == 1.0 and (out / PLOTS["detection"]).is_file()
+    assert "## Detection (the node's boxes, COCO AP)" in (out / "report.md").read_text()
 
     broken = [(s + 1000, answer(s, [], valid=False) if s == seen[0] else answer(s, labels[s])) for s in stamps]
     broken.append((stamps[-1] + 7000, answer(stamps[-1] + 7, [])))

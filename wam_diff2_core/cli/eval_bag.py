@@ -372,6 +372,10 @@ def _predictions(args) -> int:
     return 0
 
 
+def _opt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _print_summary(args, metrics: dict, record: str | None, who: str = "model") -> None:
     """Counts, L2 at 1-4 s beside the constant-velocity baseline, the speed profile's error beside the
     constant-speed baseline, decoding and latency, the report."""
@@ -418,6 +422,13 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
         for name, row in pdm_rows(pdm, who):
             print(f"  {name:<20} " + "".join("       -" if row[k] is None else f"{row[k]:8.3f}"
                                              for k in ("pdms", *PDM_SUBSCORES)) + f"   {row['pdm_samples']:>6}")
+    detection = metrics.get("detection")
+    if detection:
+        sc, dc = detection["scores"], detection["counts"]
+        print(f"  the node's boxes: {dc['matched']} frames scored of {dc['messages']} messages"
+              + (f"; COCO AP {_opt(sc['ap'])}, AP50 {_opt(sc['ap50'])}, AR@100 {_opt(sc['ar100'])} against "
+                 f"{sc['truth_boxes']} boxes the camera saw of the bag's objects, {sc['parse_failures']} unparsed"
+                 if sc else ""))
     d, lat = o.get("decode") or {}, o.get("latency_ms") or {}
     if d.get("tokens_per_frame", {}).get("count"):
         retried = d.get("retried_frames")
