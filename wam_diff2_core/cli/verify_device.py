@@ -200,13 +200,15 @@ def probe(device) -> tuple[list[dict], bool]:
     """What the fast path relies on, checked before anything is timed: rows (what, result, ok) and ok.
 
     - versions of torch, transformers and FlashInfer (or why FlashInfer cannot be used);
-    - SDPA with a boolean mask [N, 1, Q, K] in bf16 under each backend alone (which ones accept it);
+    - SDPA with a boolean mask [N, 1, Q, K] in bf16 under each backend alone (which ones accept it), and a
+      step's own call (grouped heads folded into the queries) under the pinned kernels (SDPA_STEP_BACKENDS);
     - the token choice of a step (greedy, and a seeded draw) under the capture rules: on CUDA captured in
       a graph whose registered generator replays the eager draws, elsewhere under HostSyncCheck."""
     import torch
     import transformers
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from ..decoding.attention import SDPA_STEP_BACKENDS, grouped_sdpa, sdpa_step_backends
     from ..decoding.cuda_graphs import HostSyncCheck
     from ..decoding.sampling import draw_one
     from ..decoding.step import greedy_pick
@@ -234,6 +236,17 @@ def probe(device) -> tuple[list[dict], bool]:
         except RuntimeError:
             pass
     add("SDPA, bool mask, bf16: backends that run it", ", ".join(accepted) or "none", bool(accepted))
+    pinned = SDPA_STEP_BACKENDS.get(device.type)
+    try:                # a step's own call: grouped heads folded into the queries, under the pinned kernels
+        with sdpa_step_backends(device):
+            got = grouped_sdpa(q, kv[:, :8], kv[:, :8], mask, 128 ** -0.5)
+        ref = torch.nn.functional.scaled_dot_product_attention(q.float(), kv[:, :8].float().repeat_interleave(2, 1),
+                                                               kv[:, :8].float().repeat_interleave(2, 1), attn_mask=mask)
+        err = float((got.float() - ref.transpose(1, 2)).abs().max())
+        add(f"step SDPA under the pinned kernels ({', '.join(b.name.lower() for b in pinned) if pinned else 'unpinned'})",
+            f"runs (max err {err:.1e} against float32, unfolded)", err < 0.05)
+    except RuntimeError as exc:
+        add("step SDPA under the pinned kernels", f"{type(exc).__name__}: {exc}", False)
     logits = torch.randn(2, 32, 1000, device=device)
     banned = torch.tensor([0, 999], device=device)
 
