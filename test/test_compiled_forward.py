@@ -147,3 +147,21 @@ def test_steps_run_under_the_pinned_sdpa_kernels(tiny_model, monkeypatch):
     monkeypatch.setitem(attention_module.SDPA_STEP_BACKENDS, "cpu", (SDPBackend.EFFICIENT_ATTENTION,))
     with pytest.raises(RuntimeError):
         StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC).generate(batch, settings)
+
+
+def test_a_compiled_step_first_runs_outside_the_capture_rules():
+    """StepGraphs(compiles=True): code generation (on CUDA autotuning, which synchronises) happens in one run
+    before the warm-up runs, outside the capture rules, its in-place effects put back; the warm-up runs and
+    the capture then run under the rules. Without ``compiles`` every run before the replay is checked."""
+    from wam_diff2_core.decoding.cuda_graphs import WARMUP_RUNS, MutatingStep, StepGraphs
+
+    for compiles in (True, False):
+        state, checked = torch.zeros(1), []
+
+        def step():
+            checked.append(torch._C._len_torch_dispatch_stack() > 0)     # HostSyncCheck is a dispatch mode
+            state.add_(1)
+            return state * 2
+        graphs = StepGraphs(torch.device("cpu"), enabled=True, emulate=True, compiles=compiles)
+        assert float(graphs.run("step", MutatingStep(step, [state]))) == 2.0 and float(state) == 1.0
+        assert checked == [False] * compiles + [True] * (WARMUP_RUNS + 1) + [False]   # ..., capture, replay
