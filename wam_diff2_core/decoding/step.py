@@ -75,8 +75,8 @@ def forward_step(text: QwenTextForward, cache: StaticKVCache, attention, buf: St
 
 # torch.compile's mode per device type. CUDA: the static decoder's own graphs capture the compiled forward
 # (cuda_graphs.py), so Inductor must not add graphs of its own ("reduce-overhead" / "max-autotune" would):
-# autotuned kernels without CUDA graphs. Elsewhere Inductor's default (max-autotune's benchmarking costs
-# minutes of compile time on a small CPU for nothing a memory-bound step gains).
+# autotuned kernels without CUDA graphs. Elsewhere Inductor's default mode: the CPU path is for checks, and
+# its compile time (gcc, ~25-30 s of CPU a step shape here) is already the cost CI pays; autotuning would add to it.
 COMPILE_MODES = {"cuda": "max-autotune-no-cudagraphs"}
 # Compiled step shapes one process may hold (Dynamo's default is 8 per function; a warm-up compiles one per
 # batch bucket x key-span bucket x step shape). Past it a call raises rather than run eagerly unseen.
