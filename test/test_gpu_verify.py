@@ -66,7 +66,7 @@ def test_a_graph_fallback_fails_the_token_check(monkeypatch):
         return logits
     monkeypatch.setattr(sampling, "ban_tokens", host_scalar_ban)
     monkeypatch.setattr(verify_device, "CHECK_LENGTHS", ((9,), (12,)))
-    monkeypatch.setattr(verify_device, "COMPILED_CASES_OFF_CUDA", 0)       # no compile time: the graphed row shows it
+    monkeypatch.setattr(verify_device, "COMPILED_CASES", 0)       # no compile time: the graphed row shows it
     rows, ok = verify_device.check_tokens(torch.device("cpu"), perturb=False, new_tokens=8)
     graphed = [r for r in rows if r["variant"].endswith("-emulated")]
     assert not ok and graphed and all(r["note"].startswith("FAIL graph fallbacks") for r in graphed)
