@@ -95,12 +95,16 @@ class EngineSettings:
                                       "(CUDA, bf16/fp16, pip install .[gpu])", choices=ATTENTION_BACKENDS)
     cuda_graphs: bool = _setting(False, "static decoder: capture the fixed-shape denoise step in CUDA graphs "
                                  "per batch-size bucket (CUDA only; falls back to eager with a logged reason)")
+    compile_forward: bool = _setting(False, "static decoder with SDPA: run the text forward of every step "
+                                     "through torch.compile (fullgraph, static shapes; with CUDA graphs the compiled "
+                                     "forward is captured in the same graphs); code is generated once per step shape, "
+                                     "at warm-up (seconds to minutes each), and key spans are bucketed as under graphs")
     fused_commit: bool = _setting(True, "static decoder: commit block b in the first denoise forward of block "
                                   "b + 1 (S_b forwards per block instead of S_b + 1)")
-    max_context_tokens: int = _setting(4096, "static decoder with CUDA graphs: KV cache slots per sequence "
-                                       "(prompt + answer), allocated once", low=64, high=1 << 20)
-    max_graph_batch: int = _setting(8, "static decoder with CUDA graphs: largest batch-size bucket "
-                                    "(buckets 1, 2, 4, ... up to this); larger batches run eagerly",
+    max_context_tokens: int = _setting(4096, "static decoder with CUDA graphs or compile_forward: KV cache slots "
+                                       "per sequence (prompt + answer), allocated once", low=64, high=1 << 20)
+    max_graph_batch: int = _setting(8, "static decoder with CUDA graphs or compile_forward: largest batch-size "
+                                    "bucket (buckets 1, 2, 4, ... up to this); larger batches run eagerly",
                                     low=1, high=1024)
     cpu_threads: int = _setting(0, "torch intra-op threads when the model runs on CPU; 0 = OMP_NUM_THREADS "
                                 "when set, else the CPUs this process may run on (its affinity, not the "
@@ -110,9 +114,13 @@ class EngineSettings:
 
     def validated(self) -> "EngineSettings":
         _validate_fields(self)
-        if self.implementation == "plain" and (self.cuda_graphs or self.attention_backend != "sdpa"):
-            raise ConfigError("implementation: cuda_graphs and attention_backend flashinfer need "
+        if self.implementation == "plain" and (self.cuda_graphs or self.compile_forward
+                                               or self.attention_backend != "sdpa"):
+            raise ConfigError("implementation: cuda_graphs, compile_forward and attention_backend flashinfer need "
                               "implementation static")
+        if self.compile_forward and self.attention_backend != "sdpa":
+            raise ConfigError("compile_forward: needs attention_backend sdpa (FlashInfer's planned kernels are "
+                              "not traced by torch.compile)")
         return self
 
     def replace(self, **overrides: Any) -> "EngineSettings":
