@@ -348,7 +348,8 @@ def run(args) -> int:
     for label, block, threshold in configurations(args.block_sizes, args.thresholds):
         path = models["ar" if block == 1 else "diffusion"]
         if path not in loaded_by_path:
-            loaded = load_checkpoint(path, device=args.device, dtype=args.dtype, overrides=overrides)
+            loaded = load_checkpoint(path, device=args.device, dtype=args.dtype, overrides=overrides,
+                                     quantization=args.quantization)
             encoded, processor_ms = [], []
             for s, _ in samples:
                 t = time.perf_counter()
@@ -382,6 +383,7 @@ def run(args) -> int:
     device = loaded.device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {loaded.dtype}, "
+          f"quantization {args.quantization}, "
           f"{len(samples)} planning samples, model {args.model}, AR model {models['ar']}"
           + ("" if args.ar_model else " (the diffusion model at B = 1)"))
     print("medians over samples; ms/token and tokens/s: decoding only (denoise + commit), prefill excluded; "
@@ -400,7 +402,7 @@ def run(args) -> int:
     print_stage_table(results)
 
     payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
-               "dtype": str(loaded.dtype), "torch": torch.__version__, "platform": platform.platform(),
+               "dtype": str(loaded.dtype), "quantization": args.quantization, "torch": torch.__version__, "platform": platform.platform(),
                "model": str(args.model), "ar_model": str(models["ar"]), "data": str(args.data),
                "samples": len(samples), "skipped": skipped,
                "timing": "ms_per_token and tokens_per_s: denoise + commit time (prefill excluded); "

@@ -39,11 +39,12 @@ def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--implementation``, ``--cuda-graphs`` ...: one flag per EngineSettings field (how, never which tokens)."""
-    group = parser.add_argument_group("decoding engine (the tokens do not depend on these)")
+    """``--implementation``, ``--cuda-graphs`` ...: one flag per EngineSettings field (how the model runs)."""
+    group = parser.add_argument_group("decoding engine (the tokens do not depend on these, except --quantization)")
     add_threads_argument(group)
+    add_quantization_argument(group)
     for name, f in ENGINE_FIELDS.items():
-        if name == "cpu_threads":
+        if name in ("cpu_threads", "quantization"):
             continue
         meta = f.metadata
         kind = field_type(f)
@@ -60,6 +61,13 @@ def add_threads_argument(parser) -> None:
     """``--threads N``: the planner node's ``engine.cpu_threads``, for every command that runs a model."""
     f = ENGINE_FIELDS["cpu_threads"]
     parser.add_argument("--threads", dest="cpu_threads", type=int, default=f.default,
+                        help=f"{f.metadata['help']} (default {f.default})")
+
+
+def add_quantization_argument(parser) -> None:
+    """``--quantization``: the planner node's ``engine.quantization``, for every command that runs a model."""
+    f = ENGINE_FIELDS["quantization"]
+    parser.add_argument("--quantization", dest="quantization", default=f.default, choices=f.metadata["choices"],
                         help=f"{f.metadata['help']} (default {f.default})")
 
 
