@@ -318,6 +318,8 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
         torch_dtype = _stored_dtype(path, stored, dtype)
         model = _load_quantized_model(path, model_config, stored["method"], torch_dtype, attn_implementation)
         model.to(dev).eval()
+        from .quantization import warn_if_cpu
+        warn_if_cpu(stored["method"], dev)
         log.info("loaded %s (%s, %s, stored quantized as %s); decoding: %s", path, dev,
                  str(torch_dtype).replace("torch.", ""), stored["method"], diffusion.describe())
         return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev,
