@@ -209,29 +209,33 @@ def test_quant_check_gates_each_metric_by_its_tolerance():
 
 
 # ----------------------------------------------------------------------------- quantized checkpoints
-def test_exported_int8_loads_without_quantizing_and_decodes_as_quantize_at_load(tiny_checkpoint, quantized,
-                                                                                 tmp_path, monkeypatch):
-    out = tmp_path / "int8"
-    assert main(["export", str(tiny_checkpoint), str(out), "--dtype", "float32", "--quantize", "int8"]) == 0
+@pytest.mark.parametrize("method", ["int8", "int4", "int8-dynamic"])
+def test_an_export_loads_without_quantizing_and_decodes_as_quantize_at_load(tiny_checkpoint, quantized, method,
+                                                                             tmp_path, monkeypatch):
+    out = tmp_path / method
+    assert main(["export", str(tiny_checkpoint), str(out), "--dtype", "float32", "--quantize", method]) == 0
     assert not list(out.glob("*.bin")) and not list(out.glob("*.pt"))          # safetensors only
     from safetensors import safe_open
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}
     assert dtypes <= {"F32", "I8"}                                             # plain tensors
     stored = json.loads((out / "diffusion_config.json").read_text())
-    assert stored["quantization"]["method"] == "int8" and stored["quantization"]["dtype"] == "float32"
+    assert stored["quantization"]["method"] == method and stored["quantization"]["dtype"] == "float32"
     assert stored["block_size"] == json.loads((tiny_checkpoint / "diffusion_config.json").read_text())["block_size"]
 
     def refuse(*_):
         raise AssertionError("a quantized checkpoint must load without quantizing again")
     monkeypatch.setattr(quantization, "quantize_language_model", refuse)
     loaded = load_checkpoint(out, device="cpu")                # auto: the stored dtype
-    assert loaded.quantization == "int8" and loaded.dtype == torch.float32
+    assert loaded.quantization == method and loaded.dtype == torch.float32
+    assert type(loaded.model.model.language_model.layers[0].mlp.up_proj.weight) is type(
+        quantized[method].model.model.language_model.layers[0].mlp.up_proj.weight)
     for block in (32, 4):
         again = _decode(loaded, StaticBlockDiffusionDecoder, block, STATIC)
-        at_load = _decode(quantized["int8"], StaticBlockDiffusionDecoder, block, STATIC)
+        at_load = _decode(quantized[method], StaticBlockDiffusionDecoder, block, STATIC)
         assert again.sequences == at_load.sequences
-    with pytest.raises(ConfigError, match="^quantization: .* stored quantized as int8"):
-        load_checkpoint(out, device="cpu", quantization="int4")
+    other = "int4" if method != "int4" else "int8"
+    with pytest.raises(ConfigError, match=f"^quantization: .* stored quantized as {method} and cannot load as {other}"):
+        load_checkpoint(out, device="cpu", quantization=other)
     with pytest.raises(ConfigError, match="^dtype: .* float32 scales"):
         load_checkpoint(out, device="cpu", dtype="bfloat16")
