@@ -158,7 +158,7 @@ def run(args) -> int:
                                           quantization=args.quantization)
     decoders = {side: make_decoder(m.model, m.config, engine=engine) for side, m in models.items()}
     weights = {side: sum(tensor_bytes(lin.weight) for lin in quantizable_linears(m.model, "int8").values())
-               for side, m in models.items()}
+               for side, m in models.items()}          # every decoder-layer linear ("int8": no group-size filter)
 
     rows = []
     for i, (sample, truth) in enumerate(tqdm(samples, desc=f"quant-check {args.quantization}", unit="sample")):
@@ -176,7 +176,7 @@ def run(args) -> int:
     loaded = models["float"]
     device_name = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else cpu_name()
     print(f"quant-check {args.model}: {args.quantization} vs float, {len(rows)} planning samples of {args.data}, "
-          f"{loaded.device} ({device_name}, {torch.get_num_threads()} threads), {str(loaded.dtype)[6:]}, decoder "
+          f"{loaded.device} ({device_name}, {torch.get_num_threads()} threads), {str(loaded.dtype).replace('torch.', '')}, decoder "
           f"{decoders['float'].__class__.__name__}; linear-layer weights {weights['float'] / 1e6:.2f} MB -> "
           f"{weights['quantized'] / 1e6:.2f} MB")
     ms = {side: statistics.median(r[side]["ms"] for r in rows) for side in models}
