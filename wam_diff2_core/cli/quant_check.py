@@ -142,10 +142,10 @@ def run(args) -> int:
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
     from ..model.quantization import quantizable_linears, tensor_bytes
-    from .bench_models import planning_samples
+    from .bench_models import bench_samples
 
     tol = Tolerances(**{name: getattr(args, name) for name in asdict(Tolerances())})
-    samples, skipped = planning_samples(args.data, args.data_root, args.limit, args.every,
+    samples, _, skipped = bench_samples(args.data, args.data_root, args.limit, args.every, tasks=("planning",),
                                         allow_absolute_paths=args.allow_absolute_image_paths)
     apply_threads(args)
     engine = EngineSettings().replace(implementation=args.implementation, cpu_threads=args.cpu_threads)
