@@ -378,10 +378,10 @@ def test_large_raw_frames_on_best_effort_warn_once(planner, capfd):
     planner._image_qos_warned = False
     small, large = image_msg(0), image_msg(0, height=450, width=800)     # 1.4 MB bgra8
     assert len(small.data) < LARGE_RAW_FRAME_BYTES < len(large.data)
-    planner._check_image_qos(small, planner._values)
+    planner._check_image_qos(small, planner._settings)
     assert not planner._image_qos_warned
     for _ in range(3):
-        planner._check_image_qos(large, planner._values)
+        planner._check_image_qos(large, planner._settings)
     err = capfd.readouterr().err
     assert err.count("on best-effort image QoS") == 1 and "image_reliability: reliable" in err
 
