@@ -27,13 +27,11 @@ import traceback
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                        qos_profile_sensor_data)
@@ -61,7 +59,7 @@ from .keep_latest import LatestSlot
 from .msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
 from .planner_diagnostics import FAST_PATH_FELL_BACK, EventRate, LastPlan, PlannerSnapshot, planner_diagnostic_status
 from .planner_settings import PlannerSettings
-from .spinning import spin_until_shutdown
+from .spinning import run_node
 
 try:  # the common interop type, published too where the package exists
     import vision_msgs.msg as vision_msgs
@@ -650,8 +648,7 @@ class PlannerNode(LifecycleNode):
         return planner_diagnostic_status(self.get_name(), snapshot, self._settings)
 
     def publish_diagnostics(self) -> None:
-        msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()), status=[self.diagnostic_status()])
-        self._diagnostics_pub.publish(msg)
+        self._diagnostics_pub.publish(conv.diagnostic_array(self.get_clock().now().to_msg(), self.diagnostic_status()))
 
     def destroy_node(self) -> None:
         self.stop_worker()
@@ -664,28 +661,20 @@ def main(args: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
 
-    rclpy.init(args=args)
-    node = PlannerNode()
-    # one thread: callbacks only store inputs (the decode is the worker's), and rclpy's
-    # MultiThreadedExecutor busy-spun a core and the GIL, starving the decode (README)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        spin_until_shutdown(executor)
-    finally:
-        # Ctrl-C must not wait for a decode in flight (a 2B prefill on CPU takes a minute): give the
-        # worker a moment to finish, then leave; its daemon thread ends with the process.
-        node.stop_worker(SHUTDOWN_WAIT_S)
-        in_flight = node.worker_running()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    in_flight = run_node(PlannerNode, args, before_teardown=_release_worker)
     if in_flight:
         # Interpreter finalisation while torch runs in another thread can crash: exit at once.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def _release_worker(node: PlannerNode) -> bool:
+    """Ctrl-C must not wait for a decode in flight (a 2B prefill on CPU takes a minute): give the worker
+    a moment to finish, then leave (its daemon thread ends with the process). True: still decoding."""
+    node.stop_worker(SHUTDOWN_WAIT_S)
+    return node.worker_running()
 
 
 if __name__ == "__main__":
