@@ -15,7 +15,8 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
-from wam_diff2_core.frame_inputs import NS_PER_S
+from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, NS_PER_S,
+                                         ODOMETRY_OUT_OF_ORDER, ROUTE_FRAME_MISMATCH, STALE_ODOMETRY)
 
 from .msg import PlannerStatus
 from .planner_settings import PlannerSettings
@@ -24,6 +25,11 @@ STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING
                PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
 FAST_PATH_FELL_BACK = "fell back: "      # fast_path_check's prefix when the warm-up check chose plain
 RATE_WINDOW_S = 5.0
+# The node's diagnostics count input problems as skipped_<cause> (README.md). Those cause names
+# predate the core's InputSkip codes and dashboards read them, so the codes are mapped here.
+SKIP_CAUSES = {BAD_ODOMETRY: "odometry_non_finite", ODOMETRY_OUT_OF_ORDER: "odometry_out_of_order",
+               NO_ODOMETRY: "odometry_missing", STALE_ODOMETRY: "odometry_stale", BAD_ROUTE: "route_non_finite",
+               BAD_COMMAND: "command_invalid", ROUTE_FRAME_MISMATCH: "route_frame_mismatch"}
 
 
 @dataclass(frozen=True)

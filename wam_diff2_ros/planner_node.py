@@ -33,17 +33,14 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
-                       qos_profile_sensor_data)
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Float64, Header, String
-from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.geometry import TIME_RESET_S, EgoSample, PinholeCamera
 from wam_diff2_core.images import ImageError
-from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER,
-                                         OFF_ROUTE, ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip,
-                                         check_image_msg, image_msg_to_rgb, is_compressed, stamp_ns)
+from wam_diff2_core.frame_inputs import (OFF_ROUTE, FrameInputTracker, InputSkip, check_image_msg, image_msg_to_rgb,
+                                         is_compressed, stamp_ns)
 from wam_diff2_core.params import planner as params
 from wam_diff2_core.params.spec import CONFIGURE
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
@@ -56,59 +53,17 @@ from . import conversions as conv
 from .debug_image import debug_camera, plan_debug_image, status_line
 from .parameters import declare_all, read_all
 from .keep_latest import LatestSlot
-from .msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
-from .planner_diagnostics import FAST_PATH_FELL_BACK, EventRate, LastPlan, PlannerSnapshot, planner_diagnostic_status
+from .msg import PlannerStatus
+from .planner_diagnostics import (FAST_PATH_FELL_BACK, SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot,
+                                  planner_diagnostic_status)
+from .planner_interface import (COMMAND_QOS, IMAGE_QOS, INPUT_TOPICS, LARGE_RAW_FRAME_BYTES, OUTPUT_QOS, OUTPUT_TOPICS,
+                                OUTPUT_TYPES, ROUTE_QOS, STATUS_QOS, autoware_msgs, vision_msgs)
 from .planner_settings import PlannerSettings
 from .spinning import run_node
 
-try:  # the common interop type, published too where the package exists
-    import vision_msgs.msg as vision_msgs
-except ImportError:
-    vision_msgs = None
-try:  # Autoware's trajectory, published too where the package exists
-    import autoware_planning_msgs.msg as autoware_msgs
-except ImportError:
-    autoware_msgs = None
-
-# Inputs: sensor QoS (best effort, keep last 5) for streams; the route is latched; commands
-# are few and must not be lost, so reliable (matches reliable publishers of any durability).
-ROUTE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                       history=HistoryPolicy.KEEP_LAST)
-COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                         history=HistoryPolicy.KEEP_LAST)
-OUTPUT_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                        history=HistoryPolicy.KEEP_LAST)
-STATUS_QOS = ROUTE_QOS
-# On best effort, Fast DDS's default transports lose most frames larger than about this (measured on one
-# host, where its shared-memory segment is 512 KiB: 0.518 MB frames all arrive, 0.524 MB ones 1 in 6;
-# scripts/image_qos.py, README: image QoS).
-LARGE_RAW_FRAME_BYTES = 500_000
-# reliable keeps all: lockstep counts images, so none may be lost on the wire or overwritten in a
-# reader queue while the callbacks wait for the GIL (the callback only hands the newest to the worker)
-IMAGE_QOS = {"best_effort": qos_profile_sensor_data,
-             "reliable": QoSProfile(depth=0, reliability=ReliabilityPolicy.RELIABLE,
-                                    durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_ALL)}
-# The node's topics (private names, remapped by launch files).
-INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
-                "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
-                "command": "~/input/command"}
-OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "trajectory": "~/output/trajectory",
-                 "autoware_trajectory": "~/output/autoware_trajectory",
-                 "detections": "~/output/detections", "vision_detections": "~/output/detections_vision",
-                 "debug_image": "~/debug/image", "markers": "~/debug/markers",
-                 "processing_ms": "~/debug/processing_time_ms", "latency_ms": "~/debug/pipeline_latency_ms",
-                 "stage_times": "~/debug/stage_times",
-                 "status": "~/status", "diagnostics": "/diagnostics"}
 DEFAULT_EGO_FRAME = "base_link"
 SHUTDOWN_WAIT_S = 2.0        # on Ctrl-C, how long to let a decode in flight finish
 STAGE_WINDOW = 100           # frames in the diagnostics' per-stage p50 / p95
-
-# The node's diagnostics count input problems as skipped_<cause> (README.md). Those cause names
-# predate the core's InputSkip codes and dashboards read them, so the codes are mapped here.
-SKIP_CAUSES = {BAD_ODOMETRY: "odometry_non_finite", ODOMETRY_OUT_OF_ORDER: "odometry_out_of_order",
-               NO_ODOMETRY: "odometry_missing", STALE_ODOMETRY: "odometry_stale", BAD_ROUTE: "route_non_finite",
-               BAD_COMMAND: "command_invalid", ROUTE_FRAME_MISMATCH: "route_frame_mismatch"}
-
 
 class PlannerNode(LifecycleNode):
     def __init__(self, node_name: str = PLANNER_NODE, **kwargs: Any):
@@ -348,15 +303,8 @@ class PlannerNode(LifecycleNode):
             "camera_info": sub(CameraInfo, INPUT_TOPICS["camera_info"], self._on_camera_info, qos_profile_sensor_data,
                                callback_group=group),
         }
-        types = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "detections": Detection2DArray,
-                 "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64,
-                 "stage_times": StageTimes}
-        if vision_msgs is not None:
-            types["vision_detections"] = vision_msgs.Detection2DArray
-        if autoware_msgs is not None:
-            types["autoware_trajectory"] = autoware_msgs.Trajectory
         self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], OUTPUT_QOS)
-                         for key, kind in types.items()}
+                         for key, kind in OUTPUT_TYPES.items()}
 
     # ------------------------------------------------------------------ input callbacks (store only)
     def _init_inputs(self) -> None:
