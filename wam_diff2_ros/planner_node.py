@@ -43,9 +43,9 @@ from wam_diff2_core.frame_inputs import (OFF_ROUTE, FrameInputTracker, InputSkip
                                          is_compressed, stamp_ns)
 from wam_diff2_core.params import planner as params
 from wam_diff2_core.params.spec import CONFIGURE
-from wam_diff2_core.policy import DrivingPolicy, describe_engine
+from wam_diff2_core.policy import describe_engine
 from wam_diff2_core.profiling import stage_summary
-from wam_diff2_core.camera_rig import frame_mismatch, read_camera_block
+from wam_diff2_core.camera_rig import frame_mismatch
 from wam_diff2_core.speed_profile import speed_profile
 from wam_diff2_core.topics import PLANNER_NODE
 
@@ -54,10 +54,11 @@ from .debug_image import debug_camera, plan_debug_image, status_line
 from .parameters import declare_all, read_all
 from .keep_latest import LatestSlot
 from .msg import PlannerStatus
-from .planner_diagnostics import (FAST_PATH_FELL_BACK, SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot,
+from .planner_diagnostics import (SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot,
                                   planner_diagnostic_status)
 from .planner_interface import (COMMAND_QOS, IMAGE_QOS, INPUT_TOPICS, LARGE_RAW_FRAME_BYTES, OUTPUT_QOS, OUTPUT_TOPICS,
                                 OUTPUT_TYPES, ROUTE_QOS, STATUS_QOS, autoware_msgs, vision_msgs)
+from .planner_policy import PolicyLoad, load_policy
 from .planner_settings import PlannerSettings
 from .spinning import run_node
 
@@ -76,13 +77,11 @@ class PlannerNode(LifecycleNode):
 
         self._lock = threading.Lock()            # counters, the input tracker, camera, status
         self._odometry_arrived = threading.Condition(self._lock)
-        self._camera_rig = None                              # the loaded checkpoint's camera block, if any
         self._counts: collections.Counter[str] = collections.Counter()
         self._received_rate, self._processed_rate = EventRate(), EventRate()
         self._last_warn: dict[str, float] = {}
         self._policy = None
-        self._fast_path_check = "not run"       # the warm-up check of the fast path (check_fast_path)
-        self._configure_times: dict[str, float] = {}   # configure_s and its parts of the last configure (seconds)
+        self._load = PolicyLoad()               # the last configure's camera block, fast-path check and times
         self._policy_overrides: dict[str, Any] = {}
         self._loading = False
         self._active = False
@@ -161,7 +160,7 @@ class PlannerNode(LifecycleNode):
         self._set_model_state(PlannerStatus.LOADING, f"loading {values['model_path']}")
         t0 = time.monotonic()
         try:
-            policy = self._load_policy(settings)
+            policy = load_policy(settings, self.get_logger(), self._load)
         except Exception as exc:  # any load failure: stay alive, report, publish nothing
             self._loading = False
             self.get_logger().debug(traceback.format_exc())
@@ -172,43 +171,12 @@ class PlannerNode(LifecycleNode):
         message = (f"{values['model_path']} on {policy.loaded.device} "
                    f"({str(policy.loaded.dtype).replace('torch.', '')}), tasks {'+'.join(policy.tasks)}, "
                    f"block size {policy.settings.block_size}")
-        self._configure_times["configure_s"] = time.monotonic() - t0
+        self._load.times_s["configure_s"] = time.monotonic() - t0
         self._set_model_state(PlannerStatus.READY, message)
-        times = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in self._configure_times.items()
+        times = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in self._load.times_s.items()
                           if k != "configure_s")
-        self.get_logger().info(f"configured in {self._configure_times['configure_s']:.1f} s ({times}): {message}")
+        self.get_logger().info(f"configured in {self._load.times_s['configure_s']:.1f} s ({times}): {message}")
         return super().on_configure(state)
-
-    def _load_policy(self, settings: PlannerSettings) -> DrivingPolicy:
-        values = settings.values
-        t0 = time.monotonic()
-        self._configure_times = {}
-        policy = DrivingPolicy.from_checkpoint(
-            values["model_path"], device=values["device"], dtype=values["dtype"],
-            overrides=settings.decoding_overrides, tasks=params.TASKS[values["tasks"]],
-            detection_classes=tuple(values["detection_classes"]),
-            min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
-            max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
-            engine=params.engine_settings(values))
-        self.get_logger().info(f"decoding settings: {policy.loaded.config.describe()}")
-        self._camera_rig = read_camera_block(values["model_path"])     # None: the checkpoint names no camera
-        self._fast_path_check = "not run"
-        self._configure_times["load_s"] = time.monotonic() - t0
-        if values["warmup"]:
-            # The fast path proves itself on this device, or the node decodes with the plain path; both
-            # start-up decodes stop after STARTUP_BLOCKS blocks (policy.startup_settings).
-            t0 = time.monotonic()
-            fallback = policy.check_fast_path()
-            if fallback:
-                self.get_logger().warn(fallback)
-            self._configure_times["fast_path_check_s"] = time.monotonic() - t0
-            t0 = time.monotonic()
-            policy.warmup()
-            self._configure_times["warmup_s"] = time.monotonic() - t0
-            self._fast_path_check = (FAST_PATH_FELL_BACK + fallback if fallback else
-                                     "plain decoder chosen" if policy.engine.implementation == "plain" else "passed")
-        self.get_logger().info(f"decoder: {describe_engine(policy.engine)}")
-        return policy
 
     def _configure_failed(self, message: str) -> TransitionCallbackReturn:
         self.get_logger().error(f"configure failed: {message}")
@@ -454,7 +422,7 @@ class PlannerNode(LifecycleNode):
             self._skip(f"image_{exc.code}", str(exc))
             return
         conversion_ms = (time.perf_counter() - t_convert) * 1e3
-        mismatch = self._camera_rig and frame_mismatch(self._camera_rig, rgb.shape[1], rgb.shape[0])
+        mismatch = self._load.camera_rig and frame_mismatch(self._load.camera_rig, rgb.shape[1], rgb.shape[0])
         if mismatch:                                 # planned anyway: the user may know better, but is told
             self._count("frames_off_camera")
             self._warn("frames_off_camera", mismatch)
@@ -590,8 +558,8 @@ class PlannerNode(LifecycleNode):
                 processed_hz=self._processed_rate.hz(now), command_text=self._inputs.command_text,
                 route_points=0 if self._inputs.route_xy is None else len(self._inputs.route_xy),
                 has_camera_info=self._camera is not None, last_plan=self._last_plan,
-                decoder=decoder, fast_path_check=self._fast_path_check, last_stats=dict(self._last_stats),
-                configure_times=dict(self._configure_times), publisher_counts=publisher_counts,
+                decoder=decoder, fast_path_check=self._load.fast_path_check, last_stats=dict(self._last_stats),
+                configure_times=dict(self._load.times_s), publisher_counts=publisher_counts,
                 stages=stage_summary(list(self._recent_stages)), counts=dict(self._counts))
         return planner_diagnostic_status(self.get_name(), snapshot, self._settings)
 
