@@ -1,5 +1,5 @@
 """The planner node's pure pieces without a node or DDS: its typed settings, its diagnostics from a
-snapshot and its debug image."""
+snapshot, its debug image and the messages of a decoded frame."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,13 +11,20 @@ import pytest
 pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
+from std_msgs.msg import Header  # noqa: E402
 
-from wam_diff2_core.geometry import CameraMount, PinholeCamera  # noqa: E402
+from wam_diff2_core.decoding.decoder import DecodeStats  # noqa: E402
+from wam_diff2_core.frame_inputs import FrameInputs  # noqa: E402
+from wam_diff2_core.geometry import CameraMount, EgoSample, PinholeCamera  # noqa: E402
 from wam_diff2_core.params import planner as params  # noqa: E402
+from wam_diff2_core.policy import PolicyOutput, TaskResult  # noqa: E402
+from wam_diff2_ros import conversions as conv  # noqa: E402
 from wam_diff2_ros.debug_image import debug_camera, plan_debug_image, plan_pixels, status_line  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_diagnostics import (FAST_PATH_FELL_BACK, EventRate, LastPlan,  # noqa: E402
                                                PlannerSnapshot, diagnostic_values, planner_diagnostic_status)
+from wam_diff2_ros.planner_interface import OUTPUT_TOPICS, autoware_msgs  # noqa: E402
+from wam_diff2_ros.planner_outputs import frame_messages  # noqa: E402
 from wam_diff2_ros.planner_settings import PlannerSettings  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -140,3 +147,40 @@ def test_plan_debug_image_draws_on_a_copy():
     assert canvas.shape == rgb.shape and canvas.any() and not rgb.any()
     invalid = plan_debug_image(rgb, plan(waypoints, valid=False, reason="bad"), None, "x", camera, CameraMount())
     assert invalid.shape == rgb.shape
+
+
+# ----------------------------------------------------------------------------- a frame's messages
+STATS = DecodeStats(block_size=32, forwards=12, denoise_steps=10, commit_forwards=2, blocks=3, tokens=40,
+                    prefill_ms=5.0, denoise_ms=20.0, commit_ms=2.0)
+
+
+def messages(plan_result, odom_frame="odom", settings=SETTINGS):
+    ego = EgoSample(10.0, x=50.0, y=20.0, yaw=0.0, vx=5.0, vy=0.0)
+    inputs = FrameInputs(stamp_ns=10 * NS, ego=ego.motion(), command="left", command_source="route", odometry=ego)
+    out = PolicyOutput(command="left", plan=plan_result, detections=None, latency_ms=12.0)
+    header = Header(stamp=conv.ns_to_stamp(10 * NS), frame_id="camera")
+    return list(frame_messages(header, np.zeros((60, 80, 3), np.uint8), inputs, "base_link", odom_frame, out,
+                               settings, None))
+
+
+def test_a_valid_plan_gives_every_output_in_publishing_order():
+    waypoints = np.stack([np.arange(1, 9) * 2.0, np.zeros(8)], axis=1)
+    out = messages(TaskResult(valid=True, invalid_reason="", raw_text="...", stats=STATS, waypoints=waypoints))
+    names = [name for name, _ in out]
+    assert names == ["trajectory", "path", "path_odom", *(["autoware_trajectory"] if autoware_msgs else []),
+                     "markers", "debug_image"]
+    assert set(names) <= set(OUTPUT_TOPICS)
+    message = dict(out)
+    assert message["path_odom"].header.frame_id == "odom" and message["path"].header.frame_id == "base_link"
+    assert message["path_odom"].poses[0].pose.position.x == 52.0          # placed with the ego pose
+    assert message["debug_image"].header.frame_id == "camera"
+
+
+def test_an_invalid_plan_or_switched_off_outputs_give_fewer_messages():
+    invalid = TaskResult(valid=False, invalid_reason="invalid_json", raw_text="[", stats=STATS)
+    assert [name for name, _ in messages(invalid)] == ["trajectory", "markers", "debug_image"]
+    quiet = SETTINGS.with_values({"debug.publish_image": False, "debug.publish_markers": False,
+                                  "publish_odom_frame_path": False})
+    waypoints = np.stack([np.arange(1, 9) * 2.0, np.zeros(8)], axis=1)
+    valid = TaskResult(valid=True, invalid_reason="", raw_text="...", stats=STATS, waypoints=waypoints)
+    assert [name for name, _ in messages(valid, odom_frame="", settings=quiet)] == ["trajectory", "path"]

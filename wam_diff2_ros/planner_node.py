@@ -37,27 +37,25 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Float64, Header, String
 
-from wam_diff2_core.geometry import TIME_RESET_S, EgoSample, PinholeCamera
+from wam_diff2_core.geometry import TIME_RESET_S, PinholeCamera
 from wam_diff2_core.images import ImageError
-from wam_diff2_core.frame_inputs import (OFF_ROUTE, FrameInputTracker, InputSkip, check_image_msg, image_msg_to_rgb,
-                                         is_compressed, stamp_ns)
+from wam_diff2_core.frame_inputs import (OFF_ROUTE, FrameInputs, FrameInputTracker, InputSkip, check_image_msg,
+                                         image_msg_to_rgb, is_compressed, stamp_ns)
 from wam_diff2_core.params import planner as params
 from wam_diff2_core.params.spec import CONFIGURE
 from wam_diff2_core.policy import describe_engine
 from wam_diff2_core.profiling import stage_summary
 from wam_diff2_core.camera_rig import frame_mismatch
-from wam_diff2_core.speed_profile import speed_profile
 from wam_diff2_core.topics import PLANNER_NODE
 
 from . import conversions as conv
-from .debug_image import debug_camera, plan_debug_image, status_line
 from .parameters import declare_all, read_all
 from .keep_latest import LatestSlot
 from .msg import PlannerStatus
-from .planner_diagnostics import (SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot,
-                                  planner_diagnostic_status)
+from .planner_diagnostics import SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot, planner_diagnostic_status
 from .planner_interface import (COMMAND_QOS, IMAGE_QOS, INPUT_TOPICS, LARGE_RAW_FRAME_BYTES, OUTPUT_QOS, OUTPUT_TOPICS,
-                                OUTPUT_TYPES, ROUTE_QOS, STATUS_QOS, autoware_msgs, vision_msgs)
+                                OUTPUT_TYPES, ROUTE_QOS, STATUS_QOS)
+from .planner_outputs import frame_messages
 from .planner_policy import PolicyLoad, load_policy
 from .planner_settings import PlannerSettings
 from .spinning import run_node
@@ -441,7 +439,7 @@ class PlannerNode(LifecycleNode):
                 self._count("route_off_route")
             elif code in SKIP_CAUSES:
                 self._skip(SKIP_CAUSES[code], f"{why}; using default_command")
-        command, ego = inputs.command, inputs.odometry
+        command = inputs.command
         ego_frame = settings.ego_frame_id or child_frame or DEFAULT_EGO_FRAME
 
         self._apply_decoding_changes(settings.decoding_overrides)
@@ -457,8 +455,7 @@ class PlannerNode(LifecycleNode):
                     conv.invalid_trajectory_msg(image_stamp_ns, ego_frame, command, f"inference_error: {exc}"))
             return
         if self.context.ok():
-            self._publish(msg, image_stamp_ns, rgb, ego, ego_frame, odom_frame, command, inputs.command_source, out, settings,
-                          t_start)
+            self._publish(msg, rgb, inputs, ego_frame, odom_frame, out, settings, t_start)
 
     def _wait_for_odometry(self, stamp_ns: int, timeout_s: float) -> None:
         """Called holding ``self._lock``: wait until odometry at or after ``stamp_ns`` is in (or the timeout)."""
@@ -476,37 +473,15 @@ class PlannerNode(LifecycleNode):
         self._policy_overrides = overrides
         self.get_logger().info(f"decoding settings now {self._policy.settings}")
 
-    def _publish(self, msg, stamp_ns: int, rgb: np.ndarray, ego: EgoSample, ego_frame: str,
-                 odom_frame: str, command: str, source: str, out, settings: PlannerSettings,
-                 t_start: float) -> None:
-        outputs = self._outputs
+    def _publish(self, msg, rgb: np.ndarray, inputs: FrameInputs, ego_frame: str, odom_frame: str, out,
+                 settings: PlannerSettings, t_start: float) -> None:
+        outputs, stamp_ns = self._outputs, inputs.stamp_ns
         plan, detections = out.plan, out.detections
-        waypoints = plan.waypoints if plan is not None and plan.valid else None
-        if plan is not None:
-            outputs["trajectory"].publish(conv.trajectory_msg(stamp_ns, ego_frame, command, plan, out.latency_ms,
-                                                              out.stages))
-            if waypoints is not None:
-                path, path_odom = conv.plan_paths(stamp_ns, ego_frame, waypoints, odom_frame or None, ego)
-                outputs["path"].publish(path)
-                if settings.publish_odom_frame_path and path_odom is not None:
-                    outputs["path_odom"].publish(path_odom)
-                if "autoware_trajectory" in outputs and odom_frame:
-                    profile = speed_profile(waypoints, max(ego.vx, 0.0), settings.profile_limits)
-                    outputs["autoware_trajectory"].publish(
-                        conv.autoware_trajectory_msg(autoware_msgs, stamp_ns, odom_frame, profile, ego))
-        if detections is not None:
-            outputs["detections"].publish(conv.detections_msg(msg.header, detections, out.latency_ms, out.stages))
-            if "vision_detections" in outputs:
-                outputs["vision_detections"].publish(conv.vision_detections_msg(vision_msgs, msg.header, detections))
-        line = status_line(command, source, plan)
-        if settings.publish_markers and plan is not None:
-            outputs["markers"].publish(conv.plan_markers(stamp_ns, ego_frame, waypoints, line))
-        if settings.publish_debug_image:
-            with self._lock:
-                camera_info = self._camera if settings.use_camera_info else None
-            camera = debug_camera(rgb.shape[1], rgb.shape[0], camera_info, settings.horizontal_fov_deg)
-            canvas = plan_debug_image(rgb, plan, detections, line, camera, settings.camera_mount)
-            outputs["debug_image"].publish(conv.rgb_image_msg(canvas, msg.header))
+        with self._lock:
+            camera_info = self._camera if settings.use_camera_info else None
+        for name, message in frame_messages(msg.header, rgb, inputs, ego_frame, odom_frame, out, settings,
+                                            camera_info):
+            outputs[name].publish(message)
         processing_ms = (time.perf_counter() - t_start) * 1e3
         outputs["processing_ms"].publish(Float64(data=processing_ms))
         if out.stages is not None:
@@ -518,7 +493,7 @@ class PlannerNode(LifecycleNode):
             self._processed_rate.add(time.monotonic())
             if plan is not None:
                 self._counts["plans_valid" if plan.valid else "plan_parse_failures"] += 1
-                self._last_plan = LastPlan(plan.valid, plan.invalid_reason, command)
+                self._last_plan = LastPlan(plan.valid, plan.invalid_reason, inputs.command)
             if detections is not None:
                 self._counts["detections_valid" if detections.valid else "detection_parse_failures"] += 1
             stats = (plan or detections).stats
