@@ -81,6 +81,7 @@ from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .parameters import declare_all
 from .planner_diagnostics import STATE_NAMES
+from .qos import LATCHED_QOS, LATEST_RELIABLE_QOS
 from .spinning import run_node
 
 try:  # CARLA's control and route messages, where the package exists (a CARLA ROS bridge install)
@@ -93,10 +94,7 @@ except ImportError as _exc:
 DEFAULT_PLANNER = PLANNER_NODE
 # QoS: outputs depth 1 (the leaderboard's control subscriber is depth 1, reliable); latched for
 # the leaderboard status, the planner status and the routes; sensor QoS for odometry.
-CONTROL_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                         history=HistoryPolicy.KEEP_LAST)
-LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                         history=HistoryPolicy.KEEP_LAST)
+CONTROL_QOS = LATEST_RELIABLE_QOS
 # rclpy's and rclcpp's own /clock subscriptions are best effort; a reliable /clock publisher matches it
 CLOCK_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
                        history=HistoryPolicy.KEEP_LAST)

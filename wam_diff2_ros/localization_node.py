@@ -75,9 +75,10 @@ from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
 from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 
-from .controller_node import CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics
+from .controller_node import CARLA_MSGS_ERROR, carla_msgs, controller_topics
 from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .parameters import declare_all
+from .qos import LATCHED_QOS
 from .spinning import run_node
 
 UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)

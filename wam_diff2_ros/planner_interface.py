@@ -12,6 +12,7 @@ from std_msgs.msg import Float64
 from visualization_msgs.msg import MarkerArray
 
 from .msg import Detection2DArray, StageTimes, Trajectory
+from .qos import LATCHED_QOS, LATEST_RELIABLE_QOS
 
 try:  # the common interop type, published too where the package exists
     import vision_msgs.msg as vision_msgs
@@ -24,13 +25,8 @@ except ImportError:
 
 # Inputs: sensor QoS (best effort, keep last 5) for streams; the route is latched; commands
 # are few and must not be lost, so reliable (matches reliable publishers of any durability).
-ROUTE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                       history=HistoryPolicy.KEEP_LAST)
-COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                         history=HistoryPolicy.KEEP_LAST)
-OUTPUT_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                        history=HistoryPolicy.KEEP_LAST)
-STATUS_QOS = ROUTE_QOS
+ROUTE_QOS = STATUS_QOS = LATCHED_QOS
+COMMAND_QOS = OUTPUT_QOS = LATEST_RELIABLE_QOS
 # On best effort, Fast DDS's default transports lose most frames larger than about this (measured on one
 # host, where its shared-memory segment is 512 KiB: 0.518 MB frames all arrive, 0.524 MB ones 1 in 6;
 # scripts/image_qos.py, README: image QoS).

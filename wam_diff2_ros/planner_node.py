@@ -64,6 +64,7 @@ DEFAULT_EGO_FRAME = "base_link"
 SHUTDOWN_WAIT_S = 2.0        # on Ctrl-C, how long to let a decode in flight finish
 STAGE_WINDOW = 100           # frames in the diagnostics' per-stage p50 / p95
 
+
 class PlannerNode(LifecycleNode):
     def __init__(self, node_name: str = PLANNER_NODE, **kwargs: Any):
         super().__init__(node_name, **kwargs)
