@@ -14,6 +14,10 @@ thread takes the newest frame, asks the tracker for the policy's inputs at its s
 :meth:`wam_diff2_core.policy.DrivingPolicy.step` and publishes. The offline evaluator derives
 its inputs with the same tracker and makes the same call, so its numbers are the node's.
 Every output carries the input image's stamp. See wam_diff2_ros/README.md.
+
+The pieces without node state live beside it: the topics and QoS (``planner_interface``), the typed
+parameter values (``planner_settings``), the configure step (``planner_policy``), a frame's
+messages (``planner_outputs``, ``debug_image``) and the diagnostics (``planner_diagnostics``).
 """
 from __future__ import annotations
 
