@@ -25,7 +25,7 @@ setup(
     install_requires=REQUIRES,
     extras_require={
         "ros": ["opencv-python-headless>=4.8"],  # rclpy and messages come from ROS or requirements/ros.txt
-        "eval": ["rosbags>=0.10", "matplotlib>=3.8"],
+        "eval": ["rosbags>=0.10", "matplotlib>=3.8", "pycocotools>=2.0.8"],
         "train": ["accelerate>=1.0"],
         "gpu": ["flashinfer-python>=0.7"],
         "npu": ["torch-npu>=2.4"],

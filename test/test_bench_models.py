@@ -153,13 +153,13 @@ def test_bench_models_bad_inputs(tiny_checkpoint, dataset, tmp_path, capsys):
 
 
 def test_every_and_limit_pick_spread_samples(dataset):
-    picked, skipped = bench_models.planning_samples(str(dataset / "samples.json"), None, None, every=2)
-    assert [s.id for s, _ in picked] == ["s0"] and len(skipped) == 2
-    picked, _ = bench_models.planning_samples(str(dataset / "samples.json"), None, 1)
+    picked, grounding, skipped = bench_models.bench_samples(str(dataset / "samples.json"), None, None, every=2)
+    assert [s.id for s, _ in picked] == ["s0"] and grounding == [] and len(skipped) == 2
+    picked, _, _ = bench_models.bench_samples(str(dataset / "samples.json"), None, 1)
     assert [s.id for s, _ in picked] == ["s0"]
     from wam_diff2_core.config import ConfigError
     with pytest.raises(ConfigError, match="--every"):
-        bench_models.planning_samples(str(dataset / "samples.json"), None, None, every=0)
+        bench_models.bench_samples(str(dataset / "samples.json"), None, None, every=0)
 
 
 def test_bench_models_prints_the_pdm_score_on_a_demo_world_data_set(tiny_checkpoint, tmp_path, monkeypatch, capsys):
@@ -200,3 +200,130 @@ def test_bench_models_prints_the_pdm_score_on_a_demo_world_data_set(tiny_checkpo
         assert c["pdm_samples"] == 1 and c["pdms"] == 0.0 and c["nc"] is None
     assert result["baseline"]["pdm_samples"] == 1 and 0.0 <= result["baseline"]["pdms"] <= 1.0
     assert "PDM score (NAVSIM v1" in table and "CV baseline" in table
+
+
+# ------------------------------------------------------------------------ grounding samples
+GROUNDING = {   # Qwen3-VL grounding answers (0..1000) on 64 x 48 images
+    "g0": [{"bbox_2d": [100, 100, 500, 600], "label": "car"}],
+    "g1": [{"bbox_2d": [500, 200, 900, 800], "label": "car"}, {"bbox_2d": [0, 0, 250, 500], "label": "truck"}],
+}
+
+
+@pytest.fixture(scope="module")
+def grounding_dataset(tmp_path_factory):
+    """One planning sample, two grounding samples (synth's detection prompt) and a question (skipped)."""
+    from wam_diff2_core.outputs.prompts import format_detection_prompt
+
+    root = tmp_path_factory.mktemp("bench_grounding")
+    records = []
+    for i, sample_id in enumerate(["p0", *GROUNDING]):
+        rng = np.random.default_rng(10 + i)
+        Image.fromarray((rng.random((48, 64, 3)) * 255).astype(np.uint8)).save(root / f"{sample_id}.png")
+        if sample_id == "p0":
+            prompt, answer = format_planning_prompt("straight", (4.0, 0.0), (0.0, 0.0)), _answer(TRUTHS[0])
+        else:
+            prompt, answer = format_detection_prompt(), json.dumps(GROUNDING[sample_id])
+        records.append({"id": sample_id, "image": [f"{sample_id}.png"], "conversations": [
+            {"from": "human", "value": prompt}, {"from": "gpt", "value": answer}]})
+    records.append({"id": "qa", "image": [], "conversations": [
+        {"from": "human", "value": "what colour?"}, {"from": "gpt", "value": "red"}]})
+    (root / "samples.json").write_text(json.dumps(records))
+    return root
+
+
+def test_bench_samples_sorts_planning_from_grounding(grounding_dataset):
+    path = str(grounding_dataset / "samples.json")
+    planning, grounding, skipped = bench_models.bench_samples(path, None, None)
+    assert [s.id for s, _ in planning] == ["p0"] and [s.id for s in grounding] == ["g0", "g1"]
+    assert [s["id"] for s in skipped] == ["qa"] and "asks for no bbox_2d boxes" in skipped[0]["reason"]
+    planning, grounding, _ = bench_models.bench_samples(path, None, 1, tasks=("grounding",))
+    assert planning == [] and [s.id for s in grounding] == ["g0"]
+    from wam_diff2_core.config import ConfigError
+    with pytest.raises(ConfigError, match="no planning samples"):
+        bench_models.bench_samples(str(grounding_dataset / "samples.json"), None, 0, tasks=("planning",))
+
+
+def test_bench_scores_grounding_answers_with_coco_ap(tiny_checkpoint, grounding_dataset, tmp_path, monkeypatch,
+                                                     capsys):
+    """Stubbed answers pin the AP wiring: AR answers every grounding sample's own ground truth (AP 1 on every
+    metric); Block-32 answers g0's and prose for g1 (a parse failure: g1's car and truck are missed, so the car
+    is recalled 1 of 2, AP 51/101 over COCO's 101 recall points, and the truck 0 of 1)."""
+    from wam_diff2_core.data.samples import iter_samples, load_images
+    from wam_diff2_core.model.checkpoint import load_checkpoint
+    from wam_diff2_core.model.prompt_encoding import encode_prompts
+
+    processor = load_checkpoint(tiny_checkpoint, device="cpu", dtype="float32").processor
+    truth_by_prompt = []
+    for sample in iter_samples(grounding_dataset / "samples.json", grounding_dataset):
+        if sample.id in GROUNDING:
+            # the two prompts are the same text: the images tell them apart
+            pixels = encode_prompts(processor, [sample.prompt_messages], [load_images(sample)])["pixel_values"]
+            truth_by_prompt.append((pixels, sample.id))
+    real = bench_models.decode_one
+
+    def stub(decoder, tokenizer, inputs, settings, generator):
+        text, stats = real(decoder, tokenizer, inputs, settings, generator)
+        sample_id = next((i for pixels, i in truth_by_prompt if inputs["pixel_values"].equal(pixels)), None)
+        if sample_id is None:
+            return text, stats                          # the planning sample: the random model's text
+        if settings.block_size == 1 or sample_id == "g0":
+            return json.dumps(GROUNDING[sample_id]), stats
+        return "I see a car and a truck.", stats
+
+    monkeypatch.setattr(bench_models, "decode_one", stub)
+    out = tmp_path / "bench"
+    assert _bench(tiny_checkpoint, grounding_dataset / "samples.json", out, "--block-sizes", "32",
+                  "--thresholds", "0.9") == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "bench.json").read_text())
+    assert (result["samples"], result["grounding_samples"]) == (1, 2)
+    ar, b32 = result["configurations"]
+    assert [ar["label"], b32["label"]] == ["AR", "Block-32 t=0.9"]
+    assert ar["samples"] == 1 and ar["grounding"]["samples"] == 2       # planning and grounding apart
+    coco = ar["grounding"]["coco"]
+    assert coco["library"].startswith("pycocotools ") and ar["grounding"]["parse_failures"] == 0
+    for name in ("ap", "ap50", "ap75", "ar1", "ar10", "ar100"):
+        assert coco[name] == pytest.approx(1.0, abs=1e-12)
+    assert (coco["truth_boxes"], coco["predicted_boxes"]) == (3, 3)
+    # the answers are mapped onto the 64 x 48 pixels of the sample's image
+    g0 = ar["grounding"]["per_sample"][0]
+    assert g0["id"] == "g0" and g0["boxes"] == [pytest.approx(
+        {"label": "car", "score": 1.0, "x_min": 6.4, "y_min": 4.8, "x_max": 32.0, "y_max": 28.8})]
+    coco = b32["grounding"]["coco"]
+    assert b32["grounding"]["parse_failures"] == 1 and coco["parse_failures"] == 1
+    assert b32["grounding"]["per_sample"][1]["parse_error"].startswith("invalid_json")
+    assert coco["per_class"]["car"]["ap"] == pytest.approx(51 / 101, abs=1e-12)
+    assert coco["per_class"]["truck"]["ap"] == 0.0
+    assert coco["ap"] == pytest.approx(51 / 202, abs=1e-12) and coco["ar100"] == pytest.approx(0.25)
+    assert b32["grounding"]["tokens_per_forward"] > 0 and b32["grounding"]["ms_per_token"] > 0
+    assert "grounding answers: COCO AP by pycocotools" in printed and "AP@[.5:.95] per class" in printed
+    assert "AR@100" in printed and "L2@4s med" in printed
+
+
+def test_bench_reports_ap_on_a_synth_data_set(tiny_checkpoint, tmp_path, capsys):
+    """``synth``'s detection samples with the random tiny model: the AP block is there, nothing parses, every
+    unparsed answer is counted and AP is 0 against the frames' boxes (undefined when they have none)."""
+    from wam_diff2_core.sim.dataset_export import ExportSettings, export
+    from wam_diff2_core.sim.episode import EpisodeSettings
+
+    data = tmp_path / "synth"
+    export(data, ExportSettings(episodes=1, seed=0, episode=EpisodeSettings(frames=2), formats=("json",),
+                                vqa_per_frame=0), progress=False)
+    records = json.loads((data / "train.json").read_text())
+    detect = [r for r in records if r["task"] == "detect"]
+    assert len(detect) == 2 and len(records) == 4
+    truth_boxes = sum(len(json.loads(r["conversations"][1]["value"])) for r in detect)
+    out = tmp_path / "bench"
+    assert main(["bench", "--model", str(tiny_checkpoint), "--data", str(data / "train.json"), "--out", str(out),
+                 "--device", "cpu", "--block-sizes", "32", "--thresholds", "0.9", "--max-new-tokens", "8"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "bench.json").read_text())
+    assert (result["samples"], result["grounding_samples"]) == (2, 2)
+    for c in result["configurations"]:
+        g = c["grounding"]
+        assert g["samples"] == 2 and g["parse_failures"] == 2 and g["coco"]["parse_failures"] == 2
+        assert g["coco"]["truth_boxes"] == truth_boxes and g["coco"]["predicted_boxes"] == 0
+        expected = 0.0 if truth_boxes else None
+        assert all(g["coco"][k] == expected for k in ("ap", "ap50", "ap75", "ar1", "ar10", "ar100"))
+        assert c["l2_4s_mean"] is None and c["parse_failures"] == 2     # planning beside it, apart
+    assert "grounding answers: COCO AP" in printed

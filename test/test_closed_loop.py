@@ -44,6 +44,10 @@ def test_oracle_drives_routes_to_completion_in_its_lane(index):
     assert result.lane_departures == 0 and result.collisions == [] and result.success
     assert result.max_lateral_offset_m < 0.7
     assert result.fallback_reasons == {"no plan": 1}           # tick 0: the first plan comes after it
+    pdm = result.extra["pdm"]                                   # each oracle plan PDM-scored on its tick's world
+    assert pdm["pdm_samples"] == pdm["pdm_parsed"] == result.plans and pdm["nc"] == pdm["ttc"] == pdm["c"] == 1.0
+    if index == 0:                                              # the expert is the reference: a perfect score
+        assert pdm["pdms"] == pdm["dac"] == pdm["ep"] == 1.0
     if index == LEFT_CROSSING_ROUTE:
         assert any(c.turn == "left" and c.lane_s_exit < run.end_s for c in run.world.road.crossings)
 
@@ -176,7 +180,14 @@ def test_ros_cli_drives_a_route_with_the_oracle_and_writes_the_summary(domain, t
     record = json.loads((out / "summary.json").read_text())
     assert record["settings"]["loop"] == "ros" and record["settings"]["timing"] == "lockstep"
     assert record["summary"]["route_completion"] == 1.0 and record["results"][0]["extra"]["loop"] == "ros"
-    assert f"wrote {out}/summary.json" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"wrote {out}/summary.json" in printed
+    pdm = record["summary"]["pdm"]                               # pooled over the routes' plans, and printed
+    assert pdm["pdm_samples"] == record["results"][0]["plans"] and pdm["pdms"] == 1.0
+    assert f"PDMS 100.0 over {pdm['pdm_samples']} plans" in printed
+    assert main(["closed-loop", "--oracle", "--routes", "1", "--route-length-m", "30", "--no-plots", "--no-pdm",
+                 "--domain-id", str(domain), "--out", str(tmp_path / "no_pdm")]) == 0
+    assert json.loads((tmp_path / "no_pdm" / "summary.json").read_text())["summary"]["pdm"] is None
     from wam_diff2_core.config import EngineSettings
     from wam_diff2_ros.tools.cli import build_parser
     from wam_diff2_ros.tools.dds_closed_loop import planner_parameters
@@ -233,6 +244,8 @@ def test_ros_loop_with_the_tiny_model_brakes_to_a_stop_and_never_accelerates(dom
     assert received == result.ticks and planner["images_processed"] == result.plans
     assert result.plans == math.ceil(result.ticks / 10) and result.plans_valid == 0
     assert result.plans_retried == result.plans                  # each garbage answer was decoded twice
+    assert result.extra["pdm"] == {"pdm_samples": result.plans, "pdm_parsed": 0, "pdms": 0.0, "nc": None,
+                                   "dac": None, "ttc": None, "ep": None, "c": None}   # no plan: PDMS 0
     assert result.controls_fallback == result.ticks and result.max_throttle_on_fallback == 0.0
     speeds = np.array([s for _, _, s, _ in run.trace])
     assert speeds[0] == start_speed and np.all(np.diff(speeds) <= 0.0) and run.speed == 0.0

@@ -173,6 +173,55 @@ def test_flashinfer_request_past_the_graph_cache_runs_eagerly(tiny_model, monkey
     assert static.cache is not None and static.cache.slots > engine.max_context_tokens
 
 
+@pytest.mark.parametrize("block,prompts", [(8, (0, 1)), (1, (1, 2))])
+def test_flashinfer_plans_from_host_lengths_that_match_the_device_buffers(tiny_model, monkeypatch, block, prompts):
+    """Planning reads nothing from the device (issue 28: two host syncs per AR token): the page tables come
+    from host-side lengths. At every step forward they must equal the tables derived from the step's own
+    device buffers (packed rows: a segment sees its row's slots [0, last slot it writes + 1)), for the
+    denoise step, the fused commit + step and every AR token (whose slots the step computes on the device)."""
+    from wam_diff2_core.decoding import attention_flashinfer
+    from wam_diff2_core.decoding.attention_flashinfer import FlashInferAttention
+    static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, STATIC)
+    kernels = types.SimpleNamespace(BatchPrefillWithPagedKVCacheWrapper=_PagedPrefillStandIn)
+    static.attention = FlashInferAttention(static.text, use_cuda_graph=False, kernels=kernels)
+    checked = []
+    real_step = FlashInferAttention.step
+
+    def step(self, layer, attn, q, cache, buf):
+        if layer == 0:
+            wrapper = self._wrappers[self._wrapper_key(buf, cache)]
+            per_row, size = cache.slots // cache.page_size, cache.page_size
+            ends = (buf.slots[:, [stop - 1 for _, stop in buf.segments]] + 1).tolist()        # device-derived
+            indptr, indices, lengths = [0], [], []
+            for row, row_ends in enumerate(ends):
+                for kv in row_ends:
+                    pages = torch.unique((row * per_row * size + torch.arange(kv)) // size).tolist()
+                    indices += pages
+                    indptr.append(indptr[-1] + len(pages))
+                    lengths.append(kv)
+            assert (wrapper.kv_indptr, wrapper.kv_indices, wrapper.kv_len) == (indptr, indices, lengths)
+            queries = buf.segments[0][1] - buf.segments[0][0]                    # every segment's length
+            assert wrapper.qo == [i * queries for i in range(len(ends) * len(buf.segments) + 1)]
+            checked.append(len(buf.segments))
+        return real_step(self, layer, attn, q, cache, buf)
+    monkeypatch.setattr(FlashInferAttention, "step", step)
+    settings = tiny_model.config.settings.replace(block_size=block, denoising_steps=block, confidence_threshold=0.7,
+                                                  max_new_tokens=24)
+    batch = encode(tiny_model.processor, prompts)
+    want = BlockDiffusionDecoder(tiny_model.model, tiny_model.config).generate(batch, settings)
+    assert static.generate(batch, settings).sequences == want.sequences
+    assert len(checked) == static.forwards_run > 0 and (block == 1 or 2 in checked)     # fused steps too
+
+    # What FlashInfer's plan reads on the host is a host tensor whatever the device (a device tensor there is
+    # a device-to-host copy, a sync); the page indices go to the device (here "meta": no data, no CPU).
+    text = types.SimpleNamespace(device=torch.device("meta"))
+    monkeypatch.setattr(attention_flashinfer, "WORKSPACE_BYTES", 16)
+    meta = FlashInferAttention(text, use_cuda_graph=False, kernels=kernels)
+    indptr, indices, last = meta._pages(static.cache, [(0, 17), (1, 16)])
+    assert indptr.device.type == last.device.type == "cpu" and indices.device.type == "meta"
+    assert (indptr.tolist(), last.tolist(), indices.shape[0]) == ([0, 2, 3], [1, 16], 3)
+
+
 # ---------------------------------------------------------------------------------- 6. bench shape
 def test_bench_logit_scale_leaves_tied_embeddings_alone():
     """With tied embeddings (as the 2B shape) the logit scale must not scale the input embeddings."""

@@ -213,6 +213,30 @@ def test_a_frame_over_the_image_size_limit_is_skipped_from_its_header(tmp_path, 
     assert counts_of(tmp_path / "default")[0]["skipped"] == {}
 
 
+def test_the_params_files_trajectory_limits_shape_the_scored_speed_profile(tmp_path, capsys, monkeypatch):
+    """Plans that stay put from 8 m/s: the profile brakes at the node's trajectory.max_decel_mps2,
+    6 m/s^2 by default (2 m/s at 1 s, then 0), 2 m/s^2 from the params file (6, 4, 2, 0 m/s at 1-4 s)."""
+    from wam_diff2_core.policy import DrivingPolicy
+
+    policy = ScriptedPolicy(lambda i, ego, command: np.zeros((8, 2)))
+    monkeypatch.setattr(DrivingPolicy, "from_checkpoint", classmethod(lambda cls, *a, **k: policy))
+    bag = write_scene_bag(tmp_path / "bag", scene())
+    params = tmp_path / "planner.yaml"
+    params.write_text("/**:\n  ros__parameters:\n    trajectory:\n      max_decel_mps2: 2\n")
+    for name, extra, expected in (("default", (), [6.0, 8.0, 8.0, 8.0]),
+                                  ("params", ("--params-file", str(params)), [2.0, 4.0, 6.0, 8.0])):
+        assert eval_bag(bag, tmp_path / name, *extra) == 0, capsys.readouterr().err
+        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        assert list(metrics["overall"]["speed_profile"]["model"]["mean_at_t"].values()) == pytest.approx(expected)
+    assert metrics["settings"]["profile_limits"]["max_decel_mps2"] == 2.0
+    assert "speed error (m/s)" in capsys.readouterr().out
+    for value, fragment in (("-1.0", "trajectory.max_decel_mps2: -1.0 is below"),
+                            ("fast", "trajectory.max_decel_mps2: expected float, got 'fast'")):
+        params.write_text(f"/**:\n  ros__parameters:\n    trajectory:\n      max_decel_mps2: {value}\n")
+        expect_error(capsys, eval_bag(bag, tmp_path / f"bad_{value}", "--params-file", str(params)),
+                     f"--params-file {params}", fragment)
+
+
 def test_frames_without_a_command_are_skipped_only_when_asked(tmp_path, capsys, scripted):
     bag = write_scene_bag(tmp_path / "bag", scene(route=None))
     rc = eval_bag(bag, tmp_path / "strict", "--default-command", "none")

@@ -15,10 +15,10 @@ import pytest
 from wam_diff2_core.evaluation.bags import Bag, BagTopics, default_typestore, write_bag
 from wam_diff2_core.evaluation.ground_truth import constant_velocity_waypoints
 from wam_diff2_core.evaluation.record import record_predictions
-from wam_diff2_core.evaluation.report import compare_runs, write_run_report
+from wam_diff2_core.evaluation.report import compare_runs, load_run, write_run_report
 from wam_diff2_core.evaluation.runner import EvalSettings, evaluate_bags
-from wam_diff2_core.evaluation.scenes import (START_NS, ScriptedPolicy, circle_scene, frame_image, scene_messages,
-                                              scene_topic_types, straight_scene, write_scene_bag)
+from wam_diff2_core.evaluation.scenes import (START_NS, ScriptedPolicy, accelerating_scene, circle_scene, frame_image,
+                                              scene_messages, scene_topic_types, straight_scene, write_scene_bag)
 from wam_diff2_core.geometry import ego_to_world
 
 STORAGES = ("sqlite3", "mcap")
@@ -112,6 +112,89 @@ def test_every_metric_pinned_per_command_with_parse_failures(straight_both, tmp_
     assert metrics["conventions"]["l2_at_t"].startswith("UniAD convention") and "ST-P3" in metrics["conventions"]["l2_avg_to_t"]
     report = (tmp_path / "run" / "report.md").read_text()
     assert "L2 at t (UniAD convention)" in report and "(ST-P3 / VAD convention)" in report and "| left | 12 | 9 |" in report
+
+
+HORIZONS = ("1s", "2s", "3s", "4s")
+
+
+def test_speed_error_on_a_constant_speed_drive_zero_when_kept_known_when_staying_put(straight_bag, tmp_path):
+    """8 m/s all along. Plans that keep the speed: the profile holds 8 m/s, no error. Plans that stay put:
+    the profile brakes at the 6 m/s^2 limit from the measured 8 m/s (2 m/s at 1 s, 0 from 1.4 s)."""
+    keeps = evaluate_bags([straight_bag], ScriptedPolicy(), progress=False)
+    stays = evaluate_bags([straight_bag], ScriptedPolicy(lambda i, ego, cmd: np.zeros((8, 2))), progress=False)
+    for f in keeps.frames + stays.frames:
+        assert f.recorded_speeds.tolist() == [SPEED] * 8
+        assert f.baseline_speed_errors.tolist() == [0.0] * 8
+    assert np.abs([f.speed_errors for f in keeps.frames]).max() < 1e-9
+    for f in stays.frames:
+        assert f.speed_errors == pytest.approx([3.0, 6.0, 8, 8, 8, 8, 8, 8])
+    metrics = write_run_report(tmp_path / "stays", stays, model={"path": "scripted"})
+    speed = metrics["overall"]["speed_profile"]
+    assert speed["frames"] == 41
+    assert speed["model"]["mean_at_t"] == pytest.approx({"1s": 6.0, "2s": 8.0, "3s": 8.0, "4s": 8.0})
+    assert speed["model"]["p50_at_t"] == pytest.approx({"1s": 6.0, "2s": 8.0, "3s": 8.0, "4s": 8.0})
+    assert speed["constant_speed"]["mean_at_t"] == {h: 0.0 for h in HORIZONS}
+    assert metrics["per_command"]["left"]["speed_profile"]["frames"] == 12
+    report = (tmp_path / "stays" / "report.md").read_text()
+    assert "## Speed error of the speed profile" in report
+    assert "| model | 41 | 6.000 | 8.000 | 8.000 | 8.000 | 6.000 |" in report
+    # what frames.jsonl holds comes back as it was
+    _, loaded = load_run(tmp_path / "stays")
+    assert loaded[5].speed_errors == pytest.approx(stays.frames[5].speed_errors)
+    assert loaded[5].recorded_speeds.tolist() == [SPEED] * 8
+
+
+def test_speed_error_on_an_accelerating_drive(tmp_path):
+    """From 4 m/s at 1 m/s^2: the recorded speed at +t is the measured one + t. A plan at the measured
+    speed is off by t, as the constant-speed baseline; a plan of the recorded future is close, up to the
+    last half-second, whose speed the profile takes as that half-second's mean: 0.25 m/s short at 4 s."""
+    scene = accelerating_scene(4.0, 1.0, yaw=YAW, duration_s=6.0)
+    bag = write_scene_bag(tmp_path / "accelerating", scene, storage="mcap")
+    t = 0.5 * K
+
+    def recorded_future(i, ego, command):
+        return np.stack([ego.velocity[0] * t + 0.5 * t * t, np.zeros(8)], axis=1)
+
+    def measured_speed_kept(i, ego, command):
+        return np.stack([ego.velocity[0] * t, np.zeros(8)], axis=1)
+
+    follows = evaluate_bags([bag], ScriptedPolicy(recorded_future), progress=False)
+    keeps = evaluate_bags([bag], ScriptedPolicy(measured_speed_kept), progress=False)
+    assert len(follows.frames) == len(keeps.frames) == 41
+    for f, g in zip(follows.frames, keeps.frames):
+        v0 = 4.0 + (f.stamp_ns - START_NS) / 1e9
+        assert f.velocity[0] == pytest.approx(v0, abs=1e-9)
+        assert f.recorded_speeds == pytest.approx(v0 + t, abs=1e-9)
+        assert f.baseline_speed_errors == pytest.approx(t, abs=1e-9)
+        assert g.speed_errors == pytest.approx(t, abs=1e-9)
+        assert f.speed_errors[:7].max() < 0.02 and f.speed_errors[7] == pytest.approx(0.25, abs=1e-6)
+    speed = {name: write_run_report(tmp_path / name, run, model={"path": name})["overall"]["speed_profile"]
+             for name, run in (("follows", follows), ("keeps", keeps))}
+    assert speed["keeps"]["model"]["mean_at_t"] == pytest.approx({"1s": 1.0, "2s": 2.0, "3s": 3.0, "4s": 4.0})
+    assert speed["keeps"]["constant_speed"]["mean_at_t"] == pytest.approx(speed["keeps"]["model"]["mean_at_t"])
+    assert speed["follows"]["model"]["mean_at_t"]["4s"] == pytest.approx(0.25, abs=1e-6)
+    assert max(speed["follows"]["model"]["mean_at_t"][h] for h in ("1s", "2s", "3s")) < 0.02
+
+
+def test_a_run_written_before_the_recorded_speed_still_loads_summarizes_and_compares(straight_bag, tmp_path):
+    run = evaluate_bags([straight_bag], ScriptedPolicy(), EvalSettings(every=4), progress=False)
+    for name in ("old", "new"):
+        write_run_report(tmp_path / name, run, model={"path": name})
+    lines = (tmp_path / "old" / "frames.jsonl").read_text().splitlines()
+    new_keys = ("recorded_speeds", "speed_errors", "baseline_speed_errors")
+    old = [{k: v for k, v in json.loads(line).items() if k not in new_keys} for line in lines]
+    (tmp_path / "old" / "frames.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    metrics = json.loads((tmp_path / "old" / "metrics.json").read_text())
+    for group in (metrics["overall"], *metrics["per_command"].values()):
+        del group["speed_profile"]
+    (tmp_path / "old" / "metrics.json").write_text(json.dumps(metrics))
+    _, frames = load_run(tmp_path / "old")
+    assert len(frames) == 11 and all(f.recorded_speeds is None and f.speed_errors is None for f in frames)
+    from wam_diff2_core.evaluation.metrics import summarize
+    assert summarize(frames)["overall"]["speed_profile"] is None
+    result = compare_runs(tmp_path / "old", tmp_path / "new", tmp_path / "cmp")
+    assert result["speed_profile"] is None and result["common_valid_frames"]["frames"] == 11
+    assert "Speed error" not in (tmp_path / "cmp" / "compare.md").read_text()
 
 
 def test_every_nth_frame(straight_bag):
@@ -216,6 +299,13 @@ def test_compare_two_runs_side_by_side_and_on_common_frames(straight_bag, tmp_pa
     assert result["overall"]["AR"]["valid"] == 16 and result["overall"]["Block-32"]["valid"] == 14
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| valid plans | 16 | 14 |" in md and "On the 11 frames where both have a valid plan" in md
+    # speed errors on all frames and on the common ones; at 4 s the profile has the plan's last half-second speed,
+    # 8 m/s with or without the lateral offset
+    speed = result["speed_profile"]
+    assert speed["runs"]["AR"]["frames"] == 16 and speed["common_valid_frames"]["Block-32"]["frames"] == 11
+    assert speed["common_valid_frames"]["Block-32"]["mean_at_t"]["4s"] == pytest.approx(0.0, abs=1e-9)
+    assert result["overall"]["AR"]["speed_profile"]["constant_speed"]["frames"] == 16
+    assert "## Speed error of the speed profile" in md and "| constant speed | 11 |" in md
     assert (tmp_path / "cmp" / "per_waypoint_compare.png").stat().st_size > 1000
 
 

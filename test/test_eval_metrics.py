@@ -1,6 +1,7 @@
 """Evaluation building blocks against hand-computed values: metrics in both L2 conventions,
-percentiles, the recorded-future interpolation and ego-frame transform, the constant-velocity
-baseline, and the frame-input derivation shared with the planner node."""
+percentiles, the recorded-future interpolation and ego-frame transform, the recorded speed and the
+speed profile's error against it, the constant-velocity baseline, and the frame-input derivation
+shared with the planner node."""
 from __future__ import annotations
 
 import math
@@ -9,9 +10,11 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
-from wam_diff2_core.evaluation.ground_truth import (BEYOND_END, ODOMETRY_GAP, EgoTrajectory, NoFuture,
+from wam_diff2_core.evaluation.ground_truth import (BEFORE_START, BEYOND_END, ODOMETRY_GAP, EgoTrajectory, NoFuture,
                                                     constant_velocity_waypoints)
-from wam_diff2_core.evaluation.metrics import distribution, trajectory_metrics, waypoint_errors
+from wam_diff2_core.evaluation.metrics import (FrameResult, distribution, profile_speed_errors, speed_error_metrics,
+                                               summarize, trajectory_metrics, waypoint_errors)
+from wam_diff2_core.speed_profile import ProfileLimits
 from wam_diff2_core.geometry import quaternion_from_yaw
 from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER, STALE_ODOMETRY,
                                          FrameInputTracker, InputSettings, InputSkip)
@@ -102,6 +105,69 @@ def test_frames_without_four_seconds_or_inside_a_gap_have_no_future():
 def test_constant_velocity_baseline_keeps_the_ego_frame_velocity():
     cv = constant_velocity_waypoints((4.0, -1.0))
     assert cv.tolist() == [[2.0 * k, -0.5 * k] for k in range(1, 9)]
+
+
+# ----------------------------------------------------------------------------- recorded speed
+def test_recorded_speed_is_interpolated_like_the_poses_with_the_same_no_future_rules():
+    # 0.5 s samples speeding up 1 m/s each, then a 1 s gap: speed 0, 1, ..., 9, then 20 at 5.5 s
+    stamps = [k * S // 2 for k in range(10)] + [11 * S // 2]
+    traj = EgoTrajectory(stamps, np.zeros((11, 2)), [0.0] * 11, max_gap_s=0.6, speed=[*range(10), 20.0])
+    assert traj.speed_at(S) == 2.0 and traj.speed_at(S + S // 8) == 2.25       # on a sample; a quarter on
+    assert traj.future_speeds(0).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    assert traj.future_speeds(S // 4).tolist() == [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5]
+    for t_ns, code in ((S, ODOMETRY_GAP), (-1, BEFORE_START), (11 * S // 2, BEYOND_END)):
+        with pytest.raises(NoFuture) as err:      # +4 s inside the gap / before the start / past the end
+            traj.future_speeds(t_ns)
+        assert err.value.code == code
+    with pytest.raises(ValueError, match="speed: expected one value per stamp"):
+        EgoTrajectory(stamps, np.zeros((11, 2)), [0.0] * 11, speed=[1.0] * 10)
+    with pytest.raises(ValueError, match="without speeds"):
+        EgoTrajectory(stamps, np.zeros((11, 2)), [0.0] * 11).speed_at(0)
+
+
+K = np.arange(1, 9)
+
+
+def test_speed_profile_error_of_a_plan_that_keeps_the_speed_and_of_one_that_stays_put():
+    recorded = np.full(8, 8.0)                                    # the drive kept 8 m/s
+    keeps = np.stack([8.0 * 0.5 * K, np.zeros(8)], axis=1)
+    assert profile_speed_errors(keeps, 8.0, recorded) == pytest.approx(np.zeros(8), abs=1e-9)
+    # staying put: the profile brakes from 8 m/s at the 6 m/s^2 limit, 5 m/s at 0.5 s, 2 at 1 s, 0 from 1.4 s
+    stays = np.zeros((8, 2))
+    assert profile_speed_errors(stays, 8.0, recorded) == pytest.approx([3.0, 6.0, 8, 8, 8, 8, 8, 8])
+    softer = ProfileLimits(max_decel_mps2=2.0)                    # the limits are the profile's: 1 m/s per 0.5 s
+    assert profile_speed_errors(stays, 8.0, recorded, softer) == pytest.approx([1.0, 2, 3, 4, 5, 6, 7, 8])
+
+
+def test_speed_error_means_and_medians_at_1_to_4_s():
+    errors = np.array([[0.1 * k for k in K], [1.0] * 8, [3.0] * 8])
+    m = speed_error_metrics(errors)
+    assert m["frames"] == 3
+    assert m["mean_at_t"] == pytest.approx({"1s": 4.2 / 3, "2s": 4.4 / 3, "3s": 4.6 / 3, "4s": 4.8 / 3})
+    assert m["p50_at_t"] == pytest.approx({"1s": 1.0, "2s": 1.0, "3s": 1.0, "4s": 1.0})
+    assert speed_error_metrics(np.zeros((0, 8))) == {"frames": 0, "mean_at_t": dict.fromkeys(m["mean_at_t"]),
+                                                     "p50_at_t": dict.fromkeys(m["p50_at_t"])}
+
+
+def frame_record(i, valid=True):
+    """A frames.jsonl record as eval-bag wrote them before the recorded speed existed."""
+    gt = [[4.0 * 0.5 * k, 0.0] for k in K]
+    return {"bag": "old.mcap", "index": i, "stamp_ns": i * S, "bag_time_ns": i * S, "command": "straight",
+            "command_source": "route", "velocity": [4.0, 0.0], "acceleration": [0.0, 0.0], "valid": valid,
+            "invalid_reason": "" if valid else "not_a_number: x", "raw_text": "", "ground_truth": gt,
+            "predicted": [[x + 0.5, y] for x, y in gt] if valid else None, "baseline": gt, "errors": None,
+            "baseline_errors": None, "stats": {"forwards": 2, "tokens": 8}, "latency_ms": 10.0}
+
+
+def test_a_record_written_before_the_recorded_speed_loads_and_summarizes():
+    frames = [FrameResult.from_record(frame_record(i, valid=i != 2)) for i in range(4)]
+    assert all(f.recorded_speeds is None and f.speed_errors is None for f in frames)
+    o = summarize(frames)["overall"]
+    assert o["speed_profile"] is None
+    assert (o["frames"], o["valid"]) == (4, 3) and o["model"]["l2_at_t"]["4s"] == pytest.approx(0.5)
+    # written again, it says so and still loads
+    again = FrameResult.from_record(frames[0].as_record())
+    assert frames[0].as_record()["recorded_speeds"] is None and again.speed_errors is None
 
 
 # ----------------------------------------------------------------------------- frame inputs

@@ -284,6 +284,29 @@ def test_demo_world_agents_are_the_worlds_boxes_then_move_on_at_their_last_speed
     assert len(inputs.scene.agents) == len(episode.traffic[tick])
 
 
+def test_a_live_worlds_scene_is_the_recorded_episodes_at_the_same_tick(world_frame):
+    """world_pdm_inputs (the closed loop) rolls a copy of the world forward instead of reading recorded ticks:
+    the same world at the same tick gives the same scene, reference and scores, and the world is unchanged."""
+    from wam_diff2_core.sim.episode import make_world
+    from wam_diff2_core.sim.pdm_scenes import world_pdm_inputs
+
+    episode, frame, recorded = world_frame
+    world, _ = make_world(episode.seed, episode.index, episode.settings)
+    for _ in range(episode.settings.frame_tick(frame)):
+        world.step()
+    before = (world.ego, world.tick, [(v.id, v.s, v.speed) for v in world.traffic])
+    live = world_pdm_inputs(world)
+    assert before == (world.ego, world.tick, [(v.id, v.s, v.speed) for v in world.traffic])
+    assert live.ego == recorded.ego and live.reference_progress_m == pytest.approx(recorded.reference_progress_m)
+    assert [a.name for a in live.scene.agents] == [a.name for a in recorded.scene.agents]
+    for a, b in zip(live.scene.agents, recorded.scene.agents):
+        assert np.allclose(a.xy[:20], b.xy[:20]) and np.allclose(a.yaw[:20], b.yaw[:20])
+    speed = recorded.ego.speed_mps
+    for plan in (episode.future_waypoints(episode.settings.frame_tick(frame)), np.stack([speed * T, 0 * T], 1),
+                 np.stack([speed * T, 2.8 * np.clip(T / 1.5, 0, 1)], 1)):
+        assert live.score(plan).pdms == pytest.approx(recorded.score(plan).pdms)
+
+
 def test_a_frame_the_episode_lacks_is_refused(world_frame):
     from wam_diff2_core.sim.pdm_scenes import frame_pdm_inputs
 

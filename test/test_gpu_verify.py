@@ -24,10 +24,12 @@ def test_gpu_verify_runs_end_to_end_on_cpu(tmp_path):
     done = _verify(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "fast tokens vs plain" in out and "8/8 rows agree" in out and "verify-device: every check passed" in out
-    graphed = [r for r in json.loads((tmp_path / "out" / "verify.json").read_text())["tokens"]
-               if r["variant"] == "static-sdpa-graph-emulated"]
+    assert "fast tokens vs plain" in out and "9/9 rows agree" in out and "verify-device: every check passed" in out
+    tokens = json.loads((tmp_path / "out" / "verify.json").read_text())["tokens"]
+    graphed = [r for r in tokens if r["variant"] == "static-sdpa-graph-emulated"]
     assert len(graphed) == 4 and all("replays of" in r["note"] for r in graphed)    # graphs ran, none fell back
+    compiled = [r for r in tokens if r["variant"] == "static-sdpa-compiled-graph-emulated"]
+    assert [r["case"] for r in compiled] == ["Block-32 greedy"] and "replays of" in compiled[0]["note"]
     for row in ("static-sdpa Block-32 forward", "static-sdpa AR forward", "Block-32 decode (static-sdpa)",
                 "160x90 frame -> trajectory"):
         assert row in out, out
@@ -64,6 +66,7 @@ def test_a_graph_fallback_fails_the_token_check(monkeypatch):
         return logits
     monkeypatch.setattr(sampling, "ban_tokens", host_scalar_ban)
     monkeypatch.setattr(verify_device, "CHECK_LENGTHS", ((9,), (12,)))
+    monkeypatch.setattr(verify_device, "COMPILED_CASES", 0)       # no compile time: the graphed row shows it
     rows, ok = verify_device.check_tokens(torch.device("cpu"), perturb=False, new_tokens=8)
     graphed = [r for r in rows if r["variant"].endswith("-emulated")]
     assert not ok and graphed and all(r["note"].startswith("FAIL graph fallbacks") for r in graphed)

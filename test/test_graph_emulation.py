@@ -100,6 +100,23 @@ def test_cuda_graphs_equal_plain_across_calls(tiny_checkpoint, block, temperatur
     assert not static.graphs.failures and static.graphs.replays > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real graphs): scripts/device_check.sh")
+def test_compiled_forward_in_cuda_graphs_equals_plain_across_calls(tiny_checkpoint):
+    """engine.compile_forward inside real CUDA graphs (float32, Block-8 greedy): each step shape compiled
+    before the capture rules apply (autotuning synchronises), captured, replayed across calls."""
+    from wam_diff2_core.model.checkpoint import load_checkpoint
+    m = load_checkpoint(tiny_checkpoint, device="cuda", dtype="float32")
+    settings = m.config.settings.replace(block_size=8, denoising_steps=8, confidence_threshold=0.7, max_new_tokens=40)
+    static = StaticBlockDiffusionDecoder(m.model, m.config, GRAPHED.replace(compile_forward=True))
+    plain = BlockDiffusionDecoder(m.model, m.config)
+    assert not static.warmup(batch_sizes=(1,), prompt_tokens=47, settings=settings)["graph_fallbacks"]
+    for prompts in CALLS:
+        batch = encode(m.processor, prompts)
+        assert static.generate(batch, settings).sequences == plain.generate(batch, settings).sequences, prompts
+    assert not static.graphs.failures and static.graphs.replays > 0
+
+
 @pytest.mark.parametrize("statement,op", [
     (lambda x, i: x.index_put_((i,), torch.tensor(0.5)), "index_put_"),
     (lambda x, i: x.__setitem__((Ellipsis, i), float("-inf")), "index_put_"),

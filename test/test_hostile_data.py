@@ -109,9 +109,15 @@ def test_training_on_hostile_data_reports_every_bad_record_and_completes(tiny_ch
             "--data.data_root", str(hostile.parent), "--data.min_pixels", str(TINY_MIN_PIXELS),
             "--data.max_pixels", str(TINY_MAX_PIXELS), "--train.global_batch_size", "6",
             "--train.micro_batch_size", "2", "--train.max_steps", "2", "--data.shuffle", "false",
-            "--output.dir", str(out)]
-    with caplog.at_level(logging.WARNING):
-        assert train_main(argv) == 0
+            "--output.dir", str(out), "--threads", "1"]
+    import torch
+    threads = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert train_main(argv) == 0
+        assert torch.get_num_threads() == 1                     # --threads, as every command that runs a model
+    finally:
+        torch.set_num_threads(threads)
     assert (out / "final" / "model.safetensors").is_file()
     # found while reading (logged once at start) or while encoding (logged and listed per step)
     for sample_id, reason in BAD_CASES.items():

@@ -201,7 +201,7 @@ def test_leaderboard_launch_starts_the_localization_node_on_the_role_and_sensor_
     params = nodes["wam-diff2-localization"].parameters
     assert set(params) - {"use_sim_time"} <= set(localization_params.SPECS_BY_NAME)
     assert params == {"role_name": "ego", "use_sim_time": True, "gnss_id": "g", "imu_id": "i", "speedometer_id": "s",
-                      "geo.lat_ref_deg": 42.0, "geo.lon_ref_deg": 2.0}
+                      "geo.lat_ref_deg": 42.0, "geo.lon_ref_deg": 2.0, "publish_tf": True}
     off = leaderboard_params.resolve_nodes({**values, "localization": "false"})
     assert {n.spec.executable for n in off} == {"wam-diff2-planner", "wam-diff2-controller"}
     assert '"wam-diff2-localization=wam_diff2_ros.entry_point:localization"' in (ROOT / "setup.py").read_text()

@@ -442,6 +442,44 @@ def test_without_carla_msgs_the_default_speedometer_type_is_a_config_error(rig, 
     assert "carla_msgs is not importable" in status.message and "speedometer_type" in status.message
 
 
+def test_publish_tf_sends_each_odometrys_pose_as_map_to_role_on_tf(rig, context):
+    """publish_tf (the leaderboard launch file's setting): one tf2_msgs/TFMessage per odometry on /tf, the real
+    type, as tf2_ros's broadcaster sends it (reliable, keep last 100): map -> role at the odometry's stamp and pose."""
+    tf2_msgs = interface_module("tf2_msgs")
+    node, bridge = rig(publish_tf=True)
+    received = []
+    probe = Node("tf_probe", context=context)
+    probe.create_subscription(tf2_msgs.TFMessage, "/tf", received.append, ln.TF_QOS)
+    executor, thread = spin_in_thread(context, probe)
+    try:
+        assert wait_for(lambda: node._tf_pub.get_subscription_count() > 0)
+        run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
+        drive(node, bridge, run, DemoSensors(rng=np.random.default_rng(4)), 10)
+        assert wait_for(lambda: len(received) == len(bridge.odometry) == 10)
+    finally:
+        executor.shutdown()
+        thread.join(5.0)
+        probe.destroy_node()
+    for odometry, tf in zip(bridge.odometry, received):
+        (t,) = tf.transforms
+        assert (t.header.frame_id, t.child_frame_id) == ("map", node.child_frame_id)
+        assert stamp_ns(t.header.stamp) == stamp_ns(odometry.header.stamp)
+        p, q = odometry.pose.pose.position, odometry.pose.pose.orientation
+        assert (t.transform.translation.x, t.transform.translation.y) == (p.x, p.y)
+        assert (t.transform.rotation.z, t.transform.rotation.w) == (q.z, q.w)
+    assert node.counts["tf_published"] == 10
+    from wam_diff2_core.params.leaderboard import NODES
+    assert next(n for n in NODES if n.name == ln.LOCALIZATION_NODE).parameters["publish_tf"] is True
+    assert lp.DEFAULTS["publish_tf"] is False                 # carla-ros-bridge publishes its own /tf
+
+
+def test_publish_tf_without_tf2_msgs_is_a_config_error(rig, monkeypatch):
+    monkeypatch.setattr(ln, "TFMessage", None)
+    node, _ = rig(match=False, publish_tf=True)
+    status = node.diagnostic_status()
+    assert status.level == DiagnosticStatus.ERROR and "publish_tf: tf2_msgs is not importable" in status.message
+
+
 def carla_route(start_xy, length_m: float = 100.0):
     """The leaderboard's route (carla_msgs/CarlaRoute, map frame) from ``start_xy`` eastwards."""
     carla_msgs = interface_module("carla_msgs")

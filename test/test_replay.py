@@ -108,6 +108,47 @@ def test_replay_publishes_recorded_stamps_in_order_with_timing_clock_and_latched
     assert "published" in out and "/carla/ego_vehicle/rgb_front/image 21" in out
 
 
+def test_a_bags_tf_is_replayed_as_the_real_tf2_msgs_type(tmp_path):
+    """/tf (the demo bags' map -> hero -> camera, carla-ros-bridge's) is published, not skipped, where tf2_msgs
+    imports (scripts/build_ros_interfaces.sh builds it here): every message, its frames and stamps as recorded."""
+    from ros_packages import interface_module
+    tf2_msgs = interface_module("tf2_msgs")
+    store = default_typestore()
+    types = store.types
+    stamps = [1000 * 10**9 + k * 50_000_000 for k in range(5)]
+    messages = []
+    for k, t in enumerate(stamps):
+        header = types["std_msgs/msg/Header"](stamp=types["builtin_interfaces/msg/Time"](sec=t // 10**9,
+                                                                                       nanosec=t % 10**9),
+                                              frame_id="map")
+        transform = types["geometry_msgs/msg/Transform"](
+            translation=types["geometry_msgs/msg/Vector3"](x=float(k), y=2.0, z=0.0),
+            rotation=types["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0))
+        stamped = types["geometry_msgs/msg/TransformStamped"](header=header, child_frame_id="hero",
+                                                              transform=transform)
+        messages.append(("/tf", t, types["tf2_msgs/msg/TFMessage"](transforms=[stamped])))
+    bag = write_bag(tmp_path / "bag", {"/tf": "tf2_msgs/msg/TFMessage"}, messages, typestore=store)
+    listener = Listener(DOMAIN)
+    received = []
+    listener.node.create_subscription(tf2_msgs.TFMessage, "/tf", received.append,
+                                      QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+    try:
+        env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN))
+        proc = subprocess.run([sys.executable, "-m", "wam_diff2_ros.tools", "replay", str(bag), "--rate", "5",
+                               "--delay-s", "0.5", "--wait-for-subscribers", "/tf"], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        deadline = time.monotonic() + 10
+        while len(received) < len(stamps) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        listener.close()
+    assert "skipped /tf" not in proc.stderr
+    assert [ns(m.transforms[0].header.stamp) for m in received] == stamps
+    assert [(m.transforms[0].header.frame_id, m.transforms[0].child_frame_id, m.transforms[0].transform.translation.x)
+            for m in received] == [("map", "hero", float(k)) for k in range(5)]
+
+
 def test_replay_refuses_what_it_cannot_play(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ROS_DOMAIN_ID", str(DOMAIN))
     s = straight_scene(8.0, duration_s=0.3, camera_hz=10.0, odometry_hz=20.0, route=None)

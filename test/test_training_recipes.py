@@ -208,6 +208,21 @@ def test_final_checkpoint_decodes_with_infer(data_file, block4_run, tmp_path):
     assert loaded.processor.image_processor.size == {"shortest_edge": TINY_MIN_PIXELS, "longest_edge": TINY_MAX_PIXELS}
 
 
+def test_a_trained_checkpoint_keeps_the_camera_block_of_the_model_it_started_from(tiny_checkpoint, data_file,
+                                                                                    tmp_path, block4_run):
+    """The camera a model was trained with (diffusion_config.json's camera block, read by the leaderboard agent)
+    is carried from the starting checkpoint into the checkpoints a stage writes; none is made up."""
+    import shutil
+    from wam_diff2_core.camera_rig import PRESETS, read_camera_block
+    start = tmp_path / "start"
+    shutil.copytree(tiny_checkpoint, start)
+    config = json.loads((start / "diffusion_config.json").read_text())
+    (start / "diffusion_config.json").write_text(json.dumps({**config, "camera": PRESETS["demo"].as_dict()}))
+    final = run_stage(shipped("block8", start, data_file, tmp_path / "run", **{"train.max_steps": 1}))
+    assert read_camera_block(final) == PRESETS["demo"]
+    assert read_camera_block(tiny_checkpoint) is None and read_camera_block(block4_run) is None
+
+
 # ---------------------------------------------------------------- equivalences of the step
 def _gradients(cfg):
     recipe = FinetuneRecipe(cfg)

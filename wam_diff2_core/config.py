@@ -95,12 +95,16 @@ class EngineSettings:
                                       "(CUDA, bf16/fp16, pip install .[gpu])", choices=ATTENTION_BACKENDS)
     cuda_graphs: bool = _setting(False, "static decoder: capture the fixed-shape denoise step in CUDA graphs "
                                  "per batch-size bucket (CUDA only; falls back to eager with a logged reason)")
+    compile_forward: bool = _setting(False, "static decoder with SDPA: run the text forward of every step "
+                                     "through torch.compile (fullgraph, static shapes; with CUDA graphs the compiled "
+                                     "forward is captured in the same graphs); code is generated once per step shape, "
+                                     "at warm-up (seconds to minutes each), and key spans are bucketed as under graphs")
     fused_commit: bool = _setting(True, "static decoder: commit block b in the first denoise forward of block "
                                   "b + 1 (S_b forwards per block instead of S_b + 1)")
-    max_context_tokens: int = _setting(4096, "static decoder with CUDA graphs: KV cache slots per sequence "
-                                       "(prompt + answer), allocated once", low=64, high=1 << 20)
-    max_graph_batch: int = _setting(8, "static decoder with CUDA graphs: largest batch-size bucket "
-                                    "(buckets 1, 2, 4, ... up to this); larger batches run eagerly",
+    max_context_tokens: int = _setting(4096, "static decoder with CUDA graphs or compile_forward: KV cache slots "
+                                       "per sequence (prompt + answer), allocated once", low=64, high=1 << 20)
+    max_graph_batch: int = _setting(8, "static decoder with CUDA graphs or compile_forward: largest batch-size "
+                                    "bucket (buckets 1, 2, 4, ... up to this); larger batches run eagerly",
                                     low=1, high=1024)
     cpu_threads: int = _setting(0, "torch intra-op threads when the model runs on CPU; 0 = OMP_NUM_THREADS "
                                 "when set, else the CPUs this process may run on (its affinity, not the "
@@ -110,9 +114,13 @@ class EngineSettings:
 
     def validated(self) -> "EngineSettings":
         _validate_fields(self)
-        if self.implementation == "plain" and (self.cuda_graphs or self.attention_backend != "sdpa"):
-            raise ConfigError("implementation: cuda_graphs and attention_backend flashinfer need "
+        if self.implementation == "plain" and (self.cuda_graphs or self.compile_forward
+                                               or self.attention_backend != "sdpa"):
+            raise ConfigError("implementation: cuda_graphs, compile_forward and attention_backend flashinfer need "
                               "implementation static")
+        if self.compile_forward and self.attention_backend != "sdpa":
+            raise ConfigError("compile_forward: needs attention_backend sdpa (FlashInfer's planned kernels are "
+                              "not traced by torch.compile)")
         return self
 
     def replace(self, **overrides: Any) -> "EngineSettings":
@@ -140,6 +148,14 @@ def default_cpu_threads() -> tuple[int, str]:
     return os.cpu_count() or 1, "the CPU count"            # no affinity API (macOS)
 
 
+def add_threads_argument(parser) -> None:
+    """``--threads N``: the planner node's ``engine.cpu_threads``, for every command that runs a model
+    (the command line's and the trainer's), set with :func:`apply_cpu_threads`."""
+    f = ENGINE_FIELDS["cpu_threads"]
+    parser.add_argument("--threads", dest="cpu_threads", type=int, default=f.default,
+                        help=f"{f.metadata['help']} (default {f.default})")
+
+
 def apply_cpu_threads(cpu_threads: int) -> int:
     """Set torch's intra-op threads to ``cpu_threads`` (0: :func:`default_cpu_threads`) and log it;
     returns the number. Process-wide, as torch allows; called by DrivingPolicy (the node, eval-bag,
@@ -148,8 +164,10 @@ def apply_cpu_threads(cpu_threads: int) -> int:
 
     cpu_threads = EngineSettings().replace(cpu_threads=cpu_threads).cpu_threads      # validated
     threads, source = (cpu_threads, "cpu_threads / --threads") if cpu_threads else default_cpu_threads()
+    from wam_diff2_core._openmp import wait_policy
+
     torch.set_num_threads(threads)
-    log.info("torch intra-op threads: %d (from %s)", threads, source)
+    log.info("torch intra-op threads: %d (from %s); waiting threads: %s", threads, source, wait_policy())
     return threads
 
 # The fast path proves itself where it runs (DrivingPolicy.check_fast_path, the node at configure): on
@@ -374,8 +392,10 @@ def read_diffusion_file(checkpoint_dir: str | Path) -> dict:
 
 
 def write_diffusion_file(checkpoint_dir: str | Path, *, block_size: int, mask_token_id: int,
-                         eos_token_id: int, decoding: DecodingSettings | None = None) -> Path:
-    """Write the diffusion settings beside a checkpoint (decoding defaults minus block_size)."""
+                         eos_token_id: int, decoding: DecodingSettings | None = None,
+                         camera: dict[str, Any] | None = None) -> Path:
+    """Write the diffusion settings beside a checkpoint (decoding defaults minus block_size; ``camera``:
+    the camera block the model was trained with, ``camera_rig.CameraRig.as_dict()``, when known)."""
     decoding = decoding or DecodingSettings()
     payload = {
         "format_version": 1,
@@ -383,6 +403,7 @@ def write_diffusion_file(checkpoint_dir: str | Path, *, block_size: int, mask_to
         "mask_token_id": int(mask_token_id),
         "eos_token_id": int(eos_token_id),
         "decoding": {k: v for k, v in dataclasses.asdict(decoding).items() if k != "block_size"},
+        **({"camera": dict(camera)} if camera is not None else {}),
     }
     path = Path(checkpoint_dir) / DIFFUSION_CONFIG_FILE
     path.write_text(json.dumps(payload, indent=2) + "\n")

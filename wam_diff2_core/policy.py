@@ -201,11 +201,12 @@ class DrivingPolicy:
 
     def warmup(self) -> None:
         """One decode (startup_settings) on a grey frame so the first real frame does not pay one-off costs:
-        processor, vision encoder, prefill, denoise steps, commits, parsing; with CUDA graphs, also capture
-        every step shape for this policy's batch (one row per task)."""
+        processor, vision encoder, prefill, denoise steps, commits, parsing; with CUDA graphs or a compiled
+        forward, also capture / compile every step shape for this policy's batch (one row per task) in every
+        key-span bucket, so nothing is captured or compiled while driving."""
         image, prompts = self._warmup_prompts()
         self._decode(dict(zip(self.tasks, prompts)), image, self.startup_settings(), None, StageTimes())
-        if self.engine.cuda_graphs:       # every key-span bucket: no capture while driving
+        if self.engine.cuda_graphs or self.engine.compile_forward:
             self.decoder.warmup([len(self.tasks)], settings=self.settings)
 
     def check_fast_path(self) -> str | None:
@@ -219,7 +220,8 @@ class DrivingPolicy:
         image, prompts = self._warmup_prompts()
         inputs = self._inputs(prompts, image)
         fast_name = describe_engine(self.engine)
-        plain_engine = self.engine.replace(implementation="plain", cuda_graphs=False, attention_backend="sdpa")
+        plain_engine = self.engine.replace(implementation="plain", cuda_graphs=False, compile_forward=False,
+                                           attention_backend="sdpa")
         plain_decoder = make_decoder(self.loaded.model, self.loaded.config, engine=plain_engine)
         settings = self.startup_settings()
         try:
@@ -262,4 +264,5 @@ def describe_engine(engine: EngineSettings) -> str:
     """``static (sdpa, CUDA graphs)``: the decoder a (resolved) engine runs."""
     if engine.implementation != "static":
         return engine.implementation
-    return f"static ({engine.attention_backend}{', CUDA graphs' if engine.cuda_graphs else ''})"
+    extras = (", compiled" if engine.compile_forward else "") + (", CUDA graphs" if engine.cuda_graphs else "")
+    return f"static ({engine.attention_backend}{extras})"

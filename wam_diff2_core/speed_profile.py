@@ -16,7 +16,7 @@ horizon, each with position, heading, longitudinal speed, acceleration and headi
 4. **points**: s(t) integrates the speed (trapezoid) and is placed on the path; the heading is the path's
    tangent, interpolated between segment headings, and the heading rate its time derivative.
 
-    profile = speed_profile(plan_xy, measured_speed_mps)          # SpeedProfile of numpy arrays
+    profile = speed_profile(plan_xy, measured_speed(ego.vx))     # SpeedProfile of numpy arrays
     profile.t, profile.x, profile.speed, profile.accel, profile.heading_rate
 """
 from __future__ import annotations
@@ -68,6 +68,13 @@ class SpeedProfile:
 
     def __len__(self) -> int:
         return len(self.t)
+
+
+def measured_speed(forward_velocity_mps: float) -> float:
+    """The speed a profile starts from: the ego's forward velocity (the odometry twist in the ego frame, as
+    :class:`~wam_diff2_core.frame_inputs.FrameInputTracker` reads it), 0 while it rolls backwards (the
+    profile drives forward only). The planner node and the bag evaluator both take it from here."""
+    return max(float(forward_velocity_mps), 0.0)
 
 
 def speed_profile(waypoints, measured_speed_mps: float, limits: ProfileLimits = ProfileLimits(),

@@ -37,6 +37,8 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
   arrive after its IMU while the filter still waits for its first fix or speed, on that GNSS or speed). Pose covariance
   x / y / yaw and twist covariance v / yaw rate from the filter; z, roll, pitch and the
   sideways / vertical rates are not estimated (variance ``UNOBSERVED_VARIANCE``).
+- out, with ``publish_tf``: the same pose as the transform ``map_frame_id`` -> child frame on ``/tf``
+  (``tf2_msgs/TFMessage``, one per odometry, same stamp; the leaderboard launch file turns it on).
 - Hostile inputs: every message is checked before it touches the filter (latitude / longitude,
   covariances, quaternion, rates, acceleration, speed: finite and in range; stamps not too late), a
   refused one counted per sensor and reason (``gnss_refused_gate``, ``imu_refused_rate``, ...) with a
@@ -58,6 +60,7 @@ from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import TransformStamped
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
@@ -81,9 +84,19 @@ from .parameters import declare_all
 from .qos import LATCHED_QOS
 from .spinning import run_node
 
+try:  # /tf (publish_tf): tf2_msgs from the ROS install (../shared/ros_interfaces here: the wheels have none)
+    from tf2_msgs.msg import TFMessage
+    TF2_MSGS_ERROR = ""
+except ImportError as _exc:
+    TFMessage = None
+    TF2_MSGS_ERROR = str(_exc)
+
 UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
 ODOMETRY_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
                           history=HistoryPolicy.KEEP_LAST)   # like the bridge's odometry; best-effort readers match
+# tf2_ros's TransformBroadcaster QoS (reliable, volatile, keep last 100), so tf2 listeners match as with any broadcaster
+TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                    history=HistoryPolicy.KEEP_LAST)
 SENSORS = ("gnss", "imu", "speed")
 WARN_PERIOD_S = 5.0                # one WARN per sensor and refusal reason this often, at most
 # Fixes the gate refuses in a row before /diagnostics warns: one is an outlier the gate is there for,
@@ -96,7 +109,7 @@ def localization_topics(role: str = DEFAULT_ROLE, gnss_id: str = "gnss", imu_id:
     carla, routes = f"/carla/{role}", controller_topics(role)
     return {"gnss": f"{carla}/{gnss_id}", "imu": f"{carla}/{imu_id}", "speedometer": f"{carla}/{speedometer_id}",
             "odometry": f"{carla}/odometry", "route": routes["route"], "carla_route": routes["carla_route"],
-            "diagnostics": "/diagnostics"}
+            "diagnostics": "/diagnostics", "tf": "/tf"}
 
 
 def ros_type_name(short: str) -> str:
@@ -139,6 +152,16 @@ def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: 
     return msg
 
 
+def transform_message(odometry: Odometry):
+    """The odometry's pose as one TFMessage: header.frame_id -> child_frame_id, at its stamp."""
+    pose = odometry.pose.pose
+    t = TransformStamped(header=odometry.header, child_frame_id=odometry.child_frame_id)
+    t.transform.translation.x, t.transform.translation.y = pose.position.x, pose.position.y
+    t.transform.translation.z = pose.position.z
+    t.transform.rotation = pose.orientation
+    return TFMessage(transforms=[t])
+
+
 class LocalizationNode(Node):
     def __init__(self, node_name: str = LOCALIZATION_NODE, **kwargs: Any):
         super().__init__(node_name, **kwargs)
@@ -172,6 +195,13 @@ class LocalizationNode(Node):
         self.child_frame_id = values["child_frame_id"] or values["role_name"]
         self._odometry_pub = self.create_publisher(Odometry, t["odometry"], ODOMETRY_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, t["diagnostics"], 10)
+        self._tf_pub = None
+        if values["publish_tf"]:
+            if TFMessage is None:
+                self._config_errors.append(f"publish_tf: tf2_msgs is not importable ({TF2_MSGS_ERROR}); source a ROS "
+                                           "install that has it (scripts/build_ros_interfaces.sh here)")
+            else:
+                self._tf_pub = self.create_publisher(TFMessage, t["tf"], TF_QOS)
         self.create_subscription(NavSatFix, t["gnss"], self._on_gnss, qos_profile_sensor_data)
         self.create_subscription(Imu, t["imu"], self._on_imu, qos_profile_sensor_data)
         self.speedometer_type = values["speedometer_type"]
@@ -314,8 +344,11 @@ class LocalizationNode(Node):
         ns = stamp_ns(stamp)
         if not self.ekf.ready or self._config_errors or (self._published_ns is not None and ns == self._published_ns):
             return
-        self._odometry_pub.publish(odometry_message(self.ekf, stamp, self._values["map_frame_id"],
-                                                    self.child_frame_id))
+        odometry = odometry_message(self.ekf, stamp, self._values["map_frame_id"], self.child_frame_id)
+        self._odometry_pub.publish(odometry)
+        if self._tf_pub is not None:
+            self._tf_pub.publish(transform_message(odometry))
+            self.counts["tf_published"] += 1
         self._published_ns = ns
         self.counts["odometry_published"] += 1
 

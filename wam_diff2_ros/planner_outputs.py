@@ -16,7 +16,7 @@ from std_msgs.msg import Header
 
 from wam_diff2_core.frame_inputs import FrameInputs
 from wam_diff2_core.geometry import PinholeCamera
-from wam_diff2_core.speed_profile import speed_profile
+from wam_diff2_core.speed_profile import measured_speed, speed_profile
 
 from . import conversions as conv
 from .debug_image import debug_camera, plan_debug_image, status_line
@@ -39,7 +39,7 @@ def frame_messages(header: Header, rgb: np.ndarray, inputs: FrameInputs, ego_fra
             if settings.publish_odom_frame_path and path_odom is not None:
                 yield "path_odom", path_odom
             if autoware_msgs is not None and odom_frame:
-                profile = speed_profile(waypoints, max(ego.vx, 0.0), settings.profile_limits)
+                profile = speed_profile(waypoints, measured_speed(ego.vx), settings.profile_limits)
                 yield "autoware_trajectory", conv.autoware_trajectory_msg(autoware_msgs, stamp_ns, odom_frame,
                                                                           profile, ego)
     if detections is not None:

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from ..model.shapes import MROPE_SECTION, TEXT, VISION, rope_parameters
 from ..profiling import StageTimes, stage_summary
-from .common import add_threads_argument, apply_threads, cpu_name, format_table
+from ..config import add_threads_argument
+from .common import apply_threads, cpu_name, format_table
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)
@@ -65,7 +66,8 @@ def add_arguments(p) -> None:
     p.add_argument("--new-tokens", type=int, default=64, help="tokens per decode in the decode table")
     p.add_argument("--repeats", type=int, default=10, help="timed runs per measurement (median)")
     p.add_argument("--variants", nargs="+", default=None,
-                   help="subset of: plain static-sdpa static-sdpa-graph static-flashinfer static-flashinfer-graph")
+                   help="subset of: plain static-sdpa static-sdpa-graph static-sdpa-compiled-graph "
+                        "static-flashinfer static-flashinfer-graph (also static-sdpa-compiled: compiled, no graphs)")
     p.add_argument("--skip-decode", action="store_true", help="no end-to-end decode table")
     p.add_argument("--logit-scale", type=float, default=24.0,
                    help="random weights: logit scale (through the final norm), so confidences spread like a trained model's")
@@ -180,7 +182,7 @@ def kv_bytes(model, keys: int, batch: int) -> int:
 def available_variants(device) -> list[str]:
     variants = ["plain", "static-sdpa"]
     if device.type == "cuda":
-        variants.append("static-sdpa-graph")
+        variants += ["static-sdpa-graph", "static-sdpa-compiled-graph"]
         from ..decoding.attention_flashinfer import flashinfer_problem
         if flashinfer_problem():
             log.warning("no FlashInfer rows: %s", flashinfer_problem())
@@ -190,18 +192,22 @@ def available_variants(device) -> list[str]:
 
 
 def make_variant(name: str, model, config):
-    """A decoder by variant name; ``static-sdpa-graph-emulated`` is the graphed path with emulated graphs
-    (decoding/cuda_graphs.py: any device; verify-device's check of the capture rules off a GPU)."""
+    """A decoder by variant name: ``static-<attention>[-compiled][-graph][-emulated]``; ``-compiled`` runs the
+    forward through torch.compile (engine.compile_forward), ``-graph-emulated`` is the graphed path with
+    emulated graphs (decoding/cuda_graphs.py: any device; verify-device's check of the capture rules off a GPU)."""
     from ..decoding import make_decoder
     if name == "plain":
         return make_decoder(model, config, "plain")
     backend = "flashinfer" if "flashinfer" in name else "sdpa"
+    compiled = "-compiled" in name
     if name.endswith("-emulated"):
         from ..config import EngineSettings
         from ..decoding.static import StaticBlockDiffusionDecoder
-        engine = EngineSettings(implementation="static", cuda_graphs=True, attention_backend=backend)
+        engine = EngineSettings(implementation="static", cuda_graphs=True, attention_backend=backend,
+                                compile_forward=compiled)
         return StaticBlockDiffusionDecoder(model, config, engine, graph_emulation=True)
-    decoder = make_decoder(model, config, "static", attention_backend=backend, cuda_graphs=name.endswith("-graph"))
+    decoder = make_decoder(model, config, "static", attention_backend=backend, cuda_graphs=name.endswith("-graph"),
+                           compile_forward=compiled)
     if name.endswith("-graph") and not decoder.graphs.enabled:
         raise RuntimeError(decoder.graphs.reason)
     return decoder

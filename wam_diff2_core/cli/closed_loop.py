@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument, add_threads_argument
+from ..config import add_threads_argument
+from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument
 
 HELP = "drive demo-world routes in closed loop (policy + controller, no ROS) and report a driving score"
 
@@ -50,6 +51,9 @@ def add_route_arguments(p) -> None:
                         "max wheel angle, about 2.04; 1 = TransFuser's gains as in CARLA)")
     add_threads_argument(p)
     p.add_argument("--no-plots", action="store_true", help="skip the bird's-eye PNGs")
+    p.add_argument("--no-pdm", dest="pdm_score", action="store_false",
+                   help="skip the PDM score of each plan (NAVSIM v1 against the world's traffic and expert from the "
+                        "plan's tick; about 0.1 s per plan on a CPU core)")
     add_parse_retry_argument(p)
     add_decoding_arguments(p)
 
@@ -90,7 +94,8 @@ def run_routes(args, prog: str, loop: str, drive: Callable[[RouteJob, Callable],
         return 2
     engine = EngineSettings().replace(cpu_threads=args.cpu_threads)      # validated here, for every loop
     overrides = {k: v for k, v in (("seed", args.seed), ("route_length_m", args.route_length_m)) if v is not None}
-    settings = ClosedLoopSettings(traffic=args.traffic, command_source=args.command_source, **overrides)
+    settings = ClosedLoopSettings(traffic=args.traffic, command_source=args.command_source,
+                                  pdm_score=args.pdm_score, **overrides)
     gains = demo_world_gains(ControllerGains(), args.steer_gain_scale)
     indices = range(args.first_route, args.first_route + args.routes)
     results = []

@@ -9,7 +9,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ..config import DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings, field_type
+from ..config import DECODING_FIELDS, add_threads_argument, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings, field_type
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(flag, dest=name, type=kind, default=f.default, choices=meta["choices"],
                                help=f"{meta['help']} (default {f.default!r})")
-
-
-def add_threads_argument(parser) -> None:
-    """``--threads N``: the planner node's ``engine.cpu_threads``, for every command that runs a model."""
-    f = ENGINE_FIELDS["cpu_threads"]
-    parser.add_argument("--threads", dest="cpu_threads", type=int, default=f.default,
-                        help=f"{f.metadata['help']} (default {f.default})")
 
 
 def apply_threads(args: argparse.Namespace) -> int:

@@ -9,9 +9,11 @@
 For each camera frame (every N-th with --every) the odometry at its stamp and the newest route /
 command received give the policy's inputs, exactly as the planner node derives them;
 ``DrivingPolicy.step`` plans; the 8 waypoints are compared with the recorded ego positions at
-+0.5 ... +4.0 s (interpolated, ego frame at the frame time). Frames without 4 s of recorded
-future are excluded and counted. OUT gets metrics.json, frames.jsonl, report.md and PNG plots,
-written atomically. Topics default to carla-ros-bridge's names for --role.
++0.5 ... +4.0 s (interpolated, ego frame at the frame time), and the speed of the plan's speed
+profile (what the node publishes on ~/output/autoware_trajectory) with the recorded speed at those
+times. Frames without 4 s of recorded future are excluded and counted. OUT gets metrics.json,
+frames.jsonl, report.md and PNG plots, written atomically. Topics default to carla-ros-bridge's
+names for --role.
 
 With --predictions NODE_BAG no model runs: the wam_diff2_ros/msg/Trajectory messages a planner
 node published while the bag was replayed (``wam-diff2-ros replay BAG --record NODE_BAG``) are matched
@@ -31,10 +33,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..config import add_threads_argument
 from ..params import planner as node_params
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
-                     add_threads_argument, decoding_overrides, image_limits)
+                     decoding_overrides, image_limits)
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
@@ -85,7 +88,8 @@ def add_arguments(p) -> None:
     i.add_argument("--params-file", default=None,
                    help="the planner node's parameter YAML (e.g. config/planner.yaml): its input, route, decoding, "
                         "device, dtype, pixel budget, image size limits and model_path values apply unless a flag here "
-                        "says otherwise")
+                        "says otherwise; its trajectory.* limits shape the speed profile scored against the "
+                        "recorded speed")
     for name in node_params.INPUT_PARAMETERS:      # the node's input parameters, one flag each
         spec, dest = node_params.SPECS_BY_NAME[name], node_params.cli_dest(name)
         choices = None if spec.choices is None else (*spec.choices, NO_DEFAULT_COMMAND)
@@ -173,7 +177,18 @@ def _apply_params_file(args) -> dict:
     return node
 
 
-def _settings(args):
+def _profile_limits(node: dict, source: str):
+    """The speed profile's limits: the node's ``trajectory.*`` values in ``node`` over their defaults
+    (ValueError naming the parameter and ``source`` for a bad one)."""
+    given = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+             for k, v in node.items() if k.startswith(node_params.PROFILE_PREFIX)}
+    errors = node_params.check_values(node_params.SPECS, given)
+    if errors:
+        raise ValueError(f"{source}: " + "; ".join(e.message for e in errors))
+    return node_params.profile_limits({**node_params.DEFAULTS, **given})
+
+
+def _settings(args, node: dict):
     from ..evaluation.bags import BagTopics
     from ..evaluation.runner import EvalSettings
 
@@ -192,9 +207,10 @@ def _settings(args):
         values["default_command"] = None
     inputs = node_params.input_settings(values)
     lane = {} if args.lane_width_m is None else {"lane_width_m": args.lane_width_m}
+    limits = _profile_limits(node, f"--params-file {args.params_file}")
     return EvalSettings(topics=topics, inputs=inputs, image_limits=image_limits(args), every=args.every,
                         max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required, footprint=footprint,
-                        **lane)
+                        profile_limits=limits, **lane)
 
 
 def _model_info(policy, args) -> dict:
@@ -229,7 +245,7 @@ def run(args) -> int:
             return _predictions(args)
         if args.trajectory_topic is not None:
             return _error("--trajectory-topic goes with --predictions")
-        _apply_params_file(args)
+        node = _apply_params_file(args)
         if not args.model:
             return _error("--model is required to evaluate bags (or model_path in --params-file; or score what a "
                           "node published with --predictions NODE_BAG)")
@@ -237,7 +253,7 @@ def run(args) -> int:
         if problem:
             return _error(problem)
         try:
-            settings = _settings(args)
+            settings = _settings(args, node)
         except ValueError as exc:
             return _error(str(exc))
         return _evaluate(args, settings)
@@ -324,7 +340,7 @@ def _predictions(args) -> int:
     if node.get("model_path"):
         log.info("--predictions: model_path in --params-file is not used (the node's predictions are scored)")
     try:
-        settings = _settings(args)
+        settings = _settings(args, node)
     except ValueError as exc:
         return _error(str(exc))
     plans = []
@@ -356,8 +372,13 @@ def _predictions(args) -> int:
     return 0
 
 
+def _opt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _print_summary(args, metrics: dict, record: str | None, who: str = "model") -> None:
-    """Counts, L2 at 1-4 s beside the constant-velocity baseline, decoding and latency, the report."""
+    """Counts, L2 at 1-4 s beside the constant-velocity baseline, the speed profile's error beside the
+    constant-speed baseline, decoding and latency, the report."""
     c, o = metrics["counts"], metrics["overall"]
     published = ""
     if "predictions" in c:
@@ -375,6 +396,13 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
         row = o[key]["l2_at_t"]
         print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{row[h]:8.3f}" for h in horizons)
               + f"   {o[key]['frames']:>6}")
+    speed = o.get("speed_profile")
+    if speed:
+        print("  speed error (m/s)    " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
+        for name, key in ((who, "model"), ("constant speed", "constant_speed")):
+            row = speed[key]["mean_at_t"]
+            print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{row[h]:8.3f}"
+                                             for h in horizons) + f"   {speed[key]['frames']:>6}")
     collision = o.get("collision")
     if collision:
         for convention, label in (("at_t", "UniAD"), ("avg_to_t", "VAD")):
@@ -394,6 +422,13 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
         for name, row in pdm_rows(pdm, who):
             print(f"  {name:<20} " + "".join("       -" if row[k] is None else f"{row[k]:8.3f}"
                                              for k in ("pdms", *PDM_SUBSCORES)) + f"   {row['pdm_samples']:>6}")
+    detection = metrics.get("detection")
+    if detection:
+        sc, dc = detection["scores"], detection["counts"]
+        print(f"  the node's boxes: {dc['matched']} frames scored of {dc['messages']} messages"
+              + (f"; COCO AP {_opt(sc['ap'])}, AP50 {_opt(sc['ap50'])}, AR@100 {_opt(sc['ar100'])} against "
+                 f"{sc['truth_boxes']} boxes the camera saw of the bag's objects, {sc['parse_failures']} unparsed"
+                 if sc else ""))
     d, lat = o.get("decode") or {}, o.get("latency_ms") or {}
     if d.get("tokens_per_frame", {}).get("count"):
         retried = d.get("retried_frames")

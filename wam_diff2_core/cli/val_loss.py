@@ -16,7 +16,8 @@ HELP = "fixed-noise validation loss on held-out samples (and a teacher's top-5 o
 
 def add_arguments(p) -> None:
     from ..trainer.losses import KD_LOSSES
-    from .common import add_model_arguments, add_sample_path_arguments, add_threads_argument
+    from ..config import add_threads_argument
+    from .common import add_model_arguments, add_sample_path_arguments
 
     add_model_arguments(p)
     add_threads_argument(p)

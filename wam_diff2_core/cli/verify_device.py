@@ -3,8 +3,9 @@
     scripts/gpu_verify.sh                                    # on a GPU machine: the 2B shape, bf16
     wam-diff2 verify-device --device cpu --shape tiny        # the same code on CPU (CI)
 
-1. tokens: every fast variant the device has (static eager, CUDA graphs, FlashInfer eager and with
-   graphs; off CUDA the graphed path with emulated graphs) against the plain decoder on the same prompts
+1. tokens: every fast variant the device has (static eager, CUDA graphs, the compiled forward in CUDA graphs,
+   FlashInfer eager and with graphs; off CUDA the graphed paths, plain and compiled, with emulated graphs)
+   against the plain decoder on the same prompts
    (greedy and seeded sampling, Block-32 and AR; each variant warmed up, then two calls per batch size with
    other prompt lengths in the same key-span bucket) on a random model with head_dim 128 (the size of the
    2B and 8B models, and of FlashInfer's prebuilt kernels): float32 must be identical; bf16 reports the
@@ -13,10 +14,10 @@
    nothing; any miss makes the exit status 1 (``--perturb-token`` changes one fast-path token: the test
    hook that proves it);
 2. forward: ms of one denoise forward of the ``--shape`` model (``2b``: Qwen3-VL-2B's text shape,
-   random bf16 weights) at Block-32 and AR for each variant, beside the HBM floor (weights + K/V read
-   at the measured copy bandwidth), and graphs / eager;
+   random bf16 weights) at Block-32 and AR for each variant (eager, graphed, compiled + graphed side by
+   side), beside the HBM floor (weights + K/V read at the measured copy bandwidth), and graphs / eager;
 3. decode: tokens per forward and ms per token **measured** on a greedy Block-32 decode of the fast
-   path (confidences of a random model scaled like a trained one's; EOS banned), at mask_check_interval
+   path a node runs by default (not compiled) (confidences of a random model scaled like a trained one's; EOS banned), at mask_check_interval
    1, 2, 4 and 8 (the tokens must not change; the fastest is the device's answer for that default), its
    tokens against the plain decoder's (float32: identical, else exit 1; bf16: the agreement reported);
 4. frame: a 1920 x 1080 camera frame to a parsed trajectory through ``DrivingPolicy`` (the real
@@ -42,11 +43,17 @@ CHECK_SHAPE = dict(vocab_size=4096, hidden_size=256, intermediate_size=512, num_
                    num_attention_heads=2, num_key_value_heads=1, head_dim=128, mrope_section=[24, 20, 20],
                    tie_word_embeddings=False)
 INTERVALS = (1, 2, 4, 8)   # mask_check_interval values the decode is timed at (the default among them)
-TARGETS = {"x_floor": 1.5, "graph_speedup": 2.0, "ms_per_token": 0.75, "frame_p50_ms": 50.0}
+# issue 28's targets; x floor: a graphed forward <= 2x the HBM floor, a compiled + graphed one <= 1.5x
+TARGETS = {"x_floor": 2.0, "x_floor_compiled": 1.5, "graph_speedup": 2.0, "ms_per_token": 0.75, "frame_p50_ms": 50.0}
 # Prompt lengths of the token check: each batch size twice, both calls in one 256-slot key-span bucket
 # (with the 64 answer slots); the last pair (GPU only) in the 512 bucket.
 CHECK_LENGTHS = ((37,), (52,), (64, 23, 5), (61, 40, 12), (200, 90), (230, 120))
 NEAR_TIE = 0.01     # bf16 teacher-forced check: a flip is legitimate below this share of the logits' range
+# A compiled variant checks only its first case(s) on the single-sequence calls: each step shape costs a compile
+# (CPU: gcc, about 25 s of CPU a shape on CI's 2 cores; CUDA: max-autotune, unmeasured, inside a device run of
+# about 5 minutes), and that case has two shapes (the step and the fused commit + step) where all cases over
+# every batch bucket have six to fifteen. The GPU tests run the compiled forward in real graphs at B = 1 and 4.
+COMPILED_CASES = 1
 
 
 def add_arguments(p) -> None:
@@ -72,7 +79,7 @@ def fast_variants(device, dtype) -> list[str]:
     from .bench import available_variants
     names = [v for v in available_variants(device) if v != "plain"]
     if device.type != "cuda":
-        names.append("static-sdpa-graph-emulated")
+        names += ["static-sdpa-graph-emulated", "static-sdpa-compiled-graph-emulated"]
     if "float32" in str(dtype):        # FlashInfer runs bf16 / fp16 only
         names = [v for v in names if "flashinfer" not in v]
     return names
@@ -119,9 +126,10 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0) -> tuple
     """Fast variants against plain on a head_dim-128 random model: rows of the table, and ok.
 
     Each variant is warmed up as a node does, then decodes every case on two calls per batch size with
-    other prompt lengths. float32: tokens identical. bf16: the free-running agreement is reported, the gate
-    is :func:`teacher_forced` (no flip at a clear margin). A graphed row also fails on any graph fallback
-    and when it replayed no graph."""
+    other prompt lengths (a compiled variant: its first case, single-sequence calls only;
+    :data:`COMPILED_CASES`). float32: tokens identical. bf16: the free-running agreement is reported, the
+    gate is :func:`teacher_forced` (no flip at a clear margin). A graphed row also fails on any graph
+    fallback and when it replayed no graph."""
     import torch
 
     from ..decoding.sampling import seeded_generators
@@ -147,14 +155,18 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0) -> tuple
                 ok = False
                 continue
             graphs = getattr(fast, "graphs", None) if "-graph" in name else None
-            for case, values in cases:
+            variant_cases, variant_batches = cases, batches
+            if "-compiled" in name:
+                variant_cases = cases[:COMPILED_CASES]
+                variant_batches = [b for b in batches if b["input_ids"].shape[0] == 1]
+            for case, values in variant_cases:
                 settings = config.settings.replace(**{"max_new_tokens": new_tokens, "confidence_threshold": 0.7, **values})
-                fast.warmup(batch_sizes=sorted({b["input_ids"].shape[0] for b in batches}),
-                            prompt_tokens=batches[0]["input_ids"].shape[1], settings=settings)
+                fast.warmup(batch_sizes=sorted({b["input_ids"].shape[0] for b in variant_batches}),
+                            prompt_tokens=variant_batches[0]["input_ids"].shape[1], settings=settings)
                 replays = graphs.replays if graphs else 0
                 same = total = flips = 0
                 first, worst = None, 0.0
-                for b, batch in enumerate(batches):
+                for b, batch in enumerate(variant_batches):
                     n = batch["input_ids"].shape[0]
                     want = plain.generate(batch, settings, seeded_generators(range(n), device)).sequences
                     got = fast.generate(batch, settings, seeded_generators(range(n), device)).sequences
@@ -189,13 +201,15 @@ def probe(device) -> tuple[list[dict], bool]:
     """What the fast path relies on, checked before anything is timed: rows (what, result, ok) and ok.
 
     - versions of torch, transformers and FlashInfer (or why FlashInfer cannot be used);
-    - SDPA with a boolean mask [N, 1, Q, K] in bf16 under each backend alone (which ones accept it);
+    - SDPA with a boolean mask [N, 1, Q, K] in bf16 under each backend alone (which ones accept it), and a
+      step's own call (grouped heads folded into the queries) under the pinned kernels (SDPA_STEP_BACKENDS);
     - the token choice of a step (greedy, and a seeded draw) under the capture rules: on CUDA captured in
       a graph whose registered generator replays the eager draws, elsewhere under HostSyncCheck."""
     import torch
     import transformers
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from ..decoding.attention import SDPA_STEP_BACKENDS, grouped_sdpa, sdpa_step_backends
     from ..decoding.cuda_graphs import HostSyncCheck
     from ..decoding.sampling import draw_one
     from ..decoding.step import greedy_pick
@@ -223,6 +237,17 @@ def probe(device) -> tuple[list[dict], bool]:
         except RuntimeError:
             pass
     add("SDPA, bool mask, bf16: backends that run it", ", ".join(accepted) or "none", bool(accepted))
+    pinned = SDPA_STEP_BACKENDS.get(device.type)
+    try:                # a step's own call: grouped heads folded into the queries, under the pinned kernels
+        with sdpa_step_backends(device):
+            got = grouped_sdpa(q, kv[:, :8], kv[:, :8], mask, 128 ** -0.5)
+        ref = torch.nn.functional.scaled_dot_product_attention(q.float(), kv[:, :8].float().repeat_interleave(2, 1),
+                                                               kv[:, :8].float().repeat_interleave(2, 1), attn_mask=mask)
+        err = float((got.float() - ref.transpose(1, 2)).abs().max())
+        add(f"step SDPA under the pinned kernels ({', '.join(b.name.lower() for b in pinned) if pinned else 'unpinned'})",
+            f"runs (max err {err:.1e} against float32, unfolded)", err < 0.05)
+    except RuntimeError as exc:
+        add("step SDPA under the pinned kernels", f"{type(exc).__name__}: {exc}", False)
     logits = torch.randn(2, 32, 1000, device=device)
     banned = torch.tensor([0, 999], device=device)
 
@@ -259,6 +284,11 @@ def probe(device) -> tuple[list[dict], bool]:
     return rows, ok
 
 
+def eager_twin(variant: str) -> str:
+    """The eager, uncompiled variant a graphed one is compared with (graphs / eager)."""
+    return variant.removesuffix("-graph").replace("-compiled", "")
+
+
 def time_forwards(model, config, device, variants: dict, args, bandwidth) -> list[dict]:
     from . import bench
     bench_args = SimpleNamespace(block_size=32, batch=1, seed=args.seed, prompt_lengths=[args.prompt_length],
@@ -269,8 +299,8 @@ def time_forwards(model, config, device, variants: dict, args, bandwidth) -> lis
                            settings=config.settings.replace(block_size=32))
     rows = [r for r in bench.time_forwards(variants, model, config, bench_args, device, bandwidth) if r["queries"] <= 32]
     ms = {(r["variant"], r["step"]): r["ms"] for r in rows}
-    for r in rows:                      # each graphed variant against its eager twin
-        eager = ms.get((r["variant"].removesuffix("-graph"), r["step"]))
+    for r in rows:                      # each graphed variant against its eager twin (uncompiled)
+        eager = ms.get((eager_twin(r["variant"]), r["step"]))
         r["graph_speedup"] = eager / r["ms"] if r["variant"].endswith("-graph") and eager else "-"
     return rows
 
@@ -365,9 +395,9 @@ def summary_rows(result: dict) -> list[dict]:
         if r["variant"] == "plain":
             continue
         graphed = r["variant"].endswith("-graph")
+        target = TARGETS["x_floor_compiled" if "-compiled" in r["variant"] else "x_floor"]
         add(f"{r['variant']} {r['step']} forward", f"{r['ms']:.3f} ms = {r['x_floor']:.2f}x floor {r['floor_ms']:.3f}",
-            f"<= {TARGETS['x_floor']}x floor" if graphed else None,
-            r["x_floor"] <= TARGETS["x_floor"] if graphed else None)
+            f"<= {target}x floor" if graphed else None, r["x_floor"] <= target if graphed else None)
         if graphed and r["graph_speedup"] != "-":
             add(f"{r['variant']} {r['step']} graphs / eager", f"{r['graph_speedup']:.2f}x",
                 f">= {TARGETS['graph_speedup']}x", r["graph_speedup"] >= TARGETS["graph_speedup"])
@@ -434,12 +464,13 @@ def run(args) -> int:
             result["bandwidth_gbps"], result["forward"] = bandwidth / 1e9, rows
             print(f"\n2. one denoise forward after {args.prompt_length} prompt tokens (median ms of {args.repeats}) "
                   f"vs the HBM floor at {bandwidth / 1e9:.0f} GB/s; targets: graphs <= {TARGETS['x_floor']}x floor, "
-                  f">= {TARGETS['graph_speedup']}x eager")
+                  f"compiled + graphs <= {TARGETS['x_floor_compiled']}x, >= {TARGETS['graph_speedup']}x eager")
             print(format_table(rows, [("variant", "variant", ""), ("step", "step", ""), ("ms", "ms", ".3f"),
                                             ("floor_ms", "floor ms", ".3f"), ("x_floor", "x floor", ".2f"),
                                             ("graph_speedup", "graphs / eager", ".2f")]))
         if "decode" in args.parts:
-            fast = next(v for v in reversed(list(variants)) if v != "plain")
+            # the path a node runs by default (implementation auto): the last graphed one, not compiled
+            fast = next(v for v in reversed(list(variants)) if v != "plain" and "-compiled" not in v)
             decode = {"variant": fast, **measure_decode(variants[fast], variants["plain"], config, device, args)}
             result["decode"] = decode
             ok = ok and decode["same_tokens"] and (dtype != torch.float32 or decode["plain_agreement"] == 1.0)

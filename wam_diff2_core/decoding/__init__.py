@@ -41,7 +41,8 @@ def resolve_engine(engine: EngineSettings, model) -> EngineSettings:
     the weights are bf16/fp16; elsewhere the static decoder, which is also the faster one on CPU
     (README, "Fast decoding": 64 tokens after a 1k prompt, Block-32 250 vs 308 ms, AR 1863 vs 1962 ms
     of decoding, same tokens). Not measured on an NPU. Settings given
-    with ``auto`` (``cuda_graphs``, ``attention_backend``) are kept; other implementations pass through."""
+    with ``auto`` (``cuda_graphs``, ``attention_backend``) are kept (``compile_forward`` keeps SDPA, the
+    backend it compiles); other implementations pass through."""
     if engine.implementation != "auto":
         return engine
     import torch
@@ -50,7 +51,8 @@ def resolve_engine(engine: EngineSettings, model) -> EngineSettings:
     if weight.device.type != "cuda":
         return engine.replace(implementation="static")
     backend = engine.attention_backend
-    if backend == "sdpa" and weight.dtype in (torch.bfloat16, torch.float16) and _flashinfer_importable():
+    if (backend == "sdpa" and not engine.compile_forward and weight.dtype in (torch.bfloat16, torch.float16)
+            and _flashinfer_importable()):
         backend = "flashinfer"
     return engine.replace(implementation="static", cuda_graphs=True, attention_backend=backend)
 

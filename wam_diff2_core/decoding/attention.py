@@ -8,10 +8,12 @@ the step depends on).
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import ConfigError
 from .kv_cache import StaticKVCache
@@ -33,6 +35,24 @@ class PromptPlan:
     mask: torch.Tensor | None           # [N, 1, T, T] block-causal (SDPA)
     lengths: list[int]                  # host: P_n, real prompt tokens per row
     block_size: int
+
+
+# The SDPA kernels a static step may run, by device type, in order of preference (the one place they are
+# stated). CUDA: a step's mask is an arbitrary boolean [N, 1, Q, S] (block-causal, padded prompts), which
+# flash attention does not take, and the math kernel materialises the scores: memory-efficient attention,
+# else cuDNN (verify-device's probe lists which of them run a bool mask in bf16 on the device). Other
+# devices are not pinned: torch's own choice there (CPU: its flash kernel, which takes a mask, or math).
+SDPA_STEP_BACKENDS: dict[str, tuple[SDPBackend, ...]] = {
+    "cuda": (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION),
+}
+
+
+def sdpa_step_backends(device: torch.device) -> AbstractContextManager:
+    """The context every static SDPA step runs under (eager, compiled and graphed alike, so the graph
+    captures the kernels the eager step ran): ``sdpa_kernel`` over :data:`SDPA_STEP_BACKENDS` of the
+    device, or nothing where none are pinned."""
+    backends = SDPA_STEP_BACKENDS.get(device.type)
+    return sdpa_kernel(list(backends), set_priority=True) if backends else nullcontext()
 
 
 class SdpaAttention:

@@ -12,7 +12,11 @@ keys are a contiguous run of pages and padding is never stored.
   token-causal there (wrong). The fused commit + step has two requests per sequence (block b and
   block b + 1) over shared pages;
 - CUDA graphs: one wrapper per step shape, built with fixed index buffers (``use_cuda_graph``) and
-  re-planned once per block outside the graph; the graph replays ``run`` only.
+  re-planned once per block (per token in AR) outside the graph; the graph replays ``run`` only;
+- planning reads nothing from the device: the page tables come from the host-side lengths the decoder
+  already knows (``kv_lengths``, prompt lengths); indptr and last-page lengths are handed to ``plan`` as
+  host tensors (FlashInfer reads those on the host: device tensors there cost a device-to-host copy, a
+  sync, each) and the page indices reach the device by an asynchronous copy from pinned memory.
 
 This module never runs on a machine without an NVIDIA GPU; scripts/gpu_verify.sh checks its tokens
 against SDPA (CPU tests run its page tables and request layout against a pure-torch stand-in).
@@ -78,17 +82,16 @@ class FlashInferAttention:
         self._wrappers: dict[tuple, object] = {}     # step shape -> wrapper (fixed buffers under graphs)
 
     # ------------------------------------------------------------------ page tables
+    def _host(self, values: list[int]) -> torch.Tensor:
+        """int32 host tensor of ``values`` (pinned on CUDA, so a copy from it to the device is asynchronous)."""
+        tensor = torch.tensor(values, dtype=torch.int32)
+        return tensor.pin_memory() if self.device.type == "cuda" else tensor
+
     def _pages(self, cache, requests: list[tuple[int, int]]):
-        """(row, kv_length) per request -> indptr, indices, last_page_len (int32, on the device)."""
-        per_row = cache.slots // cache.page_size
-        indptr, indices, last = [0], [], []
-        for row, kv_length in requests:
-            pages = -(-kv_length // cache.page_size)
-            indices.extend(range(row * per_row, row * per_row + pages))
-            indptr.append(indptr[-1] + pages)
-            last.append(kv_length - (pages - 1) * cache.page_size)
-        as_int = lambda xs: torch.tensor(xs, dtype=torch.int32, device=self.device)  # noqa: E731
-        return as_int(indptr), as_int(indices), as_int(last)
+        """(row, kv_length) per request, known on the host -> indptr and last_page_len (int32 host tensors,
+        as FlashInfer's plan reads them) and indices (int32 on the device, copied without a sync)."""
+        indptr, indices, last = page_table(cache.slots // cache.page_size, cache.page_size, requests)
+        return self._host(indptr), self._host(indices).to(self.device, non_blocking=True), self._host(last)
 
     def _plan_kwargs(self, cache) -> dict:
         t = self.text
@@ -101,8 +104,7 @@ class FlashInferAttention:
         lengths, size = plan.lengths, plan.block_size
         if self._prompt_wrapper is None:
             self._prompt_wrapper = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
-        qo_indptr = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32,
-                                 device=self.device)
+        qo_indptr = self._host(_offsets(lengths))
         kv_indptr, kv_indices, last = self._pages(cache, list(enumerate(lengths)))
         masks = []
         for p in lengths:          # block-causal: query block id >= key block id (ids = pos // B)
@@ -153,7 +155,7 @@ class FlashInferAttention:
         rows, queries = buf.tokens.shape
         requests = [(r, buf.kv_lengths[r][j]) for r in range(rows) for j in range(len(buf.segments))]
         sizes = [stop - start for start, stop in buf.segments] * rows
-        qo_indptr = torch.tensor([0] + torch.tensor(sizes).cumsum(0).tolist(), dtype=torch.int32, device=self.device)
+        qo_indptr = self._host(_offsets(sizes))
         kv_indptr, kv_indices, last = self._pages(cache, requests)
         wrapper = self._wrapper(buf, cache, len(requests))
         wrapper.plan(qo_indptr, kv_indptr, kv_indices, last, causal=False, **self._plan_kwargs(cache))
@@ -164,3 +166,23 @@ class FlashInferAttention:
         flat = q.transpose(1, 2).reshape(rows * queries, heads, dim)
         wrapper = self._wrappers[self._wrapper_key(buf, cache)]
         return wrapper.run(flat, cache.pages(layer)).view(rows, queries, heads, dim)
+
+
+def _offsets(sizes: list[int]) -> list[int]:
+    """[0, s0, s0 + s1, ...]: FlashInfer's indptr of consecutive runs of ``sizes``."""
+    out = [0]
+    for size in sizes:
+        out.append(out[-1] + size)
+    return out
+
+
+def page_table(pages_per_row: int, page_size: int, requests: list[tuple[int, int]]):
+    """FlashInfer's page table, on the host, of requests (cache row, visible slots [0, kv_length)) over a
+    StaticKVCache whose row r owns pages r * pages_per_row onwards: (indptr, page indices, last page length)."""
+    indptr, indices, last = [0], [], []
+    for row, kv_length in requests:
+        pages = -(-kv_length // page_size)
+        indices.extend(range(row * pages_per_row, row * pages_per_row + pages))
+        indptr.append(indptr[-1] + pages)
+        last.append(kv_length - (pages - 1) * page_size)
+    return indptr, indices, last

@@ -23,6 +23,12 @@ names its generators: they are registered with the graph (each replay draws from
 advances it, as the eager step would) and, with the device's default generator, put back after the
 warm-up runs and the capture, so the draws are those of the plain decoder.
 
+A compiled forward (``compiles=True``: engine.compile_forward) generates its code on the first run of a
+shape (Dynamo, Inductor and, on CUDA, autotuning, which synchronises with the host): that run is made once
+before the warm-up runs, outside the capture rules, its in-place effects put back like theirs; the warm-up
+runs and the capture then run the compiled code (off CUDA, :class:`HostSyncCheck` runs compiled functions
+eagerly, so there the rules see the forward's eager ops; the emulated replays run the compiled code).
+
 Emulation (``emulate=True``, any device; what CI runs): "capture" is the same warm-up runs under the
 host-sync check, then one more run whose closure and output are kept; a "replay" reruns *that first
 closure* (the tensors it captured, not the caller's new ones) and copies its result into the kept output,
@@ -105,10 +111,12 @@ class HostSyncCheck:
       ``masked_fill``, which take the scalar as a kernel argument).
 
     Not seen here: copies of tensors made on the host before the step (on CPU every tensor is a host
-    tensor); the GPU run's ``set_sync_debug_mode("error")`` covers those."""
+    tensor); the GPU run's ``set_sync_debug_mode("error")`` covers those. Compiled functions run their
+    eager code under the check (``torch.compiler.set_stance("force_eager")``: Dynamo does not run under a
+    Python dispatch mode, and a fullgraph function would raise instead), so the check sees their ops."""
 
     def __enter__(self) -> "HostSyncCheck":
-        self._modes = (_HostReads(), _DeviceRules())
+        self._modes = (torch.compiler.set_stance("force_eager"), _HostReads(), _DeviceRules())
         for mode in self._modes:
             mode.__enter__()
         return self
@@ -189,9 +197,10 @@ class _Emulated:
 class StepGraphs:
     """Capture-once, replay-many CUDA graphs keyed by step shape, with a fallback per key (module doc)."""
 
-    def __init__(self, device: torch.device, enabled: bool, emulate: bool = False):
+    def __init__(self, device: torch.device, enabled: bool, emulate: bool = False, compiles: bool = False):
         self.device = device
         self.emulate = emulate
+        self.compiles = compiles                  # steps compile on their first run (module doc)
         self.graphs: dict[Hashable, _Graph | _Emulated] = {}
         self.failures: dict[str, str] = {}       # str(key) -> why that shape runs its fallback
         self.replays = 0                          # graph replays, all keys
@@ -238,6 +247,10 @@ class StepGraphs:
         saved_rngs = [g.get_state() for g in rngs]
 
         def warm_up():
+            if self.compiles:                     # code generation, outside the capture rules
+                step()
+                _restore(mutable, saved)
+                _restore_rngs(rngs, saved_rngs)
             with no_host_sync(self.device):
                 for _ in range(WARMUP_RUNS):
                     step()

@@ -25,6 +25,11 @@ float32 on CPU, pinned by test/test_static_decoder.py); the cost structure is gp
              costs S_b forwards instead of S_b + 1; no commit after the last block;
 4. stop    - a sequence stops as soon as EOS is fixed with nothing masked before it.
 
+With ``engine.compile_forward`` every step's forward is :func:`step.compiled_forward_step` (torch.compile,
+fullgraph, static shapes), over the graphed path's fixed cache and batch / key-span buckets also without
+graphs, so each step shape compiles once (at warm-up); under graphs the compiled forward is what is captured.
+On CUDA every SDPA step runs under the pinned kernels of ``attention.SDPA_STEP_BACKENDS``.
+
 B = 1 (autoregressive) is the same loop with one token per step (:func:`ar_step`): the step computes its
 own slots, positions and mask from a device counter, so greedy AR decoding is one graph replay per token
 (per key-span bucket) and the host reads the EOS flags every ``mask_check_interval`` tokens.
@@ -48,14 +53,14 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
-from .attention import PromptPlan, make_attention
+from .attention import PromptPlan, make_attention, sdpa_step_backends
 from .common import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
 from .cuda_graphs import MutatingStep, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
 from .masks import prompt_block_mask, response_positions
 from .sampling import bound_generators, device_settings, sample_tokens, transfer_schedule
-from .step import (ARState, BlockState, QueryGroup, StepBuffers, TransferRule, ar_step, forward_step, greedy_pick,
-                   whole_step)
+from .step import (ARState, BlockState, QueryGroup, StepBuffers, TransferRule, ar_step, compiled_forward_step,
+                   forward_step, greedy_pick, whole_step)
 from .text_forward import QwenTextForward, text_model_inputs
 
 log = logging.getLogger(__name__)
@@ -84,6 +89,7 @@ class _Run:
     rows: int
     graphed: bool
     span_bucket: int
+    compiled: bool = False      # steps run the compiled forward (engine.compile_forward, inside the buckets)
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,11 @@ class StaticBlockDiffusionDecoder:
         self._own_generators: list[torch.Generator] = []  # sampling graphs draw from these (fixed objects)
         # ``graph_emulation``: the graphed path on any device, each graph a kept closure (cuda_graphs.py;
         # what CI checks the capture rules and fixed buffers with).
-        self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs or graph_emulation, emulate=graph_emulation)
+        self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs or graph_emulation, emulate=graph_emulation,
+                                 compiles=engine.compile_forward)
+        # ``compile_forward``: every step's forward through torch.compile (step.compiled_forward_step), over the
+        # fixed cache and the batch / span buckets of the graphed path (one compiled graph per step shape).
+        self._compiled_forward = compiled_forward_step(self.device) if engine.compile_forward else None
         self.attention = make_attention(engine.attention_backend, self.text, self.graphs.enabled)
         # SDPA attends to slots [0, span): the exact span eagerly (bit-exact with the plain path), a
         # multiple of GRAPH_SPAN_BUCKET under graphs (one graph per bucket, not one per block).
@@ -144,10 +154,11 @@ class StaticBlockDiffusionDecoder:
                              graphed=graphed)
 
     def _begin(self, n: int, slots: int) -> _Run:
-        if self.graphs.enabled:
+        compiled = self._compiled_forward is not None
+        if self.graphs.enabled or compiled:
             rows = batch_bucket(n, self.engine.max_graph_batch)
             if rows is None or slots > self.engine.max_context_tokens:
-                log.warning("batch %d x %d slots is outside the CUDA graph buckets (max_graph_batch %d, "
+                log.warning("batch %d x %d slots is outside the CUDA graph / compiled buckets (max_graph_batch %d, "
                             "max_context_tokens %d): this call runs eagerly", n, slots,
                             self.engine.max_graph_batch, self.engine.max_context_tokens)
             else:
@@ -155,7 +166,7 @@ class StaticBlockDiffusionDecoder:
                     self.graph_cache = self._new_cache(self.engine.max_graph_batch, self.engine.max_context_tokens,
                                                        graphed=True)
                 bucket = GRAPH_SPAN_BUCKET if self.span_bucket is None else self.span_bucket
-                return _Run(self.graph_cache, rows, True, bucket)
+                return _Run(self.graph_cache, rows, self.graphs.enabled, bucket, compiled)
         if self.cache is None or not self.cache.fits(n, slots):
             old = self.cache                         # grow to cover both calls, never shrink
             self.cache = self._new_cache(max(n, old.rows if old else 0), max(slots, old.slots if old else 0))
@@ -278,10 +289,22 @@ class StaticBlockDiffusionDecoder:
             span = min(run.cache.slots, -(-span // run.span_bucket) * run.span_bucket)
         return span
 
+    def _step_forward(self, run: _Run, buf: StepBuffers) -> Callable[[], torch.Tensor]:
+        """The forward of a step over ``buf``: :func:`forward_step` (compiled when the run is), SDPA under
+        the device's pinned kernels (attention.SDPA_STEP_BACKENDS). A graph captures this call."""
+        cache, attention, text = run.cache, self.attention, self.text
+        fn = self._compiled_forward if run.compiled else forward_step
+        pinned = attention.name == "sdpa"
+
+        def forward() -> torch.Tensor:
+            with sdpa_step_backends(self.device) if pinned else nullcontext():
+                return fn(text, cache, attention, buf)
+        return forward
+
     def _forward(self, run: _Run, buf: StepBuffers) -> torch.Tensor:
         self.forwards_run += 1
-        cache, attention, text = run.cache, self.attention, self.text
-        step = lambda: forward_step(text, cache, attention, buf)   # noqa: E731
+        attention = self.attention
+        step = self._step_forward(run, buf)
         if run.graphed:
             return self.graphs.run(attention.graph_key(buf), step)
         return step()
@@ -299,8 +322,8 @@ class StaticBlockDiffusionDecoder:
         """One whole step ``step(forward)`` over ``buf`` (:func:`whole_step` or :func:`ar_step`). Under
         CUDA graphs it is one graph keyed by the buffers' shape, ``tag`` and the pick's tag when the pick
         has one, else only its forward is graphed."""
-        cache, attention, text = run.cache, self.attention, self.text
-        forward = lambda: forward_step(text, cache, attention, buf)   # noqa: E731
+        attention = self.attention
+        forward = self._step_forward(run, buf)
         self.forwards_run += 1
         if not run.graphed:
             return step(forward)
@@ -547,7 +570,7 @@ class StaticBlockDiffusionDecoder:
         """Prompt lengths whose warm-up steps meet every key span of a decode: per span bucket [top - b, top),
         one length whose steps stay inside it (top - 2B) and one whose fused step reaches into the next
         bucket (top - B). Without graphs (or with a backend whose graphs ignore spans) one typical length."""
-        if not self.graphs.enabled or self.attention.name != "sdpa":
+        if not (self.graphs.enabled or self._compiled_forward) or self.attention.name != "sdpa":
             return [WARMUP_PROMPT_TOKENS]
         bucket = GRAPH_SPAN_BUCKET if self.span_bucket is None else self.span_bucket
         limit = self.engine.max_context_tokens

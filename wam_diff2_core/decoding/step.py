@@ -7,7 +7,9 @@
 - :func:`whole_step`: forward + token choice + the transfer rule + the "still masked?" flag, all on the
   device in fixed shapes (:class:`BlockState` holds the block between steps): the function one CUDA
   graph replays per step, so the host only reads the flag every ``mask_check_interval`` steps.
-  ``torch.compile(whole_step, fullgraph=True)`` traces it without a graph break (a CPU test proves it).
+  ``torch.compile(whole_step, fullgraph=True)`` traces it without a graph break (a CPU test proves it);
+- :func:`compiled_forward_step`: :func:`forward_step` through torch.compile (``engine.compile_forward``),
+  the forward a graph captures when the forward is compiled.
 
     state = decoder.begin(inputs, block_size=32, answer_slots=64)        # prefill (public API)
     buf = decoder.plan_step(state, [(0, 32)])                            # block 0's step buffers
@@ -69,6 +71,30 @@ def forward_step(text: QwenTextForward, cache: StaticKVCache, attention, buf: St
         write=lambda i, k, v: cache.write(i, buf.rows, buf.slots, k, v),
         attend=lambda i, attn, q: attention.step(i, attn, q, cache, buf))
     return text.lm_head(hidden[:, hidden.shape[1] - buf.out_rows:])
+
+
+# torch.compile's mode per device type. CUDA: the static decoder's own graphs capture the compiled forward
+# (cuda_graphs.py), so Inductor must not add graphs of its own ("reduce-overhead" / "max-autotune" would):
+# autotuned kernels without CUDA graphs. Elsewhere Inductor's default mode: the CPU path is for checks, and
+# its compile time (gcc, ~25-30 s of CPU a step shape here) is already the cost CI pays; autotuning would add to it.
+COMPILE_MODES = {"cuda": "max-autotune-no-cudagraphs"}
+# Compiled step shapes one process may hold (Dynamo's default is 8 per function; a warm-up compiles one per
+# batch bucket x key-span bucket x step shape). Past it a call raises rather than run eagerly unseen.
+COMPILE_SHAPES_LIMIT = 1024
+
+
+def compiled_forward_step(device: torch.device) -> Callable[..., torch.Tensor]:
+    """:func:`forward_step` compiled (fullgraph: a graph break raises; static shapes: one compiled graph per
+    step shape, which is what a CUDA graph replays anyway). Code is generated on the first call of a shape;
+    on CUDA that call may synchronise (autotuning), so StepGraphs makes it before the capture rules apply."""
+    compiled = torch.compile(forward_step, fullgraph=True, dynamic=False, mode=COMPILE_MODES.get(device.type))
+
+    def run(text: QwenTextForward, cache: StaticKVCache, attention, buf: StepBuffers) -> torch.Tensor:
+        with torch._dynamo.config.patch(recompile_limit=COMPILE_SHAPES_LIMIT,
+                                        accumulated_recompile_limit=COMPILE_SHAPES_LIMIT,
+                                        fail_on_recompile_limit_hit=True):
+            return compiled(text, cache, attention, buf)
+    return run
 
 
 def eager_twin_step(model, cache: StaticKVCache, buf: StepBuffers, rows: int) -> torch.Tensor:

@@ -28,6 +28,8 @@ OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
 
 CLASSIFICATION = {"car": 6, "truck": 7, "bus": 9}        # demo-world labels -> Object.CLASSIFICATION_*
 BOX, CYLINDER = 1, 3                                       # shape_msgs/SolidPrimitive types
+LABELS = {code: label for label, code in CLASSIFICATION.items()}   # Object.CLASSIFICATION_* -> label
+UNKNOWN_LABEL = "unknown"                                  # another classification
 
 
 def installed_msg_dir(package: str = "derived_object_msgs") -> Path | None:
@@ -65,18 +67,21 @@ class ObjectSnapshot:
     ids: np.ndarray          # [N] int
     boxes: np.ndarray        # [N, 5] centre x, y, yaw, length, width
     unsupported: int = 0     # objects whose shape is neither a box nor a cylinder (not used)
+    heights: np.ndarray | None = None   # [N] box heights (m); None: not known
+    labels: tuple[str, ...] = ()        # [N] demo-world labels from the classification (LABELS); (): not known
 
 
 def objects_from_msg(msg) -> ObjectSnapshot:
     """An ``ObjectArray`` -> boxes on the ground. BOX dimensions are [x, y, z] = length, width,
     height; a CYLINDER [height, radius] becomes a 2r square. Non-finite objects are dropped."""
-    ids, boxes, unsupported = [], [], 0
+    ids, boxes, heights, labels, unsupported = [], [], [], [], 0
     for obj in msg.objects:
         dims = [float(d) for d in obj.shape.dimensions]
         if obj.shape.type == BOX and len(dims) >= 2:
-            length, width = dims[0], dims[1]
+            length, width, height = dims[0], dims[1], dims[2] if len(dims) >= 3 else math.nan
         elif obj.shape.type == CYLINDER and len(dims) >= 2:
             length = width = 2.0 * dims[1]
+            height = dims[0]
         else:
             unsupported += 1
             continue
@@ -88,10 +93,12 @@ def objects_from_msg(msg) -> ObjectSnapshot:
             continue
         ids.append(int(obj.id))
         boxes.append(row)
+        heights.append(height)
+        labels.append(LABELS.get(int(obj.classification), UNKNOWN_LABEL))
     stamp = msg.header.stamp
     return ObjectSnapshot(int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec), str(msg.header.frame_id),
                           np.asarray(ids, dtype=np.int64), np.asarray(boxes, dtype=np.float64).reshape(-1, 5),
-                          unsupported)
+                          unsupported, np.asarray(heights, dtype=np.float64), tuple(labels))
 
 
 class ObjectTrack:

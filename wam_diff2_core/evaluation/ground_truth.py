@@ -2,12 +2,14 @@
 
 The recorded odometry poses are interpolated (linearly in position, along the shorter arc in
 yaw) at the frame stamp and at +0.5 ... +4.0 s, and the future positions are expressed in the
-ego frame at the frame stamp (REP-103: x forward, y left), as the model's waypoints are.
-Times are integer nanoseconds, so a target that falls on a recorded stamp returns that pose
-exactly.
+ego frame at the frame stamp (REP-103: x forward, y left), as the model's waypoints are. The
+recorded forward speed (the odometry twist's x in the ego frame) is interpolated linearly at the
+same times. Times are integer nanoseconds, so a target that falls on a recorded stamp returns that
+sample exactly.
 
-    trajectory = EgoTrajectory.from_samples(stamps_ns, xy, yaw)
+    trajectory = EgoTrajectory(stamps_ns, xy, yaw, speed=vx)
     gt = trajectory.future_waypoints(frame_stamp_ns)       # [8, 2], or raises NoFuture
+    speeds = trajectory.future_speeds(frame_stamp_ns)      # [8] m/s, the same NoFuture rules
 """
 from __future__ import annotations
 
@@ -33,14 +35,20 @@ class NoFuture(Exception):
 
 
 class EgoTrajectory:
-    """Recorded ego poses in the odometry frame, strictly increasing in time."""
+    """Recorded ego poses in the odometry frame, strictly increasing in time, and optionally the
+    recorded forward speed at each (m/s, the odometry twist's x: negative when reversing)."""
 
-    def __init__(self, stamps_ns: Sequence[int], xy: np.ndarray, yaw: Sequence[float], max_gap_s: float = 0.5):
+    def __init__(self, stamps_ns: Sequence[int], xy: np.ndarray, yaw: Sequence[float], max_gap_s: float = 0.5,
+                 speed: Sequence[float] | None = None):
         self.stamps_ns = np.asarray(stamps_ns, dtype=np.int64)                  # [N]
         self.xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)              # [N, 2]
         self.yaw = np.asarray(yaw, dtype=np.float64)                            # [N]
+        self.speed = None if speed is None else np.asarray(speed, dtype=np.float64)   # [N] or None
         if not (len(self.stamps_ns) == len(self.xy) == len(self.yaw)):
             raise ValueError("stamps, xy and yaw must have the same length")
+        if self.speed is not None and self.speed.shape != self.stamps_ns.shape:
+            raise ValueError(f"speed: expected one value per stamp ({len(self.stamps_ns)}), got shape "
+                             f"{self.speed.shape}")
         if len(self.stamps_ns) > 1 and not (np.diff(self.stamps_ns) > 0).all():
             raise ValueError("odometry stamps must be strictly increasing")
         self.max_gap_ns = int(round(max_gap_s * 1e9))
@@ -48,8 +56,9 @@ class EgoTrajectory:
     def __len__(self) -> int:
         return len(self.stamps_ns)
 
-    def pose_at(self, t_ns: int) -> tuple[np.ndarray, float]:
-        """(xy [2], yaw) at ``t_ns``; NoFuture when outside the recording or inside a long gap."""
+    def _bracket(self, t_ns: int) -> tuple[int, float]:
+        """(i, w): ``t_ns`` lies the share w in [0, 1) of the way from sample i to sample i + 1 (w = 0: on
+        sample i); NoFuture when outside the recording or inside a gap longer than max_gap_s."""
         n = len(self.stamps_ns)
         if n == 0 or t_ns < self.stamps_ns[0]:
             raise NoFuture(BEFORE_START, f"{t_ns} ns is before the first odometry sample")
@@ -58,21 +67,41 @@ class EgoTrajectory:
                                        f"{t_ns} ns")
         i = int(np.searchsorted(self.stamps_ns, t_ns, side="right")) - 1      # stamps[i] <= t
         if self.stamps_ns[i] == t_ns:
-            return self.xy[i].copy(), float(self.yaw[i])
+            return i, 0.0
         t0, t1 = int(self.stamps_ns[i]), int(self.stamps_ns[i + 1])
         if t1 - t0 > self.max_gap_ns:
             raise NoFuture(ODOMETRY_GAP, f"{(t1 - t0) / 1e9:.3f} s without odometry around {t_ns} ns "
                                          f"(max {self.max_gap_ns / 1e9:.3f} s)")
-        w = (t_ns - t0) / (t1 - t0)
+        return i, (t_ns - t0) / (t1 - t0)
+
+    def pose_at(self, t_ns: int) -> tuple[np.ndarray, float]:
+        """(xy [2], yaw) at ``t_ns``; NoFuture when outside the recording or inside a long gap."""
+        i, w = self._bracket(t_ns)
+        if w == 0.0:
+            return self.xy[i].copy(), float(self.yaw[i])
         xy = self.xy[i] + (self.xy[i + 1] - self.xy[i]) * w
         yaw = wrap_angle(self.yaw[i] + wrap_angle(self.yaw[i + 1] - self.yaw[i]) * w)
         return xy, yaw
+
+    def speed_at(self, t_ns: int) -> float:
+        """The recorded forward speed at ``t_ns`` (m/s), interpolated linearly; NoFuture as :meth:`pose_at`."""
+        if self.speed is None:
+            raise ValueError("this EgoTrajectory was built without speeds (pass speed=)")
+        i, w = self._bracket(t_ns)
+        if w == 0.0:
+            return float(self.speed[i])
+        return float(self.speed[i] + (self.speed[i + 1] - self.speed[i]) * w)
 
     def future_waypoints(self, t_ns: int, offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> np.ndarray:
         """[len(offsets), 2] recorded positions at ``t + offset`` in the ego frame at ``t``."""
         origin, yaw = self.pose_at(t_ns)
         future = np.stack([self.pose_at(t_ns + int(dt))[0] for dt in offsets_ns])   # [8, 2] odometry frame
         return world_to_ego(future, origin, yaw)
+
+    def future_speeds(self, t_ns: int, offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> np.ndarray:
+        """[len(offsets)] recorded forward speeds at ``t + offset`` (m/s); NoFuture as :meth:`future_waypoints`."""
+        self._bracket(t_ns)
+        return np.array([self.speed_at(t_ns + int(dt)) for dt in offsets_ns])
 
 
 def constant_velocity_waypoints(velocity: Sequence[float], offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> np.ndarray:

@@ -17,7 +17,13 @@ Per frame, ``e_k = || predicted_k - recorded_k ||`` for the 8 waypoints (k = 1 .
 - the **PDM score** (NAVSIM v1, :mod:`.bag_pdm`) where the bag carries other agents' boxes: per frame
   PDMS and its sub-scores (NC, DAC, TTC, EP, C) of the model's plan, the constant-velocity baseline and
   the recorded drive; means over the frames scored (``pdm``: a plan that does not parse scores PDMS 0,
-  the sub-scores are means over the parsed plans, :func:`pdm_means`).
+  the sub-scores are means over the parsed plans, :func:`pdm_means`);
+- the **speed error** (``speed_profile``): per frame ``|v_plan(t) - v_recorded(t)|`` (m/s) at the 8
+  waypoint times, where ``v_plan`` is the speed of the plan's speed profile
+  (:func:`~wam_diff2_core.speed_profile.speed_profile` from the ego's measured speed, what the planner
+  node publishes on ``~/output/autoware_trajectory``) and ``v_recorded`` the recorded odometry's
+  forward speed; mean and median at 1-4 s over the valid frames, and the same for the constant-speed
+  baseline (the measured speed held) on those frames.
 
 The constant-velocity baseline (the ego keeps its input velocity) is scored on exactly the
 frames the model is scored on, and separately on every evaluated frame. Parse failures,
@@ -37,6 +43,7 @@ import numpy as np
 
 from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
 from ..profiling import stage_summary
+from ..speed_profile import ProfileLimits, speed_profile
 
 HORIZONS_S = (1.0, 2.0, 3.0, 4.0)
 CONVENTIONS = {
@@ -50,6 +57,10 @@ COLLISION_CONVENTIONS = {
     "avg_to_t": "VAD (ST-P3) convention: per frame, the share of waypoints up to time t (0.5 s steps) whose ego box "
                 "overlaps an agent, averaged over frames",
 }
+SPEED_CONVENTION = ("Absolute difference at time t between the speed of the plan's speed profile (what the planner "
+                    "node publishes on ~/output/autoware_trajectory: from the ego's measured speed, within the "
+                    "node's trajectory.* limits) and the recorded odometry's forward speed, mean and median over "
+                    "the frames with a valid plan; the constant-speed baseline holds the measured speed")
 LATENCY_PERCENTILES = (50, 90, 99)
 PDM_SUBSCORES = ("nc", "dac", "ttc", "ep", "c")
 
@@ -84,6 +95,10 @@ class FrameResult:
     baseline_pdm: dict[str, Any] | None = None             # the constant-velocity baseline
     recorded_pdm: dict[str, Any] | None = None             # the recorded drive (the reference planner)
     pdm_area: str | None = None                            # the drivable corridor's centre line: route | recorded_drive
+    # [8] m/s at +0.5 ... +4.0 s (speed_errors); None: not known (frames.jsonl written before they were recorded)
+    recorded_speeds: np.ndarray | None = None              # the recorded forward speed
+    speed_errors: np.ndarray | None = None                 # |the plan's speed profile - recorded| (None: invalid plan)
+    baseline_speed_errors: np.ndarray | None = None        # |the measured speed held - recorded|
 
     @property
     def errors(self) -> np.ndarray | None:
@@ -107,7 +122,9 @@ class FrameResult:
                 "stats": self.stats, "latency_ms": self.latency_ms, "collisions": self.collisions,
                 "baseline_collisions": self.baseline_collisions, "recorded_collisions": self.recorded_collisions,
                 "stages": self.stages, "pdm": self.pdm, "baseline_pdm": self.baseline_pdm,
-                "recorded_pdm": self.recorded_pdm, "pdm_area": self.pdm_area}
+                "recorded_pdm": self.recorded_pdm, "pdm_area": self.pdm_area,
+                "recorded_speeds": pts(self.recorded_speeds), "speed_errors": pts(self.speed_errors),
+                "baseline_speed_errors": pts(self.baseline_speed_errors)}
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> "FrameResult":
@@ -122,12 +139,23 @@ class FrameResult:
                    latency_ms=r["latency_ms"], collisions=r.get("collisions"),
                    baseline_collisions=r.get("baseline_collisions"), recorded_collisions=r.get("recorded_collisions"),
                    stages=r.get("stages"), pdm=r.get("pdm"), baseline_pdm=r.get("baseline_pdm"),
-                   recorded_pdm=r.get("recorded_pdm"), pdm_area=r.get("pdm_area"))
+                   recorded_pdm=r.get("recorded_pdm"), pdm_area=r.get("pdm_area"),
+                   recorded_speeds=arr(r.get("recorded_speeds")), speed_errors=arr(r.get("speed_errors")),
+                   baseline_speed_errors=arr(r.get("baseline_speed_errors")))
 
 
 def waypoint_errors(predicted: np.ndarray, ground_truth: np.ndarray) -> np.ndarray:
     """[8] Euclidean error per waypoint, metres."""
     return np.hypot(*(np.asarray(predicted, np.float64) - np.asarray(ground_truth, np.float64)).reshape(-1, 2).T)
+
+
+def profile_speed_errors(waypoints: np.ndarray, measured_speed_mps: float, recorded_speeds: np.ndarray,
+                         limits: ProfileLimits = ProfileLimits()) -> np.ndarray:
+    """[8] |speed of the plan's speed profile - recorded speed| (m/s) at the waypoint times (0.5 ... 4 s):
+    the profile the planner node publishes for ``waypoints`` [8, 2] from ``measured_speed_mps``."""
+    profile = speed_profile(waypoints, measured_speed_mps, limits)
+    times = (np.arange(NUM_WAYPOINTS) + 1) * WAYPOINT_DT_S
+    return np.abs(np.interp(times, profile.t, profile.speed) - np.asarray(recorded_speeds, dtype=np.float64))
 
 
 def horizon_key(h: float) -> str:
@@ -152,6 +180,15 @@ def trajectory_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[s
             "l2_avg_to_t_mean_1_3s": float(np.mean([avg_to_t[k] for k in first3])),
             "ade": float(e.mean()), "fde": float(e[:, -1].mean()),
             "per_waypoint": [float(v) for v in e.mean(axis=0)]}
+
+
+def speed_error_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Mean and median absolute speed error (m/s) at 1-4 s from [frames, 8] per-waypoint speed errors."""
+    e = np.asarray(errors, dtype=np.float64).reshape(-1, NUM_WAYPOINTS)
+    columns = {horizon_key(h): e[:, int(round(h / WAYPOINT_DT_S)) - 1] for h in HORIZONS_S}
+    return {"frames": int(len(e)),
+            "mean_at_t": {k: float(v.mean()) if len(e) else None for k, v in columns.items()},
+            "p50_at_t": {k: float(np.percentile(v, 50)) if len(e) else None for k, v in columns.items()}}
 
 
 def collision_metrics(flags: Sequence[Sequence[bool | None]]) -> dict[str, Any]:
@@ -223,7 +260,18 @@ def group_summary(frames: Sequence[FrameResult]) -> dict[str, Any]:
         "collision": _collision_summary(frames, valid),
         "stages": stage_summary([f.stages for f in frames if f.stages]),
         "pdm": _pdm_summary(frames),
+        "speed_profile": _speed_summary(frames, valid),
     }
+
+
+def _speed_summary(frames: Sequence[FrameResult], valid: Sequence[FrameResult]) -> dict[str, Any] | None:
+    """Speed errors of the model's speed profile and of the constant-speed baseline on the model's valid
+    frames with a recorded speed (as L2); None when no frame has one (a run recorded before speeds were)."""
+    if not any(f.recorded_speeds is not None for f in frames):
+        return None
+    scored = [f for f in valid if f.speed_errors is not None]
+    return {"frames": len(scored), "model": speed_error_metrics([f.speed_errors for f in scored]),
+            "constant_speed": speed_error_metrics([f.baseline_speed_errors for f in scored])}
 
 
 def _pdm_summary(frames: Sequence[FrameResult]) -> dict[str, Any] | None:

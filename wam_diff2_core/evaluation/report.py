@@ -22,12 +22,12 @@ from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
 from ..profiling import stage_markdown
 from ..utils.atomic import atomic_directory
 from .bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE
-from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, PDM_SUBSCORES, FrameResult, collision_metrics,
-                      horizon_key, pdm_means, summarize, trajectory_metrics)
+from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, PDM_SUBSCORES, SPEED_CONVENTION, FrameResult,
+                      collision_metrics, horizon_key, pdm_means, speed_error_metrics, summarize, trajectory_metrics)
 
 FORMAT = "wam-diff2-eval-bag/1"
 PLOTS = {"per_waypoint": "per_waypoint_error.png", "bev": "bev_samples.png", "histogram": "error_histogram.png",
-         "collision": "collision_rate.png"}
+         "collision": "collision_rate.png", "detection": "detection_ap.png"}
 WAYPOINT_TIMES_S = [round((k + 1) * WAYPOINT_DT_S, 3) for k in range(NUM_WAYPOINTS)]
 
 
@@ -44,12 +44,14 @@ def build_metrics(run, *, model: dict[str, Any], command: str = "", label: str =
         "settings": run.settings.as_dict(),
         "conventions": CONVENTIONS,
         "collision_conventions": COLLISION_CONVENTIONS,
+        "speed_convention": SPEED_CONVENTION,
         "horizons_s": list(HORIZONS_S),
         "waypoint_times_s": WAYPOINT_TIMES_S,
         "bags": [{"bag": b.plan.bag, "counts": b.counts(), "camera": b.plan.camera,
                   "odometry_frame": b.plan.odometry_frame} for b in run.bags],
         "counts": run.counts(),
         "record": record,
+        "detection": getattr(run, "detection", None),
         **summary,
         "complete": True,
     }
@@ -69,6 +71,8 @@ def write_run_report(out_dir: str | Path, run, *, model: dict[str, Any], command
             plot_collision_rates({label or "model": metrics["overall"]["collision"]["model"],
                                   "constant velocity": metrics["overall"]["collision"]["constant_velocity"]},
                                  tmp / PLOTS["collision"])
+        if (metrics["detection"] or {}).get("scores"):
+            plot_detection(metrics["detection"]["scores"], tmp / PLOTS["detection"])
         (tmp / "report.md").write_text(render_markdown(metrics))
         # metrics.json last: its presence (with "complete": true) marks a finished run
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
@@ -105,6 +109,24 @@ def _collision_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def _speed_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Mean and median speed error (m/s) at 1-4 s, one row per (name, speed_error_metrics)."""
+    hs = [horizon_key(h) for h in HORIZONS_S]
+    lines = ["| | frames | " + " | ".join(f"mean {h}" for h in hs) + " | " + " | ".join(f"p50 {h}" for h in hs) + " |",
+             "|---|---:|" + "---:|" * (2 * len(hs))]
+    for name, e in rows:
+        lines.append(f"| {name} | {e['frames']} | " + " | ".join(_f(e["mean_at_t"][h]) for h in hs) + " | "
+                     + " | ".join(_f(e["p50_at_t"][h]) for h in hs) + " |")
+    return lines
+
+
+def render_speed(speed: dict[str, Any] | None, who: str = "model") -> list[str]:
+    if speed is None:
+        return []
+    return ["## Speed error of the speed profile", "", SPEED_CONVENTION + ". m/s.", "",
+            *_speed_rows([(who, speed["model"]), ("constant speed (same frames)", speed["constant_speed"])]), ""]
+
+
 def render_collision(c: dict[str, Any] | None, topic: str = "") -> list[str]:
     if c is None:
         return []
@@ -121,6 +143,32 @@ def render_collision(c: dict[str, Any] | None, topic: str = "") -> list[str]:
 PDM_TABLE_HEAD = "| | frames | parsed | PDMS | " + " | ".join(k.upper() for k in PDM_SUBSCORES) + " |"
 PDM_TABLE_RULE = "|---|---:|---:|---:|" + "---:|" * len(PDM_SUBSCORES)
 AREA_LABELS = {AREA_ROUTE: "the route", AREA_RECORDED_DRIVE: "the recorded drive (no usable route)"}
+
+
+def render_detection(d: dict[str, Any] | None) -> list[str]:
+    """The node's recorded boxes against the bag's objects (``bag_detection``); nothing without detections."""
+    if d is None:
+        return []
+    c = d["counts"]
+    lines = ["## Detection (the node's boxes, COCO AP)", "",
+             f"Boxes published on {', '.join(f'`{t}`' for t in d['topics'])}: {c['messages']} messages, {c['matched']} "
+             f"scored against what the camera saw of the bag's objects at their stamp ({d['truth_boxes']} boxes), "
+             f"{c['no_objects']} without objects and {c['no_pose']} without odometry there, {c['unmatched_stamp']} "
+             f"matching no camera frame, {c['duplicate']} duplicates, {c['undecodable']} undecodable.", ""]
+    sc = d["scores"]
+    if not sc:
+        return lines
+    lines += [f"pycocotools {sc['library']}; {sc['parse_failures']} answers did not parse (their objects count as "
+              "missed); boxes without a score rank as 1.0 in stamp order.", "",
+              "| AP@[.5:.95] | AP50 | AP75 | AR@1 | AR@10 | AR@100 | predicted boxes |",
+              "|---:|---:|---:|---:|---:|---:|---:|",
+              "| " + " | ".join(_f(sc[k]) for k in ("ap", "ap50", "ap75", "ar1", "ar10", "ar100"))
+              + f" | {sc['predicted_boxes']} |", "",
+              "| class | AP | AP50 | ground truth | predicted |", "|---|---:|---:|---:|---:|",
+              *[f"| {label} | {_f(v['ap'])} | {_f(v['ap50'])} | {v['truth']} | {v['predicted']} |"
+                for label, v in sc["per_class"].items()], "",
+              f"![detection AP]({PLOTS['detection']})", ""]
+    return lines
 
 
 def pdm_area_label(pdm: dict[str, Any], lane_width_m: float) -> str:
@@ -200,11 +248,13 @@ def render_markdown(m: dict[str, Any]) -> str:
             ("constant velocity (all evaluated)", o["constant_velocity_all_frames"])]
     lines += ["## L2 at t (UniAD convention)", "", CONVENTIONS["l2_at_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_at_t"), "",
+              *render_speed(o.get("speed_profile"), "node" if from_node else "model"),
               "## L2 averaged up to t (ST-P3 / VAD convention)", "", CONVENTIONS["l2_avg_to_t"] + ". Metres.", "",
               *_l2_table(rows, "l2_avg_to_t"), "",
               *render_collision(o.get("collision"), objects_topic),
               *render_pdm(o.get("pdm"), m["settings"]["lane_width_m"], objects_topic,
                           "node" if from_node else "model"),
+              *render_detection(m.get("detection")),
               "## Per command (L2 at t, UniAD convention)", "",
               "| command | frames | valid | parse failures | model L2 1s | 2s | 3s | 4s | ADE | FDE | CV L2 4s |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -302,6 +352,27 @@ def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
     axes[0].set_ylabel("collision rate (%)")
     axes[0].legend(fontsize=8)
     fig.suptitle("Planned ego box overlapping another agent", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_detection(scores: dict[str, Any], path: Path) -> None:
+    """AP@[.5:.95], AP50 and AP75 overall and per class (bag_detection's COCO scores)."""
+    plt = pyplot()
+    groups = {"all": scores, **scores["per_class"]}
+    keys = (("ap", "AP@[.5:.95]"), ("ap50", "AP50"), ("ap75", "AP75"))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(groups), 3.2), dpi=100)
+    x = np.arange(len(groups))
+    for i, (key, name) in enumerate(keys):
+        values = [100 * g[key] if g.get(key) is not None else np.nan for g in groups.values()]
+        ax.bar(x + (i - 1) * 0.27, values, width=0.27, label=name)
+    ax.set_xticks(x, list(groups))
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("%")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"The node's boxes against the bag's objects ({scores['images']} frames)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -432,6 +503,14 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
                          na: collision_metrics([valid_a[k].collisions for k in both]),
                          nb: collision_metrics([valid_b[k].collisions for k in both]),
                          "constant_velocity": collision_metrics([valid_a[k].baseline_collisions for k in both])}}
+    speed = None
+    if ma["overall"].get("speed_profile") and mb["overall"].get("speed_profile"):
+        both = [k for k in common if valid_a[k].speed_errors is not None and valid_b[k].speed_errors is not None]
+        speed = {"runs": {na: ma["overall"]["speed_profile"]["model"], nb: mb["overall"]["speed_profile"]["model"]},
+                 "common_valid_frames": {
+                     na: speed_error_metrics([valid_a[k].speed_errors for k in both]),
+                     nb: speed_error_metrics([valid_b[k].speed_errors for k in both]),
+                     "constant_speed": speed_error_metrics([valid_a[k].baseline_speed_errors for k in both])}}
     pdm = None
     if ma["overall"].get("pdm") and mb["overall"].get("pdm"):
         both = [k for k in common if valid_a[k].pdm is not None and valid_b[k].pdm is not None]
@@ -444,7 +523,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
     result = {"format": FORMAT + "/compare", "runs": {na: str(run_a), nb: str(run_b)},
               "conventions": CONVENTIONS, "overall": {na: ma["overall"], nb: mb["overall"]},
               "per_command": {c: {na: ma["per_command"][c], nb: mb["per_command"][c]} for c in COMMANDS},
-              "common_valid_frames": paired, "collision": collision, "pdm": pdm, "complete": True}
+              "common_valid_frames": paired, "speed_profile": speed, "collision": collision, "pdm": pdm,
+              "complete": True}
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         plot_per_waypoint({na: ma, nb: mb}, tmp / "per_waypoint_compare.png", baseline=True)
         if collision is not None:
@@ -489,6 +569,13 @@ def render_compare(r: dict[str, Any], na: str, nb: str, ma: dict[str, Any], mb: 
             lines.append(f"| {label} {h} | {_f(p[na][conv][h])} | {_f(p[nb][conv][h])} | "
                          f"{_f(p['constant_velocity'][conv][h])} |")
     lines += [f"| ADE | {_f(p[na]['ade'])} | {_f(p[nb]['ade'])} | {_f(p['constant_velocity']['ade'])} |", ""]
+    if r.get("speed_profile"):
+        v = r["speed_profile"]
+        lines += ["## Speed error of the speed profile", "", SPEED_CONVENTION + ". m/s.", "",
+                  "Each on its own valid frames:", "", *_speed_rows(list(v["runs"].items())), "",
+                  "On the frames where both have a valid plan:", "",
+                  *_speed_rows([(na, v["common_valid_frames"][na]), (nb, v["common_valid_frames"][nb]),
+                                ("constant speed", v["common_valid_frames"]["constant_speed"])]), ""]
     if r.get("collision"):
         c = r["collision"]
         lines += ["## Collision rate", "", COLLISION_CONVENTIONS["at_t"] + ". "

@@ -34,6 +34,7 @@ from ..frame_inputs import (FrameInputs, FrameInputTracker, InputSettings, Input
                             stamp_ns)
 from ..outputs.prompts import NUM_WAYPOINTS
 from ..profiling import StageTimes
+from ..speed_profile import ProfileLimits, measured_speed
 from .bag_pdm import DEFAULT_LANE_WIDTH_M, BagPdmInputs, bag_pdm_inputs, check_lane_width
 from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
                   BagError, BagTopics, Undecodable)
@@ -41,7 +42,7 @@ from .collision import EgoFootprint, collision_flags, counted, obstacles_along
 from .derived_objects import ObjectTrack, objects_from_msg
 from .ground_truth import (WAYPOINT_OFFSETS_NS, EgoTrajectory, NoFuture, constant_velocity_waypoints,
                            is_finite_waypoints)
-from .metrics import FrameResult, pdm_entry
+from .metrics import FrameResult, pdm_entry, profile_speed_errors
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class EvalSettings:
     required: frozenset[str] = frozenset()   # optional topic roles the user named, so they must be present
     footprint: EgoFootprint = field(default_factory=EgoFootprint)   # the ego box (collision check, PDM score)
     lane_width_m: float = DEFAULT_LANE_WIDTH_M   # the PDM score's drivable corridor around the route / drive
+    profile_limits: ProfileLimits = field(default_factory=ProfileLimits)   # the speed profile's (node: trajectory.*)
 
     def __post_init__(self):
         check_lane_width(self.lane_width_m)
@@ -85,7 +87,7 @@ class EvalSettings:
         return {"topics": self.topics.as_dict(), "every": self.every, "max_frames": self.max_frames,
                 "max_gap_s": self.max_gap_s, "max_backward_jump_s": self.max_backward_jump_s,
                 "image_limits": vars(self.image_limits), "ego_footprint": vars(self.footprint),
-                "lane_width_m": self.lane_width_m,
+                "lane_width_m": self.lane_width_m, "profile_limits": vars(self.profile_limits),
                 "inputs": {"odometry_timeout_s": i.odometry_timeout_s,
                            "acceleration_time_constant_s": i.acceleration_time_constant_s,
                            "default_command": i.default_command, "route": vars(i.route)}}
@@ -99,6 +101,7 @@ class PlannedFrame:
     inputs: FrameInputs
     ground_truth: np.ndarray        # [8, 2]
     baseline: np.ndarray            # [8, 2]
+    recorded_speeds: np.ndarray | None = None          # [8] recorded forward speed at +0.5 ... +4.0 s, m/s
     obstacles: list[np.ndarray | None] | None = None   # per waypoint: other agents' boxes [N, 4, 2], ego frame
     recorded_collisions: list[bool | None] | None = None
     pdm: BagPdmInputs | None = None                    # the PDM score's scene (objects near the stamp)
@@ -119,7 +122,9 @@ class BagPlan:
     planned: list[PlannedFrame] = field(default_factory=list)
     image_stamps: set[int] = field(default_factory=set)         # every non-zero camera stamp (--predictions)
     objects_topic: str | None = None                            # other agents' boxes (collision rate)
+    objects: ObjectTrack | None = None                          # ... as read from it
     footprint: EgoFootprint = field(default_factory=EgoFootprint)
+    profile_limits: ProfileLimits = field(default_factory=ProfileLimits)
 
     def counts(self) -> dict[str, Any]:
         return {"images": self.images, "not_selected": self.not_selected,
@@ -151,6 +156,7 @@ class BagRun:
 class EvalRun:
     settings: EvalSettings
     bags: list[BagRun]
+    detection: dict[str, Any] | None = None      # --predictions: the recorded boxes' COCO AP (bag_detection)
 
     @property
     def frames(self) -> list[FrameResult]:
@@ -216,7 +222,7 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
     # interleaved in when recorded. The same samples are the recorded future.
     tracker = FrameInputTracker(settings.inputs, max_samples=2**62)
     odom_topic = used["odometry"]
-    stamps, xy, yaw = [], [], []
+    stamps, xy, yaw, speed = [], [], [], []
     last_ns, n = None, 0
     for _, _, msg in bag.messages([odom_topic]):
         n += 1
@@ -236,14 +242,15 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
         stamps.append(t_ns)
         xy.append((sample.x, sample.y))
         yaw.append(sample.yaw)
+        speed.append(sample.vx)
     if not stamps:
         raise BagError(f"{bag.path}: no usable odometry on {odom_topic!r} "
                        f"({dict(plan.input_messages_skipped) or 'no messages'})")
-    plan.trajectory = trajectory = EgoTrajectory(stamps, np.array(xy), yaw, max_gap_s=settings.max_gap_s)
-    plan.footprint = settings.footprint
+    plan.trajectory = trajectory = EgoTrajectory(stamps, np.array(xy), yaw, max_gap_s=settings.max_gap_s, speed=speed)
+    plan.footprint, plan.profile_limits = settings.footprint, settings.profile_limits
     objects = _read_objects(bag, used.get("objects"), plan) if "objects" in used else None
     if objects is not None:
-        plan.objects_topic = used["objects"]
+        plan.objects_topic, plan.objects = used["objects"], objects
 
     # Then camera, route and command in recorded order: a frame gets the newest route/command
     # received before it, as a live node does.
@@ -290,6 +297,7 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
             check_image_msg(msg, settings.image_limits)
             inputs = tracker.inputs_at(t_ns)
             ground_truth = trajectory.future_waypoints(t_ns)
+            recorded_speeds = trajectory.future_speeds(t_ns)
         except ImageError as exc:
             plan.skipped[f"image_{exc.code}"] += 1
             continue
@@ -301,7 +309,7 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
             continue
         plan.command_sources[inputs.command_source] += 1
         planned = PlannedFrame(index, t_ns, bag_time_ns, inputs, ground_truth,
-                               constant_velocity_waypoints(inputs.ego.velocity))
+                               constant_velocity_waypoints(inputs.ego.velocity), recorded_speeds)
         if objects is not None:
             planned.obstacles = obstacles_along(objects, trajectory, t_ns)
             planned.recorded_collisions = collision_flags(ground_truth, planned.obstacles, settings.footprint)
@@ -335,9 +343,18 @@ def _read_objects(bag: Bag, topic: str, plan: BagPlan) -> ObjectTrack | None:
     return ObjectTrack(snapshots) if snapshots else None
 
 
-def with_scores(result: FrameResult, planned: PlannedFrame, footprint: EgoFootprint) -> FrameResult:
-    """``result`` with the collision flags and PDM scores of its plan, of the baseline and (PDM) of the
-    recorded drive (when the bag has objects; the PDM score where objects lie near the frame's stamp)."""
+def with_scores(result: FrameResult, planned: PlannedFrame, footprint: EgoFootprint,
+                limits: ProfileLimits = ProfileLimits()) -> FrameResult:
+    """``result`` with the speed errors of its plan's speed profile and of the constant-speed baseline,
+    and the collision flags and PDM scores of its plan, of the baseline and (PDM) of the recorded drive
+    (when the bag has objects; the PDM score where objects lie near the frame's stamp)."""
+    if planned.recorded_speeds is not None:
+        # the speed the planner node starts its profile from, of the same odometry sample
+        speed = measured_speed(planned.inputs.odometry.vx)
+        result.recorded_speeds = planned.recorded_speeds
+        result.baseline_speed_errors = np.abs(speed - planned.recorded_speeds)
+        if result.predicted is not None:
+            result.speed_errors = profile_speed_errors(result.predicted, speed, planned.recorded_speeds, limits)
     if planned.obstacles is None:
         return result
     recorded = planned.recorded_collisions
@@ -408,7 +425,7 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
             try:
                 conversion_ms = (time.perf_counter() - t_convert) * 1e3
                 result = with_scores(run_frame(policy, rgb, planned, plan.bag["path"], conversion_ms), planned,
-                                     plan.footprint)
+                                     plan.footprint, plan.profile_limits)
             except ValueError as exc:   # the policy refused the input (e.g. a non-finite ego state)
                 log.warning("frame %d (stamp %d): %s", i, planned.stamp_ns, exc)
                 run.skipped_at_run[POLICY_REJECTED] += 1
@@ -561,7 +578,8 @@ def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str 
         if msg is None:
             run.skipped_at_run[NOT_PUBLISHED] += 1
             continue
-        frame = with_scores(frame_from_trajectory(msg, planned, bag_name), planned, plan.footprint)
+        frame = with_scores(frame_from_trajectory(msg, planned, bag_name), planned, plan.footprint,
+                            plan.profile_limits)
         counts["matched"] += 1
         counts["command_differs"] += frame.command != planned.inputs.command
         run.frames.append(frame)
@@ -589,5 +607,8 @@ def evaluate_predictions(paths: Sequence[str | Path], prediction_paths: Sequence
         for path in paths:
             with Bag(path) as bag:
                 plans.append(plan_bag(bag, settings))
+    from .bag_detection import score_recorded_detections
+
     return EvalRun(settings=settings, bags=[predictions_run_bag(plan, pred, topic)
-                                            for plan, pred in zip(plans, prediction_paths)])
+                                            for plan, pred in zip(plans, prediction_paths)],
+                   detection=score_recorded_detections(paths, plans, prediction_paths))

@@ -65,6 +65,18 @@ def straight_scene(speed_mps: float = 8.0, yaw: float = 0.0, origin=(10.0, -5.0)
                  twist=lambda t: (speed_mps, 0.0, 0.0), **kw)
 
 
+def accelerating_scene(start_speed_mps: float = 4.0, accel_mps2: float = 1.0, yaw: float = 0.0, origin=(10.0, -5.0),
+                       **kw) -> Scene:
+    """Constant acceleration from ``start_speed_mps`` along a straight line at heading ``yaw``."""
+    c, s = math.cos(yaw), math.sin(yaw)
+
+    def distance(t):
+        return start_speed_mps * t + 0.5 * accel_mps2 * t * t
+
+    return Scene(pose=lambda t: (origin[0] + c * distance(t), origin[1] + s * distance(t), yaw),
+                 twist=lambda t: (start_speed_mps + accel_mps2 * t, 0.0, 0.0), **kw)
+
+
 def circle_scene(radius_m: float = 30.0, speed_mps: float = 6.0, left: bool = True, **kw) -> Scene:
     """Constant speed on a circle (turning left when ``left``), starting at the origin heading +x."""
     sign = 1.0 if left else -1.0

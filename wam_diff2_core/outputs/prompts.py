@@ -34,6 +34,15 @@ DETECTION_TEMPLATE = (
 )
 
 
+GROUNDING_KEY = "bbox_2d"   # what a grounding prompt asks for (DETECTION_TEMPLATE, Qwen3-VL grounding)
+
+
+def is_grounding_prompt(text: str) -> bool:
+    """Whether a prompt asks for 2-D boxes: it names ``bbox_2d``, as :data:`DETECTION_TEMPLATE` and
+    Qwen3-VL's grounding prompts do."""
+    return GROUNDING_KEY in (text or "")
+
+
 def round_2dp(value: float) -> float:
     # "-0.00" never appears in the authors' data: round first, then drop the sign of zero.
     value = round(float(value), 2)

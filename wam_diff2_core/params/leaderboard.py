@@ -98,6 +98,7 @@ NODES: tuple[NodeSpec, ...] = (
         "speedometer_id": Arg("speedometer_id"),
         "geo.lat_ref_deg": Arg("lat_ref_deg", float),
         "geo.lon_ref_deg": Arg("lon_ref_deg", float),
+        "publish_tf": True,                 # the leaderboard publishes no TF: map -> <role> from the estimate
     }),
     NodeSpec("wam-diff2-planner", PLANNER_NODE, lifecycle=True, params_file=Arg("planner_params_file"), parameters={
         "model_path": Arg("model_path"),

@@ -52,6 +52,9 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("map_frame_id", "map", "header.frame_id of the odometry (the map frame of the bridge and the route)",
               START),
     ParamSpec("child_frame_id", "", "child_frame_id of the odometry; empty = the role name (as the bridge)", START),
+    ParamSpec("publish_tf", False, "also publish each odometry's pose as the transform map_frame_id -> "
+              "child_frame_id (tf2_msgs/TFMessage on /tf, as tf2_ros's broadcaster does): where nothing else does, "
+              "as on the Leaderboard 2.0 bridge; off where carla-ros-bridge publishes its own /tf", START),
     ParamSpec("geo.lat_ref_deg", GeoReference().lat_deg, "latitude of the map origin (the town's OpenDRIVE "
               "geoReference; CARLA's default where it names none; degrees); a change restarts the filter (the "
               "agent sets the route's own before the first tick)", LIVE, low=-85.0, high=85.0),

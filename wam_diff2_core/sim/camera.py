@@ -5,9 +5,8 @@ lines, grass) drawn once per episode. Because the camera is rigid on the ego, ev
 pixel sees a fixed point of the ego frame (ray-plane intersection, computed once); per frame
 those points move to the map frame with the ego pose and are looked up in the texture with
 ``cv2.remap`` (from a coarser mip level where a pixel covers several texels, which keeps
-far lane markings from flickering). Vehicles are 3-D boxes (body, windows, lights, tyres)
-clipped at the near plane, projected and filled far to near (painter's algorithm); a
-vehicle-id buffer drawn alongside gives occlusion-aware 2-D boxes.
+far lane markings from flickering). Vehicles are drawn over it by ``vehicle_projection.VehicleProjector``
+(3-D boxes filled far to near, with a vehicle-id buffer that gives occlusion-aware 2-D boxes).
 
     >>> import numpy as np
     >>> from .road import Straight, RoadSettings, build_road
@@ -23,22 +22,18 @@ uses pixel edges, so the pixel in column j spans [j, j + 1).
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import cv2
 import numpy as np
 
 from ..camera_rig import DEMO_CAMERA_FROM_AXLE_M, PRESETS
 from ..geometry import CameraMount, PinholeCamera
+from ..vehicle_projection import FILL_SCALE, FILL_SHIFT, PixelBox, VehicleBoxLike, VehicleProjector
 from .road import RoadMap
 
-# optical (x right, y down, z forward) from camera body (x forward, y left, z up)
-_OPTICAL_FROM_BODY = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
-_SHIFT = 4                      # fillPoly sub-pixel bits
-_SCALE = float(1 << _SHIFT)
 DASH_ON_M, DASH_PERIOD_M = 3.0, 9.0
 MARKING_WIDTH_M = 0.15
 STOP_LINE_WIDTH_M = 0.4
@@ -96,18 +91,6 @@ class Palette:
                    centre_marking=scaled((230, 190, 40) if yellow_centre else (235, 235, 230)))
 
 
-@dataclass(frozen=True)
-class PixelBox:
-    """A vehicle seen in the image."""
-    id: int
-    label: str
-    box: tuple[float, float, float, float]          # visible extent, pixel edges [x0, y0, x1, y1]
-    amodal_box: tuple[float, float, float, float]   # the whole projected box, clipped to the image
-    visible_pixels: int
-    visible_fraction: float                         # visible pixels / projected area
-    distance_m: float                               # camera to the nearest point of the footprint
-
-
 @dataclass
 class Rendering:
     rgb: np.ndarray          # [H, W, 3] uint8 RGB
@@ -142,7 +125,7 @@ class GroundTexture:
         """[N, 2] map points -> [N, 2] level-0 texture coordinates (col, row), fillPoly-scaled."""
         col = (xy[:, 0] - self.x_min) / self.resolution_m - 0.5
         row = (self.y_max - xy[:, 1]) / self.resolution_m - 0.5
-        return np.round(np.stack([col, row], 1) * _SCALE).astype(np.int32)
+        return np.round(np.stack([col, row], 1) * FILL_SCALE).astype(np.int32)
 
     def _draw(self, road: RoadMap, palette: Palette, width: int, height: int,
               rng: np.random.Generator | None) -> np.ndarray:
@@ -158,9 +141,9 @@ class GroundTexture:
         roads = [road.centreline] + list(road.stubs)
         for path in roads:
             outline = np.concatenate([path.offset(half).points, path.offset(-half).points[::-1]])
-            cv2.fillPoly(img, [self.to_pixels(outline)], palette.asphalt, cv2.LINE_AA, _SHIFT)
+            cv2.fillPoly(img, [self.to_pixels(outline)], palette.asphalt, cv2.LINE_AA, FILL_SHIFT)
         for crossing in road.crossings:
-            cv2.fillPoly(img, [self.to_pixels(crossing.corners())], palette.asphalt, cv2.LINE_AA, _SHIFT)
+            cv2.fillPoly(img, [self.to_pixels(crossing.corners())], palette.asphalt, cv2.LINE_AA, FILL_SHIFT)
 
         thick = max(1, int(round(MARKING_WIDTH_M / res)))
         masks = [~road.in_crossing] + [np.ones(len(s.points), bool) for s in road.stubs]
@@ -187,7 +170,7 @@ class GroundTexture:
 
     def _line(self, img: np.ndarray, points: np.ndarray, colour, thickness: int) -> None:
         if len(points) >= 2:
-            cv2.polylines(img, [self.to_pixels(points)], False, colour, thickness, cv2.LINE_AA, _SHIFT)
+            cv2.polylines(img, [self.to_pixels(points)], False, colour, thickness, cv2.LINE_AA, FILL_SHIFT)
 
 
 def _runs(mask: np.ndarray) -> list[slice]:
@@ -197,108 +180,8 @@ def _runs(mask: np.ndarray) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
-# ----------------------------------------------------------------------------- vehicles
-def _box_faces(length: float, width: float, height: float) -> dict[str, np.ndarray]:
-    hl, hw, h = length / 2, width / 2, height
-    return {
-        "front": np.array([[hl, -hw, 0], [hl, hw, 0], [hl, hw, h], [hl, -hw, h]]),
-        "rear": np.array([[-hl, hw, 0], [-hl, -hw, 0], [-hl, -hw, h], [-hl, hw, h]]),
-        "left": np.array([[hl, hw, 0], [-hl, hw, 0], [-hl, hw, h], [hl, hw, h]]),
-        "right": np.array([[-hl, -hw, 0], [hl, -hw, 0], [hl, -hw, h], [-hl, -hw, h]]),
-        "top": np.array([[hl, hw, h], [-hl, hw, h], [-hl, -hw, h], [hl, -hw, h]]),
-    }
-
-
-def _face_visible(face: str, cam: np.ndarray, length: float, width: float, height: float) -> bool:
-    """Back-face culling in the vehicle frame: the camera is on the outer side of the face."""
-    return {"front": cam[0] > length / 2, "rear": cam[0] < -length / 2, "left": cam[1] > width / 2,
-            "right": cam[1] < -width / 2, "top": cam[2] > height}[face]
-
-
-_SHADE = {"front": 0.92, "rear": 0.85, "left": 0.72, "right": 0.66, "top": 1.08}
-GLASS = (35, 45, 55)
-TYRE = (20, 20, 22)
-
-
-def _decorations(label: str, length: float, width: float, height: float, braking: bool):
-    """(face, [4, 3] quad in the vehicle frame, RGB) drawn on top of the body."""
-    hl, hw, h = length / 2, width / 2, height
-    lit = (255, 40, 30) if braking else (120, 20, 20)
-    light_z = (0.45 * h, 0.58 * h) if label == "car" else (0.6, 0.95)
-    glass_z = (0.58 * h, 0.92 * h) if label == "car" else (0.55 * h, 0.88 * h)
-    e = 0.01  # lift off the face so the quad is not coplanar with it
-    out = []
-
-    def across(x, y0, y1, z0, z1):
-        return np.array([[x, y0, z0], [x, y1, z0], [x, y1, z1], [x, y0, z1]])
-
-    def along(y, x0, x1, z0, z1):
-        return np.array([[x0, y, z0], [x1, y, z0], [x1, y, z1], [x0, y, z1]])
-
-    if label != "truck":
-        out.append(("rear", across(-hl - e, -0.8 * hw, 0.8 * hw, *glass_z), GLASS))
-    out.append(("front", across(hl + e, -0.85 * hw, 0.85 * hw, *glass_z), GLASS))
-    for sign in (1.0, -1.0):
-        out.append(("rear", across(-hl - e, sign * 0.62 * hw, sign * 0.95 * hw, *light_z), lit))
-        out.append(("front", across(hl + e, sign * 0.62 * hw, sign * 0.92 * hw, 0.45, 0.6), (240, 230, 190)))
-        side = "left" if sign > 0 else "right"
-        y = sign * (hw + e)
-        if label == "bus":
-            out.append((side, along(y, -hl + 0.5, hl - 0.8, *glass_z), GLASS))
-        elif label == "car":
-            out.append((side, along(y, -0.55 * hl, 0.35 * hl, *glass_z), GLASS))
-        else:
-            out.append((side, along(y, hl - 1.9, hl - 0.2, *glass_z), GLASS))
-        for x in (hl - 0.9, -hl + 0.9):
-            out.append((side, along(y, x - 0.35, x + 0.35, 0.0, 0.35), TYRE))
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def _vehicle_geometry(label: str, length: float, width: float, height: float, braking: bool):
-    """(face, [4, 3] quad in the vehicle frame, RGB or None for the body colour, is_body) in draw
-    order: the body faces, then windows, lights and tyres on top of them."""
-    body = [(name, quad, None, True) for name, quad in _box_faces(length, width, height).items()]
-    return tuple(body + [(face, quad, colour, False)
-                         for face, quad, colour in _decorations(label, length, width, height, braking)])
-
-
-def clip_near(poly: np.ndarray, near: float) -> np.ndarray:
-    """Sutherland-Hodgman: the part of a polygon [n, 3] (optical frame) with z >= near."""
-    out = []
-    n = len(poly)
-    for i in range(n):
-        a, b = poly[i], poly[(i + 1) % n]
-        a_in, b_in = a[2] >= near, b[2] >= near
-        if a_in:
-            out.append(a)
-        if a_in != b_in:
-            t = (near - a[2]) / (b[2] - a[2])
-            out.append(a + t * (b - a))
-    return np.array(out) if out else np.zeros((0, 3))
-
-
-# ----------------------------------------------------------------------------- renderer
-class VehicleBoxLike(Protocol):
-    """What :meth:`Renderer.render` needs of a vehicle (``world.VehicleBox`` has it)."""
-    id: int
-    label: str
-    x: float            # box centre on the ground, map frame
-    y: float
-    yaw: float
-    length_m: float
-    width_m: float
-    height_m: float
-    colour: tuple[int, int, int]
-    braking: bool
-
-    def corners(self) -> np.ndarray: ...
-
-
 class Renderer:
     """Renders one episode's world from the ego's front camera."""
-
-    NEAR_M = 0.2
 
     def __init__(self, road: RoadMap, settings: CameraSettings, palette: Palette,
                  rng: np.random.Generator | None = None):
@@ -306,12 +189,9 @@ class Renderer:
         self.camera = settings.camera()
         self.mount = settings.mount
         self.texture = GroundTexture(road, palette, settings.texture_resolution_m, settings.texture_max_pixels, rng)
-        rotation = self.mount.rotation()                                   # camera body axes in the ego frame
-        self.optical_from_ego = _OPTICAL_FROM_BODY @ rotation.T            # [3, 3]
-        self.camera_in_ego = np.array([self.mount.x_m, self.mount.y_m, self.mount.z_m])
-        # image borders as slopes x / z in the optical frame (a pixel of margin)
-        self._right_slope = (self.camera.width + 1 - self.camera.cx) / self.camera.fx
-        self._left_slope = (self.camera.cx + 1) / self.camera.fx
+        self.projector = VehicleProjector(self.camera, self.mount, settings.min_visible_pixels,
+                                          settings.min_box_side_px)
+        self.optical_from_ego, self.camera_in_ego = self.projector.optical_from_ego, self.projector.camera_in_ego
         self._prepare_pixels()
 
     def _prepare_pixels(self) -> None:
@@ -397,97 +277,6 @@ class Renderer:
                 np.copyto(colour, img[band["rows"]], where=band["sky"][..., None])
             img[band["rows"]] = colour
         ids = np.full(img.shape[:2], -1, np.int32)
-        boxes = self._draw_vehicles(img, ids, (x, y, yaw), vehicles)
+        boxes = self.projector.draw(img, ids, (x, y, yaw), vehicles)
         return Rendering(img, ids, boxes)
 
-    def ego_to_optical(self, points_ego: np.ndarray) -> np.ndarray:
-        """[N, 3] ego-frame points -> [N, 3] optical-frame points."""
-        return (points_ego - self.camera_in_ego) @ self.optical_from_ego.T
-
-    def project(self, points_optical: np.ndarray) -> np.ndarray:
-        """[N, 3] optical points (z > 0) -> [N, 2] pixels."""
-        cam = self.camera
-        z = points_optical[:, 2]
-        return np.stack([cam.fx * points_optical[:, 0] / z + cam.cx, cam.fy * points_optical[:, 1] / z + cam.cy], 1)
-
-    def _draw_vehicles(self, img: np.ndarray, ids: np.ndarray, pose, vehicles) -> list[PixelBox]:
-        x, y, yaw = pose
-        c, s = math.cos(yaw), math.sin(yaw)
-        cam = self.camera
-        ego_from_map = np.array([[c, s, 0.0], [-s, c, 0.0], [0.0, 0.0, 1.0]])
-        camera_map = np.array([x, y, 0.0]) + ego_from_map.T @ self.camera_in_ego
-        order = []
-        for v in vehicles:
-            corners = v.corners()
-            nearest = float(np.min(np.hypot(corners[:, 0] - camera_map[0], corners[:, 1] - camera_map[1])))
-            if nearest < 150.0:
-                order.append((nearest, v))
-        order.sort(key=lambda item: -item[0])          # far first: nearer vehicles paint over farther ones
-        drawn = []
-        for distance, v in order:
-            cv_, sv = math.cos(v.yaw), math.sin(v.yaw)
-            map_from_vehicle = np.array([[cv_, -sv, 0.0], [sv, cv_, 0.0], [0.0, 0.0, 1.0]])
-            origin = np.array([v.x, v.y, 0.0])
-            # vehicle frame -> map -> ego -> optical, as one affine map
-            rot = self.optical_from_ego @ ego_from_map @ map_from_vehicle
-            trans = self.optical_from_ego @ (ego_from_map @ (origin - np.array([x, y, 0.0])) - self.camera_in_ego)
-            # cull on the bounding sphere before building faces: behind the camera or beside the view
-            radius = 0.5 * math.sqrt(v.length_m**2 + v.width_m**2 + v.height_m**2)
-            centre = trans + rot[:, 2] * (0.5 * v.height_m)
-            if centre[2] < self.NEAR_M - radius or centre[0] - radius > max(centre[2], 0.0) * self._right_slope \
-                    or centre[0] + radius < -max(centre[2], 0.0) * self._left_slope:
-                continue
-            cam_local = map_from_vehicle.T @ (camera_map - origin)
-            geometry = _vehicle_geometry(v.label, v.length_m, v.width_m, v.height_m, v.braking)
-            visible = [(f, q, col, body) for f, q, col, body in geometry
-                       if _face_visible(f, cam_local, v.length_m, v.width_m, v.height_m)]
-            if not visible:
-                continue
-            quads = np.stack([q for _, q, _, _ in visible]) @ rot.T + trans       # [M, 4, 3] optical
-            if quads[..., 2].max() < self.NEAR_M:
-                continue
-            if quads[..., 2].min() >= self.NEAR_M:                                # fast path: all in front
-                uv_all = self.project(quads.reshape(-1, 3)).reshape(-1, 4, 2)
-                pts_all = np.round(uv_all * _SCALE).astype(np.int32)
-                polys = list(zip(uv_all, pts_all))
-            else:
-                polys = []
-                for q in quads:
-                    clipped = clip_near(q, self.NEAR_M)
-                    uv = self.project(clipped) if len(clipped) >= 3 else None
-                    polys.append(None if uv is None else (uv, np.round(uv * _SCALE).astype(np.int32)))
-            shades = {face: tuple(min(255, int(c_ * s_)) for c_ in v.colour) for face, s_ in _SHADE.items()}
-            body_uv = []
-            for (face, _, colour, body), poly in zip(visible, polys):
-                if poly is None:
-                    continue
-                uv, pts = poly
-                cv2.fillPoly(img, [pts], shades[face] if body else colour, cv2.LINE_8, _SHIFT)
-                if body:
-                    cv2.fillPoly(ids, [pts], int(v.id), cv2.LINE_8, _SHIFT)
-                    body_uv.append(uv)
-            if not body_uv:
-                continue
-            hull = cv2.convexHull(np.concatenate(body_uv).astype(np.float32))
-            area = float(cv2.contourArea(hull))
-            lo, hi = hull.reshape(-1, 2).min(0), hull.reshape(-1, 2).max(0)
-            amodal = (float(np.clip(lo[0] + 0.5, 0, cam.width)), float(np.clip(lo[1] + 0.5, 0, cam.height)),
-                      float(np.clip(hi[0] + 0.5, 0, cam.width)), float(np.clip(hi[1] + 0.5, 0, cam.height)))
-            if amodal[2] <= amodal[0] or amodal[3] <= amodal[1]:
-                continue
-            drawn.append((v, distance, amodal, area))
-
-        boxes = []
-        for v, distance, amodal, area in drawn:
-            x0, y0 = int(math.floor(amodal[0])), int(math.floor(amodal[1]))
-            x1, y1 = int(math.ceil(amodal[2])), int(math.ceil(amodal[3]))
-            rows, cols = np.nonzero(ids[y0:y1 + 1, x0:x1 + 1] == v.id)
-            if len(rows) < self.settings.min_visible_pixels:
-                continue
-            box = (float(x0 + cols.min()), float(y0 + rows.min()), float(x0 + cols.max() + 1), float(y0 + rows.max() + 1))
-            if min(box[2] - box[0], box[3] - box[1]) < self.settings.min_box_side_px:
-                continue
-            boxes.append(PixelBox(v.id, v.label, box, amodal, int(len(rows)),
-                                  float(min(1.0, len(rows) / max(area, 1.0))), distance))
-        boxes.sort(key=lambda b: (b.box[0], b.box[1], b.id))
-        return boxes

@@ -34,7 +34,11 @@ from ..geometry import VehicleBox as EgoBox
 from ..geometry import world_to_ego
 from ..pdm_score import (OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult, PdmScene, Vehicle,
                          pdm_score, reference_progress)
+from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 from .episode import Episode
+from .road import RoadMap
+from .vehicles import BicycleParams
+from .world import VehicleBox, World
 
 ROUTE_BEHIND_M = 30.0      # route kept behind the ego (progress is clipped at 0 anyway)
 ROUTE_AHEAD_M = 200.0      # ... and ahead: more than 4 s at the world's top cruise speed, plus the ego's length
@@ -54,25 +58,29 @@ class FramePdmInputs:
         return pdm_score(plan, self.ego, self.scene, self.reference_progress_m, self.vehicle)
 
 
-def _agents(episode: Episode, tick: int, origin: np.ndarray, yaw: float) -> list[AgentTrack]:
-    every = round(SIM_DT_S / episode.settings.dt_s)
-    if not math.isclose(every * episode.settings.dt_s, SIM_DT_S):
-        raise ValueError(f"the world's tick ({episode.settings.dt_s} s) does not divide the score's {SIM_DT_S} s step")
+def _samples_every(dt_s: float) -> int:
+    """World ticks per score step (:data:`SIM_DT_S`); ValueError when the world's tick does not divide it."""
+    every = round(SIM_DT_S / dt_s)
+    if every < 1 or not math.isclose(every * dt_s, SIM_DT_S):
+        raise ValueError(f"the world's tick ({dt_s} s) does not divide the score's {SIM_DT_S} s step")
+    return every
+
+
+def _agent_tracks(samples: list[list[VehicleBox]], origin: np.ndarray, yaw: float) -> list[AgentTrack]:
+    """The traffic of ``samples[0]`` (the plan's stamp) as tracks: its box in each later sample (one every
+    :data:`SIM_DT_S`); past the samples, or once a vehicle has left, its last box moves on at its last speed."""
     tracks = []
-    for vehicle in episode.traffic[tick]:
+    for vehicle in samples[0]:
         xy, heading = [], []
-        last, stored_tick = vehicle, tick
+        last, last_k = vehicle, 0
         for k in range(OBSERVATION_SAMPLES):
-            t = tick + k * every
-            box = None
-            if t < len(episode.traffic):
-                box = next((b for b in episode.traffic[t] if b.id == vehicle.id), None)
-            if box is None:      # past the stored ticks or gone: its last box moves on at its last speed
-                ahead = (t - stored_tick) * episode.settings.dt_s * last.speed
+            box = next((b for b in samples[k] if b.id == vehicle.id), None) if k < len(samples) else None
+            if box is None:
+                ahead = (k - last_k) * SIM_DT_S * last.speed
                 xy.append((last.x + ahead * math.cos(last.yaw), last.y + ahead * math.sin(last.yaw)))
                 heading.append(last.yaw)
                 continue
-            last, stored_tick = box, t
+            last, last_k = box, k
             xy.append((box.x, box.y))
             heading.append(box.yaw)
         tracks.append(AgentTrack(xy=world_to_ego(np.array(xy), origin, yaw), yaw=np.array(heading) - yaw,
@@ -81,19 +89,16 @@ def _agents(episode: Episode, tick: int, origin: np.ndarray, yaw: float) -> list
     return tracks
 
 
-def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
-    """The PDM-score inputs of ``frame`` (module docstring); ValueError for a frame the episode lacks."""
-    if not 0 <= frame < episode.num_frames:
-        raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.num_frames - 1})")
-    tick = episode.settings.frame_tick(frame)
-    track, road = episode.track, episode.road
-    x, y, yaw = track.pose(tick)
+def _inputs(road: RoadMap, pose: tuple[float, float, float], lane_s: float, samples: list[list[VehicleBox]],
+            ego: EgoStart, ego_params: BicycleParams, expert_future: np.ndarray) -> FramePdmInputs:
+    """The PDM-score inputs at a pose of the ego on ``road`` (module docstring): ``samples`` the traffic
+    every :data:`SIM_DT_S` from now, ``expert_future`` [8, 2] the reference planner's drive (ego frame)."""
+    x, y, yaw = pose
     origin = np.array([x, y])
 
     def local(points: np.ndarray) -> np.ndarray:
         return world_to_ego(points, origin, yaw)
 
-    lane_s = float(track.lane_s[tick])
     window = (road.lane.s >= lane_s - ROUTE_BEHIND_M) & (road.lane.s <= lane_s + ROUTE_AHEAD_M)   # [N]
     width = road.settings.lane_width_m
     route = local(road.lane.points[window])
@@ -107,13 +112,47 @@ def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
             lanes += [Area.corridor(local(towards.points), width), Area.corridor(local(away.points), width)]
     crossings = Area(polygons=tuple(local(c.corners()) for c in road.crossings
                                     if np.hypot(*(c.centre - origin)) <= reach))
-    scene = PdmScene(centreline=route, drivable=drivable | crossings, agents=_agents(episode, tick, origin, yaw),
+    scene = PdmScene(centreline=route, drivable=drivable | crossings, agents=_agent_tracks(samples, origin, yaw),
                      lanes=lanes, intersections=crossings)
-    p = episode.settings.world.ego
-    vehicle = Vehicle(EgoBox(p.length_m, p.width_m, p.rear_overhang_m), p.wheelbase_m)
-    ego = EgoStart(float(track.speed[tick]), float(track.acceleration[tick]), float(track.steer_angle[tick]))
-    reference = reference_progress(episode.future_waypoints(tick), ego, scene, vehicle)
+    vehicle = Vehicle(EgoBox(ego_params.length_m, ego_params.width_m, ego_params.rear_overhang_m),
+                      ego_params.wheelbase_m)
+    reference = reference_progress(expert_future, ego, scene, vehicle)
     return FramePdmInputs(scene, ego, vehicle, reference)
+
+
+def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
+    """The PDM-score inputs of a recorded ``frame`` (module docstring); ValueError for a frame the episode lacks."""
+    if not 0 <= frame < episode.num_frames:
+        raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.num_frames - 1})")
+    tick = episode.settings.frame_tick(frame)
+    every = _samples_every(episode.settings.dt_s)
+    track = episode.track
+    samples = [episode.traffic[t] for t in range(tick, min(len(episode.traffic), tick + OBSERVATION_SAMPLES * every),
+                                                 every)]
+    ego = EgoStart(float(track.speed[tick]), float(track.acceleration[tick]), float(track.steer_angle[tick]))
+    return _inputs(episode.road, track.pose(tick), float(track.lane_s[tick]), samples, ego,
+                   episode.settings.world.ego, episode.future_waypoints(tick))
+
+
+def world_pdm_inputs(world: World) -> FramePdmInputs:
+    """The PDM-score inputs of a live world now (the closed loop): the traffic and the expert's drive from a
+    rollout of a copy of the world (:meth:`World.expert_rollout`, non-reactive to the plan scored); the world
+    is unchanged."""
+    every = _samples_every(world.settings.dt_s)
+    waypoint_every = round(WAYPOINT_DT_S / world.settings.dt_s)
+    samples, expert = [world.vehicle_boxes()], []
+
+    def visit(k: int) -> None:
+        if k % every == 0:
+            samples.append(world.vehicle_boxes())
+        if k % waypoint_every == 0 and len(expert) < NUM_WAYPOINTS:
+            expert.append((world.ego.x, world.ego.y))
+
+    start = world.expert_rollout((OBSERVATION_SAMPLES - 1) * every, visit)
+    pose = (start.x, start.y, start.yaw)
+    ego = EgoStart(float(start.speed), float(start.acceleration), float(start.steer_angle))
+    return _inputs(world.road, pose, float(world.lane_s), samples, ego, world.settings.ego,
+                   world_to_ego(np.array(expert), pose[:2], pose[2]))
 
 
 def score_frame_plan(episode: Episode, frame: int, plan, inputs: FramePdmInputs | None = None) -> PdmResult:

@@ -54,6 +54,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from ..evaluation.metrics import PDM_SUBSCORES, pdm_entry, pdm_means
 from ..control import ControllerGains, Plan, Pose2D, VehicleControl, WaypointController
 from ..geometry import AccelerationEstimator, EgoMotion
 from ..frame_inputs import NS_PER_S
@@ -62,6 +63,7 @@ from ..routes import RouteTracker, RouteTrackerSettings
 from .camera import CameraSettings, Palette, Renderer
 from .episode import EpisodeSettings, episode_rng
 from .truth import CommandSettings, route_command
+from .pdm_scenes import world_pdm_inputs
 from .world import World, WorldSettings
 
 COLLISION_PENALTY = 0.60          # leaderboard: collision with a vehicle
@@ -85,6 +87,8 @@ class ClosedLoopSettings:
     camera: CameraSettings = field(default_factory=CameraSettings)
     command: CommandSettings = field(default_factory=CommandSettings)
     acceleration_time_constant_s: float = EpisodeSettings().estimator_time_constant_s   # as the planner node
+    pdm_score: bool = True                 # PDM-score every plan on the state it was made on (world_pdm_inputs:
+                                           # a rollout of the world per plan, ~0.1 s on a CPU core)
 
     def __post_init__(self):
         if self.command_source not in COMMAND_SOURCES:
@@ -169,6 +173,7 @@ class RouteRun:
         self._off_lane, self._last_s = False, self.start_s
         self._progress_s, self._progress_t = self.start_s, 0.0           # last real progress (blocked check)
         self.plans = self.plans_valid = self.plans_retried = 0
+        self.pdm: list[dict[str, Any]] = []                           # pdm_entry per plan scored
         self.fallbacks: Counter[str] = Counter()
         self.max_throttle_on_fallback = 0.0
         self.trace: list[tuple[float, float, float, bool]] = []       # x, y, speed, fallback
@@ -259,8 +264,17 @@ class RouteRun:
         self.observe()
 
     def count_plan(self, plan: Plan | None) -> None:
+        """A plan made on this tick's state (before the world moves on): counted and PDM-scored."""
         self.plans += 1
-        self.plans_valid += int(plan is not None and plan.valid)
+        valid = plan is not None and plan.valid
+        self.plans_valid += int(valid)
+        self.score_plan(plan.waypoints if valid else None)
+
+    def score_plan(self, waypoints) -> None:
+        """The PDM score (NAVSIM v1, ``pdm_score``) of a plan made on this tick's state, against the world's
+        traffic and expert from here (``world_pdm_inputs``); None: no valid plan (PDMS 0)."""
+        if self.settings.pdm_score:
+            self.pdm.append(pdm_entry(None if waypoints is None else world_pdm_inputs(self.world).score(waypoints)))
 
     def _score(self) -> None:
         st, world = self.settings, self.world
@@ -316,7 +330,8 @@ class RouteRun:
             plans_valid=self.plans_valid, plans_retried=self.plans_retried,
             controls_fallback=sum(self.fallbacks.values()),
             fallback_reasons=dict(self.fallbacks), max_throttle_on_fallback=self.max_throttle_on_fallback,
-            wall_s=time.perf_counter() - self._wall0, extra=dict(extra or {}))
+            wall_s=time.perf_counter() - self._wall0,
+            extra={**({"pdm": pdm_means(self.pdm)} if self.pdm else {}), **(extra or {})})
 
 
 # ----------------------------------------------------------------------------- planners for the direct loop
@@ -452,7 +467,21 @@ def summarize(results: Sequence[RouteResult]) -> dict[str, Any]:
         "mean_speed_mps": mean("mean_speed_mps"),
         "sim_time_s": float(sum(r.sim_time_s for r in results)),
         "wall_s": float(sum(r.wall_s for r in results)),
+        "pdm": _pooled_pdm([r.extra.get("pdm") for r in results]),
     }
+
+
+def _pooled_pdm(routes: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The routes' PDM means (``pdm_means``) pooled over all their plans; None when no plan was scored."""
+    routes = [r for r in routes if r and r["pdm_samples"]]
+    if not routes:
+        return None
+    samples, parsed = sum(r["pdm_samples"] for r in routes), sum(r["pdm_parsed"] for r in routes)
+    out = {"pdm_samples": samples, "pdm_parsed": parsed,
+           "pdms": sum(r["pdms"] * r["pdm_samples"] for r in routes) / samples}
+    for key in PDM_SUBSCORES:
+        out[key] = sum(r[key] * r["pdm_parsed"] for r in routes if r["pdm_parsed"]) / parsed if parsed else None
+    return out
 
 
 def summary_line(summary: dict[str, Any]) -> str:
@@ -462,7 +491,9 @@ def summary_line(summary: dict[str, Any]) -> str:
             f"{100 * summary['route_completion']:.1f} %, infraction penalty {summary['infraction_penalty']:.2f}, "
             f"success {100 * summary['success_rate']:.0f} %, {summary['collisions']} collisions, "
             f"{summary['lane_departures']} lane departures, valid plans {100 * summary['plan_valid_rate']:.0f} %"
-            + (f" ({summary['plans_retried']} decoded again)" if summary.get("plans_retried") else ""))
+            + (f" ({summary['plans_retried']} decoded again)" if summary.get("plans_retried") else "")
+            + (f", PDMS {100 * summary['pdm']['pdms']:.1f} over {summary['pdm']['pdm_samples']} plans"
+               if summary.get("pdm") else ""))
 
 
 def plot_route(run: RouteRun, path: str | Path) -> None:

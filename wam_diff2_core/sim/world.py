@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -116,23 +116,33 @@ class World:
     def expert_future(self, num_waypoints: int, interval_s: float, ego: EgoState | None = None) -> np.ndarray:
         """[num_waypoints, 2] the expert's positions every ``interval_s`` from now, in the ego frame
         now; from ``ego`` instead of the world's ego when given (a perturbed start: the expert's
-        recovery). Steps a copy of the moving state and puts it back, so the world is unchanged
-        (traffic included: its future is deterministic)."""
+        recovery). The world is unchanged (:meth:`expert_rollout`)."""
+        every = int(round(interval_s / self.settings.dt_s))
+        points = []
+
+        def visit(k: int) -> None:
+            if k % every == 0:
+                points.append((self.ego.x, self.ego.y))
+
+        start = self.expert_rollout(num_waypoints * every, visit, ego)
+        return world_to_ego(np.array(points), (start.x, start.y), start.yaw)
+
+    def expert_rollout(self, ticks: int, visit: Callable[[int], None], ego: EgoState | None = None) -> EgoState:
+        """Step a copy of the moving state ``ticks`` times with the expert driving (from ``ego`` when given),
+        calling ``visit(k)`` after step k (1 ... ticks) to read the world, then put the state back, so the
+        world is unchanged (traffic included: its future is deterministic). Returns the ego it started from."""
         saved = (self.ego, self.lane_s, self.tick, self.time_s, self.traffic)
         self.traffic = [replace(v) for v in self.traffic]
         if ego is not None:
             replace_ego(self, ego)
         start = self.ego
-        every = int(round(interval_s / self.settings.dt_s))
-        points = []
         try:
-            for k in range(1, num_waypoints * every + 1):
+            for k in range(1, ticks + 1):
                 self.step()
-                if k % every == 0:
-                    points.append((self.ego.x, self.ego.y))
+                visit(k)
         finally:
             self.ego, self.lane_s, self.tick, self.time_s, self.traffic = saved
-        return world_to_ego(np.array(points), (start.x, start.y), start.yaw)
+        return start
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from the run directory's latest checkpoint (finished curriculum stages are skipped)")
     p.add_argument("--print-config", action="store_true", help="print the resolved settings and exit")
+    from ..config import add_threads_argument
+
+    add_threads_argument(p)                    # torch's CPU threads per process (torchrun sets OMP_NUM_THREADS=1)
     p.allow_abbrev = False
     p.set_defaults(overrides=[])
     # ``--section.key value`` pairs are not argparse options: keep whatever this parser does not
@@ -48,8 +51,10 @@ def run(args) -> int:
     if args.print_config:
         print(dump_yaml(cfg), end="")
         return 0
+    from ..config import apply_cpu_threads
     from .recipes import run as run_training
 
+    args.cpu_threads = apply_cpu_threads(args.cpu_threads)
     final = run_training(cfg, resume=args.resume)
     if os.environ.get("RANK", "0") == "0":     # one line per run, not per process
         print(f"wrote {final}")

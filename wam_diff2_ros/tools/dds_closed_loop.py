@@ -684,6 +684,7 @@ class RosClosedLoop:
                     run.plans += 1
                     run.plans_valid += int(trajectory.valid)
                     run.plans_retried += int(trajectory.stats.retries > 0)
+                    run.score_plan(np.array([(p.x, p.y) for p in trajectory.points]) if trajectory.valid else None)
             elif oracle is None:
                 with sim._lock:                           # leaderboard timing: count what arrived
                     arrived = [m for k, m in sim.trajectories.items() if k <= stamp]

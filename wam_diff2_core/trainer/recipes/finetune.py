@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ...camera_rig import read_camera_block
 from ...config import ConfigError, write_diffusion_file
 from ...data.samples import SampleError
 from ...images import ImageLimits
@@ -380,8 +381,11 @@ class FinetuneRecipe:
             state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
             save_checkpoint(self.hf_model, self.processor, out, state_dict=state, is_main_process=True)
             if self.diffusion.mask_token_id is not None:
+                # the camera the model was trained with stays with it (the leaderboard agent reads it)
+                rig = read_camera_block(self.cfg.model.path) if Path(self.cfg.model.path).is_dir() else None
                 write_diffusion_file(out, block_size=self.block_size, mask_token_id=self.diffusion.mask_token_id,
-                                     eos_token_id=self.diffusion.eos_token_id, decoding=self.diffusion.settings)
+                                     eos_token_id=self.diffusion.eos_token_id, decoding=self.diffusion.settings,
+                                     camera=rig.as_dict() if rig is not None else None)
 
     def save_checkpoint(self) -> Path:
         acc = self.accelerator

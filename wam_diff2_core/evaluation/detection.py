@@ -1,0 +1,179 @@
+"""COCO-style detection scores of grounding answers, computed by pycocotools.
+
+    from wam_diff2_core.outputs.parsing import parse_boxes
+    images = [DetectionImage("f0", truth=parse_boxes(truth_text, size).boxes, answer=parse_boxes(answer_text, size))]
+    scores = detection_scores(images)
+    scores["ap"], scores["ap50"], scores["per_class"]["car"]["ap"]
+
+The numbers are pycocotools' own (``COCOeval`` on ``iouType="bbox"`` with its default parameters:
+IoU thresholds 0.50:0.05:0.95, 101 recall points, at most 1 / 10 / 100 boxes per image and class),
+built in memory from the boxes: AP@[.5:.95] (``ap``), AP50, AP75, AR@1 / 10 / 100 (area "all") and
+AP per class. pycocotools is the COCO authors' implementation, the one whose numbers define COCO
+AP; nothing here re-derives matching or precision.
+
+**Ranking.** COCO AP ranks boxes by score; a grounding answer has none (the model writes boxes,
+not confidences). A box scores the answer's ``"score"`` / ``"confidence"`` when it gives one,
+else 1.0 (:func:`~wam_diff2_core.outputs.parsing.parse_boxes`). Ties are broken by pycocotools'
+stable sorts: within an image in answer order (which box is matched first, and which are kept
+under the per-image cap), across images in the order the images are given here (bench: the
+order of the samples file). With every score 1.0, AP is one operating point whose
+precision-recall curve runs through the images in that order, so a false positive early in the
+set costs more than one late; the order is fixed per data file, so configurations scored on the
+same file are compared on the same order. AR does not depend on it.
+
+**What is counted.** Every image counts, whatever its answer: an answer that does not parse
+(``parse_failures``) scores no box, so its image's ground truth are misses (never guessed
+boxes); objects an otherwise valid answer drops (malformed, or no area after clipping) are
+``dropped_objects``. An image with no ground truth and no answer box adds nothing. The class
+list is every label in the ground truth and the answers (exact strings); a box whose class has
+no ground truth anywhere in the set is left out of AP by COCO (that class's AP is undefined,
+``None``), and is counted in ``predicted_without_truth``. AP is ``None`` when the set has no
+ground-truth box at all; with ground truth and no answer box it is 0.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..outputs.parsing import Box, BoxParse
+
+# COCOeval.stats positions (pycocotools' summarize(), area "all")
+_STATS = {"ap": 0, "ap50": 1, "ap75": 2, "ar1": 6, "ar10": 7, "ar100": 8}
+METRICS = tuple(_STATS)
+MAX_BOXES_PER_IMAGE = 100       # COCOeval's largest maxDets: boxes beyond it (per image and class) are not scored
+
+
+@dataclass(frozen=True)
+class DetectionImage:
+    """One image to score: its ground-truth boxes and the parsed answer (source-image pixels)."""
+    id: str
+    truth: Sequence[Box]
+    answer: BoxParse            # not ok: the answer did not parse (its image scores no box)
+
+
+def _check_box(box: object, what: str) -> Box:
+    if not isinstance(box, Box):
+        raise ValueError(f"{what}: expected a parsing.Box, got {type(box).__name__}")
+    if not isinstance(box.label, str) or not box.label:
+        raise ValueError(f"{what}: the label must be a non-empty string, got {box.label!r}")
+    corners = (box.x_min, box.y_min, box.x_max, box.y_max)
+    if not all(isinstance(v, numbers.Real) and math.isfinite(v) for v in corners):
+        raise ValueError(f"{what}: corners must be finite numbers, got {corners}")
+    if not (box.x_max > box.x_min and box.y_max > box.y_min):
+        raise ValueError(f"{what}: needs x_max > x_min and y_max > y_min, got {corners}")
+    if not (isinstance(box.score, numbers.Real) and math.isfinite(box.score)):
+        raise ValueError(f"{what}: the score must be a finite number, got {box.score!r}")
+    return box
+
+
+def _checked(images: Sequence[DetectionImage]) -> list[DetectionImage]:
+    seen: set[str] = set()
+    for n, image in enumerate(images):
+        if not isinstance(image, DetectionImage):
+            raise ValueError(f"image {n}: expected a DetectionImage, got {type(image).__name__}")
+        if image.id in seen:
+            raise ValueError(f"image {image.id!r} is given twice")
+        seen.add(image.id)
+        if not isinstance(image.answer, BoxParse):
+            raise ValueError(f"image {image.id!r}: the answer must be a parsing.BoxParse, got "
+                             f"{type(image.answer).__name__}")
+        for i, box in enumerate(image.truth):
+            _check_box(box, f"image {image.id!r}: truth box {i}")
+        if image.answer.ok:
+            for i, box in enumerate(image.answer.boxes):
+                _check_box(box, f"image {image.id!r}: answer box {i}")
+    return list(images)
+
+
+def _xywh(box: Box) -> list[float]:
+    return [float(box.x_min), float(box.y_min), float(box.x_max - box.x_min), float(box.y_max - box.y_min)]
+
+
+def _coco(images: list[dict], categories: list[dict], annotations: list[dict]):
+    """A pycocotools COCO object over in-memory annotations (no file)."""
+    from pycocotools.coco import COCO
+
+    with contextlib.redirect_stdout(io.StringIO()):        # pycocotools prints its progress
+        coco = COCO()
+        coco.dataset = {"images": images, "categories": categories, "annotations": annotations}
+        coco.createIndex()
+    return coco
+
+
+def _undefined(value: float) -> float | None:
+    # pycocotools writes -1 where a figure has no ground truth to measure against
+    return None if value < 0 else float(value)
+
+
+def _mean_defined(values) -> float | None:
+    values = np.asarray(values)
+    defined = values[values > -1]
+    return float(defined.mean()) if defined.size else None
+
+
+def library_version() -> str:
+    from importlib.metadata import version
+    return f"pycocotools {version('pycocotools')}"
+
+
+def detection_scores(images: Sequence[DetectionImage]) -> dict[str, Any]:
+    """pycocotools' COCO scores of the answers against the ground truth (module docstring), JSON-ready:
+    counts, ``ap`` / ``ap50`` / ``ap75`` / ``ar1`` / ``ar10`` / ``ar100`` (None where undefined) and
+    ``per_class`` {label: ap, ap50, ap75, truth, predicted}. A ValueError names a malformed input."""
+    images = _checked(images)
+    truth_labels = {b.label for image in images for b in image.truth}
+    answered = [b for image in images if image.answer.ok for b in image.answer.boxes]
+    classes = sorted(truth_labels | {b.label for b in answered})
+    category = {label: k for k, label in enumerate(classes, start=1)}
+    coco_images = [{"id": n} for n in range(1, len(images) + 1)]
+    truth, predicted = [], []
+    for n, image in enumerate(images, start=1):
+        for box in image.truth:          # ids from 1: pycocotools takes a match to id 0 for no match
+            xywh = _xywh(box)
+            truth.append({"id": len(truth) + 1, "image_id": n, "category_id": category[box.label], "bbox": xywh,
+                          "area": xywh[2] * xywh[3], "iscrowd": 0})
+        for box in image.answer.boxes if image.answer.ok else ():
+            xywh = _xywh(box)
+            predicted.append({"id": len(predicted) + 1, "image_id": n, "category_id": category[box.label],
+                              "bbox": xywh, "area": xywh[2] * xywh[3], "iscrowd": 0, "score": float(box.score)})
+    out: dict[str, Any] = {
+        "library": library_version(), "images": len(images), "truth_boxes": len(truth),
+        "predicted_boxes": len(predicted),
+        "parse_failures": sum(not image.answer.ok for image in images),
+        "dropped_objects": sum(image.answer.dropped for image in images),
+        "predicted_without_truth": sum(b.label not in truth_labels for b in answered),
+        "classes": classes,
+        **{name: None for name in METRICS},
+        "per_class": {label: {"ap": None, "ap50": None, "ap75": None,
+                              "truth": sum(t["category_id"] == category[label] for t in truth),
+                              "predicted": sum(p["category_id"] == category[label] for p in predicted)}
+                      for label in classes},
+    }
+    if not truth:                        # nothing to recall: every COCO figure is undefined
+        return out
+
+    from pycocotools.cocoeval import COCOeval
+
+    categories = [{"id": k, "name": label} for label, k in category.items()]
+    evaluation = COCOeval(_coco(coco_images, categories, truth), _coco(coco_images, categories, predicted), "bbox")
+    with contextlib.redirect_stdout(io.StringIO()):
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    assert evaluation.params.maxDets[-1] == MAX_BOXES_PER_IMAGE and evaluation.params.areaRngLbl[0] == "all"
+    out.update({name: _undefined(evaluation.stats[i]) for name, i in _STATS.items()})
+    precision = evaluation.eval["precision"]              # [iou thresholds, recall points, class, area, max boxes]
+    thresholds = list(evaluation.params.iouThrs)
+    at50, at75 = (min(range(len(thresholds)), key=lambda t: abs(thresholds[t] - iou)) for iou in (0.5, 0.75))
+    for k, category_id in enumerate(evaluation.params.catIds):
+        per_class = precision[:, :, k, 0, -1]              # area "all", the largest per-image cap
+        out["per_class"][classes[category_id - 1]].update(
+            ap=_mean_defined(per_class), ap50=_mean_defined(per_class[at50]), ap75=_mean_defined(per_class[at75]))
+    return out
+
