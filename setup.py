@@ -28,6 +28,7 @@ setup(
         "eval": ["rosbags>=0.10", "matplotlib>=3.8", "pycocotools>=2.0.8"],
         "train": ["accelerate>=1.0"],
         "gpu": ["flashinfer-python>=0.7"],
+        "quant": ["torchao>=0.18"],          # engine.quantization other than none
         "npu": ["torch-npu>=2.4"],
         "test": ["pytest>=8", "pytest-timeout>=2", "hypothesis>=6"],
     },

@@ -195,7 +195,8 @@ def test_ros_cli_drives_a_route_with_the_oracle_and_writes_the_summary(domain, t
                                       "--temperature", "0", "--parse-retry", "none", "--device", "cpu"])
     assert planner_parameters(args, EngineSettings(cpu_threads=2)) == {
         "device": "cpu", "dtype": "auto", "parse_retry": "none", "decoding.block_size": 4,
-        "decoding.temperature": 0.0, "engine.cpu_threads": 2}      # unset decoding: the checkpoint's
+        "decoding.temperature": 0.0, "engine.cpu_threads": 2,      # unset decoding: the checkpoint's
+        "engine.quantization": "none"}
 
 
 @pytest.mark.ros

@@ -80,12 +80,15 @@ class DecodingSettings:
 DECODING_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(DecodingSettings)}
 
 IMPLEMENTATIONS = ("auto", "plain", "static")
+# weight quantization of the language model's linear layers at load (model/quantization.py)
+QUANTIZATIONS = ("none", "int8", "int4", "int8-dynamic")
 ATTENTION_BACKENDS = ("sdpa", "flashinfer")
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How decoding runs on the device; never which tokens come out (see decoding/static.py)."""
+    """How decoding runs on the device. Only ``quantization`` changes which tokens come out (the decoders
+    agree exactly with each other on the same weights; see decoding/static.py)."""
 
     implementation: str = _setting("auto", "decoder: auto (the device's fast path: static with CUDA graphs, "
                                    "and FlashInfer when installed for bf16/fp16, on CUDA; static elsewhere), plain "
@@ -111,6 +114,11 @@ class EngineSettings:
                                 "machine's core count), which can oversubscribe a small CPU shared with the "
                                 "ROS executor and other processes (2 cores: 16 s per plan instead of 0.4 s)",
                                 low=0, high=1024)
+    quantization: str = _setting("none", "weights of the language model's linear layers, applied at load: none "
+                                 "(float), int8 (weight-only), int4 (weight-only, groups of 32) or int8-dynamic "
+                                 "(int8 weights and activations); needs torchao (pip install .[quant]); changes "
+                                 "the tokens (check with wam-diff2 quant-check); a quantized checkpoint loads as "
+                                 "it was exported", choices=QUANTIZATIONS)
 
     def validated(self) -> "EngineSettings":
         _validate_fields(self)
@@ -384,7 +392,8 @@ def read_diffusion_file(checkpoint_dir: str | Path) -> dict:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
-    allowed = {"block_size", "mask_token_id", "eos_token_id", "decoding", "format_version", "camera"}  # camera: camera_rig.py
+    # camera: camera_rig.py; quantization: a quantized checkpoint's method (model/quantization.py)
+    allowed = {"block_size", "mask_token_id", "eos_token_id", "decoding", "format_version", "camera", "quantization"}
     unknown = set(data) - allowed
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")

@@ -26,7 +26,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .config import DEFAULT_PARSE_RETRY, FAST_PATH_MIN_AGREEMENT, PARSE_RETRIES, EngineSettings, apply_cpu_threads
+from .config import (DEFAULT_PARSE_RETRY, FAST_PATH_MIN_AGREEMENT, PARSE_RETRIES, ConfigError, EngineSettings,
+                     apply_cpu_threads)
 from .decoding import make_decoder, resolve_engine
 from .decoding.common import DecodeStats
 from .geometry import EgoMotion
@@ -86,7 +87,12 @@ class DrivingPolicy:
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.max_waypoint_abs_m = max_waypoint_abs_m
         self.parse_retry = parse_retry
-        self.engine = resolve_engine(engine or EngineSettings(), loaded.model)
+        engine = engine or EngineSettings()
+        if engine.quantization not in ("none", loaded.quantization):
+            raise ConfigError(f"quantization: the engine asks for {engine.quantization} and the model was loaded "
+                              f"as {loaded.quantization}; load it with load_checkpoint(..., quantization="
+                              f"{engine.quantization!r}) or DrivingPolicy.from_checkpoint")
+        self.engine = resolve_engine(engine.replace(quantization=loaded.quantization), loaded.model)
         if next(loaded.model.parameters()).device.type == "cpu":
             apply_cpu_threads(self.engine.cpu_threads)
         self.decoder = make_decoder(loaded.model, loaded.config, engine=self.engine)
@@ -94,7 +100,9 @@ class DrivingPolicy:
     @classmethod
     def from_checkpoint(cls, path, *, device: str = "auto", dtype: str = "auto",
                         overrides: Mapping[str, Any] | None = None, **kwargs) -> "DrivingPolicy":
-        return cls(load_checkpoint(path, device=device, dtype=dtype, overrides=overrides), **kwargs)
+        engine = kwargs.get("engine") or EngineSettings()     # quantization is applied at load, once
+        return cls(load_checkpoint(path, device=device, dtype=dtype, overrides=overrides,
+                                   quantization=engine.quantization), **kwargs)
 
     @property
     def settings(self):

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "tiny-checkpoint": ".tiny_checkpoint",
     "convert": ".convert",
     "export": ".export",
+    "quant-check": ".quant_check",
     "infer": ".infer",
     "bench": ".bench",
     "verify-device": ".verify_device",

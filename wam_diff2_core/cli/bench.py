@@ -33,7 +33,7 @@ from pathlib import Path
 from ..model.shapes import MROPE_SECTION, TEXT, VISION, rope_parameters
 from ..profiling import StageTimes, stage_summary
 from ..config import add_threads_argument
-from .common import apply_threads, cpu_name, format_table
+from .common import add_quantization_argument, apply_threads, cpu_name, format_table
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ def add_arguments(p) -> None:
                    help="random weights: logit scale (through the final norm), so confidences spread like a trained model's")
     p.add_argument("--seed", type=int, default=0)
     add_threads_argument(p)
+    add_quantization_argument(p)
     p.add_argument("--json", default=None, help="also write every number here")
     from . import bench_models
     bench_models.add_arguments(p)
@@ -166,10 +167,12 @@ def measure_bandwidth(device) -> float:
 def weight_bytes(model) -> int:
     """Bytes a forward must read: the text layers, the final norm and the LM head (the embedding
     table is only gathered from, unless it is the LM head)."""
+    from ..model.quantization import tensor_bytes
+
     text = model.model.language_model
     params = {id(p): p for p in list(text.layers.parameters()) + list(text.norm.parameters())
               + list(model.lm_head.parameters())}
-    return sum(p.numel() * p.element_size() for p in params.values())
+    return sum(tensor_bytes(p) for p in params.values())       # quantized weights: their int8 data + scales
 
 
 def kv_bytes(model, keys: int, batch: int) -> int:
@@ -343,10 +346,12 @@ def run(args) -> int:
     dtype = resolve_dtype(args.dtype, device)
     if args.model:   # the one precedence rule: --block-size > the checkpoint's settings > its format's
         loaded = load_checkpoint(args.model, device=str(device), dtype=args.dtype,
-                                 overrides={"block_size": args.block_size})
+                                 overrides={"block_size": args.block_size}, quantization=args.quantization)
         model, config, shape = loaded.model, loaded.config, str(args.model)
     else:
+        from ..model.quantization import quantize_language_model
         model, config = build_random_model(args.shape, device, dtype, args.seed, args.logit_scale)
+        quantize_language_model(model, args.quantization)
         config = config.with_settings(block_size=args.block_size)
         shape = args.shape
     args.block_size = config.block_size
@@ -363,7 +368,7 @@ def run(args) -> int:
     bandwidth = measure_bandwidth(device)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {dtype}, shape {shape}, "
-          f"batch {args.batch}, B={args.block_size}, "
+          f"batch {args.batch}, B={args.block_size}, quantization {args.quantization}, "
           f"measured bandwidth {bandwidth / 1e9:.1f} GB/s, weights {weight_bytes(model) / 1e6:.1f} MB, "
           f"medians of {args.repeats}")
 
@@ -398,7 +403,7 @@ def run(args) -> int:
                                      for q in ("p50", "p95"))]))
     if args.json:
         payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
-                   "dtype": str(dtype), "shape": shape, "tokens_per_forward": args.tokens_per_forward,
+                   "dtype": str(dtype), "quantization": args.quantization, "shape": shape, "tokens_per_forward": args.tokens_per_forward,
                    "batch": args.batch, "block_size": args.block_size, "bandwidth_gbps": bandwidth / 1e9,
                    "torch": torch.__version__, "forward": forward_rows, "per_token": token_rows,
                    "decode": decode_rows}

@@ -497,7 +497,8 @@ def run(args) -> int:
     for label, block, threshold in configurations(args.block_sizes, args.thresholds):
         path = models["ar" if block == 1 else "diffusion"]
         if path not in loaded_by_path:
-            loaded = load_checkpoint(path, device=args.device, dtype=args.dtype, overrides=overrides)
+            loaded = load_checkpoint(path, device=args.device, dtype=args.dtype, overrides=overrides,
+                                     quantization=args.quantization)
             encoded, processor_ms = [], []
             for s, _, _ in work:
                 t = time.perf_counter()
@@ -540,7 +541,7 @@ def run(args) -> int:
     device = loaded.device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {loaded.dtype}, "
-          f"{len(samples)} planning and {len(grounding)} grounding samples, model {args.model}, AR model "
+          f"quantization {args.quantization}, {len(samples)} planning and {len(grounding)} grounding samples, model {args.model}, AR model "
           f"{models['ar']}" + ("" if args.ar_model else " (the diffusion model at B = 1)"))
     if samples:
         print("planning answers, medians over samples; ms/token and tokens/s: decoding only (denoise + commit), "
@@ -565,7 +566,7 @@ def run(args) -> int:
     print_stage_table(results)
 
     payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
-               "dtype": str(loaded.dtype), "torch": torch.__version__, "platform": platform.platform(),
+               "dtype": str(loaded.dtype), "quantization": args.quantization, "torch": torch.__version__, "platform": platform.platform(),
                "model": str(args.model), "ar_model": str(models["ar"]), "data": str(args.data),
                "samples": len(samples), "grounding_samples": len(grounding),
                "grounding_truth_dropped": truth_dropped, "skipped": skipped,

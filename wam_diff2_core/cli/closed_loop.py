@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import add_threads_argument
-from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument
+from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument, add_quantization_argument
 
 HELP = "drive demo-world routes in closed loop (policy + controller, no ROS) and report a driving score"
 
@@ -50,6 +50,7 @@ def add_route_arguments(p) -> None:
                    help="scale of the steering PID gains (default: CARLA's 70 deg / the demo car's 0.6 rad "
                         "max wheel angle, about 2.04; 1 = TransFuser's gains as in CARLA)")
     add_threads_argument(p)
+    add_quantization_argument(p)
     p.add_argument("--no-plots", action="store_true", help="skip the bird's-eye PNGs")
     p.add_argument("--no-pdm", dest="pdm_score", action="store_false",
                    help="skip the PDM score of each plan (NAVSIM v1 against the world's traffic and expert from the "
@@ -92,7 +93,8 @@ def run_routes(args, prog: str, loop: str, drive: Callable[[RouteJob, Callable],
     if args.oracle == bool(args.model):
         print(f"{prog}: error: give exactly one of --model CKPT or --oracle", file=sys.stderr)
         return 2
-    engine = EngineSettings().replace(cpu_threads=args.cpu_threads)      # validated here, for every loop
+    engine = EngineSettings().replace(cpu_threads=args.cpu_threads,      # validated here, for every loop
+                                      quantization=args.quantization)
     overrides = {k: v for k, v in (("seed", args.seed), ("route_length_m", args.route_length_m)) if v is not None}
     settings = ClosedLoopSettings(traffic=args.traffic, command_source=args.command_source,
                                   pdm_score=args.pdm_score, **overrides)
@@ -101,6 +103,7 @@ def run_routes(args, prog: str, loop: str, drive: Callable[[RouteJob, Callable],
     results = []
     record = {"settings": {**dataclasses.asdict(settings), "loop": loop, **(extra_settings or {}),
                            "lockstep_n": args.lockstep_n, "planner": "oracle" if args.oracle else args.model,
+                           "quantization": engine.quantization,
                            "gains": dataclasses.asdict(gains), "routes": list(indices)}}
     with atomic_directory(args.out, overwrite=args.overwrite) as out:
         job = RouteJob(settings, gains, engine, out)

@@ -39,11 +39,12 @@ def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--implementation``, ``--cuda-graphs`` ...: one flag per EngineSettings field (how, never which tokens)."""
-    group = parser.add_argument_group("decoding engine (the tokens do not depend on these)")
+    """``--implementation``, ``--cuda-graphs`` ...: one flag per EngineSettings field (how the model runs)."""
+    group = parser.add_argument_group("decoding engine (the tokens do not depend on these, except --quantization)")
     add_threads_argument(group)
+    add_quantization_argument(group)
     for name, f in ENGINE_FIELDS.items():
-        if name == "cpu_threads":
+        if name in ("cpu_threads", "quantization"):
             continue
         meta = f.metadata
         kind = field_type(f)
@@ -54,6 +55,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(flag, dest=name, type=kind, default=f.default, choices=meta["choices"],
                                help=f"{meta['help']} (default {f.default!r})")
+
+
+def add_quantization_argument(parser) -> None:
+    """``--quantization``: the planner node's ``engine.quantization``, for every command that runs a model."""
+    f = ENGINE_FIELDS["quantization"]
+    parser.add_argument("--quantization", dest="quantization", default=f.default, choices=f.metadata["choices"],
+                        help=f"{f.metadata['help']} (default {f.default})")
 
 
 def apply_threads(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ from ..config import add_threads_argument
 from ..params import planner as node_params
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
-                     decoding_overrides, image_limits)
+                     add_quantization_argument, decoding_overrides, image_limits)
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
@@ -87,9 +87,9 @@ def add_arguments(p) -> None:
                              "defaults)")
     i.add_argument("--params-file", default=None,
                    help="the planner node's parameter YAML (e.g. config/planner.yaml): its input, route, decoding, "
-                        "device, dtype, pixel budget, image size limits and model_path values apply unless a flag here "
-                        "says otherwise; its trajectory.* limits shape the speed profile scored against the "
-                        "recorded speed")
+                        "device, dtype, engine.quantization, pixel budget, image size limits and model_path values "
+                        "apply unless a flag here says otherwise; its trajectory.* limits shape the speed profile "
+                        "scored against the recorded speed")
     for name in node_params.INPUT_PARAMETERS:      # the node's input parameters, one flag each
         spec, dest = node_params.SPECS_BY_NAME[name], node_params.cli_dest(name)
         choices = None if spec.choices is None else (*spec.choices, NO_DEFAULT_COMMAND)
@@ -110,6 +110,7 @@ def add_arguments(p) -> None:
 
     add_model_arguments(p, required=False)  # --compare needs no model; run() checks it for evaluation
     add_threads_argument(p)
+    add_quantization_argument(p)
     spec = node_params.SPECS_BY_NAME["max_waypoint_abs_m"]
     p.add_argument("--max-waypoint-abs-m", type=float, default=None,
                    help=f"{spec.description} (node default {spec.default:g})")
@@ -221,7 +222,7 @@ def _model_info(policy, args) -> dict:
     loaded = getattr(policy, "loaded", None)
     if loaded is not None:
         info.update(device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
-                    decoding=dataclasses.asdict(loaded.config.settings))
+                    quantization=getattr(loaded, "quantization", "none"), decoding=dataclasses.asdict(loaded.config.settings))
     return info
 
 
@@ -278,7 +279,8 @@ def _evaluate(args, settings) -> int:
     policy = DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
                                            overrides=decoding_overrides(args), tasks=("plan",),
                                            min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                                           engine=EngineSettings(cpu_threads=args.cpu_threads), **extra)
+                                           engine=EngineSettings(cpu_threads=args.cpu_threads,
+                                                                 quantization=args.quantization).validated(), **extra)
     run = evaluate_bags(args.bags, policy, settings, progress=not args.no_progress, plans=plans)
     record = None
     if args.record:

@@ -129,7 +129,8 @@ def run(args) -> int:
 
         apply_threads(args)
         engine = engine_settings(args)
-        loaded = load_checkpoint(args.model, device=device, dtype=args.dtype, overrides=decoding_overrides(args))
+        loaded = load_checkpoint(args.model, device=device, dtype=args.dtype, overrides=decoding_overrides(args),
+                                 quantization=engine.quantization)
         try:  # a bad pixel budget is the run's error, not every sample's
             pixel_size(args.min_pixels, args.max_pixels, loaded.processor.image_processor.size)
         except ValueError as exc:

@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import torch
 
-from ..config import DIFFUSION_CONFIG_FILE, DTYPE_ALIASES, DTYPE_NAMES, ConfigError, DiffusionConfig
+from ..config import (DIFFUSION_CONFIG_FILE, DTYPE_ALIASES, DTYPE_NAMES, QUANTIZATIONS, ConfigError, DiffusionConfig,
+                      read_diffusion_file)
 from ..utils.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class LoadedModel:
     path: Path
     device: torch.device
     dtype: torch.dtype
+    quantization: str = "none"     # the language model's linear layers (model/quantization.py)
 
     @property
     def tokenizer(self):
@@ -285,10 +287,13 @@ def load_processor(path: str | Path):
 
 
 def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "auto",
-                    overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> LoadedModel:
+                    overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa",
+                    quantization: str = "none") -> LoadedModel:
     """Load model + processor and resolve the decoding config (``overrides`` > the checkpoint's
     diffusion_config.json > its format's default; None values are unset). ``path``: a directory
-    or a cached hub id."""
+    or a cached hub id. ``quantization`` (EngineSettings.quantization): the language model's linear
+    layers are quantized once, here; a quantized checkpoint (``wam-diff2 export --quantize``) loads as
+    stored, without quantizing again."""
     from safetensors import SafetensorError
     from transformers import Qwen3VLForConditionalGeneration
 
@@ -302,7 +307,23 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
                               "processor's or tokenizer's config): prompts cannot be built")
     diffusion = DiffusionConfig.resolve(path, processor.tokenizer, model_config, overrides,
                                         checkpoint_format=checkpoint_format(path))
+    if quantization not in QUANTIZATIONS:
+        raise ConfigError(f"quantization: {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    stored = stored_quantization(path)
+    if stored is not None and quantization not in ("none", stored["method"]):
+        raise ConfigError(f"quantization: {path} is stored quantized as {stored['method']} and cannot load as "
+                          f"{quantization}; export the float checkpoint with --quantize {quantization} instead")
     dev = resolve_device(device)
+    if stored is not None:
+        torch_dtype = _stored_dtype(path, stored, dtype)
+        model = _load_quantized_model(path, model_config, stored["method"], torch_dtype, attn_implementation)
+        model.to(dev).eval()
+        from .quantization import warn_if_cpu
+        warn_if_cpu(stored["method"], dev)
+        log.info("loaded %s (%s, %s, stored quantized as %s); decoding: %s", path, dev,
+                 str(torch_dtype).replace("torch.", ""), stored["method"], diffusion.describe())
+        return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev,
+                           dtype=torch_dtype, quantization=stored["method"])
     parameters = count_parameters(model_config)
     torch_dtype = resolve_dtype(dtype, dev, parameters)
     warn_if_too_large(parameters, torch_dtype, dev)
@@ -313,9 +334,50 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:
         raise CheckpointError(f"{path}: cannot load the weights ({exc})") from exc
     model.to(dev).eval()
-    log.info("loaded %s (%s, %s); decoding: %s", path, dev, str(torch_dtype).replace("torch.", ""),
-             diffusion.describe())
-    return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev, dtype=torch_dtype)
+    if quantization != "none":
+        from .quantization import quantize_language_model
+        quantize_language_model(model, quantization)
+    log.info("loaded %s (%s, %s%s); decoding: %s", path, dev, str(torch_dtype).replace("torch.", ""),
+             "" if quantization == "none" else f", {quantization} quantized at load", diffusion.describe())
+    return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev, dtype=torch_dtype,
+                       quantization=quantization)
+
+
+def stored_quantization(path: Path) -> dict | None:
+    """The ``quantization`` block of a quantized checkpoint's diffusion_config.json (``method``, ``dtype``),
+    checked; None for a float checkpoint."""
+    block = read_diffusion_file(path).get("quantization")
+    if block is None:
+        return None
+    where = Path(path) / DIFFUSION_CONFIG_FILE
+    if not isinstance(block, dict) or block.get("method") not in QUANTIZATIONS[1:]:
+        raise CheckpointError(f"{where}: quantization.method must be one of {', '.join(QUANTIZATIONS[1:])}, "
+                              f"got {block.get('method') if isinstance(block, dict) else block!r}")
+    if block.get("dtype") not in ("float32", "bfloat16", "float16"):
+        raise CheckpointError(f"{where}: quantization.dtype must be float32, bfloat16 or float16, "
+                              f"got {block.get('dtype')!r}")
+    return block
+
+
+def _stored_dtype(path: Path, stored: dict, dtype: str) -> torch.dtype:
+    """A quantized checkpoint runs in the dtype its scales were written in (``auto`` picks it)."""
+    written = DTYPES[stored["dtype"]]
+    if dtype != "auto" and resolve_dtype(dtype, torch.device("cpu")) != written:
+        raise ConfigError(f"dtype: {path} is quantized with {stored['dtype']} scales; load it with dtype "
+                          f"{stored['dtype']} or auto (or export the float checkpoint again in {dtype})")
+    return written
+
+
+def _load_quantized_model(path: Path, model_config, method: str, torch_dtype: torch.dtype, attn_implementation: str):
+    from transformers import Qwen3VLForConditionalGeneration
+
+    from .quantization import load_quantized
+
+    model = Qwen3VLForConditionalGeneration._from_config(model_config, dtype=torch_dtype,
+                                                         attn_implementation=attn_implementation)
+    report = load_quantized(model, path, method)
+    log.info("loaded stored %s", report.describe())
+    return model
 
 
 def save_checkpoint(model, processor, out: str | Path, **save_kwargs) -> None:
@@ -329,16 +391,44 @@ def save_checkpoint(model, processor, out: str | Path, **save_kwargs) -> None:
     add_legacy_fields(out)
 
 
-def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat16") -> Path:
+def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat16", quantize: str = "none") -> Path:
     """Write ``dst``: ``src`` with its weights cast to ``dtype`` (for shipping a trained model);
-    tokenizer, processor and ``diffusion_config.json`` (when present) are copied unchanged."""
+    tokenizer, processor and ``diffusion_config.json`` (when present) are copied unchanged.
+    ``quantize`` (int8, int4, int8-dynamic): the language model's linear layers are quantized and stored
+    as torchao writes them to safetensors (plain tensors + JSON metadata), the method and dtype in
+    ``diffusion_config.json``'s ``quantization`` block; loading rebuilds them without quantizing again."""
     src = Path(src)
-    loaded = load_checkpoint(src, device="cpu", dtype=dtype)
+    loaded = load_checkpoint(src, device="cpu", dtype=dtype, quantization=quantize)
     with atomic_directory(dst) as tmp:
-        save_checkpoint(loaded.model, loaded.processor, tmp)
-        if (src / DIFFUSION_CONFIG_FILE).is_file():
-            shutil.copyfile(src / DIFFUSION_CONFIG_FILE, Path(tmp) / DIFFUSION_CONFIG_FILE)
+        tmp = Path(tmp)
+        if loaded.quantization == "none":
+            save_checkpoint(loaded.model, loaded.processor, tmp)
+            if (src / DIFFUSION_CONFIG_FILE).is_file():
+                shutil.copyfile(src / DIFFUSION_CONFIG_FILE, tmp / DIFFUSION_CONFIG_FILE)
+            return Path(dst)
+        from .quantization import INT4_GROUP_SIZE, save_quantized_weights
+
+        loaded.model.config.save_pretrained(tmp)
+        loaded.processor.save_pretrained(tmp)
+        add_legacy_fields(tmp)
+        save_quantized_weights(loaded.model, tmp)
+        settings = read_diffusion_file(src) or _diffusion_payload(loaded.config)
+        import torchao
+        settings["quantization"] = {
+            "method": loaded.quantization, "dtype": str(loaded.dtype).replace("torch.", ""),
+            "modules": "the language model's decoder-layer linear layers", "library": f"torchao {torchao.__version__}",
+            **({"group_size": INT4_GROUP_SIZE} if loaded.quantization == "int4" else {})}
+        (tmp / DIFFUSION_CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n")
     return Path(dst)
+
+
+def _diffusion_payload(config: DiffusionConfig) -> dict:
+    """The settings a checkpoint without diffusion_config.json resolves to, as that file would hold them (a
+    quantized export needs the file for its quantization block, and the file replaces the format's defaults)."""
+    import dataclasses
+    return {"format_version": 1, "block_size": config.block_size, "eos_token_id": config.eos_token_id,
+            **({} if config.mask_token_id is None else {"mask_token_id": config.mask_token_id}),
+            "decoding": {k: v for k, v in dataclasses.asdict(config.settings).items() if k != "block_size"}}
 
 
 def add_legacy_fields(out: str | Path) -> None:

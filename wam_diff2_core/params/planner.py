@@ -148,7 +148,7 @@ INPUT_PARAMETERS = ("odometry_timeout_s", "acceleration_time_constant_s", "defau
                     *(s.name for s in SPECS if s.name.startswith("route.")))
 # ... and the model's (meaningless when eval-bag scores what a node published: --predictions)
 MODEL_PARAMETERS = ("model_path", "device", "dtype", "image.min_pixels", "image.max_pixels", "max_waypoint_abs_m",
-                    "parse_retry")
+                    "parse_retry", ENGINE_PREFIX + "quantization")
 FLAG_PARAMETERS = (*MODEL_PARAMETERS, *(IMAGE_LIMIT_PREFIX + name for name in _IMAGE_LIMITS), *INPUT_PARAMETERS,
                         *(DECODING_PREFIX + name for name in DECODING_FIELDS))
 # config/planner.yaml: the comment above the decoding.* block
@@ -217,10 +217,11 @@ def profile_limits(values: Mapping[str, Any]) -> ProfileLimits:
 
 def cli_dest(name: str) -> str:
     """The command-line name of a planner parameter (``route.lookahead_m`` -> ``route_lookahead_m``;
-    ``decoding.block_size`` -> ``block_size``, ``image.max_pixels`` -> ``max_pixels``, ``model_path`` -> ``model``)."""
+    ``decoding.block_size`` -> ``block_size``, ``image.max_pixels`` -> ``max_pixels``, ``engine.quantization`` ->
+    ``quantization``, ``model_path`` -> ``model``)."""
     if name == "model_path":
         return "model"
-    for prefix in (DECODING_PREFIX, IMAGE_LIMIT_PREFIX):
+    for prefix in (DECODING_PREFIX, IMAGE_LIMIT_PREFIX, ENGINE_PREFIX):
         if name.startswith(prefix):
             return name[len(prefix):]
     return name.replace(".", "_")

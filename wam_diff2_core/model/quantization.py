@@ -1,0 +1,195 @@
+"""Weight quantization of the language model's linear layers (torchao), at load or from a quantized checkpoint.
+
+    from wam_diff2_core.model.quantization import quantize_language_model
+    report = quantize_language_model(loaded.model, "int8")     # in place, once, at load
+    report.describe()    # the demo model: int8: 28 linear layers of the language model, 9.4 MB -> 2.4 MB of weights
+
+Methods (``engine.quantization``, ``--quantization``):
+
+- ``none``          float weights (the default);
+- ``int8``          weight-only int8, one scale per output row (torchao ``Int8WeightOnlyConfig``);
+- ``int4``          weight-only int4, one scale and zero point per group of :data:`INT4_GROUP_SIZE` inputs
+                    (torchao ``IntxWeightOnlyConfig(int4)``). torchao's packed int4 kernels need CUDA (tinygemm)
+                    or the ``mslk`` package; this format runs everywhere and keeps each int4 value in an int8
+                    byte, so it has int4's rounding but int8's size in memory;
+- ``int8-dynamic``  int8 weights and per-token int8 activations (``Int8DynamicActivationInt8WeightConfig``).
+
+What is quantized: the decoder layers' linear layers (q/k/v/o projections and the MLP), which a denoise
+forward reads in full every step. The vision tower runs once per frame and is compute-bound, and the LM
+head is tied to the embedding table in the 2B model (quantizing it would keep a float table *and* an int8
+head); both stay float (README, "Quantized weights": the measurements behind that choice).
+
+torchao is optional (``pip install .[quant]``, pinned in requirements/core.txt): a missing torchao is an
+error only when a method other than ``none`` is asked for. Quantized checkpoints (``wam-diff2 export
+--quantize``) store the quantized tensors flattened into plain tensors plus JSON metadata in safetensors
+(torchao's own safetensors support; no pickles) and load without quantizing again (:func:`load_quantized`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import QUANTIZATIONS, ConfigError
+
+log = logging.getLogger(__name__)
+
+TORCHAO_REQUIREMENT = "torchao==0.18.0"
+INT4_GROUP_SIZE = 32
+LAYERS_PREFIX = "model.language_model.layers."
+QUANTIZED_WEIGHTS_FILE = "model.safetensors"
+
+
+def require_torchao(method: str):
+    """torchao, imported; a ConfigError naming the setting when it is missing."""
+    try:
+        import torchao
+    except ImportError:
+        raise ConfigError(f"quantization: {method} needs torchao, which is not installed "
+                          f"(pip install '.[quant]', or pip install {TORCHAO_REQUIREMENT})") from None
+    return torchao
+
+
+def torchao_config(method: str):
+    """The torchao quantization config of a method (see the module doc)."""
+    require_torchao(method)
+    from torchao.quantization import (Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig,
+                                      IntxWeightOnlyConfig)
+    from torchao.quantization.granularity import PerGroup
+
+    if method == "int8":
+        return Int8WeightOnlyConfig()
+    if method == "int8-dynamic":
+        return Int8DynamicActivationInt8WeightConfig()
+    if method == "int4":
+        return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(INT4_GROUP_SIZE))
+    raise ConfigError(f"quantization: {method!r} is not one of {', '.join(QUANTIZATIONS)}")
+
+
+def quantizable_linears(model, method: str) -> dict[str, torch.nn.Linear]:
+    """The decoder layers' linear layers by qualified name (``model.language_model.layers.0.self_attn.q_proj``);
+    for int4, those whose input width is a multiple of INT4_GROUP_SIZE (the others stay float)."""
+    layers = model.model.language_model.layers
+    found = {LAYERS_PREFIX + name: m for name, m in layers.named_modules() if isinstance(m, torch.nn.Linear)}
+    if method == "int4":
+        found = {name: m for name, m in found.items() if m.in_features % INT4_GROUP_SIZE == 0}
+    return found
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a tensor holds: a torchao quantized tensor's parts (int8 data, scales, ...), else numel x size."""
+    names = getattr(t, "tensor_data_names", None)
+    if names is not None:
+        parts = [getattr(t, n) for n in names] + [getattr(t, n, None) for n in
+                                                  getattr(t, "optional_tensor_data_names", [])]
+        return sum(tensor_bytes(p) for p in parts if isinstance(p, torch.Tensor))
+    return t.numel() * t.element_size()
+
+
+# README, "Quantized weights": one forward of bench's `small` shape on this project's 2-core CPU (float32
+# activations, fastest of 15 interleaved runs): AR 64 ms float, 182 int8, 465 int8-dynamic, 393 int4; Block-32
+# 157 / 430 / 477 / 348 ms. torchao's CPU path dequantizes the weights at every call, so on a CPU quantization
+# saves memory and costs time (a board's GPU reads the int8 bytes directly: that is where it is for).
+CPU_NOTE = ("on CPU the quantized linear layers are slower than float32 (torchao dequantizes at every call; "
+            "README, Quantized weights): this saves memory, not time")
+
+
+def warn_if_cpu(method: str, device: torch.device) -> None:
+    if method != "none" and device.type == "cpu":
+        extra = "; int8-dynamic is also slower than int8 with the same memory, prefer int8" \
+            if method == "int8-dynamic" else ""
+        log.warning("quantization %s: %s%s", method, CPU_NOTE, extra)
+
+
+def is_quantized(t: torch.Tensor) -> bool:
+    return getattr(t, "tensor_data_names", None) is not None
+
+
+@dataclass(frozen=True)
+class QuantizationReport:
+    method: str
+    linear_layers: int          # quantized
+    float_bytes: int            # their weights before
+    quantized_bytes: int        # and after
+
+    def describe(self) -> str:
+        return (f"{self.method}: {self.linear_layers} linear layers of the language model, "
+                f"{self.float_bytes / 1e6:.1f} MB -> {self.quantized_bytes / 1e6:.1f} MB of weights")
+
+
+def quantize_language_model(model, method: str) -> QuantizationReport:
+    """Quantize the decoder layers' linear layers of a Qwen3-VL model in place (``none``: nothing)."""
+    if method not in QUANTIZATIONS:
+        raise ConfigError(f"quantization: {method!r} is not one of {', '.join(QUANTIZATIONS)}")
+    if method == "none":
+        return QuantizationReport(method, 0, 0, 0)
+    config = torchao_config(method)
+    from torchao.quantization import quantize_
+
+    targets = quantizable_linears(model, method)
+    if not targets:
+        raise ConfigError(f"quantization: {method}: the model has no linear layer to quantize")
+    warn_if_cpu(method, next(iter(targets.values())).weight.device)
+    before = sum(tensor_bytes(m.weight) for m in targets.values())
+    quantize_(model, config, filter_fn=lambda module, fqn: fqn in targets)
+    after = sum(tensor_bytes(m.weight) for m in targets.values())
+    report = QuantizationReport(method, len(targets), before, after)
+    log.info("quantized %s", report.describe())
+    return report
+
+
+# ----------------------------------------------------------------------------- quantized checkpoints
+def save_quantized_weights(model, out: Path) -> Path:
+    """The model's state dict in safetensors, quantized tensors flattened by torchao into plain tensors
+    plus JSON metadata (no pickles). A tied LM head is left out (the config ties it again at load)."""
+    from safetensors.torch import save_file
+    from torchao.prototype.safetensors.safetensors_support import flatten_tensor_state_dict
+
+    state = model.state_dict()
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    tensors, metadata = flatten_tensor_state_dict(state)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    path = Path(out) / QUANTIZED_WEIGHTS_FILE
+    save_file(tensors, str(path), metadata={k: v if isinstance(v, str) else json.dumps(v)
+                                            for k, v in metadata.items()})
+    return path
+
+
+def load_quantized(model, path: Path, method: str) -> QuantizationReport:
+    """Fill ``model`` (built from the checkpoint's config) with a quantized checkpoint's weights as they are
+    stored: the quantized tensors are rebuilt from their parts, nothing is quantized again. Errors name the
+    file and the tensors that are missing or unexpected."""
+    require_torchao(method)
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    from torchao.prototype.safetensors.safetensors_support import unflatten_tensor_state_dict
+
+    weights = Path(path) / QUANTIZED_WEIGHTS_FILE
+    if not weights.is_file():
+        raise ConfigError(f"{weights}: missing (a quantized checkpoint keeps its weights in one file)")
+    with safe_open(str(weights), "pt") as f:
+        metadata = f.metadata() or {}
+    try:
+        state, leftover = unflatten_tensor_state_dict(load_file(str(weights)), metadata)
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{weights}: not a quantized checkpoint's weights ({exc})") from exc
+    state.update(leftover)
+    expected = set(model.state_dict())
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    missing = sorted(expected - set(state) - ({"lm_head.weight"} if tied else set()))
+    unexpected = sorted(set(state) - expected)
+    if missing or unexpected:
+        raise ConfigError(f"{weights}: tensors do not match the config (missing {missing[:5]}, "
+                          f"unexpected {unexpected[:5]})")
+    model.load_state_dict(state, strict=False, assign=True)
+    if tied:
+        model.tie_weights()
+    targets = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and is_quantized(m.weight)}
+    if not targets or any(not n.startswith(LAYERS_PREFIX) for n in targets):
+        raise ConfigError(f"{weights}: expected quantized linear layers in the language model's decoder layers only")
+    size = sum(tensor_bytes(m.weight) for m in targets.values())
+    return QuantizationReport(method, len(targets), 0, size)
