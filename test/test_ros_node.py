@@ -31,7 +31,8 @@ from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_core.params import planner as params  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.planner_node import STATUS_QOS, PlannerNode  # noqa: E402
+from wam_diff2_ros.planner_interface import STATUS_QOS  # noqa: E402
+from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
 from ros_helpers import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -374,14 +375,14 @@ def test_a_frame_over_the_image_size_limit_is_skipped_before_it_is_decoded(probe
 
 
 def test_large_raw_frames_on_best_effort_warn_once(planner, capfd):
-    from wam_diff2_ros.planner_node import LARGE_RAW_FRAME_BYTES
+    from wam_diff2_ros.planner_interface import LARGE_RAW_FRAME_BYTES
     planner._image_qos_warned = False
     small, large = image_msg(0), image_msg(0, height=450, width=800)     # 1.4 MB bgra8
     assert len(small.data) < LARGE_RAW_FRAME_BYTES < len(large.data)
-    planner._check_image_qos(small, planner._values)
+    planner._check_image_qos(small, planner._settings)
     assert not planner._image_qos_warned
     for _ in range(3):
-        planner._check_image_qos(large, planner._values)
+        planner._check_image_qos(large, planner._settings)
     err = capfd.readouterr().err
     assert err.count("on best-effort image QoS") == 1 and "image_reliability: reliable" in err
 

@@ -15,7 +15,8 @@ from wam_diff2_core.params import planner as params  # noqa: E402
 from wam_diff2_core.params.spec import markdown_table  # noqa: E402
 from wam_diff2_ros import launch_planner  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
-from wam_diff2_ros.planner_node import INPUT_TOPICS, PlannerNode  # noqa: E402
+from wam_diff2_ros.planner_interface import INPUT_TOPICS  # noqa: E402
+from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
 from ros_helpers import ros_context  # noqa: E402
 
 pytestmark = pytest.mark.ros

@@ -57,12 +57,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                        qos_profile_sensor_data)
@@ -79,10 +77,12 @@ from wam_diff2_core.geometry import TIME_RESET_S, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
                                    route_from_path_msg)
 
-from .conversions import ns_to_stamp, well_formed_stamp
+from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .parameters import declare_all
-from .spinning import spin_until_shutdown
+from .planner_diagnostics import STATE_NAMES
+from .qos import LATCHED_QOS, LATEST_RELIABLE_QOS
+from .spinning import run_node
 
 try:  # CARLA's control and route messages, where the package exists (a CARLA ROS bridge install)
     import carla_msgs.msg as carla_msgs
@@ -94,10 +94,7 @@ except ImportError as _exc:
 DEFAULT_PLANNER = PLANNER_NODE
 # QoS: outputs depth 1 (the leaderboard's control subscriber is depth 1, reliable); latched for
 # the leaderboard status, the planner status and the routes; sensor QoS for odometry.
-CONTROL_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                         history=HistoryPolicy.KEEP_LAST)
-LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                         history=HistoryPolicy.KEEP_LAST)
+CONTROL_QOS = LATEST_RELIABLE_QOS
 # rclpy's and rclcpp's own /clock subscriptions are best effort; a reliable /clock publisher matches it
 CLOCK_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
                        history=HistoryPolicy.KEEP_LAST)
@@ -464,8 +461,6 @@ class ControllerNode(Node):
         walls = list(self._tick_wall_ms)
         ages = list(self._plan_arrival_ages)
         holds = list(self._hold_wall_ms)
-        states = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
-                  PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
         if self._config_errors or self._consumer_error:
             level = DiagnosticStatus.ERROR
             summary = "; ".join(filter(None, [self._consumer_error, "bad parameters: " + "; ".join(self._config_errors)
@@ -477,7 +472,7 @@ class ControllerNode(Node):
         kv = {
             "tick_source": self._values["tick_source"],
             "control_consumer": self._values["control_consumer"],
-            "planner_state": "none" if self._planner_state is None else states.get(self._planner_state, "?"),
+            "planner_state": "none" if self._planner_state is None else STATE_NAMES.get(self._planner_state, "?"),
             "leaderboard_status_sent": str(self._leaderboard_ready_sent).lower(),
             "last_tick_s": "never" if self._last_tick_ns is None else f"{self._last_tick_ns / NS_PER_S:.3f}",
             "last_control": self._last_reason,
@@ -496,21 +491,11 @@ class ControllerNode(Node):
                                 hardware_id="wam_diff2", values=[KeyValue(key=k, value=v) for k, v in kv.items()])
 
     def publish_diagnostics(self) -> None:
-        self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()),
-                                                      status=[self.diagnostic_status()]))
+        self._diagnostics_pub.publish(diagnostic_array(self.get_clock().now().to_msg(), self.diagnostic_status()))
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args)
-    node = ControllerNode()
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        spin_until_shutdown(executor)
-    finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(ControllerNode, args)
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Point, Pose, PoseStamped
 from nav_msgs.msg import Path
 from sensor_msgs.msg import CameraInfo, Image
@@ -198,3 +199,8 @@ def plan_markers(stamp_ns: int, ego_frame: str, waypoints_ego: np.ndarray | None
     label.scale.z = 0.8
     label.color = _GREEN if waypoints_ego is not None else _RED
     return MarkerArray(markers=[line, spheres, label])
+
+
+def diagnostic_array(stamp: Time, *statuses: DiagnosticStatus) -> DiagnosticArray:
+    """One /diagnostics message of a node's statuses."""
+    return DiagnosticArray(header=Header(stamp=stamp), status=list(statuses))

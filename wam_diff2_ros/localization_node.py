@@ -59,13 +59,11 @@ import time
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import TransformStamped
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Imu, NavSatFix, NavSatStatus
@@ -80,10 +78,11 @@ from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
 from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 
-from .controller_node import CARLA_MSGS_ERROR, LATCHED_QOS, carla_msgs, controller_topics
-from .conversions import ns_to_stamp, well_formed_stamp
+from .controller_node import CARLA_MSGS_ERROR, carla_msgs, controller_topics
+from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .parameters import declare_all
-from .spinning import spin_until_shutdown
+from .qos import LATCHED_QOS
+from .spinning import run_node
 
 try:  # /tf (publish_tf): tf2_msgs from the ROS install (../shared/ros_interfaces here: the wheels have none)
     from tf2_msgs.msg import TFMessage
@@ -458,21 +457,11 @@ class LocalizationNode(Node):
         return f"{topic} is published as {', '.join(others)}, not {wanted}: no speed arrives; {advice}"
 
     def publish_diagnostics(self) -> None:
-        self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()),
-                                                      status=[self.diagnostic_status()]))
+        self._diagnostics_pub.publish(diagnostic_array(self.get_clock().now().to_msg(), self.diagnostic_status()))
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args)
-    node = LocalizationNode()
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        spin_until_shutdown(executor)
-    finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(LocalizationNode, args)
     return 0
 
 

@@ -14,6 +14,10 @@ thread takes the newest frame, asks the tracker for the policy's inputs at its s
 :meth:`wam_diff2_core.policy.DrivingPolicy.step` and publishes. The offline evaluator derives
 its inputs with the same tracker and makes the same call, so its numbers are the node's.
 Every output carries the input image's stamp. See wam_diff2_ros/README.md.
+
+The pieces without node state live beside it: the topics and QoS (``planner_interface``), the typed
+parameter values (``planner_settings``), the configure step (``planner_policy``), a frame's
+messages (``planner_outputs``, ``debug_image``) and the diagnostics (``planner_diagnostics``).
 """
 from __future__ import annotations
 
@@ -27,110 +31,60 @@ import traceback
 from typing import Any
 
 import numpy as np
-import rclpy
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
-                       qos_profile_sensor_data)
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Float64, Header, String
-from visualization_msgs.msg import MarkerArray
 
-from wam_diff2_core.geometry import TIME_RESET_S, CameraMount, EgoSample, PinholeCamera, project_ego_points
-from wam_diff2_core.images import ImageError, draw_debug_image
-from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, ODOMETRY_OUT_OF_ORDER,
-                                         OFF_ROUTE, ROUTE_FRAME_MISMATCH, STALE_ODOMETRY, FrameInputTracker, InputSkip,
-                                         check_image_msg, image_msg_to_rgb, is_compressed, stamp_ns)
+from wam_diff2_core.geometry import TIME_RESET_S, PinholeCamera
+from wam_diff2_core.images import ImageError
+from wam_diff2_core.frame_inputs import (OFF_ROUTE, FrameInputs, FrameInputTracker, InputSkip, check_image_msg,
+                                         image_msg_to_rgb, is_compressed, stamp_ns)
 from wam_diff2_core.params import planner as params
 from wam_diff2_core.params.spec import CONFIGURE
-from wam_diff2_core.policy import DrivingPolicy, describe_engine
+from wam_diff2_core.policy import describe_engine
 from wam_diff2_core.profiling import stage_summary
-from wam_diff2_core.camera_rig import frame_mismatch, read_camera_block
-from wam_diff2_core.speed_profile import measured_speed, speed_profile
+from wam_diff2_core.camera_rig import frame_mismatch
 from wam_diff2_core.topics import PLANNER_NODE
 
 from . import conversions as conv
 from .parameters import declare_all, read_all
 from .keep_latest import LatestSlot
-from .msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
-from .spinning import spin_until_shutdown
+from .msg import PlannerStatus
+from .planner_diagnostics import SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot, planner_diagnostic_status
+from .planner_interface import (COMMAND_QOS, IMAGE_QOS, INPUT_TOPICS, LARGE_RAW_FRAME_BYTES, OUTPUT_QOS, OUTPUT_TOPICS,
+                                OUTPUT_TYPES, ROUTE_QOS, STATUS_QOS)
+from .planner_outputs import frame_messages
+from .planner_policy import PolicyLoad, load_policy
+from .planner_settings import PlannerSettings
+from .spinning import run_node
 
-try:  # the common interop type, published too where the package exists
-    import vision_msgs.msg as vision_msgs
-except ImportError:
-    vision_msgs = None
-try:  # Autoware's trajectory, published too where the package exists
-    import autoware_planning_msgs.msg as autoware_msgs
-except ImportError:
-    autoware_msgs = None
-
-# Inputs: sensor QoS (best effort, keep last 5) for streams; the route is latched; commands
-# are few and must not be lost, so reliable (matches reliable publishers of any durability).
-ROUTE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                       history=HistoryPolicy.KEEP_LAST)
-COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                         history=HistoryPolicy.KEEP_LAST)
-OUTPUT_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                        history=HistoryPolicy.KEEP_LAST)
-STATUS_QOS = ROUTE_QOS
-# On best effort, Fast DDS's default transports lose most frames larger than about this (measured on one
-# host, where its shared-memory segment is 512 KiB: 0.518 MB frames all arrive, 0.524 MB ones 1 in 6;
-# scripts/image_qos.py, README: image QoS).
-LARGE_RAW_FRAME_BYTES = 500_000
-# reliable keeps all: lockstep counts images, so none may be lost on the wire or overwritten in a
-# reader queue while the callbacks wait for the GIL (the callback only hands the newest to the worker)
-IMAGE_QOS = {"best_effort": qos_profile_sensor_data,
-             "reliable": QoSProfile(depth=0, reliability=ReliabilityPolicy.RELIABLE,
-                                    durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_ALL)}
-# The node's topics (private names, remapped by launch files).
-INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
-                "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
-                "command": "~/input/command"}
-OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "trajectory": "~/output/trajectory",
-                 "autoware_trajectory": "~/output/autoware_trajectory",
-                 "detections": "~/output/detections", "vision_detections": "~/output/detections_vision",
-                 "debug_image": "~/debug/image", "markers": "~/debug/markers",
-                 "processing_ms": "~/debug/processing_time_ms", "latency_ms": "~/debug/pipeline_latency_ms",
-                 "stage_times": "~/debug/stage_times",
-                 "status": "~/status", "diagnostics": "/diagnostics"}
 DEFAULT_EGO_FRAME = "base_link"
 SHUTDOWN_WAIT_S = 2.0        # on Ctrl-C, how long to let a decode in flight finish
-RATE_WINDOW_S = 5.0
 STAGE_WINDOW = 100           # frames in the diagnostics' per-stage p50 / p95
-STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
-               PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
-FAST_PATH_FELL_BACK = "fell back: "      # fast_path_check's prefix when the warm-up check chose plain
-
-# The node's diagnostics count input problems as skipped_<cause> (README.md). Those cause names
-# predate the core's InputSkip codes and dashboards read them, so the codes are mapped here.
-SKIP_CAUSES = {BAD_ODOMETRY: "odometry_non_finite", ODOMETRY_OUT_OF_ORDER: "odometry_out_of_order",
-               NO_ODOMETRY: "odometry_missing", STALE_ODOMETRY: "odometry_stale", BAD_ROUTE: "route_non_finite",
-               BAD_COMMAND: "command_invalid", ROUTE_FRAME_MISMATCH: "route_frame_mismatch"}
 
 
 class PlannerNode(LifecycleNode):
     def __init__(self, node_name: str = PLANNER_NODE, **kwargs: Any):
         super().__init__(node_name, **kwargs)
         self._rejected_overrides = declare_all(self, params.SPECS)
-        self._values = read_all(self, params.SPECS)
+        # replaced whole when a parameter is set: the worker reads one snapshot per frame
+        self._settings = PlannerSettings.from_values(read_all(self, params.SPECS))
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
         self._lock = threading.Lock()            # counters, the input tracker, camera, status
         self._odometry_arrived = threading.Condition(self._lock)
-        self._camera_rig = None                              # the loaded checkpoint's camera block, if any
         self._counts: collections.Counter[str] = collections.Counter()
-        self._received_times: collections.deque[float] = collections.deque()
-        self._processed_times: collections.deque[float] = collections.deque()
+        self._received_rate, self._processed_rate = EventRate(), EventRate()
         self._last_warn: dict[str, float] = {}
         self._policy = None
-        self._fast_path_check = "not run"       # the warm-up check of the fast path (check_fast_path)
-        self._configure_times: dict[str, float] = {}   # configure_s and its parts of the last configure (seconds)
+        self._load = PolicyLoad()               # the last configure's camera block, fast-path check and times
         self._policy_overrides: dict[str, Any] = {}
         self._loading = False
         self._active = False
@@ -150,16 +104,17 @@ class PlannerNode(LifecycleNode):
         self._status_pub = self.create_publisher(PlannerStatus, OUTPUT_TOPICS["status"], STATUS_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, OUTPUT_TOPICS["diagnostics"], 10)
         # wall time: diagnostics keep coming while the simulator is paused (sim time stands still)
-        self._diagnostics_timer = self.create_timer(self._values["diagnostics_period_s"], self.publish_diagnostics,
+        self._diagnostics_timer = self.create_timer(self._settings.values["diagnostics_period_s"],
+                                                    self.publish_diagnostics,
                                                     callback_group=self._timer_group,
                                                     clock=Clock(clock_type=ClockType.STEADY_TIME))
         # Subscriptions and (lifecycle) publishers live as long as the node: destroying entities on
         # cleanup races the executor's wait-set (rclpy raised InvalidHandle in the multi-threaded one's
         # spin thread). Inputs are ignored while nothing is active; outputs publish only when active.
-        self._make_entities(self._values)
+        self._make_entities(self._settings.values)
         self._publish_status()
         self._autostart_timer = None
-        if self._values["autostart"]:
+        if self._settings.values["autostart"]:
             # one shot, once the executor spins, so the node answers lifecycle queries while loading
             self._autostart_timer = self.create_timer(0.0, self._autostart)
 
@@ -173,22 +128,19 @@ class PlannerNode(LifecycleNode):
                     return SetParametersResult(successful=False, reason=(
                         f"{name} is applied on configure and a model is loaded ({self._lifecycle}): "
                         "deactivate and clean up the node, set it, then configure again"))
-        proposed = dict(self._values)
-        proposed.update({p.name: p.value for p in changed})
+        proposed = {**self._settings.values, **{p.name: p.value for p in changed}}
         errors = [e for e in params.validate_values(proposed) if set(e.names) & set(names)]
         if errors:
             return SetParametersResult(successful=False, reason="; ".join(str(e) for e in errors))
         return SetParametersResult(successful=True)
 
     def _after_set_parameters(self, changed: list) -> None:
-        values = dict(self._values)
-        for p in changed:
-            if p.name in params.SPECS_BY_NAME:
-                values[p.name] = p.value
-                self._rejected_overrides.pop(p.name, None)
-        self._values = values                    # replaced whole: the worker reads one snapshot per frame
+        known = {p.name: p.value for p in changed if p.name in params.SPECS_BY_NAME}
+        for name in known:
+            self._rejected_overrides.pop(name, None)
+        self._settings = settings = self._settings.with_values(known)
         with self._lock:                         # input settings apply from the next message / frame
-            self._inputs.update_settings(params.input_settings(values))
+            self._inputs.update_settings(settings.inputs)
         if any(p.name in ("mode", "lockstep_every_n_images") for p in changed):
             with self._lock:
                 self._image_index = 0
@@ -200,7 +152,8 @@ class PlannerNode(LifecycleNode):
             self.trigger_activate()
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        values = self._values
+        settings = self._settings
+        values = settings.values
         errors = list(self._rejected_overrides.values()) + [str(e) for e in params.validate_values(values)]
         if not values["model_path"]:
             errors.append("model_path: empty; set it to a checkpoint directory")
@@ -210,54 +163,23 @@ class PlannerNode(LifecycleNode):
         self._set_model_state(PlannerStatus.LOADING, f"loading {values['model_path']}")
         t0 = time.monotonic()
         try:
-            policy = self._load_policy(values)
+            policy = load_policy(settings, self.get_logger(), self._load)
         except Exception as exc:  # any load failure: stay alive, report, publish nothing
             self._loading = False
             self.get_logger().debug(traceback.format_exc())
             return self._configure_failed(f"cannot load {values['model_path']!r}: {exc}")
         self._policy, self._loading = policy, False
-        self._policy_overrides = params.decoding_overrides(values)
-        settings = policy.settings
+        self._policy_overrides = settings.decoding_overrides
         self._lifecycle = "inactive"
         message = (f"{values['model_path']} on {policy.loaded.device} "
                    f"({str(policy.loaded.dtype).replace('torch.', '')}), tasks {'+'.join(policy.tasks)}, "
-                   f"block size {settings.block_size}")
-        self._configure_times["configure_s"] = time.monotonic() - t0
+                   f"block size {policy.settings.block_size}")
+        self._load.times_s["configure_s"] = time.monotonic() - t0
         self._set_model_state(PlannerStatus.READY, message)
-        times = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in self._configure_times.items()
+        times = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in self._load.times_s.items()
                           if k != "configure_s")
-        self.get_logger().info(f"configured in {self._configure_times['configure_s']:.1f} s ({times}): {message}")
+        self.get_logger().info(f"configured in {self._load.times_s['configure_s']:.1f} s ({times}): {message}")
         return super().on_configure(state)
-
-    def _load_policy(self, values: dict) -> DrivingPolicy:
-        t0 = time.monotonic()
-        self._configure_times = {}
-        policy = DrivingPolicy.from_checkpoint(
-            values["model_path"], device=values["device"], dtype=values["dtype"],
-            overrides=params.decoding_overrides(values), tasks=params.TASKS[values["tasks"]],
-            detection_classes=tuple(values["detection_classes"]),
-            min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
-            max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
-            engine=params.engine_settings(values))
-        self.get_logger().info(f"decoding settings: {policy.loaded.config.describe()}")
-        self._camera_rig = read_camera_block(values["model_path"])     # None: the checkpoint names no camera
-        self._fast_path_check = "not run"
-        self._configure_times["load_s"] = time.monotonic() - t0
-        if values["warmup"]:
-            # The fast path proves itself on this device, or the node decodes with the plain path; both
-            # start-up decodes stop after STARTUP_BLOCKS blocks (policy.startup_settings).
-            t0 = time.monotonic()
-            fallback = policy.check_fast_path()
-            if fallback:
-                self.get_logger().warn(fallback)
-            self._configure_times["fast_path_check_s"] = time.monotonic() - t0
-            t0 = time.monotonic()
-            policy.warmup()
-            self._configure_times["warmup_s"] = time.monotonic() - t0
-            self._fast_path_check = (FAST_PATH_FELL_BACK + fallback if fallback else
-                                     "plain decoder chosen" if policy.engine.implementation == "plain" else "passed")
-        self.get_logger().info(f"decoder: {describe_engine(policy.engine)}")
-        return policy
 
     def _configure_failed(self, message: str) -> TransitionCallbackReturn:
         self.get_logger().error(f"configure failed: {message}")
@@ -276,7 +198,8 @@ class PlannerNode(LifecycleNode):
         self._active = True
         self._lifecycle = "active"
         self._worker.start()
-        self.get_logger().info(f"active: {self._values['mode']} mode, {self._values['image_transport']} images")
+        values = self._settings.values
+        self.get_logger().info(f"active: {values['mode']} mode, {values['image_transport']} images")
         return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -351,24 +274,17 @@ class PlannerNode(LifecycleNode):
             "camera_info": sub(CameraInfo, INPUT_TOPICS["camera_info"], self._on_camera_info, qos_profile_sensor_data,
                                callback_group=group),
         }
-        types = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "detections": Detection2DArray,
-                 "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64,
-                 "stage_times": StageTimes}
-        if vision_msgs is not None:
-            types["vision_detections"] = vision_msgs.Detection2DArray
-        if autoware_msgs is not None:
-            types["autoware_trajectory"] = autoware_msgs.Trajectory
         self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], OUTPUT_QOS)
-                         for key, kind in types.items()}
+                         for key, kind in OUTPUT_TYPES.items()}
 
     # ------------------------------------------------------------------ input callbacks (store only)
     def _init_inputs(self) -> None:
         # odometry, route and command -> the policy's inputs at an image stamp: the core's tracker,
         # which the offline evaluator uses too. Not thread-safe: every call holds self._lock.
-        self._inputs = FrameInputTracker(params.input_settings(self._values))
+        self._inputs = FrameInputTracker(self._settings.inputs)
         self._camera: PinholeCamera | None = None
         self._last_image_stamp_ns: int | None = None
-        self._last_plan: tuple[bool, str, str] | None = None   # (valid, reason, command)
+        self._last_plan: LastPlan | None = None
         self._last_stats: dict[str, float] = {}
         self._recent_stages: collections.deque = collections.deque(maxlen=STAGE_WINDOW)   # StageTimes, newest last
         self._image_index = 0
@@ -378,29 +294,29 @@ class PlannerNode(LifecycleNode):
         now = time.monotonic()
         with self._lock:
             self._counts["images_received"] += 1
-            self._received_times.append(now)
+            self._received_rate.add(now)
             self._last_image_stamp_ns = stamp_ns(msg.header.stamp)
-        values = self._values
+        settings = self._settings
         try:
-            check_image_msg(msg, params.image_limits(values))
+            check_image_msg(msg, settings.image_limits)
         except ImageError as exc:
             self._skip(f"image_{exc.code}", str(exc))
             return
-        self._check_image_qos(msg, values)
+        self._check_image_qos(msg, settings)
         if not self._active:
             return
         with self._lock:
             index = self._image_index
             self._image_index += 1
-        if values["mode"] == "lockstep" and index % values["lockstep_every_n_images"] != 0:
+        if settings.mode == "lockstep" and index % settings.lockstep_every_n_images != 0:
             self._count("images_skipped_lockstep")
             return
         if self._image_slot.put(msg):
             self._count("images_dropped_newer_arrived")
 
-    def _check_image_qos(self, msg, values: dict) -> None:
+    def _check_image_qos(self, msg, settings: PlannerSettings) -> None:
         """Once: say that large raw frames on best effort are mostly lost (wam_diff2_ros/README.md)."""
-        if self._image_qos_warned or values["image_reliability"] != "best_effort" or is_compressed(msg) \
+        if self._image_qos_warned or settings.values["image_reliability"] != "best_effort" or is_compressed(msg) \
                 or len(msg.data) <= LARGE_RAW_FRAME_BYTES:
             return
         self._image_qos_warned = True
@@ -469,7 +385,7 @@ class PlannerNode(LifecycleNode):
         now = time.monotonic()
         with self._lock:
             last = self._last_warn.get(cause)
-            due = last is None or now - last >= self._values["warn_throttle_s"]
+            due = last is None or now - last >= self._settings.warn_throttle_s
             if due:
                 self._last_warn[cause] = now
         if due:
@@ -494,29 +410,29 @@ class PlannerNode(LifecycleNode):
                 self.get_logger().error(f"frame failed: {exc}\n{traceback.format_exc()}")
 
     def _process(self, msg) -> None:
-        values = self._values
+        settings = self._settings
         t_start = time.perf_counter()
         image_stamp_ns = stamp_ns(msg.header.stamp)
         age_s = (self.get_clock().now().nanoseconds - image_stamp_ns) / conv.NS_PER_S
-        if abs(age_s) > values["image_timeout_s"]:
+        if abs(age_s) > settings.image_timeout_s:
             self._skip("image_stale", f"image stamp is {age_s:.3f} s from now (image_timeout_s "
-                                      f"{values['image_timeout_s']})")
+                                      f"{settings.image_timeout_s})")
             return
         t_convert = time.perf_counter()
         try:
-            rgb = image_msg_to_rgb(msg, params.image_limits(values))
+            rgb = image_msg_to_rgb(msg, settings.image_limits)
         except ImageError as exc:
             self._skip(f"image_{exc.code}", str(exc))
             return
         conversion_ms = (time.perf_counter() - t_convert) * 1e3
-        mismatch = self._camera_rig and frame_mismatch(self._camera_rig, rgb.shape[1], rgb.shape[0])
+        mismatch = self._load.camera_rig and frame_mismatch(self._load.camera_rig, rgb.shape[1], rgb.shape[0])
         if mismatch:                                 # planned anyway: the user may know better, but is told
             self._count("frames_off_camera")
             self._warn("frames_off_camera", mismatch)
 
         try:
             with self._lock:      # held over the route lookup too: ~1.5 ms for a 4000-point route, once a frame
-                self._wait_for_odometry(image_stamp_ns, values["odometry_wait_s"])
+                self._wait_for_odometry(image_stamp_ns, settings.odometry_wait_s)
                 inputs = self._inputs.inputs_at(image_stamp_ns)
                 odom_frame, child_frame = self._inputs.odometry_frame, self._inputs.child_frame
         except InputSkip as skip:
@@ -528,10 +444,10 @@ class PlannerNode(LifecycleNode):
                 self._count("route_off_route")
             elif code in SKIP_CAUSES:
                 self._skip(SKIP_CAUSES[code], f"{why}; using default_command")
-        command, ego = inputs.command, inputs.odometry
-        ego_frame = values["ego_frame_id"] or child_frame or DEFAULT_EGO_FRAME
+        command = inputs.command
+        ego_frame = settings.ego_frame_id or child_frame or DEFAULT_EGO_FRAME
 
-        self._apply_decoding_changes(values)
+        self._apply_decoding_changes(settings.decoding_overrides)
         try:
             out = self._policy.step(rgb, inputs.ego, command)
             if out.stages is not None:           # frame -> trajectory: the conversion above is its first stage
@@ -544,8 +460,7 @@ class PlannerNode(LifecycleNode):
                     conv.invalid_trajectory_msg(image_stamp_ns, ego_frame, command, f"inference_error: {exc}"))
             return
         if self.context.ok():
-            self._publish(msg, image_stamp_ns, rgb, ego, ego_frame, odom_frame, command, inputs.command_source, out, values,
-                          t_start)
+            self._publish(msg, rgb, inputs, ego_frame, odom_frame, out, settings, t_start)
 
     def _wait_for_odometry(self, stamp_ns: int, timeout_s: float) -> None:
         """Called holding ``self._lock``: wait until odometry at or after ``stamp_ns`` is in (or the timeout)."""
@@ -556,41 +471,22 @@ class PlannerNode(LifecycleNode):
                 lambda: arrived() or self._stop.is_set(), timeout_s):
             self._counts["odometry_wait_expired"] += 1
 
-    def _apply_decoding_changes(self, values: dict) -> None:
-        overrides = params.decoding_overrides(values)
+    def _apply_decoding_changes(self, overrides: dict) -> None:
         if overrides == self._policy_overrides:
             return
         self._policy.update_settings(**overrides)
         self._policy_overrides = overrides
         self.get_logger().info(f"decoding settings now {self._policy.settings}")
 
-    def _publish(self, msg, stamp_ns: int, rgb: np.ndarray, ego: EgoSample, ego_frame: str,
-                 odom_frame: str, command: str, source: str, out, values: dict, t_start: float) -> None:
-        outputs = self._outputs
+    def _publish(self, msg, rgb: np.ndarray, inputs: FrameInputs, ego_frame: str, odom_frame: str, out,
+                 settings: PlannerSettings, t_start: float) -> None:
+        outputs, stamp_ns = self._outputs, inputs.stamp_ns
         plan, detections = out.plan, out.detections
-        waypoints = plan.waypoints if plan is not None and plan.valid else None
-        if plan is not None:
-            outputs["trajectory"].publish(conv.trajectory_msg(stamp_ns, ego_frame, command, plan, out.latency_ms,
-                                                              out.stages))
-            if waypoints is not None:
-                path, path_odom = conv.plan_paths(stamp_ns, ego_frame, waypoints, odom_frame or None, ego)
-                outputs["path"].publish(path)
-                if values["publish_odom_frame_path"] and path_odom is not None:
-                    outputs["path_odom"].publish(path_odom)
-                if "autoware_trajectory" in outputs and odom_frame:
-                    profile = speed_profile(waypoints, measured_speed(ego.vx), params.profile_limits(values))
-                    outputs["autoware_trajectory"].publish(
-                        conv.autoware_trajectory_msg(autoware_msgs, stamp_ns, odom_frame, profile, ego))
-        if detections is not None:
-            outputs["detections"].publish(conv.detections_msg(msg.header, detections, out.latency_ms, out.stages))
-            if "vision_detections" in outputs:
-                outputs["vision_detections"].publish(conv.vision_detections_msg(vision_msgs, msg.header, detections))
-        status_line = self._status_line(command, source, plan)
-        if values["debug.publish_markers"] and plan is not None:
-            outputs["markers"].publish(conv.plan_markers(stamp_ns, ego_frame, waypoints, status_line))
-        if values["debug.publish_image"]:
-            outputs["debug_image"].publish(self._debug_image(rgb, msg.header, waypoints, detections, status_line,
-                                                             plan, values))
+        with self._lock:
+            camera_info = self._camera if settings.use_camera_info else None
+        for name, message in frame_messages(msg.header, rgb, inputs, ego_frame, odom_frame, out, settings,
+                                            camera_info):
+            outputs[name].publish(message)
         processing_ms = (time.perf_counter() - t_start) * 1e3
         outputs["processing_ms"].publish(Float64(data=processing_ms))
         if out.stages is not None:
@@ -599,10 +495,10 @@ class PlannerNode(LifecycleNode):
 
         with self._lock:
             self._counts["images_processed"] += 1
-            self._processed_times.append(time.monotonic())
+            self._processed_rate.add(time.monotonic())
             if plan is not None:
                 self._counts["plans_valid" if plan.valid else "plan_parse_failures"] += 1
-                self._last_plan = (plan.valid, plan.invalid_reason, command)
+                self._last_plan = LastPlan(plan.valid, plan.invalid_reason, inputs.command)
             if detections is not None:
                 self._counts["detections_valid" if detections.valid else "detection_parse_failures"] += 1
             stats = (plan or detections).stats
@@ -612,33 +508,6 @@ class PlannerNode(LifecycleNode):
                                 "policy_ms": round(out.latency_ms, 1), "processing_ms": round(processing_ms, 1)}
             if out.stages is not None:
                 self._recent_stages.append(out.stages)
-
-    @staticmethod
-    def _status_line(command: str, source: str, plan) -> str:
-        if plan is None:
-            return f"{command} ({source})"
-        if plan.valid:
-            return f"{command} ({source}) plan ok"
-        return f"{command} ({source}) INVALID: {plan.invalid_reason[:60]}"
-
-    def _debug_image(self, rgb: np.ndarray, header: Header, waypoints, detections, status_line: str, plan,
-                     values: dict):
-        height, width = rgb.shape[:2]
-        with self._lock:
-            camera = self._camera if values["camera.use_camera_info"] else None
-        if camera is None:
-            camera = PinholeCamera.from_horizontal_fov(width, height, values["camera.horizontal_fov_deg"])
-        elif (camera.width, camera.height) != (width, height):
-            camera = camera.scaled_to(width, height)
-        path_px = None
-        if waypoints is not None:
-            mount = CameraMount(values["camera.x_m"], values["camera.y_m"], values["camera.z_m"],
-                                values["camera.roll_deg"], values["camera.pitch_deg"], values["camera.yaw_deg"])
-            points = np.concatenate([np.zeros((1, 2)), waypoints], axis=0)         # [9, 2], ego origin first
-            path_px, _ = project_ego_points(np.concatenate([points, np.zeros((9, 1))], axis=1), camera, mount)
-        boxes = detections.boxes if detections is not None and detections.valid else ()
-        canvas = draw_debug_image(rgb, path_px, boxes, [status_line], valid=plan is None or plan.valid)
-        return conv.rgb_image_msg(canvas, header)
 
     # ------------------------------------------------------------------ status and diagnostics
     def _set_model_state(self, state: int, message: str) -> None:
@@ -651,81 +520,31 @@ class PlannerNode(LifecycleNode):
         with self._lock:
             state, message = self._model_state, self._model_message
         self._status_pub.publish(PlannerStatus(header=Header(stamp=self.get_clock().now().to_msg()), state=state,
-                                               model_path=self._values["model_path"], message=message))
+                                               model_path=self._settings.values["model_path"],
+                                               message=message))
 
     def diagnostic_status(self) -> DiagnosticStatus:
-        values = self._values
         now_ns = self.get_clock().now().nanoseconds
         now = time.monotonic()
-        with self._lock:
-            for times in (self._received_times, self._processed_times):
-                while times and now - times[0] > RATE_WINDOW_S:
-                    times.popleft()
-            counts = dict(self._counts)
-            model_state, model_message = self._model_state, self._model_message
-            image_ns, odom_ns = self._last_image_stamp_ns, self._inputs.newest_odometry_ns
-            last_plan, last_stats = self._last_plan, dict(self._last_stats)
-            received_hz = len(self._received_times) / RATE_WINDOW_S
-            processed_hz = len(self._processed_times) / RATE_WINDOW_S
-            command_text, route = self._inputs.command_text, self._inputs.route_xy
-            camera = self._camera
-            stages = stage_summary(list(self._recent_stages))
-
-        def age(ns):
-            return "never" if ns is None else f"{(now_ns - ns) / conv.NS_PER_S:.3f}"
-
-        problems = []
-        if model_state == PlannerStatus.ERROR:
-            level, summary = DiagnosticStatus.ERROR, f"model error: {model_message}"
-        elif not self._active:
-            level, summary = DiagnosticStatus.WARN, f"not active ({self._lifecycle}): {model_message}"
-        else:
-            if image_ns is None or (now_ns - image_ns) / conv.NS_PER_S > values["image_timeout_s"]:
-                problems.append("no fresh image")
-            if odom_ns is None or (now_ns - odom_ns) / conv.NS_PER_S > values["image_timeout_s"]:
-                problems.append("no fresh odometry")
-            if last_plan is not None and not last_plan[0]:
-                problems.append(f"last plan invalid ({last_plan[1][:80]})")
-            if self._fast_path_check.startswith(FAST_PATH_FELL_BACK):
-                problems.append("fast path fell back to the plain decoder")
-            level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
-            summary = "; ".join(problems) if problems else "planning"
-        kv = {
-            "lifecycle_state": self._lifecycle,
-            "model_state": STATE_NAMES[model_state],
-            "model_message": model_message,
-            "model_path": values["model_path"],
-            "mode": values["mode"] + (f" (every {values['lockstep_every_n_images']})" if values["mode"] == "lockstep"
-                                      else ""),
-            "image_age_s": age(image_ns),
-            "odometry_age_s": age(odom_ns),
-            "image_rate_hz": f"{received_hz:.2f}",
-            "processed_rate_hz": f"{processed_hz:.2f}",
-            "command_input": command_text,
-            "route_points": str(0 if route is None else len(route)),
-            "camera_model": "camera_info" if camera is not None and values["camera.use_camera_info"] else "fov",
-            "last_plan": "none" if last_plan is None else ("valid" if last_plan[0] else "invalid: " + last_plan[1]),
-            "last_command": "none" if last_plan is None else last_plan[2],
-            "decoder": "none" if self._policy is None else describe_engine(self._policy.engine),
-            "fast_path_check": self._fast_path_check,
-            **{k: f"{v:.2f}" for k, v in self._configure_times.items()},
-        }
         # matched on this side: a publisher the graph lists but this reader has not matched yet delivers nothing
-        kv.update({f"{name}_publishers": str(subscription.get_publisher_count())
-                   for name, subscription in self._input_subscriptions.items()})
-        kv.update({f"last_{k}": str(v) for k, v in last_stats.items()})
-        if stages is not None:     # where the time goes, over the last STAGE_WINDOW frames
-            for name, row in stages["ms"].items():
-                kv.update({f"stage_{name}_p50_ms": f"{row['p50']:.1f}", f"stage_{name}_p95_ms": f"{row['p95']:.1f}"})
-            kv.update(peak_memory_mb=f"{stages['peak_memory_mb'] or 0:.0f}", memory_kind=stages["memory_kind"],
-                      stage_frames=str(stages["frames"]))
-        kv.update({k: str(v) for k, v in sorted(counts.items())})
-        return DiagnosticStatus(level=level, name=f"{self.get_name()}: planner", message=summary,
-                                hardware_id="wam_diff2", values=[KeyValue(key=k, value=v) for k, v in kv.items()])
+        publisher_counts = {name: subscription.get_publisher_count()
+                            for name, subscription in self._input_subscriptions.items()}
+        decoder = "none" if self._policy is None else describe_engine(self._policy.engine)
+        with self._lock:
+            snapshot = PlannerSnapshot(
+                now_ns=now_ns, lifecycle=self._lifecycle, active=self._active, model_state=self._model_state,
+                model_message=self._model_message, image_ns=self._last_image_stamp_ns,
+                odometry_ns=self._inputs.newest_odometry_ns, received_hz=self._received_rate.hz(now),
+                processed_hz=self._processed_rate.hz(now), command_text=self._inputs.command_text,
+                route_points=0 if self._inputs.route_xy is None else len(self._inputs.route_xy),
+                has_camera_info=self._camera is not None, last_plan=self._last_plan,
+                decoder=decoder, fast_path_check=self._load.fast_path_check, last_stats=dict(self._last_stats),
+                configure_times=dict(self._load.times_s), publisher_counts=publisher_counts,
+                stages=stage_summary(list(self._recent_stages)), counts=dict(self._counts))
+        return planner_diagnostic_status(self.get_name(), snapshot, self._settings)
 
     def publish_diagnostics(self) -> None:
-        msg = DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()), status=[self.diagnostic_status()])
-        self._diagnostics_pub.publish(msg)
+        self._diagnostics_pub.publish(conv.diagnostic_array(self.get_clock().now().to_msg(), self.diagnostic_status()))
 
     def destroy_node(self) -> None:
         self.stop_worker()
@@ -738,28 +557,20 @@ def main(args: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
 
-    rclpy.init(args=args)
-    node = PlannerNode()
-    # one thread: callbacks only store inputs (the decode is the worker's), and rclpy's
-    # MultiThreadedExecutor busy-spun a core and the GIL, starving the decode (README)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        spin_until_shutdown(executor)
-    finally:
-        # Ctrl-C must not wait for a decode in flight (a 2B prefill on CPU takes a minute): give the
-        # worker a moment to finish, then leave; its daemon thread ends with the process.
-        node.stop_worker(SHUTDOWN_WAIT_S)
-        in_flight = node.worker_running()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    in_flight = run_node(PlannerNode, args, before_teardown=_release_worker)
     if in_flight:
         # Interpreter finalisation while torch runs in another thread can crash: exit at once.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def _release_worker(node: PlannerNode) -> bool:
+    """Ctrl-C must not wait for a decode in flight (a 2B prefill on CPU takes a minute): give the worker
+    a moment to finish, then leave (its daemon thread ends with the process). True: still decoding."""
+    node.stop_worker(SHUTDOWN_WAIT_S)
+    return node.worker_running()
 
 
 if __name__ == "__main__":

@@ -70,8 +70,8 @@ CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=Rel
 
 DRAIN_TIMEOUT_S = 5.0   # how long the end of playback waits for reliable readers to acknowledge
 
-# The planner node's name and the outputs --record takes by default (planner_node.OUTPUT_TOPICS;
-# not imported from there, which would load the model code into the player).
+# The planner node's name and the outputs --record takes by default (planner_interface.OUTPUT_TOPICS,
+# without their "~/").
 PLANNER_NODE = f"/{topics.PLANNER_NODE}"
 PLANNER_RECORD_OUTPUTS = ("output/trajectory", "output/detections", "status")
 

@@ -1,0 +1,55 @@
+"""The planner node's interface: its topics (private names, remapped by launch files), their QoS and
+the types of its outputs. Light to import (no model code), for the node, launch helpers and tests.
+
+    node.create_subscription(String, INPUT_TOPICS["command"], on_command, COMMAND_QOS)
+"""
+from __future__ import annotations
+
+from nav_msgs.msg import Path
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image
+from std_msgs.msg import Float64
+from visualization_msgs.msg import MarkerArray
+
+from .msg import Detection2DArray, StageTimes, Trajectory
+from .qos import LATCHED_QOS, LATEST_RELIABLE_QOS
+
+try:  # the common interop type, published too where the package exists
+    import vision_msgs.msg as vision_msgs
+except ImportError:
+    vision_msgs = None
+try:  # Autoware's trajectory, published too where the package exists
+    import autoware_planning_msgs.msg as autoware_msgs
+except ImportError:
+    autoware_msgs = None
+
+# Inputs: sensor QoS (best effort, keep last 5) for streams; the route is latched; commands
+# are few and must not be lost, so reliable (matches reliable publishers of any durability).
+ROUTE_QOS = STATUS_QOS = LATCHED_QOS
+COMMAND_QOS = OUTPUT_QOS = LATEST_RELIABLE_QOS
+# On best effort, Fast DDS's default transports lose most frames larger than about this (measured on one
+# host, where its shared-memory segment is 512 KiB: 0.518 MB frames all arrive, 0.524 MB ones 1 in 6;
+# scripts/image_qos.py, README: image QoS).
+LARGE_RAW_FRAME_BYTES = 500_000
+# reliable keeps all: lockstep counts images, so none may be lost on the wire or overwritten in a
+# reader queue while the callbacks wait for the GIL (the callback only hands the newest to the worker)
+IMAGE_QOS = {"best_effort": qos_profile_sensor_data,
+             "reliable": QoSProfile(depth=0, reliability=ReliabilityPolicy.RELIABLE,
+                                    durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_ALL)}
+# The node's topics (private names, remapped by launch files).
+INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
+                "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
+                "command": "~/input/command"}
+OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "trajectory": "~/output/trajectory",
+                 "autoware_trajectory": "~/output/autoware_trajectory",
+                 "detections": "~/output/detections", "vision_detections": "~/output/detections_vision",
+                 "debug_image": "~/debug/image", "markers": "~/debug/markers",
+                 "processing_ms": "~/debug/processing_time_ms", "latency_ms": "~/debug/pipeline_latency_ms",
+                 "stage_times": "~/debug/stage_times",
+                 "status": "~/status", "diagnostics": "/diagnostics"}
+# output name -> message type; the optional packages' outputs only where they import
+OUTPUT_TYPES = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "detections": Detection2DArray,
+                "debug_image": Image, "markers": MarkerArray, "processing_ms": Float64, "latency_ms": Float64,
+                "stage_times": StageTimes,
+                **({"vision_detections": vision_msgs.Detection2DArray} if vision_msgs is not None else {}),
+                **({"autoware_trajectory": autoware_msgs.Trajectory} if autoware_msgs is not None else {})}
