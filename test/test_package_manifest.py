@@ -37,6 +37,7 @@ PYTHON_LIBRARIES = {
     "PIL": "pip", "tqdm": "pip", "huggingface_hub": "pip (with transformers)",
     "accelerate": "pip, training only", "rosbags": "pip, bag evaluation only", "ruamel": "pip (with rosbags)",
     "matplotlib": "pip, evaluation plots only", "pycocotools": "pip, detection scores only",
+    "torchao": "pip .[quant], engine.quantization only",
     "flashinfer": "pip .[gpu]", "torch_npu": "pip .[npu]",
     "leaderboard": "the CARLA leaderboard's own Python (agents/ runs inside it)",
 }
