@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import IMPLEMENTATIONS, QUANTIZATIONS
-from .common import (add_decoding_arguments, add_sample_path_arguments, add_threads_argument, apply_threads,
-                     cpu_name, decoding_overrides, format_table)
+from ..config import IMPLEMENTATIONS, QUANTIZATIONS, add_threads_argument
+from .common import (add_decoding_arguments, add_sample_path_arguments, apply_threads, cpu_name, decoding_overrides,
+                     format_table)
 
 HELP = "compare a quantized model with its float self on planning samples (exit 1 beyond tolerances)"
 log = logging.getLogger(__name__)

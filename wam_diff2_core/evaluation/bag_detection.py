@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..frame_inputs import stamp_ns
-from ..geometry import CameraMount, PinholeCamera
+from ..geometry import CameraMount, PinholeCamera, yaw_from_quaternion
 from ..outputs.parsing import Box, BoxParse, ParseError
 from ..vehicle_projection import VehicleProjector
 from .bags import Bag, BagError, Undecodable
@@ -47,7 +47,7 @@ def mount_from_quaternion(translation: Sequence[float], q: Sequence[float]) -> C
     x, y, z, w = (float(v) for v in q)
     roll = math.atan2(2.0 * (w * x + y * z), 1.0 - 2.0 * (x * x + y * y))
     pitch = math.asin(max(-1.0, min(1.0, 2.0 * (w * y - z * x))))
-    yaw = math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    yaw = yaw_from_quaternion(x, y, z, w)
     return CameraMount(*(float(v) for v in translation), *(math.degrees(a) for a in (roll, pitch, yaw)))
 
 

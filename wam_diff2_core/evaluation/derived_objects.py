@@ -23,6 +23,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..geometry import yaw_from_quaternion
+
 OBJECT_TYPE = "derived_object_msgs/msg/Object"
 OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
 
@@ -86,7 +88,7 @@ def objects_from_msg(msg) -> ObjectSnapshot:
             unsupported += 1
             continue
         p, q = obj.pose.position, obj.pose.orientation
-        yaw = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+        yaw = yaw_from_quaternion(q.x, q.y, q.z, q.w)
         row = [float(p.x), float(p.y), yaw, length, width]
         if not all(math.isfinite(v) for v in row) or length <= 0 or width <= 0:
             unsupported += 1

@@ -191,7 +191,6 @@ class Renderer:
         self.texture = GroundTexture(road, palette, settings.texture_resolution_m, settings.texture_max_pixels, rng)
         self.projector = VehicleProjector(self.camera, self.mount, settings.min_visible_pixels,
                                           settings.min_box_side_px)
-        self.optical_from_ego, self.camera_in_ego = self.projector.optical_from_ego, self.projector.camera_in_ego
         self._prepare_pixels()
 
     def _prepare_pixels(self) -> None:
@@ -199,15 +198,15 @@ class Renderer:
         h, w = cam.height, cam.width
         u, v = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
         rays_opt = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy, np.ones_like(u)], -1)   # [H, W, 3]
-        rays = rays_opt @ self.optical_from_ego          # ego-frame directions (row vector times M = M^T d)
+        rays = rays_opt @ self.projector.optical_from_ego          # ego-frame directions (row vector times M = M^T d)
         norm = np.linalg.norm(rays, axis=-1)
         elevation = np.arcsin(np.clip(rays[..., 2] / norm, -1, 1))
         # sky: a gradient over elevation
         t = np.clip(elevation / 0.45, 0.0, 1.0)[..., None]
         sky = (1 - t) * np.asarray(self.palette.sky_horizon, np.float32) + t * np.asarray(self.palette.sky_top, np.float32)
         below = rays[..., 2] < -1e-9
-        depth = np.where(below, -self.camera_in_ego[2] / np.where(below, rays[..., 2], -1.0), 1e9)
-        ground = self.camera_in_ego[:2] + depth[..., None] * rays[..., :2]     # [H, W, 2] ego frame
+        depth = np.where(below, -self.projector.camera_in_ego[2] / np.where(below, rays[..., 2], -1.0), 1e9)
+        ground = self.projector.camera_in_ego[:2] + depth[..., None] * rays[..., :2]     # [H, W, 2] ego frame
         distance = depth * norm
         is_ground = below & (distance <= st.max_range_m)
         sky[below & ~is_ground] = np.asarray(self.palette.haze, np.float32)
