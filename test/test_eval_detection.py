@@ -50,6 +50,30 @@ def test_perfect_boxes_score_one_on_every_metric():
     assert scores["library"].startswith("pycocotools ")
 
 
+def test_vehicles_score_as_one_class_and_leave_other_classes_out():
+    """A truck answered as a bus: the truck class is missed and the bus a false positive, but the vehicle
+    is found; the pedestrian (not a vehicle) counts in the overall AP and not in the vehicles' figure."""
+    truths = scene()
+    answers = [[box(10, 20, 50, 30), box(100, 40, 80, 60, "bus")], [box(200, 50, 40, 40)],
+               [box(60, 70, 90, 45)]]                       # the pedestrian missed
+    scores = detection_scores([DetectionImage(f"i{n}", t, answered(*a)) for n, (t, a) in
+                               enumerate(zip(truths, answers))])
+    vehicles = scores["vehicles"]
+    assert vehicles["classes"] == ["car", "truck", "bus"] and (vehicles["truth"], vehicles["predicted"]) == (4, 4)
+    for name in ("ap", "ap50", "ap75", "ar10", "ar100"):
+        assert vehicles[name] == pytest.approx(1.0, abs=1e-12), name
+    assert vehicles["ar1"] == pytest.approx(0.75)       # one box per image: the first image's two vehicles
+    assert scores["per_class"]["truck"]["ap"] == 0 and scores["per_class"]["pedestrian"]["ap"] == 0
+    assert scores["per_class"]["bus"]["ap"] is None                 # no bus in the truth: left out by COCO
+    assert scores["ap"] == pytest.approx(1 / 3)                     # car 1, pedestrian 0, truck 0
+    shifted_away = [[box(500, 500, 10, 10)] for _ in truths]
+    missed = detection_scores([DetectionImage(f"i{n}", t, answered(*a)) for n, (t, a) in
+                               enumerate(zip(truths, shifted_away))])["vehicles"]
+    assert missed["ap"] == 0 and missed["ap50"] == 0
+    assert detection_scores([DetectionImage("p", [box(5, 5, 20, 60, "pedestrian")], answered())])["vehicles"] == {
+        "classes": [], "truth": 0, "predicted": 0, **{name: None for name in METRICS}}
+
+
 def test_two_cars_in_one_image_are_half_recalled_with_one_box_per_image():
     """AR@1 keeps one box per image and class (COCO's maxDets): one of two cars."""
     truth = [box(0, 0, 50, 50), box(100, 0, 50, 50)]

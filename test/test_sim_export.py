@@ -311,6 +311,27 @@ def test_cli_writes_a_set_and_rejects_bad_settings(tmp_path, capsys):
     assert not (tmp_path / "bad").exists()
 
 
+def test_min_visible_pixels_labels_only_the_vehicles_that_many_pixels_show(tmp_path, capsys):
+    from wam_diff2_core.cli import main
+
+    def boxes(threshold):
+        out = tmp_path / f"t{threshold}"
+        assert main(["synth", str(out), "--episodes", "1", "--frames", "20", "--frame-stride", "5", "--formats", "json", "--val-fraction",
+                     "0", "--vqa-per-frame", "0", "--no-progress", "--min-visible-pixels", str(threshold)]) == 0
+        frames = [json.loads(line) for line in (out / "frames.jsonl").read_text().splitlines()]
+        answers = [json.loads(s["conversations"][1]["value"])
+                   for s in json.loads((out / "train.json").read_text()) if s["task"] == "detect"]
+        assert [len(a) for a in answers] == [len(f["boxes"]) for f in frames]    # the answers are the labels
+        return [b for f in frames for b in f["boxes"]]
+
+    low, high = boxes(20), boxes(100)
+    assert high and min(b["visible_pixels"] for b in high) >= 100
+    assert any(b["visible_pixels"] < 100 for b in low)                          # the threshold removed some
+    assert sorted(b["id"] for b in high) == sorted(b["id"] for b in low if b["visible_pixels"] >= 100)
+    assert main(["synth", str(tmp_path / "bad"), "--min-visible-pixels", "0"]) == 2
+    assert "--min-visible-pixels" in capsys.readouterr().err
+
+
 def test_recovery_samples_are_training_only_plan_samples_with_their_own_images(tmp_path):
     from wam_diff2_core.sim.episode import RecoverySettings
     settings = ExportSettings(episodes=2, seed=7, val_fraction=0.5, formats=("json",), vqa_per_frame=0, detection=False,

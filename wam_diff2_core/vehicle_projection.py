@@ -29,6 +29,10 @@ from .geometry import CameraMount, PinholeCamera
 OPTICAL_FROM_BODY = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
 FILL_SHIFT = 4                      # fillPoly sub-pixel bits
 FILL_SCALE = float(1 << FILL_SHIFT)
+# A vehicle is labelled (a ground-truth box) with at least this many visible pixels and a visible box at
+# least this wide and high; the demo world's labels and eval-bag's truth both use these.
+MIN_VISIBLE_PIXELS = 20
+MIN_BOX_SIDE_PX = 4                 # about 60 m at 320 px across a 90 degree view
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,8 @@ class VehicleProjector:
 
     NEAR_M = 0.2
 
-    def __init__(self, camera: PinholeCamera, mount: CameraMount, min_visible_pixels: int = 20,
-                 min_box_side_px: int = 4):
+    def __init__(self, camera: PinholeCamera, mount: CameraMount, min_visible_pixels: int = MIN_VISIBLE_PIXELS,
+                 min_box_side_px: int = MIN_BOX_SIDE_PX):
         self.camera, self.mount = camera, mount
         self.min_visible_pixels, self.min_box_side_px = min_visible_pixels, min_box_side_px
         self.optical_from_ego = OPTICAL_FROM_BODY @ mount.rotation().T      # [3, 3]

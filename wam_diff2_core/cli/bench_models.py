@@ -392,7 +392,8 @@ def pdm_columns() -> list[tuple[str, str, str]]:
 
 
 GROUNDING_COLUMNS = [("label", "config", ""), ("samples", "samples", ""), ("parse_failures", "parse fail", ""),
-                     ("ap", "AP", ".3f"), ("ap50", "AP50", ".3f"), ("ap75", "AP75", ".3f"), ("ar1", "AR@1", ".3f"),
+                     ("ap", "AP", ".3f"), ("ap50", "AP50", ".3f"), ("ap75", "AP75", ".3f"),
+                     ("vehicles_ap", "vehicles AP", ".3f"), ("vehicles_ap50", "vehicles AP50", ".3f"), ("ar1", "AR@1", ".3f"),
                      ("ar10", "AR@10", ".3f"), ("ar100", "AR@100", ".3f"), ("tokens_per_forward", "tok/fwd", ".2f"),
                      ("tokens_per_answer", "tokens/answer", ".0f"), ("ms_per_token", "ms/token", ".3f")]
 
@@ -401,11 +402,13 @@ def print_grounding_tables(results: list[dict[str, Any]]) -> None:
     """COCO scores of the grounding answers per configuration, then AP@[.5:.95] per class with ground truth."""
     from .common import format_table
 
-    rows = [{"label": r["label"], **r["grounding"], **r["grounding"]["coco"]} for r in results]
+    rows = [{"label": r["label"], **r["grounding"], **r["grounding"]["coco"],
+             **{f"vehicles_{k}": r["grounding"]["coco"]["vehicles"][k] for k in ("ap", "ap50")}} for r in results]
     coco = results[0]["grounding"]["coco"]
     print(f"\ngrounding answers: COCO AP by {coco['library']} over {coco['images']} images, {coco['truth_boxes']} "
           "ground-truth boxes (unparsed answers score no box; no answer gives a score: every box ranks as 1.0, "
-          "ties in sample order); tok/fwd and ms/token: medians over these answers")
+          "ties in sample order; vehicles: " + "/".join(coco["vehicles"]["classes"]) + " as one class); tok/fwd and "
+          "ms/token: medians over these answers")
     print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in rows], GROUNDING_COLUMNS))
     classes = [c for c, v in coco["per_class"].items() if v["truth"]]
     if classes:

@@ -17,6 +17,7 @@ import sys
 
 from ..topics import DEFAULT_ROLE
 from ..outputs.prompts import COMMANDS
+from ..vehicle_projection import MIN_VISIBLE_PIXELS
 
 HELP = "generate synthetic driving scenes (JSON samples and rosbag2 bags)"
 log = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ def add_arguments(p) -> None:
     p.add_argument("--image-format", default="jpg", choices=("jpg", "png"))
     p.add_argument("--vqa-per-frame", type=int, default=1, help="question samples per frame (0-4)")
     p.add_argument("--no-detection", dest="detection", action="store_false", help="no detection samples")
+    p.add_argument("--min-visible-pixels", type=int, default=MIN_VISIBLE_PIXELS,
+                   help="a vehicle gets a ground-truth box (detection answers, frames.jsonl) with at least this many "
+                        "visible pixels (default %(default)s, the threshold of eval-bag's truth from a bag's objects)")
     p.add_argument("--prompt-acceleration", default="estimated", choices=("estimated", "true"),
                    help="acceleration in the planning prompt: the planner node's estimate from odometry "
                         "(default) or the simulator's true value")
@@ -88,10 +92,13 @@ def settings_from_args(args):
     for name in ("width", "height"):
         if getattr(args, name) < 16:
             raise ConfigError(f"--{name} must be >= 16, got {getattr(args, name)}")
+    if args.min_visible_pixels < 1:
+        raise ConfigError(f"--min-visible-pixels must be >= 1, got {args.min_visible_pixels}")
     if not 10.0 <= args.fov_deg <= 150.0:
         raise ConfigError(f"--fov-deg must be in [10, 150], got {args.fov_deg}")
     try:
-        camera = replace(CameraSettings(), width=args.width, height=args.height, horizontal_fov_deg=args.fov_deg)
+        camera = replace(CameraSettings(), width=args.width, height=args.height, horizontal_fov_deg=args.fov_deg,
+                         min_visible_pixels=args.min_visible_pixels)
         limits = {k: getattr(args, f"recovery_{k}") for k in ("max_offset_m", "max_yaw_deg", "standstill_probability",
                                                                "slow_probability") if hasattr(args, f"recovery_{k}")}
         recovery = RecoverySettings(fraction=args.recovery_fraction, **limits)

@@ -29,6 +29,10 @@ list is every label in the ground truth and the answers (exact strings); a box w
 no ground truth anywhere in the set is left out of AP by COCO (that class's AP is undefined,
 ``None``), and is counted in ``predicted_without_truth``. AP is ``None`` when the set has no
 ground-truth box at all; with ground truth and no answer box it is 0.
+
+**Vehicles.** ``vehicles`` scores the boxes of :data:`VEHICLE_CLASSES` as one class (pycocotools'
+class-agnostic mode, ``useCats = 0``): a truck answered as a bus is found, a car answered where there is
+none is a false positive. It is what a planner needs of a detector, and the figure the targets use.
 """
 from __future__ import annotations
 
@@ -47,6 +51,8 @@ from ..outputs.parsing import Box, BoxParse
 _STATS = {"ap": 0, "ap50": 1, "ap75": 2, "ar1": 6, "ar10": 7, "ar100": 8}
 METRICS = tuple(_STATS)
 MAX_BOXES_PER_IMAGE = 100       # COCOeval's largest maxDets: boxes beyond it (per image and class) are not scored
+# ``vehicles``: these classes scored as one (COCOeval's class-agnostic mode), the figure a planner cares for
+VEHICLE_CLASSES = ("car", "truck", "bus")
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,8 @@ def library_version() -> str:
 def detection_scores(images: Sequence[DetectionImage]) -> dict[str, Any]:
     """pycocotools' COCO scores of the answers against the ground truth (module docstring), JSON-ready:
     counts, ``ap`` / ``ap50`` / ``ap75`` / ``ar1`` / ``ar10`` / ``ar100`` (None where undefined) and
-    ``per_class`` {label: ap, ap50, ap75, truth, predicted}. A ValueError names a malformed input."""
+    ``per_class`` {label: ap, ap50, ap75, truth, predicted} and ``vehicles`` (the same figures with every box of
+    :data:`VEHICLE_CLASSES` one class). A ValueError names a malformed input."""
     images = _checked(images)
     truth_labels = {b.label for image in images for b in image.truth}
     answered = [b for image in images if image.answer.ok for b in image.answer.boxes]
@@ -155,18 +162,16 @@ def detection_scores(images: Sequence[DetectionImage]) -> dict[str, Any]:
                               "predicted": sum(p["category_id"] == category[label] for p in predicted)}
                       for label in classes},
     }
+    vehicle_ids = {category[label] for label in VEHICLE_CLASSES if label in category}
+    vehicle_truth = [t for t in truth if t["category_id"] in vehicle_ids]
+    out["vehicles"] = {"classes": [label for label in VEHICLE_CLASSES if label in category],
+                       "truth": len(vehicle_truth),
+                       "predicted": sum(p["category_id"] in vehicle_ids for p in predicted),
+                       **{name: None for name in METRICS}}
     if not truth:                        # nothing to recall: every COCO figure is undefined
         return out
-
-    from pycocotools.cocoeval import COCOeval
-
     categories = [{"id": k, "name": label} for label, k in category.items()]
-    evaluation = COCOeval(_coco(coco_images, categories, truth), _coco(coco_images, categories, predicted), "bbox")
-    with contextlib.redirect_stdout(io.StringIO()):
-        evaluation.evaluate()
-        evaluation.accumulate()
-        evaluation.summarize()
-    assert evaluation.params.maxDets[-1] == MAX_BOXES_PER_IMAGE and evaluation.params.areaRngLbl[0] == "all"
+    evaluation = _evaluate(coco_images, categories, truth, predicted, by_class=True)
     out.update({name: _undefined(evaluation.stats[i]) for name, i in _STATS.items()})
     precision = evaluation.eval["precision"]              # [iou thresholds, recall points, class, area, max boxes]
     thresholds = list(evaluation.params.iouThrs)
@@ -175,5 +180,24 @@ def detection_scores(images: Sequence[DetectionImage]) -> dict[str, Any]:
         per_class = precision[:, :, k, 0, -1]              # area "all", the largest per-image cap
         out["per_class"][classes[category_id - 1]].update(
             ap=_mean_defined(per_class), ap50=_mean_defined(per_class[at50]), ap75=_mean_defined(per_class[at75]))
+    if vehicle_truth:                    # one class: a truck answered as a bus still finds its vehicle
+        vehicles = _evaluate(coco_images, categories, vehicle_truth,
+                             [p for p in predicted if p["category_id"] in vehicle_ids], by_class=False)
+        out["vehicles"].update({name: _undefined(vehicles.stats[i]) for name, i in _STATS.items()})
     return out
 
+
+def _evaluate(coco_images: list[dict], categories: list[dict], truth: list[dict], predicted: list[dict],
+              by_class: bool):
+    """pycocotools' COCOeval (bbox, default parameters) run to its summary; ``by_class`` False: every box
+    one class (COCOeval's ``useCats = 0``)."""
+    from pycocotools.cocoeval import COCOeval
+
+    evaluation = COCOeval(_coco(coco_images, categories, truth), _coco(coco_images, categories, predicted), "bbox")
+    evaluation.params.useCats = int(by_class)
+    with contextlib.redirect_stdout(io.StringIO()):
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    assert evaluation.params.maxDets[-1] == MAX_BOXES_PER_IMAGE and evaluation.params.areaRngLbl[0] == "all"
+    return evaluation

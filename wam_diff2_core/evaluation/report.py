@@ -166,7 +166,10 @@ def render_detection(d: dict[str, Any] | None) -> list[str]:
               + f" | {sc['predicted_boxes']} |", "",
               "| class | AP | AP50 | ground truth | predicted |", "|---|---:|---:|---:|---:|",
               *[f"| {label} | {_f(v['ap'])} | {_f(v['ap50'])} | {v['truth']} | {v['predicted']} |"
-                for label, v in sc["per_class"].items()], "",
+                for label, v in sc["per_class"].items()],
+              *(["| vehicles (" + "/".join(sc["vehicles"]["classes"]) + f", one class) | {_f(sc['vehicles']['ap'])} | "
+                 f"{_f(sc['vehicles']['ap50'])} | {sc['vehicles']['truth']} | {sc['vehicles']['predicted']} |"]
+                if sc["vehicles"]["truth"] else []), "",
               f"![detection AP]({PLOTS['detection']})", ""]
     return lines
 
@@ -360,7 +363,7 @@ def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
 def plot_detection(scores: dict[str, Any], path: Path) -> None:
     """AP@[.5:.95], AP50 and AP75 overall and per class (bag_detection's COCO scores)."""
     plt = pyplot()
-    groups = {"all": scores, **scores["per_class"]}
+    groups = {"all": scores, **scores["per_class"], **({"vehicles": scores["vehicles"]} if scores["vehicles"]["truth"] else {})}
     keys = (("ap", "AP@[.5:.95]"), ("ap50", "AP50"), ("ap75", "AP75"))
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(groups), 3.2), dpi=100)
     x = np.arange(len(groups))

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..camera_rig import DEMO_CAMERA_FROM_AXLE_M, PRESETS
 from ..geometry import CameraMount, PinholeCamera
-from ..vehicle_projection import FILL_SCALE, FILL_SHIFT, PixelBox, VehicleBoxLike, VehicleProjector
+from ..vehicle_projection import (FILL_SCALE, FILL_SHIFT, MIN_BOX_SIDE_PX, MIN_VISIBLE_PIXELS, PixelBox, VehicleBoxLike,
+                                  VehicleProjector)
 from .road import RoadMap
 
 DASH_ON_M, DASH_PERIOD_M = 3.0, 9.0
@@ -54,8 +55,8 @@ class CameraSettings:
     haze_distance_m: float = 300.0      # ground colour fades to haze as 1 - exp(-d / this)
     texture_resolution_m: float = 0.1   # finest bird's-eye texel
     texture_max_pixels: int = 16_000_000
-    min_visible_pixels: int = 20        # fewer visible pixels, or a visible box narrower or lower
-    min_box_side_px: int = 4            # than this: the vehicle is not annotated (about 60 m at 320 px)
+    min_visible_pixels: int = MIN_VISIBLE_PIXELS    # fewer visible pixels, or a visible box narrower or
+    min_box_side_px: int = MIN_BOX_SIDE_PX          # lower than this: the vehicle is not annotated
 
     def camera(self) -> PinholeCamera:
         return PinholeCamera.from_horizontal_fov(self.width, self.height, self.horizontal_fov_deg)
