@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The demo models' figures in models/README.md, reproduced under the model card's protocol:
+# The demo models' figures in models/README.md, reproduced under the model card's protocol (the sets'
+# seeds and sizes: wam_diff2_core/sim/protocol.py):
 #   training seeds   0 (runs/demo/data train.json), 3000, 4000 (closed-loop adaptation and refinement
 #                    scenes), 5000 (DAgger routes); twins of seed 4000 (--mirror-turns)
 #   selection set    runs/demo/data/val.json (the 40 held-out drives of seed 0) and closed-loop route
@@ -22,16 +23,8 @@ model=${MODEL:-models/wam-diff2-demo-b32}
 ar_model=${AR_MODEL:-models/wam-diff2-demo-ar}
 out=${OUT:-outputs/score_demo/$set_name}
 case "$set_name" in
-  report)
-    data=${DATA:-runs/report_set}
-    samples=$data/train.json   # every drive of the set (synth names an undivided set train.json)
-    synth=(--seed 8000 --episodes 40 --frames 25 --frame-stride 5 --val-fraction 0)
-    every=5; route_seeds="8001 8002" ;;
-  selection)
-    data=${DATA:-runs/demo/data}
-    samples=$data/val.json
-    synth=(--episodes 160 --frames 100 --frame-stride 5 --recovery-fraction 0.3)
-    every=50; route_seeds="2000 2001 2002" ;;
+  report|selection) eval "$(python -m wam_diff2_core.sim.protocol --shell "$set_name")"
+    data=${DATA:-$data}; samples=$data/$(basename "$samples") ;;
   *) echo "score_demo.sh: SET must be report or selection, got '$set_name'" >&2; exit 2 ;;
 esac
 for seed in ${ROUTE_SEEDS:-}; do
@@ -48,7 +41,7 @@ wam-diff2 --log-level WARNING bench --model "$model" --ar-model "$ar_model" --da
   --device cpu --threads $threads --out "$out/bench" --overwrite ${BENCH_ARGS:-} | tee "$out/bench.txt"
 loops=()
 for seed in $route_seeds; do
-  wam-diff2 --log-level WARNING closed-loop --model "$model" --seed "$seed" --routes 10 --threads $threads \
+  wam-diff2 --log-level WARNING closed-loop --model "$model" --seed "$seed" --routes "$routes" --threads $threads \
     --out "$out/closed_loop_$seed" --overwrite | tee "$out/closed_loop_$seed.txt"
   loops+=("$out/closed_loop_$seed")
 done

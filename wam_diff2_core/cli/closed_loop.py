@@ -39,7 +39,7 @@ def add_route_arguments(p) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--routes", type=int, default=10, help="number of routes (default 10)")
     p.add_argument("--first-route", type=int, default=0, help="index of the first route (default 0)")
-    p.add_argument("--seed", type=int, default=None, help="route seed (default: ClosedLoopSettings.seed, 2000)")
+    p.add_argument("--seed", type=int, default=None, help="route seed (default: the selection set's first, sim.protocol.DEFAULT_ROUTE_SEED)")
     p.add_argument("--route-length-m", type=float, default=None, help="route length (default 200 m)")
     p.add_argument("--traffic", action="store_true", help="traffic on the routes (default: none)")
     p.add_argument("--command-source", choices=("world", "route"), default="world",
@@ -93,6 +93,13 @@ def run_routes(args, prog: str, loop: str, drive: Callable[[RouteJob, Callable],
     if args.oracle == bool(args.model):
         print(f"{prog}: error: give exactly one of --model CKPT or --oracle", file=sys.stderr)
         return 2
+    if getattr(args, "expert_labels", False):
+        from ..sim.protocol import check_training_route_seed
+        try:
+            check_training_route_seed(ClosedLoopSettings().seed if args.seed is None else args.seed)
+        except ValueError as exc:
+            print(f"{prog}: error: --expert-labels: {exc}", file=sys.stderr)
+            return 2
     engine = EngineSettings().replace(cpu_threads=args.cpu_threads,      # validated here, for every loop
                                       quantization=args.quantization)
     overrides = {k: v for k, v in (("seed", args.seed), ("route_length_m", args.route_length_m)) if v is not None}

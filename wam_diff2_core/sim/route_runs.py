@@ -64,6 +64,7 @@ from .camera import CameraSettings, Palette, Renderer
 from .episode import EpisodeSettings, episode_rng
 from .truth import CommandSettings, route_command
 from .pdm_scenes import world_pdm_inputs
+from .protocol import DEFAULT_ROUTE_SEED
 from .world import World, WorldSettings
 
 COLLISION_PENALTY = 0.60          # leaderboard: collision with a vehicle
@@ -74,7 +75,7 @@ TERMINATIONS = ("completed", "route_timeout", "agent_blocked", "route_deviation"
 
 @dataclass(frozen=True)
 class ClosedLoopSettings:
-    seed: int = 2000                       # routes are (seed, 0), (seed, 1), ...
+    seed: int = DEFAULT_ROUTE_SEED         # routes are (seed, 0), (seed, 1), ...
     route_length_m: float = 200.0
     traffic: bool = False
     command_source: str = "world"          # world: the demo world's command rule (its training labels);
