@@ -151,7 +151,7 @@ def test_block_size_one_is_causal_next_token_training(tiny_model, examples):
     for i, e in enumerate(examples[:2]):
         n = e.prefix_length + e.response_ids.shape[0]
         assert torch.equal(batch.attention_mask[i, 0, :n, :n], causal[:n, :n])
-    from wam_diff2_core.trainer.recipes.finetune import DiffusionObjective
+    from wam_diff2_core.trainer.losses import DiffusionObjective
     from wam_diff2_core.trainer.losses import LossSettings
     with torch.no_grad():
         ours = DiffusionObjective(tiny_model.model, LossSettings())(

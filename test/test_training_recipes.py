@@ -120,7 +120,7 @@ def test_modelwise_distillation_from_a_wider_teacher(tiny_checkpoint, data_file,
 
 def test_teacher_reads_with_its_own_block_size(tiny_checkpoint, data_file, tmp_path, block4_run):
     """The teacher's hidden states are those of a forward under the B_t mask, not the student's."""
-    from wam_diff2_core.trainer.recipes.distill import teacher_hidden_states
+    from wam_diff2_core.trainer.losses import teacher_hidden_states
     cfg = shipped("distill_blockwise", tiny_checkpoint, data_file, tmp_path / "t", **{
         "distill.teacher_path": str(block4_run), "diffusion.block_size": 8, "distill.teacher_block_size": 0})
     recipe = DistillRecipe(cfg)

@@ -15,10 +15,8 @@ import torch
 
 from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS
 from .training_data import Example, SampleDataset
-from .losses import LossSettings
+from .losses import DiffusionObjective, LossSettings, teacher_hidden_states
 from .noise import build_batch, lcm
-from .recipes.distill import teacher_hidden_states
-from .recipes.finetune import DiffusionObjective
 
 
 @dataclass

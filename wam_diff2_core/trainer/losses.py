@@ -1,4 +1,6 @@
-"""Losses on the positions that count, chunked so that full-vocabulary logits exist for at most
+"""The training objective: the student's forward and its loss (``DiffusionObjective``, what the recipes
+and the evaluation run), a teacher's hidden states (``teacher_hidden_states``), and the losses on the
+positions that count, chunked so that full-vocabulary logits exist for at most
 ``chunk_size`` positions at a time (in the forward and, by recomputation, in the backward).
 
     terms = objective(hidden, lm_head, targets, ce_weight, settings=LossSettings(chunk_size=1024))
@@ -24,6 +26,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+from .noise import TrainingBatch
 
 KD_LOSSES = ("jsd", "forward_kl", "reverse_kl")
 
@@ -129,3 +133,40 @@ def objective(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor]
         overlaps.append(overlap)
     return LossTerms(total=torch.stack(totals).sum(), ce=torch.stack(ces).sum(), kd=torch.stack(kds).sum(),
                      overlap=torch.stack(overlaps).sum())
+
+
+class DiffusionObjective(torch.nn.Module):
+    """The student and its loss in one forward: what Accelerate wraps (DDP, FSDP, DeepSpeed).
+
+    Returns a dict of scalars: ``total`` (differentiable) and the detached ``ce``, ``kd``,
+    ``overlap`` sums (see losses.py)."""
+
+    def __init__(self, model: torch.nn.Module, settings: LossSettings):
+        super().__init__()
+        self.model = model                   # Qwen3VLForConditionalGeneration
+        self.settings = settings
+
+    def forward(self, input_ids, attention_mask, position_ids, mm_token_type_ids, target_index, target_ids,
+                ce_weight, pixel_values=None, image_grid_thw=None, teacher_hidden=None, teacher_head=None,
+                kd_weight=None) -> dict[str, torch.Tensor]:
+        if pixel_values is not None:
+            pixel_values = pixel_values.to(self.model.dtype)
+        out = self.model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               mm_token_type_ids=mm_token_type_ids, pixel_values=pixel_values,
+                               image_grid_thw=image_grid_thw, use_cache=False)
+        hidden = out.last_hidden_state.flatten(0, 1)[target_index]        # [M, H]: only positions that count
+        terms = objective(hidden, self.model.lm_head, target_ids, ce_weight, self.settings,
+                          teacher_hidden=teacher_hidden, teacher_head=teacher_head, kd_weight=kd_weight)
+        return {"total": terms.total, "ce": terms.ce, "kd": terms.kd, "overlap": terms.overlap}
+
+
+@torch.no_grad()
+def teacher_hidden_states(teacher, batch: TrainingBatch, teacher_block_size: int) -> torch.Tensor:
+    """Teacher hidden states at the batch's targets, [M, H_t], under the teacher's own mask.
+    An AR teacher (B_t = 1) is read at the clean token before each target (its next-token view)."""
+    inputs = batch.model_inputs(batch.mask_for(teacher_block_size))
+    if "pixel_values" in inputs:
+        inputs["pixel_values"] = inputs["pixel_values"].to(teacher.dtype)
+    out = teacher.model(**inputs, use_cache=False)
+    index = batch.ar_predecessor_index if teacher_block_size == 1 else batch.target_index
+    return out.last_hidden_state.flatten(0, 1)[index]

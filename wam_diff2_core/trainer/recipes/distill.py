@@ -26,23 +26,11 @@ import torch
 
 from ...config import ConfigError
 from ..training_data import Example, padded_length, prompt_batch
-from ..losses import LossSettings
+from ..losses import LossSettings, teacher_hidden_states
 from ..noise import TrainingBatch, lcm
 from .finetune import FinetuneRecipe, StepResult
 
 log = logging.getLogger(__name__)
-
-
-@torch.no_grad()
-def teacher_hidden_states(teacher, batch: TrainingBatch, teacher_block_size: int) -> torch.Tensor:
-    """Teacher hidden states at the batch's targets, [M, H_t], under the teacher's own mask.
-    An AR teacher (B_t = 1) is read at the clean token before each target (its next-token view)."""
-    inputs = batch.model_inputs(batch.mask_for(teacher_block_size))
-    if "pixel_values" in inputs:
-        inputs["pixel_values"] = inputs["pixel_values"].to(teacher.dtype)
-    out = teacher.model(**inputs, use_cache=False)
-    index = batch.ar_predecessor_index if teacher_block_size == 1 else batch.target_index
-    return out.last_hidden_state.flatten(0, 1)[index]
 
 
 class DistillRecipe(FinetuneRecipe):

@@ -38,36 +38,11 @@ from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, Metrics
 from ..training_config import TrainingConfig, check_required, dump_yaml, parse_mix
 from ..trainer_state import load_trainer_state, refuse_pickles, save_trainer_state
 from ..training_data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
-from ..losses import LossSettings, objective
+from ..losses import DiffusionObjective, LossSettings
 from ..noise import TrainingBatch, build_batch
 from ..optim import build_optimizer, build_scheduler, freeze_vision_tower
 
 log = logging.getLogger(__name__)
-
-
-class DiffusionObjective(torch.nn.Module):
-    """The student and its loss in one forward: what Accelerate wraps (DDP, FSDP, DeepSpeed).
-
-    Returns a dict of scalars: ``total`` (differentiable) and the detached ``ce``, ``kd``,
-    ``overlap`` sums (see losses.py)."""
-
-    def __init__(self, model: torch.nn.Module, settings: LossSettings):
-        super().__init__()
-        self.model = model                   # Qwen3VLForConditionalGeneration
-        self.settings = settings
-
-    def forward(self, input_ids, attention_mask, position_ids, mm_token_type_ids, target_index, target_ids,
-                ce_weight, pixel_values=None, image_grid_thw=None, teacher_hidden=None, teacher_head=None,
-                kd_weight=None) -> dict[str, torch.Tensor]:
-        if pixel_values is not None:
-            pixel_values = pixel_values.to(self.model.dtype)
-        out = self.model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               mm_token_type_ids=mm_token_type_ids, pixel_values=pixel_values,
-                               image_grid_thw=image_grid_thw, use_cache=False)
-        hidden = out.last_hidden_state.flatten(0, 1)[target_index]        # [M, H]: only positions that count
-        terms = objective(hidden, self.model.lm_head, target_ids, ce_weight, self.settings,
-                          teacher_hidden=teacher_hidden, teacher_head=teacher_head, kd_weight=kd_weight)
-        return {"total": terms.total, "ce": terms.ce, "kd": terms.kd, "overlap": terms.overlap}
 
 
 @dataclass
