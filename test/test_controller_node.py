@@ -31,8 +31,9 @@ from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointContro
 from wam_diff2_core.routes import RouteTrackerSettings  # noqa: E402
 from wam_diff2_core.params import controller as cp  # noqa: E402
 from wam_diff2_ros import controller_node as cn  # noqa: E402
-from wam_diff2_ros.controller_node import (CLOCK_QOS, CONTROL_QOS, LATCHED_QOS, ControllerNode,  # noqa: E402
-                                           controller_topics, plan_from_trajectory)
+from wam_diff2_ros.qos import CLOCK_PUBLISHER_QOS, LATCHED_QOS  # noqa: E402
+from wam_diff2_core.topics import controller_topics  # noqa: E402
+from wam_diff2_ros.controller_node import CONTROL_QOS, ControllerNode, plan_from_trajectory  # noqa: E402
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
@@ -81,7 +82,7 @@ class SimProbe(Node):
         self.trajectory_pub = self.create_publisher(Trajectory, t["trajectory"], CONTROL_QOS)
         self.status_pub = self.create_publisher(PlannerStatus, t["planner_status"], LATCHED_QOS)
         self.route_pub = self.create_publisher(Path, t["route"], LATCHED_QOS)
-        self.clock_pub = self.create_publisher(ClockMsg, t["clock"], CLOCK_QOS)
+        self.clock_pub = self.create_publisher(ClockMsg, t["clock"], CLOCK_PUBLISHER_QOS)
         self.lock = threading.Lock()
         self.controls: list[VehicleControl] = []
         self.commands: list[str] = []

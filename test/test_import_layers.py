@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("simulation", ("wam_diff2_core.sim",)),
     ("command line", ("wam_diff2_core.cli",)),
     ("ROS conversions", ("wam_diff2_ros", "wam_diff2_ros.conversions", "wam_diff2_ros.keep_latest",
-                         "wam_diff2_ros.parameters", "wam_diff2_ros.spinning", "wam_diff2_ros.planner_settings", "wam_diff2_ros.qos",
+                         "wam_diff2_ros.parameters", "wam_diff2_ros.spinning", "wam_diff2_ros.planner_settings", "wam_diff2_ros.qos", "wam_diff2_ros.optional_msgs",
                          "wam_diff2_ros.planner_interface", "wam_diff2_ros.planner_diagnostics",
                          "wam_diff2_ros.debug_image", "wam_diff2_ros.planner_outputs")),
     ("ROS nodes", ("wam_diff2_ros.planner_node", "wam_diff2_ros.planner_policy", "wam_diff2_ros.controller_node",

@@ -20,3 +20,30 @@ def carla_topics(role: str = DEFAULT_ROLE, camera: str = "rgb_front") -> dict[st
     base = f"/carla/{role}"
     return {"odometry": f"{base}/odometry", "objects": f"{base}/objects", "route": f"{base}/waypoints",
             "camera_info": f"{base}/{camera}/camera_info", "image": f"{base}/{camera}/image"}
+
+
+def controller_topics(role: str = DEFAULT_ROLE, planner: str = PLANNER_NODE) -> dict[str, str]:
+    """Every topic the controller uses, for a CARLA ego ``role`` and a planner node name."""
+    carla, plan, bridge = f"/carla/{role}", f"/{planner.strip('/')}", carla_topics(role)
+    return {
+        "odometry": bridge["odometry"],
+        "clock": "/clock",
+        "trajectory": f"{plan}/output/trajectory",
+        "planner_status": f"{plan}/status",
+        "route": bridge["route"],
+        "carla_route": f"{carla}/global_plan",
+        "control": "~/output/control",
+        "carla_control": f"{carla}/vehicle_control_cmd",
+        "leaderboard_status": f"{carla}/status",
+        "command": f"{plan}/input/command",
+        "diagnostics": "/diagnostics",
+    }
+
+
+def localization_topics(role: str = DEFAULT_ROLE, gnss_id: str = "gnss", imu_id: str = "imu",
+                        speedometer_id: str = "speedometer") -> dict[str, str]:
+    """Every topic the localization node uses, for a CARLA ego ``role`` and its sensors' ids."""
+    carla, routes = f"/carla/{role}", controller_topics(role)
+    return {"gnss": f"{carla}/{gnss_id}", "imu": f"{carla}/{imu_id}", "speedometer": f"{carla}/{speedometer_id}",
+            "odometry": routes["odometry"], "route": routes["route"], "carla_route": routes["carla_route"],
+            "diagnostics": "/diagnostics", "tf": "/tf"}

@@ -62,8 +62,7 @@ from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
-                       qos_profile_sensor_data)
+from rclpy.qos import (qos_profile_sensor_data)
 from rosgraph_msgs.msg import Clock as ClockMsg
 from std_msgs.msg import Bool, Header, String
 
@@ -72,7 +71,7 @@ from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointContro
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS, SPECS_BY_NAME, gains_from,
                                               route_settings_from, validate_values)
-from wam_diff2_core.topics import CONTROLLER_NODE, DEFAULT_ROLE, PLANNER_NODE
+from wam_diff2_core.topics import CONTROLLER_NODE, PLANNER_NODE, controller_topics
 from wam_diff2_core.geometry import TIME_RESET_S, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
                                    route_from_path_msg)
@@ -81,41 +80,17 @@ from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .parameters import declare_all
 from .planner_diagnostics import STATE_NAMES
-from .qos import LATCHED_QOS, LATEST_RELIABLE_QOS
+from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
+from .qos import CLOCK_SUBSCRIPTION_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS
 from .spinning import run_node
 
-try:  # CARLA's control and route messages, where the package exists (a CARLA ROS bridge install)
-    import carla_msgs.msg as carla_msgs
-    CARLA_MSGS_ERROR = ""
-except ImportError as _exc:
-    carla_msgs = None
-    CARLA_MSGS_ERROR = str(_exc)
 
 DEFAULT_PLANNER = PLANNER_NODE
 # QoS: outputs depth 1 (the leaderboard's control subscriber is depth 1, reliable); latched for
 # the leaderboard status, the planner status and the routes; sensor QoS for odometry.
 CONTROL_QOS = LATEST_RELIABLE_QOS
-# rclpy's and rclcpp's own /clock subscriptions are best effort; a reliable /clock publisher matches it
-CLOCK_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
-                       history=HistoryPolicy.KEEP_LAST)
 
 
-def controller_topics(role: str = DEFAULT_ROLE, planner: str = DEFAULT_PLANNER) -> dict[str, str]:
-    """Every topic the controller uses, for a CARLA ego ``role`` and a planner node name."""
-    carla, plan = f"/carla/{role}", f"/{planner.strip('/')}"
-    return {
-        "odometry": f"{carla}/odometry",
-        "clock": "/clock",
-        "trajectory": f"{plan}/output/trajectory",
-        "planner_status": f"{plan}/status",
-        "route": f"{carla}/waypoints",
-        "carla_route": f"{carla}/global_plan",
-        "control": "~/output/control",
-        "carla_control": f"{carla}/vehicle_control_cmd",
-        "leaderboard_status": f"{carla}/status",
-        "command": f"{plan}/input/command",
-        "diagnostics": "/diagnostics",
-    }
 
 
 # ----------------------------------------------------------------------------- messages <-> core
@@ -231,7 +206,7 @@ class ControllerNode(Node):
         self.create_subscription(Trajectory, t["trajectory"], self._on_trajectory, CONTROL_QOS)
         self.create_subscription(PlannerStatus, t["planner_status"], self._on_planner_status, LATCHED_QOS)
         if values["tick_source"] == "clock":
-            self.create_subscription(ClockMsg, t["clock"], self._on_clock, CLOCK_QOS)
+            self.create_subscription(ClockMsg, t["clock"], self._on_clock, CLOCK_SUBSCRIPTION_QOS)
         if values["route.publish_command"]:
             self.create_subscription(Path, t["route"], self._on_path_route, LATCHED_QOS)
             if carla_msgs is not None and hasattr(carla_msgs, "CarlaRoute"):

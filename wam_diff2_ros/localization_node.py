@@ -65,12 +65,12 @@ from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Imu, NavSatFix, NavSatStatus
 from nav_msgs.msg import Path
 from std_msgs.msg import Float32, Header
 
-from wam_diff2_core.topics import DEFAULT_ROLE, LOCALIZATION_NODE
+from wam_diff2_core.topics import LOCALIZATION_NODE, localization_topics
 from wam_diff2_core.geometry import quaternion_from_yaw
 from wam_diff2_core.localization import (GeoReference, LocalizationSettings, MeasurementRefused, OdometryFilter, X,
                                          Y, YAW, V, heading_from_quaternion)
@@ -78,25 +78,14 @@ from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
 from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 
-from .controller_node import CARLA_MSGS_ERROR, carla_msgs, controller_topics
+from .optional_msgs import CARLA_MSGS_ERROR, TF2_MSGS_ERROR, TFMessage, carla_msgs
 from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .parameters import declare_all
-from .qos import LATCHED_QOS
+from .qos import LATCHED_QOS, ODOMETRY_QOS, TF_QOS
 from .spinning import run_node
 
-try:  # /tf (publish_tf): tf2_msgs from the ROS install (../shared/ros_interfaces here: the wheels have none)
-    from tf2_msgs.msg import TFMessage
-    TF2_MSGS_ERROR = ""
-except ImportError as _exc:
-    TFMessage = None
-    TF2_MSGS_ERROR = str(_exc)
 
 UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
-ODOMETRY_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                          history=HistoryPolicy.KEEP_LAST)   # like the bridge's odometry; best-effort readers match
-# tf2_ros's TransformBroadcaster QoS (reliable, volatile, keep last 100), so tf2 listeners match as with any broadcaster
-TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                    history=HistoryPolicy.KEEP_LAST)
 SENSORS = ("gnss", "imu", "speed")
 WARN_PERIOD_S = 5.0                # one WARN per sensor and refusal reason this often, at most
 # Fixes the gate refuses in a row before /diagnostics warns: one is an outlier the gate is there for,
@@ -104,12 +93,6 @@ WARN_PERIOD_S = 5.0                # one WARN per sensor and refusal reason this
 GATE_WARN_IN_ROW = 2
 
 
-def localization_topics(role: str = DEFAULT_ROLE, gnss_id: str = "gnss", imu_id: str = "imu",
-                        speedometer_id: str = "speedometer") -> dict[str, str]:
-    carla, routes = f"/carla/{role}", controller_topics(role)
-    return {"gnss": f"{carla}/{gnss_id}", "imu": f"{carla}/{imu_id}", "speedometer": f"{carla}/{speedometer_id}",
-            "odometry": f"{carla}/odometry", "route": routes["route"], "carla_route": routes["carla_route"],
-            "diagnostics": "/diagnostics", "tf": "/tf"}
 
 
 def ros_type_name(short: str) -> str:

@@ -54,18 +54,14 @@ from rosgraph_msgs.msg import Clock
 from wam_diff2_core import topics
 from wam_diff2_core.evaluation.bags import Bag, BagError, BagStreamWriter
 
+from ..qos import CLOCK_PUBLISHER_QOS, LATCHED_QOS
+
 log = logging.getLogger("wam_diff2.replay")
 
 LATCHED_SUFFIXES = ("/waypoints", "/route", "/tf_static", "/camera_info", "/status", "/input/route")
-LATCHED_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 # a deep history lets a slow reliable reader (a Python node on a busy machine) catch up
 STREAM_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
-# reliable matches the best-effort /clock subscription of rclpy's and rclcpp's time sources and
-# reliable subscribers too
-CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                       durability=DurabilityPolicy.VOLATILE)
 
 
 DRAIN_TIMEOUT_S = 5.0   # how long the end of playback waits for reliable readers to acknowledge
@@ -286,7 +282,7 @@ class BagPlayer:
             qos = qos_for(topic, self.bag.topic_qos.get(topic, []), options.latched)
             self.publishers[topic] = node.create_publisher(cls, topic, qos)
             self.summary.published[topic] = 0
-        self.clock_publisher = node.create_publisher(Clock, "/clock", CLOCK_QOS) if options.clock else None
+        self.clock_publisher = node.create_publisher(Clock, "/clock", CLOCK_PUBLISHER_QOS) if options.clock else None
         unknown = [t for t in options.wait_for_subscribers
                    if t not in self.publishers and not (t == "/clock" and self.clock_publisher is not None)]
         if unknown:

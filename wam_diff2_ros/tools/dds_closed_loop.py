@@ -80,13 +80,14 @@ from wam_diff2_core.routes import ROAD_OPTIONS
 from wam_diff2_core.sim.episode_bags import topic_names
 from wam_diff2_core.sim.route_runs import ExpertOracle, RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
-from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE
+from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE, controller_topics, localization_topics
 
-from ..controller_node import (CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, LATCHED_QOS, ControllerNode,
-                               carla_msgs, controller_topics)
+from ..controller_node import CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, ControllerNode
+from ..optional_msgs import carla_msgs
 from ..conversions import ns_to_stamp
-from ..localization_node import LocalizationNode, localization_topics
+from ..localization_node import LocalizationNode
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
+from ..qos import LATCHED_QOS
 
 PLANNERS = ("inprocess", "subprocess", "oracle")
 ODOMETRY_SOURCES = ("true", "estimated")

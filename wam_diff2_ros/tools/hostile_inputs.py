@@ -51,9 +51,13 @@ from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
 from wam_diff2_core.sim.sensors import DemoSensors
 
-from ..controller_node import CONTROL_QOS, LATCHED_QOS, ControllerNode, carla_msgs, controller_topics
+from wam_diff2_core.topics import controller_topics, localization_topics
+
+from ..controller_node import CONTROL_QOS, ControllerNode
+from ..optional_msgs import carla_msgs
+from ..qos import LATCHED_QOS
 from ..conversions import ns_to_stamp
-from ..localization_node import LocalizationNode, localization_topics
+from ..localization_node import LocalizationNode
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 from .dds_closed_loop import STREAM_QOS, sensor_messages
 
