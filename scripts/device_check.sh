@@ -5,7 +5,7 @@
 #   2. pytest -m gpu                           the GPU tests (real CUDA graphs across calls against plain,
 #                                              graph replay == eager step, FlashInfer == SDPA when it imports);
 #   3. scripts/gpu_verify.sh                   tokens of every fast variant vs plain, forward / decode /
-#                                              frame timings and the summary table (README, "The device check").
+#                                              frame timings and the summary table (docs/decoding.md, "The device check").
 # Exit status: 1 if any part fails (a token mismatch, a graph fallback, a probe row NO, a failed test).
 # Runs on the machine as it is (the image's python3 with torch, transformers, pytest): nothing is
 # installed or carried. Output: ${OUT:-gpu_verify_out}/ (verify.json, probe.json, pytest.log).

@@ -1,4 +1,4 @@
-"""The README's "Memory and time to expect" figures: weight memory of the real Qwen3-VL 2B / 8B shapes
+"""docs/checkpoints.md's "Memory and time to expect" figures: weight memory of the real Qwen3-VL 2B / 8B shapes
 (counted on the meta device, nothing allocated), image tokens per frame size and pixel budget, and
 with --rss DTYPE the peak RSS and a 300-token text prefill of random 2B-shaped weights on this CPU.
 

@@ -1,4 +1,4 @@
-"""The README's "Quantized weights" measurements (CPU, float32 activations), each method side by side.
+"""docs/decoding.md's "Quantized weights" measurements (CPU, float32 activations), each method side by side.
 
     python scripts/quantization_costs.py forward [--threads 2]   # one static forward, bench's `small` shape
     python scripts/quantization_costs.py vision [--threads 2]    # the real 2B vision tower on a 512 x 288 frame

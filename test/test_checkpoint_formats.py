@@ -271,14 +271,14 @@ def test_written_folders_carry_the_fields_transformers_457_reads(qwen_labelled, 
     assert loaded.model.config.text_config.rope_parameters["mrope_section"] == [6, 5, 5]
 
 
-def test_readme_memory_tables_are_what_the_script_prints():
+def test_documented_memory_tables_are_what_the_script_prints():
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, str(root / "scripts" / "model_memory.py")], capture_output=True, text=True,
                          timeout=300, check=True).stdout
-    readme = (root / "README.md").read_text()
+    readme = (root / "docs" / "checkpoints.md").read_text()
     assert "| 2B | 2.13 B | 4.3 GB | 8.5 GB |" in out and "| 8B | 8.77 B | 17.5 GB | 35.1 GB |" in out
     assert "| 2.13 B | 4.3 GB | 8.5 GB |" in readme and "| 8.77 B | 17.5 GB | 35.1 GB |" in readme
     assert "1920x1080 max_pixels=2073600: resized 1920x1056, 1980 image tokens" in out

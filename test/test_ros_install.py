@@ -1,15 +1,15 @@
-"""The README's "Install on a ROS 2 distribution", followed step by step where this machine can.
+"""docs/install.md's "Install on a ROS 2 distribution", followed step by step where this machine can.
 
 There is no ROS distribution here: the set-up's ``.venv`` (the ROS 2 Kilted wheels from PyPI,
 colcon, ament_cmake_pytest) plays its part: its ``bin/`` first on ``PATH``, ``VIRTUAL_ENV`` and
 ``AMENT_PREFIX_PATH`` set, as ``source /opt/ros/<distro>/setup.bash`` plus ``source
-venv/bin/activate`` would. Every command line of the README's block is either run here, taken
-from the README itself (``COMMANDS_RUN_HERE``), or named with the reason it cannot run here
+venv/bin/activate`` would. Every command line of the document's block is either run here, taken
+from the document itself (``COMMANDS_RUN_HERE``), or named with the reason it cannot run here
 (``COMMANDS_NOT_RUN_HERE``); a line in neither fails ``test_every_readme_line_is_followed``.
 
 Run: ``python -m colcon build`` in both modes, each in its own workspace whose ``src/`` holds a
 copy of the checkout's files (CMake refuses include paths inside its source tree, and ``.venv``
-lives inside the checkout); ``source install/setup.bash`` and nothing else; the README's
+lives inside the checkout); ``source install/setup.bash`` and nothing else; the document's
 ``ros2 run`` line as the executable ``ros2 run`` would start, answering a camera frame with a
 trajectory over DDS, with its modules and message libraries from the workspace's ``install/``
 (not the checkout's editable install); the controller and the localization executables;
@@ -45,6 +45,7 @@ from ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
+INSTALL_DOC = ROOT / "docs" / "install.md"
 VENV = ROOT / ".venv"
 PACKAGE = "wam_diff2_ros"
 MODES = ("copy", "symlink")
@@ -52,7 +53,7 @@ BUILD_TIMEOUT_S = 900
 START_S = 180.0          # importing torch + transformers, loading and warming up the demo model
 DISTRIBUTIONS = ("humble", "jazzy", "kilted")
 
-# README line (regular expression) -> the test here that runs it
+# docs/install.md line (regular expression) -> the test here that runs it
 COMMANDS_RUN_HERE = {
     r"mkdir -p ~/wam_ws/src && cd ~/wam_ws": "the workspaces fixture: a temporary folder with src/",
     r"source venv/bin/activate": "distro_env: the set-up's .venv (bin/ first on PATH, VIRTUAL_ENV)",
@@ -79,9 +80,9 @@ COMMANDS_NOT_RUN_HERE = {
 }
 
 
-# ----------------------------------------------------------------------------- the README's block
+# ----------------------------------------------------------------------------- the document's block
 def readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = INSTALL_DOC.read_text()
     section = text[text.index("## Install on a ROS 2 distribution"):]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     lines = []
@@ -102,15 +103,15 @@ def test_every_readme_line_is_followed():
     patterns = {**COMMANDS_RUN_HERE, **COMMANDS_NOT_RUN_HERE}
     for command in commands:
         matching = [p for p in patterns if re.fullmatch(p, command)]
-        assert len(matching) == 1, f"README line {command!r} is neither run here nor said why not: {matching}"
+        assert len(matching) == 1, f"docs/install.md line {command!r} is neither run here nor said why not: {matching}"
     for pattern in patterns:
-        assert any(re.fullmatch(pattern, c) for c in commands), f"no README line matches {pattern!r} any more"
+        assert any(re.fullmatch(pattern, c) for c in commands), f"no docs/install.md line matches {pattern!r} any more"
     assert len(commands) == len(patterns)
 
 
 # ----------------------------------------------------------------------------- environments
 def distro_env() -> dict[str, str]:
-    """The distribution plus the activated venv, as the README's shell has them (nothing else)."""
+    """The distribution plus the activated venv, as the document's shell has them (nothing else)."""
     return {"HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8", "VIRTUAL_ENV": str(VENV),
             "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin", "AMENT_PREFIX_PATH": str(VENV),
             "OMP_NUM_THREADS": "1", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
@@ -250,7 +251,7 @@ def test_launch_default_model_is_the_installed_demo_model(workspaces):
     assert 'share = get_package_share_directory("wam_diff2_ros")' in launch_file.read_text()
     default = Path(launch_default(launch_file, "model_path", str(share)))
     assert default == share / "models" / "wam-diff2-demo-b32" and (default / "diffusion_config.json").is_file()
-    # the README's ros2 run line loads the same model
+    # the document's ros2 run line loads the same model
     run_line = shlex.split(readme_command(r"ros2 run wam_diff2_ros wam-diff2-planner .+"))
     assert f"model_path:={default.relative_to(ws)}" in run_line
 
@@ -296,7 +297,7 @@ def mapped_files(pid: int) -> set[str]:
 
 
 def test_planner_from_the_install_tree_answers_over_dds(workspaces, tmp_path):
-    # the README's mode (--symlink-install); the copy mode's install tree runs the controller and
+    # the document's mode (--symlink-install); the copy mode's install tree runs the controller and
     # the localization node below and colcon test (one planner start: torch + the model cost ~30 s)
     mode = "symlink"
     ws = workspaces[mode]

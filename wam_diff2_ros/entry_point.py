@@ -26,7 +26,7 @@ MESSAGES_PACKAGE = "wam_diff2_ros"
 SOURCE_HINT = ("source scripts/env.sh in a checkout set up with `make setup`, or install/setup.bash of the "
                "colcon workspace (after the ROS 2 distribution's setup.bash)")
 PIP_HINT = ("install requirements/python.txt into the Python that runs the node and activate it "
-            "(README: install on a ROS 2 distribution)")
+            "(docs/install.md: install on a ROS 2 distribution)")
 EXIT_NOT_SET_UP = 2
 OWN_PACKAGES = ("wam_diff2_core", "wam_diff2_ros")
 

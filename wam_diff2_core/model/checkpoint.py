@@ -101,7 +101,7 @@ DTYPES = {name: getattr(torch, DTYPE_ALIASES.get(name, name)) for name in DTYPE_
 
 # On CPU, ``auto`` keeps float32 (bit-exact tests, small models) below this many parameters and
 # uses bfloat16 above it where the CPU has bf16 kernels: the 2B shape in float32 needs 13.6 GB RSS
-# and 3x the prefill time of bf16 (README, "Memory and time").
+# and 3x the prefill time of bf16 (docs/checkpoints.md, "Memory and time").
 CPU_BF16_MIN_PARAMETERS = 500_000_000
 
 

@@ -17,7 +17,7 @@ Methods (``engine.quantization``, ``--quantization``):
 What is quantized: the decoder layers' linear layers (q/k/v/o projections and the MLP), which a denoise
 forward reads in full every step. The vision tower runs once per frame and is compute-bound, and the LM
 head is tied to the embedding table in the 2B model (quantizing it would keep a float table *and* an int8
-head); both stay float (README, "Quantized weights": the measurements behind that choice).
+head); both stay float (docs/decoding.md, "Quantized weights": the measurements behind that choice).
 
 torchao is optional (``pip install .[quant]``, pinned in requirements/core.txt): a missing torchao is an
 error only when a method other than ``none`` is asked for. Quantized checkpoints (``wam-diff2 export
@@ -89,12 +89,12 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-# README, "Quantized weights": one forward of bench's `small` shape on this project's 2-core CPU (float32
+# docs/decoding.md, "Quantized weights": one forward of bench's `small` shape on this project's 2-core CPU (float32
 # activations, fastest of 15 interleaved runs): AR 64 ms float, 182 int8, 465 int8-dynamic, 393 int4; Block-32
 # 157 / 430 / 477 / 348 ms. torchao's CPU path dequantizes the weights at every call, so on a CPU quantization
 # saves memory and costs time (a board's GPU reads the int8 bytes directly: that is where it is for).
 CPU_NOTE = ("on CPU the quantized linear layers are slower than float32 (torchao dequantizes at every call; "
-            "README, Quantized weights): this saves memory, not time")
+            "docs/decoding.md, Quantized weights): this saves memory, not time")
 
 
 def warn_if_cpu(method: str, device: torch.device) -> None:
