@@ -57,7 +57,8 @@ def test_eval_bag_predictions_score_the_nodes_boxes_against_the_bags_objects(tmp
     scores no box (its objects are misses); a message of no camera frame is counted, not scored."""
     from wam_diff2_core.evaluation.bags import default_typestore, write_bag
     from wam_diff2_core.evaluation.bag_detection import DEFAULT_DETECTIONS_TOPIC, DETECTIONS_TYPE
-    from wam_diff2_core.evaluation.runner import DEFAULT_TRAJECTORY_TOPIC, EvalSettings, evaluate_predictions
+    from wam_diff2_core.evaluation.bag_plan import EvalSettings
+    from wam_diff2_core.evaluation.predictions import DEFAULT_TRAJECTORY_TOPIC, evaluate_predictions
     from wam_diff2_core.sim.dataset_export import ExportSettings, export_episode
 
     es = EpisodeSettings(frames=8, frame_stride=10)

@@ -28,7 +28,9 @@ from wam_diff2_core.evaluation.bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE, D
 from wam_diff2_core.evaluation.bags import Bag, default_typestore, write_bag
 from wam_diff2_core.evaluation.metrics import PDM_SUBSCORES, summarize
 from wam_diff2_core.evaluation.report import compare_runs, write_run_report
-from wam_diff2_core.evaluation.runner import EvalSettings, evaluate_bags, evaluate_predictions, plan_bag
+from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
+from wam_diff2_core.evaluation.predictions import evaluate_predictions
+from wam_diff2_core.evaluation.runner import evaluate_bags
 from wam_diff2_core.evaluation.scenes import ScriptedPolicy, circle_scene, straight_scene, write_scene_bag
 
 SPEED, ORIGIN = 8.0, (10.0, -5.0)

@@ -15,8 +15,8 @@ import pytest
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bags import Bag, BagStreamWriter, default_typestore, write_bag
 from wam_diff2_core.evaluation.ground_truth import WAYPOINT_OFFSETS_NS
-from wam_diff2_core.evaluation.runner import (DEFAULT_TRAJECTORY_TOPIC, NOT_PUBLISHED, EvalSettings,
-                                              evaluate_predictions, plan_bag)
+from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
+from wam_diff2_core.evaluation.predictions import DEFAULT_TRAJECTORY_TOPIC, NOT_PUBLISHED, evaluate_predictions
 from wam_diff2_core.evaluation.scenes import START_NS, straight_scene, write_scene_bag
 from wam_diff2_core.speed_profile import waypoint_states
 

@@ -191,7 +191,7 @@ def _profile_limits(node: dict, source: str):
 
 def _settings(args, node: dict):
     from ..evaluation.bags import BagTopics
-    from ..evaluation.runner import EvalSettings
+    from ..evaluation.bag_plan import EvalSettings
 
     topics = BagTopics.carla(args.role, args.camera, image=args.image_topic, odometry=args.odometry_topic,
                              route=args.route_topic, command=args.command_topic,
@@ -267,7 +267,8 @@ def _evaluate(args, settings) -> int:
     from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
     from ..config import EngineSettings
-    from ..evaluation.runner import evaluate_bags, plan_bag
+    from ..evaluation.bag_plan import plan_bag
+    from ..evaluation.runner import evaluate_bags
     from ..policy import DrivingPolicy
 
     plans = []
@@ -326,7 +327,8 @@ def _predictions(args) -> int:
     from ..evaluation.bags import Bag
     from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
-    from ..evaluation.runner import evaluate_predictions, plan_bag
+    from ..evaluation.bag_plan import plan_bag
+    from ..evaluation.predictions import evaluate_predictions
 
     given = _model_flags_given(args)
     if given:

@@ -75,7 +75,7 @@ def camera_projector(bag: Bag, plan) -> VehicleProjector:
 def bag_detection_images(source: str | Path, plan, predictions: str | Path,
                          counts: Counter) -> tuple[str | None, list[DetectionImage]]:
     """(topic, the scored images) of one bag's recorded detections; (None, []) when it has none. ``plan``: the
-    source bag's ``runner.BagPlan`` (its camera, image stamps, odometry and objects)."""
+    source bag's ``bag_plan.BagPlan`` (its camera, image stamps, odometry and objects)."""
     with Bag(predictions) as pb:
         topic = detections_topic(pb)
         if topic is None:

@@ -1,0 +1,171 @@
+"""A bag evaluation's pass 2 from recorded outputs: what a planner node published, scored.
+
+The ``wam_diff2_ros/msg/Trajectory`` messages of a recording (``wam-diff2-ros replay --record``) are
+matched to the planned frames by stamp (the node stamps every output with its input image's stamp)
+and become the same :class:`FrameResult` records as a live run (runner.py).
+
+    run = evaluate_predictions(["run.mcap"], ["node_out"])      # node_out: the replay's recording
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..frame_inputs import (stamp_ns)
+from ..outputs.prompts import NUM_WAYPOINTS
+from .bags import (Bag,
+                  BagError, Undecodable)
+from .ground_truth import (WAYPOINT_OFFSETS_NS, is_finite_waypoints)
+from .metrics import FrameResult
+
+from .bag_plan import (BagPlan, BagRun, DECODE_STATS_KEYS, EvalRun, EvalSettings, PREDICTION_COUNTS, PlannedFrame,
+                       STAGE_FIELDS, plan_bag, with_scores)
+from .record import TRAJECTORY_TYPE
+
+log = logging.getLogger(__name__)
+
+NOT_PUBLISHED = "not_published"     # the node published no trajectory for a planned frame
+DEFAULT_TRAJECTORY_TOPIC = "/wam_diff2_planner/output/trajectory"   # the planner node's ~/output/trajectory
+
+
+def _duration_ns(d) -> int:
+    return int(d.sec) * 1_000_000_000 + int(d.nanosec)
+
+
+def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameResult:
+    """The :class:`FrameResult` of one planned frame from the ``Trajectory`` a node published for it.
+
+    Waypoints from ``points`` (8 finite points at 0.5 ... 4.0 s, else invalid as ``bad_waypoints``),
+    validity, reason, raw text and command as published, decode statistics and latency from the
+    embedded ``DecodeStats`` (a message without a decode, e.g. the node's ``inference_error``, has
+    none: no statistics, latency NaN). Ego velocity and acceleration are the evaluator's derivation
+    (the node does not publish them), as is the recorded future.
+    """
+    ins = planned.inputs
+    valid, reason = bool(msg.valid), str(msg.invalid_reason or "")
+    predicted = None
+    if valid:
+        points = list(msg.points)
+        xy = np.array([[p.x, p.y] for p in points], dtype=np.float64).reshape(-1, 2)
+        offsets = [_duration_ns(p.time_from_start) for p in points]
+        if len(points) != NUM_WAYPOINTS or not is_finite_waypoints(xy):
+            valid, reason = False, f"bad_waypoints: expected finite [{NUM_WAYPOINTS}, 2], got [{len(points)}, 2]"
+        elif any(abs(a - b) > 1_000_000 for a, b in zip(offsets, WAYPOINT_OFFSETS_NS)):
+            valid, reason = False, (f"bad_waypoints: time_from_start {[o / 1e9 for o in offsets]} s, expected "
+                                    f"{[o / 1e9 for o in WAYPOINT_OFFSETS_NS]} s")
+        else:
+            predicted = xy
+    s = msg.stats
+    stats = {k: getattr(s, k, 0) for k in DECODE_STATS_KEYS}    # 0: a bag recorded before a field existed
+    stats = {k: (float(v) if k.endswith("_ms") else int(v)) for k, v in stats.items()}
+    decoded = stats["forwards"] > 0 or stats["tokens"] > 0 or float(s.latency_ms) > 0
+    published_stages = getattr(s, "stages", None)         # absent in bags recorded before StageTimes existed
+    stages = None
+    if decoded and published_stages is not None and float(published_stages.total_ms) > 0:
+        stages = {k: (str(v) if k == "memory_kind" else float(v)) for k, v in
+                  ((f, getattr(published_stages, f)) for f in STAGE_FIELDS)}
+    command = str(msg.command) or ins.command
+    return FrameResult(bag=bag_name, index=planned.index, stamp_ns=planned.stamp_ns, bag_time_ns=planned.bag_time_ns,
+                       command=command, command_source=ins.command_source if command == ins.command else "node",
+                       velocity=tuple(float(v) for v in ins.ego.velocity),
+                       acceleration=tuple(float(v) for v in ins.ego.acceleration),
+                       ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
+                       invalid_reason=reason, raw_text=str(msg.raw_text or ""), predicted=predicted,
+                       stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"),
+                       stages=stages)
+
+
+def trajectory_topic(bag: Bag, topic: str | None = None) -> str:
+    """The Trajectory topic of a predictions bag: ``topic`` when given (it must be there, typed
+    ``Trajectory``), else the planner's ``/wam_diff2_planner/output/trajectory``, else the bag's only
+    Trajectory topic; BagError naming what is there otherwise."""
+    candidates = sorted(t for t, m in bag.topic_types.items() if m == TRAJECTORY_TYPE)
+    present = ", ".join(f"{t} [{m}]" for t, m in sorted(bag.topic_types.items())) or "none"
+    if topic is None:
+        if DEFAULT_TRAJECTORY_TOPIC in candidates:
+            topic = DEFAULT_TRAJECTORY_TOPIC
+        elif len(candidates) == 1:
+            topic = candidates[0]
+        else:
+            raise BagError(f"{bag.path}: " + ("no wam_diff2_ros/msg/Trajectory topic in the predictions bag"
+                                              if not candidates else
+                                              f"several Trajectory topics ({', '.join(candidates)}) and none is "
+                                              f"{DEFAULT_TRAJECTORY_TOPIC}")
+                           + f" (topics: {present}); name one with --trajectory-topic")
+    bag.require_topic(topic, (TRAJECTORY_TYPE,), "trajectory")
+    return topic
+
+
+def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str | None = None) -> BagRun:
+    """Score the trajectories recorded in ``predictions_path`` on ``plan``'s frames.
+
+    A planned frame with no trajectory of its stamp is skipped as ``not_published`` (the node
+    dropped it: keep-latest, late, stale, inactive). Every message is counted: ``matched`` (a
+    planned frame), ``unscored_frame`` (a camera frame of the bag that is not scored: thinned,
+    skipped or without 4 s of recorded future), ``unmatched_stamp`` (no camera frame of the bag has
+    that stamp), ``duplicate`` (a second trajectory for one stamp: the first counts),
+    ``undecodable``; ``command_differs`` counts matched frames whose published command is not the
+    one the evaluator derives.
+    """
+    counts = Counter({k: 0 for k in PREDICTION_COUNTS})
+    by_stamp: dict[int, Any] = {}
+    with Bag(predictions_path) as pb:
+        topic = trajectory_topic(pb, topic)
+        info = {"path": str(pb.path), "storage": pb.storage, "topic": topic}
+        for _, _, msg in pb.messages([topic]):
+            counts["messages"] += 1
+            if isinstance(msg, Undecodable):
+                counts["undecodable"] += 1
+                continue
+            t_ns = stamp_ns(msg.header.stamp)
+            if t_ns in by_stamp:
+                counts["duplicate"] += 1
+                continue
+            by_stamp[t_ns] = msg
+    run = BagRun(plan)
+    bag_name = plan.bag["path"]
+    planned_stamps = set()
+    for planned in plan.planned:
+        planned_stamps.add(planned.stamp_ns)
+        msg = by_stamp.get(planned.stamp_ns)
+        if msg is None:
+            run.skipped_at_run[NOT_PUBLISHED] += 1
+            continue
+        frame = with_scores(frame_from_trajectory(msg, planned, bag_name), planned, plan.footprint,
+                            plan.profile_limits)
+        counts["matched"] += 1
+        counts["command_differs"] += frame.command != planned.inputs.command
+        run.frames.append(frame)
+    for t_ns in by_stamp:
+        if t_ns not in planned_stamps:
+            counts["unscored_frame" if t_ns in plan.image_stamps else "unmatched_stamp"] += 1
+    if by_stamp and counts["unmatched_stamp"] == len(by_stamp):
+        raise BagError(f"{info['path']}: none of its {len(by_stamp)} trajectories on {topic!r} is stamped with a "
+                       f"camera frame of {plan.bag['path']}: is it a recording of this bag's replay?")
+    run.predictions = {**info, "counts": {k: counts[k] for k in PREDICTION_COUNTS}}
+    return run
+
+
+def evaluate_predictions(paths: Sequence[str | Path], prediction_paths: Sequence[str | Path],
+                         settings: EvalSettings | None = None, topic: str | None = None,
+                         plans: Sequence[BagPlan] | None = None) -> EvalRun:
+    """Score recorded node outputs: ``prediction_paths[i]`` holds the trajectories published while
+    ``paths[i]`` was replayed (one predictions bag per source bag, in order)."""
+    settings = settings or EvalSettings()
+    if len(prediction_paths) != len(paths):
+        raise BagError(f"--predictions: {len(prediction_paths)} predictions bag(s) for {len(paths)} bag(s); give "
+                       "one per BAG, in the same order")
+    if plans is None:
+        plans = []
+        for path in paths:
+            with Bag(path) as bag:
+                plans.append(plan_bag(bag, settings))
+    from .bag_detection import score_recorded_detections
+
+    return EvalRun(settings=settings, bags=[predictions_run_bag(plan, pred, topic)
+                                            for plan, pred in zip(plans, prediction_paths)],
+                   detection=score_recorded_detections(paths, plans, prediction_paths))
