@@ -53,9 +53,10 @@ class BlockDiffusionDecoder:
 
         prompt = prompt_inputs(self.model, inputs, self.device)
         cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=prompt.input_ids, attention_mask=prompt_block_mask(prompt.attention_mask, block_size),
-                         position_ids=prompt.positions, past_key_values=cache, use_cache=True,
-                         mm_token_type_ids=prompt.mm_types, logits_to_keep=1, **prompt.vision)
+        out = self.model(input_ids=prompt.input_ids, position_ids=prompt.positions,
+                         attention_mask=prompt_block_mask(prompt.attention_mask, block_size),
+                         past_key_values=cache, use_cache=True, mm_token_type_ids=prompt.mm_types,
+                         logits_to_keep=1, **prompt.vision)
         return Prefix(cache=cache, valid=prompt.valid, next_position=prompt.next_position,
                       last_logits=out.logits[:, -1])
 
