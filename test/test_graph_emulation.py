@@ -19,7 +19,7 @@ import torch
 
 from decoder_prompts import encode
 from wam_diff2_core.config import EngineSettings
-from wam_diff2_core.decoding.cuda_graphs import CaptureError, HostSyncCheck, MutatingStep, StepGraphs
+from wam_diff2_core.decoding.cuda_graphs import CaptureError, HostSyncCheck, KeyedForward, MutatingStep, StepGraphs
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.sampling import ban_tokens, seeded_generators
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
@@ -202,3 +202,31 @@ def test_graphs_stay_off_on_cpu_without_emulation():
     graphs = StepGraphs(torch.device("cpu"), enabled=True)
     assert not graphs.enabled and "CUDA device" in graphs.reason
     assert graphs.run("k", lambda: torch.ones(1)).item() == 1 and not graphs.graphs
+
+
+def test_run_step_runs_a_step_eagerly_whole_or_around_a_graphed_forward():
+    """StepGraphs.run_step, the one graph-or-eager dispatch of the decoders' steps: an unkeyed forward runs
+    eagerly with its step; ``whole`` makes step + forward one graph keyed (*forward key, *whole) that puts
+    its in-place updates back after capturing; without ``whole`` only the forward is a graph and the step
+    around it runs every call. Every call counts one forward."""
+    graphs = StepGraphs(torch.device("cpu"), enabled=True, emulate=True)
+    source, state = torch.arange(3.0), torch.zeros(3)
+
+    def step(forward, scale):                       # a whole step: forward, then an in-place update
+        out = forward() * scale
+        state.add_(out)
+        return out
+
+    forward = KeyedForward(("fwd",), lambda: source + 1)
+    assert torch.equal(graphs.run_step(KeyedForward(None, forward.fn), step, 2.0), (source + 1) * 2)
+    assert not graphs.graphs and torch.equal(state, (source + 1) * 2)
+    state.zero_()
+    for _ in range(2):
+        graphs.run_step(forward, step, 2.0, whole=("rule", "greedy"), mutable=(state,))
+    assert list(graphs.graphs) == [("fwd", "rule", "greedy")] and torch.equal(state, (source + 1) * 4)
+    state.zero_()
+    for _ in range(2):
+        graphs.run_step(forward, step, 3.0)
+    assert ("fwd",) in graphs.graphs and torch.equal(state, (source + 1) * 6)
+    assert torch.equal(graphs.run_step(forward), source + 1)
+    assert graphs.forwards == 6 and graphs.replays == 5          # a capture is replayed at once

@@ -2,7 +2,8 @@
 
 The graph is read with ast from the sources (every ``import`` and ``from ... import``, at module
 level and inside functions, relative ones resolved), so a lazy import that would only run on some
-code path counts too; imports under ``if TYPE_CHECKING:`` (annotations only, never run) do not.
+code path counts too; imports under ``if TYPE_CHECKING:`` (annotations only, never run) do not count
+for the layers, but do for cycles (two modules that need each other to be read are a circle).
 ``from package import name`` is an edge to ``package.name`` when that is a module, else to
 ``package``. The layer order below is written once more in the package READMEs
 (wam_diff2_core/README.md, wam_diff2_ros/README.md); a module may import modules of its own layer
@@ -56,42 +57,46 @@ def sources() -> dict[str, Path]:
     return {module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
 
 
+def module_imports(source: str, name: str, package: str, files, type_only: bool) -> frozenset[str]:
+    """The modules of ``files`` (names) that module ``name`` (its ``source``; ``package`` the package its
+    relative imports start from) imports; ``type_only``: also the imports under ``if TYPE_CHECKING:``."""
+    targets: set[str] = set()
+    tree = ast.parse(source, filename=name)
+    skipped = set() if type_only else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+        else:
+            continue
+        for target in found:
+            if target.split(".")[0] not in PACKAGES:
+                continue
+            while target not in files and "." in target:     # wam_diff2_ros.msg: generated, the package
+                target = target.rpartition(".")[0]
+            if target != name:
+                targets.add(target)
+    return frozenset(targets)
+
+
 @functools.lru_cache(maxsize=2)
 def import_graph(type_only: bool = False) -> dict[str, frozenset[str]]:
     """{module: the modules of these packages it imports} (read once per session; not to be changed);
     ``type_only``: also the imports under ``if TYPE_CHECKING:``."""
     files = sources()
-    graph: dict[str, frozenset[str]] = {}
-    for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        targets: set[str] = set()
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        skipped = set() if type_only else {
-            id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for stmt in node.body for n in ast.walk(stmt)}
-        for node in ast.walk(tree):
-            if id(node) in skipped:
-                continue
-            if isinstance(node, ast.Import):
-                found = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = package.split(".")
-                    base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
-                found = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
-            else:
-                continue
-            for target in found:
-                if target.split(".")[0] not in PACKAGES:
-                    continue
-                while target not in files and "." in target:     # wam_diff2_ros.msg: generated, the package
-                    target = target.rpartition(".")[0]
-                if target != name:
-                    targets.add(target)
-        graph[name] = frozenset(targets)
-    return graph
+    return {name: module_imports(path.read_text(encoding="utf-8"), name,
+                                 name if path.name == "__init__.py" else name.rpartition(".")[0], files, type_only)
+            for name, path in files.items()}
 
 
 def layer_of(module: str) -> int:
@@ -172,6 +177,20 @@ def test_the_nodes_use_only_the_policy_side_of_the_core():
              if layer_of(m) in nodes for t in sorted(targets)
              if t.startswith("wam_diff2_core") and layer_of(t) > limit]
     assert not found, found
+
+
+def test_the_checks_would_see_a_type_only_cycle():
+    """Modules that import each other only for annotations (under ``if TYPE_CHECKING:``, or inside a
+    function) are a circle to the type-only graph; the run-time graph skips the TYPE_CHECKING import."""
+    files = {"wam_diff2_core.a", "wam_diff2_core.b"}
+    a = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .b import B\n"
+    b = "def f():\n    from .a import A\n"
+    graph = {name: module_imports(source, name, "wam_diff2_core", files, type_only=True)
+             for name, source in (("wam_diff2_core.a", a), ("wam_diff2_core.b", b))}
+    assert cycles(graph) == [["wam_diff2_core.a", "wam_diff2_core.b"]]
+    assert module_imports(a, "wam_diff2_core.a", "wam_diff2_core", files, type_only=False) == frozenset()
+    assert "wam_diff2_core.policy" in import_graph(type_only=True)["wam_diff2_ros.conversions"]   # TYPE_CHECKING
+    assert "wam_diff2_core.policy" not in import_graph()["wam_diff2_ros.conversions"]
 
 
 def test_the_checks_would_see_a_cycle_and_an_upward_import():

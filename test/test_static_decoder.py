@@ -397,6 +397,19 @@ def test_flashinfer_backend_logic_with_a_stand_in(tiny_model, decoders, use_cuda
         assert fused["kv"] == [p + k * block for p in lengths for k in (1, 2)]
 
 
+def test_both_attention_backends_define_every_method_of_the_backend_protocol():
+    """Both backends declare attention.AttentionBackend; a method one did not define would be the protocol's
+    empty stub (returning None, silently), so each defines every method and the attributes the decoder reads."""
+    from wam_diff2_core.decoding.attention import AttentionBackend, SdpaAttention
+    from wam_diff2_core.decoding.attention_flashinfer import FlashInferAttention
+    methods = {name for name, value in vars(AttentionBackend).items() if callable(value) and not name.startswith("_")}
+    assert methods == {"begin_prompt", "prompt", "begin", "graph_key", "step"}
+    for backend in (SdpaAttention, FlashInferAttention):
+        assert AttentionBackend in backend.__mro__                        # declared, not only matching
+        assert all(getattr(backend, name) is not getattr(AttentionBackend, name) for name in methods), backend
+        assert isinstance(backend.name, str) and isinstance(backend.packed_prompts, bool)
+
+
 # ---------------------------------------------------------------------------------- devices, factory
 def test_npu_samples_by_inverse_cdf(tiny_model):
     settings = tiny_model.config.settings.replace(temperature=1.0)
@@ -488,14 +501,13 @@ def test_gpu_graph_replay_equals_eager_step(cuda_model, dtype):
     assert graphed.graphs.enabled, graphed.graphs.reason
     batch = encode(m.processor, [0, 1, 2])
     with torch.no_grad():
-        run = graphed._begin(3, batch["input_ids"].shape[1] + 64)
-        prefix = graphed.prefill(batch, 16, run)
+        state = graphed.begin(batch, 16, answer_slots=64)
         for segments in ([(0, 16)], [(0, 16), (16, 16)]):
-            buf = graphed._plan(run, prefix, segments)
+            buf = graphed.plan_step(state, segments)
             buf.tokens.random_(0, 300)
-            eager = forward_step(graphed.text, run.cache, graphed.attention, buf).clone()
-            replayed = graphed._forward(run, buf).clone()           # captures, then replays
-            again = graphed._forward(run, buf).clone()
+            eager = forward_step(graphed.text, state.run.cache, graphed.attention, buf).clone()
+            replayed = graphed.forward(state, buf).clone()          # captures, then replays
+            again = graphed.forward(state, buf).clone()
             assert torch.equal(replayed, eager) and torch.equal(again, eager)
     assert not graphed.graphs.failures and len(graphed.graphs.graphs) == 2
 

@@ -13,7 +13,8 @@ from wam_diff2_core.config import EngineSettings
 from wam_diff2_core.decoding import static as static_module
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
-from wam_diff2_core.decoding.step import ARState, BlockState, TransferRule, ar_step, forward_step, greedy_pick, whole_step
+from wam_diff2_core.decoding.sampling import greedy_pick
+from wam_diff2_core.decoding.step import ARState, BlockState, TransferRule, ar_step, forward_step, whole_step
 from wam_diff2_core.decoding.sampling import transfer_schedule
 
 STATIC = EngineSettings(implementation="static")
@@ -130,7 +131,7 @@ def test_seeded_sampling_graphs_whole_steps_on_the_decoders_own_generators_and_e
     assert out.sequences == expected.sequences and out.finished == expected.finished
     assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(request, alone))
     whole = [gens for key, gens in steps if isinstance(key[-1], tuple) and key[-1][:1] == ("sample",)]
-    assert whole and all(gens == tuple(static._own_generators[:3]) for gens in whole)
+    assert whole and all(gens == tuple(static.choices.own[:3]) for gens in whole)
     assert not any(set(map(id, gens)) & set(map(id, request)) for _, gens in steps)
 
 

@@ -212,7 +212,7 @@ def probe(device) -> tuple[list[dict], bool]:
     from ..decoding.attention import SDPA_STEP_BACKENDS, grouped_sdpa, sdpa_step_backends
     from ..decoding.cuda_graphs import HostSyncCheck
     from ..decoding.sampling import draw_one
-    from ..decoding.step import greedy_pick
+    from ..decoding.sampling import greedy_pick
 
     rows, ok = [], True
 

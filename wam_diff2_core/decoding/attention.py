@@ -1,26 +1,25 @@
-"""Attention backends of the static decoder: SDPA (the reference) and FlashInfer (attention_flashinfer.py).
+"""Attention backends of the static decoder: the interface (:class:`AttentionBackend`), SDPA (the
+reference) and FlashInfer (attention_flashinfer.py).
 
-A backend reads keys from the StaticKVCache: ``prompt`` during the prefill, ``step`` during a
-denoise step (``begin`` plans a step shape once per block; ``graph_key`` names what a CUDA graph of
-the step depends on).
+A backend reads keys from the StaticKVCache: ``prompt`` during the prefill (where the prompt is stored
+and masked: :class:`PromptPlan`), ``step`` during a denoise step (``begin`` plans a step shape once per
+block; ``graph_key`` names what a CUDA graph of the step depends on).
 
-    attention = make_attention("sdpa", text, cuda_graphs=False)
+    attention = SdpaAttention()
+    plan = PromptPlan.of(valid, lengths, block_size, attention.packed_prompts)
 """
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..config import ConfigError
 from .kv_cache import StaticKVCache
-from .text_forward import QwenTextForward
-
-if TYPE_CHECKING:
-    from .step import StepBuffers
+from .masks import prompt_block_mask
+from .step import StepBuffers
 
 
 @dataclass
@@ -35,6 +34,49 @@ class PromptPlan:
     mask: torch.Tensor | None           # [N, 1, T, T] block-causal (SDPA)
     lengths: list[int]                  # host: P_n, real prompt tokens per row
     block_size: int
+
+    @classmethod
+    def of(cls, valid: torch.Tensor, lengths: list[int], block_size: int, packed: bool) -> "PromptPlan":
+        """The plan of a left-padded batch (``valid`` [N, T], ``lengths`` its row sums): stored left-padded
+        as the plain path's cache under the block-causal mask, or ``packed`` (row r's real tokens at
+        slots [0, P_r), the mask left to the backend)."""
+        n, length = valid.shape
+        dev = valid.device
+        if not packed:
+            rows = torch.arange(n, device=dev).unsqueeze(1).expand(n, length)
+            slots = torch.arange(length, device=dev).unsqueeze(0).expand(n, length)
+            return cls(length, rows, slots, None, prompt_block_mask(valid, block_size), lengths, block_size)
+        row_idx, tok_idx = valid.nonzero(as_tuple=True)                  # real tokens, row-major
+        pad = torch.tensor([length - p for p in lengths], device=dev)
+        return cls(length, row_idx, tok_idx - pad[row_idx], (row_idx, tok_idx), None, lengths, block_size)
+
+    def store(self, cache: StaticKVCache, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write a prefill layer's k, v [N, T, kv_heads, head_dim] to the plan's rows and slots."""
+        if self.select is not None:
+            k, v = k[self.select], v[self.select]
+        cache.write(layer, self.rows, self.slots, k, v)
+
+
+class AttentionBackend(Protocol):
+    """What the static decoder asks of an attention backend (SDPA here, FlashInfer in attention_flashinfer.py)."""
+
+    name: str                   # "sdpa" attends to key spans (graph keys, warm-up lengths); others plan pages
+    packed_prompts: bool        # the cache stores prompts packed rather than left-padded (PromptPlan.of)
+
+    def begin_prompt(self, plan: PromptPlan, cache: StaticKVCache) -> None:
+        """Plan the prefill's attention (host side, once per call)."""
+
+    def prompt(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, plan: PromptPlan) -> torch.Tensor:
+        """Prefill attention of ``layer``: q [N, H, T, D] -> [N, T, H, D], over the K/V just stored."""
+
+    def begin(self, buf: StepBuffers, cache: StaticKVCache) -> None:
+        """Plan a step's attention (host side, once per block, per token in AR; outside any graph)."""
+
+    def graph_key(self, buf: StepBuffers) -> tuple:
+        """What a CUDA graph of a step over ``buf`` depends on (part of its key)."""
+
+    def step(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, buf: StepBuffers) -> torch.Tensor:
+        """Step attention of ``layer``: q [R, H, Q, D] -> [R, Q, H, D], under the step's visibility; no host reads."""
 
 
 # The SDPA kernels a static step may run, by device type, in order of preference (the one place they are
@@ -55,7 +97,7 @@ def sdpa_step_backends(device: torch.device) -> AbstractContextManager:
     return sdpa_kernel(list(backends), set_priority=True) if backends else nullcontext()
 
 
-class SdpaAttention:
+class SdpaAttention(AttentionBackend):
     """torch SDPA over cache slots [0, span). The prefill goes through transformers' own
     ``sdpa_attention_forward`` (the plain path's dispatch); a step folds grouped heads into the query axis
     instead (:func:`grouped_sdpa`: no copy of K/V per query head), the same numbers (tests pin the tokens)."""
@@ -74,13 +116,13 @@ class SdpaAttention:
         k, v = cache.read(layer, q.shape[0], plan.length)
         return self._sdpa(attn, q, k, v, plan.mask, dropout=0.0, scaling=attn.scaling)[0]
 
-    def begin(self, buf: "StepBuffers", cache: StaticKVCache) -> None:
+    def begin(self, buf: StepBuffers, cache: StaticKVCache) -> None:
         pass
 
-    def graph_key(self, buf: "StepBuffers") -> tuple:
+    def graph_key(self, buf: StepBuffers) -> tuple:
         return (self.name, tuple(buf.tokens.shape), buf.segments, buf.groups)
 
-    def step(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, buf: "StepBuffers") -> torch.Tensor:
+    def step(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, buf: StepBuffers) -> torch.Tensor:
         outs = []
         for group in buf.groups:  # one SDPA call per distinct key span (see _plan)
             k, v = cache.read(layer, q.shape[0], group.span)
@@ -102,12 +144,3 @@ def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
         mask = mask.repeat(1, 1, groups, 1)
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=scale)
     return out.reshape(n, heads, queries, dim).transpose(1, 2).contiguous()
-
-
-def make_attention(name: str, text: QwenTextForward, cuda_graphs: bool):
-    if name == "sdpa":
-        return SdpaAttention()
-    if name == "flashinfer":
-        from .attention_flashinfer import FlashInferAttention
-        return FlashInferAttention(text, use_cuda_graph=cuda_graphs)
-    raise ConfigError(f"attention_backend: {name!r} is not one of sdpa, flashinfer")

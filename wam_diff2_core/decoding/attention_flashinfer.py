@@ -28,6 +28,7 @@ import functools
 import torch
 
 from ..config import ConfigError
+from .attention import AttentionBackend
 
 WORKSPACE_BYTES = 256 * 1024 * 1024
 
@@ -59,7 +60,9 @@ def flashinfer_problem() -> str:
     return ""
 
 
-class FlashInferAttention:
+class FlashInferAttention(AttentionBackend):
+    """FlashInfer over the cache's pages (module doc); prompts stored packed."""
+
     name = "flashinfer"
     packed_prompts = True
 

@@ -1,4 +1,5 @@
-"""What both decoders share: the result of a decode, its statistics, phase timing, the vision inputs.
+"""What both decoders share: the prompt's inputs to the model, the result of a decode, its statistics,
+phase timing.
 
     out = decoder.generate(inputs)          # DecodeOutput
     out.sequences[0], out.stats[0].forwards
@@ -8,11 +9,43 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
+
+
+@dataclass
+class PromptInputs:
+    """A (left-padded) processor batch on the model's device, as both prefills give it to the model."""
+
+    input_ids: torch.Tensor             # [N, T]
+    attention_mask: torch.Tensor        # [N, T], 0 at padding
+    mm_types: torch.Tensor              # [N, T] multimodal token types (zeros: text only)
+    vision: dict[str, torch.Tensor]     # those of VISION_KEYS the batch has; pixels in the model's dtype
+    positions: torch.Tensor             # [3, N, T] MRoPE ids (the model's get_rope_index)
+    next_position: torch.Tensor         # [N] MRoPE position of response offset 0 (= P + rope_delta)
+
+    @property
+    def valid(self) -> torch.Tensor:
+        return self.attention_mask.bool()
+
+
+def prompt_inputs(model, inputs: Mapping[str, torch.Tensor], device: torch.device) -> PromptInputs:
+    """The prefill's inputs of a Qwen3-VL ``model`` for a processor batch ``inputs``."""
+    input_ids = inputs["input_ids"].to(device)
+    attention_mask = inputs["attention_mask"].to(device)
+    mm_types = inputs.get("mm_token_type_ids")
+    mm_types = (torch.zeros_like(input_ids) if mm_types is None else mm_types).to(device)
+    vision = {k: inputs[k].to(device) for k in VISION_KEYS if inputs.get(k) is not None}
+    if "pixel_values" in vision:
+        vision["pixel_values"] = vision["pixel_values"].to(model.dtype)
+    positions, _ = model.model.get_rope_index(
+        input_ids, mm_token_type_ids=mm_types, image_grid_thw=vision.get("image_grid_thw"),
+        video_grid_thw=vision.get("video_grid_thw"), attention_mask=attention_mask)
+    next_position = positions.masked_fill(~attention_mask.bool().unsqueeze(0), -1).amax(dim=(0, 2)) + 1
+    return PromptInputs(input_ids, attention_mask, mm_types, vision, positions, next_position)
 
 
 @dataclass

@@ -29,6 +29,11 @@ before the warm-up runs, outside the capture rules, its in-place effects put bac
 runs and the capture then run the compiled code (off CUDA, :class:`HostSyncCheck` runs compiled functions
 eagerly, so there the rules see the forward's eager ops; the emulated replays run the compiled code).
 
+A decoder runs every step through :meth:`StepGraphs.run_step`, graphed or eager: a step's forward
+(:class:`KeyedForward`, keyed by what its graph depends on, or not keyed when the call runs eagerly), alone
+or inside a whole step (``whole_step(forward, ...)``, ``ar_step(forward, ...)``), which is one graph when its
+token choice graphs and otherwise an eager step around a graphed forward.
+
 Emulation (``emulate=True``, any device; what CI runs): "capture" is the same warm-up runs under the
 host-sync check, then one more run whose closure and output are kept; a "replay" reruns *that first
 closure* (the tensors it captured, not the caller's new ones) and copies its result into the kept output,
@@ -36,14 +41,17 @@ as a graph replays the kernels it recorded on the addresses it recorded. A step 
 allocated per call gives wrong results under emulation exactly where it would on a GPU.
 
     graphs = StepGraphs(torch.device("cuda"), enabled=True)
-    logits = graphs.run(key, lambda: forward_step(text, cache, attention, buffers))
+    logits = graphs.run_step(KeyedForward(key, lambda: forward_step(text, cache, attention, buffers)))
+    flags = graphs.run_step(forward, whole_step, pick, buffers, block, rule, whole=(rule, "greedy"),
+                            mutable=block.tensors())
 """
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterator, Sequence
+from functools import partial
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -72,6 +80,18 @@ class MutatingStep:
     fn: Callable[[], torch.Tensor]
     mutable: Sequence[torch.Tensor]
     generators: Sequence[torch.Generator] = ()
+
+    def __call__(self) -> torch.Tensor:
+        return self.fn()
+
+
+@dataclass(frozen=True)
+class KeyedForward:
+    """A step's forward and the key of its graph (what the graph depends on); ``key`` None: it runs
+    eagerly (graphs are off, or the call is outside the graph buckets)."""
+
+    key: tuple | None
+    fn: Callable[[], torch.Tensor]
 
     def __call__(self) -> torch.Tensor:
         return self.fn()
@@ -204,6 +224,7 @@ class StepGraphs:
         self.graphs: dict[Hashable, _Graph | _Emulated] = {}
         self.failures: dict[str, str] = {}       # str(key) -> why that shape runs its fallback
         self.replays = 0                          # graph replays, all keys
+        self.forwards = 0                         # forwards run by run_step, graphed or eager
         self.reason = ""                          # why graphs are off altogether ("" when on)
         self._pool = None
         self._stream = None                       # the side stream of every warm-up and capture
@@ -230,6 +251,26 @@ class StepGraphs:
                 return fallback()
         self.replays += 1
         return captured.replay()
+
+    def run_step(self, forward: KeyedForward, step: Callable[..., torch.Tensor] | None = None, *args: Any,
+                 whole: tuple | None = None, mutable: Sequence[torch.Tensor] = (),
+                 generators: Sequence[torch.Generator] = ()) -> torch.Tensor:
+        """One step, graphed or eager: ``step(forward, *args)``, or ``forward()`` when no step is given.
+
+        A forward without a key runs eagerly, and so does its step. Otherwise ``whole`` (a key suffix)
+        makes the step and its forward one graph, keyed ``(*forward.key, *whole)``, that updates ``mutable``
+        in place and draws from ``generators`` (:class:`MutatingStep`); its fallback is the step run
+        eagerly around the graphed forward, which is also what runs without ``whole``."""
+        self.forwards += 1
+        if forward.key is None:
+            return forward() if step is None else step(forward, *args)
+        graphed = partial(self.run, forward.key, forward)
+        if step is None:
+            return graphed()
+        if whole is None:
+            return step(graphed, *args)
+        return self.run((*forward.key, *whole), MutatingStep(partial(step, forward, *args), mutable, generators),
+                        fallback=partial(step, graphed, *args))
 
     def _default_generator(self) -> torch.Generator:
         if self.device.type == "cuda":

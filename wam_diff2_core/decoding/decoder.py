@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..config import DecodingSettings, DiffusionConfig
-from .common import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
+from .common import DecodeOutput, DecodeStats, PhaseTimer, prompt_inputs, record_block
 from .masks import block_query_mask, prompt_block_mask, response_positions
 from .sampling import choose_transfer, device_settings, sample_tokens, transfer_schedule
 
@@ -51,25 +51,14 @@ class BlockDiffusionDecoder:
     def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int) -> Prefix:
         from transformers import DynamicCache
 
-        input_ids = inputs["input_ids"].to(self.device)
-        attention_mask = inputs["attention_mask"].to(self.device)
-        mm_types = inputs.get("mm_token_type_ids")
-        if mm_types is None:
-            mm_types = torch.zeros_like(input_ids)
-        mm_types = mm_types.to(self.device)
-        vision = {k: inputs[k].to(self.device) for k in VISION_KEYS if inputs.get(k) is not None}
-        if "pixel_values" in vision:
-            vision["pixel_values"] = vision["pixel_values"].to(self.model.dtype)
-        positions, _ = self.model.model.get_rope_index(
-            input_ids, mm_token_type_ids=mm_types, image_grid_thw=vision.get("image_grid_thw"),
-            video_grid_thw=vision.get("video_grid_thw"), attention_mask=attention_mask)
+        prompt = prompt_inputs(self.model, inputs, self.device)
         cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=input_ids, attention_mask=prompt_block_mask(attention_mask, block_size),
-                         position_ids=positions, past_key_values=cache, use_cache=True,
-                         mm_token_type_ids=mm_types, logits_to_keep=1, **vision)
-        valid = attention_mask.bool()
-        next_position = positions.masked_fill(~valid.unsqueeze(0), -1).amax(dim=(0, 2)) + 1   # [N]
-        return Prefix(cache=cache, valid=valid, next_position=next_position, last_logits=out.logits[:, -1])
+        out = self.model(input_ids=prompt.input_ids, position_ids=prompt.positions,
+                         attention_mask=prompt_block_mask(prompt.attention_mask, block_size),
+                         past_key_values=cache, use_cache=True, mm_token_type_ids=prompt.mm_types,
+                         logits_to_keep=1, **prompt.vision)
+        return Prefix(cache=cache, valid=prompt.valid, next_position=prompt.next_position,
+                      last_logits=out.logits[:, -1])
 
     def forward_block(self, prefix: Prefix, tokens: torch.Tensor, offset: int, keep: bool) -> torch.Tensor:
         """Forward response tokens at response offset ``offset`` against the cached prefix.

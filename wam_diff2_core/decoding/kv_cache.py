@@ -28,9 +28,6 @@ class StaticKVCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.page_size = page_size
-        # the static decoder's fixed tensors over this cache, by key: step buffers, block and AR state, the
-        # prefix's slots / validity / positions (what a CUDA graph of a step reads must not move)
-        self.step_buffers: dict[tuple, object] = {}
 
     @property
     def rows(self) -> int:

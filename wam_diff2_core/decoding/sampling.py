@@ -2,13 +2,16 @@
 
 Every function works on a whole block: logits [batch, block, vocab] in, tokens and their
 confidences [batch, block] out. Sampling draws from one torch.Generator per sequence, so a
-sequence decodes to the same tokens alone or in any batch.
+sequence decodes to the same tokens alone or in any batch. :class:`TokenChoices` is the static
+decoder's choice per step (:class:`Pick`) and the generators its CUDA graphs draw from.
 """
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
-from typing import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, Hashable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -115,6 +118,66 @@ def sample_tokens(logits: torch.Tensor, settings: DecodingSettings, banned: torc
         tokens[row] = idx.squeeze(-1)
         conf[row] = p.gather(-1, idx).squeeze(-1)
     return tokens, conf
+
+
+GREEDY = DecodingSettings()
+
+
+def greedy_pick(banned: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Token choice at temperature 0 (argmax and its probability): no host input, so it graphs."""
+    return lambda logits: sample_tokens(logits, GREEDY, banned)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The token choice of a step, the graph tag of its whole step (None: only its forward is graphed)
+    and the generators it draws from (registered with that graph)."""
+
+    fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    tag: Hashable | None
+    generators: tuple[torch.Generator, ...] = ()
+
+    def whole(self, step: Hashable) -> tuple | None:
+        """The key suffix of the whole-step graph of ``step`` (a transfer rule, "ar") with this choice."""
+        return None if self.tag is None else (step, self.tag)
+
+
+class TokenChoices:
+    """The static decoder's token choice per step, and the generators its sampling graphs draw from
+    (``own``: fixed objects, as a graph is bound to the generators it captured)."""
+
+    def __init__(self, banned: torch.Tensor, device: torch.device):
+        self.banned, self.device = banned, device
+        self.greedy = Pick(greedy_pick(banned), "greedy")
+        self.own: list[torch.Generator] = []
+
+    def pick(self, settings: DecodingSettings, generators, rows: Sequence[int], n: int) -> Pick:
+        """The token choice of a step that draws for ``rows`` of the ``n`` sequences. Greedy steps graph
+        whole; a sampling step does while every sequence still draws (the graph's draws are then the plain
+        decoder's) from the device's default generator or from bound generators (:meth:`bind`)."""
+        if settings.temperature == 0:
+            return self.greedy
+        fn = partial(sample_tokens, settings=settings, banned=self.banned, generators=generators, rows=rows)
+        own = tuple(generators[:n]) if generators is not None else ()
+        if len(rows) < n or (own and any(g not in self.own for g in own)):
+            return Pick(fn, None)
+        tag = ("sample", n, settings.temperature, settings.top_k, settings.top_p, settings.sampler, bool(own))
+        return Pick(fn, tag, own)
+
+    def bind(self, graphed: bool, rows: int, settings: DecodingSettings,
+             generators) -> tuple[Sequence[torch.Generator | None] | None, AbstractContextManager]:
+        """The generators a sampling decode over ``rows`` cache rows draws from and the context that binds
+        them: under CUDA graphs (``graphed``) the decoder's own, holding the request's states for the call
+        (handed back at its end); otherwise the request's own (also when rows share a generator: their draws
+        interleave, which separate bound copies would not)."""
+        if (not graphed or settings.temperature == 0 or generators is None
+                or len({id(g) for g in generators}) < len(generators)
+                or any(g is None or g.device.type != self.device.type for g in generators)):
+            return generators, nullcontext()
+        while len(self.own) < rows:
+            self.own.append(torch.Generator(device=self.device))
+        own = self.own[:len(generators)]
+        return own, bound_generators(own, generators)
 
 
 def transfer_schedule(block_size: int, steps: int) -> list[int]:

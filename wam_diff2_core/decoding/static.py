@@ -1,39 +1,29 @@
 """Static block-diffusion decoding: the loop over a preallocated KV cache, whole-step graphs, fused commits.
 
 The algorithm, the settings and the tokens are those of the plain decoder (decoder.py; bit-exact in
-float32 on CPU, pinned by test/test_static_decoder.py); the cost structure is gpt-fast's. The parts:
-
-- ``kv_cache.py``     :class:`StaticKVCache`, allocated once, written in place;
-- ``text_forward.py`` Qwen3-VL's text decoder over the model's own modules (:class:`QwenTextForward`);
-- ``attention.py``    the attention backends: SDPA (reference) and FlashInfer (``attention_flashinfer.py``);
-- ``step.py``         one step: fixed buffers, :func:`forward_step`, :func:`whole_step`;
-- ``cuda_graphs.py``  capture-once, replay-many graphs per step shape, eager fallback;
-- this file           the loop:
+float32 on CPU, pinned by test/test_static_decoder.py); the cost structure is gpt-fast's. Its parts are
+the cache (kv_cache.py), the text forward (text_forward.py), the attention backends (attention.py), one
+step (step.py) and its graphs (cuda_graphs.py: every step goes through ``StepGraphs.run_step``, graphed or
+eager); this file is the loop:
 
 1. prefill - the prompt runs once through the text forward and its K/V are written in place;
 2. denoise - each step is :func:`whole_step`: the forward of the block against prefix + block (its K/V
              into the block's own slots), the token choice, the transfer rule and the "still masked?"
              flag, in fixed shapes on the device, one CUDA graph each (per batch bucket, key span, step
              rule and token choice); greedy, the host reads the flag every ``mask_check_interval`` steps.
-             Sampling (temperature > 0) draws only for the rows still decoding (so a sequence decodes
-             alone as in any batch), so the host reads the flag every step: while every row still draws,
-             the step is one graph, bound to the decoder's own generators, which take the request's
-             generator states for the call and hand them back (sampling.bound_generators); once a row has
-             finished its block, only the forward is graphed and the draws run eagerly;
+             Sampling draws only for the rows still decoding (so a sequence decodes alone as in any
+             batch), so the host reads the flag every step; the step is one graph while every row still
+             draws (on the decoder's own generators: sampling.TokenChoices), else only its forward is;
 3. commit  - fused: the commit of block b and the first denoise step of block b + 1 are ONE forward
              over 2B queries (block b sees the prefix and itself, block b + 1 sees both), so a block
              costs S_b forwards instead of S_b + 1; no commit after the last block;
 4. stop    - a sequence stops as soon as EOS is fixed with nothing masked before it.
 
-With ``engine.compile_forward`` every step's forward is :func:`step.compiled_forward_step` (torch.compile,
-fullgraph, static shapes), over the graphed path's fixed cache and batch / key-span buckets also without
-graphs, so each step shape compiles once (at warm-up); under graphs the compiled forward is what is captured.
-On CUDA every SDPA step runs under the pinned kernels of ``attention.SDPA_STEP_BACKENDS``.
-
-B = 1 (autoregressive) is the same loop with one token per step (:func:`ar_step`): the step computes its
-own slots, positions and mask from a device counter, so greedy AR decoding is one graph replay per token
-(per key-span bucket) and the host reads the EOS flags every ``mask_check_interval`` tokens.
-
+B = 1 (autoregressive) is the same loop with one token per step (:func:`ar_step`, one graph replay per
+token). With ``engine.compile_forward`` every step's forward is :func:`step.compiled_forward_step`, over the
+graphed path's fixed cache and buckets also without graphs (each step shape compiles once, at warm-up);
+under graphs the compiled forward is what is captured. On CUDA every SDPA step runs under the pinned
+kernels of ``attention.SDPA_STEP_BACKENDS``.
 Ascend NPUs run the same code with SDPA, inverse-CDF sampling and NPU synchronisation for timing.
 
     from wam_diff2_core.decoding import make_decoder
@@ -46,21 +36,22 @@ Ascend NPUs run the same code with SDPA, inverse-CDF sampling and NPU synchronis
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from contextlib import nullcontext
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
+from weakref import WeakKeyDictionary
 
 import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
-from .attention import PromptPlan, make_attention, sdpa_step_backends
-from .common import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_block
-from .cuda_graphs import MutatingStep, StepGraphs, batch_bucket
+from .attention import AttentionBackend, PromptPlan, SdpaAttention, sdpa_step_backends
+from .common import DecodeOutput, DecodeStats, PhaseTimer, prompt_inputs, record_block
+from .cuda_graphs import KeyedForward, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
-from .masks import prompt_block_mask, response_positions
-from .sampling import bound_generators, device_settings, sample_tokens, transfer_schedule
-from .step import (ARState, BlockState, QueryGroup, StepBuffers, TransferRule, ar_step, compiled_forward_step,
-                   forward_step, greedy_pick, whole_step)
+from .sampling import TokenChoices, device_settings, sample_tokens, transfer_schedule
+from .step import (ARState, BlockState, QueryGroup, StaticPrefix, StepBuffers, TransferRule, ar_step,
+                   compiled_forward_step, forward_step, whole_step)
 from .text_forward import QwenTextForward, text_model_inputs
 
 log = logging.getLogger(__name__)
@@ -68,17 +59,7 @@ log = logging.getLogger(__name__)
 GRAPH_SPAN_BUCKET = 256  # with CUDA graphs, SDPA attends to slots [0, span) with span a multiple of this
 WARMUP_PROMPT_TOKENS = 64  # the warm-up prompt without graphs (or of a backend whose graphs ignore spans)
 
-
-@dataclass
-class StaticPrefix:
-    """What the prefill leaves for decoding (rows beyond the batch pad a CUDA graph bucket)."""
-
-    n: int                              # sequences in the batch
-    base: list[int]                     # host: first response slot of each row
-    base_t: torch.Tensor                # [R] the same on the device
-    prompt_valid: torch.Tensor          # [R, slots] prompt slots that may be attended
-    next_position: torch.Tensor         # [R] MRoPE position of response offset 0
-    last_logits: torch.Tensor           # [N, V] logits at the last prompt token (AR)
+Fixed = TypeVar("Fixed", StepBuffers, BlockState, ARState, torch.Tensor)
 
 
 @dataclass
@@ -86,20 +67,19 @@ class _Run:
     """Per-call choice of cache, row count (a graph bucket or the batch) and execution mode."""
 
     cache: StaticKVCache
+    memo: dict[Hashable, StepBuffers | BlockState | ARState | torch.Tensor]   # the cache's fixed tensors
     rows: int
     graphed: bool
     span_bucket: int
     compiled: bool = False      # steps run the compiled forward (engine.compile_forward, inside the buckets)
 
-
-@dataclass(frozen=True)
-class _Pick:
-    """The token choice of a step, the graph tag of its whole step (None: only its forward is graphed)
-    and the generators it draws from (registered with that graph)."""
-
-    fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-    tag: Hashable | None
-    generators: tuple[torch.Generator, ...] = ()
+    def fixed(self, key: Hashable, make: Callable[[], Fixed]) -> Fixed:
+        """The cache's tensor(s) ``key``, made once: a step graph keeps the addresses it captured, so what
+        it reads (step buffers, block and AR state, the prefix's tensors) must not move between calls."""
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = make()
+        return value
 
 
 @dataclass
@@ -129,8 +109,7 @@ class StaticBlockDiffusionDecoder:
         if engine.attention_backend == "flashinfer" and self.device.type != "cuda":
             raise ConfigError(f"attention_backend: flashinfer needs a CUDA device (model is on {self.device})")
         self.banned = torch.tensor(config.banned_token_ids, dtype=torch.long, device=self.device)
-        self._greedy = _Pick(greedy_pick(self.banned), "greedy")
-        self._own_generators: list[torch.Generator] = []  # sampling graphs draw from these (fixed objects)
+        self.choices = TokenChoices(self.banned, self.device)
         # ``graph_emulation``: the graphed path on any device, each graph a kept closure (cuda_graphs.py;
         # what CI checks the capture rules and fixed buffers with).
         self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs or graph_emulation, emulate=graph_emulation,
@@ -145,13 +124,20 @@ class StaticBlockDiffusionDecoder:
         self.span_bucket = span_bucket
         self.cache: StaticKVCache | None = None          # eager calls (grows between calls only)
         self.graph_cache: StaticKVCache | None = None    # graphed calls (allocated once)
-        self.forwards_run = 0                            # model forwards after the prefill, all calls
+        self._memo: WeakKeyDictionary[StaticKVCache, dict] = WeakKeyDictionary()   # _Run.memo, by cache
+
+    @property
+    def forwards_run(self) -> int:
+        """Model forwards after the prefill, all calls."""
+        return self.graphs.forwards
 
     # ------------------------------------------------------------ cache and execution mode
     def _new_cache(self, rows: int, slots: int, graphed: bool = False) -> StaticKVCache:
         t = self.text
-        return StaticKVCache(t.num_layers, rows, slots, t.num_kv_heads, t.head_dim, t.dtype, self.device,
-                             graphed=graphed)
+        cache = StaticKVCache(t.num_layers, rows, slots, t.num_kv_heads, t.head_dim, t.dtype, self.device,
+                              graphed=graphed)
+        self._memo[cache] = {}
+        return cache
 
     def _begin(self, n: int, slots: int) -> _Run:
         compiled = self._compiled_forward is not None
@@ -166,45 +152,29 @@ class StaticBlockDiffusionDecoder:
                     self.graph_cache = self._new_cache(self.engine.max_graph_batch, self.engine.max_context_tokens,
                                                        graphed=True)
                 bucket = GRAPH_SPAN_BUCKET if self.span_bucket is None else self.span_bucket
-                return _Run(self.graph_cache, rows, self.graphs.enabled, bucket, compiled)
+                return _Run(self.graph_cache, self._memo[self.graph_cache], rows, self.graphs.enabled, bucket,
+                            compiled)
         if self.cache is None or not self.cache.fits(n, slots):
             old = self.cache                         # grow to cover both calls, never shrink
             self.cache = self._new_cache(max(n, old.rows if old else 0), max(slots, old.slots if old else 0))
-        return _Run(self.cache, n, False, self.span_bucket or 0)
+        return _Run(self.cache, self._memo[self.cache], n, False, self.span_bucket or 0)
 
     # ------------------------------------------------------------ prefill
     def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int, run: _Run) -> StaticPrefix:
-        input_ids = inputs["input_ids"].to(self.device)
-        attention_mask = inputs["attention_mask"].to(self.device)
-        mm_types = inputs.get("mm_token_type_ids")
-        mm_types = (torch.zeros_like(input_ids) if mm_types is None else mm_types).to(self.device)
-        vision = {k: inputs[k].to(self.device) for k in VISION_KEYS if inputs.get(k) is not None}
-        if "pixel_values" in vision:
-            vision["pixel_values"] = vision["pixel_values"].to(self.model.dtype)
-        positions, _ = self.model.model.get_rope_index(
-            input_ids, mm_token_type_ids=mm_types, image_grid_thw=vision.get("image_grid_thw"),
-            video_grid_thw=vision.get("video_grid_thw"), attention_mask=attention_mask)      # [3, N, T]
-        embeds, visual_mask, deepstack = text_model_inputs(self.model, input_ids, attention_mask, positions,
-                                                           mm_types, vision)
-        n, length = input_ids.shape
-        valid = attention_mask.bool()
+        prompt = prompt_inputs(self.model, inputs, self.device)
+        embeds, visual_mask, deepstack = text_model_inputs(self.model, prompt.input_ids, prompt.attention_mask,
+                                                           prompt.positions, prompt.mm_types, prompt.vision)
+        n, length = prompt.input_ids.shape
+        valid = prompt.valid
         lengths = valid.sum(dim=1).tolist()
-        plan = self._prompt_plan(valid, lengths, block_size)
-        self.attention.begin_prompt(plan, run.cache)
-        cos, sin = self.text.rope(positions)
+        plan = PromptPlan.of(valid, lengths, block_size, self.attention.packed_prompts)
         cache = run.cache
-
-        def write(i, k, v):
-            if plan.select is not None:
-                k, v = k[plan.select], v[plan.select]
-            cache.write(i, plan.rows, plan.slots, k, v)
-
-        hidden = self.text.layers_forward(
-            embeds, cos, sin, write=write,
-            attend=lambda i, attn, q: self.attention.prompt(i, attn, q, cache, plan),
-            deepstack=(visual_mask, deepstack))
+        self.attention.begin_prompt(plan, cache)
+        cos, sin = self.text.rope(prompt.positions)
+        hidden = self.text.layers_forward(embeds, cos, sin, write=partial(plan.store, cache),
+                                          attend=partial(self.attention.prompt, cache=cache, plan=plan),
+                                          deepstack=(visual_mask, deepstack))
         last_logits = self.text.lm_head(hidden[:, -1:])[:, -1]
-        next_position = positions.masked_fill(~valid.unsqueeze(0), -1).amax(dim=(0, 2)) + 1      # [N]
 
         # Rows beyond the batch (a graph bucket) get an empty prompt; their outputs are never read.
         rows, slots = run.rows, cache.slots
@@ -216,69 +186,32 @@ class StaticBlockDiffusionDecoder:
             prompt_valid[:n, :length] = valid
         else:
             prompt_valid[:n] = slot.unsqueeze(0) < torch.tensor(lengths, device=self.device).unsqueeze(1)
-        next_pos = torch.zeros(rows, dtype=next_position.dtype, device=self.device)
-        next_pos[:n] = next_position
+        next_pos = torch.zeros(rows, dtype=prompt.next_position.dtype, device=self.device)
+        next_pos[:n] = prompt.next_position
         return StaticPrefix(n=n, base=base, base_t=_fixed(run, "base", torch.tensor(base, device=self.device)),
                             prompt_valid=_fixed(run, "prompt_valid", prompt_valid),
                             next_position=_fixed(run, "next_position", next_pos), last_logits=last_logits)
 
-    def _prompt_plan(self, valid: torch.Tensor, lengths: list[int], block_size: int) -> PromptPlan:
-        n, length = valid.shape
-        dev = self.device
-        if not self.attention.packed_prompts:   # left-padded, as the plain path's cache
-            rows = torch.arange(n, device=dev).unsqueeze(1).expand(n, length)
-            slots = torch.arange(length, device=dev).unsqueeze(0).expand(n, length)
-            return PromptPlan(length, rows, slots, None, prompt_block_mask(valid, block_size), lengths, block_size)
-        row_idx, tok_idx = valid.nonzero(as_tuple=True)                  # real tokens, row-major
-        pad = torch.tensor([length - p for p in lengths], device=dev)
-        return PromptPlan(length, row_idx, tok_idx - pad[row_idx], (row_idx, tok_idx), None, lengths, block_size)
-
-    # ------------------------------------------------------------ one forward
+    # ------------------------------------------------------------ one step's inputs
     def _plan(self, run: _Run, prefix: StaticPrefix, segments: Sequence[tuple[int, int]]) -> StepBuffers:
         """Fill the fixed buffers of a step over response ``segments`` [(offset, length)]; built once
         per block (per token for AR). Returns the buffers the step (or its graph) reads."""
-        rows, slots = run.rows, run.cache.slots
+        rows, text = run.rows, self.text
         queries = sum(length for _, length in segments)
-        key = (rows, tuple(length for _, length in segments))
-        buf = run.cache.step_buffers.get(key)
-        dev, text = self.device, self.text
-        if buf is None:
-            buf = StepBuffers(
-                tokens=torch.zeros(rows, queries, dtype=torch.long, device=dev),
-                rows=torch.arange(rows, device=dev).unsqueeze(1).expand(rows, queries).contiguous(),
-                slots=torch.zeros(rows, queries, dtype=torch.long, device=dev),
-                positions=torch.zeros(3, rows, queries, dtype=torch.long, device=dev),
-                cos=torch.zeros(rows, queries, text.head_dim, dtype=text.dtype, device=dev),
-                sin=torch.zeros(rows, queries, text.head_dim, dtype=text.dtype, device=dev),
-                mask=torch.zeros(rows, 1, queries, slots, dtype=torch.bool, device=dev),
-                out_rows=segments[-1][1])
-            run.cache.step_buffers[key] = buf
-        slot = torch.arange(slots, device=dev)
-        start, bounds, groups, kv_lengths = 0, [], [], [[] for _ in range(rows)]
-        for offset, length in segments:
-            stop = start + length
-            end = offset + length                                   # response slots visible: [0, end)
-            steps = torch.arange(offset, end, device=dev)
-            buf.slots[:, start:stop] = prefix.base_t.unsqueeze(1) + steps
-            # cos/sin per segment, at the plain path's shapes (elementwise kernels stay bit-identical).
-            positions = response_positions(prefix.next_position, offset, length)      # [3, R, length]
-            cos, sin = text.rope(positions)
-            buf.positions[:, :, start:stop], buf.cos[:, start:stop], buf.sin[:, start:stop] = positions, cos, sin
-            visible = prefix.prompt_valid | ((slot >= prefix.base_t.unsqueeze(1))
-                                             & (slot < (prefix.base_t + end).unsqueeze(1)))   # [R, slots]
-            buf.mask[:, 0, start:stop] = visible.unsqueeze(1)
-            span = self._key_span(run, prefix, end)
-            if groups and groups[-1].span == span:
-                groups[-1] = QueryGroup(groups[-1].start, stop, span)
-            else:
-                groups.append(QueryGroup(start, stop, span))
-            for r in range(rows):
-                kv_lengths[r].append(prefix.base[r] + end)
-            bounds.append((start, stop))
-            start = stop
-        buf.segments, buf.groups, buf.kv_lengths = tuple(bounds), tuple(groups), kv_lengths
+        buf = run.fixed((rows, tuple(length for _, length in segments)),
+                        partial(StepBuffers.empty, rows, queries, run.cache.slots, segments[-1][1], text.head_dim,
+                                text.dtype, self.device))
+        buf.fill(text, prefix, segments, partial(self._key_span, run, prefix))
         self.attention.begin(buf, run.cache)
         return buf
+
+    def _plan_token(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, t: int) -> None:
+        """The host's part of the AR step feeding answer token ``t`` (:func:`ar_step` plans the rest from
+        its device counter): only what the host knows without reading the device, the key span of token
+        ``t`` (a graph key) and, for FlashInfer, the plan."""
+        buf.groups = (QueryGroup(0, 1, self._key_span(run, prefix, t + 1)),)
+        buf.kv_lengths = [[b + t + 1] for b in prefix.base]
+        self.attention.begin(buf, run.cache)
 
     @staticmethod
     def _key_span(run: _Run, prefix: StaticPrefix, end: int) -> int:
@@ -289,9 +222,10 @@ class StaticBlockDiffusionDecoder:
             span = min(run.cache.slots, -(-span // run.span_bucket) * run.span_bucket)
         return span
 
-    def _step_forward(self, run: _Run, buf: StepBuffers) -> Callable[[], torch.Tensor]:
-        """The forward of a step over ``buf``: :func:`forward_step` (compiled when the run is), SDPA under
-        the device's pinned kernels (attention.SDPA_STEP_BACKENDS). A graph captures this call."""
+    def _step_forward(self, run: _Run, buf: StepBuffers) -> KeyedForward:
+        """The forward of a step over ``buf`` (what a graph captures), keyed when the run is graphed:
+        :func:`forward_step` (compiled when the run is), SDPA under the device's pinned kernels
+        (attention.SDPA_STEP_BACKENDS)."""
         cache, attention, text = run.cache, self.attention, self.text
         fn = self._compiled_forward if run.compiled else forward_step
         pinned = attention.name == "sdpa"
@@ -299,92 +233,31 @@ class StaticBlockDiffusionDecoder:
         def forward() -> torch.Tensor:
             with sdpa_step_backends(self.device) if pinned else nullcontext():
                 return fn(text, cache, attention, buf)
-        return forward
-
-    def _forward(self, run: _Run, buf: StepBuffers) -> torch.Tensor:
-        self.forwards_run += 1
-        attention = self.attention
-        step = self._step_forward(run, buf)
-        if run.graphed:
-            return self.graphs.run(attention.graph_key(buf), step)
-        return step()
+        return KeyedForward(attention.graph_key(buf) if run.graphed else None, forward)
 
     def _block_state(self, run: _Run, size: int) -> BlockState:
-        """The block buffers of this cache and row count (fixed addresses: whole-step graphs use them)."""
-        key = ("block", run.rows, size)
-        state = run.cache.step_buffers.get(key)
-        if state is None:
-            state = run.cache.step_buffers[key] = BlockState.empty(run.rows, size, self.device)
-        return state
+        return run.fixed(("block", run.rows, size), partial(BlockState.empty, run.rows, size, self.device))
 
-    def _run_step(self, run: _Run, buf: StepBuffers, step, mutable: Sequence[torch.Tensor], tag,
-                  pick: _Pick) -> torch.Tensor:
-        """One whole step ``step(forward)`` over ``buf`` (:func:`whole_step` or :func:`ar_step`). Under
-        CUDA graphs it is one graph keyed by the buffers' shape, ``tag`` and the pick's tag when the pick
-        has one, else only its forward is graphed."""
-        attention = self.attention
-        forward = self._step_forward(run, buf)
-        self.forwards_run += 1
-        if not run.graphed:
-            return step(forward)
-        graphed_forward = lambda: self.graphs.run(attention.graph_key(buf), forward)   # noqa: E731
-        if pick.tag is None:
-            return step(graphed_forward)
-        return self.graphs.run((*attention.graph_key(buf), tag, pick.tag),
-                               MutatingStep(lambda: step(forward), mutable, pick.generators),
-                               fallback=lambda: step(graphed_forward))
-
-    def _denoise_step(self, run: _Run, buf: StepBuffers, block: BlockState, rule: TransferRule,
-                      pick: _Pick) -> torch.Tensor:
-        """One :func:`whole_step` over ``buf`` (a denoise step, or the fused commit + step); returns the
-        [R] still-masked flag on the device."""
-        return self._run_step(run, buf, lambda forward: whole_step(forward, pick.fn, buf, block, rule),
-                              block.tensors(), rule, pick)
-
-    def _pick(self, settings: DecodingSettings, generators, rows: Sequence[int], n: int) -> _Pick:
-        """The token choice of a step that draws for ``rows`` of the ``n`` sequences. Greedy steps graph
-        whole; a sampling step does while every sequence still draws (the graph's draws are then the plain
-        decoder's) from the device's default generator or from bound generators (:meth:`_bind`)."""
-        if settings.temperature == 0:
-            return self._greedy
-        fn = lambda logits: sample_tokens(logits, settings, self.banned, generators, rows)   # noqa: E731
-        own = tuple(generators[:n]) if generators is not None else ()
-        if len(rows) < n or (own and any(g not in self._own_generators for g in own)):
-            return _Pick(fn, None)
-        tag = ("sample", n, settings.temperature, settings.top_k, settings.top_p, settings.sampler, bool(own))
-        return _Pick(fn, tag, own)
-
-    def _bind(self, run: _Run, settings: DecodingSettings, generators):
-        """The generators a sampling decode draws from and the context that binds them: under CUDA graphs
-        the decoder's own (a graph is bound to fixed generator objects), holding the request's states for
-        the call (handed back at its end); otherwise the request's own (also when rows share a generator:
-        their draws interleave, which separate bound copies would not)."""
-        if (not run.graphed or settings.temperature == 0 or generators is None
-                or len({id(g) for g in generators}) < len(generators)
-                or any(g is None or g.device.type != self.device.type for g in generators)):
-            return generators, nullcontext()
-        while len(self._own_generators) < run.rows:
-            self._own_generators.append(torch.Generator(device=self.device))
-        own = self._own_generators[:len(generators)]
-        return own, bound_generators(own, generators)
+    def _ar_state(self, run: _Run) -> ARState:
+        return run.fixed(("ar", run.rows), partial(ARState.empty, run.rows, run.cache.slots, self.device))
 
     # ------------------------------------------------------------ public single-step API
-    def begin(self, inputs: Mapping[str, torch.Tensor], block_size: int, answer_slots: int) -> "DecodeState":
+    def begin(self, inputs: Mapping[str, torch.Tensor], block_size: int, answer_slots: int) -> DecodeState:
         """Allocate (a graph bucket, or an eager cache of the batch) and prefill: the state that
         :meth:`plan_step` and :meth:`forward` work on (what ``generate`` does before its loop)."""
         n, length = inputs["input_ids"].shape
         run = self._begin(n, length + answer_slots)
         return DecodeState(run, self.prefill(inputs, block_size, run))
 
-    def plan_step(self, state: "DecodeState", segments: Sequence[tuple[int, int]]) -> StepBuffers:
+    def plan_step(self, state: DecodeState, segments: Sequence[tuple[int, int]]) -> StepBuffers:
         """The fixed buffers of one forward over response ``segments`` [(offset, length)]: [(kB, B)] a
         denoise step of block k, [((k-1)B, B), (kB, B)] the fused commit + step, [(t, 1)] an AR step.
         Write the step's tokens into ``buffers.tokens`` [R, queries]."""
         return self._plan(state.run, state.prefix, segments)
 
-    def forward(self, state: "DecodeState", buf: StepBuffers) -> torch.Tensor:
+    def forward(self, state: DecodeState, buf: StepBuffers) -> torch.Tensor:
         """One forward (a CUDA graph replay when the state is graphed): logits [R, out_rows, V]."""
-        return self._forward(state.run, buf)
+        return self.graphs.run_step(self._step_forward(state.run, buf))
 
     # ------------------------------------------------------------ generate
     @torch.no_grad()
@@ -401,7 +274,7 @@ class StaticBlockDiffusionDecoder:
         timer = PhaseTimer(self.device)
         with timer("prefill"):
             prefix = self.prefill(inputs, size, run)
-        generators, bound = self._bind(run, settings, generators)
+        generators, bound = self.choices.bind(run.graphed, run.rows, settings, generators)
         with bound:
             if size == 1:
                 result = self._generate_ar(run, prefix, settings, generators, timer)
@@ -437,7 +310,7 @@ class StaticBlockDiffusionDecoder:
                 with timer("commit"):
                     buf = self._plan(run, prefix, [((k - 1) * size, size)])
                     buf.tokens.copy_(previous)
-                    self._forward(run, buf)
+                    self.graphs.run_step(self._step_forward(run, buf))
                 for i in live:
                     stats[i].commit_forwards += 1
             still_masked, active, step_buf = None, [not d for d in done], None
@@ -455,9 +328,12 @@ class StaticBlockDiffusionDecoder:
                         if step_buf is None:
                             step_buf = self._plan(run, prefix, [(k * size, size)])
                         buf = step_buf
-                    pick = self._pick(settings, generators, [i for i in range(n) if active[i]], n)
+                    pick = self.choices.pick(settings, generators, [i for i in range(n) if active[i]], n)
                     rule = TransferRule.at_step(settings, step, schedule, mask_id, eos_id)
-                    still_masked = self._denoise_step(run, buf, block, rule, pick)
+                    # the forward, the token choice and the transfer rule: one graph while the choice graphs
+                    still_masked = self.graphs.run_step(self._step_forward(run, buf), whole_step, pick.fn, buf, block,
+                                                        rule, whole=pick.whole(rule), mutable=block.tensors(),
+                                                        generators=pick.generators)
                 # Positions still masked after S steps take the last step's tokens.
                 block.tokens.copy_(torch.where(block.tokens == mask_id, block.last, block.tokens))
             record_block(block.tokens[:n].tolist(), block.steps[:n].tolist(), live, eos_id, stats, answer, done)
@@ -469,23 +345,6 @@ class StaticBlockDiffusionDecoder:
             stats[i].tokens = len(answer[i])
             stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
         return DecodeOutput(sequences=answer, finished=done, stats=stats)
-
-    def _ar_state(self, run: _Run) -> ARState:
-        key = ("ar", run.rows)
-        state = run.cache.step_buffers.get(key)
-        if state is None:
-            state = run.cache.step_buffers[key] = ARState.empty(run.rows, run.cache.slots, self.device)
-        return state
-
-    def _ar_step(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, ar: ARState, t: int,
-                 pick: _Pick) -> torch.Tensor:
-        """Feed answer token ``t`` (:func:`ar_step`); the host sets only what it knows without reading
-        the device: the key span of token ``t`` (a graph key) and, for FlashInfer, the plan."""
-        buf.groups = (QueryGroup(0, 1, self._key_span(run, prefix, t + 1)),)
-        buf.kv_lengths = [[b + t + 1] for b in prefix.base]
-        self.attention.begin(buf, run.cache)
-        args = (self.text, buf, ar, prefix.base_t, prefix.prompt_valid, prefix.next_position, self.config.eos_token_id)
-        return self._run_step(run, buf, lambda forward: ar_step(forward, pick.fn, *args), ar.tensors(), "ar", pick)
 
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
                      generators, timer: PhaseTimer) -> DecodeOutput:
@@ -507,8 +366,11 @@ class StaticBlockDiffusionDecoder:
                     done = ar.done[:n].tolist()                 # the one host read
                     if all(done):
                         break
-                pick = self._pick(settings, generators, [i for i in range(n) if not done[i]], n)
-                self._ar_step(run, prefix, buf, ar, t, pick)
+                pick = self.choices.pick(settings, generators, [i for i in range(n) if not done[i]], n)
+                self._plan_token(run, prefix, buf, t)
+                self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar, prefix.base_t,
+                                     prefix.prompt_valid, prefix.next_position, eos_id, whole=pick.whole("ar"),
+                                     mutable=ar.tensors(), generators=pick.generators)
         stats = [DecodeStats(block_size=1) for _ in range(n)]
         sequences, finished = [], []
         for i, row in enumerate(ar.out[:n, :limit].tolist()):
@@ -532,7 +394,8 @@ class StaticBlockDiffusionDecoder:
         (the default) warms prompt lengths that reach every key-span bucket up to ``max_context_tokens``
         (:meth:`_warmup_lengths`), so a decode never captures; a length warms only the spans of that
         prompt. Sampling graphs are those of seeded requests (per-sequence generators) and are kept per
-        batch size, greedy ones per batch bucket: warm the batch sizes that will come."""
+        batch size, greedy ones per batch bucket: warm the batch sizes that will come. The steps are
+        the decode loops' own calls."""
         settings = settings or self.config.settings
         size = settings.block_size
         shapes = [[(0, 1)]] if size == 1 else [[(0, size)], [(0, size), (size, size)]]
@@ -545,24 +408,30 @@ class StaticBlockDiffusionDecoder:
                 prompt = torch.full((batch, length), eos_id, dtype=torch.long)
                 run = self._begin(batch, length + 2 * size)
                 prefix = self.prefill({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, size, run)
-                generators, bound = self._bind(run, settings,
-                                               [torch.Generator(device=self.device) for _ in range(batch)])
+                generators, bound = self.choices.bind(run.graphed, run.rows, settings,
+                                                      [torch.Generator(device=self.device) for _ in range(batch)])
                 with bound:
-                    pick = self._pick(settings, generators, range(batch), batch)
+                    pick = self.choices.pick(settings, generators, range(batch), batch)
                     for segments in shapes:
                         buf = self._plan(run, prefix, segments)
                         if settings.temperature > 0:
-                            self._forward(run, buf)
+                            self.graphs.run_step(self._step_forward(run, buf))
                         if size == 1:                                  # the AR whole step, from token 0
                             ar = self._ar_state(run)
                             ar.reset(eos_id)
-                            self._ar_step(run, prefix, buf, ar, 0, pick)
+                            self._plan_token(run, prefix, buf, 0)
+                            self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar,
+                                                 prefix.base_t, prefix.prompt_valid, prefix.next_position, eos_id,
+                                                 whole=pick.whole("ar"), mutable=ar.tensors(),
+                                                 generators=pick.generators)
                             continue
                         block = self._block_state(run, size)
                         for rule in sorted(rules, key=lambda r: r.count):
                             block.tokens.fill_(mask_id)
-                            self._denoise_step(run, buf, block, rule, pick)
-        _synchronize(self.device)
+                            self.graphs.run_step(self._step_forward(run, buf), whole_step, pick.fn, buf, block, rule,
+                                                 whole=pick.whole(rule), mutable=block.tensors(),
+                                                 generators=pick.generators)
+        PhaseTimer(self.device).sync()
         return {"cuda_graphs": self.graphs.enabled, "graphs": len(self.graphs.graphs),
                 "graph_fallbacks": dict(self.graphs.failures), "attention_backend": self.attention.name}
 
@@ -578,15 +447,16 @@ class StaticBlockDiffusionDecoder:
         return sorted(p for p in lengths if 1 <= p and p + 2 * size <= limit)
 
 
+def make_attention(name: str, text: QwenTextForward, cuda_graphs: bool) -> AttentionBackend:
+    if name == "sdpa":
+        return SdpaAttention()
+    if name == "flashinfer":
+        from .attention_flashinfer import FlashInferAttention
+        return FlashInferAttention(text, use_cuda_graph=cuda_graphs)
+    raise ConfigError(f"attention_backend: {name!r} is not one of sdpa, flashinfer")
+
+
 def _fixed(run: _Run, name: str, value: torch.Tensor) -> torch.Tensor:
-    """``value`` copied into the run's cache's own tensor ``name`` (one per row count; its shape is the
-    same every call): a step graph keeps the addresses it captured, so what it reads must not move."""
-    key = ("prefix", name, run.rows)
-    fixed = run.cache.step_buffers.get(key)
-    if fixed is None or fixed.shape != value.shape:
-        fixed = run.cache.step_buffers[key] = torch.empty_like(value)
-    return fixed.copy_(value)
-
-
-def _synchronize(device: torch.device) -> None:
-    PhaseTimer(device).sync()
+    """``value`` copied into the run's fixed tensor ``name`` (its shape is the same every call of a cache and
+    row count): a step graph reads it at the address it captured."""
+    return run.fixed(("prefix", name, tuple(value.shape)), partial(torch.empty_like, value)).copy_(value)

@@ -1,7 +1,9 @@
 """One step of the static decoder: its fixed buffers, the forward, and the whole step.
 
+- :class:`StaticPrefix`: what the prefill leaves for the steps (each row's first response slot, prompt
+  validity, next MRoPE position);
 - :class:`StepBuffers`: the fixed-shape device inputs of one step shape (tokens, cache slots, MRoPE
-  cos/sin, mask), refilled in place once per block;
+  cos/sin, mask), refilled in place once per block (:meth:`StepBuffers.fill`);
 - :func:`forward_step`: the denoise forward as a pure function of those buffers (no host reads);
   :func:`eager_twin_step` is the same forward through transformers (the reference it must equal);
 - :func:`whole_step`: forward + token choice + the transfer rule + the "still masked?" flag, all on the
@@ -9,7 +11,8 @@
   graph replays per step, so the host only reads the flag every ``mask_check_interval`` steps.
   ``torch.compile(whole_step, fullgraph=True)`` traces it without a graph break (a CPU test proves it);
 - :func:`compiled_forward_step`: :func:`forward_step` through torch.compile (``engine.compile_forward``),
-  the forward a graph captures when the forward is compiled.
+  the forward a graph captures when the forward is compiled;
+- :func:`ar_step`: the B = 1 step, planned on the device from its counter (:class:`ARState`).
 
     state = decoder.begin(inputs, block_size=32, answer_slots=64)        # prefill (public API)
     buf = decoder.plan_step(state, [(0, 32)])                            # block 0's step buffers
@@ -24,8 +27,21 @@ import torch
 
 from ..config import DecodingSettings
 from .kv_cache import StaticKVCache
-from .sampling import choose_transfer, sample_tokens
+from .masks import response_positions
+from .sampling import choose_transfer
 from .text_forward import QwenTextForward
+
+
+@dataclass
+class StaticPrefix:
+    """What the prefill leaves for decoding (rows beyond the batch pad a CUDA graph bucket)."""
+
+    n: int                              # sequences in the batch
+    base: list[int]                     # host: first response slot of each row
+    base_t: torch.Tensor                # [R] the same on the device
+    prompt_valid: torch.Tensor          # [R, slots] prompt slots that may be attended
+    next_position: torch.Tensor         # [R] MRoPE position of response offset 0
+    last_logits: torch.Tensor           # [N, V] logits at the last prompt token (AR)
 
 
 @dataclass(frozen=True)
@@ -58,11 +74,54 @@ class StepBuffers:
     groups: tuple[QueryGroup, ...] = ()          # host: SDPA calls (segments merged when spans agree)
     kv_lengths: list[list[int]] = field(default_factory=list)  # host: [row][segment] visible slots
 
+    @classmethod
+    def empty(cls, rows: int, queries: int, slots: int, out_rows: int, head_dim: int, dtype: torch.dtype,
+              device: torch.device) -> "StepBuffers":
+        long = dict(dtype=torch.long, device=device)
+        return cls(tokens=torch.zeros(rows, queries, **long),
+                   rows=torch.arange(rows, device=device).unsqueeze(1).expand(rows, queries).contiguous(),
+                   slots=torch.zeros(rows, queries, **long), positions=torch.zeros(3, rows, queries, **long),
+                   cos=torch.zeros(rows, queries, head_dim, dtype=dtype, device=device),
+                   sin=torch.zeros(rows, queries, head_dim, dtype=dtype, device=device),
+                   mask=torch.zeros(rows, 1, queries, slots, dtype=torch.bool, device=device), out_rows=out_rows)
+
+    def fill(self, text: QwenTextForward, prefix: StaticPrefix, segments: Sequence[tuple[int, int]],
+             span_of: Callable[[int], int]) -> None:
+        """Fill the buffers for response ``segments`` [(offset, length)] after ``prefix``: their cache slots,
+        positions, cos/sin and mask on the device; on the host the query bounds, the SDPA groups (segments
+        merged while their key span ``span_of(end)`` agrees) and each row's visible slots."""
+        rows, slots = self.tokens.shape[0], self.mask.shape[-1]
+        slot = torch.arange(slots, device=self.tokens.device)
+        start, bounds, groups, kv_lengths = 0, [], [], [[] for _ in range(rows)]
+        for offset, length in segments:
+            stop = start + length
+            end = offset + length                                   # response slots visible: [0, end)
+            steps = torch.arange(offset, end, device=self.tokens.device)
+            self.slots[:, start:stop] = prefix.base_t.unsqueeze(1) + steps
+            # cos/sin per segment, at the plain path's shapes (elementwise kernels stay bit-identical).
+            positions = response_positions(prefix.next_position, offset, length)      # [3, R, length]
+            cos, sin = text.rope(positions)
+            self.positions[:, :, start:stop], self.cos[:, start:stop], self.sin[:, start:stop] = positions, cos, sin
+            visible = prefix.prompt_valid | ((slot >= prefix.base_t.unsqueeze(1))
+                                             & (slot < (prefix.base_t + end).unsqueeze(1)))   # [R, slots]
+            self.mask[:, 0, start:stop] = visible.unsqueeze(1)
+            span = span_of(end)
+            if groups and groups[-1].span == span:
+                groups[-1] = QueryGroup(groups[-1].start, stop, span)
+            else:
+                groups.append(QueryGroup(start, stop, span))
+            for r in range(rows):
+                kv_lengths[r].append(prefix.base[r] + end)
+            bounds.append((start, stop))
+            start = stop
+        self.segments, self.groups, self.kv_lengths = tuple(bounds), tuple(groups), kv_lengths
+
 
 def forward_step(text: QwenTextForward, cache: StaticKVCache, attention, buf: StepBuffers) -> torch.Tensor:
     """The denoise step as a pure function of fixed-shape buffers (what a CUDA graph captures).
 
-    Embeds ``buf.tokens``, writes their K/V into ``buf.slots``, attends through ``attention`` and
+    Embeds ``buf.tokens``, writes their K/V into ``buf.slots``, attends through ``attention`` (an
+    :class:`attention.AttentionBackend`, which reads these buffers: not imported here) and
     returns the logits of the last ``buf.out_rows`` queries [R, out_rows, V]. No host reads.
     """
     hidden = text.embed_tokens(buf.tokens)
@@ -157,14 +216,6 @@ class BlockState:
         return self.tokens, self.last, self.steps
 
 
-GREEDY = DecodingSettings()
-
-
-def greedy_pick(banned: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """Token choice at temperature 0 (argmax and its probability): no host input, so it graphs."""
-    return lambda logits: sample_tokens(logits, GREEDY, banned)
-
-
 def pending_rows(block: torch.Tensor, masked: torch.Tensor, eos_id: int) -> torch.Tensor:
     """[R] True where a masked position remains before the first fixed EOS: the row needs more steps.
     (Positions after a fixed EOS cannot change the answer, which is truncated there.)"""
@@ -180,7 +231,7 @@ def whole_step(forward: Callable[[], torch.Tensor], pick, buf: StepBuffers, bloc
     """One denoising step on the device: the block's tokens into the step's last B queries, the
     forward, a token and confidence per position (``pick``), the transfer rule, the block updated in
     place; returns [R] "still masked before EOS?" after the step. Fixed shapes, no host reads (with
-    :func:`greedy_pick`), so a CUDA graph captures all of it; run eagerly it is the eager twin."""
+    :func:`sampling.greedy_pick`), so a CUDA graph captures all of it; run eagerly it is the eager twin."""
     size = block.tokens.shape[1]
     masked = block.tokens == rule.mask_id                                    # [R, B]
     needed = pending_rows(block.tokens, masked, rule.eos_id)                  # [R]
@@ -224,7 +275,7 @@ def ar_step(forward: Callable[[], torch.Tensor], pick, text: QwenTextForward, bu
     ``next_position + t``, attending to the prompt and response slots [0, t]), the forward, token
     ``t + 1`` chosen (``pick``) and written, ``t`` advanced; returns [R] "EOS produced?". The step's
     plan (slots, positions, cos/sin, mask) is computed here from the device counter, so with
-    :func:`greedy_pick` one CUDA graph replays every token of a key-span bucket with no host work."""
+    :func:`sampling.greedy_pick` one CUDA graph replays every token of a key-span bucket with no host work."""
     rows = ar.out.shape[0]
     t = ar.t
     buf.tokens.copy_(ar.out.gather(1, t.expand(rows, 1)))
