@@ -8,7 +8,8 @@
 #                                              frame timings and the summary table (docs/decoding.md, "The device check").
 # Exit status: 1 if any part fails (a token mismatch, a graph fallback, a probe row NO, a failed test).
 # Runs on the machine as it is (the image's python3 with torch, transformers, pytest): nothing is
-# installed or carried. Output: ${OUT:-gpu_verify_out}/ (verify.json, probe.json, pytest.log).
+# installed; the call carries gpu_wheels/ (torchao for the quantized rows: bash scripts/gpu_wheels.sh here
+# first), which gpu_verify.sh unpacks. Output: ${OUT:-gpu_verify_out}/ (verify.json, probe.json, pytest.log).
 #
 #   scripts/device_check.sh                       # on the GPU machine
 #   DEVICE=cpu SHAPE=tiny scripts/device_check.sh --prompt-length 64 ...   # the same three parts on CPU (CI)

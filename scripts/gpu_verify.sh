@@ -9,10 +9,10 @@
 #
 # Runs on a machine as it is: the interpreter is ${PYTHON:-python3} (the lent GPU image's system Python
 # 3.12 with torch, transformers, safetensors, tokenizers, Pillow, jinja2, torchvision), nothing is
-# installed, nothing is carried and no registry is asked. Wheels put in ${WHEELS:-gpu_wheels}/ (git-ignored,
-# empty by default) are unpacked into a temporary folder on PYTHONPATH, never installed: the hook for an
-# extra a later check needs. Results: ${OUT:-gpu_verify_out}/verify.json. scripts/device_check.sh runs
-# this after the probe and the GPU tests.
+# installed and no registry is asked. Wheels put in ${WHEELS:-gpu_wheels}/ (git-ignored; scripts/gpu_wheels.sh
+# downloads requirements/gpu_image.txt's there: torchao for the quant part) are unpacked into a temporary
+# folder on PYTHONPATH, never installed; the device call carries that folder.
+# Results: ${OUT:-gpu_verify_out}/verify.json. scripts/device_check.sh runs this after the probe and the GPU tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

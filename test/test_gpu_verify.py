@@ -44,6 +44,13 @@ def test_gpu_verify_runs_end_to_end_on_cpu(tmp_path):
         "SDPA, bool mask, bf16: backends that run it"]["result"]
     assert probe["token choice under the capture rules (HostSyncCheck)"]["result"] == "no host sync"
     assert result["frame"]["p95_ms"] >= result["frame"]["p50_ms"] > 0
+    (quant,) = result["quant"]                  # the quant part, int8 by default: same tokens on quantized weights
+    assert quant["method"] == "int8" and "int8: 14 linear layers" in quant["weights"]
+    assert {r["variant"] for r in quant["tokens"]} == {"static-sdpa", "static-sdpa-graph-emulated"}
+    assert all(r["same"].split("/")[0] == r["same"].split("/")[1] and "FAIL" not in r["note"] for r in quant["tokens"])
+    assert [(r["variant"], r["step"]) for r in quant["forward"]] == [("static-sdpa", "AR"), ("static-sdpa", "Block-32")]
+    assert all(r["x_unquantized"] > 0 and r["floor_ms"] < r["ms"] for r in quant["forward"])
+    assert "int8 fast tokens vs plain (same quantized weights)" in out and "int8 static-sdpa Block-32 forward" in out
 
 
 def test_gpu_verify_fails_on_one_perturbed_token(tmp_path):
@@ -86,3 +93,28 @@ def test_device_check_runs_its_three_parts_on_cpu(tmp_path):
         assert part in done.stdout, done.stdout
     assert "skipped" in (tmp_path / "out" / "pytest.log").read_text()
     assert json.loads((tmp_path / "out" / "probe" / "verify.json").read_text())["ok"]
+
+
+def test_the_quantized_token_check_fails_on_one_perturbed_token(monkeypatch):
+    """The quant part's token check is the same gate: one changed token on int8 weights fails it."""
+    import torch
+
+    from wam_diff2_core.cli import verify_device
+    monkeypatch.setattr(verify_device, "CHECK_LENGTHS", ((9,), (12,)))
+    rows, ok = verify_device.check_tokens(torch.device("cpu"), perturb=True, new_tokens=8, quantization="int8")
+    assert not ok and rows[0]["dtype"] == "float32 int8" and rows[0]["note"].startswith("FAIL (needs 100%)")
+    assert all(r["note"] == "" or "replays of" in r["note"] for r in rows[1:])
+
+
+def test_without_torchao_the_quant_part_is_a_skipped_row_that_says_why(monkeypatch):
+    from wam_diff2_core.cli import verify_device
+    from wam_diff2_core.config import ConfigError
+    from wam_diff2_core.model import quantization
+
+    def missing(method):
+        raise ConfigError(f"quantization: {method} needs torchao, which is not installed")
+    monkeypatch.setattr(quantization, "require_torchao", missing)
+    quant, ok = verify_device.check_quantized(None, None, None, "int8", [])
+    assert ok and quant == {"method": "int8", "skipped": "quantization: int8 needs torchao, which is not installed"}
+    rows = verify_device.summary_rows({"quant": [quant]})
+    assert rows == [{"what": "quantized int8", "value": f"skipped: {quant['skipped']}", "target": "-", "met": "-"}]

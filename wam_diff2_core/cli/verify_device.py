@@ -21,7 +21,13 @@
    1, 2, 4 and 8 (the tokens must not change; the fastest is the device's answer for that default), its
    tokens against the plain decoder's (float32: identical, else exit 1; bf16: the agreement reported);
 4. frame: a 1920 x 1080 camera frame to a parsed trajectory through ``DrivingPolicy`` (the real
-   vision tower's shape for ``2b``), p50 / p95.
+   vision tower's shape for ``2b``), p50 / p95;
+5. quant: for each ``--quantization`` method (default weight-only int8; torchao, which gpu_verify.sh takes from
+   its wheel in ``gpu_wheels/`` where the machine lacks it), the token check of 1. with the language model's
+   linear layers quantized (the fast variants against the plain decoder on the same quantized weights:
+   float32 identical, bf16 teacher-forced; compiled variants on CUDA only) and the forward timings of 2.
+   (the HBM floor from the quantized weight bytes, and quantized / unquantized ms of the same variant).
+   Without torchao the part is a skipped row that says why.
 
 Targets (met on the device, not in CI) are printed beside the figures; token mismatches and graph
 fallbacks fail.
@@ -34,6 +40,8 @@ import statistics
 import time
 from pathlib import Path
 from types import SimpleNamespace
+
+from ..config import QUANTIZATIONS
 
 HELP = "verify the fast decoding paths on this device (tokens vs plain) and print the one table"
 log = logging.getLogger(__name__)
@@ -67,19 +75,22 @@ def add_arguments(p) -> None:
     p.add_argument("--new-tokens", type=int, default=128, help="tokens of the timed decode (and at most 96 per frame)")
     p.add_argument("--check-tokens", type=int, default=64, help="tokens per answer in the token checks")
     p.add_argument("--out", default=None, help="write verify.json here (a folder)")
-    p.add_argument("--parts", nargs="+", default=["probe", "tokens", "forward", "decode", "frame"],
-                   choices=("probe", "tokens", "forward", "decode", "frame"))
+    p.add_argument("--parts", nargs="+", default=["probe", "tokens", "forward", "decode", "frame", "quant"],
+                   choices=("probe", "tokens", "forward", "decode", "frame", "quant"))
+    p.add_argument("--quantization", nargs="+", default=["int8"], choices=QUANTIZATIONS[1:],
+                   help="the quant part's methods (engine.quantization; default int8)")
     p.add_argument("--perturb-token", action="store_true",
                    help="test hook: change one token of the first fast decode (the check must then fail)")
 
 
-def fast_variants(device, dtype) -> list[str]:
+def fast_variants(device, dtype, quantized: bool = False) -> list[str]:
     """The fast variants the token check runs: the device's, and off CUDA the graphed path with emulated
-    graphs (the capture rules and fixed buffers checked without a GPU)."""
+    graphs (the capture rules and fixed buffers checked without a GPU); quantized off CUDA, not the
+    compiled one (a compile of torchao's CPU path costs minutes of CI for a path no board runs)."""
     from .bench import available_variants
     names = [v for v in available_variants(device) if v != "plain"]
     if device.type != "cuda":
-        names += ["static-sdpa-graph-emulated", "static-sdpa-compiled-graph-emulated"]
+        names += ["static-sdpa-graph-emulated"] + ([] if quantized else ["static-sdpa-compiled-graph-emulated"])
     if "float32" in str(dtype):        # FlashInfer runs bf16 / fp16 only
         names = [v for v in names if "flashinfer" not in v]
     return names
@@ -122,17 +133,20 @@ def teacher_forced(fast, plain, batch, answers, config, size: int) -> tuple[int,
     return int(flips.sum()), float((got - want).abs().max())
 
 
-def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0) -> tuple[list[dict], bool]:
+def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0,
+                 quantization: str = "none") -> tuple[list[dict], bool]:
     """Fast variants against plain on a head_dim-128 random model: rows of the table, and ok.
 
     Each variant is warmed up as a node does, then decodes every case on two calls per batch size with
     other prompt lengths (a compiled variant: its first case, single-sequence calls only;
     :data:`COMPILED_CASES`). float32: tokens identical. bf16: the free-running agreement is reported, the
     gate is :func:`teacher_forced` (no flip at a clear margin). A graphed row also fails on any graph
-    fallback and when it replayed no graph."""
+    fallback and when it replayed no graph. ``quantization``: the model's linear layers quantized first
+    (both paths decode the same quantized weights)."""
     import torch
 
     from ..decoding.sampling import seeded_generators
+    from ..model.quantization import quantize_language_model
     from ..policy import token_agreement
     from .bench import build_random_model, make_variant
 
@@ -141,17 +155,19 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0) -> tuple
     rows, ok = [], True
     for dtype_name in dtypes:
         model, config = build_random_model(CHECK_SHAPE, device, getattr(torch, dtype_name), seed, 24.0)
+        quantize_language_model(model, quantization)
+        label = dtype_name if quantization == "none" else f"{dtype_name} {quantization}"
         plain = make_variant("plain", model, config)
         cases = [("Block-32 greedy", dict(block_size=32, denoising_steps=32)),
                  ("Block-32 sampled", dict(block_size=32, denoising_steps=32, temperature=1.0, top_k=50)),
                  ("AR greedy", dict(block_size=1, denoising_steps=1, max_new_tokens=max(1, new_tokens // 2))),
                  ("AR sampled", dict(block_size=1, denoising_steps=1, temperature=1.0, top_k=50,
                                      max_new_tokens=max(1, new_tokens // 2)))]
-        for name in fast_variants(device, dtype_name):
+        for name in fast_variants(device, dtype_name, quantized=quantization != "none"):
             try:
                 fast = make_variant(name, model, config)
             except Exception as exc:  # noqa: BLE001 - a variant that cannot start is a failed row
-                rows.append(dict(dtype=dtype_name, variant=name, case="-", same="-", note=f"FAIL {type(exc).__name__}: {exc}"))
+                rows.append(dict(dtype=label, variant=name, case="-", same="-", note=f"FAIL {type(exc).__name__}: {exc}"))
                 ok = False
                 continue
             graphs = getattr(fast, "graphs", None) if "-graph" in name else None
@@ -192,7 +208,7 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0) -> tuple
                 elif graphs is not None:
                     note = f"{graphs.replays - replays} replays of {len(graphs.graphs)} graphs " + note
                 ok &= passed
-                rows.append(dict(dtype=dtype_name, variant=name, case=case, same=f"{same}/{total}", note=note))
+                rows.append(dict(dtype=label, variant=name, case=case, same=f"{same}/{total}", note=note))
         del model
     return rows, ok
 
@@ -331,6 +347,39 @@ def measure_decode(decoder, plain, config, device, args) -> dict:
             "plain_agreement": same / max(1, total)}
 
 
+def check_quantized(device, dtype, args, method: str, unquantized: list[dict]) -> tuple[dict, bool]:
+    """The quant part for one method: the token check on quantized weights, then the forward timings of the
+    ``--shape`` model quantized, each beside the same variant's unquantized ms (``unquantized``: the forward
+    part's rows, when that part ran). A missing torchao is a skipped result with the reason, not a failure
+    (the machine may lack it; gpu_verify.sh carries its wheel from gpu_wheels/)."""
+    from ..config import ConfigError
+    from ..model.quantization import quantize_language_model, require_torchao
+    from . import bench
+    try:
+        require_torchao(method)
+    except ConfigError as exc:
+        return {"method": method, "skipped": str(exc)}, True
+    tokens, ok = check_tokens(device, False, args.check_tokens, quantization=method)
+    model, config = bench.build_random_model(args.shape, device, dtype, args.seed, 24.0)
+    report = quantize_language_model(model, method)
+    config = config.with_settings(block_size=32)
+    variants = {}
+    for variant in bench.available_variants(device):
+        if variant == "plain" or "flashinfer" in variant:
+            continue
+        try:
+            variants[variant] = bench.make_variant(variant, model, config)
+        except Exception as exc:  # noqa: BLE001 - a variant that cannot start on quantized weights fails
+            tokens.append(dict(dtype=method, variant=variant, case="-", same="-", note=f"FAIL {type(exc).__name__}: {exc}"))
+            ok = False
+    rows = time_forwards(model, config, device, variants, args, bench.measure_bandwidth(device)) if variants else []
+    before = {(r["variant"], r["step"]): r["ms"] for r in unquantized}
+    for r in rows:
+        r["x_unquantized"] = r["ms"] / before[(r["variant"], r["step"])] if (r["variant"], r["step"]) in before else "-"
+    del model, variants
+    return {"method": method, "weights": report.describe(), "tokens": tokens, "forward": rows}, ok
+
+
 def measure_frames(device, dtype, args) -> dict:
     """1920 x 1080 frames -> parsed trajectories through DrivingPolicy (p50 / p95 of ``--frames``)."""
     import numpy as np
@@ -379,6 +428,14 @@ def _flashinfer_version() -> str:
     return getattr(import_flashinfer(), "__version__", "installed")
 
 
+def _torchao_version() -> str:
+    try:
+        import torchao
+    except ImportError:
+        return "not installed"
+    return f"{torchao.__version__} ({Path(torchao.__file__).parent.parent})"
+
+
 def summary_rows(result: dict) -> list[dict]:
     """The one table: each figure of the issue's targets with its target and whether it is met."""
     rows = []
@@ -409,6 +466,18 @@ def summary_rows(result: dict) -> list[dict]:
         best = min(decode["sweep"], key=lambda r: r["ms_per_token"])
         add("mask_check_interval sweep", ", ".join(f"{r['interval']}: {r['ms_per_token']:.3f}" for r in decode["sweep"])
             + f" ms/token (fastest {best['interval']})", "same tokens at every interval", decode["same_tokens"])
+    for q in result.get("quant", []):
+        if "skipped" in q:
+            add(f"quantized {q['method']}", f"skipped: {q['skipped']}")
+            continue
+        bad = [r for r in q["tokens"] if "FAIL" in r["note"]]
+        add(f"{q['method']} fast tokens vs plain (same quantized weights)",
+            f"{len(q['tokens']) - len(bad)}/{len(q['tokens'])} rows agree",
+            "float32 identical, bf16 no clear flip, no graph fallback", not bad)
+        for r in q["forward"]:
+            vs = f", {r['x_unquantized']:.2f}x unquantized" if r["x_unquantized"] != "-" else ""
+            add(f"{q['method']} {r['variant']} {r['step']} forward",
+                f"{r['ms']:.3f} ms = {r['x_floor']:.2f}x floor {r['floor_ms']:.3f}{vs}")
     frame = result.get("frame")
     if frame and "skipped" not in frame:
         add(f"{frame['size']} frame -> trajectory", f"p50 {frame['p50_ms']:.1f} ms, p95 {frame['p95_ms']:.1f} ms",
@@ -431,10 +500,11 @@ def run(args) -> int:
     dtype = resolve_dtype("bfloat16" if device.type != "cpu" else "float32", device)
     flashinfer = _flashinfer_version()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    print(f"verify-device: {device} ({name}), torch {torch.__version__}, flashinfer {flashinfer}, shape {args.shape} "
-          f"{str(dtype).replace('torch.', '')}")
+    torchao = _torchao_version()
+    print(f"verify-device: {device} ({name}), torch {torch.__version__}, flashinfer {flashinfer}, torchao {torchao}, "
+          f"shape {args.shape} {str(dtype).replace('torch.', '')}")
     result: dict = {"device": str(device), "device_name": name, "torch": torch.__version__, "flashinfer": flashinfer,
-                    "shape": args.shape}
+                    "torchao": torchao, "shape": args.shape}
     ok = True
     t0 = time.perf_counter()
     if "probe" in args.parts:
@@ -494,6 +564,22 @@ def run(args) -> int:
             f"p50 {frames['p50_ms']:.1f} ms, p95 {frames['p95_ms']:.1f} ms over {frames['frames']} frames "
             f"({frames['answer_tokens']:.0f} answer tokens, {frames['decoder']}; target p50 <= "
             f"{TARGETS['frame_p50_ms']} ms)"))
+    if "quant" in args.parts:
+        result["quant"] = []
+        for method in args.quantization:
+            quant, quant_ok = check_quantized(device, dtype, args, method, result.get("forward", []))
+            ok = ok and quant_ok
+            result["quant"].append(quant)
+            if "skipped" in quant:
+                print(f"\n5. quantized {method}: skipped: {quant['skipped']}")
+                continue
+            print(f"\n5. quantized {method} ({quant['weights']}): fast variants vs plain on the same quantized weights")
+            print(format_table(quant["tokens"], [("dtype", "dtype", ""), ("variant", "variant", ""), ("case", "case", ""),
+                                                 ("same", "same tokens", ""), ("note", "note", "")]))
+            print(f"one denoise forward after {args.prompt_length} prompt tokens, {method} (median ms of {args.repeats})")
+            print(format_table(quant["forward"], [("variant", "variant", ""), ("step", "step", ""), ("ms", "ms", ".3f"),
+                                                  ("floor_ms", "floor ms", ".3f"), ("x_floor", "x floor", ".2f"),
+                                                  ("x_unquantized", "x unquantized", ".2f")]))
     result["ok"], result["seconds"] = ok, time.perf_counter() - t0
     print(f"\nverify-device summary ({result['device_name']}, torch {result['torch']}, flashinfer {flashinfer}, "
           f"shape {args.shape})")

@@ -1,0 +1,183 @@
+"""The README's "Memory and time budget per target": the real Qwen3-VL 2B text shape with random weights,
+measured on this CPU per variant (peak RSS, text prefill, one Block-32 forward), then per named board the
+memory-bandwidth floor per forward and per plan, projected from the measured weight bytes.
+
+    python scripts/budget_table.py                      # all variants, each in its own process (~20 min here, <= 9 GB)
+    python scripts/budget_table.py --variants bfloat16 bfloat16+int8 --prompt 128
+    python scripts/budget_table.py --json budget.json   # also every number
+
+A variant is ``DTYPE[+METHOD]``: the model built in DTYPE (activations, embedding / LM head, norms), the decoder
+layers' linear layers quantized by METHOD (engine.quantization, model/quantization.py). Each runs in a fresh
+process, so its peak RSS is its own: ``load peak`` is the whole process up to the model being ready (the float
+model exists before quantize_ replaces its linear weights, as when loading a checkpoint), ``run peak`` the peak
+from then on (VmHWM reset through /proc/self/clear_refs) over the prefill and the Block-32 forwards, what a
+process holding the model needs while it plans. The children run with MALLOC_MMAP_THRESHOLD_ fixed at 1 MiB so
+that freed float weights go back to the system instead of staying in malloc's heap.
+
+The board rows are projections, not measurements: (weight bytes read per forward + K/V bytes of ``--kv-keys``
+keys in bf16) / the board's peak memory bandwidth, times ``--forwards-per-plan``. Weight bytes: measured here
+for bf16 and int8; int4 as packed by a GPU kernel (4 bits a weight + a bf16 scale and zero point per group of
+INT4_GROUP_SIZE), computed from the quantized layers' size, because torchao's CPU int4 format here keeps each
+int4 value in an int8 byte (measured, printed beside it).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import logging
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+BLOCK = 32
+# Peak memory bandwidth from the vendors' data sheets, bytes/s.
+BOARDS = (("Jetson AGX Orin 32 GB", 204.8e9), ("Jetson AGX Orin 64 GB", 204.8e9), ("Jetson AGX Thor", 273e9),
+          ("H200 (reference)", 4.8e12))
+VARIANTS = ("float32", "bfloat16", "bfloat16+int8", "bfloat16+int4")
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def measure(variant: str, prompt: int, repeats: int, threads: int, shape: str = "2b") -> dict:
+    """One variant in this process: build, quantize, prefill, Block-32 forwards; a dict of figures."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from wam_diff2_core.cli.bench import build_random_model, kv_bytes, make_variant, random_prompt, weight_bytes
+    from wam_diff2_core.model.quantization import INT4_GROUP_SIZE, quantize_language_model
+
+    torch.set_num_threads(threads)
+    dtype_name, _, method = variant.partition("+")
+    dtype, dev = getattr(torch, dtype_name), torch.device("cpu")
+    torch.set_default_dtype(dtype)            # built in its dtype: no float32 copy first
+    start = time.perf_counter()
+    model, config = build_random_model(shape, dev, dtype, 0, 24.0)
+    report = quantize_language_model(model, method or "none")
+    load_s = time.perf_counter() - start
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    resident = _status_kb("VmRSS") * 1024
+    load_peak = max(_status_kb("VmHWM") * 1024, resident)     # the kernel updates VmHWM lazily
+    Path("/proc/self/clear_refs").write_text("5")          # VmHWM := VmRSS from here on
+    decoder = make_variant("static-sdpa", model, config)
+    inputs = random_prompt(config.vocab_size, 1, prompt, 0, dev)
+    with torch.no_grad():
+        t = time.perf_counter()
+        state = decoder.begin(inputs, BLOCK, answer_slots=4 * BLOCK)
+        prefill_s = time.perf_counter() - t
+        buf = decoder.plan_step(state, [(0, BLOCK)])
+        buf.tokens.fill_(config.mask_token_id)
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            decoder.forward(state, buf)
+            times.append(time.perf_counter() - t)
+    run_peak = max(_status_kb("VmHWM"), _status_kb("VmRSS")) * 1024
+    quantized_numel = report.float_bytes // dtype.itemsize if method else 0
+    packed_int4 = quantized_numel // 2 + quantized_numel // INT4_GROUP_SIZE * 2 * 2   # + bf16 scale and zero
+    return {"variant": variant, "shape": shape, "pid": os.getpid(), "prompt": prompt, "threads": threads, "load_s": load_s,
+            "load_peak_bytes": load_peak, "resident_bytes": resident, "run_peak_bytes": run_peak,
+            "prefill_s": prefill_s, "block_forward_s": statistics.median(times), "block_forward_all_s": times,
+            "weight_bytes": weight_bytes(model), "quantized_layers": report.linear_layers,
+            "quantized_float_bytes": report.float_bytes, "quantized_bytes": report.quantized_bytes,
+            "packed_int4_bytes": packed_int4 if method == "int4" else None,
+            "kv_bytes_per_key_bf16": kv_bytes(model, 1, 1) * 2 // dtype.itemsize,
+            "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def run_child(variant: str, args) -> dict:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+    cmd = [sys.executable, __file__, "--measure", variant, "--prompt", str(args.prompt),
+           "--repeats", str(args.repeats), "--threads", str(args.threads), "--shape", args.shape]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{variant}: exit {out.returncode}\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_tables(rows: dict, args) -> None:
+    gb = 1e9
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "?")
+    first = next(iter(rows.values()))
+    print(f"Measured: {cpu}, {os.cpu_count()} cores, {first['threads']} threads, random {first.get('shape', '2b')} weights, "
+          f"{first['prompt']}-token text prefill, Block-{BLOCK} forward: median of {len(first['block_forward_all_s'])}")
+    print("| variant | weights read / forward | load peak RSS | run peak RSS | prefill | Block-32 forward |")
+    print("|---|---|---|---|---|---|")
+    for v, r in rows.items():
+        print(f"| {v} | {r['weight_bytes'] / gb:.2f} GB | {r['load_peak_bytes'] / gb:.2f} GB | "
+              f"{r['run_peak_bytes'] / gb:.2f} GB | {r['prefill_s']:.1f} s | {r['block_forward_s']:.2f} s |")
+    bf16, int8 = rows.get("bfloat16"), rows.get("bfloat16+int8")
+    if bf16 and int8:
+        for key, label in (("run_peak_bytes", "run peak"), ("load_peak_bytes", "load peak")):
+            ratio = int8[key] / bf16[key]
+            print(f"int8 / bf16 {label} RSS: {ratio:.2f}x (target <= 0.55x: {'met' if ratio <= 0.55 else 'MISSED'})")
+    # Projection: bytes per forward for bf16 / int8 / int4 (packed), K/V in bf16.
+    sizes = {}
+    if bf16:
+        sizes["bf16"] = bf16["weight_bytes"]
+    if int8:
+        sizes["int8"] = int8["weight_bytes"]
+    int4 = rows.get("bfloat16+int4")
+    if int4:
+        sizes["int4 (packed)"] = int4["weight_bytes"] - int4["quantized_bytes"] + int4["packed_int4_bytes"]
+    if not sizes:
+        return
+    kv = first["kv_bytes_per_key_bf16"] * args.kv_keys
+    print(f"\nProjection (not measured on a board): (weights + K/V of {args.kv_keys} keys, {kv / 1e6:.0f} MB) / "
+          f"peak bandwidth; per plan = {args.forwards_per_plan} forwards")
+    print("| board | bandwidth | " + " | ".join(f"{k}: {(b + kv) / gb:.2f} GB / forward, plan" for k, b in sizes.items())
+          + " |")
+    print("|---|---|" + "---|" * len(sizes))
+    for board, bw in BOARDS:
+        cells = [f"{(b + kv) / bw * 1e3:.1f} ms, {(b + kv) / bw * args.forwards_per_plan * 1e3:.0f} ms"
+                 for b in sizes.values()]
+        print(f"| {board} | {bw / 1e9:.0f} GB/s | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    parser.add_argument("--shape", default="2b", help="bench's random-weight shape (2b: Qwen3-VL-2B's text shape)")
+    parser.add_argument("--prompt", type=int, default=300, help="prefill tokens (text)")
+    parser.add_argument("--repeats", type=int, default=3, help="Block-32 forwards timed (median)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--kv-keys", type=int, default=1024,
+                        help="projection: keys a forward reads (image + text prompt + answer so far)")
+    parser.add_argument("--forwards-per-plan", type=int, default=28,
+                        help="projection: denoise forwards per plan (the demo model: median 24-28 per answer)")
+    parser.add_argument("--json", default=None, help="also write every number here")
+    parser.add_argument("--from-json", default=None, help="print the tables of an earlier --json, measuring nothing")
+    parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        warnings.filterwarnings("ignore")
+        logging.disable(logging.WARNING)
+        print(json.dumps(measure(args.measure, args.prompt, args.repeats, args.threads, args.shape)))
+        return
+    if args.from_json:
+        rows = json.loads(Path(args.from_json).read_text())
+    else:
+        rows = {}
+        for v in args.variants:
+            rows[v] = run_child(v, args)
+            print(f"{v}: done", file=sys.stderr, flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+    print_tables(rows, args)
+
+
+if __name__ == "__main__":
+    main()
