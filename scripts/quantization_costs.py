@@ -24,7 +24,8 @@ METHODS = ("none", "int8", "int8-dynamic", "int4")
 
 
 def forward() -> None:
-    from wam_diff2_core.cli.bench import _interleaved_times, build_random_model, forward_steps, make_variant, weight_bytes
+    from wam_diff2_core.cli.bench import _interleaved_times, forward_steps, make_variant, weight_bytes
+    from wam_diff2_core.model.random_model import build_random_model
     from wam_diff2_core.model.quantization import quantize_language_model
 
     dev, args = torch.device("cpu"), types.SimpleNamespace(block_size=32, batch=1, seed=0)

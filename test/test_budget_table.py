@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_budget_table_measures_each_variant_in_its_own_process_and_projects_from_its_bytes(tmp_path):
     import torch
 
-    from wam_diff2_core.cli.bench import build_random_model
+    from wam_diff2_core.model.random_model import build_random_model
     from wam_diff2_core.model.quantization import INT4_GROUP_SIZE, quantizable_linears
 
     out = tmp_path / "budget.json"

@@ -225,7 +225,7 @@ def test_flashinfer_plans_from_host_lengths_that_match_the_device_buffers(tiny_m
 # ---------------------------------------------------------------------------------- 6. bench shape
 def test_bench_logit_scale_leaves_tied_embeddings_alone():
     """With tied embeddings (as the 2B shape) the logit scale must not scale the input embeddings."""
-    from wam_diff2_core.cli.bench import SHAPES, build_random_model
+    from wam_diff2_core.model.random_model import SHAPES, build_random_model
     assert SHAPES["2b"]["tie_word_embeddings"] and SHAPES["2b"]["head_dim"] == 128
     dims = {**SHAPES["tiny"], "tie_word_embeddings": True}
     scaled, _ = build_random_model(dims, "cpu", torch.float32, seed=0, logit_scale=24.0)

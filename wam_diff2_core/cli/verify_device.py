@@ -148,7 +148,8 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0,
     from ..decoding.sampling import seeded_generators
     from ..model.quantization import quantize_language_model
     from ..policy import token_agreement
-    from .bench import build_random_model, make_variant
+    from ..model.random_model import build_random_model
+    from .bench import make_variant
 
     dtypes = ("float32",) if device.type == "cpu" else ("float32", "bfloat16")
     batches = _check_batches(device)
@@ -354,13 +355,14 @@ def check_quantized(device, dtype, args, method: str, unquantized: list[dict]) -
     (the machine may lack it; gpu_verify.sh carries its wheel from gpu_wheels/)."""
     from ..config import ConfigError
     from ..model.quantization import quantize_language_model, require_torchao
+    from ..model.random_model import build_random_model
     from . import bench
     try:
         require_torchao(method)
     except ConfigError as exc:
         return {"method": method, "skipped": str(exc)}, True
     tokens, ok = check_tokens(device, False, args.check_tokens, quantization=method)
-    model, config = bench.build_random_model(args.shape, device, dtype, args.seed, 24.0)
+    model, config = build_random_model(args.shape, device, dtype, args.seed, 24.0)
     report = quantize_language_model(model, method)
     config = config.with_settings(block_size=32)
     variants = {}
@@ -389,7 +391,7 @@ def measure_frames(device, dtype, args) -> dict:
     from ..model.tiny import build_processor, build_tokenizer
     from ..geometry import EgoMotion
     from ..policy import DrivingPolicy
-    from .bench import SHAPES, VISION_2B, build_random_model
+    from ..model.random_model import SHAPES, VISION_2B, build_random_model
 
     tokenizer = build_tokenizer(args.seed, qwen_layout=True)
     ids = {k: tokenizer.convert_tokens_to_ids(t) for k, t in (
@@ -492,6 +494,7 @@ def run(args) -> int:
 
     from ..config import ConfigError
     from ..model.checkpoint import resolve_device, resolve_dtype
+    from ..model.random_model import build_random_model
     from . import bench
     from .common import cpu_name, format_table
 
@@ -520,7 +523,7 @@ def run(args) -> int:
         print(format_table(rows, [("dtype", "dtype", ""), ("variant", "variant", ""), ("case", "case", ""),
                                         ("same", "same tokens", ""), ("note", "note", "")]))
     if "forward" in args.parts or "decode" in args.parts:
-        model, config = bench.build_random_model(args.shape, device, dtype, args.seed, 24.0)
+        model, config = build_random_model(args.shape, device, dtype, args.seed, 24.0)
         config = config.with_settings(block_size=32)
         variants = {}
         for variant in bench.available_variants(device):
