@@ -58,7 +58,7 @@ from .common import VISION_KEYS, DecodeOutput, DecodeStats, PhaseTimer, record_b
 from .cuda_graphs import MutatingStep, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
 from .masks import prompt_block_mask, response_positions
-from .sampling import bound_generators, device_settings, sample_tokens, transfer_schedule
+from .sampling import bound_generators, check_greedy_rows, device_settings, sample_tokens, transfer_schedule
 from .step import (ARState, BlockState, QueryGroup, StepBuffers, TransferRule, ar_step, compiled_forward_step,
                    forward_step, greedy_pick, whole_step)
 from .text_forward import QwenTextForward, text_model_inputs
@@ -341,15 +341,17 @@ class StaticBlockDiffusionDecoder:
         return self._run_step(run, buf, lambda forward: whole_step(forward, pick.fn, buf, block, rule),
                               block.tensors(), rule, pick)
 
-    def _pick(self, settings: DecodingSettings, generators, rows: Sequence[int], n: int) -> _Pick:
-        """The token choice of a step that draws for ``rows`` of the ``n`` sequences. Greedy steps graph
-        whole; a sampling step does while every sequence still draws (the graph's draws are then the plain
-        decoder's) from the device's default generator or from bound generators (:meth:`_bind`)."""
+    def _pick(self, settings: DecodingSettings, generators, rows: Sequence[int], n: int,
+              greedy_rows: Sequence[int] = ()) -> _Pick:
+        """The token choice of a step that draws for ``rows`` of the ``n`` sequences (``greedy_rows`` at
+        temperature 0). Greedy steps graph whole; a sampling step does while every sequence still draws
+        (the graph's draws are then the plain decoder's) from the device's default generator or from bound
+        generators (:meth:`_bind`); with greedy rows beside sampled ones only the forward is graphed."""
         if settings.temperature == 0:
             return self._greedy
-        fn = lambda logits: sample_tokens(logits, settings, self.banned, generators, rows)   # noqa: E731
+        fn = lambda logits: sample_tokens(logits, settings, self.banned, generators, rows, greedy_rows)  # noqa: E731
         own = tuple(generators[:n]) if generators is not None else ()
-        if len(rows) < n or (own and any(g not in self._own_generators for g in own)):
+        if greedy_rows or len(rows) < n or (own and any(g not in self._own_generators for g in own)):
             return _Pick(fn, None)
         tag = ("sample", n, settings.temperature, settings.top_k, settings.top_p, settings.sampler, bool(own))
         return _Pick(fn, tag, own)
@@ -389,12 +391,14 @@ class StaticBlockDiffusionDecoder:
     # ------------------------------------------------------------ generate
     @torch.no_grad()
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
-                 generators: Sequence[torch.Generator | None] | None = None) -> DecodeOutput:
+                 generators: Sequence[torch.Generator | None] | None = None,
+                 greedy_rows: Sequence[int] = ()) -> DecodeOutput:
         """Decode a (left-padded) processor batch; the same contract as BlockDiffusionDecoder.generate."""
         settings = device_settings(settings or self.config.settings, self.device.type)
         n, length = inputs["input_ids"].shape
         if generators is not None and len(generators) != n:
             raise ValueError(f"generators: expected {n}, got {len(generators)}")
+        greedy_rows = check_greedy_rows(greedy_rows, n)
         size = settings.block_size
         answer_slots = settings.max_new_tokens if size == 1 else -(-settings.max_new_tokens // size) * size
         run = self._begin(n, length + answer_slots)
@@ -404,16 +408,16 @@ class StaticBlockDiffusionDecoder:
         generators, bound = self._bind(run, settings, generators)
         with bound:
             if size == 1:
-                result = self._generate_ar(run, prefix, settings, generators, timer)
+                result = self._generate_ar(run, prefix, settings, generators, timer, greedy_rows)
             else:
-                result = self._generate_blocks(run, prefix, settings, generators, timer)
+                result = self._generate_blocks(run, prefix, settings, generators, timer, greedy_rows)
         for stats in result.stats:
             stats.prefill_ms, stats.denoise_ms, stats.commit_ms = (
                 timer.totals["prefill"], timer.totals["denoise"], timer.totals["commit"])
         return result
 
     def _generate_blocks(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
-                         generators, timer: PhaseTimer) -> DecodeOutput:
+                         generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
         n, rows, size = prefix.n, run.rows, settings.block_size
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         n_blocks = -(-settings.max_new_tokens // size)
@@ -455,7 +459,7 @@ class StaticBlockDiffusionDecoder:
                         if step_buf is None:
                             step_buf = self._plan(run, prefix, [(k * size, size)])
                         buf = step_buf
-                    pick = self._pick(settings, generators, [i for i in range(n) if active[i]], n)
+                    pick = self._pick(settings, generators, [i for i in range(n) if active[i]], n, greedy_rows)
                     rule = TransferRule.at_step(settings, step, schedule, mask_id, eos_id)
                     still_masked = self._denoise_step(run, buf, block, rule, pick)
                 # Positions still masked after S steps take the last step's tokens.
@@ -488,7 +492,7 @@ class StaticBlockDiffusionDecoder:
         return self._run_step(run, buf, lambda forward: ar_step(forward, pick.fn, *args), ar.tensors(), "ar", pick)
 
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
-                     generators, timer: PhaseTimer) -> DecodeOutput:
+                     generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
         """B = 1: causal next-token decoding, one :func:`ar_step` per token (a whole-step graph, sampling
         while every sequence still draws); the host reads the EOS flags every ``mask_check_interval``
         tokens (every token when sampling: only sequences still decoding draw random numbers)."""
@@ -497,7 +501,8 @@ class StaticBlockDiffusionDecoder:
         interval = settings.mask_check_interval if greedy else 1
         ar = self._ar_state(run)
         ar.reset(eos_id)                                        # rows beyond the batch stay done
-        tokens, _ = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n))
+        tokens, _ = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n),
+                                  greedy_rows)
         ar.out[:n, 0] = tokens[:, 0]
         ar.done[:n] = tokens[:, 0] == eos_id
         buf = self._plan(run, prefix, [(0, 1)])
@@ -507,7 +512,7 @@ class StaticBlockDiffusionDecoder:
                     done = ar.done[:n].tolist()                 # the one host read
                     if all(done):
                         break
-                pick = self._pick(settings, generators, [i for i in range(n) if not done[i]], n)
+                pick = self._pick(settings, generators, [i for i in range(n) if not done[i]], n, greedy_rows)
                 self._ar_step(run, prefix, buf, ar, t, pick)
         stats = [DecodeStats(block_size=1) for _ in range(n)]
         sequences, finished = [], []
