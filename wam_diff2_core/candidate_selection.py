@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .geometry import wrap_angle, world_to_ego
+from .geometry import wrap_angle, world_to_ego, yaw_from_quaternion
 from .pdm_score import (MAX_STEERING_RAD, OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult,
                         PdmScene, Vehicle, pdm_score)
 
@@ -41,6 +41,8 @@ CORRIDOR_SPACING_M = 0.5       # centre-line points closer than this to the prev
 STEERING_MIN_SPEED_MPS = 0.5   # slower: the ego's steering angle is taken as 0 (yaw rate / speed is noise)
 NO_ROUTE_HALF_SIZE_M = 1000.0  # without a route: the drivable area is this square around the ego
 MAX_CANDIDATES = 16            # rows of one batched decode
+OBJECTS_MAX_AGE_S = 1.0        # an objects message older than this at the frame is not used (nothing is tracked)
+BOX, CYLINDER = 1, 3           # shape_msgs/SolidPrimitive types of derived_object_msgs/Object
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,43 @@ class TrackedObject:
                           name=self.name)
 
 
+def object_ground_box(obj) -> tuple[float, float, float, float, float, float] | None:
+    """A ``derived_object_msgs/Object`` (read by attribute: a live message or a bag's) as (x, y, yaw, length,
+    width, height) on the ground: BOX dimensions are [length, width, height], a CYLINDER [height, radius] is a
+    2r square; None for another shape or a non-finite / empty box (height NaN when a BOX gives none)."""
+    dims = [float(d) for d in obj.shape.dimensions]
+    if obj.shape.type == BOX and len(dims) >= 2:
+        length, width, height = dims[0], dims[1], dims[2] if len(dims) >= 3 else math.nan
+    elif obj.shape.type == CYLINDER and len(dims) >= 2:
+        length = width = 2.0 * dims[1]
+        height = dims[0]
+    else:
+        return None
+    p, q = obj.pose.position, obj.pose.orientation
+    row = (float(p.x), float(p.y), yaw_from_quaternion(q.x, q.y, q.z, q.w), length, width)
+    if not all(math.isfinite(v) for v in row) or length <= 0 or width <= 0:
+        return None
+    return (*row, height)
+
+
+def tracked_objects_from_msg(msg, t_ns: int) -> list[TrackedObject]:
+    """The objects of an ``ObjectArray`` (carla-ros-bridge's: pose and twist in the message's frame) as
+    :class:`TrackedObject` for a frame at ``t_ns``; objects without a usable box or with a non-finite
+    velocity are left out."""
+    stamp = msg.header.stamp
+    age_s = (int(t_ns) - (int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec))) / 1e9
+    objects = []
+    for obj in msg.objects:
+        box = object_ground_box(obj)
+        v = obj.twist.linear
+        if box is None or not (math.isfinite(float(v.x)) and math.isfinite(float(v.y))):
+            continue
+        x, y, yaw, length, width, _ = box
+        objects.append(TrackedObject(x, y, yaw, float(v.x), float(v.y), length, width, age_s,
+                                     name=f"object {int(obj.id)}"))
+    return objects
+
+
 @dataclass(frozen=True)
 class Selection:
     """The choice among candidates: ``index`` of the best (into the candidates given), every candidate's
@@ -201,5 +240,6 @@ def online_scene(ego_xy, ego_yaw: float, speed_mps: float, acceleration_mps2: fl
                        PdmScene(centreline=centreline, drivable=drivable, agents=agents), vehicle)
 
 
-__all__ = ["CandidateSettings", "MAX_CANDIDATES", "CORRIDOR_AHEAD_M", "CORRIDOR_BEHIND_M", "DEFAULT_LANE_WIDTH_M", "NO_ROUTE_HALF_SIZE_M", "OnlineScene",
+__all__ = ["BOX", "CYLINDER", "OBJECTS_MAX_AGE_S", "object_ground_box", "tracked_objects_from_msg",
+           "CandidateSettings", "MAX_CANDIDATES", "CORRIDOR_AHEAD_M", "CORRIDOR_BEHIND_M", "DEFAULT_LANE_WIDTH_M", "NO_ROUTE_HALF_SIZE_M", "OnlineScene",
            "Selection", "TrackedObject", "check_lane_width", "corridor_line", "ego_start", "online_scene"]
