@@ -81,6 +81,22 @@ def test_the_scene_is_in_the_ego_frame_with_objects_moved_on_at_constant_velocit
     assert results[0].nc == 0.0 and results[1].nc == 1.0
 
 
+def test_agents_far_from_every_plan_are_left_out_and_change_no_score():
+    near = [TrackedObject(x=30.0, y=0.0, yaw=0.0),                                  # on the path
+            TrackedObject(x=60.0, y=-30.0, yaw=math.pi / 2, vx=0.0, vy=8.0),       # crosses it later
+            TrackedObject(x=6.0, y=-12.0, yaw=0.0)]                                 # beside it, within reach
+    far = [TrackedObject(x=-80.0, y=40.0, yaw=0.0), TrackedObject(x=20.0, y=-60.0, yaw=0.0, vx=-3.0)]
+    scene = online_scene((0.0, 0.0), 0.0, 8.0, route_xy=_route(), lane_width_m=7.0, objects=near + far)
+    plans = [_straight(8.0), _straight(4.0), _straight(12.0)]
+    kept = scene.near_agents(plans)
+    assert len(kept) == 3 and all(k is a for k, a in zip(kept, scene.scene.agents[:3]))
+    for plan, result in zip(plans, scene.score_all(plans)):
+        full = pdm_score(plan, scene.ego, scene.scene, result.reference_progress_m)   # every agent
+        assert (result.nc, result.ttc, result.pdms, result.collision_time_s, result.ttc_time_s) == \
+            (full.nc, full.ttc, full.pdms, full.collision_time_s, full.ttc_time_s)
+    assert scene.near_agents([None]) == ()
+
+
 def test_without_a_route_the_area_is_unknown_and_progress_runs_along_the_heading():
     scene = online_scene((3.0, 4.0), 1.0, 6.0)
     plan = _straight(6.0, 0.0)

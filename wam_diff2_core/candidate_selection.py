@@ -25,14 +25,15 @@ The best candidate has the highest PDMS, the earliest one on ties (row 1, the gr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from .geometry import wrap_angle, world_to_ego, yaw_from_quaternion
-from .pdm_score import (MAX_STEERING_RAD, OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult,
-                        PdmScene, Vehicle, pdm_score)
+from .outputs.prompts import WAYPOINT_DT_S
+from .pdm_score import (MAX_STEERING_RAD, OBSERVATION_SAMPLES, SIM_DT_S, TTC_PROJECTION_STEPS, AgentTrack, Area,
+                        EgoStart, PdmResult, PdmScene, Vehicle, pdm_score)
 
 DEFAULT_LANE_WIDTH_M = 3.5     # the drivable corridor's width around the route (planner: candidates.lane_width_m)
 CORRIDOR_BEHIND_M = 30.0       # centre line kept behind the ego (progress is clipped at 0 anyway)
@@ -43,6 +44,7 @@ NO_ROUTE_HALF_SIZE_M = 1000.0  # without a route: the drivable area is this squa
 MAX_CANDIDATES = 16            # rows of one batched decode
 OBJECTS_MAX_AGE_S = 1.0        # an objects message older than this at the frame is not used (nothing is tracked)
 BOX, CYLINDER = 1, 3           # shape_msgs/SolidPrimitive types of derived_object_msgs/Object
+TRACKING_MARGIN_M = 5.0        # the tracked ego stays this close to its plan's line (agents farther are not scored)
 
 
 @dataclass(frozen=True)
@@ -198,9 +200,36 @@ class OnlineScene:
     scene: PdmScene
     vehicle: Vehicle = Vehicle()
 
+    def near_agents(self, plans: Sequence[np.ndarray | None]) -> tuple[AgentTrack, ...]:
+        """The agents that can touch any of ``plans``: those whose boxes come within reach of a plan's line
+        (from the ego through its waypoints) at any time: half their diagonal + the ego's diagonal + how far
+        TTC projects the ego (0.9 s at the plan's top speed) + :data:`TRACKING_MARGIN_M`. The others cannot
+        overlap the ego or its TTC projections, so leaving them out changes no score (only its cost)."""
+        lines = [np.vstack([[0.0, 0.0], np.asarray(p, dtype=np.float64)]) for p in plans if p is not None]
+        if not lines:
+            return ()
+        dense = []
+        top_speed = abs(self.ego.speed_mps)
+        for line in lines:
+            steps = np.hypot(*np.diff(line, axis=0).T)
+            top_speed = max(top_speed, float(steps.max()) / WAYPOINT_DT_S)
+            s = np.concatenate([[0.0], np.cumsum(steps)])
+            at = np.linspace(0.0, s[-1], max(2, int(s[-1] / 0.5) + 2))
+            dense.append(np.stack([np.interp(at, s, line[:, 0]), np.interp(at, s, line[:, 1])], axis=1))
+        points = np.vstack(dense)                                                   # [P, 2]
+        reach = math.hypot(self.vehicle.box.length_m, self.vehicle.box.width_m) + TTC_PROJECTION_STEPS[-1] * SIM_DT_S * top_speed + TRACKING_MARGIN_M
+        near = []
+        for agent in self.scene.agents:
+            gap = np.hypot(*(agent.xy[:, None, :] - points[None]).transpose(2, 0, 1)).min()
+            if gap <= reach + 0.5 * math.hypot(agent.length_m, agent.width_m):
+                near.append(agent)
+        return tuple(near)
+
     def score_all(self, plans: Sequence[np.ndarray | None]) -> tuple[PdmResult | None, ...]:
-        """Every plan's PDM score, EP against the best progress x NC x DAC among them (None stays None)."""
-        raw = [None if p is None else pdm_score(p, self.ego, self.scene, 0.0, self.vehicle) for p in plans]
+        """Every plan's PDM score, EP against the best progress x NC x DAC among them (None stays None);
+        only the agents near some plan are scored against (:meth:`near_agents`)."""
+        scene = replace(self.scene, agents=self.near_agents(plans))
+        raw = [None if p is None else pdm_score(p, self.ego, scene, 0.0, self.vehicle) for p in plans]
         reference = max((r.weighted_progress_m for r in raw if r is not None), default=0.0)
         return tuple(None if r is None else r.with_reference(reference) for r in raw)
 
