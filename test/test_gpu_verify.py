@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--device", "cpu", "--shape", "tiny", "--prompt-length", "64", "--repeats", "2", "--frames", "1",
-         "--frame-size", "160", "90", "--new-tokens", "32", "--check-tokens", "32"]
+         "--frame-size", "160", "90", "--new-tokens", "32", "--check-tokens", "32", "--candidates", "2"]
 
 
 def _verify(tmp_path, *extra):
@@ -44,6 +44,9 @@ def test_gpu_verify_runs_end_to_end_on_cpu(tmp_path):
         "SDPA, bool mask, bf16: backends that run it"]["result"]
     assert probe["token choice under the capture rules (HostSyncCheck)"]["result"] == "no host sync"
     assert result["frame"]["p95_ms"] >= result["frame"]["p50_ms"] > 0
+    # the candidates rows: N rows in one batched decode, timed per N beside one candidate
+    assert set(result["frame"]["candidates_p50_ms"]) == {"2"} and result["frame"]["candidates_p50_ms"]["2"] > 0
+    assert "160x90 frame, 2 candidates" in out and "ms per added row" in out
 
 
 def test_gpu_verify_fails_on_one_perturbed_token(tmp_path):
@@ -86,3 +89,8 @@ def test_device_check_runs_its_three_parts_on_cpu(tmp_path):
         assert part in done.stdout, done.stdout
     assert "skipped" in (tmp_path / "out" / "pytest.log").read_text()
     assert json.loads((tmp_path / "out" / "probe" / "verify.json").read_text())["ok"]
+
+
+def test_gpu_verify_refuses_a_candidate_count_outside_its_range(tmp_path):
+    done = _verify(tmp_path, "--parts", "frame", "--candidates", "1")
+    assert done.returncode == 2 and "--candidates [1]: each count must lie in 2..16" in done.stdout

@@ -55,7 +55,7 @@ class CandidateSettings:
 
     count: int = 1
     temperature: float = 1.0
-    top_p: float = 0.95
+    top_p: float = 1.0
     seed: int = 0
     lane_width_m: float = DEFAULT_LANE_WIDTH_M
 
