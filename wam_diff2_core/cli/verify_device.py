@@ -24,7 +24,7 @@
    vision tower's shape for ``2b``), p50 / p95; then the same frame with ``--candidates`` N plan candidates
    (the planner's ``candidates.count``: N rows in one batched decode, row 1 greedy, rows 2..N sampled),
    p50 per N and its ratio to one candidate: what a row costs on the device (a random model's answers do
-   not parse, so this is the decode's cost; scoring a parsed candidate adds ~0.1 s of CPU each,
+   not parse, so this is the decode's cost; scoring a parsed candidate adds ~50 ms of CPU each,
    scripts/candidates_bench.py).
 
 Targets (met on the device, not in CI) are printed beside the figures; token mismatches and graph
