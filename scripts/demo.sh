@@ -4,7 +4,7 @@
 # bag, played with /clock (wam-diff2-ros replay) into the planner node running on sim time, and what
 # the node published is recorded and scored against the recorded drive (wam-diff2 eval-bag
 # --predictions): L2 at 1-4 s beside the constant-velocity baseline, decode statistics, latency.
-#   make demo [MODEL=ckpt] [FRAMES=120] [RATE=1.0] [OUT=outputs/demo]
+#   make demo [MODEL=ckpt] [FRAMES=120] [RATE=1.0] [OUT=outputs/demo] [CANDIDATES=1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-outputs/demo}
@@ -20,9 +20,10 @@ export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-57}
 # engine.cpu_threads 1: torch's default (one per core) spin-waits against the node's executor
 # threads and the player on a 2-core machine and made each plan ~40x slower (16 s instead of 0.4 s).
 wam-diff2-planner --ros-args --params-file config/planner.yaml -p model_path:="$model" -p use_sim_time:=true \
-  -p engine.cpu_threads:="${PLANNER_THREADS:-1}" \
+  -p engine.cpu_threads:="${PLANNER_THREADS:-1}" -p candidates.count:="${CANDIDATES:-1}" \
   -r "~/input/image:=$role/rgb_front/image" -r "~/input/camera_info:=$role/rgb_front/camera_info" \
-  -r "~/input/odometry:=$role/odometry" -r "~/input/route:=$role/waypoints" > "$out/planner.log" 2>&1 &
+  -r "~/input/odometry:=$role/odometry" -r "~/input/route:=$role/waypoints" \
+  -r "~/input/objects:=$role/objects" > "$out/planner.log" 2>&1 &
 planner=$!
 # As ros2 launch does: SIGINT, then SIGTERM after 10 s, then SIGKILL (a node has once been seen
 # to miss its first SIGINT on shutdown).

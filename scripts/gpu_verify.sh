@@ -2,7 +2,8 @@
 # The device check of the fast decoding paths: tokens of every fast variant vs the plain decoder
 # (exit status 1 on any mismatch or graph fallback), then the table: ms per denoise forward (eager, CUDA graphs, graphs +
 # FlashInfer) vs the HBM floor, graphs / eager, measured tokens per forward and ms/token, and a camera
-# frame -> parsed trajectory latency through DrivingPolicy (wam_diff2_core/cli/verify_device.py).
+# frame -> parsed trajectory latency through DrivingPolicy, also with 2, 4 and 8 plan candidates in one batch
+# (--candidates; wam_diff2_core/cli/verify_device.py).
 #
 #   scripts/gpu_verify.sh [verify-device options]        # default: --device cuda --shape 2b (bf16)
 #   scripts/gpu_verify.sh --device cpu --shape tiny ...   # the same run on CPU (CI: test/test_gpu_verify.py)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,10 @@ def test_demo_script_drives_the_node_over_dds_and_scores_what_it_published(tmp_p
     counts = metrics["counts"]
     assert counts["evaluated"] >= 3 and counts["valid"] == counts["evaluated"]
     assert "L2" in proc.stdout and str(tmp_path / "demo" / "eval") in proc.stdout
+    # the bag's other vehicles go out as derived_object_msgs (the planner's ~/input/objects is remapped to them)
+    published = re.search(r"published \d+ messages \((.*?)\)", proc.stdout)
+    assert published and re.search(r"/carla/ego_vehicle/objects [1-9]", published.group(1)), proc.stdout[-3000:]
+    assert "not importable" not in proc.stdout + proc.stderr
     planner_log = (tmp_path / "demo" / "planner.log").read_text()
     expected = "block_size=32" if name == "block32" else "block_size=1"
     assert f"decoding settings: {expected}" in planner_log, planner_log[-2000:]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--device", "cpu", "--shape", "tiny", "--prompt-length", "64", "--repeats", "2", "--frames", "1",
-         "--frame-size", "160", "90", "--new-tokens", "32", "--check-tokens", "32"]
+         "--frame-size", "160", "90", "--new-tokens", "32", "--check-tokens", "32", "--candidates", "2"]
 
 
 def _verify(tmp_path, *extra):
@@ -51,6 +51,9 @@ def test_gpu_verify_runs_end_to_end_on_cpu(tmp_path):
     assert [(r["variant"], r["step"]) for r in quant["forward"]] == [("static-sdpa", "AR"), ("static-sdpa", "Block-32")]
     assert all(r["x_unquantized"] > 0 and r["floor_ms"] < r["ms"] for r in quant["forward"])
     assert "int8 fast tokens vs plain (same quantized weights)" in out and "int8 static-sdpa Block-32 forward" in out
+    # the candidates rows: N rows in one batched decode, timed per N beside one candidate
+    assert set(result["frame"]["candidates_p50_ms"]) == {"2"} and result["frame"]["candidates_p50_ms"]["2"] > 0
+    assert "160x90 frame, 2 candidates" in out and "ms per added row" in out
 
 
 def test_gpu_verify_fails_on_one_perturbed_token(tmp_path):
@@ -118,3 +121,8 @@ def test_without_torchao_the_quant_part_is_a_skipped_row_that_says_why(monkeypat
     assert ok and quant == {"method": "int8", "skipped": "quantization: int8 needs torchao, which is not installed"}
     rows = verify_device.summary_rows({"quant": [quant]})
     assert rows == [{"what": "quantized int8", "value": f"skipped: {quant['skipped']}", "target": "-", "met": "-"}]
+
+
+def test_gpu_verify_refuses_a_candidate_count_outside_its_range(tmp_path):
+    done = _verify(tmp_path, "--parts", "frame", "--candidates", "1")
+    assert done.returncode == 2 and "--candidates [1]: each count must lie in 2..16" in done.stdout

@@ -27,9 +27,10 @@ SOURCES = sorted([*ROOT.glob("wam_diff2_core/**/*.py"), *ROOT.glob("wam_diff2_ro
 OWN = {"wam_diff2_core", "wam_diff2_ros"}
 # ROS 2 packages that are not on PyPI (so not in the ament index of every environment the tests run in:
 # carla_msgs is built by scripts/build_ros_interfaces.sh, absent from the install-tree tests' environment)
-NOT_INSTALLABLE_HERE = {"launch", "launch_ros", "vision_msgs", "carla_msgs", "autoware_planning_msgs", "tf2_msgs"}
+NOT_INSTALLABLE_HERE = {"launch", "launch_ros", "vision_msgs", "carla_msgs", "autoware_planning_msgs", "tf2_msgs",
+                        "derived_object_msgs"}
 # ROS packages the code may do without (imported inside try/except ImportError)
-OPTIONAL_ROS = {"vision_msgs", "carla_msgs", "autoware_planning_msgs", "tf2_msgs"}
+OPTIONAL_ROS = {"vision_msgs", "carla_msgs", "autoware_planning_msgs", "tf2_msgs", "derived_object_msgs"}
 # the rest, with where a ROS user gets it: a rosdep key declared in package.xml, or pip
 PYTHON_LIBRARIES = {
     "numpy": "rosdep python3-numpy", "yaml": "rosdep python3-yaml", "cv2": "rosdep python3-opencv",

@@ -163,8 +163,8 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
     tokenizer = policy.loaded.tokenizer
     real_generate = policy.decoder.generate
 
-    def generate(inputs, settings=None, generators=None):
-        out = real_generate(inputs, settings, generators)   # the real decode cost and statistics
+    def generate(inputs, settings=None, generators=None, greedy_rows=()):
+        out = real_generate(inputs, settings, generators, greedy_rows)   # the real decode cost and statistics
         answers = [ANSWER, BOXES][: len(out.sequences)]
         return DecodeOutput(sequences=[tokenizer.encode(a, add_special_tokens=False) for a in answers],
                             finished=[True] * len(answers), stats=out.stats)
@@ -172,8 +172,8 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
     monkeypatch.setattr(policy.decoder, "generate", generate)
     calls = []
     real_step = policy.step
-    monkeypatch.setattr(policy, "step", lambda frame, ego, command: calls.append((frame, ego, command))
-                        or real_step(frame, ego, command))
+    monkeypatch.setattr(policy, "step", lambda frame, ego, command, **kw: calls.append((frame, ego, command))
+                        or real_step(frame, ego, command, **kw))
     ego_x, ego_y, ego_yaw = 100.0, -20.0, math.radians(90.0)
     probe.odometry_pose.update(x=ego_x, y=ego_y, yaw=ego_yaw)
     probe.command_pub.publish(String(data="straight"))

@@ -564,3 +564,24 @@ def test_grouped_sdpa_equals_transformers_repeat_kv(heads, kv_heads, queries):
     module = _types.SimpleNamespace(num_key_value_groups=heads // kv_heads, is_causal=False, training=False)
     want = sdpa_attention_forward(module, q, k, v, mask, dropout=0.0, scaling=32 ** -0.5)[0]
     assert torch.equal(grouped_sdpa(q, k, v, mask, 32 ** -0.5), want)
+
+
+@pytest.mark.parametrize("block", [1, 8, 32])
+@pytest.mark.parametrize("kind", ["plain", "fused", "graphed"])
+def test_greedy_row_beside_sampled_rows_decodes_as_alone(tiny_model, decoders, kind, block):
+    """Candidate selection's batch: row 0 greedy, the others sampled, each as it decodes alone (the greedy
+    row as a temperature-0 decode, a sampled row with its own generator)."""
+    decoder = getattr(decoders, kind)
+    sampled = tiny_model.config.settings.replace(block_size=block, denoising_steps=block, temperature=1.0,
+                                                 top_p=0.9, confidence_threshold=0.5, max_new_tokens=40)
+    greedy = sampled.replace(temperature=0.0)
+    one = decoders.batches[(1,)]
+    three = {key: torch.cat([one[key]] * 3) for key in one}
+    together = decoder.generate(three, sampled, _gens(7, 3), greedy_rows=[0])
+    assert together.sequences[0] == decoder.generate(one, greedy).sequences[0]
+    for row in (1, 2):
+        alone = decoder.generate(one, sampled, [torch.Generator().manual_seed(7 + row)])
+        assert together.sequences[row] == alone.sequences[0]
+    assert together.sequences[1] != together.sequences[0] or together.sequences[2] != together.sequences[0]
+    with pytest.raises(ValueError, match="greedy_rows"):
+        decoder.generate(three, sampled, _gens(7, 3), greedy_rows=[3])

@@ -501,6 +501,19 @@ class PdmResult:
     comfort: dict[str, bool]
     rollout: EgoRollout
 
+    @property
+    def weighted_progress_m(self) -> float:
+        """Progress x NC x DAC: what this plan offers as another plan's reference (NAVSIM scores PDM-Closed's
+        proposals so, EP against the best of them)."""
+        return self.progress_m * self.nc * self.dac
+
+    def with_reference(self, reference_progress_m: float) -> "PdmResult":
+        """This plan's score with another reference progress (EP and PDMS again; nothing is tracked again)."""
+        if not (math.isfinite(reference_progress_m) and reference_progress_m >= 0):
+            raise ValueError(f"reference_progress_m must be finite and >= 0, got {reference_progress_m}")
+        return _combine(self.nc, self.dac, self.ttc, self.c, self.progress_m, float(reference_progress_m),
+                        self.collision_time_s, self.ttc_time_s, self.comfort, self.rollout)
+
     def as_dict(self) -> dict:
         keys = ("nc", "dac", "ttc", "ep", "c", "pdms", "progress_m", "reference_progress_m", "collision_time_s",
                 "ttc_time_s", "comfort")
@@ -639,18 +652,23 @@ def pdm_score(plan, ego: EgoStart, scene: PdmScene, reference_progress_m: float,
     if not (math.isfinite(reference_progress_m) and reference_progress_m >= 0):
         raise ValueError(f"reference_progress_m must be finite and >= 0, got {reference_progress_m}")
     scored = _score_rollout(track_plan(plan, ego, vehicle), scene, vehicle)
-    multiplier = scored.nc * scored.dac
-    progress = scored.progress_m * multiplier
+    return _combine(scored.nc, scored.dac, scored.ttc, scored.c, scored.progress_m, float(reference_progress_m),
+                    scored.collision_time_s, scored.ttc_time_s, scored.comfort, scored.rollout)
+
+
+def _combine(nc: float, dac: float, ttc: float, c: float, progress_m: float, reference_progress_m: float,
+             collision_time_s, ttc_time_s, comfort: dict[str, bool], rollout: EgoRollout) -> PdmResult:
+    """EP against the reference, and PDMS = NC x DAC x (5 EP + 5 TTC + 2 C) / 12."""
+    multiplier = nc * dac
+    progress = progress_m * multiplier
     best = max(progress, reference_progress_m)
     if best > PROGRESS_DISTANCE_THRESHOLD_M:
         ep = progress / best
     else:
         ep = 1.0 if multiplier > 0 else 0.0
-    weighted = (EP_WEIGHT * ep + TTC_WEIGHT * scored.ttc + COMFORT_WEIGHT * scored.c) / (
-        EP_WEIGHT + TTC_WEIGHT + COMFORT_WEIGHT)
-    return PdmResult(scored.nc, scored.dac, scored.ttc, ep, scored.c, multiplier * weighted, scored.progress_m,
-                     float(reference_progress_m), scored.collision_time_s, scored.ttc_time_s, scored.comfort,
-                     scored.rollout)
+    weighted = (EP_WEIGHT * ep + TTC_WEIGHT * ttc + COMFORT_WEIGHT * c) / (EP_WEIGHT + TTC_WEIGHT + COMFORT_WEIGHT)
+    return PdmResult(nc, dac, ttc, ep, c, multiplier * weighted, progress_m, reference_progress_m,
+                     collision_time_s, ttc_time_s, comfort, rollout)
 
 
 __all__ = ["Area", "AgentTrack", "EgoRollout", "EgoStart", "PdmResult", "PdmScene", "Vehicle", "check_plan",

@@ -26,10 +26,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from .candidate_selection import CandidateSettings, OnlineScene, Selection, online_scene
 from .config import (DEFAULT_PARSE_RETRY, FAST_PATH_MIN_AGREEMENT, PARSE_RETRIES, ConfigError, EngineSettings,
                      apply_cpu_threads)
 from .decoding import make_decoder, resolve_engine
 from .decoding.common import DecodeStats
+from .decoding.sampling import seeded_generators
 from .geometry import EgoMotion
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.prompt_encoding import encode_prompts
@@ -65,6 +67,16 @@ class PolicyOutput:
     detections: TaskResult | None
     latency_ms: float                               # whole step: encode + decode + parse
     stages: StageTimes | None = None                # where latency_ms went, and the memory peak
+    candidates: int = 1                             # plan candidates decoded (rows of the plan)
+    selection: Selection | None = None              # the choice among them (None: one candidate, or none valid)
+    plan_candidates: tuple[TaskResult, ...] = ()    # every candidate decoded (candidates > 1), in row order
+
+    @property
+    def valid_candidates(self) -> int:
+        """Candidates that parsed (with one candidate: 1 when the plan is valid)."""
+        if self.selection is not None:
+            return self.selection.valid
+        return int(self.plan is not None and self.plan.valid)
 
 
 class DrivingPolicy:
@@ -75,7 +87,7 @@ class DrivingPolicy:
                  detection_template: str = DETECTION_TEMPLATE,
                  min_pixels: int | None = None, max_pixels: int | None = None,
                  max_waypoint_abs_m: float = DEFAULT_MAX_WAYPOINT_ABS_M, parse_retry: str = DEFAULT_PARSE_RETRY,
-                 engine: EngineSettings | None = None):
+                 engine: EngineSettings | None = None, candidates: CandidateSettings | None = None):
         unknown = [t for t in tasks if t not in TASKS]
         if not tasks or unknown:
             raise ValueError(f"tasks: {list(tasks)!r} must be a non-empty subset of {TASKS}")
@@ -87,6 +99,10 @@ class DrivingPolicy:
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.max_waypoint_abs_m = max_waypoint_abs_m
         self.parse_retry = parse_retry
+        self.candidates = candidates or CandidateSettings()
+        if self.candidates.count > 1 and "plan" not in self.tasks:
+            raise ValueError(f"candidates: {self.candidates.count} plan candidates need the plan task, tasks are "
+                             f"{list(self.tasks)}")
         engine = engine or EngineSettings()
         if engine.quantization not in ("none", loaded.quantization):
             raise ConfigError(f"quantization: the engine asks for {engine.quantization} and the model was loaded "
@@ -121,8 +137,11 @@ class DrivingPolicy:
         return [{"role": "user", "content": content}]
 
     def step(self, frame_rgb: np.ndarray, ego: EgoMotion, command: str,
-             generator: torch.Generator | None = None) -> PolicyOutput:
-        """Plan (and/or detect) for one frame. ``frame_rgb``: [H, W, 3] uint8 RGB."""
+             generator: torch.Generator | None = None, scene: OnlineScene | None = None) -> PolicyOutput:
+        """Plan (and/or detect) for one frame. ``frame_rgb``: [H, W, 3] uint8 RGB. With ``candidates.count``
+        N > 1 the plan is decoded N times in the same batch (row 1 with the decoding settings, rows 2..N
+        sampled at the candidate temperature / top-p) and the candidate ``scene`` scores best is the plan
+        (:mod:`~wam_diff2_core.candidate_selection`; None: the ego's speed alone, no route, no objects)."""
         from PIL import Image
 
         t0 = time.perf_counter()
@@ -142,11 +161,20 @@ class DrivingPolicy:
             prompts["plan"] = format_planning_prompt(command, ego.velocity, ego.acceleration)
         if "detect" in self.tasks:
             prompts["detect"] = self.detection_prompt
-        results = self._decode(prompts, image, self.settings, generator, stages)
+        count = self.candidates.count if "plan" in prompts else 1
+        results, plans = self._decode(prompts, image, self.settings, generator, stages, count)
+        selection = None
+        if count > 1:
+            scene = scene or online_scene((0.0, 0.0), 0.0, ego.velocity[0], ego.acceleration[0],
+                                          lane_width_m=self.candidates.lane_width_m)
+            # scoring the candidates is in stages.other_ms (no stage of its own in StageTimes)
+            selection = scene.select([p.waypoints if p.valid else None for p in plans])
+            if selection is not None:
+                results["plan"] = plans[selection.index]
         retry = self._retry_settings()
         failed = {task: prompts[task] for task, result in results.items() if not result.valid}
         if failed and retry is not None:
-            for task, again in self._decode(failed, image, retry, generator, stages).items():
+            for task, again in self._decode(failed, image, retry, generator, stages)[0].items():
                 again.stats = results[task].stats.then_retried(again.stats)
                 results[task] = again
         latency_ms = (time.perf_counter() - t0) * 1e3
@@ -154,37 +182,60 @@ class DrivingPolicy:
         stages.other_ms = max(0.0, latency_ms - stages.stage_sum_ms)
         stages.peak_memory_mb = memory.peak_mb()
         return PolicyOutput(command=command, plan=results.get("plan"), detections=results.get("detect"),
-                            latency_ms=latency_ms, stages=stages)
+                            latency_ms=latency_ms, stages=stages, candidates=count, selection=selection,
+                            plan_candidates=tuple(plans) if count > 1 else ())
 
     def _inputs(self, prompts: Sequence[str], image):
         return encode_prompts(self.loaded.processor, [self._conversation(p) for p in prompts],
                               [[image] for _ in prompts], min_pixels=self.min_pixels, max_pixels=self.max_pixels)
 
-    def _decode(self, prompts: Mapping[str, str], image, settings, generator,
-                stages: StageTimes) -> dict[str, TaskResult]:
+    def _decode(self, prompts: Mapping[str, str], image, settings, generator, stages: StageTimes,
+                candidates: int = 1) -> tuple[dict[str, TaskResult], list[TaskResult]]:
         """One batched decode of ``{task: prompt}`` on one image, each answer parsed; its stage
-        times are added to ``stages``."""
+        times are added to ``stages``. ``candidates`` > 1: the plan prompt takes that many rows (the
+        first with ``settings``, the others sampled, :meth:`_candidate_rows`). Returns ({task: the first
+        row's answer}, every plan row's answer)."""
+        rows = [task for task in prompts for _ in range(candidates if task == "plan" else 1)]
         t = time.perf_counter()
-        inputs = self._inputs(list(prompts.values()), image)
+        inputs = self._inputs([prompts[task] for task in rows], image)
         stages.processor_ms += (time.perf_counter() - t) * 1e3
-        gens = [generator] * len(prompts) if generator is not None else None
+        gens = [generator] * len(rows) if generator is not None else None
+        greedy_rows: tuple[int, ...] = ()
+        if candidates > 1:
+            settings, gens, greedy_rows = self._candidate_rows(rows, settings)
         with VisionTimer(self.loaded.model, self.loaded.device) as vision:
-            decoded = self.decoder.generate(inputs, settings, generators=gens)
+            decoded = self.decoder.generate(inputs, settings, generators=gens, greedy_rows=greedy_rows)
         stages.add_decode(decoded.stats[0], vision.ms)   # the phases are the batch call's, alike in every row
         t = time.perf_counter()
         texts = self.loaded.tokenizer.batch_decode(decoded.sequences, skip_special_tokens=False)
-        results = {}
-        for task, text, stats in zip(prompts, texts, decoded.stats):
+        results: dict[str, TaskResult] = {}
+        plans: list[TaskResult] = []
+        for task, text, stats in zip(rows, texts, decoded.stats):
             if task == "plan":
                 parsed = parse_waypoints(text, NUM_WAYPOINTS, self.max_waypoint_abs_m)
                 answer = {"waypoints": parsed.waypoints if parsed.ok else None}
             else:
                 parsed = parse_boxes(text, image.size)
                 answer = {"boxes": list(parsed.boxes)}
-            results[task] = TaskResult(valid=parsed.ok, invalid_reason="" if parsed.ok else str(parsed.error),
-                                       raw_text=text, stats=stats, **answer)
+            result = TaskResult(valid=parsed.ok, invalid_reason="" if parsed.ok else str(parsed.error),
+                                raw_text=text, stats=stats, **answer)
+            results.setdefault(task, result)
+            if task == "plan":
+                plans.append(result)
         stages.parse_ms += (time.perf_counter() - t) * 1e3
-        return results
+        return results, plans
+
+    def _candidate_rows(self, rows: Sequence[str], settings):
+        """(settings, generators, greedy rows) of a decode with plan candidates: the plan's first row and
+        every other task's row decode greedily when ``settings`` are greedy (else they sample with the
+        candidate settings too); the other plan rows sample at the candidate temperature / top-p, each
+        from its own generator seeded ``seed + row``."""
+        c = self.candidates
+        first_plan = rows.index("plan")
+        greedy = tuple(i for i, task in enumerate(rows) if task != "plan" or i == first_plan) \
+            if settings.temperature == 0.0 else ()
+        sampled = settings.replace(temperature=c.temperature, top_p=c.top_p)
+        return sampled, seeded_generators([c.seed + i for i in range(len(rows))], self.loaded.device), greedy
 
     def _retry_settings(self):
         """Settings of the one re-decode of an answer that did not parse, or None when it would be the
@@ -213,9 +264,13 @@ class DrivingPolicy:
         forward, also capture / compile every step shape for this policy's batch (one row per task) in every
         key-span bucket, so nothing is captured or compiled while driving."""
         image, prompts = self._warmup_prompts()
-        self._decode(dict(zip(self.tasks, prompts)), image, self.startup_settings(), None, StageTimes())
+        self._decode(dict(zip(self.tasks, prompts)), image, self.startup_settings(), None, StageTimes(),
+                     self.candidates.count)
         if self.engine.cuda_graphs or self.engine.compile_forward:
-            self.decoder.warmup([len(self.tasks)], settings=self.settings)
+            rows = len(self.tasks) + self.candidates.count - 1
+            settings = self.settings if self.candidates.count == 1 else self._candidate_rows(["plan"] * rows,
+                                                                                            self.settings)[0]
+            self.decoder.warmup([rows], settings=settings)
 
     def check_fast_path(self) -> str | None:
         """Decode the warm-up prompts with this policy's decoder and with the plain one (the reference), at most

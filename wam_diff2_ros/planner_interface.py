@@ -39,7 +39,7 @@ IMAGE_QOS = {"best_effort": qos_profile_sensor_data,
 # The node's topics (private names, remapped by launch files).
 INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
                 "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
-                "command": "~/input/command"}
+                "command": "~/input/command", "objects": "~/input/objects"}
 OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "trajectory": "~/output/trajectory",
                  "autoware_trajectory": "~/output/autoware_trajectory",
                  "detections": "~/output/detections", "vision_detections": "~/output/detections_vision",

@@ -22,7 +22,6 @@ messages (``planner_outputs``, ``debug_image``) and the diagnostics (``planner_d
 from __future__ import annotations
 
 import collections
-import gc
 import os
 import sys
 import threading
@@ -56,11 +55,12 @@ from . import conversions as conv
 from .parameters import declare_all, read_all
 from .keep_latest import LatestSlot
 from .msg import PlannerStatus
+from .planner_candidates import CandidateInputs, candidate_stats, derived_object_msgs
 from .planner_diagnostics import SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot, planner_diagnostic_status
 from .planner_interface import (COMMAND_QOS, IMAGE_QOS, INPUT_TOPICS, LARGE_RAW_FRAME_BYTES, OUTPUT_QOS, OUTPUT_TOPICS,
                                 OUTPUT_TYPES, ROUTE_QOS, STATUS_QOS)
 from .planner_outputs import frame_messages
-from .planner_policy import PolicyLoad, load_policy
+from .planner_policy import PolicyLoad, free_policy, load_policy
 from .planner_settings import PlannerSettings
 from .spinning import run_node
 
@@ -247,15 +247,8 @@ class PlannerNode(LifecycleNode):
                 self.get_logger().warning(f"the worker is still decoding after {timeout_s} s; not waiting for it")
 
     def _free_policy(self) -> None:
-        policy, self._policy = self._policy, None
-        if policy is None:
-            return
-        device = policy.loaded.device
-        del policy
-        gc.collect()
-        if device.type == "cuda":
-            import torch
-            torch.cuda.empty_cache()
+        free_policy(self._policy)
+        self._policy = None
 
     def _make_entities(self, values: dict) -> None:
         sub, group = self.create_subscription, self._state_group
@@ -273,6 +266,8 @@ class PlannerNode(LifecycleNode):
             "command": sub(String, INPUT_TOPICS["command"], self._on_command, COMMAND_QOS, callback_group=group),
             "camera_info": sub(CameraInfo, INPUT_TOPICS["camera_info"], self._on_camera_info, qos_profile_sensor_data,
                                callback_group=group),
+            **({"objects": sub(derived_object_msgs.ObjectArray, INPUT_TOPICS["objects"], self._candidate_inputs.on_objects,
+                               qos_profile_sensor_data, callback_group=group)} if derived_object_msgs else {}),
         }
         self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], OUTPUT_QOS)
                          for key, kind in OUTPUT_TYPES.items()}
@@ -286,6 +281,7 @@ class PlannerNode(LifecycleNode):
         self._last_image_stamp_ns: int | None = None
         self._last_plan: LastPlan | None = None
         self._last_stats: dict[str, float] = {}
+        self._candidate_inputs = CandidateInputs(self._lock)   # the objects and the scene candidates are scored in
         self._recent_stages: collections.deque = collections.deque(maxlen=STAGE_WINDOW)   # StageTimes, newest last
         self._image_index = 0
         self._image_qos_warned = False
@@ -435,6 +431,8 @@ class PlannerNode(LifecycleNode):
                 self._wait_for_odometry(image_stamp_ns, settings.odometry_wait_s)
                 inputs = self._inputs.inputs_at(image_stamp_ns)
                 odom_frame, child_frame = self._inputs.odometry_frame, self._inputs.child_frame
+                candidates = self._policy.candidates
+                scene = self._candidate_inputs.scene(inputs, self._inputs, candidates) if candidates.count > 1 else None
         except InputSkip as skip:
             self._skip_input(skip)
             return
@@ -449,7 +447,7 @@ class PlannerNode(LifecycleNode):
 
         self._apply_decoding_changes(settings.decoding_overrides)
         try:
-            out = self._policy.step(rgb, inputs.ego, command)
+            out = self._policy.step(rgb, inputs.ego, command, scene=scene)
             if out.stages is not None:           # frame -> trajectory: the conversion above is its first stage
                 out.stages = out.stages.with_conversion(conversion_ms)
         except Exception as exc:
@@ -505,7 +503,8 @@ class PlannerNode(LifecycleNode):
             self._counts["answers_retried"] += sum(r.stats.retries > 0 for r in (plan, detections) if r is not None)
             self._last_stats = {"forwards": stats.forwards, "denoise_steps": stats.denoise_steps,
                                 "tokens": stats.tokens, "block_size": stats.block_size,
-                                "policy_ms": round(out.latency_ms, 1), "processing_ms": round(processing_ms, 1)}
+                                "policy_ms": round(out.latency_ms, 1), "processing_ms": round(processing_ms, 1),
+                                **candidate_stats(out, self._candidate_inputs)}
             if out.stages is not None:
                 self._recent_stages.append(out.stages)
 

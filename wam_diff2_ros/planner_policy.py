@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,7 @@ def load_policy(settings: PlannerSettings, logger, load: PolicyLoad) -> DrivingP
         detection_classes=tuple(values["detection_classes"]),
         min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
         max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
-        engine=params.engine_settings(values))
+        engine=params.engine_settings(values), candidates=params.candidate_settings(values))
     logger.info(f"decoding settings: {policy.loaded.config.describe()}")
     load.camera_rig = read_camera_block(values["model_path"])     # None: the checkpoint names no camera
     load.fast_path_check = "not run"
@@ -60,3 +61,15 @@ def load_policy(settings: PlannerSettings, logger, load: PolicyLoad) -> DrivingP
                                 "plain decoder chosen" if policy.engine.implementation == "plain" else "passed")
     logger.info(f"decoder: {describe_engine(policy.engine)}")
     return policy
+
+
+def free_policy(policy: DrivingPolicy | None) -> None:
+    """Let go of ``policy``'s model now (its memory back; on CUDA the cache emptied too)."""
+    if policy is None:
+        return
+    device = policy.loaded.device
+    del policy
+    gc.collect()
+    if device.type == "cuda":
+        import torch
+        torch.cuda.empty_cache()

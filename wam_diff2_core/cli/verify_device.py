@@ -21,7 +21,11 @@
    1, 2, 4 and 8 (the tokens must not change; the fastest is the device's answer for that default), its
    tokens against the plain decoder's (float32: identical, else exit 1; bf16: the agreement reported);
 4. frame: a 1920 x 1080 camera frame to a parsed trajectory through ``DrivingPolicy`` (the real
-   vision tower's shape for ``2b``), p50 / p95;
+   vision tower's shape for ``2b``), p50 / p95; then the same frame with ``--candidates`` N plan candidates
+   (the planner's ``candidates.count``: N rows in one batched decode, row 1 greedy, rows 2..N sampled),
+   p50 per N and its ratio to one candidate: what a row costs on the device (a random model's answers do
+   not parse, so this is the decode's cost; scoring a parsed candidate adds ~50 ms of CPU each,
+   scripts/candidates_bench.py);
 5. quant: for each ``--quantization`` method (default weight-only int8; torchao, which gpu_verify.sh takes from
    its wheel in ``gpu_wheels/`` where the machine lacks it), the token check of 1. with the language model's
    linear layers quantized (the fast variants against the plain decoder on the same quantized weights:
@@ -70,6 +74,8 @@ def add_arguments(p) -> None:
     p.add_argument("--prompt-length", type=int, default=2048, help="prompt tokens before the timed forwards")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--frames", type=int, default=10, help="camera frames timed through DrivingPolicy")
+    p.add_argument("--candidates", type=int, nargs="*", default=[2, 4, 8],
+                   help="plan candidate counts N > 1 also timed through DrivingPolicy (none: skip)")
     p.add_argument("--frame-size", type=int, nargs=2, default=[1920, 1080], metavar=("WIDTH", "HEIGHT"),
                    help="the camera frame (CI: a small one)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens of the timed decode (and at most 96 per frame)")
@@ -390,6 +396,7 @@ def measure_frames(device, dtype, args) -> dict:
     from ..model.checkpoint import LoadedModel
     from ..model.tiny import build_processor, build_tokenizer
     from ..geometry import EgoMotion
+    from ..candidate_selection import CandidateSettings
     from ..policy import DrivingPolicy
     from ..model.random_model import SHAPES, VISION_2B, build_random_model
 
@@ -417,10 +424,18 @@ def measure_frames(device, dtype, args) -> dict:
         out = policy.step(frame, ego, "straight")
         times.append(out.latency_ms)
         tokens.append(out.plan.stats.tokens)
+    candidates = {}
+    for count in args.candidates:                                            # N rows in one batched decode
+        many = DrivingPolicy(loaded, parse_retry="none", candidates=CandidateSettings(count=count))
+        many.warmup()
+        many.step(frame, ego, "straight")
+        candidates[count] = statistics.median(many.step(frame, ego, "straight").latency_ms
+                                              for _ in range(args.frames))
     times.sort()
     return {"frames": len(times), "size": f"{width}x{height}", "p50_ms": statistics.median(times),
             "p95_ms": times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))],
-            "answer_tokens": statistics.median(tokens), "decoder": policy.decoder.__class__.__name__}
+            "answer_tokens": statistics.median(tokens), "decoder": policy.decoder.__class__.__name__,
+            "candidates_p50_ms": candidates}
 
 
 def _flashinfer_version() -> str:
@@ -484,6 +499,9 @@ def summary_rows(result: dict) -> list[dict]:
     if frame and "skipped" not in frame:
         add(f"{frame['size']} frame -> trajectory", f"p50 {frame['p50_ms']:.1f} ms, p95 {frame['p95_ms']:.1f} ms",
             f"p50 <= {TARGETS['frame_p50_ms']} ms", frame["p50_ms"] <= TARGETS["frame_p50_ms"])
+        for count, ms in frame.get("candidates_p50_ms", {}).items():
+            add(f"{frame['size']} frame, {count} candidates", f"p50 {ms:.1f} ms = {ms / frame['p50_ms']:.2f}x one "
+                f"candidate ({(ms - frame['p50_ms']) / (int(count) - 1):.1f} ms per added row)")
     elif frame:
         add("frame -> trajectory", frame["skipped"])
     return rows
@@ -499,6 +517,11 @@ def run(args) -> int:
     from .common import cpu_name, format_table
 
     args.seed = 0
+    from ..candidate_selection import MAX_CANDIDATES
+    bad = [n for n in args.candidates if not 2 <= n <= MAX_CANDIDATES]
+    if bad:
+        print(f"verify-device: --candidates {bad}: each count must lie in 2..{MAX_CANDIDATES} (1 is the frame row)")
+        return 2
     device = resolve_device(args.device)
     dtype = resolve_dtype("bfloat16" if device.type != "cpu" else "float32", device)
     flashinfer = _flashinfer_version()
@@ -566,7 +589,8 @@ def run(args) -> int:
             frames["skipped"] if "skipped" in frames else
             f"p50 {frames['p50_ms']:.1f} ms, p95 {frames['p95_ms']:.1f} ms over {frames['frames']} frames "
             f"({frames['answer_tokens']:.0f} answer tokens, {frames['decoder']}; target p50 <= "
-            f"{TARGETS['frame_p50_ms']} ms)"))
+            f"{TARGETS['frame_p50_ms']} ms)" + "".join(f"; {n} candidates p50 {ms:.1f} ms"
+                                                      for n, ms in frames["candidates_p50_ms"].items())))
     if "quant" in args.parts:
         result["quant"] = []
         for method in args.quantization:

@@ -26,7 +26,7 @@ import torch
 from ..config import DecodingSettings, DiffusionConfig
 from .common import DecodeOutput, DecodeStats, PhaseTimer, prompt_inputs, record_block
 from .masks import block_query_mask, prompt_block_mask, response_positions
-from .sampling import choose_transfer, device_settings, sample_tokens, transfer_schedule
+from .sampling import check_greedy_rows, choose_transfer, device_settings, sample_tokens, transfer_schedule
 
 @dataclass
 class Prefix:
@@ -79,26 +79,29 @@ class BlockDiffusionDecoder:
     # ---------------------------------------------------------------- generate
     @torch.no_grad()
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
-                 generators: Sequence[torch.Generator | None] | None = None) -> DecodeOutput:
-        """Decode a (left-padded) processor batch. ``generators``: one per sequence when sampling."""
+                 generators: Sequence[torch.Generator | None] | None = None,
+                 greedy_rows: Sequence[int] = ()) -> DecodeOutput:
+        """Decode a (left-padded) processor batch. ``generators``: one per sequence when sampling;
+        ``greedy_rows``: sequences decoded at temperature 0 while the others sample (sampling.sample_tokens)."""
         settings = device_settings(settings or self.config.settings, self.device.type)
         n = inputs["input_ids"].shape[0]
         if generators is not None and len(generators) != n:
             raise ValueError(f"generators: expected {n}, got {len(generators)}")
+        greedy_rows = check_greedy_rows(greedy_rows, n)
         timer = PhaseTimer(self.device)
         with timer("prefill"):
             prefix = self.prefill(inputs, settings.block_size)
         if settings.block_size == 1:
-            result = self._generate_ar(prefix, settings, generators, timer)
+            result = self._generate_ar(prefix, settings, generators, timer, greedy_rows)
         else:
-            result = self._generate_blocks(prefix, settings, generators, timer)
+            result = self._generate_blocks(prefix, settings, generators, timer, greedy_rows)
         for stats in result.stats:
             stats.prefill_ms, stats.denoise_ms, stats.commit_ms = (
                 timer.totals["prefill"], timer.totals["denoise"], timer.totals["commit"])
         return result
 
     def _generate_blocks(self, prefix: Prefix, settings: DecodingSettings,
-                         generators, timer: PhaseTimer) -> DecodeOutput:
+                         generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
         n, size = prefix.valid.shape[0], settings.block_size
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         n_blocks = -(-settings.max_new_tokens // size)
@@ -120,7 +123,7 @@ class BlockDiffusionDecoder:
                         break
                     logits = self.forward_block(prefix, block, k * size, keep=False)          # [N, B, V]
                     rows = [i for i in range(n) if active[i]]
-                    last_tokens, conf = sample_tokens(logits, settings, self.banned, generators, rows)
+                    last_tokens, conf = sample_tokens(logits, settings, self.banned, generators, rows, greedy_rows)
                     transfer = choose_transfer(masked, conf, settings, step, schedule)
                     block = torch.where(transfer, last_tokens, block)
                     for i in rows:
@@ -141,7 +144,8 @@ class BlockDiffusionDecoder:
             stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
         return DecodeOutput(sequences=answer, finished=done, stats=stats)
 
-    def _generate_ar(self, prefix: Prefix, settings: DecodingSettings, generators, timer: PhaseTimer) -> DecodeOutput:
+    def _generate_ar(self, prefix: Prefix, settings: DecodingSettings, generators, timer: PhaseTimer,
+                     greedy_rows: Sequence[int] = ()) -> DecodeOutput:
         """B = 1: causal next-token decoding; each forward writes one token into the cache."""
         n, eos_id = prefix.valid.shape[0], self.config.eos_token_id
         stats = [DecodeStats(block_size=1) for _ in range(n)]
@@ -151,7 +155,7 @@ class BlockDiffusionDecoder:
         for t in range(settings.max_new_tokens):
             rows = [i for i in range(n) if not done[i]]
             with timer("denoise"):
-                tokens, _ = sample_tokens(logits, settings, self.banned, generators, rows)
+                tokens, _ = sample_tokens(logits, settings, self.banned, generators, rows, greedy_rows)
             tokens = tokens[:, 0]
             values = tokens.tolist()
             for i in rows:

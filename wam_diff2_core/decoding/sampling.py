@@ -51,6 +51,14 @@ def bound_generators(own: Sequence[torch.Generator], generators: Sequence[torch.
             theirs.set_state(mine.get_state())
 
 
+def check_greedy_rows(greedy_rows: Sequence[int], n: int) -> tuple[int, ...]:
+    """``greedy_rows`` as a sorted tuple of distinct row indices of a batch of ``n``; ValueError otherwise."""
+    rows = tuple(sorted(set(int(r) for r in greedy_rows)))
+    if any(r < 0 or r >= n for r in rows):
+        raise ValueError(f"greedy_rows: {list(greedy_rows)} must be row indices of the batch of {n}")
+    return rows
+
+
 def draw_one(p: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One index per row of ``p`` [..., V] drawn with probabilities ``p``: ``torch.multinomial(p, 1)``'s
     own rule (the exponential race, argmax p / E with E ~ Exp(1)), the same draws from the same generator
@@ -85,23 +93,33 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
 
 def sample_tokens(logits: torch.Tensor, settings: DecodingSettings, banned: torch.Tensor | None,
                   generators: Sequence[torch.Generator | None] | None = None,
-                  rows: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  rows: Sequence[int] | None = None,
+                  greedy_rows: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick a token per position and its confidence p.
 
     logits: [batch, block, vocab]. Temperature 0: argmax and its softmax probability.
     Otherwise logits / T, top-k, top-p, sample (multinomial or inverse CDF), p = probability
     of the sampled token. ``rows`` limits random draws to those sequences (others get argmax),
-    so a finished sequence consumes no random numbers.
+    so a finished sequence consumes no random numbers. ``greedy_rows``: sequences that decode at
+    temperature 0 in a sampling batch (their tokens and confidences are the greedy ones, they draw
+    nothing), so one batch holds a greedy answer beside sampled ones, each as it would decode alone.
     """
     logits = ban_tokens(logits.float(), banned)
     if settings.temperature == 0.0:
         probs = torch.softmax(logits, dim=-1)
         conf, tokens = probs.max(dim=-1)
         return tokens, conf
-    logits = filter_top_k_top_p(logits / settings.temperature, settings.top_k, settings.top_p)
-    probs = torch.softmax(logits, dim=-1)                          # [N, block, V]
+    greedy = sorted(set(greedy_rows))
+    if greedy:
+        greedy_conf, greedy_tokens = torch.softmax(logits[greedy], dim=-1).max(dim=-1)
+    scaled = filter_top_k_top_p(logits / settings.temperature, settings.top_k, settings.top_p)
+    probs = torch.softmax(scaled, dim=-1)                          # [N, block, V]
     conf, tokens = probs.max(dim=-1)
+    if greedy:
+        tokens[greedy], conf[greedy] = greedy_tokens, greedy_conf
     for row in (range(probs.shape[0]) if rows is None else rows):
+        if row in greedy:
+            continue
         gen = generators[row] if generators is not None else None
         p = probs[row]                                             # [block, V]
         if gen is not None and gen.device.type != p.device.type:
@@ -151,15 +169,18 @@ class TokenChoices:
         self.greedy = Pick(greedy_pick(banned), "greedy")
         self.own: list[torch.Generator] = []
 
-    def pick(self, settings: DecodingSettings, generators, rows: Sequence[int], n: int) -> Pick:
-        """The token choice of a step that draws for ``rows`` of the ``n`` sequences. Greedy steps graph
-        whole; a sampling step does while every sequence still draws (the graph's draws are then the plain
-        decoder's) from the device's default generator or from bound generators (:meth:`bind`)."""
+    def pick(self, settings: DecodingSettings, generators, rows: Sequence[int], n: int,
+             greedy_rows: Sequence[int] = ()) -> Pick:
+        """The token choice of a step that draws for ``rows`` of the ``n`` sequences (``greedy_rows`` at
+        temperature 0). Greedy steps graph whole; a sampling step does while every sequence still draws
+        (the graph's draws are then the plain decoder's) from the device's default generator or from bound
+        generators (:meth:`bind`); with greedy rows beside sampled ones only the forward is graphed."""
         if settings.temperature == 0:
             return self.greedy
-        fn = partial(sample_tokens, settings=settings, banned=self.banned, generators=generators, rows=rows)
+        fn = partial(sample_tokens, settings=settings, banned=self.banned, generators=generators, rows=rows,
+                     greedy_rows=greedy_rows)
         own = tuple(generators[:n]) if generators is not None else ()
-        if len(rows) < n or (own and any(g not in self.own for g in own)):
+        if greedy_rows or len(rows) < n or (own and any(g not in self.own for g in own)):
             return Pick(fn, None)
         tag = ("sample", n, settings.temperature, settings.top_k, settings.top_p, settings.sampler, bool(own))
         return Pick(fn, tag, own)

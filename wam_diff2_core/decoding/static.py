@@ -49,7 +49,7 @@ from .attention import AttentionBackend, PromptPlan, SdpaAttention, sdpa_step_ba
 from .common import DecodeOutput, DecodeStats, PhaseTimer, prompt_inputs, record_block
 from .cuda_graphs import KeyedForward, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
-from .sampling import TokenChoices, device_settings, sample_tokens, transfer_schedule
+from .sampling import TokenChoices, check_greedy_rows, device_settings, sample_tokens, transfer_schedule
 from .step import (ARState, BlockState, QueryGroup, StaticPrefix, StepBuffers, TransferRule, ar_step,
                    compiled_forward_step, forward_step, whole_step)
 from .text_forward import QwenTextForward, text_model_inputs
@@ -262,12 +262,14 @@ class StaticBlockDiffusionDecoder:
     # ------------------------------------------------------------ generate
     @torch.no_grad()
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
-                 generators: Sequence[torch.Generator | None] | None = None) -> DecodeOutput:
+                 generators: Sequence[torch.Generator | None] | None = None,
+                 greedy_rows: Sequence[int] = ()) -> DecodeOutput:
         """Decode a (left-padded) processor batch; the same contract as BlockDiffusionDecoder.generate."""
         settings = device_settings(settings or self.config.settings, self.device.type)
         n, length = inputs["input_ids"].shape
         if generators is not None and len(generators) != n:
             raise ValueError(f"generators: expected {n}, got {len(generators)}")
+        greedy_rows = check_greedy_rows(greedy_rows, n)
         size = settings.block_size
         answer_slots = settings.max_new_tokens if size == 1 else -(-settings.max_new_tokens // size) * size
         run = self._begin(n, length + answer_slots)
@@ -277,16 +279,16 @@ class StaticBlockDiffusionDecoder:
         generators, bound = self.choices.bind(run.graphed, run.rows, settings, generators)
         with bound:
             if size == 1:
-                result = self._generate_ar(run, prefix, settings, generators, timer)
+                result = self._generate_ar(run, prefix, settings, generators, timer, greedy_rows)
             else:
-                result = self._generate_blocks(run, prefix, settings, generators, timer)
+                result = self._generate_blocks(run, prefix, settings, generators, timer, greedy_rows)
         for stats in result.stats:
             stats.prefill_ms, stats.denoise_ms, stats.commit_ms = (
                 timer.totals["prefill"], timer.totals["denoise"], timer.totals["commit"])
         return result
 
     def _generate_blocks(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
-                         generators, timer: PhaseTimer) -> DecodeOutput:
+                         generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
         n, rows, size = prefix.n, run.rows, settings.block_size
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         n_blocks = -(-settings.max_new_tokens // size)
@@ -328,7 +330,8 @@ class StaticBlockDiffusionDecoder:
                         if step_buf is None:
                             step_buf = self._plan(run, prefix, [(k * size, size)])
                         buf = step_buf
-                    pick = self.choices.pick(settings, generators, [i for i in range(n) if active[i]], n)
+                    pick = self.choices.pick(settings, generators, [i for i in range(n) if active[i]], n,
+                                             greedy_rows)
                     rule = TransferRule.at_step(settings, step, schedule, mask_id, eos_id)
                     # the forward, the token choice and the transfer rule: one graph while the choice graphs
                     still_masked = self.graphs.run_step(self._step_forward(run, buf), whole_step, pick.fn, buf, block,
@@ -347,7 +350,7 @@ class StaticBlockDiffusionDecoder:
         return DecodeOutput(sequences=answer, finished=done, stats=stats)
 
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
-                     generators, timer: PhaseTimer) -> DecodeOutput:
+                     generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
         """B = 1: causal next-token decoding, one :func:`ar_step` per token (a whole-step graph, sampling
         while every sequence still draws); the host reads the EOS flags every ``mask_check_interval``
         tokens (every token when sampling: only sequences still decoding draw random numbers)."""
@@ -356,7 +359,8 @@ class StaticBlockDiffusionDecoder:
         interval = settings.mask_check_interval if greedy else 1
         ar = self._ar_state(run)
         ar.reset(eos_id)                                        # rows beyond the batch stay done
-        tokens, _ = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n))
+        tokens, _ = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n),
+                                  greedy_rows)
         ar.out[:n, 0] = tokens[:, 0]
         ar.done[:n] = tokens[:, 0] == eos_id
         buf = self._plan(run, prefix, [(0, 1)])
@@ -366,7 +370,8 @@ class StaticBlockDiffusionDecoder:
                     done = ar.done[:n].tolist()                 # the one host read
                     if all(done):
                         break
-                pick = self.choices.pick(settings, generators, [i for i in range(n) if not done[i]], n)
+                pick = self.choices.pick(settings, generators, [i for i in range(n) if not done[i]], n,
+                                         greedy_rows)
                 self._plan_token(run, prefix, buf, t)
                 self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar, prefix.base_t,
                                      prefix.prompt_valid, prefix.next_position, eos_id, whole=pick.whole("ar"),

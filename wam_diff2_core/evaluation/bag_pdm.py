@@ -9,7 +9,7 @@ A bag has no map, so the scene is built from what it carries, in the ego frame a
   within the track's 50 ms) its last box moves on at the speed of its last two boxes. All count as
   agents (NC 0 when hit at fault): carla-ros-bridge publishes vehicles and walkers, no static objects.
 - **drivable area**: NOT a map: a corridor ``lane_width_m`` wide (``--lane-width-m``, default
-  :data:`DEFAULT_LANE_WIDTH_M`) around the route (the newest ``nav_msgs/Path`` before the frame, in the
+  :data:`~wam_diff2_core.candidate_selection.DEFAULT_LANE_WIDTH_M`) around the route (the newest ``nav_msgs/Path`` before the frame, in the
   odometry frame) or, without one, around the recorded drive, each going on straight past its ends; no
   lanes or intersections (the ego never "straddles lanes", so a lateral hit is its fault only off the
   corridor).
@@ -26,23 +26,19 @@ A bag has no map, so the scene is built from what it carries, in the ego frame a
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..candidate_selection import (CORRIDOR_AHEAD_M, CORRIDOR_BEHIND_M, DEFAULT_LANE_WIDTH_M, check_lane_width,
+                                   corridor_line, ego_start)
 from ..geometry import VehicleBox, world_to_ego, wrap_angle
-from ..pdm_score import (MAX_STEERING_RAD, OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult,
-                         PdmScene, Vehicle, pdm_score, reference_progress)
+from ..pdm_score import (OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult, PdmScene, Vehicle,
+                         pdm_score, reference_progress)
 from .collision import EgoFootprint
 from .derived_objects import ObjectTrack
 from .ground_truth import EgoTrajectory
 
-DEFAULT_LANE_WIDTH_M = 3.5     # the drivable corridor's width around the route / recorded drive (--lane-width-m)
-CORRIDOR_BEHIND_M = 30.0       # centre line kept behind the ego (progress is clipped at 0 anyway)
-CORRIDOR_AHEAD_M = 200.0       # ... and ahead: more than 4 s at 40 m/s plus the ego's length
-CORRIDOR_SPACING_M = 0.5       # centre-line points closer than this to the previous kept one are dropped
-STEERING_MIN_SPEED_MPS = 0.5   # slower: the ego's steering angle is taken as 0 (yaw rate / speed is noise)
 AREA_ROUTE, AREA_RECORDED_DRIVE = "route", "recorded_drive"     # where a frame's corridor came from
 
 
@@ -59,33 +55,6 @@ class BagPdmInputs:
     def score(self, plan) -> PdmResult:
         """The PDM score of ``plan`` [8, 2] (ego frame) at this frame."""
         return pdm_score(plan, self.ego, self.scene, self.reference_progress_m, self.vehicle)
-
-
-def check_lane_width(lane_width_m: float) -> float:
-    """``lane_width_m`` as a float; ValueError naming it unless finite and > 0."""
-    if not (isinstance(lane_width_m, (int, float)) and math.isfinite(lane_width_m) and lane_width_m > 0):
-        raise ValueError(f"lane_width_m (--lane-width-m): must be a finite width > 0 in metres, got {lane_width_m!r}")
-    return float(lane_width_m)
-
-
-def corridor_line(points: np.ndarray, anchor: int, yaw: float) -> np.ndarray:
-    """The stretch of the polyline ``points`` [N, 2] from :data:`CORRIDOR_BEHIND_M` before point ``anchor``
-    to :data:`CORRIDOR_AHEAD_M` after it, thinned to points :data:`CORRIDOR_SPACING_M` apart; where the
-    polyline ends sooner (a recording's or a route's ends) it goes on straight along its first / last
-    segment (along ``yaw``, the ego's heading, where the stretch has no length: a drive standing still)."""
-    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(points, axis=0).T))])
-    window = (s >= s[anchor] - CORRIDOR_BEHIND_M) & (s <= s[anchor] + CORRIDOR_AHEAD_M)
-    line, s_line = points[window], s[window]
-    keep = np.concatenate([[True], np.diff(np.floor(s_line / CORRIDOR_SPACING_M)) > 0])
-    keep[-1] = True
-    line, s_line = line[keep], s_line[keep]
-    steps = np.diff(line, axis=0)
-    moving = np.flatnonzero(np.hypot(*steps.T) > 1e-6) if len(steps) else np.zeros(0, dtype=int)
-    heading = np.array([math.cos(yaw), math.sin(yaw)])
-    first, last = (steps[moving[0]], steps[moving[-1]]) if len(moving) else (heading, heading)
-    behind = max(0.0, CORRIDOR_BEHIND_M - (s[anchor] - s_line[0]))
-    ahead = max(0.0, CORRIDOR_AHEAD_M - (s_line[-1] - s[anchor]))
-    return np.vstack([line[0] - behind * first / np.hypot(*first), line, line[-1] + ahead * last / np.hypot(*last)])
 
 
 def _agents(track: ObjectTrack, t_ns: int, origin: np.ndarray, yaw: float) -> list[AgentTrack] | None:
@@ -138,10 +107,8 @@ def bag_pdm_inputs(track: ObjectTrack, trajectory: EgoTrajectory, route_xy: np.n
     scene = PdmScene(centreline=centreline, drivable=Area.corridor(centreline, width), agents=agents)
     vehicle = Vehicle(VehicleBox(footprint.length_m, footprint.width_m,
                                  footprint.length_m / 2 - footprint.centre_ahead_m))
-    speed = float(velocity[0])
     yaw_rate = wrap_angle(trajectory.pose_at(t_ns + round(SIM_DT_S * 1e9))[1] - yaw) / SIM_DT_S
-    steering = math.atan(vehicle.wheelbase_m * yaw_rate / speed) if abs(speed) > STEERING_MIN_SPEED_MPS else 0.0
-    ego = EgoStart(speed, float(acceleration[0]), min(max(steering, -MAX_STEERING_RAD), MAX_STEERING_RAD))
+    ego = ego_start(float(velocity[0]), float(acceleration[0]), yaw_rate, vehicle)
     return BagPdmInputs(scene, ego, vehicle, reference_progress(ground_truth, ego, scene, vehicle), area)
 
 

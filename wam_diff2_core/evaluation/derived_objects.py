@@ -23,13 +23,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..geometry import yaw_from_quaternion
+from ..candidate_selection import BOX, object_ground_box
 
 OBJECT_TYPE = "derived_object_msgs/msg/Object"
 OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
 
 CLASSIFICATION = {"car": 6, "truck": 7, "bus": 9}        # demo-world labels -> Object.CLASSIFICATION_*
-BOX, CYLINDER = 1, 3                                       # shape_msgs/SolidPrimitive types
 LABELS = {code: label for label, code in CLASSIFICATION.items()}   # Object.CLASSIFICATION_* -> label
 UNKNOWN_LABEL = "unknown"                                  # another classification
 
@@ -78,21 +77,11 @@ def objects_from_msg(msg) -> ObjectSnapshot:
     height; a CYLINDER [height, radius] becomes a 2r square. Non-finite objects are dropped."""
     ids, boxes, heights, labels, unsupported = [], [], [], [], 0
     for obj in msg.objects:
-        dims = [float(d) for d in obj.shape.dimensions]
-        if obj.shape.type == BOX and len(dims) >= 2:
-            length, width, height = dims[0], dims[1], dims[2] if len(dims) >= 3 else math.nan
-        elif obj.shape.type == CYLINDER and len(dims) >= 2:
-            length = width = 2.0 * dims[1]
-            height = dims[0]
-        else:
+        box = object_ground_box(obj)
+        if box is None:
             unsupported += 1
             continue
-        p, q = obj.pose.position, obj.pose.orientation
-        yaw = yaw_from_quaternion(q.x, q.y, q.z, q.w)
-        row = [float(p.x), float(p.y), yaw, length, width]
-        if not all(math.isfinite(v) for v in row) or length <= 0 or width <= 0:
-            unsupported += 1
-            continue
+        *row, height = box
         ids.append(int(obj.id))
         boxes.append(row)
         heights.append(height)
