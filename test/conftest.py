@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def constraint_pins():
+    """A reader of a pip constraints file: ``path -> {name (lower case): version}`` of its ``name==version``
+    lines (comments and blank lines skipped)."""
+    def read(path) -> dict[str, str]:
+        out = {}
+        for line in Path(path).read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if line:
+                name, version = line.split("==")
+                out[name.lower()] = version
+        return out
+    return read
 
 
 @pytest.fixture(scope="session")

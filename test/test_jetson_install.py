@@ -23,16 +23,6 @@ JETSON = ROOT / "constraints" / "jetson.txt"
 JETPACK = {"torch", "torchvision"}            # NVIDIA's builds on the board: never pinned, never replaced
 
 
-def pins(path: Path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
-            name, version = line.split("==")
-            out[name.lower()] = version
-    return out
-
-
 def required() -> dict[str, str]:
     """requirements/python.txt: {name: line}."""
     lines = [line.strip() for line in (ROOT / "requirements" / "python.txt").read_text().splitlines()
@@ -50,8 +40,8 @@ def readme_pip_step() -> str:
     return lines[0]
 
 
-def test_jetson_constraints_pin_everything_but_jetpacks_torch_as_humble_does():
-    jetson, humble = pins(JETSON), pins(ROOT / "constraints" / "humble.txt")
+def test_jetson_constraints_pin_everything_but_jetpacks_torch_as_humble_does(constraint_pins):
+    jetson, humble = constraint_pins(JETSON), constraint_pins(ROOT / "constraints" / "humble.txt")
     assert set(jetson) == set(required()) - JETPACK              # torch / torchvision: JetPack's, unpinned
     assert {n: v for n, v in jetson.items() if humble.get(n) != v} == {}    # same Ubuntu 22.04, Python 3.10
     header = JETSON.read_text().splitlines()[0]
@@ -70,7 +60,7 @@ def _pypi_problem() -> str | None:
 
 
 @pytest.mark.slow
-def test_jetson_pip_step_resolves_for_aarch64_without_touching_torch(tmp_path):
+def test_jetson_pip_step_resolves_for_aarch64_without_touching_torch(tmp_path, constraint_pins):
     problem = _pypi_problem()
     if problem:
         pytest.skip(problem)
@@ -89,7 +79,7 @@ def test_jetson_pip_step_resolves_for_aarch64_without_touching_torch(tmp_path):
                  for i in json.loads(report.read_text())["install"]}
     assert not JETPACK & set(installed), "something pulls torch in: pip would replace JetPack's build"
     assert not [n for n in installed if n.startswith(("nvidia-", "triton"))], sorted(installed)
-    for name, version in pins(JETSON).items():
+    for name, version in constraint_pins(JETSON).items():
         assert installed[name][0] == version, (name, version, installed.get(name))
     wheels = [w for _, w in installed.values()]
     assert all(w.endswith(("-none-any.whl", "_aarch64.whl")) for w in wheels), wheels

@@ -108,6 +108,27 @@ def test_replay_publishes_recorded_stamps_in_order_with_timing_clock_and_latched
     assert "published" in out and "/carla/ego_vehicle/rgb_front/image 21" in out
 
 
+def replay_and_receive(bag, topic: str, msg_type, expected: int, rate: float) -> tuple[subprocess.CompletedProcess, list]:
+    """``wam-diff2-ros replay BAG`` in a subprocess while a listener here takes ``topic`` (reliable): the
+    finished replay and what arrived (waiting up to 10 s after it for ``expected`` messages)."""
+    listener = Listener(DOMAIN)
+    received = []
+    listener.node.create_subscription(msg_type, topic, received.append,
+                                      QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+    try:
+        env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN))
+        proc = subprocess.run([sys.executable, "-m", "wam_diff2_ros.tools", "replay", str(bag), "--rate", str(rate),
+                               "--delay-s", "0.5", "--wait-for-subscribers", topic], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        deadline = time.monotonic() + 10
+        while len(received) < expected and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        listener.close()
+    return proc, received
+
+
 def test_a_bags_tf_is_replayed_as_the_real_tf2_msgs_type(tmp_path):
     """/tf (the demo bags' map -> hero -> camera, carla-ros-bridge's) is published, not skipped, where tf2_msgs
     imports (scripts/build_ros_interfaces.sh builds it here): every message, its frames and stamps as recorded."""
@@ -128,21 +149,7 @@ def test_a_bags_tf_is_replayed_as_the_real_tf2_msgs_type(tmp_path):
                                                               transform=transform)
         messages.append(("/tf", t, types["tf2_msgs/msg/TFMessage"](transforms=[stamped])))
     bag = write_bag(tmp_path / "bag", {"/tf": "tf2_msgs/msg/TFMessage"}, messages, typestore=store)
-    listener = Listener(DOMAIN)
-    received = []
-    listener.node.create_subscription(tf2_msgs.TFMessage, "/tf", received.append,
-                                      QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
-    try:
-        env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN))
-        proc = subprocess.run([sys.executable, "-m", "wam_diff2_ros.tools", "replay", str(bag), "--rate", "5",
-                               "--delay-s", "0.5", "--wait-for-subscribers", "/tf"], env=env, capture_output=True,
-                              text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        deadline = time.monotonic() + 10
-        while len(received) < len(stamps) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    finally:
-        listener.close()
+    proc, received = replay_and_receive(bag, "/tf", tf2_msgs.TFMessage, len(stamps), rate=5)
     assert "skipped /tf" not in proc.stderr
     assert [ns(m.transforms[0].header.stamp) for m in received] == stamps
     assert [(m.transforms[0].header.frame_id, m.transforms[0].child_frame_id, m.transforms[0].transform.translation.x)
@@ -190,21 +197,7 @@ def test_a_demo_bags_objects_are_replayed_as_the_real_derived_object_msgs_type(t
     with open_bag(bag) as reader:
         recorded = [(t, msg) for topic, t, msg in reader.messages([objects])]
     assert recorded and any(len(m.objects) for _, m in recorded)
-    listener = Listener(DOMAIN)
-    received = []
-    listener.node.create_subscription(derived_object_msgs.ObjectArray, objects, received.append,
-                                      QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
-    try:
-        env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN))
-        proc = subprocess.run([sys.executable, "-m", "wam_diff2_ros.tools", "replay", str(bag), "--rate", "4",
-                               "--delay-s", "0.5", "--wait-for-subscribers", objects], env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        deadline = time.monotonic() + 10
-        while len(received) < len(recorded) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    finally:
-        listener.close()
+    proc, received = replay_and_receive(bag, objects, derived_object_msgs.ObjectArray, len(recorded), rate=4)
     assert f"skipped {objects}" not in proc.stderr and "not importable" not in proc.stderr
     assert [ns(m.header.stamp) for m in received] == [ns(m.header.stamp) for _, m in recorded]
     first = next(k for k, (_, m) in enumerate(recorded) if len(m.objects))

@@ -397,16 +397,6 @@ def constraints_platform(distro: str) -> tuple[str, int]:
     return match.group(1), int(match.group(2))
 
 
-def pins(path: Path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
-            name, version = line.split("==")
-            out[name.lower()] = version
-    return out
-
-
 def dry_run(distro: str, report: Path) -> subprocess.CompletedProcess:
     python, glibc = constraints_platform(distro)
     command = readme_command(r"python -m pip install -c .+").replace("$ROS_DISTRO", distro)
@@ -427,11 +417,11 @@ def dry_runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("distro", DISTRIBUTIONS)
-def test_constraints_resolve(dry_runs, distro):
+def test_constraints_resolve(dry_runs, distro, constraint_pins):
     out, report = dry_runs[distro]
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     installed = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
-    pinned = pins(ROOT / "constraints" / f"{distro}.txt")
+    pinned = constraint_pins(ROOT / "constraints" / f"{distro}.txt")
     wanted = {re.split(r"[<>=!~ ]", line.strip())[0].lower() for line in (ROOT / "requirements" / "python.txt")
               .read_text().splitlines() if line.strip() and not line.startswith("#")}
     assert wanted <= set(pinned), f"constraints/{distro}.txt pins no exact version of {sorted(wanted - set(pinned))}"
