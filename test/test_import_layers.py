@@ -21,7 +21,7 @@ PACKAGES = ("wam_diff2_core", "wam_diff2_ros")
 # lowest first; a module belongs to the layer with the longest prefix of its name (a bare package
 # name, the package's __init__, matches only itself: a new module must be placed here)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("wam_diff2_core", "wam_diff2_core._openmp", "wam_diff2_core.version", "wam_diff2_core.config", "wam_diff2_core.utils",
+    ("foundation", ("wam_diff2_core", "wam_diff2_core._openmp", "wam_diff2_core._log_filters", "wam_diff2_core.version", "wam_diff2_core.config", "wam_diff2_core.utils",
                     "wam_diff2_core.topics", "wam_diff2_core.profiling")),
     ("values", ("wam_diff2_core.outputs", "wam_diff2_core.vehicle_projection", "wam_diff2_core.images", "wam_diff2_core.geometry", "wam_diff2_core.data",
                 "wam_diff2_core.control", "wam_diff2_core.routes", "wam_diff2_core.localization",

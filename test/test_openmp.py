@@ -41,3 +41,27 @@ def test_a_users_own_choice_and_torch_loaded_first_are_left_alone():
     settings = _runtime_settings("import torch, wam_diff2_core, os; assert 'OMP_WAIT_POLICY' not in os.environ; "
                                  "from wam_diff2_core._openmp import wait_policy; assert 'spin' in wait_policy()")
     assert settings["GOMP_SPINCOUNT"] == "300000"
+
+
+def test_torchaos_start_up_notice_is_dropped_and_nothing_else_of_its_logger():
+    """Importing torchao (as transformers does when it is installed) logs two pytree notices in torch 2.14;
+    the package's filter drops exactly those and lets the logger's other records through."""
+    import logging
+
+    import wam_diff2_core  # noqa: F401  (installs the filter)
+    from wam_diff2_core._log_filters import ENUM_NOTICE, PYTREE_LOGGER
+
+    logger = logging.getLogger(PYTREE_LOGGER)
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        logger.warning("<enum 'KernelPreference'> %s as an opaque value type.", ENUM_NOTICE)
+        logger.warning("another pytree warning")
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["another pytree warning"]
