@@ -97,16 +97,17 @@ def test_expert_labels_keep_every_planned_frame_with_the_experts_answer(tmp_path
     from wam_diff2_core.outputs.parsing import parse_waypoints
     from wam_diff2_core.outputs.prompts import parse_planning_prompt
     out = tmp_path / "cl"
-    assert main(["closed-loop", "--oracle", "--routes", "1", "--route-length-m", "30",
+    # training labels come from a training route seed (sim.protocol refuses the held-out ones)
+    assert main(["closed-loop", "--oracle", "--routes", "1", "--route-length-m", "30", "--seed", "5000",
                  "--expert-labels", "--no-plots", "--out", str(out)]) == 0
     record = json.loads((out / "summary.json").read_text())
     root = out / "expert_labels"
     samples = list(iter_samples(root / "train.json", root))
     assert len(samples) == record["results"][0]["plans"] > 5
     assert f"{len(samples)} expert-labelled frames" in capsys.readouterr().out
-    run = RouteRun(0, ClosedLoopSettings(route_length_m=30.0))
+    run = RouteRun(0, ClosedLoopSettings(seed=5000, route_length_m=30.0))
     first = samples[0]
-    assert first.id == "closed-loop-s2000-r0000-t000000"
+    assert first.id == "closed-loop-s5000-r0000-t000000"
     assert load_images(first)[0].size == (run.settings.camera.width, run.settings.camera.height)
     answer = parse_waypoints(first.raw["conversations"][-1]["value"])
     # the oracle drives the expert's path, so its first frame is the route's first frame

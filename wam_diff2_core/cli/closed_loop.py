@@ -64,7 +64,8 @@ def add_arguments(p) -> None:
     p.add_argument("--expert-labels", action="store_true",
                    help="also keep every planned frame labelled with the expert's drive from that state (DAgger "
                         "data) in OUT/expert_labels/ (train.json + images: mix them into training with "
-                        "wam-diff2 train ... --data.mix '[OUT/expert_labels/train.json*4]')")
+                        "wam-diff2 train ... --data.mix '[OUT/expert_labels/train.json*4]'); needs a --seed outside the "
+                        "selection and report sets' route seeds (sim/protocol.py)")
 
 
 @dataclass
