@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .frame_inputs import NS_PER_S, stamp_ns
 from .geometry import wrap_angle, world_to_ego, yaw_from_quaternion
 from .outputs.prompts import WAYPOINT_DT_S
 from .pdm_score import (MAX_STEERING_RAD, OBSERVATION_SAMPLES, SIM_DT_S, TTC_PROJECTION_STEPS, AgentTrack, Area,
@@ -161,8 +162,7 @@ def tracked_objects_from_msg(msg, t_ns: int) -> list[TrackedObject]:
     """The objects of an ``ObjectArray`` (carla-ros-bridge's: pose and twist in the message's frame) as
     :class:`TrackedObject` for a frame at ``t_ns``; objects without a usable box or with a non-finite
     velocity are left out."""
-    stamp = msg.header.stamp
-    age_s = (int(t_ns) - (int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec))) / 1e9
+    age_s = (int(t_ns) - stamp_ns(msg.header.stamp)) / NS_PER_S
     objects = []
     for obj in msg.objects:
         box = object_ground_box(obj)

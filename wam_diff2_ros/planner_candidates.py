@@ -22,13 +22,6 @@ from wam_diff2_core.candidate_selection import (OBJECTS_MAX_AGE_S, CandidateSett
                                                 tracked_objects_from_msg)
 from wam_diff2_core.frame_inputs import FrameInputs, FrameInputTracker, stamp_ns
 
-try:  # carla-ros-bridge's objects; without the package the node has no objects input
-    import derived_object_msgs.msg as derived_object_msgs
-    DERIVED_OBJECT_MSGS_ERROR = ""
-except ImportError as exc:
-    derived_object_msgs = None
-    DERIVED_OBJECT_MSGS_ERROR = str(exc)
-
 
 class CandidateInputs:
     """The newest objects message and the scene of a frame built from it. :meth:`on_objects` takes the node's

@@ -55,7 +55,8 @@ from . import conversions as conv
 from .parameters import declare_all, read_all
 from .keep_latest import LatestSlot
 from .msg import PlannerStatus
-from .planner_candidates import CandidateInputs, candidate_stats, derived_object_msgs
+from .optional_msgs import derived_object_msgs
+from .planner_candidates import CandidateInputs, candidate_stats
 from .planner_diagnostics import SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot, planner_diagnostic_status
 from .planner_interface import (COMMAND_QOS, IMAGE_QOS, INPUT_TOPICS, LARGE_RAW_FRAME_BYTES, OUTPUT_QOS, OUTPUT_TOPICS,
                                 OUTPUT_TYPES, ROUTE_QOS, STATUS_QOS)

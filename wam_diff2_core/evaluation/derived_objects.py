@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..candidate_selection import BOX, object_ground_box
+from ..frame_inputs import stamp_ns
 
 OBJECT_TYPE = "derived_object_msgs/msg/Object"
 OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
@@ -86,8 +87,7 @@ def objects_from_msg(msg) -> ObjectSnapshot:
         boxes.append(row)
         heights.append(height)
         labels.append(LABELS.get(int(obj.classification), UNKNOWN_LABEL))
-    stamp = msg.header.stamp
-    return ObjectSnapshot(int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec), str(msg.header.frame_id),
+    return ObjectSnapshot(stamp_ns(msg.header.stamp), str(msg.header.frame_id),
                           np.asarray(ids, dtype=np.int64), np.asarray(boxes, dtype=np.float64).reshape(-1, 5),
                           unsupported, np.asarray(heights, dtype=np.float64), tuple(labels))
 

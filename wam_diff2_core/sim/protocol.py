@@ -48,7 +48,6 @@ REPORT = ScoringSet("report", "runs/report_set", "train.json",
                      "--val-fraction", "0"),
                     every=5, route_seeds=(8001, 8002))
 SETS = {s.name: s for s in (SELECTION, REPORT)}
-REPORT_SYNTH_SEED = 8000
 DEFAULT_ROUTE_SEED = SELECTION.route_seeds[0]     # closed-loop's default routes: choices look at them
 
 
