@@ -5,7 +5,9 @@
 Open loop (``wam-diff2 bench --data`` output, bench.json): per configuration the number of samples,
 L2 at 1-4 s (mean over parsed answers), the mean L2 at 4 s with its 95 % bootstrap interval over
 samples, the same over the AR row's on the samples both parsed (paired), forwards per token (median
-with interval) and unparseable answers. Closed loop (``wam-diff2 closed-loop`` summary.json, one per
+with interval) and unparseable answers; where bench scored PDMS (NAVSIM v1, the demo world's road and traffic),
+the mean PDMS with its interval, the sub-scores and the paired difference from the AR row (an answer that does
+not parse scores 0). Closed loop (``wam-diff2 closed-loop`` summary.json, one per
 route seed): route completion per seed and over all routes with its interval over routes.
 Prints markdown tables (the model card's); ``--json`` writes every number.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wam_diff2_core.evaluation.metrics import PDM_SUBSCORES, pdm_means
 from wam_diff2_core.evaluation.spread import bootstrap_interval, format_with_interval
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 
@@ -59,8 +62,26 @@ def open_loop(bench: dict) -> list[dict]:
                     if r["errors"] is not None and ar_errors.get(r["id"]) is not None]
             model_k, ar_k = (np.array(x).mean(0) for x in zip(*both))
             row["per_waypoint_vs_ar"] = (model_k / ar_k).tolist()
+        row.update(pdm_figures(samples, None if c is ar else ar["per_sample"]))
         rows.append(row)
     return rows
+
+
+def pdm_figures(samples: list[dict], ar_samples: list[dict] | None) -> dict:
+    """Mean PDMS with its interval over the scored samples, the sub-score means, and (``ar_samples``) the paired
+    difference from the AR row with its interval; {} when bench scored no PDMS."""
+    scored = [r for r in samples if r.get("pdm") is not None]
+    if not scored:
+        return {}
+    pdms = np.array([r["pdm"]["pdms"] for r in scored])
+    out = {"pdm": pdm_means([r["pdm"] for r in scored]), "pdms_interval": bootstrap_interval(pdms, np.mean)}
+    if ar_samples is not None:
+        ar_pdms = {r["id"]: r["pdm"]["pdms"] for r in ar_samples if r.get("pdm") is not None}
+        pairs = np.array([r["pdm"]["pdms"] - ar_pdms[r["id"]] for r in scored if r["id"] in ar_pdms])
+        if len(pairs):
+            out["pdms_minus_ar"] = float(pairs.mean())
+            out["pdms_minus_ar_interval"] = bootstrap_interval(pairs, np.mean)
+    return out
 
 
 def closed_loop(summaries: list[tuple[str, dict]]) -> dict:
@@ -91,6 +112,18 @@ def markdown(open_rows: list[dict] | None, loop: dict | None, cv: dict | None) -
                        + f" | {format_with_interval(r['l2_at_s'][4], r['l2_4s_mean_interval'])} | {vs_ar} | "
                        f"{format_with_interval(r['forwards_per_token_median'], r['forwards_per_token_interval'])} | "
                        f"{1 / r['forwards_per_token_median']:.2f} | {r['unparseable']} of {r['samples']} |")
+        pdm_rows = [r for r in open_rows if "pdm" in r]
+        if pdm_rows:
+            out += ["", "PDM score (NAVSIM v1 definition, docs/evaluation.md) x 100 over the same samples; an "
+                    "unparseable answer scores 0; sub-scores over parsed answers; -AR paired on the same samples", "",
+                    "| config | PDMS | -AR | " + " | ".join(k.upper() for k in PDM_SUBSCORES) + " |",
+                    "|---|---|---|" + "---|" * len(PDM_SUBSCORES)]
+            for r in pdm_rows:
+                pct = lambda v, i: format_with_interval(100 * v, (100 * i[0], 100 * i[1]), 1)   # noqa: E731
+                diff = pct(r["pdms_minus_ar"], r["pdms_minus_ar_interval"]) if "pdms_minus_ar" in r else "0"
+                out.append(f"| {r['label']} | {pct(r['pdm']['pdms'], r['pdms_interval'])} | {diff} | "
+                           + " | ".join("-" if r["pdm"][k] is None else f"{100 * r['pdm'][k]:.1f}" for k in PDM_SUBSCORES)
+                           + " |")
         if cv:
             out += ["", f"constant velocity: L2@4s mean {cv['l2_4s_mean']:.3f} m over {cv['samples']} samples"]
     if loop:

@@ -87,6 +87,37 @@ def test_score_summary_reports_known_figures(tmp_path):
     assert "| 8001 | 2 | 75.0 % |" in out and "constant velocity: L2@4s mean 3.000 m over 10 samples" in out
 
 
+def _pdm(pdms: float | None) -> dict:
+    """A bench per-sample PDM entry (None: the answer did not parse, PDMS 0)."""
+    if pdms is None:
+        return {"pdms": 0.0, "parsed": False}
+    return {"pdms": pdms, "parsed": True, "nc": 1.0, "dac": 1.0, "ttc": pdms, "ep": 0.5, "c": 1.0}
+
+
+def test_score_summary_reports_pdms_with_the_paired_difference_from_ar(tmp_path):
+    """PDMS x 100 with its interval, sub-scores over parsed answers, and B32 - AR paired per sample: AR scores
+    0.9 everywhere, Block-32 0.8 except one unparsed answer (0), so its mean is 0.72 and its paired
+    difference (-0.9 once, -0.1 nine times) -0.18."""
+    bench, _ = _write_inputs(tmp_path)
+    data = json.loads((bench / "bench.json").read_text())
+    ar, b32 = (c["per_sample"] for c in data["configurations"])
+    for i, (a, b) in enumerate(zip(ar, b32)):
+        a["pdm"], b["pdm"] = _pdm(0.9), _pdm(None if i == 0 else 0.8)
+    (bench / "bench.json").write_text(json.dumps(data))
+    out = subprocess.run([sys.executable, str(SCRIPT), "--bench", str(bench), "--json", str(tmp_path / "s.json")],
+                         capture_output=True, text=True, check=True).stdout
+    ar_row, b32_row = json.loads((tmp_path / "s.json").read_text())["open_loop"]
+    assert ar_row["pdm"]["pdms"] == pytest.approx(0.9) and ar_row["pdms_interval"] == pytest.approx([0.9, 0.9])
+    assert "pdms_minus_ar" not in ar_row
+    assert b32_row["pdm"]["pdms"] == pytest.approx(0.72) and b32_row["pdm"]["pdm_parsed"] == 9
+    assert b32_row["pdm"]["ttc"] == pytest.approx(0.8)                     # over the 9 parsed answers
+    assert b32_row["pdms_minus_ar"] == pytest.approx(-0.18)
+    lo, hi = b32_row["pdms_minus_ar_interval"]
+    assert -0.9 < lo < -0.18 < hi < -0.099
+    assert "| AR | 90.0 [90.0, 90.0] | 0 | 100.0 | 100.0 | 90.0 | 50.0 | 100.0 |" in out
+    assert "| Block-32 t=0.9 | 72.0 [" in out and "| -18.0 [" in out
+
+
 def test_score_summary_names_an_unreadable_input(tmp_path):
     missing = tmp_path / "nowhere"
     r = subprocess.run([sys.executable, str(SCRIPT), "--bench", str(missing)], capture_output=True, text=True)
