@@ -1,12 +1,11 @@
-"""torch's intra-op threads sleep instead of spinning while they wait (issue 30, item 7).
+"""torch's intra-op threads sleep instead of spinning while they wait.
 
 torch's CPU wheels run their intra-op threads (ATen, MKL, oneDNN) on GNU OpenMP, whose idle threads
 spin 300,000 times before they sleep. On cores other processes share (a vehicle computer's always
-are) the spinning threads take the cores the work needs: ``eval-bag`` with the demo model went from
-0.24 s to 2.81 s per frame beside two busy torch processes on 2 cores. ``GOMP_SPINCOUNT=0`` (what
-``OMP_WAIT_POLICY=PASSIVE`` sets) makes a waiting thread sleep at once: 0.95 s there, at the price of
-a wake-up per parallel region when the cores are free (0.55 s alone). The figures, and shorter spins
-tried: README "Reliability", ``scripts/contention_bench.py``.
+are) the spinning threads take the cores the work needs. ``GOMP_SPINCOUNT=0`` (what
+``OMP_WAIT_POLICY=PASSIVE`` sets) makes a waiting thread sleep at once, at the price of a wake-up per
+parallel region when the cores are free. Measured figures and the shorter spins tried: docs/reliability.md
+(``scripts/contention_bench.py``).
 
 libgomp reads its environment once, when torch loads it, so the spin count is set here, on the first
 import of the package, when torch is not imported yet and the user set neither ``OMP_WAIT_POLICY``

@@ -112,7 +112,7 @@ class EngineSettings:
     cpu_threads: int = _setting(0, "torch intra-op threads when the model runs on CPU; 0 = OMP_NUM_THREADS "
                                 "when set, else the CPUs this process may run on (its affinity, not the "
                                 "machine's core count), which can oversubscribe a small CPU shared with the "
-                                "ROS executor and other processes (2 cores: 16 s per plan instead of 0.4 s)",
+                                "ROS executor and other processes (docs/reliability.md)",
                                 low=0, high=1024)
     quantization: str = _setting("none", "weights of the language model's linear layers, applied at load: none "
                                  "(float), int8 (weight-only), int4 (weight-only, groups of 32) or int8-dynamic "

@@ -3,7 +3,7 @@
     ctl = WaypointController()
     control = ctl.step(plan, ego_pose_now, speed_mps, now_s)     # VehicleControl(throttle, steer, brake, ...)
 
-Rules (ros.md, "CARLA leaderboard"): desired speed = 2 x the length of the segment between the
+Rules (the CARLA leaderboard agents' convention, docs/carla.md): desired speed = 2 x the length of the segment between the
 first two waypoints (they are 0.5 s apart); brake when the desired speed is below
 ``brake_speed_mps`` or the speed is above ``brake_ratio`` x desired; otherwise throttle from a
 PID on the speed error (error clipped to ``clip_delta_mps``), capped at ``max_throttle``;

@@ -54,7 +54,7 @@ def add_route_arguments(p) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the bird's-eye PNGs")
     p.add_argument("--no-pdm", dest="pdm_score", action="store_false",
                    help="skip the PDM score of each plan (NAVSIM v1 against the world's traffic and expert from the "
-                        "plan's tick; about 0.1 s per plan on a CPU core)")
+                        "plan's tick; one world rollout per plan)")
     add_parse_retry_argument(p)
     add_decoding_arguments(p)
 

@@ -16,7 +16,7 @@ Only bad *arguments* (a non-positive image size, a degenerate crop) raise ``Valu
     >>> found.boxes[0]
     Box(label='car', score=1.0, x_min=192.0, y_min=216.0, x_max=960.0, y_max=648.0)
 
-Planning answers (spec section 6): ``x1,y1,...,x8,y8``, ego frame (x forward, y left), metres,
+Planning answers: ``x1,y1,...,x8,y8``, ego frame (x forward, y left), metres,
 one waypoint every 0.5 s. Each comma-separated field, after stripping whitespace, must be a
 plain decimal number: ``[+-]digits[.digits][e[+-]digits]`` in ASCII digits. ``nan``/``inf``
 are recognised only to report them as ``non_finite``; ``.5``, ``5.``, ``1_000``, hex and
