@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as ROOT
 from wam_diff2_core.camera_rig import CAMERA_ENV, PRESETS, CameraRig, read_camera_block, rig_for_checkpoint
 from wam_diff2_core.config import ConfigError
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.sim.camera import CameraSettings
 
-ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "models" / "wam-diff2-demo-b32"
 
 

@@ -8,18 +8,18 @@ plan is the best-scored candidate, and with no candidate parsing the plan is inv
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT
 from wam_diff2_core.candidate_selection import (CandidateSettings, TrackedObject, ego_start, online_scene)
 from wam_diff2_core.geometry import EgoMotion
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.pdm_score import OBSERVATION_SAMPLES, SIM_DT_S, pdm_score
 from wam_diff2_core.policy import DrivingPolicy
 
-DEMO_B32 = Path(__file__).resolve().parents[1] / "models" / "wam-diff2-demo-b32"
+DEMO_B32 = REPO_ROOT / "models" / "wam-diff2-demo-b32"
 T = np.arange(1, 9) * 0.5
 
 

@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ros_packages import ament_index_packages
+from test.support import REPO_ROOT as ROOT
+from test.support.ros_packages import ament_index_packages
 
-ROOT = Path(__file__).resolve().parents[1]
 # always blocked, whatever the ament index of this machine holds
 ROS_NAMES = ("rclpy", "rosidl_runtime_py", "rosidl_parser", "rpyutils", "builtin_interfaces", "std_msgs",
              "sensor_msgs", "nav_msgs", "geometry_msgs", "diagnostic_msgs", "rosgraph_msgs", "lifecycle_msgs",

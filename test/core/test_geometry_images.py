@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hostile_data import huge_png
+from test.support.hostile_data import huge_png
 from wam_diff2_core import images
 from wam_diff2_core.images import ImageError, ImageLimits, compressed_to_rgb, draw_debug_image, image_to_rgb, load_rgb
 

@@ -7,11 +7,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from test.support import REPO_ROOT as ROOT
+
 ENTRY_MODULES = sorted({m for m in re.findall(r'"[\w-]+=([\w.]+):\w+"', (ROOT / "setup.py").read_text())})
 
 

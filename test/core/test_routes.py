@@ -255,7 +255,7 @@ def test_the_real_route_messages_are_read():
     """The leaderboard's carla_msgs/CarlaRoute (int8 road options: VOID is -1) and nav_msgs/Path."""
     from geometry_msgs.msg import Pose, PoseStamped
     from nav_msgs.msg import Path
-    from ros_packages import interface_module
+    from test.support.ros_packages import interface_module
 
     carla_msgs = interface_module("carla_msgs")
     poses = [Pose(), Pose()]

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as REPO
 from wam_diff2_core.cli import SUBCOMMANDS, build_parser
 from wam_diff2_core.config import ENGINE_FIELDS
 
-REPO = Path(__file__).resolve().parents[1]
 RUNS_A_MODEL = {"infer", "bench", "val-loss", "eval-bag", "closed-loop"}
 
 

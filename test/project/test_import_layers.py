@@ -15,7 +15,8 @@ import ast
 import functools
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from test.support import REPO_ROOT as ROOT
+
 PACKAGES = ("wam_diff2_core", "wam_diff2_ros")
 
 # lowest first; a module belongs to the layer with the longest prefix of its name (a bare package

@@ -14,11 +14,11 @@ import shlex
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from test.support import REPO_ROOT as ROOT
+
 JETSON = ROOT / "constraints" / "jetson.txt"
 JETPACK = {"torch", "torchvision"}            # NVIDIA's builds on the board: never pinned, never replaced
 

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ros_packages import ament_index_packages
+from test.support import REPO_ROOT as ROOT
+from test.support.ros_packages import ament_index_packages
 
 catkin_pkg = pytest.importorskip("catkin_pkg.package", reason="catkin_pkg comes with the ROS 2 wheels")
 
-ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*ROOT.glob("wam_diff2_core/**/*.py"), *ROOT.glob("wam_diff2_ros/**/*.py"),
                   *ROOT.glob("launch/*.py"), *ROOT.glob("agents/*.py"), *ROOT.glob("scripts/ros2_run/*")])
 OWN = {"wam_diff2_core", "wam_diff2_ros"}

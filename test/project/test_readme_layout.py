@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from test.support import REPO_ROOT as ROOT
+
 
 
 def layout_rows() -> list[tuple[list[str], str]]:

@@ -35,16 +35,17 @@ from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as ROOT
+
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
 from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.launch_planner import demo_model  # noqa: E402
-from ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
+from test.support.ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[1]
 INSTALL_DOC = ROOT / "docs" / "install.md"
 VENV = ROOT / ".venv"
 PACKAGE = "wam_diff2_ros"

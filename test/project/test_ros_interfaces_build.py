@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from test.support import REPO_ROOT as ROOT
+
 SHARED = ROOT.parent / "shared" / "ros_interfaces"
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+from test.support import REPO_ROOT as ROOT
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
@@ -33,11 +34,10 @@ from wam_diff2_ros import conversions as conv  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_interface import INPUT_TOPICS  # noqa: E402
 from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
-from ros_helpers import Probe, route_msg, ros_context  # noqa: E402
-from ros_packages import interface_module  # noqa: E402
+from test.support.ros_helpers import Probe, route_msg, ros_context  # noqa: E402
+from test.support.ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
-ROOT = Path(__file__).resolve().parents[1]
 DEMO_B32 = ROOT / "models" / "wam-diff2-demo-b32"
 NODE = "candidates_planner"
 SPEED = 5.0                      # the probe's odometry: straight along +x of map at 5 m/s, no acceleration

@@ -11,10 +11,11 @@ import itertools
 import math
 import threading
 import time
-from pathlib import Path as FsPath
 
 import numpy as np
 import pytest
+
+from test.support import REPO_ROOT as ROOT
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
@@ -37,9 +38,9 @@ from wam_diff2_ros.controller_node import CONTROL_QOS, ControllerNode, plan_from
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
-import ros_helpers  # noqa: E402
-from ros_helpers import odometry_msg, route_msg, unique_domain_id  # noqa: E402
-from ros_packages import interface_module  # noqa: E402
+from test.support import ros_helpers  # noqa: E402
+from test.support.ros_helpers import odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from test.support.ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NS = 1_000_000_000
@@ -473,7 +474,7 @@ def test_parameters_derive_from_the_core_settings_and_the_yaml_lists_them_all():
     assert len(gains) == len(ControllerGains.__dataclass_fields__)
     assert cp.route_settings_from({s.name: s.default for s in cp.SPECS}) == RouteTrackerSettings()
     import yaml
-    config = FsPath(__file__).resolve().parents[1] / "config" / "controller.yaml"
+    config = ROOT / "config" / "controller.yaml"
     params = yaml.safe_load(config.read_text())["/**"]["ros__parameters"]
 
     def flat(d, prefix=""):
@@ -553,7 +554,6 @@ def test_pacing_newest_and_a_planner_not_ready_never_hold(rig):
 
 
 # ----------------------------------------------------------------------------- launch and entry points
-ROOT = FsPath(__file__).resolve().parents[1]
 
 
 def test_leaderboard_launch_runs_planner_in_lockstep_and_the_controller_with_declared_parameters():

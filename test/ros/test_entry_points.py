@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as ROOT
 from wam_diff2_core.version import __version__
 from wam_diff2_ros import entry_point
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 NODES = {"wam-diff2-planner": "wam_diff2_ros.planner_node", "wam-diff2-controller": "wam_diff2_ros.controller_node",
          "wam-diff2-localization": "wam_diff2_ros.localization_node"}

@@ -9,16 +9,16 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as ROOT
+
 pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
-from ros_helpers import unique_domain_id  # noqa: E402
+from test.support.ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _measure(*flags: str, env: dict | None = None) -> list[dict]:

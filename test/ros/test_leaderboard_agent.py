@@ -18,17 +18,16 @@ import math
 import sys
 import threading
 import types
-from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as ROOT
 from wam_diff2_core.config import ConfigError
 from wam_diff2_core.localization import GeoReference
 from wam_diff2_core.sim.camera import CameraSettings
 from wam_diff2_core.params import leaderboard as leaderboard_params
 from wam_diff2_core.params import localization as localization_params
 
-ROOT = Path(__file__).resolve().parents[1]
 AGENT = ROOT / "agents" / "wam_diff2_agent.py"
 LAUNCH = ROOT / "launch" / "leaderboard.launch.py"
 # the leaderboard's rules (leaderboard/autoagents/agent_wrapper.py): allowed types, the keys each
@@ -234,7 +233,7 @@ def test_the_georeference_is_solved_from_the_plans_first_point(agent_module, tru
 @pytest.fixture
 def ros_context():
     pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
-    from ros_helpers import ros_context as context_on_domain
+    from test.support.ros_helpers import ros_context as context_on_domain
 
     with context_on_domain(8) as context:
         yield context
@@ -242,7 +241,7 @@ def ros_context():
 
 def spinning(context, *nodes):
     from rclpy.executors import MultiThreadedExecutor
-    from ros_helpers import spin_in_thread
+    from test.support.ros_helpers import spin_in_thread
 
     return spin_in_thread(context, *nodes, executor_type=MultiThreadedExecutor)
 
@@ -364,7 +363,7 @@ def test_a_planner_that_fails_to_configure_fails_the_agent_at_once_with_its_reas
     from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
     from rclpy.parameter import Parameter
     from std_msgs.msg import Bool
-    from ros_helpers import unique_domain_id
+    from test.support.ros_helpers import unique_domain_id
     from wam_diff2_ros.qos import LATCHED_QOS
     from wam_diff2_ros.planner_node import PlannerNode
 

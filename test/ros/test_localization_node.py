@@ -16,6 +16,8 @@ import time
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT
+
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
@@ -36,9 +38,9 @@ from wam_diff2_ros import localization_node as ln  # noqa: E402
 from wam_diff2_ros.tools.dds_closed_loop import STREAM_QOS, sensor_messages  # noqa: E402
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns  # noqa: E402
-import ros_helpers  # noqa: E402
-from ros_helpers import spin_in_thread, unique_domain_id  # noqa: E402
-from ros_packages import interface_module  # noqa: E402
+from test.support import ros_helpers  # noqa: E402
+from test.support.ros_helpers import spin_in_thread, unique_domain_id  # noqa: E402
+from test.support.ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
 WAIT_S = 10.0
@@ -535,8 +537,6 @@ def test_filter_parameters_are_live_and_come_from_the_core_settings(rig):
 
 
 def test_docs_parameter_table_is_the_generated_one():
-    from pathlib import Path
-
     from wam_diff2_core.params.spec import markdown_table
-    docs = Path(__file__).resolve().parents[1] / "docs" / "carla.md"
+    docs = REPO_ROOT / "docs" / "carla.md"
     assert markdown_table(lp.SPECS) in docs.read_text()

@@ -17,14 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT as REPO
+
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
-REPO = Path(__file__).resolve().parents[1]
 if not (REPO / "wam_diff2_ros" / "planner_node.py").exists():
     pytest.skip("the planner node (wam_diff2_ros/planner_node.py, issue 4) is not in this tree", allow_module_level=True)
 
@@ -34,7 +34,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from wam_diff2_core.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.scenes import circle_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory  # noqa: E402
-from ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
+from test.support.ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 DOMAIN = unique_domain_id(4)

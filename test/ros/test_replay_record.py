@@ -14,9 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+
+from test.support import REPO_ROOT as REPO
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
@@ -24,11 +25,10 @@ from wam_diff2_core.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bags import Bag  # noqa: E402
 from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.tools.bag_player import DEFAULT_RECORD_TOPICS, PLANNER_NODE  # noqa: E402
-from ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
+from test.support.ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 DOMAIN = unique_domain_id(8)
-REPO = Path(__file__).resolve().parents[1]
 ROLE = "/carla/ego_vehicle"
 TOPICS = {"image": f"{ROLE}/rgb_front/image", "odometry": f"{ROLE}/odometry", "route": f"{ROLE}/waypoints",
           "camera_info": f"{ROLE}/rgb_front/camera_info"}

@@ -33,7 +33,7 @@ from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_interface import STATUS_QOS  # noqa: E402
 from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
-from ros_helpers import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from test.support.ros_helpers import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NAME = "wam_diff2_planner"
@@ -616,7 +616,7 @@ def test_autostart_false_waits_for_transitions_then_plans_on_compressed_frames(c
                                                data=b"\xff\xd8 not a jpeg"))
         assert probe.wait_for(lambda: probe.counter("manual_planner", "skipped_image_decode_failed") > before, 20.0)
         # a 20000 x 20000 PNG (48 KB) is refused from its header: it once decoded to 2.4 GB (8.2 GiB node peak)
-        from hostile_data import huge_png
+        from test.support.hostile_data import huge_png
         before = probe.counter("manual_planner", "skipped_image_too_large")
         for _ in range(5):            # best effort: resend until one arrives
             compressed_pub.publish(CompressedImage(header=image_msg(probe.now_ns()).header, format="png",

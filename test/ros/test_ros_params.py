@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 import yaml
+
+from test.support import REPO_ROOT as ROOT
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
@@ -17,10 +18,9 @@ from wam_diff2_ros import launch_planner  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.planner_interface import INPUT_TOPICS  # noqa: E402
 from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
-from ros_helpers import ros_context  # noqa: E402
+from test.support.ros_helpers import ros_context  # noqa: E402
 
 pytestmark = pytest.mark.ros
-ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 BUILTIN = {"use_sim_time", "start_type_description_service"}   # declared by rclpy itself
 

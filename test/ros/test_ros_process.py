@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as ROOT
+
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
 from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
+from test.support.ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
-ROOT = Path(__file__).resolve().parents[1]
 EXECUTABLE = Path(sys.executable).parent / "wam-diff2-planner"
 START_S = 180.0     # importing torch + transformers and loading, on 2 shared cores
 

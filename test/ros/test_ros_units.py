@@ -22,7 +22,7 @@ from wam_diff2_core.outputs.parsing import Box  # noqa: E402
 from wam_diff2_core.policy import TaskResult  # noqa: E402
 from wam_diff2_ros import conversions as conv  # noqa: E402
 from wam_diff2_ros.keep_latest import LatestSlot  # noqa: E402
-from ros_helpers import image_msg, odometry_msg, route_msg  # noqa: E402
+from test.support.ros_helpers import image_msg, odometry_msg, route_msg  # noqa: E402
 
 pytestmark = pytest.mark.ros
 STATS = DecodeStats(block_size=32, forwards=12, denoise_steps=10, commit_forwards=2, blocks=3, tokens=40,

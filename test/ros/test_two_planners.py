@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
+
+from test.support import REPO_ROOT as ROOT
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
@@ -28,10 +29,9 @@ from sensor_msgs.msg import Image  # noqa: E402
 from wam_diff2_ros.launch_planner import argument_defaults, two_planners  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
-from ros_helpers import Probe, image_msg, odometry_msg, ros_context  # noqa: E402
+from test.support.ros_helpers import Probe, image_msg, odometry_msg, ros_context  # noqa: E402
 
 pytestmark = pytest.mark.ros
-ROOT = Path(__file__).resolve().parents[1]
 CAMERA, ODOMETRY = "/camera/front/image", "/camera/front/odometry"
 READY_S = 120.0          # generous: other jobs may load these 2 cores
 ANSWER_S = 60.0

@@ -6,9 +6,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from test.support import REPO_ROOT as ROOT
+
 
 
 def test_budget_table_measures_each_variant_in_its_own_process_and_projects_from_its_bytes(tmp_path):

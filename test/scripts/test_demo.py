@@ -6,17 +6,16 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT as ROOT
+from test.support.ros_helpers import unique_domain_id
 from wam_diff2_core.geometry import EgoMotion
 from wam_diff2_core.policy import DrivingPolicy
 from wam_diff2_core.sim import EpisodeSettings, simulate_episode
-from ros_helpers import unique_domain_id
 
-ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"ar": ROOT / "models" / "wam-diff2-demo-ar", "block32": ROOT / "models" / "wam-diff2-demo-b32"}
 HELD_OUT_SEED = 1000      # the demo bag's seed; training used seed 0
 CI_ROUTE = 0              # closed-loop route 0 (seed 2000), 60 m: starts at 6.2 m/s

@@ -6,9 +6,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from test.support import REPO_ROOT as ROOT
+
 SMALL = ["--device", "cpu", "--shape", "tiny", "--prompt-length", "64", "--repeats", "2", "--frames", "1",
          "--frame-size", "160", "90", "--new-tokens", "32", "--check-tokens", "32", "--candidates", "2"]
 

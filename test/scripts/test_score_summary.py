@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT as ROOT
 from wam_diff2_core.evaluation.spread import bootstrap_interval
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "score_summary.py"
 
 

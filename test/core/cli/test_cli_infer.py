@@ -184,7 +184,7 @@ def test_threads_flag_sets_torch_threads(cli_checkpoint, dataset, tmp_path):
 # ----------------------------------------------------------------------------- hostile data
 def _one_good_and(tmp_path, bad_line: str, *, name: str = "case.jsonl", files=()):
     """A JSONL file: the good sample s0, then ``bad_line``, then the good sample s1."""
-    from hostile_data import huge_png, planning_record
+    from test.support.hostile_data import huge_png, planning_record
     (tmp_path / "img").mkdir(exist_ok=True)
     for i in range(2):
         Image.fromarray((np.random.default_rng(i).random((72, 128, 3)) * 255).astype(np.uint8)).save(
@@ -221,7 +221,7 @@ def test_a_bad_record_is_its_own_error_and_the_run_completes(cli_checkpoint, tmp
 
 def test_duplicate_ids_are_refused_up_front_with_their_lines(cli_checkpoint, tmp_path):
     """Before: both records of an id were decoded and one result overwrote the other."""
-    from hostile_data import planning_record
+    from test.support.hostile_data import planning_record
     data = _one_good_and(tmp_path, json.dumps(planning_record("s0", ["img/1.png"])))
     out = tmp_path / "preds.json"
     assert main(["infer", "--model", str(cli_checkpoint), "--input", str(data), "--output", str(out),
@@ -261,7 +261,7 @@ def test_bad_image_limit_flags_are_refused(cli_checkpoint, dataset, tmp_path, ca
 
 def test_image_paths_outside_the_data_root_are_refused_unless_absolute_ones_are_allowed(cli_checkpoint, tmp_path):
     """Before: '../../etc/...' and absolute paths were read, decoded and answered."""
-    from hostile_data import planning_record
+    from test.support.hostile_data import planning_record
     outside = tmp_path / "outside.png"
     Image.fromarray(np.zeros((72, 128, 3), np.uint8)).save(outside)
     (tmp_path / "root").mkdir()

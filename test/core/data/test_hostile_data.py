@@ -10,16 +10,15 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
-from hostile_data import BAD_CASES, GOOD_IDS, sigkill_when, write_hostile_dataset
+from test.support import REPO_ROOT as REPO
+from test.support.hostile_data import BAD_CASES, GOOD_IDS, sigkill_when, write_hostile_dataset
 from wam_diff2_core.cli import main
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
 from wam_diff2_core.trainer.checkpointing import read_metrics
 
-REPO = Path(__file__).resolve().parents[1]
 INFER_FLAGS = ["--device", "cpu", "--max-new-tokens", "24"]
 
 

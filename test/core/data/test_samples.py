@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hostile_data import huge_png, planning_record
+from test.support.hostile_data import huge_png, planning_record
 from wam_diff2_core.data.samples import Sample, SampleError, iter_samples, load_images, read_records
 from wam_diff2_core.images import ImageLimits
 

@@ -13,7 +13,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 from torch.nn.attention import SDPBackend
 
-from decoder_prompts import encode
+from test.support.decoder_prompts import encode
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding import attention as attention_module
 from wam_diff2_core.decoding import make_decoder

@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 
-from decoder_prompts import encode
-from reference_decoder import full_block_causal_mask, reference_decode
+from test.support.decoder_prompts import encode
+from test.support.reference_decoder import full_block_causal_mask, reference_decode
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 
 

@@ -9,8 +9,8 @@ import types
 import pytest
 import torch
 
-from decoder_prompts import encode
-from test_static_decoder import _PagedPrefillStandIn
+from test.support.decoder_prompts import encode
+from test.core.decoding.test_static_decoder import _PagedPrefillStandIn
 from wam_diff2_core.config import EngineSettings
 from wam_diff2_core.decoding import decoder as plain_module
 from wam_diff2_core.decoding import sampling

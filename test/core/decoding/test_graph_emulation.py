@@ -17,7 +17,7 @@ import logging
 import pytest
 import torch
 
-from decoder_prompts import encode
+from test.support.decoder_prompts import encode
 from wam_diff2_core.config import EngineSettings
 from wam_diff2_core.decoding.cuda_graphs import CaptureError, HostSyncCheck, KeyedForward, MutatingStep, StepGraphs
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder

@@ -14,7 +14,7 @@ import types
 import pytest
 import torch
 
-from decoder_prompts import encode
+from test.support.decoder_prompts import encode
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding import make_decoder
 from wam_diff2_core.decoding.attention_flashinfer import flashinfer_problem

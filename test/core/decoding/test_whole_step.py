@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from decoder_prompts import encode
+from test.support.decoder_prompts import encode
 from wam_diff2_core.config import EngineSettings
 from wam_diff2_core.decoding import static as static_module
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as REPO
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bags import Bag
 from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag
 
-REPO = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

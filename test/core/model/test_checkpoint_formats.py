@@ -14,6 +14,7 @@ import shutil
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT
 from wam_diff2_core.cli import main
 from wam_diff2_core.config import (AUTHORS_MASK_TOKEN_ID, DIFFUSION_CONFIG_FILE, SOURCE_FILE, SOURCE_USER,
                                    ConfigError, DecodingSettings)
@@ -234,7 +235,6 @@ def test_the_cli_flags_and_the_node_yaml_leave_decoding_to_the_checkpoint():
     eval-bag --params-file reads the node's YAML, which leaves decoding unset. So every entry point
     resolves the same settings (the node: test_demo's AR / Block-32 runs of scripts/demo.sh)."""
     import argparse
-    from pathlib import Path
 
     from wam_diff2_core.cli.common import add_decoding_arguments, decoding_overrides
     from wam_diff2_core.cli.eval_bag import read_node_params
@@ -242,7 +242,7 @@ def test_the_cli_flags_and_the_node_yaml_leave_decoding_to_the_checkpoint():
     add_decoding_arguments(parser)
     assert decoding_overrides(parser.parse_args([])) == {}
     assert decoding_overrides(parser.parse_args(["--block-size", "4"])) == {"block_size": 4}
-    node_values = read_node_params(Path(__file__).resolve().parents[1] / "config" / "planner.yaml")
+    node_values = read_node_params(REPO_ROOT / "config" / "planner.yaml")
     assert node_values and not any(k.startswith("decoding.") for k in node_values)
 
 
@@ -274,11 +274,9 @@ def test_written_folders_carry_the_fields_transformers_457_reads(qwen_labelled, 
 def test_documented_memory_tables_are_what_the_script_prints():
     import subprocess
     import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(root / "scripts" / "model_memory.py")], capture_output=True, text=True,
-                         timeout=300, check=True).stdout
-    readme = (root / "docs" / "checkpoints.md").read_text()
+    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "model_memory.py")], capture_output=True,
+                         text=True, timeout=300, check=True).stdout
+    readme = (REPO_ROOT / "docs" / "checkpoints.md").read_text()
     assert "| 2B | 2.13 B | 4.3 GB | 8.5 GB |" in out and "| 8B | 8.77 B | 17.5 GB | 35.1 GB |" in out
     assert "| 2.13 B | 4.3 GB | 8.5 GB |" in readme and "| 8.77 B | 17.5 GB | 35.1 GB |" in readme
     assert "1920x1080 max_pixels=2073600: resized 1920x1056, 1980 image tokens" in out
@@ -298,7 +296,7 @@ def test_the_node_configures_either_labelling_with_the_checkpoints_settings(labe
 
     from wam_diff2_core.geometry import EgoMotion
     from wam_diff2_ros.planner_node import PlannerNode
-    from ros_helpers import unique_domain_id
+    from test.support.ros_helpers import unique_domain_id
     ckpt = request.getfixturevalue(labelling)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=unique_domain_id(9))

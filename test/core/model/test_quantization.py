@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from decoder_prompts import encode
+from test.support import REPO_ROOT
+from test.support.decoder_prompts import encode
 from wam_diff2_core.cli import build_parser, main
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
@@ -35,7 +35,7 @@ PROMPTS = (0, 1, 2)
 # B = 4: 174/192; AR: 192/192). The trained demo model at B = 32: 176/179.
 INT8_MIN_AGREEMENT_TINY = {32: 0.7, 4: 0.9, 1: 1.0}
 INT8_MIN_AGREEMENT_DEMO = 0.95
-DEMO = Path(__file__).resolve().parents[1] / "models" / "wam-diff2-demo-b32"
+DEMO = REPO_ROOT / "models" / "wam-diff2-demo-b32"
 
 
 @pytest.fixture(scope="module")

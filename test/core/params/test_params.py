@@ -12,16 +12,15 @@ import copy
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
+from test.support import REPO_ROOT as ROOT
 from wam_diff2_core.params import controller, generated, localization, planner
 from wam_diff2_core.params.spec import ParamSpec, check_values, markdown_table, yaml_block
 
-ROOT = Path(__file__).resolve().parents[1]
 TABLES = {"planner": planner, "controller": controller, "localization": localization}
 
 

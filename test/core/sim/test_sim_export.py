@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT as ROOT
 from wam_diff2_core.data.samples import SampleError, iter_samples, load_images
 from wam_diff2_core.outputs.parsing import parse_boxes, parse_waypoints
 from wam_diff2_core.outputs.prompts import format_detection_prompt, format_planning_prompt
@@ -21,7 +22,6 @@ from wam_diff2_core.sim import dataset_export as export_module
 from wam_diff2_core.sim.episode_bags import TOPIC_TYPES, topic_names
 from wam_diff2_core.sim.dataset_export import ExportSettings, export
 
-ROOT = Path(__file__).resolve().parents[1]
 CAMERA = CameraSettings(width=160, height=90)
 EPISODE = EpisodeSettings(frames=8, frame_stride=5, camera=CAMERA)
 SETTINGS = ExportSettings(episodes=3, seed=7, episode=EPISODE, val_fraction=0.34, role="hero", vqa_per_frame=2)

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from test.support import REPO_ROOT as REPO
 from wam_diff2_core.config import ConfigError
 from wam_diff2_core.model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_core.trainer.training_config import (TrainingConfig, check_required, load_training_config, parse_mix,
                                                     parse_overrides, settings_table)
 from wam_diff2_core.trainer.recipes import curriculum_stages
 
-REPO = Path(__file__).resolve().parents[1]
 TRAINING = REPO / "training"
 SHIPPED = sorted(TRAINING.glob("*.yaml"))
 DEMO = sorted((TRAINING / "demo").glob("*.yaml"))      # the demo models' recipe (scripts/train_demo.sh)

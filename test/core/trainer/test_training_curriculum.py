@@ -3,11 +3,11 @@ stage's output; the Block-32 model it produces decodes a memorised answer exactl
 repository's decoder (the paper's default decoding: 32 steps, dynamic threshold 0.9)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import yaml
 
+from test.support import REPO_ROOT
 from wam_diff2_core.config import read_diffusion_file
 from wam_diff2_core.data.samples import iter_samples, load_images
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
@@ -16,7 +16,7 @@ from wam_diff2_core.model.prompt_encoding import encode_prompts
 from wam_diff2_core.trainer.checkpointing import read_metrics
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
-TRAINING = Path(__file__).resolve().parents[1] / "training"
+TRAINING = REPO_ROOT / "training"
 STEPS_PER_STAGE = 50
 LR = "2e-3"
 

@@ -125,7 +125,7 @@ def test_malformed_records_are_rejected_with_their_line_and_the_rest_is_read(tin
 
 def test_an_oversized_image_is_a_skipped_sample_not_a_crash(tiny_model, tmp_path):
     """Before: PIL's DecompressionBombError (not an OSError) escaped __getitem__ and stopped training."""
-    from hostile_data import huge_png
+    from test.support.hostile_data import huge_png
     path = write_tiny_dataset(tmp_path, num_samples=2)
     (tmp_path / "images" / "001.png").write_bytes(huge_png())
     ds = _dataset(tiny_model, path)

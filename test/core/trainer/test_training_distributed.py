@@ -7,15 +7,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from test.support import REPO_ROOT as REPO
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS = 3
 
 # For each (config, overrides) job: one optimizer step's forward/backward through the recipe,

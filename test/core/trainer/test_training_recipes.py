@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from test.support import REPO_ROOT
 from wam_diff2_core.config import ConfigError, read_diffusion_file
 from wam_diff2_core.model.ar_to_diffusion import convert_to_diffusion
 from wam_diff2_core.model.checkpoint import load_checkpoint
@@ -24,7 +25,7 @@ from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 
 
-TRAINING = Path(__file__).resolve().parents[1] / "training"
+TRAINING = REPO_ROOT / "training"
 LR = 2e-3
 STEPS = 12
 # The tiny random models are very confident (a scaled-up LM head): at tau = 1 the JSD between two

@@ -8,18 +8,17 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from hostile_data import sigkill_when
+from test.support import REPO_ROOT as REPO
+from test.support.hostile_data import sigkill_when
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
 from wam_diff2_core.trainer.checkpointing import checkpoint_dirs, loss_curve, missing_files, read_metrics
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS = 12
 KILL_AFTER_CHECKPOINT = "step-000004"
 

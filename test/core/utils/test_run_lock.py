@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from test.support import REPO_ROOT as REPO
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 from wam_diff2_core.utils.run_lock import RUN_LOCK, RunLock, RunLocked
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
        "PYTHONPATH": str(REPO)}
 HOLD = "import sys, time; from wam_diff2_core.utils.run_lock import RunLock; RunLock(sys.argv[1]).acquire(); " \

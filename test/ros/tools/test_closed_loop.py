@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT
 from wam_diff2_core.control import ControllerGains
 from wam_diff2_core.sim.route_runs import (ClosedLoopSettings, ExpertOracle, PolicyPlanner, RouteRun,
                                            demo_world_gains, drive_direct, summarize, summary_line)
@@ -148,7 +149,7 @@ def test_summary_scores():
 @pytest.fixture(scope="module")
 def domain():
     pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
-    from ros_helpers import unique_domain_id
+    from test.support.ros_helpers import unique_domain_id
     return unique_domain_id(6)
 
 
@@ -334,9 +335,8 @@ def test_ros_loop_plays_the_leaderboard_bridge_and_the_demo_model_completes_a_sh
     """--bridge with the shipped demo model (a 3 M-parameter checkpoint: a random tiny one never parses, so it
     could not drive) on the nodes the agent's launch file starts, with its parameters: the car completes route 0."""
     pytest.importorskip("carla_msgs", reason="needs the built interface packages (scripts/build_ros_interfaces.sh)")
-    from pathlib import Path
     from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
-    model = Path(__file__).resolve().parents[1] / "models" / "wam-diff2-demo-b32"
+    model = REPO_ROOT / "models" / "wam-diff2-demo-b32"
     settings = RosLoopSettings(planner="inprocess", model_path=str(model), planner_parameters={"device": "cpu"},
                                gains=demo_world_gains(), domain_id=domain, bridge=True, odometry="estimated",
                                command_source="route", ready_timeout_s=300.0, plan_timeout_s=120.0,

@@ -13,19 +13,19 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+from test.support import REPO_ROOT as REPO
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
 from wam_diff2_ros import controller_node as cn  # noqa: E402
 from wam_diff2_ros.tools import hostile_inputs as hi  # noqa: E402
-from ros_helpers import unique_domain_id  # noqa: E402
+from test.support.ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
-REPO = Path(__file__).resolve().parents[1]
 MESSAGES = 400
 
 
@@ -77,7 +77,7 @@ def test_what_the_fuzz_found_in_the_controller_is_refused_as_invalid():
     ValueError where fields are checked, as on Humble). Each is now invalid input."""
     from builtin_interfaces.msg import Time
 
-    from ros_helpers import odometry_msg
+    from test.support.ros_helpers import odometry_msg
     from wam_diff2_ros.msg import Trajectory, TrajectoryPoint
 
     for fields in ({"x": 1e308}, {"y": -2e7}, {"vx": 1e300}, {"vx": 3e38, "vy": 3e38}):

@@ -21,7 +21,7 @@ from wam_diff2_ros.tools.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bags import default_typestore, write_bag  # noqa: E402
 from wam_diff2_core.evaluation.scenes import scene_messages, scene_topic_types, straight_scene, \
     write_scene_bag  # noqa: E402
-from ros_helpers import unique_domain_id  # noqa: E402
+from test.support.ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
 DOMAIN = unique_domain_id(3)
@@ -132,7 +132,7 @@ def replay_and_receive(bag, topic: str, msg_type, expected: int, rate: float) ->
 def test_a_bags_tf_is_replayed_as_the_real_tf2_msgs_type(tmp_path):
     """/tf (the demo bags' map -> hero -> camera, carla-ros-bridge's) is published, not skipped, where tf2_msgs
     imports (scripts/build_ros_interfaces.sh builds it here): every message, its frames and stamps as recorded."""
-    from ros_packages import interface_module
+    from test.support.ros_packages import interface_module
     tf2_msgs = interface_module("tf2_msgs")
     store = default_typestore()
     types = store.types
@@ -186,7 +186,7 @@ def test_a_demo_bags_objects_are_replayed_as_the_real_derived_object_msgs_type(t
     """The demo bag's other vehicles (carla-ros-bridge's ``/carla/<role>/objects``) are published, not skipped,
     where derived_object_msgs imports (scripts/build_ros_interfaces.sh builds it; scripts/env.sh puts it on
     the path): the planner's ~/input/objects sees them as behind the bridge."""
-    from ros_packages import interface_module
+    from test.support.ros_packages import interface_module
     from wam_diff2_core.evaluation.bags import open_bag
     derived_object_msgs = interface_module("derived_object_msgs")
     objects = "/carla/ego_vehicle/objects"
