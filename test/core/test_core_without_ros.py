@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 from test.support import REPO_ROOT as ROOT
-from test.support.ros_packages import ament_index_packages
 
 # always blocked, whatever the ament index of this machine holds
 ROS_NAMES = ("rclpy", "rosidl_runtime_py", "rosidl_parser", "rpyutils", "builtin_interfaces", "std_msgs",
@@ -74,8 +73,8 @@ def core_sources() -> list[Path]:
     return sorted((ROOT / "wam_diff2_core").rglob("*.py"))
 
 
-def test_every_core_module_and_subcommand_help_runs_without_ros():
-    blocked = sorted(set(ROS_NAMES) | ament_index_packages())
+def test_every_core_module_and_subcommand_help_runs_without_ros(ament_packages):
+    blocked = sorted(set(ROS_NAMES) | ament_packages)
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(blocked)], cwd=ROOT, capture_output=True,
                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-4000:]
@@ -108,11 +107,11 @@ def test_no_core_module_mentions_rclpy():
     assert not mentions, mentions
 
 
-def test_no_core_module_imports_ros_even_inside_a_function():
+def test_no_core_module_imports_ros_even_inside_a_function(ament_packages):
     """Imports the run-time probe cannot reach (inside functions that --help never calls), read with ast.
     Before the ROS tools moved out, cli/replay.py and cli/closed_loop.py imported wam_diff2_ros here."""
     import ast
-    blocked = set(ROS_NAMES) | ament_index_packages()
+    blocked = set(ROS_NAMES) | ament_packages
     found = []
     for path in core_sources():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):

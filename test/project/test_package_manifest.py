@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from test.support import REPO_ROOT as ROOT
-from test.support.ros_packages import ament_index_packages
 
 catkin_pkg = pytest.importorskip("catkin_pkg.package", reason="catkin_pkg comes with the ROS 2 wheels")
 
@@ -97,8 +97,8 @@ def test_the_scan_sees_the_sources():
     assert all(imports["carla_msgs"].values()), "carla_msgs is imported only inside try/except ImportError"
 
 
-def test_every_import_is_classified():
-    ros = ament_index_packages() | NOT_INSTALLABLE_HERE
+def test_every_import_is_classified(ament_packages):
+    ros = ament_packages | NOT_INSTALLABLE_HERE
     assert {"rclpy", "std_msgs"} <= ros, "the ament index is not on AMENT_PREFIX_PATH (source scripts/env.sh)"
     unknown = {name: sorted(files) for name, files in imports_by_module().items()
                if name not in sys.stdlib_module_names and name not in OWN and name not in ros
@@ -108,8 +108,8 @@ def test_every_import_is_classified():
                          f"PYTHON_LIBRARIES): {unknown}")
 
 
-def test_every_imported_ros_package_is_declared(manifest):
-    ros = ament_index_packages() | NOT_INSTALLABLE_HERE
+def test_every_imported_ros_package_is_declared(manifest, ament_packages):
+    ros = ament_packages | NOT_INSTALLABLE_HERE
     run_deps = declared(manifest, {"WAM_DIFF2_CARLA": "1"})["exec_depends"]
     build = declared(manifest, {})
     run_deps |= build["build_export_depends"]       # <depend> is build + exec
