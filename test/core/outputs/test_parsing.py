@@ -1,6 +1,6 @@
 """Waypoint and box parsing: pinned examples, every error code, and hostile-input properties.
 
-    python -m pytest test/test_parsing.py -q
+    python -m pytest test/core/outputs/test_parsing.py -q
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Prompt builders: the NAVSIM planning prompt character for character, and the detection template.
 
-    python -m pytest test/test_prompts.py -q
+    python -m pytest test/core/outputs/test_prompts.py -q
 """
 from __future__ import annotations
 
