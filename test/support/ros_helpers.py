@@ -1,6 +1,7 @@
 """Test helpers to drive a planner over real DDS: synthetic inputs and an output probe.
 
-Used by the ROS tests (test/ is on their path); handy for smoke runs without a simulator too:
+Used by the ROS tests (``from test.support.ros_helpers import Probe``, the checkout's root on sys.path); handy
+for smoke runs without a simulator too:
 
     ctx = rclpy.Context(); rclpy.init(context=ctx, domain_id=unique_domain_id(0))
     probe = Probe("/wam_diff2_planner", context=ctx).start()
