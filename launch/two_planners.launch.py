@@ -9,7 +9,7 @@ TWO_PLANNERS) and answers on its own topics, /block32/wam_diff2_planner/output/t
 /ar/wam_diff2_planner/output/trajectory (``stats.block_size`` says which model decoded), from the
 same camera and odometry (defaults: carla-ros-bridge's for role ego_vehicle). ``device``,
 ``image_reliability`` and ``params_file`` apply to both. Compare recorded runs with
-``wam-diff2 eval-bag --compare``. test/test_two_planners.py starts the two nodes with these
+``wam-diff2 eval-bag --compare``. test/ros/test_two_planners.py starts the two nodes with these
 parameters over DDS.
 """
 from ament_index_python.packages import get_package_share_directory

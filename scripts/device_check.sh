@@ -24,8 +24,8 @@ status=0
 echo "== 1. probe"
 "$PY" -m wam_diff2_core.cli verify-device --device "$DEVICE" --parts probe --out "$OUT_DIR/probe" || status=1
 echo "== 2. pytest -m gpu"
-"$PY" -m pytest -q -m gpu -p no:cacheprovider test/test_graph_emulation.py test/test_static_decoder.py \
-    2>&1 | tee "$OUT_DIR/pytest.log"
+"$PY" -m pytest -q -m gpu -p no:cacheprovider \
+    test/core/decoding/test_graph_emulation.py test/core/decoding/test_static_decoder.py 2>&1 | tee "$OUT_DIR/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 echo "== 3. gpu_verify.sh"
 OUT=$OUT_DIR bash scripts/gpu_verify.sh --device "$DEVICE" --shape "${SHAPE:-2b}" "$@" || status=1

@@ -6,7 +6,7 @@
 # (--candidates; wam_diff2_core/cli/verify_device.py).
 #
 #   scripts/gpu_verify.sh [verify-device options]        # default: --device cuda --shape 2b (bf16)
-#   scripts/gpu_verify.sh --device cpu --shape tiny ...   # the same run on CPU (CI: test/test_gpu_verify.py)
+#   scripts/gpu_verify.sh --device cpu --shape tiny ...   # the same run on CPU (CI: test/scripts/test_gpu_verify.py)
 #
 # Runs on a machine as it is: the interpreter is ${PYTHON:-python3} (the lent GPU image's system Python
 # 3.12 with torch, transformers, safetensors, tokenizers, Pillow, jinja2, torchvision), nothing is

@@ -3,7 +3,7 @@
     . scripts/env.sh && python scripts/hostile_inputs.py                          # 10,000 each, seed 0
     python scripts/hostile_inputs.py --messages 2000 --seed 3 --node controller --json out.json
 
-The fuzz of test/test_hostile_inputs.py (``wam_diff2_ros/tools/hostile_inputs.py``: every field of every
+The fuzz of test/ros/tools/test_hostile_inputs.py (``wam_diff2_ros/tools/hostile_inputs.py``: every field of every
 input message random or adversarial, stamps going backwards, bursts, silence) at benchmark size: prints
 one summary line per node (messages, rate, outputs, bad outputs, diagnostics, crash, recovery), the
 refusal / fallback counters, and any problem found; exits 1 when one is. Runs in its own DDS domain

@@ -39,6 +39,18 @@ def constraint_pins():
 
 
 @pytest.fixture(scope="session")
+def ament_packages() -> frozenset[str]:
+    """The ROS packages of this machine's ament index (every prefix of AMENT_PREFIX_PATH): what the import
+    checks count as ROS packages."""
+    names = set()
+    for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)):
+        index = Path(prefix) / "share" / "ament_index" / "resource_index" / "packages"
+        if index.is_dir():
+            names.update(p.name for p in index.iterdir())
+    return frozenset(names)
+
+
+@pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """A random tiny Qwen3-VL block-diffusion checkpoint directory (seed 0, block size 32)."""
     from wam_diff2_core.model.tiny import build_tiny_checkpoint

@@ -10,7 +10,7 @@ parallel region when the cores are free. Measured figures and the shorter spins 
 libgomp reads its environment once, when torch loads it, so the spin count is set here, on the first
 import of the package, when torch is not imported yet and the user set neither ``OMP_WAIT_POLICY``
 nor ``GOMP_SPINCOUNT`` (theirs win: ``GOMP_SPINCOUNT=300000`` is torch's own behaviour, for cores
-nobody shares). Every entry point imports this package before torch (``test/test_openmp.py``).
+nobody shares). Every entry point imports this package before torch (``test/core/test_openmp.py``).
 """
 from __future__ import annotations
 

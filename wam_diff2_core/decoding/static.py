@@ -1,7 +1,7 @@
 """Static block-diffusion decoding: the loop over a preallocated KV cache, whole-step graphs, fused commits.
 
 The algorithm, the settings and the tokens are those of the plain decoder (decoder.py; bit-exact in
-float32 on CPU, pinned by test/test_static_decoder.py); the cost structure is gpt-fast's. Its parts are
+float32 on CPU, pinned by test/core/decoding/test_static_decoder.py); the cost structure is gpt-fast's. Its parts are
 the cache (kv_cache.py), the text forward (text_forward.py), the attention backends (attention.py), one
 step (step.py) and its graphs (cuda_graphs.py: every step goes through ``StepGraphs.run_step``, graphed or
 eager); this file is the loop:

@@ -2,7 +2,7 @@
 
 The static decoder needs its own forward only to choose where K/V are stored and who computes
 attention; every op is transformers' (same modules, same order), so results are bit-identical to
-transformers' forward in float32 on CPU (test/test_static_decoder.py). Vision features and
+transformers' forward in float32 on CPU (test/core/decoding/test_static_decoder.py). Vision features and
 DeepStack come from transformers' own Qwen3VLModel (:func:`text_model_inputs`).
 
     text = QwenTextForward(model)

@@ -7,7 +7,7 @@ The objects (``derived_object_msgs/ObjectArray``, read by ``derived_objects.obje
 boxes standing on the ground plane of the map frame, drawn by the same code that draws the demo world's
 vehicles and labels them (``vehicle_projection.VehicleProjector``: far to near, with an id buffer, so a
 box is the part of a vehicle left visible by those in front of it). On a demo-world bag this gives back
-the demo world's own labels (``test/test_detection_truth.py``). The object's z and its height above the
+the demo world's own labels (``test/core/evaluation/test_detection_truth.py``). The object's z and its height above the
 ground are not used for placement (the world is flat); a box without a height is not drawn.
 """
 from __future__ import annotations

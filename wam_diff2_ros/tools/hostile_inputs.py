@@ -22,7 +22,7 @@ finite and in range (odometry: pose, twist, covariances; control: throttle / bra
 steer in [-1, 1], no throttle on a fallback); ``/diagnostics`` never said OK with a non-finite
 standard deviation; and after the hostile phases, good inputs bring correct output back
 (odometry within ``RECOVERY_POSITION_M`` of the truth, controls following a fresh plan) for the
-last ``RECOVERY_CHECKED_TICKS`` of ``RECOVERY_TICKS`` good ticks. test/test_hostile_inputs.py runs
+last ``RECOVERY_CHECKED_TICKS`` of ``RECOVERY_TICKS`` good ticks. test/ros/tools/test_hostile_inputs.py runs
 a few hundred messages per node; ``scripts/hostile_inputs.py`` runs 10,000 and prints the figures.
 """
 from __future__ import annotations
