@@ -175,7 +175,7 @@ def test_agents_are_the_recorded_boxes_and_move_on_at_their_last_speed_where_the
     from wam_diff2_core.evaluation.collision import EgoFootprint
     from wam_diff2_core.evaluation.derived_objects import ObjectSnapshot, ObjectTrack
     from wam_diff2_core.evaluation.ground_truth import EgoTrajectory
-    from wam_diff2_core.pdm_score import OBSERVATION_SAMPLES, SIM_DT_S
+    from wam_diff2_core.pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S
 
     t0 = 10**12
     snapshots = []

@@ -209,7 +209,7 @@ def collision_metrics(flags: Sequence[Sequence[bool | None]]) -> dict[str, Any]:
 
 def pdm_entry(result) -> dict[str, Any]:
     """A plan's PDM score as a per-frame / per-sample record: ``result`` a
-    :class:`~wam_diff2_core.pdm_score.PdmResult`, or None for a plan that did not parse (PDMS 0)."""
+    :class:`~wam_diff2_core.pdm.score.PdmResult`, or None for a plan that did not parse (PDMS 0)."""
     if result is None:
         return {"pdms": 0.0, "parsed": False}
     return {"parsed": True, **result.as_dict()}

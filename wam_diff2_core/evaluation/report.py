@@ -188,7 +188,7 @@ def render_pdm(pdm: dict[str, Any] | None, lane_width_m: float, topic: str = "",
     if pdm is None:
         return []
     lines = ["## PDM score (NAVSIM v1)", "",
-             "NAVSIM v1's PDM score (`wam_diff2_core/pdm_score.py`), PDMS = NC x DAC x (5 EP + 5 TTC + 2 C) / 12, of "
+             "NAVSIM v1's PDM score (`wam_diff2_core/pdm/`), PDMS = NC x DAC x (5 EP + 5 TTC + 2 C) / 12, of "
              f"each plan on the {pdm['frames']} frames with the recorded objects near their stamp. From the bag, "
              f"not NAVSIM's inputs: the agents are the recorded objects{' (`' + topic + '`)' if topic else ''}, "
              "non-reactive, every 0.1 s for 5 s; **the drivable area is " + pdm_area_label(pdm, lane_width_m)
