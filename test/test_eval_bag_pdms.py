@@ -25,7 +25,9 @@ import pytest
 from test_eval_predictions import TOPIC, TYPE, trajectory
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE, DEFAULT_LANE_WIDTH_M
-from wam_diff2_core.evaluation.bags import Bag, default_typestore, write_bag
+from wam_diff2_core.evaluation.bag_types import default_typestore
+from wam_diff2_core.evaluation.bag_writer import write_bag
+from wam_diff2_core.evaluation.bags import Bag
 from wam_diff2_core.evaluation.metrics import PDM_SUBSCORES, summarize
 from wam_diff2_core.evaluation.report import compare_runs, write_run_report
 from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
