@@ -105,7 +105,7 @@ def test_eval_bag_predictions_score_the_nodes_boxes_against_the_bags_objects(tmp
     assert d["counts"]["matched"] == len(stamps) and d["truth_boxes"] == sum(len(b) for b in labels.values())
     assert d["scores"]["ap"] == d["scores"]["ap50"] == 1.0 and d["scores"]["parse_failures"] == 0
     from wam_diff2_core.cli import main
-    from wam_diff2_core.evaluation.report import PLOTS
+    from wam_diff2_core.evaluation.report_plots import PLOTS
     out = tmp_path / "report"
     assert main(["eval-bag", str(bag), "--predictions", str(perfect), "--out", str(out), "--no-progress"]) == 0
     assert "COCO AP 1.000, AP50 1.000" in capsys.readouterr().out
