@@ -1,4 +1,4 @@
-"""Choose among N candidate plans by their PDM score (NAVSIM v1, :mod:`~wam_diff2_core.pdm_score`), online.
+"""Choose among N candidate plans by their PDM score (NAVSIM v1, :mod:`~wam_diff2_core.pdm.score`), online.
 
 The planner decodes N candidate plans of one frame in one batch (:class:`~wam_diff2_core.policy.DrivingPolicy`,
 ``candidates``) and keeps the one this module scores best. The scene is built only from what a planner
@@ -33,8 +33,9 @@ import numpy as np
 from .frame_inputs import NS_PER_S, stamp_ns
 from .geometry import wrap_angle, world_to_ego, yaw_from_quaternion
 from .outputs.prompts import WAYPOINT_DT_S
-from .pdm_score import (MAX_STEERING_RAD, OBSERVATION_SAMPLES, SIM_DT_S, TTC_PROJECTION_STEPS, AgentTrack, Area,
-                        EgoStart, PdmResult, PdmScene, Vehicle, pdm_score)
+from .pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, TTC_PROJECTION_STEPS, AgentTrack, Area, EgoStart, PdmScene, Vehicle
+from .pdm.score import PdmResult, pdm_score
+from .pdm.tracking import MAX_STEERING_RAD
 
 DEFAULT_LANE_WIDTH_M = 3.5     # the drivable corridor's width around the route (planner: candidates.lane_width_m)
 CORRIDOR_BEHIND_M = 30.0       # centre line kept behind the ego (progress is clipped at 0 anyway)

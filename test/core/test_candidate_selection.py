@@ -16,7 +16,8 @@ from test.support import REPO_ROOT
 from wam_diff2_core.candidate_selection import (CandidateSettings, TrackedObject, ego_start, online_scene)
 from wam_diff2_core.geometry import EgoMotion
 from wam_diff2_core.model.checkpoint import load_checkpoint
-from wam_diff2_core.pdm_score import OBSERVATION_SAMPLES, SIM_DT_S, pdm_score
+from wam_diff2_core.pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S
+from wam_diff2_core.pdm.score import pdm_score
 from wam_diff2_core.policy import DrivingPolicy
 
 DEMO_B32 = REPO_ROOT / "models" / "wam-diff2-demo-b32"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.config import EngineSettings
-from wam_diff2_core.evaluation.bags import default_typestore
+from wam_diff2_core.evaluation.bag_types import default_typestore
 from wam_diff2_core.frame_inputs import image_msg_to_rgb
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.geometry import EgoMotion

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "wam_diff2_core.topics", "wam_diff2_core.profiling")),
     ("values", ("wam_diff2_core.outputs", "wam_diff2_core.vehicle_projection", "wam_diff2_core.images", "wam_diff2_core.geometry", "wam_diff2_core.data",
                 "wam_diff2_core.control", "wam_diff2_core.routes", "wam_diff2_core.localization",
-                "wam_diff2_core.frame_inputs", "wam_diff2_core.speed_profile", "wam_diff2_core.pdm_score", "wam_diff2_core.candidate_selection",
+                "wam_diff2_core.frame_inputs", "wam_diff2_core.speed_profile", "wam_diff2_core.pdm", "wam_diff2_core.candidate_selection",
                 "wam_diff2_core.camera_rig")),
     ("model", ("wam_diff2_core.model",)),
     ("decoding", ("wam_diff2_core.decoding",)),

@@ -92,8 +92,9 @@ def test_demo_script_drives_the_node_over_dds_and_scores_what_it_published(tmp_p
 def test_demo_model_completes_a_short_route_in_closed_loop():
     """The Block-32 demo model + the controller (the nodes' code, in one process) complete a short
     route of the demo world in their lane."""
-    from wam_diff2_core.sim.route_runs import (ClosedLoopSettings, PolicyPlanner, RouteRun, demo_world_gains,
-                                               drive_direct)
+    from wam_diff2_core.sim.direct_loop import demo_world_gains, drive_direct
+    from wam_diff2_core.sim.route_planners import PolicyPlanner
+    from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
     run = RouteRun(CI_ROUTE, ClosedLoopSettings(route_length_m=60.0))
     policy = DrivingPolicy.from_checkpoint(MODELS["block32"], device="cpu")
     result = drive_direct(run, PolicyPlanner(policy), demo_world_gains())

@@ -338,7 +338,8 @@ def print_stage_table(results: list[dict[str, Any]]) -> None:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    from ..evaluation.report import WAYPOINT_TIMES_S, pyplot
+    from ..evaluation.metrics import WAYPOINT_TIMES_S
+    from ..evaluation.report_plots import pyplot
 
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.0), dpi=100)

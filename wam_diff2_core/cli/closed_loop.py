@@ -5,7 +5,7 @@
     wam-diff2 closed-loop --model CKPT --seed 5000 --routes 20 --expert-labels --out runs/dagger
 
 This loop calls the planner node's policy and the controller node's controller in one process,
-without ROS (``wam_diff2_core.sim.route_runs``). The same routes driven by the planner and
+without ROS (``wam_diff2_core.sim.direct_loop``). The same routes driven by the planner and
 controller nodes over DDS: ``wam-diff2-ros closed-loop`` (the ROS package's tools, same options
 plus the ROS ones). ``--oracle`` replaces the planner by the demo world's expert future (an oracle
 that reads the simulator: it tests the control + simulation loop and bounds what this controller
@@ -88,7 +88,9 @@ def run_routes(args, prog: str, loop: str, drive: Callable[[RouteJob, Callable],
 
     from ..config import EngineSettings
     from ..control import ControllerGains
-    from ..sim.route_runs import ClosedLoopSettings, RouteRun, demo_world_gains, plot_route, summarize, summary_line
+    from ..sim.direct_loop import demo_world_gains
+    from ..sim.route_report import plot_route, summarize, summary_line
+    from ..sim.route_runs import ClosedLoopSettings, RouteRun
     from ..utils.atomic import atomic_directory
 
     if args.oracle == bool(args.model):
@@ -141,7 +143,7 @@ def run_routes(args, prog: str, loop: str, drive: Callable[[RouteJob, Callable],
 def policy_planner(args, engine):
     """The planner node's policy, from the model and decoding options."""
     from ..policy import DrivingPolicy
-    from ..sim.route_runs import PolicyPlanner
+    from ..sim.route_planners import PolicyPlanner
     from .common import decoding_overrides
     return PolicyPlanner(DrivingPolicy.from_checkpoint(
         args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args),
@@ -150,7 +152,9 @@ def policy_planner(args, engine):
 
 
 def run(args) -> int:
-    from ..sim.route_runs import ExpertLabels, ExpertOracle, drive_direct
+    from ..sim.direct_loop import drive_direct
+    from ..sim.expert_labels import ExpertLabels
+    from ..sim.route_planners import ExpertOracle
 
     def drive(job: RouteJob, each) -> None:
         planner = ExpertOracle() if args.oracle else policy_planner(args, job.engine)

@@ -418,7 +418,7 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
     pdm = o.get("pdm")
     if pdm:
         from ..evaluation.metrics import PDM_SUBSCORES
-        from ..evaluation.report import pdm_area_label, pdm_rows
+        from ..evaluation.report_markdown import pdm_area_label, pdm_rows
 
         print(f"  PDM score (NAVSIM v1) on {pdm['frames']} frames; drivable area: "
               f"{pdm_area_label(pdm, metrics['settings']['lane_width_m'])}; EP reference: the recorded drive")

@@ -1,4 +1,4 @@
-"""A bag frame as a PDM-score scene (NAVSIM v1, :mod:`~wam_diff2_core.pdm_score`): what a recording knows.
+"""A bag frame as a PDM-score scene (NAVSIM v1, :mod:`~wam_diff2_core.pdm.score`): what a recording knows.
 
 A bag has no map, so the scene is built from what it carries, in the ego frame at the frame's stamp
 (the odometry origin, x forward, y left, as the plan is):
@@ -33,8 +33,8 @@ import numpy as np
 from ..candidate_selection import (CORRIDOR_AHEAD_M, CORRIDOR_BEHIND_M, DEFAULT_LANE_WIDTH_M, check_lane_width,
                                    corridor_line, ego_start)
 from ..geometry import VehicleBox, world_to_ego, wrap_angle
-from ..pdm_score import (OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult, PdmScene, Vehicle,
-                         pdm_score, reference_progress)
+from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
+from ..pdm.score import PdmResult, pdm_score, reference_progress
 from .collision import EgoFootprint
 from .derived_objects import ObjectTrack
 from .ground_truth import EgoTrajectory
@@ -44,7 +44,7 @@ AREA_ROUTE, AREA_RECORDED_DRIVE = "route", "recorded_drive"     # where a frame'
 
 @dataclass(frozen=True)
 class BagPdmInputs:
-    """What :func:`~wam_diff2_core.pdm_score.pdm_score` needs for one bag frame, and where its corridor came from."""
+    """What :func:`~wam_diff2_core.pdm.score.pdm_score` needs for one bag frame, and where its corridor came from."""
 
     scene: PdmScene
     ego: EgoStart

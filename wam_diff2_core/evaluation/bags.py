@@ -2,7 +2,8 @@
 
 Types come from the bag itself first (rosbag2 stores each topic's message definition), then
 from the ROS 2 Kilted standard set, ``derived_object_msgs`` (carla-ros-bridge's objects) and this
-package's ``msg/*.msg`` for bags that carry none.
+package's ``msg/*.msg`` for bags that carry none (:mod:`.bag_types`). Writing bags:
+:mod:`.bag_writer`.
 Every failure a bag can cause surfaces as :class:`BagError` with the bag and the reason: a
 missing path, a truncated or corrupt storage file, a topic that is absent or has an unexpected
 type, a type nobody can decode.
@@ -14,16 +15,14 @@ type, a type nobody can decode.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, carla_topics
+from .bag_types import default_types, types_from_connection
 
 STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
-PACKAGE = "wam_diff2_ros"
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 ODOMETRY_TYPES = ("nav_msgs/msg/Odometry",)
@@ -60,62 +59,6 @@ class BagTopics:
                     camera_info=self.camera_info, objects=self.objects)
 
 
-# ----------------------------------------------------------------------------- types
-def package_msg_dir() -> Path | None:
-    """This package's ``msg/`` folder: the source tree, else an installed ``share/<pkg>/msg``."""
-    candidates = [Path(__file__).resolve().parents[2] / "msg"]
-    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
-        if prefix:
-            candidates.append(Path(prefix) / "share" / PACKAGE / "msg")
-    return next((c for c in candidates if c.is_dir() and any(c.glob("*.msg"))), None)
-
-
-@lru_cache(maxsize=1)
-def default_types() -> dict[str, Any]:
-    """Kilted's standard message types, carla-ros-bridge's ``derived_object_msgs`` when installed (see
-    :mod:`.derived_objects`) and this package's, as a rosbags types dict."""
-    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
-
-    from .derived_objects import object_types
-
-    types = dict(get_typestore(Stores.ROS2_KILTED).fielddefs)
-    try:
-        types.update(object_types())
-    except LookupError:       # only writing needs them: a recorded bag carries its own definitions
-        pass
-    msg_dir = package_msg_dir()
-    if msg_dir is not None:
-        for path in sorted(msg_dir.glob("*.msg")):
-            types.update(get_types_from_msg(path.read_text(), f"{PACKAGE}/msg/{path.stem}"))
-    return types
-
-
-def default_typestore():
-    """A typestore with :func:`default_types` (for writing bags)."""
-    from rosbags.typesys import Stores, get_typestore
-
-    store = get_typestore(Stores.EMPTY)
-    store.register(default_types())
-    return store
-
-
-def _types_from_connection(conn) -> dict[str, Any]:
-    from rosbags.interfaces import MessageDefinitionFormat
-    from rosbags.typesys import get_types_from_idl, get_types_from_msg
-
-    fmt, data = conn.msgdef.format, conn.msgdef.data
-    if fmt == MessageDefinitionFormat.MSG and data:
-        return get_types_from_msg(data, conn.msgtype)
-    if fmt == MessageDefinitionFormat.IDL and data:
-        sep = "=" * 80 + "\n"
-        types: dict[str, Any] = {}
-        for part in (data.split(sep)[1:] if data.startswith(f"{sep}IDL: ") else [data]):
-            types.update(get_types_from_idl(part.split("\n", 1)[1] if part.startswith("IDL: ") else part))
-        return types
-    return {}
-
-
-# ----------------------------------------------------------------------------- reading
 def resolve_bag_path(path: str | Path) -> Path:
     """A rosbag2 folder, a ``metadata.yaml`` in one, or a single ``.mcap`` / ``.db3`` file.
 
@@ -151,7 +94,7 @@ class Bag:
             self._reader = Reader(self.path)
             self._reader.open()
         except Exception as exc:  # rosbags raises ReaderError, sqlite/apsw errors, OSError, KeyError ...
-            raise BagError(f"{self.path}: cannot open the bag ({_reason(exc)}){_recover_hint(self.path, exc)}") from None
+            raise BagError(f"{self.path}: cannot open the bag ({error_text(exc)}){_recover_hint(self.path, exc)}") from None
         conns = self._reader.connections
         self.storage = _storage_of(self.path)
         self.topic_types: dict[str, str] = {}
@@ -181,9 +124,9 @@ class Bag:
             embedded: dict[str, Any] = {}
             for conn in self._reader.connections:
                 try:
-                    embedded.update(_types_from_connection(conn))
+                    embedded.update(types_from_connection(conn))
                 except Exception as exc:  # a definition rosbags cannot parse: fall back to defaults
-                    self._undecodable[conn.msgtype] = f"its stored definition does not parse ({_reason(exc)})"
+                    self._undecodable[conn.msgtype] = f"its stored definition does not parse ({error_text(exc)})"
             try:
                 store.register(embedded)
             except TypesysError as exc:  # two topics disagree on one type
@@ -231,7 +174,7 @@ class Bag:
         except Exception as exc:
             done = sum(read.values())
             raise BagError(f"{self.path}: the bag is truncated or corrupt: reading stopped after {done} messages "
-                           f"({_reason(exc)}){_recover_hint(self.path, exc)}") from None
+                           f"({error_text(exc)}){_recover_hint(self.path, exc)}") from None
         short = {t: (n, self.topic_counts.get(t, 0)) for t, n in read.items() if n < self.topic_counts.get(t, 0)}
         if short:
             detail = ", ".join(f"{t}: {n} of {want}" for t, (n, want) in sorted(short.items()))
@@ -247,7 +190,7 @@ class Bag:
             try:
                 msg = self.deserialize(data, msgtype)
             except Exception as exc:  # a message whose bytes do not match its type: a counted skip
-                msg = Undecodable(f"{msgtype} does not deserialize ({_reason(exc)})")
+                msg = Undecodable(f"{msgtype} does not deserialize ({error_text(exc)})")
             yield topic, bag_time_ns, msg
 
     def info(self) -> dict[str, Any]:
@@ -288,7 +231,8 @@ def _storage_of(path: Path) -> str:
         return "unknown"
 
 
-def _reason(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """The exception's text (its type's name when it has none), cut to 300 characters for an error message."""
     text = str(exc).strip() or type(exc).__name__
     return text if len(text) < 300 else text[:297] + "..."
 
@@ -300,228 +244,3 @@ def _recover_hint(path: Path, exc: BaseException | None) -> str:
     if kind == "sqlite3":
         return "; a damaged .db3 may be partly recovered with `sqlite3 FILE .recover` and `ros2 bag reindex`"
     return ""
-
-
-# ----------------------------------------------------------------------------- writing
-def write_bag(path: str | Path, topics: dict[str, str], messages: Iterable[tuple[str, int, Any]], *,
-              storage: str = "mcap", typestore=None, latched: Iterable[str] = ()) -> Path:
-    """Write ``(topic, bag time ns, message or CDR bytes)`` into a new rosbag2 folder ``path``.
-
-    ``topics``: topic -> msgtype. Message definitions are stored in the bag, so Foxglove and
-    ``ros2 bag`` read it without this package. ``latched`` topics are recorded with a
-    transient-local QoS profile (what ``ros2 bag play`` re-offers).
-    """
-    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
-    plugins = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
-    if storage not in plugins:
-        raise BagError(f"storage: {storage!r} is not one of {', '.join(plugins)}")
-    store = typestore or default_typestore()
-    latched = set(latched)
-    never = QosTime(0x7FFFFFFF, 0xFFFFFFFF)
-    with Writer(Path(path), version=9, storage_plugin=plugins[storage]) as writer:
-        conns = {}
-        for topic, msgtype in topics.items():
-            qos = []
-            if topic in latched:
-                qos = [Qos(QosHistory.KEEP_LAST, 1, QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL,
-                           never, never, QosLiveliness.AUTOMATIC, never, False)]
-            conns[topic] = writer.add_connection(topic, msgtype, typestore=store, offered_qos_profiles=qos)
-        for topic, bag_time_ns, msg in messages:
-            data = msg if isinstance(msg, (bytes, bytearray, memoryview)) else store.serialize_cdr(msg, topics[topic])
-            writer.write(conns[topic], int(bag_time_ns), data)
-    return Path(path)
-
-
-class BagStreamWriter:
-    """A new rosbag2 bag written message by message, atomically, from any thread.
-
-    The bag grows in a hidden sibling folder (``.NAME.partial-*``) and appears at ``path`` only
-    on :meth:`close`; :meth:`abort` (or an exception inside a ``with`` block, Ctrl-C included)
-    removes it, so a reader never finds a half-written bag at ``path``. Messages are stored as
-    given (CDR bytes unchanged, or a rosbags message serialized with ``typestore``); each topic's
-    message definition comes from ``typestore`` (default: Kilted's and this package's types).
-
-    The storage is touched only by one writer thread the object owns (sqlite3 connections must
-    stay in the thread that made them), so every method may be called from any thread:
-    :meth:`write` queues the message (a storage error surfaces at :meth:`close`), the others wait
-    for the writer thread.
-
-        with BagStreamWriter("out_bag", storage="mcap") as w:
-            w.add_topic("/planner/output/trajectory", "wam_diff2_ros/msg/Trajectory")
-            w.write("/planner/output/trajectory", t_ns, cdr_bytes)
-    """
-
-    def __init__(self, path: str | Path, *, storage: str = "mcap", typestore=None, overwrite: bool = False):
-        import queue
-        import threading
-
-        if storage not in ("mcap", "sqlite3"):
-            raise BagError(f"storage: {storage!r} is not one of mcap, sqlite3")
-        self.path = Path(path)
-        if self.path.exists() and not overwrite:
-            raise BagError(f"{self.path}: already exists (use --overwrite to replace it)")
-        self.storage = storage
-        self.typestore = typestore or default_typestore()
-        self.topics: dict[str, str] = {}
-        self.counts: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue()
-        self._error: BaseException | None = None
-        self._done = False
-        self._tmp: Path | None = None
-        self._writer = None
-        self._thread = threading.Thread(target=self._serve, name=f"bag-writer-{self.path.name}", daemon=True)
-        self._thread.start()
-        try:
-            self._call(self._open)
-        except BaseException:
-            self._done = True
-            self._queue.put((self._discard, (), None))     # ends the writer thread
-            raise
-
-    # -- the writer thread
-    def _serve(self) -> None:
-        while True:
-            fn, args, reply = self._queue.get()
-            try:
-                result = fn(*args)
-                if reply is not None:
-                    reply.append((True, result))
-            except BaseException as exc:  # handed to the caller (reply) or kept for close()
-                if reply is not None:
-                    reply.append((False, exc))
-                elif self._error is None:
-                    self._error = exc
-            if reply is not None:
-                reply.event.set()
-            if fn in (self._finish, self._discard):
-                return
-
-    def _call(self, fn, *args):
-        import threading
-
-        class Reply(list):
-            event = None
-
-        reply = Reply()
-        reply.event = threading.Event()
-        self._queue.put((fn, args, reply))
-        reply.event.wait()
-        ok, value = reply[0]
-        if not ok:
-            raise value
-        return value
-
-    def _open(self) -> None:
-        import tempfile
-
-        from rosbags.rosbag2 import StoragePlugin, Writer
-
-        plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[self.storage]
-        self._writer = None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.partial-", dir=self.path.parent))
-        self._writer = Writer(self._tmp / self.path.name, version=9, storage_plugin=plugin)
-        self._conns: dict[str, Any] = {}
-        try:
-            self._writer.open()
-        except BaseException:
-            self._discard()
-            raise
-
-    def _add(self, topic: str, msgtype: str, qos) -> None:
-        self._conns[topic] = self._writer.add_connection(topic, msgtype, typestore=self.typestore,
-                                                         offered_qos_profiles=qos)
-
-    def _write(self, topic: str, bag_time_ns: int, data: bytes) -> None:
-        if self._error is None:
-            self._writer.write(self._conns[topic], bag_time_ns, data)
-
-    def _finish(self) -> Path:
-        import shutil
-
-        try:
-            if self._error is not None:
-                raise BagError(f"{self.path}: writing failed ({_reason(self._error)})") from self._error
-            self._writer.close()
-            if self.path.exists():
-                shutil.rmtree(self.path) if self.path.is_dir() else self.path.unlink()
-            (self._tmp / self.path.name).rename(self.path)
-            return self.path
-        finally:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def _discard(self) -> None:
-        import shutil
-
-        try:
-            if self._writer is not None:
-                self._writer.close()
-        except Exception:   # a writer that failed half-way: the folder goes anyway
-            pass
-        self._writer = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-
-    # -- the API
-    def add_topic(self, topic: str, msgtype: str, *, reliable: bool = True, latched: bool = False) -> None:
-        """A connection for ``topic``; ``reliable`` / ``latched`` are stored as its offered QoS."""
-        from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
-
-        with self._lock:
-            if self._done:
-                raise BagError(f"{self.path}: already closed")
-            if topic in self.topics:
-                if self.topics[topic] != msgtype:
-                    raise BagError(f"{topic}: recorded as {self.topics[topic]}, now offered as {msgtype}")
-                return
-            if msgtype not in self.typestore.fielddefs:
-                raise BagError(f"{topic}: no message definition for {msgtype} is known here, so it cannot be "
-                               "recorded")
-            never = QosTime(0x7FFFFFFF, 0xFFFFFFFF)
-            qos = [Qos(QosHistory.KEEP_LAST, 1 if latched else 100,
-                       QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
-                       QosDurability.TRANSIENT_LOCAL if latched else QosDurability.VOLATILE,
-                       never, never, QosLiveliness.AUTOMATIC, never, False)]
-            self._call(self._add, topic, msgtype, qos)
-            self.topics[topic] = msgtype
-            self.counts[topic] = 0
-
-    def write(self, topic: str, bag_time_ns: int, msg) -> None:
-        """Queue one message (rosbags message or CDR bytes) logged at ``bag_time_ns``; ignored once closed."""
-        with self._lock:
-            if self._done:
-                return
-            if topic not in self.topics:
-                raise BagError(f"{topic}: not added to {self.path} (add_topic first)")
-            data = msg if isinstance(msg, (bytes, bytearray, memoryview)) else \
-                self.typestore.serialize_cdr(msg, self.topics[topic])
-            self._queue.put((self._write, (topic, int(bag_time_ns), bytes(data)), None))
-            self.counts[topic] += 1
-
-    def close(self) -> Path:
-        """Write what is queued, finish the bag and move it to ``path`` (replacing what is there)."""
-        with self._lock:
-            if self._done:
-                return self.path
-            self._done = True
-        return self._call(self._finish)
-
-    def abort(self) -> None:
-        """Drop the partial bag; ``path`` is left as it was."""
-        with self._lock:
-            if self._done:
-                return
-            self._done = True
-        self._call(self._discard)
-
-    def __enter__(self) -> "BagStreamWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()

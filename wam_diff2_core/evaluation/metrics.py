@@ -46,6 +46,7 @@ from ..profiling import stage_summary
 from ..speed_profile import ProfileLimits, speed_profile
 
 HORIZONS_S = (1.0, 2.0, 3.0, 4.0)
+WAYPOINT_TIMES_S = [round((k + 1) * WAYPOINT_DT_S, 3) for k in range(NUM_WAYPOINTS)]   # s, the plan's 8 waypoints
 CONVENTIONS = {
     "l2_at_t": "UniAD convention: L2 error of the waypoint at time t, averaged over frames",
     "l2_avg_to_t": "ST-P3 / VAD convention: L2 error averaged over the waypoints up to time t (0.5 s steps), "
@@ -209,7 +210,7 @@ def collision_metrics(flags: Sequence[Sequence[bool | None]]) -> dict[str, Any]:
 
 def pdm_entry(result) -> dict[str, Any]:
     """A plan's PDM score as a per-frame / per-sample record: ``result`` a
-    :class:`~wam_diff2_core.pdm_score.PdmResult`, or None for a plan that did not parse (PDMS 0)."""
+    :class:`~wam_diff2_core.pdm.score.PdmResult`, or None for a plan that did not parse (PDMS 0)."""
     if result is None:
         return {"pdms": 0.0, "parsed": False}
     return {"parsed": True, **result.as_dict()}

@@ -28,7 +28,9 @@ from ..geometry import ego_to_world, path_headings, quaternion_from_yaw
 from ..outputs.prompts import WAYPOINT_DT_S
 from ..profiling import StageTimes
 from ..speed_profile import waypoint_states
-from .bags import BagError, default_typestore, write_bag
+from .bag_types import default_typestore
+from .bag_writer import write_bag
+from .bags import BagError
 from .ground_truth import WAYPOINT_OFFSETS_NS
 from .metrics import FrameResult
 

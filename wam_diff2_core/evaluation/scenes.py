@@ -21,7 +21,9 @@ import numpy as np
 
 from ..geometry import quaternion_from_yaw
 from ..topics import DEFAULT_ROLE
-from .bags import BagTopics, default_typestore, write_bag
+from .bag_types import default_typestore
+from .bag_writer import write_bag
+from .bags import BagTopics
 from .derived_objects import OBJECT_ARRAY_TYPE, object_array_msg
 
 START_NS = 1_000 * 1_000_000_000        # scenes start at t = 1000 s (a zero stamp means "unstamped")

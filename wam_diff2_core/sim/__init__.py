@@ -20,7 +20,10 @@ Closed loop (a controller instead of the expert):
 Modules, in pipeline order: ``road`` (geometry), ``vehicles`` (bicycle model, IDM, traffic),
 ``expert`` (pure pursuit + speed control), ``world`` (stepping), ``camera`` (rendering),
 ``truth`` (command rule, questions), ``episode`` (simulate + ground truth), ``bag`` and
-``export`` (files). See README.md in this folder.
+``export`` (files). The closed loop: ``route_runs`` (one route, its world and its score),
+``route_planners`` (the oracle, the policy), ``direct_loop`` (the loop without ROS, the
+controller's gains for the demo car), ``expert_labels`` (DAgger's samples), ``route_report``
+(summaries and plots over routes). See README.md in this folder.
 """
 from .camera import CameraSettings, Palette, PixelBox, Renderer, Rendering
 from .episode import Episode, EpisodeSettings, RecoverySettings, Frame, FrameTruth, make_world, simulate_episode

@@ -1,7 +1,7 @@
 """A demo-world frame as a PDM-score scene: the road, the traffic and the expert's drive as NAVSIM's inputs.
 
     episode = simulate_episode(seed=0, index=3, settings=EpisodeSettings(frames=50))
-    result = score_frame_plan(episode, frame=10, plan=waypoints)        # pdm_score.PdmResult
+    result = score_frame_plan(episode, frame=10, plan=waypoints)        # pdm.score.PdmResult
     result.pdms, result.nc, result.ep
 
 Everything is in the ego frame at the frame's tick (rear axle, x forward, y left), as the plan is:
@@ -32,8 +32,8 @@ import numpy as np
 
 from ..geometry import VehicleBox as EgoBox
 from ..geometry import world_to_ego
-from ..pdm_score import (OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmResult, PdmScene, Vehicle,
-                         pdm_score, reference_progress)
+from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
+from ..pdm.score import PdmResult, pdm_score, reference_progress
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 from .episode import Episode
 from .road import RoadMap
@@ -46,7 +46,7 @@ ROUTE_AHEAD_M = 200.0      # ... and ahead: more than 4 s at the world's top cru
 
 @dataclass(frozen=True)
 class FramePdmInputs:
-    """What :func:`~wam_diff2_core.pdm_score.pdm_score` needs for one frame."""
+    """What :func:`~wam_diff2_core.pdm.score.pdm_score` needs for one frame."""
 
     scene: PdmScene
     ego: EgoStart

@@ -52,7 +52,8 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rosgraph_msgs.msg import Clock
 
 from wam_diff2_core import topics
-from wam_diff2_core.evaluation.bags import Bag, BagError, BagStreamWriter
+from wam_diff2_core.evaluation.bag_writer import BagStreamWriter
+from wam_diff2_core.evaluation.bags import Bag, BagError
 
 from ..qos import CLOCK_PUBLISHER_QOS, LATCHED_QOS
 

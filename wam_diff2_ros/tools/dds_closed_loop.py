@@ -78,7 +78,8 @@ from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS
 from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
 from wam_diff2_core.routes import ROAD_OPTIONS
 from wam_diff2_core.sim.episode_bags import topic_names
-from wam_diff2_core.sim.route_runs import ExpertOracle, RouteResult, RouteRun
+from wam_diff2_core.sim.route_planners import ExpertOracle
+from wam_diff2_core.sim.route_runs import RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
 from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE, controller_topics, localization_topics
 

@@ -55,7 +55,8 @@ def test_eval_bag_predictions_score_the_nodes_boxes_against_the_bags_objects(tmp
     """``eval-bag --predictions``: a demo-world bag (objects, /tf, camera_info as synth writes them) and a node's
     recorded Detection2DArray: the demo world's own labels as answers score AP 1; an answer that did not parse
     scores no box (its objects are misses); a message of no camera frame is counted, not scored."""
-    from wam_diff2_core.evaluation.bags import default_typestore, write_bag
+    from wam_diff2_core.evaluation.bag_types import default_typestore
+    from wam_diff2_core.evaluation.bag_writer import write_bag
     from wam_diff2_core.evaluation.bag_detection import DEFAULT_DETECTIONS_TOPIC, DETECTIONS_TYPE
     from wam_diff2_core.evaluation.bag_plan import EvalSettings
     from wam_diff2_core.evaluation.predictions import DEFAULT_TRAJECTORY_TOPIC, evaluate_predictions
@@ -104,7 +105,7 @@ def test_eval_bag_predictions_score_the_nodes_boxes_against_the_bags_objects(tmp
     assert d["counts"]["matched"] == len(stamps) and d["truth_boxes"] == sum(len(b) for b in labels.values())
     assert d["scores"]["ap"] == d["scores"]["ap50"] == 1.0 and d["scores"]["parse_failures"] == 0
     from wam_diff2_core.cli import main
-    from wam_diff2_core.evaluation.report import PLOTS
+    from wam_diff2_core.evaluation.report_plots import PLOTS
     out = tmp_path / "report"
     assert main(["eval-bag", str(bag), "--predictions", str(perfect), "--out", str(out), "--no-progress"]) == 0
     assert "COCO AP 1.000, AP50 1.000" in capsys.readouterr().out

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.cli import main
-from wam_diff2_core.evaluation.bags import default_typestore, write_bag
+from wam_diff2_core.evaluation.bag_types import default_typestore
+from wam_diff2_core.evaluation.bag_writer import write_bag
 from wam_diff2_core.evaluation.scenes import ScriptedPolicy, scene_messages, scene_topic_types, straight_scene, \
     write_scene_bag
 

@@ -12,7 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from wam_diff2_core.evaluation.bags import Bag, BagTopics, default_typestore, write_bag
+from wam_diff2_core.evaluation.bag_types import default_typestore
+from wam_diff2_core.evaluation.bag_writer import write_bag
+from wam_diff2_core.evaluation.bags import Bag, BagTopics
 from wam_diff2_core.evaluation.ground_truth import constant_velocity_waypoints
 from wam_diff2_core.evaluation.record import record_predictions
 from wam_diff2_core.evaluation.report import compare_runs, load_run, write_run_report

@@ -25,7 +25,9 @@ import pytest
 from test.core.evaluation.test_eval_predictions import TOPIC, TYPE, trajectory
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE, DEFAULT_LANE_WIDTH_M
-from wam_diff2_core.evaluation.bags import Bag, default_typestore, write_bag
+from wam_diff2_core.evaluation.bag_types import default_typestore
+from wam_diff2_core.evaluation.bag_writer import write_bag
+from wam_diff2_core.evaluation.bags import Bag
 from wam_diff2_core.evaluation.metrics import PDM_SUBSCORES, summarize
 from wam_diff2_core.evaluation.report import compare_runs, write_run_report
 from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
@@ -175,7 +177,7 @@ def test_agents_are_the_recorded_boxes_and_move_on_at_their_last_speed_where_the
     from wam_diff2_core.evaluation.collision import EgoFootprint
     from wam_diff2_core.evaluation.derived_objects import ObjectSnapshot, ObjectTrack
     from wam_diff2_core.evaluation.ground_truth import EgoTrajectory
-    from wam_diff2_core.pdm_score import OBSERVATION_SAMPLES, SIM_DT_S
+    from wam_diff2_core.pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S
 
     t0 = 10**12
     snapshots = []

@@ -14,9 +14,10 @@ import math
 import numpy as np
 import pytest
 
-from wam_diff2_core.pdm_score import (OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle,
-                                      _local_polynomial, pdm_score, plan_headings, reference_progress,
-                                      speed_and_curvature_profiles, track_plan)
+from wam_diff2_core.pdm.comfort import _local_polynomial
+from wam_diff2_core.pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
+from wam_diff2_core.pdm.score import pdm_score, reference_progress
+from wam_diff2_core.pdm.tracking import plan_headings, speed_and_curvature_profiles, track_plan
 
 T = np.arange(1, 9) * 0.5                                   # [8] waypoint times, s
 AGENT_T = np.arange(OBSERVATION_SAMPLES) * SIM_DT_S         # [50] agent box times, s

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.cli import main
-from wam_diff2_core.evaluation.bags import Bag, BagStreamWriter, default_typestore, write_bag
+from wam_diff2_core.evaluation.bag_types import default_typestore
+from wam_diff2_core.evaluation.bag_writer import BagStreamWriter, write_bag
+from wam_diff2_core.evaluation.bags import Bag
 from wam_diff2_core.evaluation.ground_truth import WAYPOINT_OFFSETS_NS
 from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
 from wam_diff2_core.evaluation.predictions import DEFAULT_TRAJECTORY_TOPIC, NOT_PUBLISHED, evaluate_predictions

@@ -17,8 +17,10 @@ import pytest
 
 from test.support import REPO_ROOT
 from wam_diff2_core.control import ControllerGains
-from wam_diff2_core.sim.route_runs import (ClosedLoopSettings, ExpertOracle, PolicyPlanner, RouteRun,
-                                           demo_world_gains, drive_direct, summarize, summary_line)
+from wam_diff2_core.sim.direct_loop import demo_world_gains, drive_direct
+from wam_diff2_core.sim.route_planners import ExpertOracle, PolicyPlanner
+from wam_diff2_core.sim.route_report import summarize, summary_line
+from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
 from wam_diff2_core.outputs.prompts import NUM_WAYPOINTS
 from wam_diff2_core.sim.truth import route_command
 

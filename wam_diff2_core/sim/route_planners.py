@@ -1,0 +1,52 @@
+"""The planners of the direct closed loop (``sim.direct_loop.drive_direct``): each is called with the
+:class:`~.route_runs.RouteRun` on a planning tick and answers a :class:`~wam_diff2_core.control.Plan`.
+
+    result = drive_direct(run, ExpertOracle(), demo_world_gains())
+    result = drive_direct(run, PolicyPlanner(DrivingPolicy.from_checkpoint(CKPT)), demo_world_gains())
+
+**The oracle** (:class:`ExpertOracle`) is *not a planner*: it reads the simulator's state and
+answers with the demo world's expert future (the ground truth the demo model is trained on).
+It exists to test the control + simulation loop, and to bound what a perfect planner would
+score with this controller.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..control import Plan
+from ..geometry import EgoMotion
+from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
+from .route_runs import RouteRun
+
+
+class ExpertOracle:
+    """An ORACLE, not a planner: the demo world's expert future from the simulator's state.
+
+    For testing the control + simulation loop (and as the upper bound of a perfect planner
+    with this controller); a real planner only ever sees the camera, the ego state and the
+    command."""
+
+    name = "oracle"
+
+    def __call__(self, run: RouteRun) -> Plan:
+        return Plan(run.stamp_s, run.world.expert_future(NUM_WAYPOINTS, WAYPOINT_DT_S), valid=True, ego_pose=run.pose)
+
+
+class PolicyPlanner:
+    """The driving policy (``wam_diff2_core.policy.DrivingPolicy``) as the planner node calls it."""
+
+    name = "policy"
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.last_reason = ""
+
+    def __call__(self, run: RouteRun) -> Plan:
+        out = self.policy.step(run.render(), EgoMotion(velocity=(run.speed, 0.0), acceleration=run.acceleration),
+                               run.command())
+        plan = out.plan
+        self.last_reason = plan.invalid_reason
+        run.plans_retried += int(plan.stats.retries > 0)
+        if plan.valid and plan.waypoints is not None:
+            return Plan(run.stamp_s, np.asarray(plan.waypoints, dtype=np.float64), valid=True, ego_pose=run.pose)
+        return Plan(run.stamp_s, np.zeros((0, 2)), valid=False, ego_pose=run.pose)
