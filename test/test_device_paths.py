@@ -42,8 +42,9 @@ def test_infer_makes_generators_on_the_model_device(tiny_model, monkeypatch):
     from wam_diff2_core.profiling import StageTimes
 
     seen = []
-    decoder = types.SimpleNamespace(device=torch.device("meta"))
-    decoder.generate = lambda inputs, generators=None: (seen.extend(generators), _empty(len(generators)))[1]
+    decoder = types.SimpleNamespace(device=torch.device("meta"), model=None)
+    decoder.generate = lambda inputs, settings=None, generators=None, greedy_rows=(): (
+        seen.extend(generators), _empty(len(generators)))[1]
     monkeypatch.setattr(torch, "Generator", _RecordingGenerator)
     sample = Sample(id="s0", datasource=None, image_paths=[], raw={},
                     messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}])
@@ -55,14 +56,14 @@ def test_infer_makes_generators_on_the_model_device(tiny_model, monkeypatch):
 def test_bench_models_makes_generators_on_the_model_device(monkeypatch):
     import numpy as np
 
-    from wam_diff2_core.cli import bench_models
+    from wam_diff2_core.benchmark import model_comparison
     seen = []
     monkeypatch.setattr(torch, "Generator", _RecordingGenerator)
     from wam_diff2_core.decoding.common import DecodeStats
-    monkeypatch.setattr(bench_models, "decode_one", lambda decoder, tok, inputs, settings, gen: (
+    monkeypatch.setattr(model_comparison, "decode_one", lambda decoder, tok, inputs, settings, gen, stages: (
         seen.append(gen), ("", DecodeStats(block_size=1)))[1])
     decoder = types.SimpleNamespace(device=torch.device("meta"), model=None)
-    bench_models.decode_row(decoder, None, "s", {}, np.zeros((8, 2)), None, seed=2)
+    model_comparison.decode_row(decoder, None, "s", {}, np.zeros((8, 2)), None, seed=2)
     assert [(g.device.type, g.seed) for g in seen] == [("meta", 2)]
 
 
