@@ -191,7 +191,7 @@ def test_convert_keeps_the_mask_id_config_json_names(qwen_labelled, tmp_path):
 # ----------------------------------------------------------------------------- memory and dtype
 def test_cpu_auto_dtype_is_bf16_only_for_large_models_where_supported():
     import torch
-    from wam_diff2_core.model.checkpoint import CPU_BF16_MIN_PARAMETERS, cpu_supports_bf16, resolve_dtype
+    from wam_diff2_core.model.devices import CPU_BF16_MIN_PARAMETERS, cpu_supports_bf16, resolve_dtype
     cpu = torch.device("cpu")
     assert resolve_dtype("auto", cpu, parameters=3_000_000) == torch.float32          # the demo models
     large = resolve_dtype("auto", cpu, parameters=CPU_BF16_MIN_PARAMETERS)

@@ -129,14 +129,14 @@ def test_every_decoder_samples_by_inverse_cdf_on_npu(tiny_model, monkeypatch, mo
 # ---------------------------------------------------------------------------------- 8. per-rank devices
 @pytest.mark.parametrize("kind", ["npu", "cuda"])
 def test_each_rank_gets_its_own_accelerator(monkeypatch, kind):
-    from wam_diff2_core.model import checkpoint
+    from wam_diff2_core.model import devices
     calls = []
-    monkeypatch.setattr(checkpoint, "resolve_device", lambda device: types.SimpleNamespace(type=device.split(":")[0]))
+    monkeypatch.setattr(devices, "resolve_device", lambda device: types.SimpleNamespace(type=device.split(":")[0]))
     monkeypatch.setattr(torch, kind, types.SimpleNamespace(set_device=calls.append), raising=False)
-    assert checkpoint.rank_device(kind, 3) == f"{kind}:3"
-    assert checkpoint.rank_device(f"{kind}:1", 3) == f"{kind}:1"
+    assert devices.rank_device(kind, 3) == f"{kind}:3"
+    assert devices.rank_device(f"{kind}:1", 3) == f"{kind}:1"
     assert calls == [3, 1]
-    assert checkpoint.rank_device("cpu", 3) == "cpu" and calls == [3, 1]
+    assert devices.rank_device("cpu", 3) == "cpu" and calls == [3, 1]
 
 
 # ---------------------------------------------------------------------------------- 5. FlashInfer wrappers

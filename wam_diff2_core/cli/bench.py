@@ -73,7 +73,8 @@ def run(args) -> int:
     import torch
 
     from ..config import ConfigError
-    from ..model.checkpoint import load_checkpoint, resolve_device, resolve_dtype
+    from ..model.checkpoint import load_checkpoint
+    from ..model.devices import resolve_device, resolve_dtype
 
     apply_threads(args)
     device = resolve_device(args.device)

@@ -79,7 +79,8 @@ def run(args) -> int:
 
     from ..data.samples import Sample, SampleError, iter_samples, load_images
     from ..decoding import make_decoder
-    from ..model.checkpoint import load_checkpoint, rank_device
+    from ..model.checkpoint import load_checkpoint
+    from ..model.devices import rank_device
     from ..model.prompt_encoding import encode_prompts, pixel_size
     from ..utils.atomic import atomic_write_json, atomic_write_text
 

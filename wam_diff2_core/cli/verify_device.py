@@ -129,7 +129,7 @@ def run(args) -> int:
     import torch
 
     from ..config import ConfigError
-    from ..model.checkpoint import resolve_device, resolve_dtype
+    from ..model.devices import resolve_device, resolve_dtype
     from ..benchmark.device_probe import flashinfer_version, probe, torchao_version
     from ..benchmark.device_timing import check_quantized, measure_decode, measure_frames, time_block_forwards
     from ..benchmark.timing import measure_bandwidth
