@@ -237,7 +237,7 @@ def test_the_cli_flags_and_the_node_yaml_leave_decoding_to_the_checkpoint():
     from pathlib import Path
 
     from wam_diff2_core.cli.common import add_decoding_arguments, decoding_overrides
-    from wam_diff2_core.cli.eval_bag import read_node_params
+    from wam_diff2_core.params.parameter_file import read_node_params
     parser = argparse.ArgumentParser()
     add_decoding_arguments(parser)
     assert decoding_overrides(parser.parse_args([])) == {}
