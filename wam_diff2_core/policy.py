@@ -43,8 +43,8 @@ from .profiling import PeakMemory, StageTimes, timed_decode
 TASKS = ("plan", "detect")
 # The start-up decodes (check_fast_path, warmup) stop after this many blocks: the prefill, a block's denoise
 # steps and commit, and a block after a commit are every step shape a decode runs (with CUDA graphs the
-# decoder's own warm-up captures every key-span bucket), and a checkpoint that never stops early (a random
-# one) no longer makes start-up three full answers long.
+# decoder's own warm-up captures every key-span bucket), so a checkpoint that never stops early (a random
+# one) does not make start-up three full answers long.
 STARTUP_BLOCKS = 2
 
 

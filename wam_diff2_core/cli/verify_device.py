@@ -72,7 +72,7 @@ def add_arguments(p) -> None:
 
 
 def summary_rows(result: dict) -> list[dict]:
-    """The one table: each figure of the issue's targets with its target and whether it is met."""
+    """The one table: each figure of TARGETS with its target and whether it is met."""
     rows = []
 
     def add(what, value, target=None, met=None):
