@@ -47,7 +47,7 @@ import threading
 from leaderboard.autoagents.autonomous_agent import Track
 from leaderboard.autoagents.ros2_agent import ROS2Agent
 
-from wam_diff2_core.localization import GeoReference
+from wam_diff2_core.localization.georeference import GeoReference
 from wam_diff2_core.params.leaderboard import (AGENT_ARGUMENTS, CAMERA_ID, GNSS_ID, IMU_ID, PACKAGE, ROLE_NAME,
                                                SPEEDOMETER_ID, MetricLog, evaluator_environment, model_path_from,
                                                save_directory)

@@ -55,7 +55,8 @@ def measure(variant: str, prompt: int, repeats: int, threads: int, shape: str = 
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from wam_diff2_core.cli.bench import kv_bytes, make_variant, random_prompt, weight_bytes
+    from wam_diff2_core.benchmark.timing import kv_bytes, weight_bytes
+    from wam_diff2_core.benchmark.variants import make_variant, random_prompt
     from wam_diff2_core.model.random_model import build_random_model
     from wam_diff2_core.model.quantization import INT4_GROUP_SIZE, quantize_language_model
 

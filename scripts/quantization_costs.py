@@ -24,7 +24,8 @@ METHODS = ("none", "int8", "int8-dynamic", "int4")
 
 
 def forward() -> None:
-    from wam_diff2_core.cli.bench import _interleaved_times, forward_steps, make_variant, weight_bytes
+    from wam_diff2_core.benchmark.timing import forward_steps, interleaved_times, weight_bytes
+    from wam_diff2_core.benchmark.variants import make_variant
     from wam_diff2_core.model.random_model import build_random_model
     from wam_diff2_core.model.quantization import quantize_language_model
 
@@ -37,7 +38,7 @@ def forward() -> None:
         decoder = make_variant("static-sdpa", model, config)
         for row, fn in forward_steps("static-sdpa", decoder, config, args, dev, 256)[:2]:
             fns[(q, row["step"])] = fn
-    times = _interleaved_times(fns, dev, repeats=15, warmup=2)
+    times = interleaved_times(fns, dev, repeats=15, warmup=2)
     print(f"shape small, {torch.get_num_threads()} threads, float32 activations, prompt 256; ms median / fastest")
     print("| quantization | weights read per forward | AR forward | Block-32 forward |\n|---|---|---|---|")
     for q in METHODS:

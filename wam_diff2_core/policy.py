@@ -38,13 +38,13 @@ from .model.prompt_encoding import encode_prompts
 from .outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M, Box, parse_boxes, parse_waypoints
 from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEMPLATE, IMAGE_PLACEHOLDER,
                               NUM_WAYPOINTS, format_detection_prompt, format_planning_prompt)
-from .profiling import PeakMemory, StageTimes, VisionTimer
+from .profiling import PeakMemory, StageTimes, timed_decode
 
 TASKS = ("plan", "detect")
 # The start-up decodes (check_fast_path, warmup) stop after this many blocks: the prefill, a block's denoise
 # steps and commit, and a block after a commit are every step shape a decode runs (with CUDA graphs the
-# decoder's own warm-up captures every key-span bucket), and a checkpoint that never stops early (a random
-# one) no longer makes start-up three full answers long.
+# decoder's own warm-up captures every key-span bucket), so a checkpoint that never stops early (a random
+# one) does not make start-up three full answers long.
 STARTUP_BLOCKS = 2
 
 
@@ -203,11 +203,9 @@ class DrivingPolicy:
         greedy_rows: tuple[int, ...] = ()
         if candidates > 1:
             settings, gens, greedy_rows = self._candidate_rows(rows, settings)
-        with VisionTimer(self.loaded.model, self.loaded.device) as vision:
-            decoded = self.decoder.generate(inputs, settings, generators=gens, greedy_rows=greedy_rows)
-        stages.add_decode(decoded.stats[0], vision.ms)   # the phases are the batch call's, alike in every row
+        decoded, texts = timed_decode(self.decoder, self.loaded.tokenizer, inputs, stages, settings,
+                                      generators=gens, greedy_rows=greedy_rows)
         t = time.perf_counter()
-        texts = self.loaded.tokenizer.batch_decode(decoded.sequences, skip_special_tokens=False)
         results: dict[str, TaskResult] = {}
         plans: list[TaskResult] = []
         for task, text, stats in zip(rows, texts, decoded.stats):

@@ -20,8 +20,9 @@ reset per step through ``/proc/self/clear_refs``; ``rss_since_start`` where that
 written) on CPU, torch's peak allocated memory on CUDA / NPU (``cuda_allocated`` / ``npu_allocated``).
 
     peak = PeakMemory(device); peak.reset()
-    with VisionTimer(model, device) as vision: ...
-    stages = StageTimes(processor_ms=..., ...); stages.stage_sum_ms
+    stages = StageTimes(processor_ms=..., ...)
+    decoded, texts = timed_decode(decoder, tokenizer, inputs, stages, settings)   # vision .. commit, detokenising
+    stages.stage_sum_ms
 """
 from __future__ import annotations
 
@@ -160,6 +161,23 @@ class PeakMemory:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: kB
 
 
+def timed_decode(decoder, tokenizer, inputs, stages: StageTimes, settings=None, *, generators=None,
+                 greedy_rows: Sequence[int] = ()):
+    """One ``decoder.generate`` call of a batch, its answers detokenised: (the decode output, the answer
+    texts in row order). Adds to ``stages`` the vision tower's time (measured inside the prefill), the
+    decoder's prefill / denoise / commit phases (the batch call's, alike in every row) and the
+    detokenising (``parse_ms``; the caller's parsing of the texts adds to it). The policy's step,
+    ``wam-diff2 infer`` and ``wam-diff2 bench --data`` decode through here, so their stage tables
+    measure the same thing."""
+    with VisionTimer(decoder.model, decoder.device) as vision:
+        decoded = decoder.generate(inputs, settings, generators=generators, greedy_rows=greedy_rows)
+    stages.add_decode(decoded.stats[0], vision.ms)
+    t = time.perf_counter()
+    texts = tokenizer.batch_decode(decoded.sequences, skip_special_tokens=False)
+    stages.parse_ms += (time.perf_counter() - t) * 1e3
+    return decoded, texts
+
+
 def stage_summary(stages: Sequence[dict[str, Any] | StageTimes]) -> dict[str, Any] | None:
     """Per stage (:data:`STAGES`, then ``other`` and ``total``): count, mean, p50, p95, max in ms over
     the frames (numpy's linear-interpolation percentiles); the largest memory peak (MB) and its
@@ -215,5 +233,5 @@ def stage_markdown(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["STAGES", "STAGE_LABELS", "StageTimes", "VisionTimer", "PeakMemory", "stage_summary", "stage_table",
-           "stage_markdown"]
+__all__ = ["STAGES", "STAGE_LABELS", "StageTimes", "VisionTimer", "PeakMemory", "timed_decode", "stage_summary",
+           "stage_table", "stage_markdown"]

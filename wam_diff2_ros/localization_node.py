@@ -7,7 +7,7 @@
 The leaderboard's SENSORS track allows GNSS, IMU and a speedometer but not the bridge's
 ground-truth odometry pseudo-sensor, while the planner and the controller read
 ``nav_msgs/Odometry``. This node fills the gap with
-:class:`wam_diff2_core.localization.OdometryFilter` (an EKF over x, y, heading, speed):
+:class:`wam_diff2_core.localization.odometry_filter.OdometryFilter` (an EKF over x, y, heading, speed):
 
 - in: ``/carla/<role>/<gnss_id>`` (``sensor_msgs/NavSatFix``: latitude / longitude -> metres in
   the map frame with CARLA's projection around ``geo.lat_ref_deg`` / ``geo.lon_ref_deg``, the
@@ -72,8 +72,9 @@ from std_msgs.msg import Float32, Header
 
 from wam_diff2_core.topics import LOCALIZATION_NODE, localization_topics
 from wam_diff2_core.geometry import quaternion_from_yaw
-from wam_diff2_core.localization import (GeoReference, LocalizationSettings, MeasurementRefused, OdometryFilter, X,
-                                         Y, YAW, V, heading_from_quaternion)
+from wam_diff2_core.localization.georeference import GeoReference
+from wam_diff2_core.localization.measurements import MeasurementRefused, heading_from_quaternion
+from wam_diff2_core.localization.odometry_filter import LocalizationSettings, OdometryFilter, X, Y, YAW, V
 from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
 from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg

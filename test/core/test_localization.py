@@ -5,8 +5,9 @@ import re
 import numpy as np
 import pytest
 
-from wam_diff2_core.localization import (EARTH_RADIUS_EQUA_M, GeoReference, LocalizationSettings, MeasurementRefused,
-                                         OdometryFilter, degrees_to_metres, heading_from_quaternion)
+from wam_diff2_core.localization.georeference import EARTH_RADIUS_EQUA_M, GeoReference, degrees_to_metres
+from wam_diff2_core.localization.measurements import MeasurementRefused, heading_from_quaternion
+from wam_diff2_core.localization.odometry_filter import LocalizationSettings, OdometryFilter
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, expert_drive_errors, feed, pose_errors
 

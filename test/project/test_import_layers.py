@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("decoding", ("wam_diff2_core.decoding",)),
     ("policy", ("wam_diff2_core.policy",)),
     ("parameters", ("wam_diff2_core.params",)),
-    ("evaluation", ("wam_diff2_core.evaluation", "wam_diff2_core.trainer")),
+    ("evaluation", ("wam_diff2_core.evaluation", "wam_diff2_core.trainer", "wam_diff2_core.benchmark")),
     ("simulation", ("wam_diff2_core.sim",)),
     ("command line", ("wam_diff2_core.cli",)),
     ("ROS conversions", ("wam_diff2_ros", "wam_diff2_ros.conversions", "wam_diff2_ros.keep_latest",

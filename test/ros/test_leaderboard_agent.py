@@ -23,7 +23,7 @@ import pytest
 
 from test.support import REPO_ROOT as ROOT
 from wam_diff2_core.config import ConfigError
-from wam_diff2_core.localization import GeoReference
+from wam_diff2_core.localization.georeference import GeoReference
 from wam_diff2_core.sim.camera import CameraSettings
 from wam_diff2_core.params import leaderboard as leaderboard_params
 from wam_diff2_core.params import localization as localization_params

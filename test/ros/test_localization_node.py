@@ -30,7 +30,8 @@ from sensor_msgs.msg import Imu, NavSatFix, NavSatStatus  # noqa: E402
 from std_msgs.msg import Float32, Header  # noqa: E402
 
 from wam_diff2_core.geometry import wrap_angle, yaw_from_quaternion  # noqa: E402
-from wam_diff2_core.localization import GeoReference, LocalizationSettings  # noqa: E402
+from wam_diff2_core.localization.georeference import GeoReference  # noqa: E402
+from wam_diff2_core.localization.odometry_filter import LocalizationSettings  # noqa: E402
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun  # noqa: E402
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors  # noqa: E402
 from wam_diff2_core.params import localization as lp  # noqa: E402

@@ -67,7 +67,7 @@ def test_a_graph_fallback_fails_the_token_check(monkeypatch):
     falls back to eager with the same tokens: the graphed row must fail anyway, and so must the run."""
     import torch
 
-    from wam_diff2_core.cli import verify_device
+    from wam_diff2_core.benchmark import token_check
     from wam_diff2_core.decoding import sampling
 
     def host_scalar_ban(logits, banned):
@@ -75,9 +75,9 @@ def test_a_graph_fallback_fails_the_token_check(monkeypatch):
         logits[..., banned] = float("-inf")
         return logits
     monkeypatch.setattr(sampling, "ban_tokens", host_scalar_ban)
-    monkeypatch.setattr(verify_device, "CHECK_LENGTHS", ((9,), (12,)))
-    monkeypatch.setattr(verify_device, "COMPILED_CASES", 0)       # no compile time: the graphed row shows it
-    rows, ok = verify_device.check_tokens(torch.device("cpu"), perturb=False, new_tokens=8)
+    monkeypatch.setattr(token_check, "CHECK_LENGTHS", ((9,), (12,)))
+    monkeypatch.setattr(token_check, "COMPILED_CASES", 0)       # no compile time: the graphed row shows it
+    rows, ok = token_check.check_tokens(torch.device("cpu"), perturb=False, new_tokens=8)
     graphed = [r for r in rows if r["variant"].endswith("-emulated")]
     assert not ok and graphed and all(r["note"].startswith("FAIL graph fallbacks") for r in graphed)
     assert all("index_put" in r["note"] for r in graphed)
@@ -102,14 +102,15 @@ def test_the_quantized_token_check_fails_on_one_perturbed_token(monkeypatch):
     """The quant part's token check is the same gate: one changed token on int8 weights fails it."""
     import torch
 
-    from wam_diff2_core.cli import verify_device
-    monkeypatch.setattr(verify_device, "CHECK_LENGTHS", ((9,), (12,)))
-    rows, ok = verify_device.check_tokens(torch.device("cpu"), perturb=True, new_tokens=8, quantization="int8")
+    from wam_diff2_core.benchmark import token_check
+    monkeypatch.setattr(token_check, "CHECK_LENGTHS", ((9,), (12,)))
+    rows, ok = token_check.check_tokens(torch.device("cpu"), perturb=True, new_tokens=8, quantization="int8")
     assert not ok and rows[0]["dtype"] == "float32 int8" and rows[0]["note"].startswith("FAIL (needs 100%)")
     assert all(r["note"] == "" or "replays of" in r["note"] for r in rows[1:])
 
 
 def test_without_torchao_the_quant_part_is_a_skipped_row_that_says_why(monkeypatch):
+    from wam_diff2_core.benchmark.device_timing import check_quantized
     from wam_diff2_core.cli import verify_device
     from wam_diff2_core.config import ConfigError
     from wam_diff2_core.model import quantization
@@ -117,7 +118,7 @@ def test_without_torchao_the_quant_part_is_a_skipped_row_that_says_why(monkeypat
     def missing(method):
         raise ConfigError(f"quantization: {method} needs torchao, which is not installed")
     monkeypatch.setattr(quantization, "require_torchao", missing)
-    quant, ok = verify_device.check_quantized(None, None, None, "int8", [])
+    quant, ok = check_quantized(None, None, None, "int8", [])
     assert ok and quant == {"method": "int8", "skipped": "quantization: int8 needs torchao, which is not installed"}
     rows = verify_device.summary_rows({"quant": [quant]})
     assert rows == [{"what": "quantized int8", "value": f"skipped: {quant['skipped']}", "target": "-", "met": "-"}]

@@ -33,8 +33,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..config import add_threads_argument
+from ..config import ConfigError, add_threads_argument
 from ..params import planner as node_params
+from ..params.parameter_file import read_node_params
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
                      add_quantization_argument, decoding_overrides, image_limits)
@@ -128,45 +129,15 @@ def _footprint_class():
     return EgoFootprint
 
 
-def read_node_params(path: str | Path, node: str = node_params.NODE) -> dict:
-    """The ``ros__parameters`` of a ROS 2 parameter YAML for ``node`` (``/**`` first, then the node's
-    own section), flattened to the node's dotted names (``route.lookahead_m``)."""
-    import yaml
-
-    from ..config import ConfigError
-
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--params-file {path}: cannot read it ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--params-file {path}: expected a mapping of node names to ros__parameters")
-    merged: dict = {}
-    for key in ("/**", node, "/" + node):
-        section = data.get(key)
-        if isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict):
-            merged.update(_flatten(section["ros__parameters"]))
-    if not merged:
-        raise ConfigError(f"--params-file {path}: no ros__parameters under '/**' or {node!r}")
-    return merged
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def _apply_params_file(args) -> dict:
     """Fill the flags the user did not give (left at None, or at the node's own default such as
     ``--device auto``) from --params-file: every parameter of ``node_params.FLAG_PARAMETERS``
     (a YAML integer for a float parameter as a float; "" or 0 where that means "none", e.g.
     image.min_pixels, stays unset; a value of the wrong type is refused later, naming it)."""
-    node = read_node_params(args.params_file) if args.params_file else {}
+    try:
+        node = read_node_params(args.params_file) if args.params_file else {}
+    except ConfigError as exc:
+        raise ConfigError(f"--params-file {exc}") from None
     for name in node_params.FLAG_PARAMETERS:
         spec, dest = node_params.SPECS_BY_NAME[name], node_params.cli_dest(name)
         current, value = getattr(args, dest), node.get(name)
@@ -176,17 +147,6 @@ def _apply_params_file(args) -> dict:
             value = float(value)
         setattr(args, dest, None if spec.default in ("", 0) and not value else value)
     return node
-
-
-def _profile_limits(node: dict, source: str):
-    """The speed profile's limits: the node's ``trajectory.*`` values in ``node`` over their defaults
-    (ValueError naming the parameter and ``source`` for a bad one)."""
-    given = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
-             for k, v in node.items() if k.startswith(node_params.PROFILE_PREFIX)}
-    errors = node_params.check_values(node_params.SPECS, given)
-    if errors:
-        raise ValueError(f"{source}: " + "; ".join(e.message for e in errors))
-    return node_params.profile_limits({**node_params.DEFAULTS, **given})
 
 
 def _settings(args, node: dict):
@@ -208,7 +168,7 @@ def _settings(args, node: dict):
         values["default_command"] = None
     inputs = node_params.input_settings(values)
     lane = {} if args.lane_width_m is None else {"lane_width_m": args.lane_width_m}
-    limits = _profile_limits(node, f"--params-file {args.params_file}")
+    limits = node_params.given_profile_limits(node, f"--params-file {args.params_file}")
     return EvalSettings(topics=topics, inputs=inputs, image_limits=image_limits(args), every=args.every,
                         max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required, footprint=footprint,
                         profile_limits=limits, **lane)
@@ -232,7 +192,6 @@ def _error(message: str) -> int:
 
 
 def run(args) -> int:
-    from ..config import ConfigError
     from ..evaluation.bags import BagError
 
     try:
@@ -264,7 +223,6 @@ def run(args) -> int:
 
 def _evaluate(args, settings) -> int:
     from ..evaluation.bags import Bag
-    from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
     from ..config import EngineSettings
     from ..evaluation.bag_plan import plan_bag
@@ -283,16 +241,22 @@ def _evaluate(args, settings) -> int:
                                            engine=EngineSettings(cpu_threads=args.cpu_threads,
                                                                  quantization=args.quantization).validated(), **extra)
     run = evaluate_bags(args.bags, policy, settings, progress=not args.no_progress, plans=plans)
-    record = None
-    if args.record:
-        b = run.bags[0]
-        record = str(record_predictions(args.record, b.frames, b.plan.trajectory, odometry_frame=b.plan.odometry_frame,
-                                        storage=args.record_storage, ego_frame=args.ego_frame,
-                                        overwrite=args.overwrite))
+    record = _record(args, run)
     metrics = write_run_report(args.out, run, model=_model_info(policy, args), command=_command_line(),
                                label=args.label, record=record, overwrite=args.overwrite, bev_samples=args.bev_samples)
     _print_summary(args, metrics, record)
     return 0
+
+
+def _record(args, run) -> str | None:
+    """--record: the run's predictions written into a new bag (its path), else None."""
+    if not args.record:
+        return None
+    from ..evaluation.record import record_predictions
+
+    b = run.bags[0]
+    return str(record_predictions(args.record, b.frames, b.plan.trajectory, odometry_frame=b.plan.odometry_frame,
+                                  storage=args.record_storage, ego_frame=args.ego_frame, overwrite=args.overwrite))
 
 
 def _output_problem(args) -> str | None:
@@ -322,13 +286,10 @@ def _command_line() -> str:
 
 def _predictions(args) -> int:
     """--predictions: score what a planner node published (no model)."""
-    from collections import Counter
-
     from ..evaluation.bags import Bag
-    from ..evaluation.record import record_predictions
     from ..evaluation.report import write_run_report
     from ..evaluation.bag_plan import plan_bag
-    from ..evaluation.predictions import evaluate_predictions
+    from ..evaluation.predictions import evaluate_predictions, predictions_source
 
     given = _model_flags_given(args)
     if given:
@@ -352,20 +313,8 @@ def _predictions(args) -> int:
         with Bag(path) as bag:
             plans.append(plan_bag(bag, settings))
     run = evaluate_predictions(args.bags, args.predictions, settings, topic=args.trajectory_topic, plans=plans)
-    block_sizes = Counter(f.stats["block_size"] for f in run.frames if "block_size" in f.stats)
-    model = {"source": "predictions", "path": None,
-             "predictions": [{"path": b.predictions["path"], "topic": b.predictions["topic"],
-                              "bag": b.plan.bag["path"]} for b in run.bags],
-             "params_file": str(Path(args.params_file).resolve()) if args.params_file else None,
-             "block_sizes": {str(k): v for k, v in block_sizes.most_common()}}
-    if len(block_sizes) == 1:
-        model["decoding"] = {"block_size": next(iter(block_sizes))}
-    record = None
-    if args.record:
-        b = run.bags[0]
-        record = str(record_predictions(args.record, b.frames, b.plan.trajectory, odometry_frame=b.plan.odometry_frame,
-                                        storage=args.record_storage, ego_frame=args.ego_frame,
-                                        overwrite=args.overwrite))
+    model = predictions_source(run, str(Path(args.params_file).resolve()) if args.params_file else None)
+    record = _record(args, run)
     metrics = write_run_report(args.out, run, model=model, command=_command_line(), label=args.label, record=record,
                                overwrite=args.overwrite, bev_samples=args.bev_samples)
     _print_summary(args, metrics, record, "node")

@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..model.checkpoint import export_checkpoint
+    from ..model.saving import export_checkpoint
 
     print(f"wrote {export_checkpoint(args.src, args.dst, dtype=args.dtype, quantize=args.quantize)}")
     return 0

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..profiling import PeakMemory, StageTimes, VisionTimer, stage_summary, stage_table
+from ..profiling import PeakMemory, StageTimes, stage_summary, stage_table, timed_decode
 from .common import (add_decoding_arguments, add_engine_arguments, add_image_limit_arguments, add_model_arguments,
                      add_sample_path_arguments, apply_threads, decoding_overrides, engine_settings, image_limits)
 
@@ -79,7 +79,8 @@ def run(args) -> int:
 
     from ..data.samples import Sample, SampleError, iter_samples, load_images
     from ..decoding import make_decoder
-    from ..model.checkpoint import load_checkpoint, rank_device
+    from ..model.checkpoint import load_checkpoint
+    from ..model.devices import rank_device
     from ..model.prompt_encoding import encode_prompts, pixel_size
     from ..utils.atomic import atomic_write_json, atomic_write_text
 
@@ -240,11 +241,8 @@ def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages: Sta
                 for rec in _decode([item], loaded, decoder, tokenizer, args, encode_prompts, stages)]
     stages.processor_ms += (time.perf_counter() - t) * 1e3
     gens = seeded_generators((args.seed + i for i, _, _ in ready), decoder.device)
-    with VisionTimer(loaded.model, loaded.device) as vision:
-        out = decoder.generate(inputs, generators=gens)
-    stages.add_decode(out.stats[0], vision.ms)
+    out, texts = timed_decode(decoder, tokenizer, inputs, stages, generators=gens)
     t = time.perf_counter()
-    texts = tokenizer.batch_decode(out.sequences, skip_special_tokens=False)
     records = []
     for (_, s, ims), text, stats, finished in zip(ready, texts, out.stats, out.finished):
         rec = {"id": s.id, "line": s.line, "prediction": text, "ground_truth": s.answer, "finished": finished}

@@ -142,7 +142,7 @@ def run(args) -> int:
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
     from ..model.quantization import quantizable_linears, tensor_bytes
-    from .bench_models import bench_samples
+    from ..benchmark.model_comparison import bench_samples
 
     tol = Tolerances(**{name: getattr(args, name) for name in asdict(Tolerances())})
     samples, _, skipped = bench_samples(args.data, args.data_root, args.limit, args.every, tasks=("planning",),

@@ -169,3 +169,17 @@ def evaluate_predictions(paths: Sequence[str | Path], prediction_paths: Sequence
     return EvalRun(settings=settings, bags=[predictions_run_bag(plan, pred, topic)
                                             for plan, pred in zip(plans, prediction_paths)],
                    detection=score_recorded_detections(paths, plans, prediction_paths))
+
+
+def predictions_source(run: EvalRun, params_file: str | None) -> dict[str, Any]:
+    """The report's ``model`` entry of a run that scored a node's predictions: each predictions bag with its
+    topic and input bag, the node's parameter file, and the block sizes its answers were decoded with
+    (``decoding.block_size`` when there was one)."""
+    block_sizes = Counter(f.stats["block_size"] for f in run.frames if "block_size" in f.stats)
+    model = {"source": "predictions", "path": None,
+             "predictions": [{"path": b.predictions["path"], "topic": b.predictions["topic"],
+                              "bag": b.plan.bag["path"]} for b in run.bags],
+             "params_file": params_file, "block_sizes": {str(k): v for k, v in block_sizes.most_common()}}
+    if len(block_sizes) == 1:
+        model["decoding"] = {"block_size": next(iter(block_sizes))}
+    return model

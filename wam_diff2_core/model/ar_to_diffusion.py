@@ -8,7 +8,8 @@ import torch
 
 from ..config import EOS_TOKEN, MASK_TOKEN, DecodingSettings, write_diffusion_file
 from ..utils.atomic import atomic_directory
-from .checkpoint import check_files, load_processor, read_model_config, save_checkpoint
+from .checkpoint import check_files, load_processor, read_model_config
+from .saving import save_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,8 @@ and ``trust_remote_code`` stays off. Decoding settings: see ``DiffusionConfig.re
 
     loaded = load_checkpoint("checkpoints/WAM-Diff2-B32-2B", device="auto")
     loaded = load_checkpoint("Qwen/Qwen3-VL-2B-Instruct", overrides={"block_size": 1})
+
+Devices and dtypes: ``devices.py``; saving and exporting: ``saving.py``.
 """
 from __future__ import annotations
 
@@ -15,16 +17,14 @@ import json
 import logging
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from ..config import (DIFFUSION_CONFIG_FILE, DTYPE_ALIASES, DTYPE_NAMES, QUANTIZATIONS, ConfigError, DiffusionConfig,
-                      read_diffusion_file)
-from ..utils.atomic import atomic_directory
+from ..config import DIFFUSION_CONFIG_FILE, QUANTIZATIONS, ConfigError, DiffusionConfig, read_diffusion_file
+from .devices import DTYPES, resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
 
@@ -56,73 +56,6 @@ class LoadedModel:
     @property
     def tokenizer(self):
         return self.processor.tokenizer
-
-
-def resolve_device(device: str = "auto") -> torch.device:
-    """``auto`` picks cuda, then an Ascend npu (torch-npu, imported only then), then cpu."""
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if _npu_available():
-            return torch.device("npu")
-        return torch.device("cpu")
-    if device.startswith("npu"):
-        if not _npu_available():
-            raise ConfigError("device: npu needs torch-npu and Ascend CANN (pip install .[npu])")
-    elif device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device: {device} requested but CUDA is not available")
-    elif device.split(":")[0] not in ("cpu", "cuda", "npu"):
-        raise ConfigError(f"device: {device!r} is not one of auto, cpu, cuda, npu")
-    return torch.device(device)
-
-
-def rank_device(device: str, local_rank: int) -> str:
-    """The device of one rank of a multi-process run (torchrun): accelerator ``local_rank``, made the
-    process's current device (without it every rank's kernels and allocations land on device 0).
-    ``cpu`` stays ``cpu``; an explicit index (``cuda:1``) is kept as given."""
-    kind = resolve_device(device).type
-    if kind == "cpu":
-        return "cpu"
-    index = int(device.split(":")[1]) if ":" in device else local_rank
-    getattr(torch, kind).set_device(index)          # torch.cuda / torch.npu (torch-npu)
-    return f"{kind}:{index}"
-
-
-def _npu_available() -> bool:
-    try:
-        import torch_npu  # noqa: F401  (registers the npu device)
-    except ImportError:
-        return False
-    return hasattr(torch, "npu") and torch.npu.is_available()
-
-
-DTYPES = {name: getattr(torch, DTYPE_ALIASES.get(name, name)) for name in DTYPE_NAMES}
-
-
-# On CPU, ``auto`` keeps float32 (bit-exact tests, small models) below this many parameters and
-# uses bfloat16 above it where the CPU has bf16 kernels: the 2B shape in float32 needs 13.6 GB RSS
-# and 3x the prefill time of bf16 (docs/checkpoints.md, "Memory and time").
-CPU_BF16_MIN_PARAMETERS = 500_000_000
-
-
-def cpu_supports_bf16() -> bool:
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def resolve_dtype(dtype: str, device: torch.device, parameters: int = 0) -> torch.dtype:
-    """``auto``: bfloat16 on accelerators; on CPU float32, or bfloat16 for a model of at least
-    :data:`CPU_BF16_MIN_PARAMETERS` parameters when the CPU supports it."""
-    if dtype == "auto":
-        if device.type != "cpu":
-            return torch.bfloat16
-        large = parameters >= CPU_BF16_MIN_PARAMETERS
-        return torch.bfloat16 if large and cpu_supports_bf16() else torch.float32
-    if dtype not in DTYPES:
-        raise ConfigError(f"dtype: {dtype!r} is not one of auto, {', '.join(DTYPES)}")
-    return DTYPES[dtype]
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -378,76 +311,3 @@ def _load_quantized_model(path: Path, model_config, method: str, torch_dtype: to
     report = load_quantized(model, path, method)
     log.info("loaded stored %s", report.describe())
     return model
-
-
-def save_checkpoint(model, processor, out: str | Path, **save_kwargs) -> None:
-    """``save_pretrained`` of model and processor, plus the fields transformers 4.57 (the authors'
-    version) needs to load the same files: ``rope_scaling`` / ``rope_theta`` beside 5.x's
-    ``rope_parameters``, and the tokenizer's extra special tokens as ``additional_special_tokens``
-    (4.57 reads ``extra_special_tokens`` as a mapping). transformers 5.x loads both forms alike."""
-    out = Path(out)
-    model.save_pretrained(out, **save_kwargs)
-    processor.save_pretrained(out)
-    add_legacy_fields(out)
-
-
-def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat16", quantize: str = "none") -> Path:
-    """Write ``dst``: ``src`` with its weights cast to ``dtype`` (for shipping a trained model);
-    tokenizer, processor and ``diffusion_config.json`` (when present) are copied unchanged.
-    ``quantize`` (int8, int4, int8-dynamic): the language model's linear layers are quantized and stored
-    as torchao writes them to safetensors (plain tensors + JSON metadata), the method and dtype in
-    ``diffusion_config.json``'s ``quantization`` block; loading rebuilds them without quantizing again."""
-    src = Path(src)
-    loaded = load_checkpoint(src, device="cpu", dtype=dtype, quantization=quantize)
-    with atomic_directory(dst) as tmp:
-        tmp = Path(tmp)
-        if loaded.quantization == "none":
-            save_checkpoint(loaded.model, loaded.processor, tmp)
-            if (src / DIFFUSION_CONFIG_FILE).is_file():
-                shutil.copyfile(src / DIFFUSION_CONFIG_FILE, tmp / DIFFUSION_CONFIG_FILE)
-            return Path(dst)
-        from .quantization import INT4_GROUP_SIZE, save_quantized_weights
-
-        loaded.model.config.save_pretrained(tmp)
-        loaded.processor.save_pretrained(tmp)
-        add_legacy_fields(tmp)
-        save_quantized_weights(loaded.model, tmp)
-        settings = read_diffusion_file(src) or _diffusion_payload(loaded.config)
-        import torchao
-        settings["quantization"] = {
-            "method": loaded.quantization, "dtype": str(loaded.dtype).replace("torch.", ""),
-            "modules": "the language model's decoder-layer linear layers", "library": f"torchao {torchao.__version__}",
-            **({"group_size": INT4_GROUP_SIZE} if loaded.quantization == "int4" else {})}
-        (tmp / DIFFUSION_CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n")
-    return Path(dst)
-
-
-def _diffusion_payload(config: DiffusionConfig) -> dict:
-    """The settings a checkpoint without diffusion_config.json resolves to, as that file would hold them (a
-    quantized export needs the file for its quantization block, and the file replaces the format's defaults)."""
-    import dataclasses
-    return {"format_version": 1, "block_size": config.block_size, "eos_token_id": config.eos_token_id,
-            **({} if config.mask_token_id is None else {"mask_token_id": config.mask_token_id}),
-            "decoding": {k: v for k, v in dataclasses.asdict(config.settings).items() if k != "block_size"}}
-
-
-def add_legacy_fields(out: str | Path) -> None:
-    """The 4.57-readable fields of :func:`save_checkpoint`, added to a saved directory in place."""
-    out = Path(out)
-    config_path = out / "config.json"
-    config = json.loads(config_path.read_text())
-    text = config.get("text_config", {})
-    rope = text.get("rope_parameters")
-    if isinstance(rope, dict) and "rope_scaling" not in text:
-        text["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
-        if "rope_theta" in rope:
-            text["rope_theta"] = rope["rope_theta"]
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    tok_path = out / "tokenizer_config.json"
-    if tok_path.is_file():
-        tok = json.loads(tok_path.read_text())
-        extra = tok.get("extra_special_tokens")
-        if isinstance(extra, list):
-            del tok["extra_special_tokens"]
-            tok["additional_special_tokens"] = extra
-            tok_path.write_text(json.dumps(tok, indent=2) + "\n")

@@ -192,7 +192,7 @@ def build_qwen_layout_checkpoint(out_dir: str | Path, seed: int = 0, *, label: s
 def _save(out: Path, tokenizer, config, seed: int, logit_scale: float) -> None:
     from transformers import Qwen3VLForConditionalGeneration
 
-    from .checkpoint import save_checkpoint
+    from .saving import save_checkpoint
 
     out.mkdir(parents=True, exist_ok=True)
     processor = build_processor(tokenizer)

@@ -2,14 +2,15 @@
 
 The node declares them (``wam_diff2_ros.parameters``) and the table in docs/carla.md is generated
 from them (``python -m wam_diff2_core.params --write``); the filter settings (``filter.*``) derive
-from :class:`wam_diff2_core.localization.LocalizationSettings`.
+from :class:`wam_diff2_core.localization.odometry_filter.LocalizationSettings`.
 """
 from __future__ import annotations
 
 from dataclasses import fields
 from typing import Any
 
-from ..localization import GeoReference, LocalizationSettings
+from ..localization.georeference import GeoReference
+from ..localization.odometry_filter import LocalizationSettings
 from ..topics import DEFAULT_ROLE
 from .spec import LIVE, START, ParamSpec, by_name, defaults
 

@@ -237,6 +237,17 @@ def profile_limits(values: Mapping[str, Any]) -> ProfileLimits:
     return ProfileLimits(**{f.name: values[PROFILE_PREFIX + f.name] for f in fields(ProfileLimits)})
 
 
+def given_profile_limits(values: Mapping[str, Any], source: str) -> ProfileLimits:
+    """The speed profile's limits: the ``trajectory.*`` values in ``values`` (a parameter file's, an integer
+    read as a float) over their defaults; ValueError naming the parameter and ``source`` for a bad one."""
+    given = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+             for k, v in values.items() if k.startswith(PROFILE_PREFIX)}
+    errors = check_values(SPECS, given)
+    if errors:
+        raise ValueError(f"{source}: " + "; ".join(e.message for e in errors))
+    return profile_limits({**DEFAULTS, **given})
+
+
 def cli_dest(name: str) -> str:
     """The command-line name of a planner parameter (``route.lookahead_m`` -> ``route_lookahead_m``;
     ``decoding.block_size`` -> ``block_size``, ``image.max_pixels`` -> ``max_pixels``, ``engine.quantization`` ->

@@ -28,7 +28,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..geometry import wrap_angle
-from ..localization import LEADERBOARD_NOISE, GeoReference, LocalizationSettings, OdometryFilter, SensorNoise
+from ..localization.georeference import GeoReference
+from ..localization.measurements import LEADERBOARD_NOISE, SensorNoise
+from ..localization.odometry_filter import LocalizationSettings, OdometryFilter
 from .vehicles import EgoState
 
 GRAVITY_MPS2 = 9.81

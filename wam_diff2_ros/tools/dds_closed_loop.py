@@ -73,7 +73,7 @@ from std_msgs.msg import Bool, Header, String
 from wam_diff2_core.control import ControllerGains, Plan
 from wam_diff2_core.geometry import quaternion_from_yaw, wrap_angle, yaw_from_quaternion
 from wam_diff2_core.frame_inputs import stamp_ns
-from wam_diff2_core.localization import SensorNoise
+from wam_diff2_core.localization.measurements import SensorNoise
 from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS
 from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
 from wam_diff2_core.routes import ROAD_OPTIONS

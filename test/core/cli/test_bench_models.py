@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from wam_diff2_core.cli import bench_models, main
+from wam_diff2_core.benchmark import model_comparison
+from wam_diff2_core.cli import main
 from wam_diff2_core.outputs.prompts import format_planning_prompt
 
 
@@ -48,11 +49,11 @@ def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, 
     """AR answers 1 m left of the truth at every waypoint (errors 1); Block-32 t=0.9 answers 3 m ahead and
     4 m left of the truth's 4th waypoint onwards (errors 0,0,0,5,...,5 on sample 0; the exact truth on
     sample 1); every other configuration answers the random model's text (never parses)."""
-    real = bench_models.decode_one
+    real = model_comparison.decode_one
     calls = {"n": 0}
 
-    def stub(decoder, tokenizer, inputs, settings, generator):
-        text, stats = real(decoder, tokenizer, inputs, settings, generator)
+    def stub(decoder, tokenizer, inputs, settings, generator, stages):
+        text, stats = real(decoder, tokenizer, inputs, settings, generator, stages)
         calls["n"] += 1
         truth = TRUTHS[0] if inputs["input_ids"].equal(stub.first_ids) else TRUTHS[1]
         calls.setdefault("order", []).append((settings.block_size, settings.confidence_threshold, truth is TRUTHS[0]))
@@ -70,7 +71,7 @@ def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, 
     first = next(iter_samples(dataset / "samples.json", dataset))
     proc = load_checkpoint(tiny_checkpoint, device="cpu", dtype="float32").processor
     stub.first_ids = encode_prompts(proc, [first.prompt_messages], [load_images(first)])["input_ids"]
-    monkeypatch.setattr(bench_models, "decode_one", stub)
+    monkeypatch.setattr(model_comparison, "decode_one", stub)
 
     out = tmp_path / "bench"
     assert _bench(tiny_checkpoint, dataset / "samples.json", out) == 0
@@ -153,13 +154,13 @@ def test_bench_models_bad_inputs(tiny_checkpoint, dataset, tmp_path, capsys):
 
 
 def test_every_and_limit_pick_spread_samples(dataset):
-    picked, grounding, skipped = bench_models.bench_samples(str(dataset / "samples.json"), None, None, every=2)
+    picked, grounding, skipped = model_comparison.bench_samples(str(dataset / "samples.json"), None, None, every=2)
     assert [s.id for s, _ in picked] == ["s0"] and grounding == [] and len(skipped) == 2
-    picked, _, _ = bench_models.bench_samples(str(dataset / "samples.json"), None, 1)
+    picked, _, _ = model_comparison.bench_samples(str(dataset / "samples.json"), None, 1)
     assert [s.id for s, _ in picked] == ["s0"]
     from wam_diff2_core.config import ConfigError
     with pytest.raises(ConfigError, match="--every"):
-        bench_models.bench_samples(str(dataset / "samples.json"), None, None, every=0)
+        model_comparison.bench_samples(str(dataset / "samples.json"), None, None, every=0)
 
 
 def test_bench_models_prints_the_pdm_score_on_a_demo_world_data_set(tiny_checkpoint, tmp_path, monkeypatch, capsys):
@@ -177,17 +178,17 @@ def test_bench_models_prints_the_pdm_score_on_a_demo_world_data_set(tiny_checkpo
     assert [s["id"] for s in samples] == ["synth0-e0000-f00000-plan"]
     expert = parse_waypoints(samples[0]["conversations"][1]["value"]).waypoints
     swerve = expert + np.stack([np.zeros(8), -8.0 * np.minimum(np.arange(1, 9) / 3.0, 1.0)], axis=1)
-    real = bench_models.decode_one
+    real = model_comparison.decode_one
 
-    def stub(decoder, tokenizer, inputs, settings, generator):
-        text, stats = real(decoder, tokenizer, inputs, settings, generator)
+    def stub(decoder, tokenizer, inputs, settings, generator, stages):
+        text, stats = real(decoder, tokenizer, inputs, settings, generator, stages)
         if settings.block_size == 1:
             return _answer(expert), stats
         if settings.block_size == 32 and settings.confidence_threshold == 0.9:
             return _answer(swerve), stats
         return text, stats
 
-    monkeypatch.setattr(bench_models, "decode_one", stub)
+    monkeypatch.setattr(model_comparison, "decode_one", stub)
     out = tmp_path / "bench"
     assert _bench(tiny_checkpoint, data / "train.json", out) == 0
     table = capsys.readouterr().out
@@ -233,14 +234,14 @@ def grounding_dataset(tmp_path_factory):
 
 def test_bench_samples_sorts_planning_from_grounding(grounding_dataset):
     path = str(grounding_dataset / "samples.json")
-    planning, grounding, skipped = bench_models.bench_samples(path, None, None)
+    planning, grounding, skipped = model_comparison.bench_samples(path, None, None)
     assert [s.id for s, _ in planning] == ["p0"] and [s.id for s in grounding] == ["g0", "g1"]
     assert [s["id"] for s in skipped] == ["qa"] and "asks for no bbox_2d boxes" in skipped[0]["reason"]
-    planning, grounding, _ = bench_models.bench_samples(path, None, 1, tasks=("grounding",))
+    planning, grounding, _ = model_comparison.bench_samples(path, None, 1, tasks=("grounding",))
     assert planning == [] and [s.id for s in grounding] == ["g0"]
     from wam_diff2_core.config import ConfigError
     with pytest.raises(ConfigError, match="no planning samples"):
-        bench_models.bench_samples(str(grounding_dataset / "samples.json"), None, 0, tasks=("planning",))
+        model_comparison.bench_samples(str(grounding_dataset / "samples.json"), None, 0, tasks=("planning",))
 
 
 def test_bench_scores_grounding_answers_with_coco_ap(tiny_checkpoint, grounding_dataset, tmp_path, monkeypatch,
@@ -259,10 +260,10 @@ def test_bench_scores_grounding_answers_with_coco_ap(tiny_checkpoint, grounding_
             # the two prompts are the same text: the images tell them apart
             pixels = encode_prompts(processor, [sample.prompt_messages], [load_images(sample)])["pixel_values"]
             truth_by_prompt.append((pixels, sample.id))
-    real = bench_models.decode_one
+    real = model_comparison.decode_one
 
-    def stub(decoder, tokenizer, inputs, settings, generator):
-        text, stats = real(decoder, tokenizer, inputs, settings, generator)
+    def stub(decoder, tokenizer, inputs, settings, generator, stages):
+        text, stats = real(decoder, tokenizer, inputs, settings, generator, stages)
         sample_id = next((i for pixels, i in truth_by_prompt if inputs["pixel_values"].equal(pixels)), None)
         if sample_id is None:
             return text, stats                          # the planning sample: the random model's text
@@ -270,7 +271,7 @@ def test_bench_scores_grounding_answers_with_coco_ap(tiny_checkpoint, grounding_
             return json.dumps(GROUNDING[sample_id]), stats
         return "I see a car and a truck.", stats
 
-    monkeypatch.setattr(bench_models, "decode_one", stub)
+    monkeypatch.setattr(model_comparison, "decode_one", stub)
     out = tmp_path / "bench"
     assert _bench(tiny_checkpoint, grounding_dataset / "samples.json", out, "--block-sizes", "32",
                   "--thresholds", "0.9") == 0

@@ -42,8 +42,9 @@ def test_infer_makes_generators_on_the_model_device(tiny_model, monkeypatch):
     from wam_diff2_core.profiling import StageTimes
 
     seen = []
-    decoder = types.SimpleNamespace(device=torch.device("meta"))
-    decoder.generate = lambda inputs, generators=None: (seen.extend(generators), _empty(len(generators)))[1]
+    decoder = types.SimpleNamespace(device=torch.device("meta"), model=None)
+    decoder.generate = lambda inputs, settings=None, generators=None, greedy_rows=(): (
+        seen.extend(generators), _empty(len(generators)))[1]
     monkeypatch.setattr(torch, "Generator", _RecordingGenerator)
     sample = Sample(id="s0", datasource=None, image_paths=[], raw={},
                     messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}])
@@ -55,14 +56,14 @@ def test_infer_makes_generators_on_the_model_device(tiny_model, monkeypatch):
 def test_bench_models_makes_generators_on_the_model_device(monkeypatch):
     import numpy as np
 
-    from wam_diff2_core.cli import bench_models
+    from wam_diff2_core.benchmark import model_comparison
     seen = []
     monkeypatch.setattr(torch, "Generator", _RecordingGenerator)
     from wam_diff2_core.decoding.common import DecodeStats
-    monkeypatch.setattr(bench_models, "decode_one", lambda decoder, tok, inputs, settings, gen: (
+    monkeypatch.setattr(model_comparison, "decode_one", lambda decoder, tok, inputs, settings, gen, stages: (
         seen.append(gen), ("", DecodeStats(block_size=1)))[1])
     decoder = types.SimpleNamespace(device=torch.device("meta"), model=None)
-    bench_models.decode_row(decoder, None, "s", {}, np.zeros((8, 2)), None, seed=2)
+    model_comparison.decode_row(decoder, None, "s", {}, np.zeros((8, 2)), None, seed=2)
     assert [(g.device.type, g.seed) for g in seen] == [("meta", 2)]
 
 
@@ -128,14 +129,14 @@ def test_every_decoder_samples_by_inverse_cdf_on_npu(tiny_model, monkeypatch, mo
 # ---------------------------------------------------------------------------------- 8. per-rank devices
 @pytest.mark.parametrize("kind", ["npu", "cuda"])
 def test_each_rank_gets_its_own_accelerator(monkeypatch, kind):
-    from wam_diff2_core.model import checkpoint
+    from wam_diff2_core.model import devices
     calls = []
-    monkeypatch.setattr(checkpoint, "resolve_device", lambda device: types.SimpleNamespace(type=device.split(":")[0]))
+    monkeypatch.setattr(devices, "resolve_device", lambda device: types.SimpleNamespace(type=device.split(":")[0]))
     monkeypatch.setattr(torch, kind, types.SimpleNamespace(set_device=calls.append), raising=False)
-    assert checkpoint.rank_device(kind, 3) == f"{kind}:3"
-    assert checkpoint.rank_device(f"{kind}:1", 3) == f"{kind}:1"
+    assert devices.rank_device(kind, 3) == f"{kind}:3"
+    assert devices.rank_device(f"{kind}:1", 3) == f"{kind}:1"
     assert calls == [3, 1]
-    assert checkpoint.rank_device("cpu", 3) == "cpu" and calls == [3, 1]
+    assert devices.rank_device("cpu", 3) == "cpu" and calls == [3, 1]
 
 
 # ---------------------------------------------------------------------------------- 5. FlashInfer wrappers

@@ -430,7 +430,7 @@ def test_npu_timing_synchronizes_the_npu(monkeypatch):
 
 
 def test_device_selection():
-    from wam_diff2_core.model.checkpoint import resolve_device
+    from wam_diff2_core.model.devices import resolve_device
     assert resolve_device("cpu").type == "cpu"
     try:
         import torch_npu  # noqa: F401

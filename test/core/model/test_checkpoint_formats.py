@@ -192,7 +192,7 @@ def test_convert_keeps_the_mask_id_config_json_names(qwen_labelled, tmp_path):
 # ----------------------------------------------------------------------------- memory and dtype
 def test_cpu_auto_dtype_is_bf16_only_for_large_models_where_supported():
     import torch
-    from wam_diff2_core.model.checkpoint import CPU_BF16_MIN_PARAMETERS, cpu_supports_bf16, resolve_dtype
+    from wam_diff2_core.model.devices import CPU_BF16_MIN_PARAMETERS, cpu_supports_bf16, resolve_dtype
     cpu = torch.device("cpu")
     assert resolve_dtype("auto", cpu, parameters=3_000_000) == torch.float32          # the demo models
     large = resolve_dtype("auto", cpu, parameters=CPU_BF16_MIN_PARAMETERS)
@@ -237,7 +237,7 @@ def test_the_cli_flags_and_the_node_yaml_leave_decoding_to_the_checkpoint():
     import argparse
 
     from wam_diff2_core.cli.common import add_decoding_arguments, decoding_overrides
-    from wam_diff2_core.cli.eval_bag import read_node_params
+    from wam_diff2_core.params.parameter_file import read_node_params
     parser = argparse.ArgumentParser()
     add_decoding_arguments(parser)
     assert decoding_overrides(parser.parse_args([])) == {}

@@ -28,7 +28,7 @@ from ...camera_rig import read_camera_block
 from ...config import ConfigError, write_diffusion_file
 from ...data.samples import SampleError
 from ...images import ImageLimits
-from ...model.checkpoint import save_checkpoint
+from ...model.saving import save_checkpoint
 from ...model.prompt_encoding import pixel_size
 from ...utils.atomic import atomic_write_text
 from ...utils.run_lock import RUN_LOCK, RunLock
@@ -71,7 +71,7 @@ def resolve_mixed_precision(setting: str, device: str) -> str:
 
 
 def resolve_train_device(setting: str) -> str:
-    from ...model.checkpoint import resolve_device
+    from ...model.devices import resolve_device
     return resolve_device(setting).type
 
 

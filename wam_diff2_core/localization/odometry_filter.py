@@ -1,4 +1,4 @@
-"""Odometry from GNSS + IMU + speedometer: the leaderboard's SENSORS track gives no odometry. ROS-free.
+"""The odometry filter: GNSS + IMU + speedometer -> pose, heading and speed. ROS-free.
 
     ref = GeoReference()                                     # CARLA's default georeference, 42.0 / 2.0
     ekf = OdometryFilter(LocalizationSettings())
@@ -7,17 +7,6 @@
     ekf.speed(t, speed)                                      # the speedometer (carla_msgs/CarlaSpeedometer, m/s)
     if ekf.ready:
         ekf.state.x, ekf.state.y, ekf.state.yaw, ekf.state.speed, ekf.covariance    # [4, 4]
-
-**GNSS -> local metres.** CARLA's GNSS sensor turns a world location into latitude / longitude
-with a Mercator projection scaled to the map's reference latitude (``cos(lat_ref)``, the earth's
-equatorial radius 6378137 m), around the reference latitude / longitude in the town's OpenDRIVE
-header; CARLA and the leaderboard use 42.0 / 2.0 where the header names none (every town they
-ship), which is :class:`GeoReference`'s default. A route's own reference can be solved from one
-point known in both frames (:meth:`GeoReference.solve`, as Bench2Drive agents do with the first
-point of the leaderboard's global plan). The public CARLA agents (TransFuser's ``convert_gps_to_carla``,
-Roach's ``gps2xyz``) invert that projection; :class:`GeoReference` does the same, in the ROS map
-frame the carla-ros-bridge uses (CARLA's world frame with y flipped: x east, y north), so the
-result lies in the frame of the bridge's odometry and of the leaderboard's route.
 
 **The filter** is an extended Kalman filter over ``[x, y, yaw, v]`` (the pose of the GNSS
 antenna in the map frame, heading, speed along the heading). The IMU drives the prediction
@@ -29,22 +18,14 @@ measurement older than the filter's time by more than ``max_lag_s`` is refused (
 gap longer than ``max_gap_s`` restarts the filter (a simulator reset). The filter is
 ``ready`` once it has had a position, a heading and a speed since it (re)started.
 
-**Hostile inputs.** Every measurement is checked before it touches the state: stamps and values
-finite, speed, yaw rate and acceleration within the settings' ``max_*`` figures, variances within
-[``MIN_VARIANCE``, ``MAX_VARIANCE``] and a GNSS covariance positive definite. A refused one leaves
-the state as it was and says why (``refusal``: a :class:`MeasurementRefused` with a reason code,
-counted in ``counts["refused_<code>"]``). A fix farther from the prediction than ``gnss_gate_sigma``
-(Mahalanobis distance, the prediction's and the fix's covariance together) is refused too; when
-fixes have been refused that way for ``gnss_reacquire_s`` (a real jump: a teleported ego, a
-position that drifted while fixes were missing), the next one places the position again, as the
-first fix does, so the gate never locks the filter out. Should the state or its covariance ever
-become non-finite all the same, the filter restarts (``counts["restarts_non_finite"]``) rather than
-hand it on: what ``state`` holds is always finite.
-
-Noise defaults (:data:`LEADERBOARD_NOISE`) are the leaderboard's own sensor settings
-(``leaderboard/autoagents/agent_wrapper.py``: GNSS latitude / longitude standard deviation
-5e-6 deg, about 0.56 m; accelerometer 0.001 m/s^2, gyro 0.001 rad/s); the speedometer and the
-IMU's orientation are exact in CARLA, so their filter defaults are small model-error figures.
+Measurements are checked before they touch the state (``measurements.py``: a refused one leaves the
+state as it was and says why in ``refusal``, counted in ``counts["refused_<code>"]``). A fix farther
+from the prediction than ``gnss_gate_sigma`` (Mahalanobis distance, the prediction's and the fix's
+covariance together) is refused too; when fixes have been refused that way for ``gnss_reacquire_s``
+(a real jump: a teleported ego, a position that drifted while fixes were missing), the next one places
+the position again, as the first fix does, so the gate never locks the filter out. Should the state or
+its covariance ever become non-finite all the same, the filter restarts (``counts["restarts_non_finite"]``)
+rather than hand it on: what ``state`` holds is always finite.
 """
 from __future__ import annotations
 
@@ -54,149 +35,11 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .geometry import wrap_angle, yaw_from_quaternion
+from ..geometry import wrap_angle
+from .georeference import degrees_to_metres
+from .measurements import LEADERBOARD_NOISE, MeasurementRefused, bounded, finite, gnss_noise, variance
 
-EARTH_RADIUS_EQUA_M = 6378137.0        # CARLA's (and WGS-84's) equatorial radius
 X, Y, YAW, V = range(4)                # state indices
-# Variances a measurement may claim (its units squared). Below: a sensor claiming micrometre / microradian
-# precision, whose inverse would dominate the update's arithmetic; above (100 km, 1e5 rad): a measurement
-# that carries no information, and whose products overflow in the update.
-MIN_VARIANCE, MAX_VARIANCE = 1e-12, 1e10
-QUATERNION_NORM_TOLERANCE = 0.01       # |norm - 1| a message's orientation may have (float32 rounding is ~1e-7)
-
-
-class MeasurementRefused(ValueError):
-    """A measurement the filter does not use: ``code`` (a counter name: ``late``, ``stamp``, ``position``,
-    ``covariance``, ``gate``, ``orientation``, ``rate``, ``acceleration``, ``speed``) and a message naming the
-    offending value."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-def _finite(name: str, value: float, code: str) -> float:
-    value = float(value)
-    if not math.isfinite(value):
-        raise MeasurementRefused(code, f"{name} is {value!r}, not a finite number")
-    return value
-
-
-def _bounded(name: str, value: float, limit: float, setting: str, code: str) -> float:
-    value = _finite(name, value, code)
-    if abs(value) > limit:
-        raise MeasurementRefused(code, f"{name} {value!r} is beyond +-{limit:g} ({setting})")
-    return value
-
-
-def _variance(name: str, value: float) -> float:
-    value = float(value)
-    if not (math.isfinite(value) and MIN_VARIANCE <= value <= MAX_VARIANCE):
-        raise MeasurementRefused("covariance", f"{name} {value!r} is not a variance in [{MIN_VARIANCE:g}, "
-                                               f"{MAX_VARIANCE:g}]")
-    return value
-
-
-def heading_from_quaternion(x: float, y: float, z: float, w: float) -> float:
-    """Yaw of an orientation quaternion (rad); raises MeasurementRefused (``orientation``) when a component
-    is not finite or the norm is not 1 (within QUATERNION_NORM_TOLERANCE)."""
-    q = [_finite(f"orientation.{n}", v, "orientation") for n, v in zip("xyzw", (x, y, z, w))]
-    norm = math.sqrt(sum(c * c for c in q))
-    if not abs(norm - 1.0) <= QUATERNION_NORM_TOLERANCE:
-        raise MeasurementRefused("orientation", f"orientation ({x!r}, {y!r}, {z!r}, {w!r}) has norm {norm!r}, "
-                                                "not a unit quaternion")
-    return yaw_from_quaternion(*(c / norm for c in q))
-
-
-def degrees_to_metres(deg: float, lat_ref_deg: float = 0.0) -> float:
-    """Metres on the ground of ``deg`` degrees of latitude at the reference latitude (Mercator scale)."""
-    return math.radians(deg) * EARTH_RADIUS_EQUA_M * math.cos(math.radians(lat_ref_deg))
-
-
-@dataclass(frozen=True)
-class SensorNoise:
-    """Standard deviations of the sensors (white, per sample)."""
-    gnss_deg: float = 5e-6                 # latitude and longitude each (degrees)
-    accel_mps2: float = 0.001              # accelerometer, per axis
-    gyro_radps: float = 0.001              # gyroscope, per axis
-    compass_rad: float = 0.0               # the IMU's orientation (yaw)
-    speed_mps: float = 0.0                 # speedometer
-
-
-LEADERBOARD_NOISE = SensorNoise()          # the leaderboard's agent_wrapper settings (orientation, speed: exact)
-
-
-@dataclass(frozen=True)
-class GeoReference:
-    """The map's georeference: latitude / longitude of the map origin (degrees); the defaults are
-    CARLA's (and the leaderboard's) when the town's OpenDRIVE header names none."""
-    lat_deg: float = 42.0
-    lon_deg: float = 2.0
-
-    def __post_init__(self):
-        if not (math.isfinite(self.lat_deg) and -85.0 < self.lat_deg < 85.0):
-            raise ValueError(f"lat_deg: {self.lat_deg!r} is not a latitude in (-85, 85) degrees")
-        if not (math.isfinite(self.lon_deg) and -180.0 <= self.lon_deg <= 180.0):
-            raise ValueError(f"lon_deg: {self.lon_deg!r} is not a longitude in [-180, 180] degrees")
-
-    @property
-    def _scale_m(self) -> float:
-        return math.cos(math.radians(self.lat_deg)) * EARTH_RADIUS_EQUA_M
-
-    def _mercator(self, lat_deg: float, lon_deg: float) -> tuple[float, float]:
-        return (math.radians(lon_deg) * self._scale_m,
-                math.log(math.tan(math.radians(90.0 + lat_deg) / 2.0)) * self._scale_m)
-
-    def to_local(self, lat_deg: float, lon_deg: float) -> tuple[float, float]:
-        """(x east, y north) metres in the ROS map frame (CARLA's x, -y). Raises MeasurementRefused
-        (``position``) for a latitude outside (-90, 90) degrees (the projection has no value at the poles) or a
-        longitude outside [-360, 360] (the projection does not wrap: east of a reference near 180 it reads
-        above 180), or one that is not finite."""
-        if not -90.0 < float(lat_deg) < 90.0:
-            raise MeasurementRefused("position", f"latitude {lat_deg!r} is not in (-90, 90) degrees")
-        if not -360.0 <= float(lon_deg) <= 360.0:
-            raise MeasurementRefused("position", f"longitude {lon_deg!r} is not in [-360, 360] degrees")
-        mx, my = self._mercator(lat_deg, lon_deg)
-        mx0, my0 = self._mercator(self.lat_deg, self.lon_deg)
-        return mx - mx0, my - my0
-
-    @classmethod
-    def solve(cls, lat_deg: float, lon_deg: float, x: float, y: float) -> "GeoReference":
-        """The reference under which the map-frame point (``x`` east, ``y`` north, metres: CARLA's x, -y)
-        reads ``lat_deg`` / ``lon_deg``: the inverse of :meth:`to_local` for one point known in both frames
-        (the first point of the leaderboard's GNSS and world global plans).
-
-        The Mercator scale depends on the reference latitude being solved for, so this iterates on
-        it (a fixed point: each step changes the scale by about ``y / R``; a few steps reach float
-        precision). Raises ValueError naming the bad input (non-finite, or no latitude in range)."""
-        for name, value in (("lat_deg", lat_deg), ("lon_deg", lon_deg), ("x", x), ("y", y)):
-            if not math.isfinite(value):
-                raise ValueError(f"{name}: {value!r} is not a finite number")
-        if not -85.0 < lat_deg < 85.0:
-            raise ValueError(f"lat_deg: {lat_deg!r} is not a latitude in (-85, 85) degrees")
-        lat_ref = lat_deg
-        for _ in range(50):
-            scale = math.cos(math.radians(lat_ref)) * EARTH_RADIUS_EQUA_M
-            my = math.log(math.tan(math.radians(90.0 + lat_deg) / 2.0)) * scale - y
-            new = 2.0 * math.degrees(math.atan(math.exp(my / scale))) - 90.0
-            if not -85.0 < new < 85.0:
-                raise ValueError(f"y: {y!r} m north of the point puts the reference latitude at {new:.3f} degrees, "
-                                 "outside (-85, 85): the point's map coordinates do not fit its GNSS reading")
-            done = abs(new - lat_ref) < 1e-13
-            lat_ref = new
-            if done:
-                break
-        lon_ref = lon_deg - math.degrees(x / (math.cos(math.radians(lat_ref)) * EARTH_RADIUS_EQUA_M))
-        lon_ref = (lon_ref + 180.0) % 360.0 - 180.0
-        return cls(lat_ref, lon_ref)
-
-    def to_geo(self, x: float, y: float) -> tuple[float, float]:
-        """(latitude, longitude) degrees of a map-frame point: what CARLA's GNSS reports there."""
-        mx0, my0 = self._mercator(self.lat_deg, self.lon_deg)
-        mx, my = mx0 + x, my0 + y
-        lon = math.degrees(mx / self._scale_m)
-        lat = 2.0 * math.degrees(math.atan(math.exp(my / self._scale_m))) - 90.0
-        return lat, lon
 
 
 @dataclass(frozen=True)
@@ -347,7 +190,7 @@ class OdometryFilter:
         return self._measure("gnss", self._gnss, t, x, y, covariance)
 
     def _gnss(self, t: float, x: float, y: float, covariance: np.ndarray | None) -> None:
-        t, x, y = _finite("stamp", t, "stamp"), _finite("x", x, "position"), _finite("y", y, "position")
+        t, x, y = finite("stamp", t, "stamp"), finite("x", x, "position"), finite("y", y, "position")
         r = np.eye(2) * self.settings.gnss_stddev_m ** 2 if covariance is None else gnss_noise(covariance)
         self._advance(t)
         if not self.has_position:                        # the first fix places the filter
@@ -392,13 +235,13 @@ class OdometryFilter:
     def _imu(self, t: float, yaw: float | None, yaw_rate: float, acceleration: float,
              yaw_variance: float | None) -> None:
         st = self.settings
-        t = _finite("stamp", t, "stamp")
-        yaw_rate = _bounded("angular_velocity.z", yaw_rate, st.max_yaw_rate_radps, "max_yaw_rate_radps", "rate")
-        acceleration = _bounded("linear_acceleration.x", acceleration, st.max_acceleration_mps2,
+        t = finite("stamp", t, "stamp")
+        yaw_rate = bounded("angular_velocity.z", yaw_rate, st.max_yaw_rate_radps, "max_yaw_rate_radps", "rate")
+        acceleration = bounded("linear_acceleration.x", acceleration, st.max_acceleration_mps2,
                                 "max_acceleration_mps2", "acceleration")
         if yaw is not None:
-            yaw = _finite("orientation yaw", yaw, "orientation")
-            var = st.heading_stddev_rad ** 2 if yaw_variance is None else _variance("orientation variance",
+            yaw = finite("orientation yaw", yaw, "orientation")
+            var = st.heading_stddev_rad ** 2 if yaw_variance is None else variance("orientation variance",
                                                                                    yaw_variance)
         self._advance(t)
         self.state.yaw_rate, self.state.acceleration = yaw_rate, acceleration   # inputs from here on
@@ -422,8 +265,8 @@ class OdometryFilter:
         return self._measure("speed", self._speed, t, speed)
 
     def _speed(self, t: float, speed: float) -> None:
-        t = _finite("stamp", t, "stamp")
-        speed = _bounded("speed", speed, self.settings.max_speed_mps, "max_speed_mps", "speed")
+        t = finite("stamp", t, "stamp")
+        speed = bounded("speed", speed, self.settings.max_speed_mps, "max_speed_mps", "speed")
         self._advance(t)
         h = np.zeros((1, 4))
         h[0, V] = 1.0
@@ -433,20 +276,3 @@ class OdometryFilter:
 
     def yaw_rate_variance(self) -> float:
         return self.settings.gyro_noise_radps ** 2
-
-
-def gnss_noise(covariance) -> np.ndarray:
-    """A fix's east / north covariance [2, 2] (m^2) checked: finite, symmetric (its symmetric part is used),
-    variances in [MIN_VARIANCE, MAX_VARIANCE], positive definite; raises MeasurementRefused (``covariance``)."""
-    r = np.asarray(covariance, dtype=np.float64)
-    if r.shape != (2, 2):
-        raise MeasurementRefused("covariance", f"the position covariance has shape {r.shape}, not (2, 2)")
-    with np.errstate(over="ignore", invalid="ignore"):
-        r = 0.5 * (r + r.T)
-    if not np.isfinite(r).all():
-        raise MeasurementRefused("covariance", f"the position covariance {r.tolist()} is not finite")
-    _variance("the east variance", r[0, 0])
-    _variance("the north variance", r[1, 1])
-    if np.linalg.eigvalsh(r)[0] < MIN_VARIANCE:
-        raise MeasurementRefused("covariance", f"the position covariance {r.tolist()} is not positive definite")
-    return r
