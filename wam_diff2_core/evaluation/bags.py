@@ -9,7 +9,7 @@ type, a type nobody can decode.
 
     with open_bag("run.mcap") as bag:
         print(bag.topic_types)                              # {topic: msgtype}
-        for topic, bag_time_ns, msg in bag.messages(["/carla/ego_vehicle/odometry"]):
+        for topic, bag_time_ns, msg in bag.messages([carla_topics()["odometry"]]):    # wam_diff2_core.topics
             ...
 """
 from __future__ import annotations
