@@ -48,7 +48,7 @@ from wam_diff2_core.policy import describe_engine
 from wam_diff2_core.topics import PLANNER_NODE
 
 from . import conversions as conv
-from .keep_latest import LatestSlot
+from .keep_latest import LatestWorker
 from .msg import PlannerStatus
 from .parameters import declare_all, read_all
 from .planner_candidates import candidate_stats
@@ -85,11 +85,9 @@ class PlannerNode(LifecycleNode):
         self._active = False
         self._lifecycle = "unconfigured"
         self._model_state, self._model_message = PlannerStatus.UNCONFIGURED, "waiting for configure"
-        self._image_slot: LatestSlot[Any] = LatestSlot()     # the newest image message
         self._image_qos_warned = False
-        self._worker: threading.Thread | None = None
-        self._abandoned_worker: threading.Thread | None = None     # stopped, still finishing a decode
-        self._stop = threading.Event()
+        # the worker decodes the newest image message of its slot, one at a time
+        self._worker: LatestWorker[Any] = LatestWorker(self._process, self._frame_failed, name="wam_diff2_worker")
 
         self._image_group = MutuallyExclusiveCallbackGroup()
         self._state_group = MutuallyExclusiveCallbackGroup()
@@ -151,7 +149,6 @@ class PlannerNode(LifecycleNode):
             return self._configure_failed("; ".join(errors))
         self._loading = True
         self._set_model_state(PlannerStatus.LOADING, f"loading {model_path}")
-        t0 = time.monotonic()
         try:
             model = ModelSettings.from_values(settings.values)
             policy = load_policy(model, self.get_logger(), self._load)
@@ -163,7 +160,6 @@ class PlannerNode(LifecycleNode):
         self._policy_overrides = model.decoding_overrides
         self._lifecycle = "inactive"
         message = describe_policy(policy, model_path)
-        self._load.times_s["configure_s"] = time.monotonic() - t0
         self._set_model_state(PlannerStatus.READY, message)
         self.get_logger().info(f"configured in {self._load.times_s['configure_s']:.1f} s "
                                f"({self._load.describe_times()}): {message}")
@@ -178,13 +174,9 @@ class PlannerNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         result = super().on_activate(state)       # enables the lifecycle publishers
         self._inputs.restart_image_count()
-        self._image_slot.clear()
-        self._image_slot.reopen()
-        self._stop.clear()
-        self._worker = threading.Thread(target=self._worker_loop, name="wam_diff2_worker", daemon=True)
+        self._worker.start()
         self._active = True
         self._lifecycle = "active"
-        self._worker.start()
         settings = self._settings
         self.get_logger().info(f"active: {settings.mode} mode, {settings.image_transport} images")
         return result
@@ -218,20 +210,15 @@ class PlannerNode(LifecycleNode):
 
     def worker_running(self) -> bool:
         """True while a stopped worker is still finishing its frame (see stop_worker)."""
-        return self._abandoned_worker is not None and self._abandoned_worker.is_alive()
+        return self._worker.still_running()
 
     def stop_worker(self, timeout_s: float = 60.0) -> None:
         """Stop the worker after its current frame (its outputs are still published)."""
         self._active = False
-        self._stop.set()
-        self._image_slot.close()
-        self._inputs.wake()
-        worker, self._worker = self._worker, None
-        if worker is not None and worker is not threading.current_thread():
-            worker.join(timeout_s)
-            if worker.is_alive():
-                self._abandoned_worker = worker
-                self.get_logger().warning(f"the worker is still decoding after {timeout_s} s; not waiting for it")
+        self._worker.request_stop()
+        self._inputs.wake()                      # a frame waiting for its odometry stops waiting
+        if not self._worker.join(timeout_s):
+            self.get_logger().warning(f"the worker is still decoding after {timeout_s} s; not waiting for it")
 
     # ------------------------------------------------------------------ input callbacks (store only)
     def _on_image(self, msg) -> None:
@@ -249,7 +236,7 @@ class PlannerNode(LifecycleNode):
         if settings.mode == "lockstep" and index % settings.lockstep_every_n_images != 0:
             self._monitor.count("images_skipped_lockstep")
             return
-        if self._image_slot.put(msg):
+        if self._worker.slot.put(msg):
             self._monitor.count("images_dropped_newer_arrived")
 
     def _check_image_qos(self, msg, settings: PlannerSettings) -> None:
@@ -296,18 +283,13 @@ class PlannerNode(LifecycleNode):
         return self._monitor.counts()
 
     # ------------------------------------------------------------------ worker
-    def _worker_loop(self) -> None:
-        while not self._stop.is_set():
-            msg = self._image_slot.take(timeout_s=0.2)
-            if msg is None or self._stop.is_set():
-                continue
-            try:
-                self._process(msg)
-            except Exception as exc:  # the worker must survive anything one frame does
-                if not self.context.ok():
-                    return            # shut down (Ctrl-C) mid-frame: its outputs have nowhere to go
-                self._monitor.count("worker_errors")
-                self.get_logger().error(f"frame failed: {exc}\n{traceback.format_exc()}")
+    def _frame_failed(self, exc: Exception) -> bool:
+        """The worker survives anything one frame does, unless the node shut down (Ctrl-C) mid-frame."""
+        if not self.context.ok():
+            return False          # its outputs have nowhere to go
+        self._monitor.count("worker_errors")
+        self.get_logger().error(f"frame failed: {exc}\n{traceback.format_exc()}")
+        return True
 
     def _process(self, msg) -> None:
         settings, monitor = self._settings, self._monitor
@@ -321,7 +303,7 @@ class PlannerNode(LifecycleNode):
             if mismatch:                             # planned anyway: the user may know better, but is told
                 monitor.count("frames_off_camera")
                 monitor.warn("frames_off_camera", mismatch)
-            frame = self._inputs.frame_at(image_stamp_ns, settings.odometry_wait_s, self._stop.is_set,
+            frame = self._inputs.frame_at(image_stamp_ns, settings.odometry_wait_s, self._worker.stopping,
                                           self._policy.candidates)
         except InputSkip as skip:
             monitor.skip_input(skip)
@@ -421,8 +403,8 @@ def main(args: list[str] | None = None) -> int:
 
 
 def _release_worker(node: PlannerNode) -> bool:
-    """Ctrl-C must not wait for a decode in flight (a 2B prefill on CPU takes a minute): give the worker
-    a moment to finish, then leave (its daemon thread ends with the process). True: still decoding."""
+    """Ctrl-C must not wait for a decode in flight (on a CPU a large model's can take minutes): give the
+    worker a moment to finish, then leave (its daemon thread ends with the process). True: still decoding."""
     node.stop_worker(SHUTDOWN_WAIT_S)
     return node.worker_running()
 

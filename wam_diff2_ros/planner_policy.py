@@ -37,8 +37,8 @@ class PolicyLoad:
 
 def load_policy(model: ModelSettings, logger, load: PolicyLoad) -> DrivingPolicy:
     """The policy of ``model``; with ``model.warmup``, the fast path proves itself on this device (or the
-    plain path decodes) and one decode warms it up."""
-    t0 = time.monotonic()
+    plain path decodes) and one decode warms it up. ``load.times_s["configure_s"]``: all of it."""
+    t0 = t_start = time.monotonic()
     load.times_s = {}
     policy = DrivingPolicy.from_checkpoint(
         model.model_path, device=model.device, dtype=model.dtype, overrides=model.decoding_overrides,
@@ -62,6 +62,7 @@ def load_policy(model: ModelSettings, logger, load: PolicyLoad) -> DrivingPolicy
         load.fast_path_check = (FAST_PATH_FELL_BACK + fallback if fallback else
                                 "plain decoder chosen" if policy.engine.implementation == "plain" else "passed")
     logger.info(f"decoder: {describe_engine(policy.engine)}")
+    load.times_s["configure_s"] = time.monotonic() - t_start
     return policy
 
 
