@@ -288,6 +288,20 @@ def test_carla_launch_remaps_onto_bridge_topics_with_the_role_name():
     assert ast.literal_eval(_keyword(arguments, "image_reliability")) == "reliable"
 
 
+def test_bridge_topic_parts_and_the_shell_printer_spell_the_bridge_names(capsys):
+    from wam_diff2_core import topics
+    role = object()                                       # a launch substitution
+    assert topics.carla_topic_parts("image", role) == ("/carla/", role, "/rgb_front/image")
+    assert topics.carla_topic_parts("route", "hero", role) == ("/carla/hero/waypoints",)
+    assert topics.main(["carla", "odometry", "--role", "hero"]) == 0
+    assert capsys.readouterr().out == "/carla/hero/odometry\n"
+    topics.main(["carla"])
+    assert "image /carla/ego_vehicle/rgb_front/image" in capsys.readouterr().out.splitlines()
+    with pytest.raises(SystemExit):
+        topics.main(["carla", "no_such_topic"])
+    assert "name: 'no_such_topic' is not one of" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", ["carla_planner.launch.py", "bag_replay.launch.py"])
 def test_simulator_and_bag_launches_run_on_sim_time(name):
     (planner,) = _planners(ast.parse((ROOT / "launch" / name).read_text()))

@@ -73,7 +73,14 @@ def carla_topic_parts(name: str, role: Any, camera: Any = DEFAULT_CAMERA) -> tup
     a launch argument's spec): the topic's literal pieces and those objects, in order."""
     topic = carla_topics(_ROLE_MARK, _CAMERA_MARK)[name]
     marks = {_ROLE_MARK: role, _CAMERA_MARK: camera}
-    return tuple(marks.get(piece, piece) for piece in re.split(f"({_ROLE_MARK}|{_CAMERA_MARK})", topic) if piece)
+    parts: list[Any] = []
+    for piece in re.split(f"({_ROLE_MARK}|{_CAMERA_MARK})", topic):
+        value = marks.get(piece, piece)
+        if isinstance(value, str) and parts and isinstance(parts[-1], str):
+            parts[-1] += value                     # adjacent literal pieces as one
+        elif not isinstance(value, str) or value:
+            parts.append(value)
+    return tuple(parts)
 
 
 _TABLES = {"carla": carla_topics, "controller": controller_topics, "localization": localization_topics}
