@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, carla_topics
+from ..topics import DEFAULT_CAMERA, DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, carla_topics
 
 STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
 PACKAGE = "wam_diff2_ros"
@@ -49,7 +49,7 @@ class BagTopics:
     objects: str | None = None        # derived_object_msgs/ObjectArray (other agents): collision rate when present
 
     @classmethod
-    def carla(cls, role: str = DEFAULT_ROLE, camera: str = "rgb_front", **overrides: str | None) -> "BagTopics":
+    def carla(cls, role: str = DEFAULT_ROLE, camera: str = DEFAULT_CAMERA, **overrides: str | None) -> "BagTopics":
         """carla-ros-bridge's topics for ``role``; the command is the planner node's own input topic."""
         topics = {**carla_topics(role, camera), "command": DEFAULT_COMMAND_TOPIC}
         topics.update({k: v for k, v in overrides.items() if v is not None})
