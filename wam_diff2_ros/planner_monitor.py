@@ -1,5 +1,5 @@
 """What the planner node counts and remembers for its diagnostics: counters, rates, throttled warnings,
-the last plan and the recent stage times. Thread-safe (its own lock, taken after the node's, never before).
+the last plan and the recent stage times. Thread-safe: its own lock, held only over its own fields.
 
     monitor = PlannerMonitor(node.get_logger(), warn_throttle_s=5.0)
     monitor.skip("image_stale", "image stamp is 0.6 s from now")     # counted as skipped_image_stale, warned
