@@ -730,8 +730,7 @@ class RosClosedLoop:
         """The in-process planner's counters so far (images received, processed, ...); {} otherwise."""
         if self.planner_node is None:
             return {}
-        with self.planner_node._lock:
-            return dict(self.planner_node._counts)
+        return self.planner_node.counts()
 
 
 # ----------------------------------------------------------------------------- command line
