@@ -9,9 +9,9 @@ The leaderboard's ``ROS2Agent`` (``leaderboard/autoagents/ros2_agent.py``) start
 carla-ros-bridge in passive mode, spawns :meth:`WamDiff2Agent.sensors` on the ego (role
 ``hero``) through the bridge, then runs ``ros2 launch`` with :meth:`get_ros_entrypoint`:
 this package's ``leaderboard.launch.py`` (localization + planner + controller). It waits for
-the latched True on ``/carla/hero/status`` (the controller sends it once the planner is
-READY), publishes the route on ``/carla/hero/global_plan`` and takes one
-``/carla/hero/vehicle_control_cmd`` per tick, stamped with the tick's time.
+the latched True on the bridge's status topic of ``hero`` (the controller sends it once the planner is
+READY), publishes the route on its ``global_plan`` and takes one ``vehicle_control_cmd`` per tick,
+stamped with the tick's time (the names: ``controller_topics`` in wam_diff2_core/topics.py).
 
 Harness (Bench2Drive runs several evaluators on one host, CARLA ports 150 apart): before the base class
 starts anything, the agent sets ``ROS_DOMAIN_ID`` from its evaluator's CARLA port (one domain per
@@ -86,7 +86,7 @@ def model_path(environ=os.environ) -> str:
 
 
 class PlannerWatch:
-    """While the leaderboard's constructor waits (without a timeout) for ``/carla/<role>/status``: a node of its
+    """While the leaderboard's constructor waits (without a timeout) for the role's ``leaderboard_status`` topic: a node of its
     own that, when the planner reports ERROR (its configure failed: no READY will ever come), keeps the reason
     and releases that wait with a False, so the agent fails at once instead of at the leaderboard's watchdog."""
 
@@ -94,7 +94,8 @@ class PlannerWatch:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
         from std_msgs.msg import Bool
-        from wam_diff2_ros.controller_node import LATCHED_QOS, controller_topics
+        from wam_diff2_core.topics import controller_topics
+        from wam_diff2_ros.qos import LATCHED_QOS
         from wam_diff2_ros.msg import PlannerStatus
 
         self.failure: str | None = None

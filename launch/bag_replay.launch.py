@@ -18,24 +18,25 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, TimerAction
 from launch.substitutions import LaunchConfiguration
 
+from wam_diff2_core.topics import DEFAULT_COMMAND_TOPIC, carla_topics
 from wam_diff2_ros.launch_planner import declare_planner_arguments, launch_argument, planner_node, planner_parameters
 
 
 def generate_launch_description():
-    image = LaunchConfiguration("image_topic")
+    image, bridge = LaunchConfiguration("image_topic"), carla_topics()
     return LaunchDescription([
         DeclareLaunchArgument("bag", description="bag directory or file to play"),
         *declare_planner_arguments(get_package_share_directory("wam_diff2_ros")),
         DeclareLaunchArgument("rate", default_value="1.0", description="bag playback rate"),
         DeclareLaunchArgument("play_delay_s", default_value="20.0",
                               description="start playing after this many seconds, once the model has loaded"),
-        DeclareLaunchArgument("image_topic", default_value="/carla/ego_vehicle/rgb_front/image"),
+        DeclareLaunchArgument("image_topic", default_value=bridge["image"]),
         DeclareLaunchArgument("image_transport", default_value="raw",
                               description="raw, or compressed to read <image_topic>/compressed"),
-        DeclareLaunchArgument("camera_info_topic", default_value="/carla/ego_vehicle/rgb_front/camera_info"),
-        DeclareLaunchArgument("odometry_topic", default_value="/carla/ego_vehicle/odometry"),
-        DeclareLaunchArgument("route_topic", default_value="/carla/ego_vehicle/waypoints"),
-        DeclareLaunchArgument("command_topic", default_value="/wam_diff2_planner/input/command"),
+        DeclareLaunchArgument("camera_info_topic", default_value=bridge["camera_info"]),
+        DeclareLaunchArgument("odometry_topic", default_value=bridge["odometry"]),
+        DeclareLaunchArgument("route_topic", default_value=bridge["route"]),
+        DeclareLaunchArgument("command_topic", default_value=DEFAULT_COMMAND_TOPIC),
         planner_node(
             planner_parameters(launch_argument, {
                 "use_sim_time": True,

@@ -4,21 +4,22 @@
     ros2 launch wam_diff2_ros leaderboard.launch.py model_path:=... role_name:=ego_vehicle lockstep_n:=5
     ros2 launch wam_diff2_ros leaderboard.launch.py model_path:=... localization:=false   # the bridge's odometry
 
+Topics are carla-ros-bridge's of ``role_name`` (wam_diff2_core/topics.py), named here by their keys there.
 The leaderboard's SENSORS track gives GNSS, IMU and a speedometer, no odometry: with
-``localization`` true (the default) the localization node turns /carla/<role_name>/<gnss_id>,
-<imu_id> and <speedometer_id> into /carla/<role_name>/odometry (``lat_ref_deg`` /
+``localization`` true (the default) the localization node turns the <gnss_id>, <imu_id> and
+<speedometer_id> topics into odometry (``lat_ref_deg`` /
 ``lon_ref_deg``: the town's georeference, CARLA's 42.0 / 2.0 by default; the agent sets each
 route's own on the node once the route is known). agents/wam_diff2_agent.py starts this file.
 
 The planner (a lifecycle node) plans in lockstep on every ``lockstep_n``-th camera tick of
-/carla/<role_name>/<camera_id>/image, on simulation time; the controller answers every tick
-(each /carla/<role_name>/odometry message, or each /clock message with tick_source:=clock)
-with carla_msgs/CarlaEgoVehicleControl on /carla/<role_name>/vehicle_control_cmd, stamped
+the <camera_id> image, on simulation time; the controller answers every tick
+(each odometry message, or each /clock message with tick_source:=clock)
+with carla_msgs/CarlaEgoVehicleControl on vehicle_control_cmd, stamped
 with the tick's sim time, and publishes the latched std_msgs/Bool True on
-/carla/<role_name>/status once the planner is READY (model loaded, warmed up), which is when
+the role's status topic once the planner is READY (model loaded, warmed up), which is when
 the leaderboard starts ticking (never without carla_msgs: then the controller reports ERROR on
-/diagnostics instead). The controller tracks the route (/carla/<role_name>/global_plan
-CarlaRoute with RoadOptions, or /carla/<role_name>/waypoints) and sends its command to the
+/diagnostics instead). The controller tracks the route (global_plan
+CarlaRoute with RoadOptions, or waypoints) and sends its command to the
 planner. ``fixed_delta_seconds`` is the simulator's tick (the leaderboard's 0.05 s): a plan
 arriving more than lockstep_n ticks after its image counts as late in /diagnostics.
 

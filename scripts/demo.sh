@@ -11,19 +11,20 @@ out=${OUT:-outputs/demo}
 model=${MODEL:-models/wam-diff2-demo-b32}
 frames=${FRAMES:-120}
 rate=${RATE:-1.0}
-role=/carla/ego_vehicle
 mkdir -p "$out"
 bag=$out/drive_f$frames/bags/mcap/e0000
 [ -d "$bag" ] || wam-diff2 synth "$out/drive_f$frames" --episodes 1 --frames "$frames" --frame-stride 5 --seed 1000 \
   --formats mcap --val-fraction 0 --no-progress --overwrite
 export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-57}
+# the planner's inputs onto carla-ros-bridge's topics, which share their keys (wam_diff2_core/topics.py)
+bridge_topics=$(python -m wam_diff2_core.topics carla)
+remaps=()
+while read -r name topic; do remaps+=(-r "~/input/$name:=$topic"); done <<< "$bridge_topics"
 # engine.cpu_threads 1: torch's default (one per core) spin-waits against the node's executor
 # threads and the player on a 2-core machine and made each plan ~40x slower (16 s instead of 0.4 s).
 wam-diff2-planner --ros-args --params-file config/planner.yaml -p model_path:="$model" -p use_sim_time:=true \
   -p engine.cpu_threads:="${PLANNER_THREADS:-1}" -p candidates.count:="${CANDIDATES:-1}" \
-  -r "~/input/image:=$role/rgb_front/image" -r "~/input/camera_info:=$role/rgb_front/camera_info" \
-  -r "~/input/odometry:=$role/odometry" -r "~/input/route:=$role/waypoints" \
-  -r "~/input/objects:=$role/objects" > "$out/planner.log" 2>&1 &
+  "${remaps[@]}" > "$out/planner.log" 2>&1 &
 planner=$!
 # As ros2 launch does: SIGINT, then SIGTERM after 10 s, then SIGKILL (a node has once been seen
 # to miss its first SIGINT on shutdown).

@@ -1,8 +1,8 @@
 """Route progress and the navigation command: a route -> left / straight / right, without flicker.
 
 ROS-free. A route is a polyline in the odometry frame, optionally with one CARLA RoadOption per
-point (the leaderboard's ``carla_msgs/CarlaRoute`` on ``/carla/<role>/global_plan``); a
-``nav_msgs/Path`` route (carla-ros-bridge's ``/carla/<role>/waypoints``) has none.
+point (the leaderboard's ``carla_msgs/CarlaRoute``, ``carla_route`` in ``topics.controller_topics``); a
+``nav_msgs/Path`` route (carla-ros-bridge's ``route``) has none.
 
     tracker = RouteTracker()
     tracker.set_route(points_xy, road_options=[4, 4, 1, 4])   # CarlaRoute-like; None for a Path

@@ -6,7 +6,9 @@
 
 The planner (``wam-diff2-planner``) is slow and, in lockstep mode, plans on every N-th camera
 tick; CARLA's leaderboard wants a control for *every* tick within 1.0 s wall time, stamped with
-that tick's sim time. This node is the fast half of that split, and the agent-side glue:
+that tick's sim time. This node is the fast half of that split, and the agent-side glue. Its topics:
+:func:`wam_diff2_core.topics.controller_topics` of ``role_name`` and ``planner_name``, named here by
+their keys there.
 
 - **Control every tick** (``tick_source``): ``odometry`` (default) answers each odometry message
   (carla-ros-bridge stamps it with the tick's sim time, and it is what the control needs);
@@ -19,18 +21,18 @@ that tick's sim time. This node is the fast half of that split, and the agent-si
   wheels straight, and the reason in the message. It never accelerates on an invalid plan.
 - **Outputs**: the package's ``VehicleControl`` on ``~/output/control`` and, for
   ``control_consumer`` carla (the default: CARLA / the leaderboard),
-  ``carla_msgs/CarlaEgoVehicleControl`` on ``/carla/<role>/vehicle_control_cmd``; both stamped
+  ``carla_msgs/CarlaEgoVehicleControl`` on ``carla_control`` (the bridge's); both stamped
   with the tick's sim time. ``control_consumer`` vehicle_control: the simulator applies
   ``~/output/control`` (the demo world's closed loop).
 - **Leaderboard handshake**: once the planner's latched status (``/<planner>/status``) says
   READY (model loaded and warmed up) *and* the controller can publish the message its consumer
-  applies, a latched ``std_msgs/Bool`` True on ``/carla/<role>/status``, once. Never False: the
+  applies, a latched ``std_msgs/Bool`` True on ``leaderboard_status``, once. Never False: the
   leaderboard's agent starts on *any* message. For carla without ``carla_msgs`` importable the
   controller cannot publish CARLA's control: it sends no READY (the leaderboard would tick
   with no control at all) and reports ERROR on ``/diagnostics``, naming why.
-- **Route -> command**: a ``nav_msgs/Path`` on ``/carla/<role>/waypoints`` or, when
+- **Route -> command**: a ``nav_msgs/Path`` on ``route`` or, when
   ``carla_msgs`` is importable, a ``carla_msgs/CarlaRoute`` (with RoadOptions) on
-  ``/carla/<role>/global_plan``, tracked by :class:`wam_diff2_core.routes.RouteTracker`
+  ``carla_route``, tracked by :class:`wam_diff2_core.routes.RouteTracker`
   (progress memory + hysteresis); the command goes to the planner's ``input/command`` each tick.
 - **Pacing** (``pacing`` hold, the default): the planner plans on every N-th image and the
   leaderboard waits up to 1.0 s for each tick's control, so on the tick after a planning frame

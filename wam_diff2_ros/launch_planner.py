@@ -12,7 +12,7 @@ The shared arguments are ``namespace``, ``model_path``, ``params_file``, ``devic
 (``wam_diff2_core/params/planner.py``, the same as ``config/planner.yaml``). The node's parameters
 are ``params_file`` first, then the dict :func:`planner_parameters` returns (so ``device`` and
 ``image_reliability`` given at launch override the params file). :func:`planner_parameters` and
-:func:`two_planners` are plain data given a function from argument name to value, so a test starts
+:func:`two_planners` and :func:`bridge_remappings` are plain data given a function from argument name to value, so a test starts
 nodes with exactly what a launch file gives them.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 from typing import Any, Callable, Mapping, Sequence
 
 from wam_diff2_core.params import planner as params
-from wam_diff2_core.topics import PLANNER_NODE
+from wam_diff2_core.topics import PLANNER_NODE, carla_topic_parts
 
 PACKAGE = "wam_diff2_ros"
 EXECUTABLE = "wam-diff2-planner"
@@ -66,6 +66,14 @@ def two_planners(argument: Callable[[str], Any]) -> list[tuple[str, dict[str, An
     remappings = [("~/input/image", argument("image_topic")), ("~/input/odometry", argument("odometry_topic"))]
     return [(namespace, planner_parameters(lambda name, ns=namespace: argument(
         f"{ns}_{name}" if name == "model_path" else name)), remappings) for namespace in TWO_PLANNERS]
+
+
+def bridge_remappings(argument: Callable[[str], Any],
+                      inputs: Sequence[str] = ("image", "camera_info", "odometry", "route")) -> list[tuple[str, list]]:
+    """The planner's ``inputs`` remapped onto carla-ros-bridge's topics of the ``role_name`` and ``camera_id``
+    arguments (each target a list of literal pieces and argument values, as launch substitutions take it)."""
+    role, camera = argument("role_name"), argument("camera_id")
+    return [(f"~/input/{name}", list(carla_topic_parts(name, role, camera))) for name in inputs]
 
 
 # ----------------------------------------------------------------------------- launch actions

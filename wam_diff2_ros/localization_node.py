@@ -9,11 +9,14 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
 ``nav_msgs/Odometry``. This node fills the gap with
 :class:`wam_diff2_core.localization.odometry_filter.OdometryFilter` (an EKF over x, y, heading, speed):
 
-- in: ``/carla/<role>/<gnss_id>`` (``sensor_msgs/NavSatFix``: latitude / longitude -> metres in
+Topics: :func:`wam_diff2_core.topics.localization_topics` of ``role_name`` and the sensor ids (the bridge's
+names, under its namespace for the ego role), named here by their keys there.
+
+- in: ``gnss`` (``sensor_msgs/NavSatFix``: latitude / longitude -> metres in
   the map frame with CARLA's projection around ``geo.lat_ref_deg`` / ``geo.lon_ref_deg``, the
   town's OpenDRIVE georeference, CARLA's 42.0 / 2.0 by default; the agent solves it per route),
-  ``/carla/<role>/<imu_id>`` (``sensor_msgs/Imu``: orientation -> heading, angular_velocity.z and
-  linear_acceleration.x drive the prediction), ``/carla/<role>/<speedometer_id>`` (m/s:
+  ``imu`` (``sensor_msgs/Imu``: orientation -> heading, angular_velocity.z and
+  linear_acceleration.x drive the prediction), ``speedometer`` (m/s:
   ``carla_msgs/CarlaSpeedometer`` as the Leaderboard 2.0 bridge publishes it, or ``std_msgs/Float32``
   with ``speedometer_type``); sensor-data QoS. The route (``carla_msgs/CarlaRoute`` on
   ``global_plan``, ``nav_msgs/Path`` on ``waypoints``; latched) only for the start check below.
@@ -30,7 +33,7 @@ ground-truth odometry pseudo-sensor, while the planner and the controller read
   ``route_start_max_distance_m`` from the route's first point (leaderboard routes start at the
   ego) is an ERROR on ``/diagnostics`` with the distance: a wrong georeference puts the odometry
   kilometres from the route, which the controller would otherwise follow silently as "off route".
-- out: ``/carla/<role>/odometry`` (``nav_msgs/Odometry``, frame ``map_frame_id``, child
+- out: ``odometry`` (``nav_msgs/Odometry``, frame ``map_frame_id``, child
   ``child_frame_id`` or the role name, twist in the child frame; the topic the planner and
   the controller read), one per IMU message once the filter has a position, a heading and a speed,
   stamped like that IMU message (in CARLA's synchronous mode: the tick; should a tick's GNSS

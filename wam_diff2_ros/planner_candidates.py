@@ -3,7 +3,7 @@
 With ``candidates.count`` N > 1 the node decodes N plans per frame and publishes the one the online PDM
 score rates best (``wam_diff2_core.candidate_selection``). The scene comes from what the node has at the
 frame: the ego state, the route (``~/input/route``, in the odometry frame) and the newest
-``derived_object_msgs/ObjectArray`` on ``~/input/objects`` (carla-ros-bridge's ``/carla/<role>/objects``),
+``derived_object_msgs/ObjectArray`` on ``~/input/objects`` (carla-ros-bridge's ``objects``, ``topics.carla_topics``),
 each object moved on at its velocity. The objects input exists where ``derived_object_msgs`` imports (built
 by ``scripts/build_ros_interfaces.sh``; a ROS 2 distribution's ``ros-<distro>-derived-object-msgs``); an
 objects message in another frame than the odometry, or older than ``OBJECTS_MAX_AGE_S`` at the frame,

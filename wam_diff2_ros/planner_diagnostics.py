@@ -119,7 +119,7 @@ def diagnostic_values(snapshot: PlannerSnapshot, settings: PlannerSettings) -> d
         "lifecycle_state": snapshot.lifecycle,
         "model_state": STATE_NAMES[snapshot.model_state],
         "model_message": snapshot.model_message,
-        "model_path": settings.values["model_path"],
+        "model_path": settings.model_path,
         "mode": settings.mode_description,
         "image_age_s": age(snapshot.image_ns),
         "odometry_age_s": age(snapshot.odometry_ns),

@@ -1,17 +1,20 @@
-"""The planner node's interface: its topics (private names, remapped by launch files), their QoS and
-the types of its outputs. Light to import (no model code), for the node, launch helpers and tests.
+"""The planner node's interface: its topics (private names, remapped by launch files), their types and
+QoS. Light to import (no model code), for the node, launch helpers and tests.
 
-    node.create_subscription(String, INPUT_TOPICS["command"], on_command, COMMAND_QOS)
+    node.create_subscription(INPUT_TYPES["command"], INPUT_TOPICS["command"], on_command, input_qos("command"))
 """
 from __future__ import annotations
 
-from nav_msgs.msg import Path
+from nav_msgs.msg import Odometry, Path
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from sensor_msgs.msg import Image
-from std_msgs.msg import Float64
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+from std_msgs.msg import Float64, String
 from visualization_msgs.msg import MarkerArray
 
+from wam_diff2_core.frame_inputs import is_compressed
+
 from .msg import Detection2DArray, StageTimes, Trajectory
+from .optional_msgs import derived_object_msgs
 from .qos import LATCHED_QOS, LATEST_RELIABLE_QOS
 
 try:  # the common interop type, published too where the package exists
@@ -36,10 +39,14 @@ LARGE_RAW_FRAME_BYTES = 500_000
 IMAGE_QOS = {"best_effort": qos_profile_sensor_data,
              "reliable": QoSProfile(depth=0, reliability=ReliabilityPolicy.RELIABLE,
                                     durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_ALL)}
-# The node's topics (private names, remapped by launch files).
+# The node's topics (private names, remapped by launch files) and input types; the objects input only where
+# derived_object_msgs imports.
 INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
                 "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
                 "command": "~/input/command", "objects": "~/input/objects"}
+INPUT_TYPES = {"image": Image, "image_compressed": CompressedImage, "camera_info": CameraInfo, "odometry": Odometry,
+               "route": Path, "command": String,
+               **({"objects": derived_object_msgs.ObjectArray} if derived_object_msgs is not None else {})}
 OUTPUT_TOPICS = {"path": "~/output/path", "path_odom": "~/output/path_odom", "trajectory": "~/output/trajectory",
                  "autoware_trajectory": "~/output/autoware_trajectory",
                  "detections": "~/output/detections", "vision_detections": "~/output/detections_vision",
@@ -53,3 +60,20 @@ OUTPUT_TYPES = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "dete
                 "stage_times": StageTimes,
                 **({"vision_detections": vision_msgs.Detection2DArray} if vision_msgs is not None else {}),
                 **({"autoware_trajectory": autoware_msgs.Trajectory} if autoware_msgs is not None else {})}
+
+
+def input_qos(name: str, image_reliability: str = "best_effort") -> QoSProfile:
+    """The QoS of the input ``name`` (an INPUT_TOPICS key); images by the ``image_reliability`` parameter."""
+    if name in ("image", "image_compressed"):
+        return IMAGE_QOS[image_reliability]
+    return {"route": ROUTE_QOS, "command": COMMAND_QOS}.get(name, qos_profile_sensor_data)
+
+
+def raw_image_qos_warning(msg, image_reliability: str) -> str | None:
+    """Why ``msg``, a received image, says frames are being lost on the wire (None: it does not): a large raw
+    frame on best effort (README.md, image QoS)."""
+    if image_reliability != "best_effort" or is_compressed(msg) or len(msg.data) <= LARGE_RAW_FRAME_BYTES:
+        return None
+    return (f"raw {msg.width}x{msg.height} frames ({len(msg.data)} bytes) on best-effort image QoS: over Fast DDS "
+            f"most frames above about {LARGE_RAW_FRAME_BYTES} bytes never arrive (wam_diff2_ros/README.md, image "
+            "QoS); with a reliable camera publisher (carla-ros-bridge) set image_reliability: reliable")

@@ -1,8 +1,9 @@
 """The planner's configure step: the policy loaded from its settings, its fast path checked and warmed up, timed.
 
     load = PolicyLoad()
-    policy = load_policy(settings, node.get_logger(), load)     # raises on any load failure
+    policy = load_policy(ModelSettings.from_values(values), node.get_logger(), load)   # raises on any failure
     load.fast_path_check, load.times_s["load_s"], load.camera_rig
+    node.get_logger().info(f"configured: {describe_policy(policy, model_path)} ({load.describe_times()})")
 
 ``load`` is filled in as the steps run, so a failed configure still reports how far it came.
 """
@@ -14,11 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wam_diff2_core.camera_rig import read_camera_block
-from wam_diff2_core.params import planner as params
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
 
 from .planner_diagnostics import FAST_PATH_FELL_BACK
-from .planner_settings import PlannerSettings
+from .planner_settings import ModelSettings
 
 
 @dataclass
@@ -29,25 +29,27 @@ class PolicyLoad:
     fast_path_check: str = "not run"         # the warm-up check of the fast path (check_fast_path)
     times_s: dict[str, float] = field(default_factory=dict)   # configure_s and its parts (seconds)
 
+    def describe_times(self) -> str:
+        """The parts of the configure time, e.g. ``load 3.2 s, warmup 0.8 s``."""
+        return ", ".join(f"{name[:-2].replace('_', ' ')} {seconds:.1f} s" for name, seconds in self.times_s.items()
+                         if name != "configure_s")
 
-def load_policy(settings: PlannerSettings, logger, load: PolicyLoad) -> DrivingPolicy:
-    """The policy of ``settings`` (``model_path``, ``device``, ``decoding.*``, ``engine.*`` ...); with ``warmup``,
-    the fast path proves itself on this device (or the plain path decodes) and one decode warms it up."""
-    values = settings.values
-    t0 = time.monotonic()
+
+def load_policy(model: ModelSettings, logger, load: PolicyLoad) -> DrivingPolicy:
+    """The policy of ``model``; with ``model.warmup``, the fast path proves itself on this device (or the
+    plain path decodes) and one decode warms it up. ``load.times_s["configure_s"]``: all of it."""
+    t0 = t_start = time.monotonic()
     load.times_s = {}
     policy = DrivingPolicy.from_checkpoint(
-        values["model_path"], device=values["device"], dtype=values["dtype"],
-        overrides=settings.decoding_overrides, tasks=params.TASKS[values["tasks"]],
-        detection_classes=tuple(values["detection_classes"]),
-        min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
-        max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
-        engine=params.engine_settings(values), candidates=params.candidate_settings(values))
+        model.model_path, device=model.device, dtype=model.dtype, overrides=model.decoding_overrides,
+        tasks=model.tasks, detection_classes=model.detection_classes, min_pixels=model.min_pixels,
+        max_pixels=model.max_pixels, max_waypoint_abs_m=model.max_waypoint_abs_m, parse_retry=model.parse_retry,
+        engine=model.engine, candidates=model.candidates)
     logger.info(f"decoding settings: {policy.loaded.config.describe()}")
-    load.camera_rig = read_camera_block(values["model_path"])     # None: the checkpoint names no camera
+    load.camera_rig = read_camera_block(model.model_path)     # None: the checkpoint names no camera
     load.fast_path_check = "not run"
     load.times_s["load_s"] = time.monotonic() - t0
-    if values["warmup"]:
+    if model.warmup:
         # both start-up decodes stop after STARTUP_BLOCKS blocks (policy.startup_settings)
         t0 = time.monotonic()
         fallback = policy.check_fast_path()
@@ -60,7 +62,14 @@ def load_policy(settings: PlannerSettings, logger, load: PolicyLoad) -> DrivingP
         load.fast_path_check = (FAST_PATH_FELL_BACK + fallback if fallback else
                                 "plain decoder chosen" if policy.engine.implementation == "plain" else "passed")
     logger.info(f"decoder: {describe_engine(policy.engine)}")
+    load.times_s["configure_s"] = time.monotonic() - t_start
     return policy
+
+
+def describe_policy(policy: DrivingPolicy, model_path: str) -> str:
+    """The READY status's message: the checkpoint, where it runs, its dtype, tasks and block size."""
+    return (f"{model_path} on {policy.loaded.device} ({str(policy.loaded.dtype).replace('torch.', '')}), "
+            f"tasks {'+'.join(policy.tasks)}, block size {policy.settings.block_size}")
 
 
 def free_policy(policy: DrivingPolicy | None) -> None:

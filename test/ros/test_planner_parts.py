@@ -14,7 +14,7 @@ from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
 
 from wam_diff2_core.decoding.decoder import DecodeStats  # noqa: E402
-from wam_diff2_core.frame_inputs import FrameInputs  # noqa: E402
+from wam_diff2_core.frame_inputs import OFF_ROUTE, STALE_ODOMETRY, FrameInputs, InputSkip  # noqa: E402
 from wam_diff2_core.geometry import CameraMount, EgoSample, PinholeCamera  # noqa: E402
 from wam_diff2_core.params import planner as params  # noqa: E402
 from wam_diff2_core.policy import PolicyOutput, TaskResult  # noqa: E402
@@ -25,7 +25,9 @@ from wam_diff2_ros.planner_diagnostics import (FAST_PATH_FELL_BACK, EventRate, L
                                                PlannerSnapshot, diagnostic_values, planner_diagnostic_status)
 from wam_diff2_ros.planner_interface import OUTPUT_TOPICS, autoware_msgs  # noqa: E402
 from wam_diff2_ros.planner_outputs import frame_messages  # noqa: E402
-from wam_diff2_ros.planner_settings import PlannerSettings  # noqa: E402
+from wam_diff2_ros.planner_inputs import frame_image  # noqa: E402
+from wam_diff2_ros.planner_monitor import PlannerMonitor  # noqa: E402
+from wam_diff2_ros.planner_settings import ModelSettings, PlannerSettings, rejected_change  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NS = 1_000_000_000
@@ -49,6 +51,72 @@ def test_settings_with_changed_values_are_a_new_object():
     assert SETTINGS.mode_description == "realtime" and SETTINGS.values["mode"] == "realtime"
     assert lockstep.mode_description == "lockstep (every 4)"
     assert lockstep.inputs.route.lookahead_m == 45.0 != SETTINGS.inputs.route.lookahead_m
+
+
+def test_model_settings_are_the_core_settings_of_the_configure_values():
+    values = {**params.DEFAULTS, "model_path": "ckpt", "tasks": "both", "image.max_pixels": 0,
+              "decoding.block_size": 8}
+    model = ModelSettings.from_values(values)
+    assert model.tasks == ("plan", "detect") and model.max_pixels is None and model.model_path == "ckpt"
+    assert model.engine == params.engine_settings(values) and model.candidates == params.candidate_settings(values)
+    assert model.decoding_overrides == {"block_size": 8}
+
+
+def test_a_change_is_refused_with_its_reason():
+    values = SETTINGS.values
+    assert rejected_change(values, {"mode": "lockstep"}, None) is None
+    assert "mode" in rejected_change(values, {"mode": "fast"}, None)
+    reason = rejected_change(values, {"model_path": "other"}, "active")
+    assert reason.startswith("model_path is applied on configure") and "(active)" in reason
+    assert rejected_change(values, {"model_path": "other"}, None) is None
+    assert SETTINGS.configure_errors() == ["model_path: empty; set it to a checkpoint directory"]
+
+
+def test_a_stale_image_is_skipped_before_decoding():
+    msg = SimpleNamespace(header=Header(stamp=conv.ns_to_stamp(10 * NS)))
+    with pytest.raises(InputSkip) as skip:
+        frame_image(msg, 11 * NS + 1, SETTINGS.with_values({"image_timeout_s": 1.0}))
+    assert skip.value.code == "image_stale" and "image_timeout_s 1.0" in skip.value.message
+
+
+# ----------------------------------------------------------------------------- counters
+class Logger:
+    def __init__(self):
+        self.warnings = []
+
+    def warning(self, message):
+        self.warnings.append(message)
+
+
+def test_monitor_counts_every_skip_and_warns_once_per_throttle():
+    logger = Logger()
+    monitor = PlannerMonitor(logger, warn_throttle_s=60.0)
+    for _ in range(3):
+        monitor.skip_input(InputSkip(STALE_ODOMETRY, "old"))
+    monitor.command_defaulted(OFF_ROUTE, "far from the route")
+    assert monitor.counts() == {"skipped_odometry_stale": 3, "route_off_route": 1}
+    assert logger.warnings == ["skipped input (odometry_stale): old"]
+    monitor.warn_throttle_s = 0.0
+    monitor.skip("image_stale", "late")
+    monitor.skip("image_stale", "late")
+    assert len(logger.warnings) == 3
+
+
+def test_monitor_snapshot_holds_the_last_frame():
+    monitor = PlannerMonitor(Logger(), warn_throttle_s=1.0)
+    monitor.image_received(99 * NS, now=10.0)
+    result = TaskResult(valid=False, invalid_reason="bad json", raw_text="[", stats=STATS)
+    monitor.frame_published(PolicyOutput(command="left", plan=result, detections=None, latency_ms=12.34), "left",
+                            processing_ms=20.0, extra_stats={"candidates": 4}, now=10.5)
+    taken = monitor.snapshot(11.0, now_ns=100 * NS, lifecycle="active", active=True, model_state=PlannerStatus.READY,
+                             model_message="", odometry_ns=None, command_text="", route_points=0,
+                             has_camera_info=False, decoder="plain", fast_path_check="passed")
+    assert taken.image_ns == 99 * NS and taken.last_plan == LastPlan(False, "bad json", "left")
+    assert taken.last_stats == {"forwards": 12, "denoise_steps": 10, "tokens": 40, "block_size": 32,
+                                "policy_ms": 12.3, "processing_ms": 20.0, "candidates": 4}
+    assert taken.counts == {"images_received": 1, "images_processed": 1, "plan_parse_failures": 1,
+                            "answers_retried": 0}
+    assert taken.received_hz == taken.processed_hz == 1 / 5.0
 
 
 # ----------------------------------------------------------------------------- diagnostics

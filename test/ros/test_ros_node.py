@@ -117,7 +117,7 @@ def wait_counter(probe: Probe, key: str, at_least: int, timeout_s: float = 20.0)
 # ----------------------------------------------------------------------------- end to end
 def test_bgra8_frame_odometry_and_command_answered_with_the_image_stamp(probe, planner):
     probe.command_pub.publish(String(data="LEFT"))           # a RoadOption name
-    assert probe.wait_for(lambda: planner._inputs.command == "left", 10.0)
+    assert probe.wait_for(lambda: planner._inputs._tracker.command == "left", 10.0)
     stamp = send_frame(probe, encoding="bgra8", padding=8)
     traj = answer_for(probe, stamp)
     # the random tiny model does not answer with 16 numbers: an invalid trajectory, with its reason
@@ -177,7 +177,7 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
     ego_x, ego_y, ego_yaw = 100.0, -20.0, math.radians(90.0)
     probe.odometry_pose.update(x=ego_x, y=ego_y, yaw=ego_yaw)
     probe.command_pub.publish(String(data="straight"))
-    assert probe.wait_for(lambda: planner._inputs.command == "straight", 10.0)
+    assert probe.wait_for(lambda: planner._inputs._tracker.command == "straight", 10.0)
     time.sleep(0.2)
     stamp = send_frame(probe, encoding="bgr8", padding=0, seed=3)
 
@@ -256,14 +256,14 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
 
 def test_route_gives_the_command_when_no_command_overrides(probe, planner):
     probe.command_pub.publish(String(data="auto"))              # back to the route
-    probe.wait_for(lambda: planner._inputs.command is None, 10.0)
+    probe.wait_for(lambda: planner._inputs._tracker.command is None, 10.0)
     # a route turning right 15 m ahead of the ego at the origin, facing +x
     theta = np.linspace(0.0, math.pi / 2, 15)
     route = np.concatenate([np.c_[np.arange(-5.0, 15.0, 1.0), np.zeros(20)],
                             np.c_[15 + 10 * np.sin(theta), -10 * (1 - np.cos(theta))],
                             np.c_[np.full(20, 25.0), -10.0 - np.arange(1.0, 21.0)]])
     probe.route_pub.publish(route_msg(route))
-    probe.wait_for(lambda: planner._inputs.route_xy is not None, 10.0)
+    probe.wait_for(lambda: planner._inputs._tracker.route_xy is not None, 10.0)
     stamp = send_frame(probe)
     assert answer_for(probe, stamp).command == "right"
 
@@ -315,7 +315,7 @@ def bad_image(stamp: int, kind: dict):
 
 def test_every_bad_input_is_skipped_counted_and_the_node_survives(probe, planner):
     probe.command_pub.publish(String(data="left"))
-    assert probe.wait_for(lambda: planner._inputs.command == "left", 10.0)
+    assert probe.wait_for(lambda: planner._inputs._tracker.command == "left", 10.0)
     for counter, kind in BAD_IMAGES.items():
         before = probe.counter(DIAG, counter)
         stamp = probe.now_ns()

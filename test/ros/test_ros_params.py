@@ -185,9 +185,14 @@ def _planners(tree: ast.AST) -> list[dict]:
             fixed = parameters.args[1] if len(parameters.args) > 1 else ast.Dict(keys=[], values=[])
             values = {**{n: f"launch_argument('{n}')" for n in launch_planner.PARAMETER_ARGUMENTS},
                       **{ast.literal_eval(k): ast.unparse(v) for k, v in zip(fixed.keys, fixed.values)}}
-            remaps = [ast.literal_eval(r.elts[0]) for r in getattr(_keyword(call, "remappings"), "elts", [])]
+            remappings, remap_reads = _keyword(call, "remappings"), []
+            if isinstance(remappings, ast.Call):                          # bridge_remappings(launch_argument)
+                data, remap_reads = _recorded(getattr(launch_planner, ast.unparse(remappings.func)))
+                remaps = [r[0] for r in data]
+            else:
+                remaps = [ast.literal_eval(r.elts[0]) for r in getattr(remappings, "elts", [])]
             planners.append({"parameters": set(values), "parameter_values": values, "remaps": remaps,
-                             "arguments": helper_reads + list(launch_planner.PARAMETER_ARGUMENTS)})
+                             "arguments": helper_reads + list(launch_planner.PARAMETER_ARGUMENTS) + remap_reads})
         else:                                                              # from two_planners(launch_argument)
             assert _calls(tree, "two_planners"), ast.unparse(call)
             data, reads = _recorded(launch_planner.two_planners)
@@ -272,14 +277,29 @@ def test_launch_files_take_the_shared_planner_arguments(path):
 def test_carla_launch_remaps_onto_bridge_topics_with_the_role_name():
     tree = ast.parse((ROOT / "launch" / "carla_planner.launch.py").read_text())
     (call,) = _calls(tree, "planner_node")
-    remaps = {ast.literal_eval(r.elts[0]): ast.unparse(r.elts[1]) for r in _keyword(call, "remappings").elts}
-    assert remaps["~/input/odometry"] == "['/carla/', role, '/odometry']"
-    assert remaps["~/input/route"] == "['/carla/', role, '/waypoints']"
-    assert remaps["~/input/image"] == "['/carla/', role, '/', camera, '/image']"
+    assert ast.unparse(_keyword(call, "remappings")) == "bridge_remappings(launch_argument)"
+    remaps = {key: "".join(parts) for key, parts in launch_planner.bridge_remappings(lambda name: f"<{name}>")}
+    assert remaps["~/input/odometry"] == "/carla/<role_name>/odometry"
+    assert remaps["~/input/route"] == "/carla/<role_name>/waypoints"
+    assert remaps["~/input/image"] == "/carla/<role_name>/<camera_id>/image"
     assert "role_name" in _const_args(_calls(tree, "DeclareLaunchArgument"))
     # the bridge publishes reliable: the default here (wam_diff2_ros/README.md, image QoS)
     (arguments,) = _calls(tree, "declare_planner_arguments")
     assert ast.literal_eval(_keyword(arguments, "image_reliability")) == "reliable"
+
+
+def test_bridge_topic_parts_and_the_shell_printer_spell_the_bridge_names(capsys):
+    from wam_diff2_core import topics
+    role = object()                                       # a launch substitution
+    assert topics.carla_topic_parts("image", role) == ("/carla/", role, "/rgb_front/image")
+    assert topics.carla_topic_parts("route", "hero", role) == ("/carla/hero/waypoints",)
+    assert topics.main(["carla", "odometry", "--role", "hero"]) == 0
+    assert capsys.readouterr().out == "/carla/hero/odometry\n"
+    topics.main(["carla"])
+    assert "image /carla/ego_vehicle/rgb_front/image" in capsys.readouterr().out.splitlines()
+    with pytest.raises(SystemExit):
+        topics.main(["carla", "no_such_topic"])
+    assert "name: 'no_such_topic' is not one of" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["carla_planner.launch.py", "bag_replay.launch.py"])

@@ -21,7 +21,7 @@ from wam_diff2_core.frame_inputs import (BAD_ODOMETRY, BAD_ROUTE, FrameInputTrac
 from wam_diff2_core.outputs.parsing import Box  # noqa: E402
 from wam_diff2_core.policy import TaskResult  # noqa: E402
 from wam_diff2_ros import conversions as conv  # noqa: E402
-from wam_diff2_ros.keep_latest import LatestSlot  # noqa: E402
+from wam_diff2_ros.keep_latest import LatestSlot, LatestWorker  # noqa: E402
 from test.support.ros_helpers import image_msg, odometry_msg, route_msg  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -56,6 +56,40 @@ def test_slot_wakes_a_waiting_worker_and_close_releases_it():
     slot.reopen()
     slot.put("x")
     assert slot.clear() is True and slot.take(0.0) is None
+
+
+def test_worker_processes_the_newest_survives_errors_and_stops():
+    done, errors, entered, release = [], [], threading.Event(), threading.Event()
+
+    def process(item):
+        if item == "bad":
+            raise ValueError(item)
+        if item == "slow":
+            entered.set()
+            release.wait(5.0)
+        done.append(item)
+
+    worker = LatestWorker(process, lambda exc: errors.append(str(exc)) or True, name="test_worker")
+    worker.start()
+    for item in ("bad", "a"):
+        worker.slot.put(item)
+        assert wait_until(lambda: item in done + errors)
+    worker.slot.put("slow")
+    assert entered.wait(5.0)
+    worker.request_stop()
+    assert worker.join(0.05) is False and worker.still_running() and worker.stopping()   # inside "slow"
+    release.set()
+    assert wait_until(lambda: not worker.still_running())
+    assert done == ["a", "slow"] and errors == ["bad"]
+
+
+def wait_until(condition, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 # ----------------------------------------------------------------------------- inputs

@@ -36,7 +36,7 @@ from pathlib import Path
 from ..config import ConfigError, add_threads_argument
 from ..params import planner as node_params
 from ..params.parameter_file import read_node_params
-from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE
+from ..topics import DEFAULT_CAMERA, DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE, carla_namespace, carla_topics
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
                      add_quantization_argument, decoding_overrides, image_limits)
 
@@ -68,21 +68,22 @@ def add_arguments(p) -> None:
                         "bag's only Trajectory topic)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    t = p.add_argument_group("topics (default: carla-ros-bridge names under /carla/ROLE)")
+    bridge = carla_topics("ROLE", "CAMERA")                # the defaults, with the flags' names in their place
+    t = p.add_argument_group(f"topics (default: carla-ros-bridge names under {carla_namespace('ROLE')})")
     t.add_argument("--role", default=DEFAULT_ROLE, help=f"carla-ros-bridge role name (default {DEFAULT_ROLE})")
-    t.add_argument("--camera", default="rgb_front", help="camera sensor id (default rgb_front)")
+    t.add_argument("--camera", default=DEFAULT_CAMERA, help=f"camera sensor id (default {DEFAULT_CAMERA})")
     t.add_argument("--image-topic", default=None, help="sensor_msgs/Image or CompressedImage "
-                                                       "(default /carla/ROLE/CAMERA/image)")
-    t.add_argument("--odometry-topic", default=None, help="nav_msgs/Odometry (default /carla/ROLE/odometry)")
-    t.add_argument("--route-topic", default=None, help="nav_msgs/Path route (default /carla/ROLE/waypoints; used "
+                                                       f"(default {bridge['image']})")
+    t.add_argument("--odometry-topic", default=None, help=f"nav_msgs/Odometry (default {bridge['odometry']})")
+    t.add_argument("--route-topic", default=None, help=f"nav_msgs/Path route (default {bridge['route']}; used "
                                                        "when the bag has it)")
     t.add_argument("--command-topic", default=None, help="std_msgs/String command, overrides the route (default "
                                                          f"{DEFAULT_COMMAND_TOPIC}, the node's input; used "
                                                          "when the bag has it)")
     t.add_argument("--objects-topic", default=None, help="derived_object_msgs/ObjectArray of the other agents, for "
-                   "the collision rate and the PDM score (default /carla/ROLE/objects; used when present)")
+                   f"the collision rate and the PDM score (default {bridge['objects']}; used when present)")
     t.add_argument("--camera-info-topic", default=None, help="sensor_msgs/CameraInfo (default "
-                                                             "/carla/ROLE/CAMERA/camera_info; informational)")
+                                                             f"{bridge['camera_info']}; informational)")
 
     i = p.add_argument_group("inputs, as the planner node derives them (default: --params-file, then the node's "
                              "defaults)")

@@ -10,7 +10,7 @@ type, a type nobody can decode.
 
     with open_bag("run.mcap") as bag:
         print(bag.topic_types)                              # {topic: msgtype}
-        for topic, bag_time_ns, msg in bag.messages(["/carla/ego_vehicle/odometry"]):
+        for topic, bag_time_ns, msg in bag.messages([carla_topics()["odometry"]]):    # wam_diff2_core.topics
             ...
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, carla_topics
+from ..topics import DEFAULT_CAMERA, DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, carla_topics
 from .bag_types import default_types, types_from_connection
 
 STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
@@ -48,7 +48,7 @@ class BagTopics:
     objects: str | None = None        # derived_object_msgs/ObjectArray (other agents): collision rate when present
 
     @classmethod
-    def carla(cls, role: str = DEFAULT_ROLE, camera: str = "rgb_front", **overrides: str | None) -> "BagTopics":
+    def carla(cls, role: str = DEFAULT_ROLE, camera: str = DEFAULT_CAMERA, **overrides: str | None) -> "BagTopics":
         """carla-ros-bridge's topics for ``role``; the command is the planner node's own input topic."""
         topics = {**carla_topics(role, camera), "command": DEFAULT_COMMAND_TOPIC}
         topics.update({k: v for k, v in overrides.items() if v is not None})

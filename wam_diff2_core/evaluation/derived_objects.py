@@ -1,6 +1,6 @@
 """Other agents in bags: ``derived_object_msgs/msg/ObjectArray``, as carla-ros-bridge publishes them.
 
-carla-ros-bridge publishes every actor but the ego on ``/carla/<role>/objects`` (frame ``map``,
+carla-ros-bridge publishes every actor but the ego on its ``objects`` topic (``topics.carla_topics``; frame ``map``,
 each object's pose, twist, a ``shape_msgs/SolidPrimitive`` box ``[length, width, height]`` and a
 classification). ``derived_object_msgs`` (Autonomoustuff's sensor messages) has no wheel on PyPI:
 its definitions are read from the installed package (``share/derived_object_msgs/msg`` on

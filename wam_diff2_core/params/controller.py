@@ -14,7 +14,7 @@ from ..control import ControllerGains
 from ..geometry import RouteCommandSettings
 from ..outputs.prompts import WAYPOINT_DT_S
 from ..routes import RouteTrackerSettings
-from ..topics import CONTROLLER_NODE, DEFAULT_ROLE, PLANNER_NODE
+from ..topics import CONTROLLER_NODE, DEFAULT_ROLE, PLANNER_NODE, carla_namespace, controller_topics
 from .planner import DEFAULTS as PLANNER_DEFAULTS
 from .spec import LIVE, START, ParamError, ParamSpec, by_name, check_values, defaults
 
@@ -75,12 +75,12 @@ def _route_fields() -> list[tuple[str, Any]]:
 
 
 SPECS: tuple[ParamSpec, ...] = (
-    ParamSpec("role_name", DEFAULT_ROLE, "CARLA ego role name: topics /carla/<role_name>/...", START),
+    ParamSpec("role_name", DEFAULT_ROLE, f"CARLA ego role name: topics {carla_namespace('<role_name>')}/...", START),
     ParamSpec("planner_name", PLANNER_NODE, "the planner node's name: topics /<planner_name>/...", START),
     ParamSpec("tick_source", "odometry", "odometry: one control per odometry message, stamped like it; clock: one "
               "per /clock message, with the newest odometry", START, choices=TICK_SOURCES),
     ParamSpec("control_consumer", "carla", "what applies the control: carla = carla_msgs/CarlaEgoVehicleControl on "
-              "/carla/<role_name>/vehicle_control_cmd (needs carla_msgs; without it no READY and an ERROR "
+              f"{controller_topics('<role_name>')['carla_control']} (needs carla_msgs; without it no READY and an ERROR "
               "diagnostic); vehicle_control = this package's VehicleControl on ~/output/control (the demo world)",
               START, choices=CONTROL_CONSUMERS),
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (wall seconds)", START,

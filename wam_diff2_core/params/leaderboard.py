@@ -15,13 +15,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..topics import CONTROLLER_NODE, LOCALIZATION_NODE, PLANNER_NODE
+from ..topics import DEFAULT_CAMERA, CONTROLLER_NODE, LOCALIZATION_NODE, PLANNER_NODE, carla_topic_parts
 from .localization import DEFAULTS as LOCALIZATION_DEFAULTS
 from .planner import DEFAULTS as PLANNER_DEFAULTS
 
 PACKAGE = "wam_diff2_ros"
 ROLE_NAME = "hero"                                     # the leaderboard's ego role
-CAMERA_ID, GNSS_ID, IMU_ID, SPEEDOMETER_ID = "rgb_front", "gnss", "imu", "speedometer"
+CAMERA_ID, GNSS_ID, IMU_ID, SPEEDOMETER_ID = DEFAULT_CAMERA, "gnss", "imu", "speedometer"
 
 
 @dataclass(frozen=True)
@@ -116,9 +116,7 @@ NODES: tuple[NodeSpec, ...] = (
         "camera.z_m": Arg("camera_z_m", float),
         "camera.pitch_deg": Arg("camera_pitch_deg", float),
     }, remappings=(
-        ("~/input/image", ("/carla/", _ROLE, "/", _CAMERA, "/image")),
-        ("~/input/camera_info", ("/carla/", _ROLE, "/", _CAMERA, "/camera_info")),
-        ("~/input/odometry", ("/carla/", _ROLE, "/odometry")),
+        *((f"~/input/{name}", carla_topic_parts(name, _ROLE, _CAMERA)) for name in ("image", "camera_info", "odometry")),
         # no route remap: the controller sends the route's command to ~/input/command
     )),
     NodeSpec("wam-diff2-controller", CONTROLLER_NODE, params_file=Arg("controller_params_file"), parameters={

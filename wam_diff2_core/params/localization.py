@@ -11,7 +11,7 @@ from typing import Any
 
 from ..localization.georeference import GeoReference
 from ..localization.odometry_filter import LocalizationSettings
-from ..topics import DEFAULT_ROLE
+from ..topics import DEFAULT_ROLE, carla_namespace, localization_topics
 from .spec import LIVE, START, ParamSpec, by_name, defaults
 
 NODE = "wam_diff2_localization"
@@ -41,11 +41,13 @@ FILTER_HELP: dict[str, tuple[str, float, float]] = {
     "max_yaw_rate_radps": ("an IMU angular_velocity.z beyond this is refused (rad/s)", 0.1, 1000.0),
     "max_acceleration_mps2": ("an IMU linear_acceleration.x beyond this is refused (m/s^2)", 1.0, 10000.0),
 }
+# the sensor topics with their parameters' names in place of the values, for the descriptions
+_SENSOR_TOPICS = localization_topics("<role_name>", "<gnss_id>", "<imu_id>", "<speedometer_id>")
 SPECS: tuple[ParamSpec, ...] = (
-    ParamSpec("role_name", DEFAULT_ROLE, "CARLA ego role name: topics /carla/<role_name>/...", START),
-    ParamSpec("gnss_id", "gnss", "GNSS sensor id: sensor_msgs/NavSatFix on /carla/<role_name>/<gnss_id>", START),
-    ParamSpec("imu_id", "imu", "IMU sensor id: sensor_msgs/Imu on /carla/<role_name>/<imu_id>", START),
-    ParamSpec("speedometer_id", "speedometer", "speedometer id: the speed (m/s) on /carla/<role_name>/<speedometer_id>",
+    ParamSpec("role_name", DEFAULT_ROLE, f"CARLA ego role name: topics {carla_namespace('<role_name>')}/...", START),
+    ParamSpec("gnss_id", "gnss", f"GNSS sensor id: sensor_msgs/NavSatFix on {_SENSOR_TOPICS['gnss']}", START),
+    ParamSpec("imu_id", "imu", f"IMU sensor id: sensor_msgs/Imu on {_SENSOR_TOPICS['imu']}", START),
+    ParamSpec("speedometer_id", "speedometer", f"speedometer id: the speed (m/s) on {_SENSOR_TOPICS['speedometer']}",
               START),
     ParamSpec("speedometer_type", SPEEDOMETER_TYPES[0], "message type on the speedometer topic: the Leaderboard 2.0 "
               "bridge's carla_msgs/CarlaSpeedometer (field speed), or std_msgs/Float32 (field data); a publisher "

@@ -1,18 +1,20 @@
 """rosbag2 recordings of demo-world episodes that look like carla-ros-bridge recordings.
 
 Written with the pure-Python ``rosbags`` library (no ROS installation), in ``mcap`` or
-``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). Topics for role ``hero`` (the CARLA leaderboard's; the default is carla-ros-bridge's ``ego_vehicle``):
+``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). Topics: ``/clock``, ``/tf``, the planner's
+command input (``topics.DEFAULT_COMMAND_TOPIC``) and carla-ros-bridge's of the role
+(``topics.carla_topics(role)``, by key below); here for role ``hero`` (the CARLA leaderboard's; the
+default is carla-ros-bridge's ``ego_vehicle``):
 
-    /clock                                 rosgraph_msgs/msg/Clock      every tick (20 Hz)
-    /tf                                    tf2_msgs/msg/TFMessage       every tick: map -> hero, hero -> hero/rgb_front
-    /carla/hero/odometry                   nav_msgs/msg/Odometry        every tick; parent map, child hero,
-                                                                        twist in the child frame
-    /carla/hero/objects                    derived_object_msgs/msg/ObjectArray  every tick: the other vehicles
-                                                                        (box centre, yaw, size, velocity; frame map)
-    /carla/hero/waypoints                  nav_msgs/msg/Path            once, first; transient-local QoS (latched)
-    /wam_diff2_planner/input/command       std_msgs/msg/String          every camera frame: left | straight | right
-    /carla/hero/rgb_front/camera_info      sensor_msgs/msg/CameraInfo   every camera frame
-    /carla/hero/rgb_front/image            sensor_msgs/msg/Image        every camera frame, bgra8, step = 4 * width
+    /clock         rosgraph_msgs/msg/Clock      every tick (20 Hz)
+    /tf            tf2_msgs/msg/TFMessage       every tick: map -> hero, hero -> hero/rgb_front
+    odometry       nav_msgs/msg/Odometry        every tick; parent map, child hero, twist in the child frame
+    objects        derived_object_msgs/msg/ObjectArray  every tick: the other vehicles
+                                                (box centre, yaw, size, velocity; frame map)
+    route          nav_msgs/msg/Path            once, first; transient-local QoS (latched)
+    command        std_msgs/msg/String          every camera frame: left | straight | right
+    camera_info    sensor_msgs/msg/CameraInfo   every camera frame
+    image          sensor_msgs/msg/Image        every camera frame, bgra8, step = 4 * width
 
 All messages of a tick carry the tick's sim time as header stamp and as bag timestamp; within a
 tick they are written clock, tf, odometry, objects, command, camera_info, image, so a reader triggered by

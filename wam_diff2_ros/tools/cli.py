@@ -1,7 +1,7 @@
 """``wam-diff2-ros``: the ROS package's tools (not nodes), for machines without ``ros2 bag`` or CARLA.
 
     wam-diff2-ros replay run.mcap --clock                   # then: wam-diff2-planner ... -p use_sim_time:=true
-    wam-diff2-ros replay bag_dir/ --rate 0.5 --topics /carla/ego_vehicle/rgb_front/image /carla/ego_vehicle/odometry
+    wam-diff2-ros replay bag_dir/ --rate 0.5 --topics /front/image /front/camera_info   # only these topics
     wam-diff2-ros replay run.mcap --clock --ros-args -r __ns:=/replay     # ROS arguments go last
     wam-diff2-ros replay run.mcap --clock --wait-for-planner --record node_out    # + what the planner answers
     wam-diff2-ros closed-loop --model CKPT --routes 10 --out runs/closed_loop     # planner + controller over DDS

@@ -4,19 +4,20 @@
     with RosClosedLoop(RosLoopSettings(planner="inprocess", model_path="ckpt/")) as loop:
         result = loop.run_route(RouteRun(0, ClosedLoopSettings()))
 
-What runs (all in one DDS domain; the planner optionally in its own process):
+What runs (all in one DDS domain; the planner optionally in its own process; topics named by their keys in
+``wam_diff2_core.topics``' tables of the role, the bridge's names):
 
 - **the simulator** (:class:`SimulatorNode`, this process): per tick it publishes ``/clock``,
-  ``/carla/<role>/odometry`` (frame ``map``, child ``<role>``, twist in the child frame), the
+  ``odometry`` (frame ``map``, child ``<role>``, twist in the child frame), the
   command (``command_source`` world: the demo world's rule, on the planner's
-  ``input/command``, as the demo bags carry it), ``/carla/<role>/rgb_front/camera_info`` and
-  ``/carla/<role>/rgb_front/image`` (``bgra8``), all stamped with the tick's sim time, and once
-  per route the latched route ``/carla/<role>/waypoints`` (``nav_msgs/Path``). With
+  ``input/command``, as the demo bags carry it), the front camera's ``camera_info`` and
+  ``image`` (``bgra8``), all stamped with the tick's sim time, and once
+  per route the latched ``route`` (``nav_msgs/Path``). With
   ``odometry="estimated"`` it publishes no odometry but the tick's GNSS / speedometer / IMU
-  (``/carla/<role>/gnss``, ``speedometer``, ``imu``; ``wam_diff2_core.sim.sensors``, with noise),
+  (``gnss``, ``speedometer``, ``imu``; ``wam_diff2_core.sim.sensors``, with noise),
   a :class:`~wam_diff2_ros.localization_node.LocalizationNode` in this process turns them into
-  ``/carla/<role>/odometry``, and the simulator scores each tick's estimate against the truth. Like the
-  leaderboard, it starts only after a latched ``std_msgs/Bool`` on ``/carla/<role>/status``
+  ``odometry``, and the simulator scores each tick's estimate against the truth. Like the
+  leaderboard, it starts only after a latched ``std_msgs/Bool`` on ``leaderboard_status``
   (and, unlike it, once every topic is matched at both ends, so that no image is lost: the
   lockstep planner counts them; its images go reliable, keep all), then waits up to
   ``control_timeout_s`` (1.0 s) of wall time for the control stamped with the tick (none: an
@@ -81,7 +82,8 @@ from wam_diff2_core.sim.episode_bags import topic_names
 from wam_diff2_core.sim.route_planners import ExpertOracle
 from wam_diff2_core.sim.route_runs import RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
-from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE, controller_topics, localization_topics
+from wam_diff2_core.topics import (CARLA_NAMESPACE, CONTROLLER_NODE, LOCALIZATION_NODE, controller_topics,
+                                   localization_topics)
 
 from ..controller_node import CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, ControllerNode
 from ..optional_msgs import carla_msgs
@@ -166,8 +168,8 @@ def planner_ros_arguments(role: str, lockstep_n: int, model_path: str, extra: di
 
 
 def sensor_frame(topic: str) -> str:
-    """The bridge's frame of a sensor: its topic without ``/carla/`` (``<role>/<sensor id>``)."""
-    return topic.removeprefix("/carla/")
+    """The bridge's frame of a sensor: its topic without the bridge's namespace (``<role>/<sensor id>``)."""
+    return topic.removeprefix(CARLA_NAMESPACE + "/")
 
 
 def compass_rad(yaw: float) -> float:
@@ -567,7 +569,7 @@ class RosClosedLoop:
         policy.step = slowed
 
     def _handshake(self) -> None:
-        """Wait, like the leaderboard's agent, for the latched True on /carla/<role>/status."""
+        """Wait, like the leaderboard's agent, for the latched True on the ``leaderboard_status`` topic."""
         st, t0 = self.settings, time.monotonic()
         ready = self.sim.wait(lambda: self.sim.ready_at is not None, st.ready_timeout_s)
         if not ready:
@@ -729,8 +731,7 @@ class RosClosedLoop:
         """The in-process planner's counters so far (images received, processed, ...); {} otherwise."""
         if self.planner_node is None:
             return {}
-        with self.planner_node._lock:
-            return dict(self.planner_node._counts)
+        return self.planner_node.counts()
 
 
 # ----------------------------------------------------------------------------- command line
