@@ -194,17 +194,20 @@ class DrivingPolicy:
         """One batched decode of ``{task: prompt}`` on one image, each answer parsed; its stage
         times are added to ``stages``. ``candidates`` > 1: the plan prompt takes that many rows (the
         first with ``settings``, the others sampled, :meth:`_candidate_rows`). Returns ({task: the first
-        row's answer}, every plan row's answer)."""
-        rows = [task for task in prompts for _ in range(candidates if task == "plan" else 1)]
+        row's answer}, every plan row's answer). Each prompt (and its image) is prefilled once, whatever
+        the rows that continue it."""
+        tasks = list(prompts)
+        rows = [task for task in tasks for _ in range(candidates if task == "plan" else 1)]
         t = time.perf_counter()
-        inputs = self._inputs([prompts[task] for task in rows], image)
+        inputs = self._inputs([prompts[task] for task in tasks], image)
         stages.processor_ms += (time.perf_counter() - t) * 1e3
         gens = [generator] * len(rows) if generator is not None else None
         greedy_rows: tuple[int, ...] = ()
         if candidates > 1:
             settings, gens, greedy_rows = self._candidate_rows(rows, settings)
         with VisionTimer(self.loaded.model, self.loaded.device) as vision:
-            decoded = self.decoder.generate(inputs, settings, generators=gens, greedy_rows=greedy_rows)
+            decoded = self.decoder.generate(inputs, settings, generators=gens, greedy_rows=greedy_rows,
+                                            prompt_rows=[tasks.index(task) for task in rows])
         stages.add_decode(decoded.stats[0], vision.ms)   # the phases are the batch call's, alike in every row
         t = time.perf_counter()
         texts = self.loaded.tokenizer.batch_decode(decoded.sequences, skip_special_tokens=False)
