@@ -18,27 +18,23 @@ import argparse
 import statistics
 import time
 
-import numpy as np
-
-from wam_diff2_core.candidate_selection import MAX_CANDIDATES, CandidateSettings, TrackedObject, online_scene
+from wam_diff2_core.candidate_selection import MAX_CANDIDATES, CandidateSettings
 from wam_diff2_core.config import EngineSettings, add_threads_argument
 from wam_diff2_core.geometry import EgoMotion
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.policy import DrivingPolicy
 from wam_diff2_core.sim.episode import EpisodeSettings, simulate_episode
+from wam_diff2_core.sim.pdm_scenes import frame_online_scene
 
 
 def _frames(count: int, first: int):
     episode = simulate_episode(seed=1000, index=0, settings=EpisodeSettings(frames=first + count))
-    route = episode.road.lane.resampled(1.0)
     for k, frame in enumerate(episode.frames()):
         if k < first:
             continue
         truth = frame.truth
-        objects = [TrackedObject(v.x, v.y, v.yaw, v.speed * np.cos(v.yaw), v.speed * np.sin(v.yaw), v.length_m,
-                                 v.width_m, name=f"vehicle {v.id}") for v in episode.snapshots[k]]
         ego = EgoMotion(velocity=truth.velocity, acceleration=truth.acceleration_estimated)
-        yield frame.rgb, ego, truth, route, objects
+        yield frame.rgb, ego, truth, frame_online_scene(episode, k)
 
 
 def main() -> int:
@@ -64,14 +60,12 @@ def main() -> int:
     rows: dict[int, dict[str, list[float]]] = {n: {"ms": [], "denoise": [], "other": [], "valid": []}
                                                for n in args.counts}
     for policy in policies.values():                      # one warm-up step each
-        rgb, ego, truth, route, objects = frames[0]
+        rgb, ego, truth, _ = frames[0]
         policy.step(rgb, ego, truth.command)
     t0 = time.perf_counter()
     for _ in range(args.repeats):
-        for rgb, ego, truth, route, objects in frames:
+        for rgb, ego, truth, scene in frames:
             for n, policy in policies.items():
-                scene = online_scene(truth.pose[:2], truth.pose[2], ego.velocity[0], ego.acceleration[0],
-                                     truth.yaw_rate, route, objects)
                 out = policy.step(rgb, ego, truth.command, scene=scene if n > 1 else None)
                 rows[n]["ms"].append(out.latency_ms)
                 rows[n]["denoise"].append(out.stages.denoise_ms)

@@ -193,18 +193,21 @@ class DrivingPolicy:
                 candidates: int = 1) -> tuple[dict[str, TaskResult], list[TaskResult]]:
         """One batched decode of ``{task: prompt}`` on one image, each answer parsed; its stage
         times are added to ``stages``. ``candidates`` > 1: the plan prompt takes that many rows (the
-        first with ``settings``, the others sampled, :meth:`_candidate_rows`). Returns ({task: the first
-        row's answer}, every plan row's answer)."""
-        rows = [task for task in prompts for _ in range(candidates if task == "plan" else 1)]
+        first with ``settings``, the others sampled, :func:`candidate_rows`). Returns ({task: the first
+        row's answer}, every plan row's answer). Each prompt (and its image) is prefilled once, whatever
+        the rows that continue it."""
+        tasks = list(prompts)
+        rows = [task for task in tasks for _ in range(candidates if task == "plan" else 1)]
         t = time.perf_counter()
-        inputs = self._inputs([prompts[task] for task in rows], image)
+        inputs = self._inputs([prompts[task] for task in tasks], image)
         stages.processor_ms += (time.perf_counter() - t) * 1e3
         gens = [generator] * len(rows) if generator is not None else None
         greedy_rows: tuple[int, ...] = ()
         if candidates > 1:
-            settings, gens, greedy_rows = self._candidate_rows(rows, settings)
+            settings, gens, greedy_rows = candidate_rows(rows, settings, self.candidates, self.loaded.device)
         decoded, texts = timed_decode(self.decoder, self.loaded.tokenizer, inputs, stages, settings,
-                                      generators=gens, greedy_rows=greedy_rows)
+                                      generators=gens, greedy_rows=greedy_rows,
+                                      prompt_rows=[tasks.index(task) for task in rows])
         t = time.perf_counter()
         results: dict[str, TaskResult] = {}
         plans: list[TaskResult] = []
@@ -222,18 +225,6 @@ class DrivingPolicy:
                 plans.append(result)
         stages.parse_ms += (time.perf_counter() - t) * 1e3
         return results, plans
-
-    def _candidate_rows(self, rows: Sequence[str], settings):
-        """(settings, generators, greedy rows) of a decode with plan candidates: the plan's first row and
-        every other task's row decode greedily when ``settings`` are greedy (else they sample with the
-        candidate settings too); the other plan rows sample at the candidate temperature / top-p, each
-        from its own generator seeded ``seed + row``."""
-        c = self.candidates
-        first_plan = rows.index("plan")
-        greedy = tuple(i for i, task in enumerate(rows) if task != "plan" or i == first_plan) \
-            if settings.temperature == 0.0 else ()
-        sampled = settings.replace(temperature=c.temperature, top_p=c.top_p)
-        return sampled, seeded_generators([c.seed + i for i in range(len(rows))], self.loaded.device), greedy
 
     def _retry_settings(self):
         """Settings of the one re-decode of an answer that did not parse, or None when it would be the
@@ -266,8 +257,8 @@ class DrivingPolicy:
                      self.candidates.count)
         if self.engine.cuda_graphs or self.engine.compile_forward:
             rows = len(self.tasks) + self.candidates.count - 1
-            settings = self.settings if self.candidates.count == 1 else self._candidate_rows(["plan"] * rows,
-                                                                                            self.settings)[0]
+            settings = self.settings if self.candidates.count == 1 else candidate_rows(
+                ["plan"] * rows, self.settings, self.candidates, self.loaded.device)[0]
             self.decoder.warmup([rows], settings=settings)
 
     def check_fast_path(self) -> str | None:
@@ -303,6 +294,18 @@ class DrivingPolicy:
         return (f"fast path ({fast_name}) diverges from the plain decoder on the warm-up prompt: {same}/{total} "
                 f"tokens agree ({share:.1%}, {dtype} needs {needed:.0%}); first difference in answer {row} at "
                 f"token {position} (fast {a}, plain {b}); decoding with the plain decoder")
+
+
+def candidate_rows(rows: Sequence[str], settings, candidates: CandidateSettings, device):
+    """(settings, generators, greedy rows) of a decode whose ``rows`` (a task per row) hold plan candidates:
+    the plan's first row and every other task's row decode greedily when ``settings`` are greedy (else they
+    sample with the candidate settings too); the other plan rows sample at the candidate temperature / top-p,
+    each from its own generator seeded ``candidates.seed + row``. The policy's rows, and the bench's."""
+    first_plan = rows.index("plan")
+    greedy = tuple(i for i, task in enumerate(rows) if task != "plan" or i == first_plan) \
+        if settings.temperature == 0.0 else ()
+    sampled = settings.replace(temperature=candidates.temperature, top_p=candidates.top_p)
+    return sampled, seeded_generators([candidates.seed + i for i in range(len(rows))], device), greedy
 
 
 def token_agreement(fast: Sequence[Sequence[int]], plain: Sequence[Sequence[int]]):

@@ -25,6 +25,7 @@ from wam_diff2_core.speed_profile import SpeedProfile, waypoint_states
 from .msg import DecodeStats, Detection2D, Detection2DArray, StageTimes, Trajectory, TrajectoryPoint
 
 if TYPE_CHECKING:
+    from wam_diff2_core.candidate_selection import Selection
     from wam_diff2_core.policy import TaskResult
 
 WAYPOINT_DT_NS = int(round(WAYPOINT_DT_S * NS_PER_S))
@@ -106,12 +107,18 @@ def _pose(x: float, y: float, yaw: float) -> Pose:
 
 
 def trajectory_msg(stamp_ns: int, ego_frame: str, command: str, result: TaskResult, latency_ms: float,
-                   stages=None) -> Trajectory:
-    """The package's trajectory: waypoints only when valid; the reason and raw text always."""
+                   stages=None, *, candidates: int = 1, valid_candidates: int | None = None,
+                   selection: Selection | None = None) -> Trajectory:
+    """The package's trajectory: waypoints only when valid; the reason and raw text always; the candidate
+    selection's counts and the published plan's online PDM score (``selection``: the policy's choice among
+    ``candidates`` plans; ``valid_candidates`` None: the plan's own validity)."""
     header = Header(stamp=ns_to_stamp(stamp_ns), frame_id=ego_frame)
     msg = Trajectory(header=header, command=command,
                      valid=bool(result.valid), invalid_reason=result.invalid_reason, raw_text=result.raw_text,
-                     stats=decode_stats_msg(result, latency_ms, stages, header))
+                     stats=decode_stats_msg(result, latency_ms, stages, header), candidates=int(candidates),
+                     valid_candidates=int(result.valid) if valid_candidates is None else int(valid_candidates),
+                     selected_candidate=0 if selection is None else selection.index + 1,
+                     pdms=math.nan if selection is None else float(selection.best.pdms))
     if result.valid and result.waypoints is not None:
         headings, speeds = waypoint_states(result.waypoints)
         msg.points = [TrajectoryPoint(time_from_start=ns_to_duration((k + 1) * WAYPOINT_DT_NS), x=float(x), y=float(y),
@@ -139,7 +146,7 @@ def autoware_trajectory_msg(autoware_msgs, stamp_ns: int, frame_id: str, profile
 def invalid_trajectory_msg(stamp_ns: int, ego_frame: str, command: str, reason: str) -> Trajectory:
     """A trajectory that says why there is no plan for this frame (e.g. the decode raised)."""
     return Trajectory(header=Header(stamp=ns_to_stamp(stamp_ns), frame_id=ego_frame), command=command,
-                      valid=False, invalid_reason=reason)
+                      valid=False, invalid_reason=reason, candidates=0, pdms=math.nan)
 
 
 def detections_msg(image_header: Header, result: TaskResult, latency_ms: float, stages=None) -> Detection2DArray:

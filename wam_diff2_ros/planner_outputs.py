@@ -32,7 +32,9 @@ def frame_messages(header: Header, rgb: np.ndarray, inputs: FrameInputs, ego_fra
     plan, detections = out.plan, out.detections
     waypoints = plan.waypoints if plan is not None and plan.valid else None
     if plan is not None:
-        yield "trajectory", conv.trajectory_msg(stamp_ns, ego_frame, inputs.command, plan, out.latency_ms, out.stages)
+        yield "trajectory", conv.trajectory_msg(stamp_ns, ego_frame, inputs.command, plan, out.latency_ms, out.stages,
+                                                candidates=out.candidates, valid_candidates=out.valid_candidates,
+                                                selection=out.selection)
         if waypoints is not None:
             path, path_odom = conv.plan_paths(stamp_ns, ego_frame, waypoints, odom_frame or None, ego)
             yield "path", path

@@ -151,3 +151,7 @@ def test_a_frame_whose_greedy_plan_hits_a_recorded_vehicle_gets_a_candidate_that
     assert int(values["last_selected_candidate"]) - 1 in same
     assert float(values["last_selected_nc"]) == 1.0
     assert float(values["last_selected_pdms"]) == pytest.approx(scores[best].pdms, abs=1e-4)
+    # the selection travels with the plan: its score and the candidates that parsed
+    assert trajectory.candidates == 8 and trajectory.valid_candidates == sum(c is not None for c in candidates)
+    assert trajectory.selected_candidate - 1 in same
+    assert trajectory.pdms == pytest.approx(scores[best].pdms, abs=1e-4)

@@ -163,8 +163,8 @@ def test_valid_plan_publishes_paths_trajectory_boxes_and_debug_image(probe, plan
     tokenizer = policy.loaded.tokenizer
     real_generate = policy.decoder.generate
 
-    def generate(inputs, settings=None, generators=None, greedy_rows=()):
-        out = real_generate(inputs, settings, generators, greedy_rows)   # the real decode cost and statistics
+    def generate(inputs, settings=None, generators=None, **rows):
+        out = real_generate(inputs, settings, generators, **rows)   # the real decode cost and statistics
         answers = [ANSWER, BOXES][: len(out.sequences)]
         return DecodeOutput(sequences=[tokenizer.encode(a, add_special_tokens=False) for a in answers],
                             finished=[True] * len(answers), stats=out.stats)

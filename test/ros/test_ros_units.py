@@ -168,6 +168,7 @@ def test_invalid_results_carry_no_points_or_boxes():
     traj = conv.trajectory_msg(5, "ego", "left", invalid, latency_ms=12.5)
     assert not traj.valid and traj.points == [] and traj.invalid_reason.startswith("wrong_count")
     assert traj.raw_text == "1,2,3" and traj.stats.forwards == 12 and traj.stats.latency_ms == 12.5
+    assert (traj.candidates, traj.valid_candidates, traj.selected_candidate) == (1, 0, 0) and math.isnan(traj.pdms)
     valid = TaskResult(valid=True, invalid_reason="", raw_text="...", stats=STATS, waypoints=WAYPOINTS)
     assert len(conv.trajectory_msg(5, "ego", "left", valid, 1.0).points) == 8
     boxes = TaskResult(valid=False, invalid_reason="invalid_json", raw_text="[", stats=STATS,

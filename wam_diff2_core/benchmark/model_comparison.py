@@ -316,12 +316,14 @@ def read_sample_images(samples, grounding, skipped: list[dict]) -> SampleSet:
 @dataclass
 class Comparison:
     """What :func:`compare_models` measured: a summary per configuration (table order, :func:`summarize` with
-    its ``grounding`` and the :func:`compare` ratios), the constant-velocity baseline and the first model
-    loaded (its device and dtype)."""
+    its ``grounding`` and the :func:`compare` ratios), the constant-velocity baseline, the first model
+    loaded (its device and dtype) and, by checkpoint path, each model loaded with its decoder and the
+    samples' encoded prompts (work order: planning samples first)."""
 
     results: list[dict[str, Any]]
     baseline: dict[str, Any]
     loaded: Any
+    by_path: dict[str, tuple]
 
 
 def compare_models(data: SampleSet, models: dict[str, str], *, block_sizes, thresholds, seed: int = 0,
@@ -396,4 +398,5 @@ def compare_models(data: SampleSet, models: dict[str, str], *, block_sizes, thre
         result["grounding"] = summarize_grounding(config_rows, config_detections)
     baseline = constant_velocity_baseline(samples, pdm)
     compare(results, baseline)
-    return Comparison(results=results, baseline=baseline, loaded=next(iter(loaded_by_path.values()))[0])
+    return Comparison(results=results, baseline=baseline, loaded=next(iter(loaded_by_path.values()))[0],
+                      by_path=loaded_by_path)

@@ -22,7 +22,8 @@ each configuration also gets NAVSIM v1's PDM score (``pdm_score.py``) and its su
 the planning samples seen from the ego: each sample's episode is simulated again and its frame scored
 against the world's road and traffic, the expert as the reference planner (``sim/pdm_scenes.py``); an
 answer that does not parse scores PDMS 0 (the sub-scores are over the parsed ones). The
-constant-velocity baseline is scored alike.
+constant-velocity baseline is scored alike. With ``--candidates N`` the diffusion model's answers with and
+without candidate selection are scored side by side on the same samples (``bench_candidates.py``).
 
 Writes ``bench.json`` and ``bench.png`` (per-waypoint error of AR vs Block-32, the exposure-bias
 figure, and ms/token per configuration) into ``--out``, atomically.
@@ -55,6 +56,8 @@ def add_arguments(p) -> None:
     g.add_argument("--max-new-tokens", type=int, default=None, help="answer bound (default: the checkpoint's)")
     g.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")
     g.add_argument("--max-pixels", type=int, default=None)
+    from . import bench_candidates
+    bench_candidates.add_arguments(g)
     g.add_argument("--out", default="bench_models", help="folder for bench.json and bench.png (written atomically)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
@@ -193,6 +196,11 @@ def run(args) -> int:
         pdm = DataSetPdm.for_data(args.data)
     except ValueError as exc:
         raise ConfigError(f"--data: {exc}") from exc
+    from . import bench_candidates
+    candidates = bench_candidates.candidate_settings(args)
+    if candidates is not None and (pdm is None or not samples):
+        raise ConfigError("--candidates: the selection comparison needs planning samples of a demo-world data set "
+                          "(a wam-diff2 synth folder, manifest.json beside --data)")
     apply_threads(args)
 
     data = read_sample_images(samples, grounding, skipped)
@@ -206,6 +214,13 @@ def run(args) -> int:
                            max_new_tokens=args.max_new_tokens, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
                            pdm=pdm)
     results, baseline, loaded = found.results, found.baseline, found.loaded
+    selection = None
+    if candidates is not None:
+        diffusion, decoder, encoded, _ = found.by_path[models["diffusion"]]
+        own = diffusion.config.settings
+        selection = bench_candidates.compare_selection(
+            decoder, diffusion.tokenizer, own, samples, encoded[:len(samples)], pdm, candidates,
+            f"{args.model}, its own settings: B = {own.block_size}, threshold {own.confidence_threshold:g}")
     device = loaded.device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {loaded.dtype}, "
@@ -231,6 +246,8 @@ def run(args) -> int:
               "samples: PDMS mean (an unparsed answer scores 0), sub-scores over the parsed answers")
         print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in results + [baseline]],
                            pdm_columns()))
+    if selection is not None:
+        bench_candidates.print_selection(selection)
     print_stage_table(results)
 
     payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
@@ -242,7 +259,7 @@ def run(args) -> int:
                          "total_ms: prefill + decoding; tokens exclude EOS; forwards exclude the prefill",
                "grounding": "per configuration, its grounding answers (null without grounding samples): COCO "
                             "scores by pycocotools (coco), parse failures and decoding medians over them",
-               "baseline": baseline, "configurations": results}
+               "baseline": baseline, "configurations": results, "selection": selection}
     with atomic_directory(out_dir, overwrite=True) as tmp:
         atomic_write_json(tmp / "bench.json", payload)
         plot(payload, tmp / "bench.png")

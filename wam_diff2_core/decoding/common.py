@@ -48,6 +48,19 @@ def prompt_inputs(model, inputs: Mapping[str, torch.Tensor], device: torch.devic
     return PromptInputs(input_ids, attention_mask, mm_types, vision, positions, next_position)
 
 
+def check_prompt_rows(prompt_rows: Sequence[int] | None, prompts: int) -> list[int] | None:
+    """The prompt each decode row continues, for a batch of ``prompts`` prompts: row i decodes prompt
+    ``prompt_rows[i]`` (several rows may share one, prefilled once). None when every row is its own prompt
+    (None given, or ``0 .. prompts - 1``); ValueError unless every entry indexes the batch."""
+    if prompt_rows is None:
+        return None
+    rows = [int(r) for r in prompt_rows]
+    if not rows or any(r < 0 or r >= prompts for r in rows):
+        raise ValueError(f"prompt_rows: {list(prompt_rows)} must be a non-empty list of prompt indices of the "
+                         f"batch of {prompts}")
+    return None if rows == list(range(prompts)) else rows
+
+
 @dataclass
 class DecodeStats:
     """Cost of decoding one sequence, counted as if it had been decoded alone."""

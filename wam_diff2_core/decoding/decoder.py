@@ -11,7 +11,9 @@ Reads top to bottom like the algorithm (spec section 3):
 4. stop      - once every sequence has committed a block containing EOS.
 
 Outputs are truncated at the first EOS; MASK and special tokens are never emitted. Batches are
-left-padded and each sequence decodes to exactly the tokens it gets alone.
+left-padded and each sequence decodes to exactly the tokens it gets alone. Rows that continue one prompt
+(``prompt_rows``: candidate plans of a frame) share its prefill: the prompt and its image run once and the
+cache is then copied to every row.
 
     decoder = BlockDiffusionDecoder(loaded.model, loaded.config)
     out = decoder.generate(processor_inputs)          # out.sequences, out.stats
@@ -24,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..config import DecodingSettings, DiffusionConfig
-from .common import DecodeOutput, DecodeStats, PhaseTimer, prompt_inputs, record_block
+from .common import DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, prompt_inputs, record_block
 from .masks import block_query_mask, prompt_block_mask, response_positions
 from .sampling import check_greedy_rows, choose_transfer, device_settings, sample_tokens, transfer_schedule
 
@@ -48,7 +50,10 @@ class BlockDiffusionDecoder:
         self.banned = torch.tensor(config.banned_token_ids, dtype=torch.long, device=self.device)
 
     # ---------------------------------------------------------------- prefill
-    def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int) -> Prefix:
+    def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int,
+                prompt_rows: Sequence[int] | None = None) -> Prefix:
+        """One forward over the batch's prompts; with ``prompt_rows`` (check_prompt_rows) the prefix then has
+        one row per entry, a copy of that prompt's K/V, mask, position and logits."""
         from transformers import DynamicCache
 
         prompt = prompt_inputs(self.model, inputs, self.device)
@@ -57,8 +62,14 @@ class BlockDiffusionDecoder:
                          attention_mask=prompt_block_mask(prompt.attention_mask, block_size),
                          past_key_values=cache, use_cache=True, mm_token_type_ids=prompt.mm_types,
                          logits_to_keep=1, **prompt.vision)
-        return Prefix(cache=cache, valid=prompt.valid, next_position=prompt.next_position,
-                      last_logits=out.logits[:, -1])
+        prefix = Prefix(cache=cache, valid=prompt.valid, next_position=prompt.next_position,
+                        last_logits=out.logits[:, -1])
+        if prompt_rows is not None:
+            index = torch.tensor(prompt_rows, dtype=torch.long, device=self.device)       # [N]
+            cache.batch_select_indices(index)
+            prefix.valid, prefix.next_position = prefix.valid[index], prefix.next_position[index]
+            prefix.last_logits = prefix.last_logits[index]
+        return prefix
 
     def forward_block(self, prefix: Prefix, tokens: torch.Tensor, offset: int, keep: bool) -> torch.Tensor:
         """Forward response tokens at response offset ``offset`` against the cached prefix.
@@ -80,17 +91,21 @@ class BlockDiffusionDecoder:
     @torch.no_grad()
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
                  generators: Sequence[torch.Generator | None] | None = None,
-                 greedy_rows: Sequence[int] = ()) -> DecodeOutput:
+                 greedy_rows: Sequence[int] = (), prompt_rows: Sequence[int] | None = None) -> DecodeOutput:
         """Decode a (left-padded) processor batch. ``generators``: one per sequence when sampling;
-        ``greedy_rows``: sequences decoded at temperature 0 while the others sample (sampling.sample_tokens)."""
+        ``greedy_rows``: sequences decoded at temperature 0 while the others sample (sampling.sample_tokens);
+        ``prompt_rows``: sequence i continues prompt ``prompt_rows[i]`` of the batch, each prompt prefilled once
+        (None: one sequence per prompt). Every sequence decodes to the tokens it gets alone."""
         settings = device_settings(settings or self.config.settings, self.device.type)
-        n = inputs["input_ids"].shape[0]
+        prompts = inputs["input_ids"].shape[0]
+        prompt_rows = check_prompt_rows(prompt_rows, prompts)
+        n = prompts if prompt_rows is None else len(prompt_rows)
         if generators is not None and len(generators) != n:
             raise ValueError(f"generators: expected {n}, got {len(generators)}")
         greedy_rows = check_greedy_rows(greedy_rows, n)
         timer = PhaseTimer(self.device)
         with timer("prefill"):
-            prefix = self.prefill(inputs, settings.block_size)
+            prefix = self.prefill(inputs, settings.block_size, prompt_rows)
         if settings.block_size == 1:
             result = self._generate_ar(prefix, settings, generators, timer, greedy_rows)
         else:

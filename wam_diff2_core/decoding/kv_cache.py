@@ -2,6 +2,7 @@
 
     cache = StaticKVCache(layers, rows, slots, kv_heads, head_dim, torch.bfloat16, device)
     cache.write(layer, rows_index, slots_index, k, v)      # in place
+    cache.copy_rows(sources, span)                        # rows sharing a prompt take its prefilled K/V
     keys, values = cache.read(layer, rows, span)          # SDPA views of slots [0, span)
     k_pages, v_pages = cache.pages(layer)                 # the same memory as FlashInfer's paged cache
 """
@@ -48,6 +49,14 @@ class StaticKVCache:
     def read(self, layer: int, rows: int, span: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of slots [0, span) as SDPA wants them: [rows, kv_heads, span, head_dim] views."""
         return self.k[layer, :rows, :span].transpose(1, 2), self.v[layer, :rows, :span].transpose(1, 2)
+
+    def copy_rows(self, sources: torch.Tensor, span: int) -> None:
+        """Rows [0, len(sources)) take slots [0, span) of rows ``sources`` [N] (a row may be the source of
+        several; all are read before any is written). One layer at a time: the temporary is one layer's."""
+        n = sources.shape[0]
+        for layer in range(self.k.shape[0]):
+            self.k[layer, :n, :span] = self.k[layer, sources, :span]
+            self.v[layer, :n, :span] = self.v[layer, sources, :span]
 
     def pages(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """FlashInfer's view: (k, v), each [rows * slots / page_size, page_size, kv_heads, head_dim]."""

@@ -6,7 +6,9 @@ the cache (kv_cache.py), the text forward (text_forward.py), the attention backe
 step (step.py) and its graphs (cuda_graphs.py: every step goes through ``StepGraphs.run_step``, graphed or
 eager); this file is the loop:
 
-1. prefill - the prompt runs once through the text forward and its K/V are written in place;
+1. prefill - the prompt runs once through the text forward and its K/V are written in place; rows that
+             continue one prompt (``prompt_rows``: candidate plans of a frame) share its prefill, whose K/V
+             are then copied to each of them;
 2. denoise - each step is :func:`whole_step`: the forward of the block against prefix + block (its K/V
              into the block's own slots), the token choice, the transfer rule and the "still masked?"
              flag, in fixed shapes on the device, one CUDA graph each (per batch bucket, key span, step
@@ -46,7 +48,7 @@ import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
 from .attention import AttentionBackend, PromptPlan, SdpaAttention, sdpa_step_backends
-from .common import DecodeOutput, DecodeStats, PhaseTimer, prompt_inputs, record_block
+from .common import DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, prompt_inputs, record_block
 from .cuda_graphs import KeyedForward, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
 from .sampling import TokenChoices, check_greedy_rows, device_settings, sample_tokens, transfer_schedule
@@ -160,11 +162,14 @@ class StaticBlockDiffusionDecoder:
         return _Run(self.cache, self._memo[self.cache], n, False, self.span_bucket or 0)
 
     # ------------------------------------------------------------ prefill
-    def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int, run: _Run) -> StaticPrefix:
+    def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int, run: _Run,
+                prompt_rows: Sequence[int] | None = None) -> StaticPrefix:
+        """The prompts through the text forward, K/V into cache rows [0, prompts); with ``prompt_rows``
+        (check_prompt_rows) row i then holds a copy of prompt ``prompt_rows[i]``'s K/V, mask and position."""
         prompt = prompt_inputs(self.model, inputs, self.device)
         embeds, visual_mask, deepstack = text_model_inputs(self.model, prompt.input_ids, prompt.attention_mask,
                                                            prompt.positions, prompt.mm_types, prompt.vision)
-        n, length = prompt.input_ids.shape
+        length = prompt.input_ids.shape[1]
         valid = prompt.valid
         lengths = valid.sum(dim=1).tolist()
         plan = PromptPlan.of(valid, lengths, block_size, self.attention.packed_prompts)
@@ -175,6 +180,13 @@ class StaticBlockDiffusionDecoder:
                                           attend=partial(self.attention.prompt, cache=cache, plan=plan),
                                           deepstack=(visual_mask, deepstack))
         last_logits = self.text.lm_head(hidden[:, -1:])[:, -1]
+        next_position = prompt.next_position
+        if prompt_rows is not None:
+            index = torch.tensor(prompt_rows, dtype=torch.long, device=self.device)       # [N]
+            cache.copy_rows(index, length)          # packed prompts lie inside slots [0, T) too
+            valid, next_position, last_logits = valid[index], next_position[index], last_logits[index]
+            lengths = [lengths[i] for i in prompt_rows]
+        n = valid.shape[0]
 
         # Rows beyond the batch (a graph bucket) get an empty prompt; their outputs are never read.
         rows, slots = run.rows, cache.slots
@@ -186,8 +198,8 @@ class StaticBlockDiffusionDecoder:
             prompt_valid[:n, :length] = valid
         else:
             prompt_valid[:n] = slot.unsqueeze(0) < torch.tensor(lengths, device=self.device).unsqueeze(1)
-        next_pos = torch.zeros(rows, dtype=prompt.next_position.dtype, device=self.device)
-        next_pos[:n] = prompt.next_position
+        next_pos = torch.zeros(rows, dtype=next_position.dtype, device=self.device)
+        next_pos[:n] = next_position
         return StaticPrefix(n=n, base=base, base_t=_fixed(run, "base", torch.tensor(base, device=self.device)),
                             prompt_valid=_fixed(run, "prompt_valid", prompt_valid),
                             next_position=_fixed(run, "next_position", next_pos), last_logits=last_logits)
@@ -263,10 +275,12 @@ class StaticBlockDiffusionDecoder:
     @torch.no_grad()
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
                  generators: Sequence[torch.Generator | None] | None = None,
-                 greedy_rows: Sequence[int] = ()) -> DecodeOutput:
+                 greedy_rows: Sequence[int] = (), prompt_rows: Sequence[int] | None = None) -> DecodeOutput:
         """Decode a (left-padded) processor batch; the same contract as BlockDiffusionDecoder.generate."""
         settings = device_settings(settings or self.config.settings, self.device.type)
-        n, length = inputs["input_ids"].shape
+        prompts, length = inputs["input_ids"].shape
+        prompt_rows = check_prompt_rows(prompt_rows, prompts)
+        n = prompts if prompt_rows is None else len(prompt_rows)
         if generators is not None and len(generators) != n:
             raise ValueError(f"generators: expected {n}, got {len(generators)}")
         greedy_rows = check_greedy_rows(greedy_rows, n)
@@ -275,7 +289,7 @@ class StaticBlockDiffusionDecoder:
         run = self._begin(n, length + answer_slots)
         timer = PhaseTimer(self.device)
         with timer("prefill"):
-            prefix = self.prefill(inputs, size, run)
+            prefix = self.prefill(inputs, size, run, prompt_rows)
         generators, bound = self.choices.bind(run.graphed, run.rows, settings, generators)
         with bound:
             if size == 1:

@@ -17,6 +17,7 @@ The bag is written to a hidden sibling folder and renamed into place when comple
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -73,7 +74,9 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
         stages=stage_times_message(types, frame))
     return types[TRAJECTORY_TYPE](header=_header(types, frame.stamp_ns, ego_frame), points=points,
                                   command=frame.command, valid=bool(frame.valid),
-                                  invalid_reason=frame.invalid_reason, raw_text=frame.raw_text, stats=stats)
+                                  invalid_reason=frame.invalid_reason, raw_text=frame.raw_text, stats=stats,
+                                  candidates=1, valid_candidates=int(bool(frame.valid)), selected_candidate=0,
+                                  pdms=math.nan)     # eval-bag decodes one candidate: no selection
 
 
 def path_message(types, t0_ns: int, points_xy: np.ndarray, frame_id: str, start_yaw: float = 0.0,

@@ -20,6 +20,9 @@ Everything is in the ego frame at the frame's tick (rear axle, x forward, y left
   progress x NC x DAC is ``reference_progress_m``, as NAVSIM uses PDM-Closed's.
 - **the ego**: the world's car (box and wheelbase from ``WorldSettings.ego``), its speed,
   longitudinal acceleration and steering angle at the frame.
+
+Candidate selection scores against less (:func:`frame_online_scene`): only what a planner on the ego
+knows at the frame, never the recorded future.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..candidate_selection import DEFAULT_LANE_WIDTH_M, OnlineScene, TrackedObject, online_scene
 from ..geometry import VehicleBox as EgoBox
 from ..geometry import world_to_ego
 from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
@@ -134,6 +138,26 @@ def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
                    episode.settings.world.ego, episode.future_waypoints(tick))
 
 
+ROUTE_SPACING_M = 1.0      # the online route: the ego lane's centre line, a point every this many metres
+
+
+def frame_online_scene(episode: Episode, frame: int, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene:
+    """What candidate selection scores the plans of ``frame`` against (``candidate_selection.online_scene``):
+    the ego's pose, speed, estimated longitudinal acceleration (the prompt's) and yaw rate, the route (the ego
+    lane's centre line) with a ``lane_width_m`` corridor, and the traffic at the frame as tracked objects moving
+    on at constant velocity; nothing of the recorded future (the node's inputs behind the bridge)."""
+    if not 0 <= frame < episode.num_frames:
+        raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.num_frames - 1})")
+    tick = episode.settings.frame_tick(frame)
+    track = episode.track
+    objects = [TrackedObject(v.x, v.y, v.yaw, v.speed * math.cos(v.yaw), v.speed * math.sin(v.yaw), v.length_m,
+                             v.width_m, name=f"{v.label} {v.id}") for v in episode.snapshots[frame]]
+    x, y, yaw = track.pose(tick)
+    return online_scene((x, y), yaw, float(track.speed[tick]), float(track.accel_estimated[tick, 0]),
+                        float(track.yaw_rate[tick]), episode.road.lane.resampled(ROUTE_SPACING_M), objects,
+                        lane_width_m)
+
+
 def world_pdm_inputs(world: World) -> FramePdmInputs:
     """The PDM-score inputs of a live world now (the closed loop): the traffic and the expert's drive from a
     rollout of a copy of the world (:meth:`World.expert_rollout`, non-reactive to the plan scored); the world
@@ -193,7 +217,6 @@ class DataSetPdm:
     def inputs(self, sample_id: str) -> FramePdmInputs | None:
         """The frame's inputs of a planning sample of this data set (None: an id it did not write)."""
         from .dataset_export import planning_sample_frame
-        from .episode import simulate_episode
 
         if sample_id not in self._inputs:
             where = planning_sample_frame(sample_id)
@@ -201,17 +224,34 @@ class DataSetPdm:
             if where is not None and where[0] == self.settings.seed and where[1] < self.settings.episodes \
                     and where[2] < self.settings.episode.frames:
                 _, index, frame = where
-                if index not in self._episodes:
-                    while len(self._episodes) >= self.keep_episodes:
-                        self._episodes.pop(next(iter(self._episodes)))
-                    self._episodes[index] = simulate_episode(self.settings.seed, index, self.settings.episode)
-                inputs = frame_pdm_inputs(self._episodes[index], frame)
+                inputs = frame_pdm_inputs(self._episode(index), frame)
             self._inputs[sample_id] = inputs
         return self._inputs[sample_id]
+
+    def _episode(self, index: int) -> Episode:
+        """Episode ``index`` of this data set, simulated again (the latest ``keep_episodes`` are kept)."""
+        from .episode import simulate_episode
+
+        if index not in self._episodes:
+            while len(self._episodes) >= self.keep_episodes:
+                self._episodes.pop(next(iter(self._episodes)))
+            self._episodes[index] = simulate_episode(self.settings.seed, index, self.settings.episode)
+        return self._episodes[index]
+
+    def online_scene(self, sample_id: str, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene | None:
+        """The candidate-selection scene of a planning sample's frame (:func:`frame_online_scene`); None
+        for an id this data set did not write."""
+        if self.inputs(sample_id) is None:
+            return None
+        from .dataset_export import planning_sample_frame
+
+        _, index, frame = planning_sample_frame(sample_id)
+        return frame_online_scene(self._episode(index), frame, lane_width_m)
 
     def score(self, sample_id: str, plan) -> PdmResult | None:
         inputs = self.inputs(sample_id)
         return None if inputs is None else inputs.score(plan)
 
 
-__all__ = ["DataSetPdm", "FramePdmInputs", "frame_pdm_inputs", "score_frame_plan", "ROUTE_AHEAD_M", "ROUTE_BEHIND_M"]
+__all__ = ["DataSetPdm", "FramePdmInputs", "frame_online_scene", "frame_pdm_inputs", "score_frame_plan", "ROUTE_AHEAD_M",
+           "ROUTE_BEHIND_M", "ROUTE_SPACING_M"]

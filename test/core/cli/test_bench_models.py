@@ -203,6 +203,55 @@ def test_bench_models_prints_the_pdm_score_on_a_demo_world_data_set(tiny_checkpo
     assert "PDM score (NAVSIM v1" in table and "CV baseline" in table
 
 
+def test_bench_compares_pdms_with_and_without_candidate_selection(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    """``--candidates 3`` on a one-frame ``synth`` data set: the real N-row decode runs (one shared prefill),
+    then its answers are replaced by known plans: row 1 swerves 8 m off the road, row 2 does not parse, row 3
+    is the expert's plan. The online scene (route corridor, traffic at constant velocity) keeps row 3, and
+    the data set's PDM score rates it 1 against row 1's 0: paired, on the same sample."""
+    from wam_diff2_core.cli import bench_candidates
+    from wam_diff2_core.outputs.parsing import parse_waypoints
+    from wam_diff2_core.sim.dataset_export import ExportSettings, export
+    from wam_diff2_core.sim.episode import EpisodeSettings
+
+    data = tmp_path / "synth"
+    export(data, ExportSettings(episodes=1, seed=0, episode=EpisodeSettings(frames=1), formats=("json",),
+                                detection=False, vqa_per_frame=0), progress=False)
+    samples = json.loads((data / "train.json").read_text())
+    expert = parse_waypoints(samples[0]["conversations"][1]["value"]).waypoints
+    swerve = expert + np.stack([np.zeros(8), -8.0 * np.minimum(np.arange(1, 9) / 3.0, 1.0)], axis=1)
+    real = bench_candidates.decode_candidates
+    seen = []
+
+    def stub(decoder, tokenizer, inputs, settings, candidates):
+        seen.append((len(real(decoder, tokenizer, inputs, settings, candidates)), candidates, settings.block_size))
+        return [swerve, None, expert]
+
+    monkeypatch.setattr(bench_candidates, "decode_candidates", stub)
+    out = tmp_path / "bench"
+    assert _bench(tiny_checkpoint, data / "train.json", out, "--candidates", "3", "--candidate-top-p", "0.9") == 0
+    table = capsys.readouterr().out
+    selection = json.loads((out / "bench.json").read_text())["selection"]
+    assert [(n, c.count, c.top_p, c.temperature) for n, c, _ in seen] == [(3, 3, 0.9, 1.0)]
+    assert seen[0][2] == 32                                        # the diffusion model's own settings
+    assert selection["samples"] == 1 and selection["per_sample"][0]["selected"] == 3
+    assert selection["per_sample"][0]["valid"] == 2 and selection["changed"] == 1
+    assert selection["pdms_without"] == 0.0 and selection["pdms_with"] == pytest.approx(1.0, abs=1e-3)
+    assert selection["difference_interval"] == pytest.approx([selection["difference"]] * 2)
+    assert "candidate selection" in table and "PDMS without selection (row 1) 0.000, with selection" in table
+    # the comparison needs a demo-world data set, and candidate settings in range
+    assert _bench(tiny_checkpoint, data / "train.json", tmp_path / "o1", "--candidates", "17") == 2
+    assert "candidates: must be an integer from 1 to 16" in capsys.readouterr().err
+    assert _bench(tiny_checkpoint, data / "train.json", tmp_path / "o2", "--candidates", "2",
+                  "--candidate-temperature", "0") == 2
+    assert "candidate temperature: must be > 0" in capsys.readouterr().err
+
+
+def test_bench_candidates_need_a_demo_world_data_set(tiny_checkpoint, dataset, tmp_path, capsys):
+    assert _bench(tiny_checkpoint, dataset / "samples.json", tmp_path / "o", "--candidates", "2") == 2
+    assert "needs planning samples of a demo-world data set" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 # ------------------------------------------------------------------------ grounding samples
 GROUNDING = {   # Qwen3-VL grounding answers (0..1000) on 64 x 48 images
     "g0": [{"bbox_2d": [100, 100, 500, 600], "label": "car"}],

@@ -43,7 +43,7 @@ def test_infer_makes_generators_on_the_model_device(tiny_model, monkeypatch):
 
     seen = []
     decoder = types.SimpleNamespace(device=torch.device("meta"), model=None)
-    decoder.generate = lambda inputs, settings=None, generators=None, greedy_rows=(): (
+    decoder.generate = lambda inputs, settings=None, generators=None, greedy_rows=(), prompt_rows=None: (
         seen.extend(generators), _empty(len(generators)))[1]
     monkeypatch.setattr(torch, "Generator", _RecordingGenerator)
     sample = Sample(id="s0", datasource=None, image_paths=[], raw={},

@@ -585,3 +585,26 @@ def test_greedy_row_beside_sampled_rows_decodes_as_alone(tiny_model, decoders, k
     assert together.sequences[1] != together.sequences[0] or together.sequences[2] != together.sequences[0]
     with pytest.raises(ValueError, match="greedy_rows"):
         decoder.generate(three, sampled, _gens(7, 3), greedy_rows=[3])
+
+
+@pytest.mark.parametrize("block", [1, 8])
+@pytest.mark.parametrize("kind", ["plain", "fused", "graphed"])
+def test_rows_sharing_a_prompt_prefill_once_and_decode_as_with_their_own_prefill(tiny_model, decoders, kind, block):
+    """Candidate plans of a frame: rows continuing one prompt (``prompt_rows``) share its prefill (the prompt
+    and image run once, the K/V copied to each row) and decode to the tokens of a batch that prefills every row
+    itself; a sampled row beside a greedy one, prompts of different lengths, with and without an image."""
+    decoder = getattr(decoders, kind)
+    settings = tiny_model.config.settings.replace(block_size=block, denoising_steps=block, temperature=1.0,
+                                                  top_p=0.9, confidence_threshold=0.5, max_new_tokens=24)
+    rows = [2, 0, 2, 1]
+    shared = decoder.generate(decoders.batches[(0, 1, 2)], settings, _gens(3, 4), greedy_rows=[0], prompt_rows=rows)
+    separate = decoder.generate(encode(tiny_model.processor, rows), settings, _gens(3, 4), greedy_rows=[0])
+    assert shared.sequences == separate.sequences and shared.finished == separate.finished
+    assert shared.sequences[0] != shared.sequences[2]             # the same prompt, sampled apart
+    identity = decoder.generate(decoders.batches[(1, 2)], settings, _gens(5, 2), prompt_rows=[0, 1])
+    assert identity.sequences == decoder.generate(decoders.batches[(1, 2)], settings, _gens(5, 2)).sequences
+    for bad in ([], [0, 3], [-1]):
+        with pytest.raises(ValueError, match="prompt_rows"):
+            decoder.generate(decoders.batches[(0, 1, 2)], settings, prompt_rows=bad)
+    with pytest.raises(ValueError, match="generators: expected 4"):
+        decoder.generate(decoders.batches[(0, 1, 2)], settings, _gens(3, 3), prompt_rows=rows)

@@ -87,7 +87,8 @@ def test_eval_bag_predictions_score_the_nodes_boxes_against_the_bags_objects(tmp
         return t[DETECTIONS_TYPE](header=header, detections=detections, valid=valid,
                                   invalid_reason="" if valid else "no_boxes: garbage", raw_text="", stats=stats), \
             t["wam_diff2_ros/msg/Trajectory"](header=header, points=[], command="straight", valid=False,
-                                              invalid_reason="not_asked", raw_text="", stats=stats)
+                                              invalid_reason="not_asked", raw_text="", stats=stats, candidates=1,
+                                              valid_candidates=0, selected_candidate=0, pdms=float("nan"))
 
     def node_bag(path, answers):
         """The node's recorded outputs: each frame's boxes and its (here invalid) trajectory."""

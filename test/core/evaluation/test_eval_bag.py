@@ -253,6 +253,8 @@ def test_record_writes_trajectories_with_the_frame_stamps(straight_bag, tmp_path
         assert stamp == frame.stamp_ns and log_ns == frame.bag_time_ns and msg.header.frame_id == "base_link"
         assert msg.valid == frame.valid and msg.command == frame.command and msg.raw_text == frame.raw_text
         assert len(msg.points) == (8 if frame.valid else 0)
+        assert (msg.candidates, msg.valid_candidates, msg.selected_candidate) == (1, int(frame.valid), 0)
+        assert math.isnan(msg.pdms)                                  # one candidate: no selection
         assert msg.stats.forwards == frame.stats["forwards"] and msg.stats.latency_ms == pytest.approx(frame.latency_ms)
         if frame.valid:
             assert [p.x for p in msg.points] == pytest.approx(frame.predicted[:, 0].tolist())

@@ -79,7 +79,8 @@ def trajectory(types, stamp_ns, points=None, *, valid=True, reason="", command="
                                                                               nanosec=stamp_ns % 10**9),
                                       frame_id="ego_vehicle")
     return t[TYPE](header=header, points=pts, command=command, valid=valid, invalid_reason=reason,
-                   raw_text=raw_text, stats=stats)
+                   raw_text=raw_text, stats=stats, candidates=1, valid_candidates=int(valid), selected_candidate=0,
+                   pdms=float("nan"))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,123 @@
+"""``wam-diff2 bench --data SYNTH/val.json --candidates N``: the PDM score with and without candidate selection.
+
+On a demo-world data set (a ``wam-diff2 synth`` folder: its frames can be simulated again) each planning
+sample is decoded once more with N plan candidates, as the planner node decodes them
+(``policy.candidate_rows``: row 1 with the diffusion model's own decoding settings, rows 2..N sampled at
+``--candidate-temperature`` / ``--candidate-top-p`` from generators seeded ``--candidate-seed`` + row, one
+shared prefill). The candidate kept is the one the online scene of the frame scores best
+(``sim.pdm_scenes.frame_online_scene``: the ego state, a ``--lane-width-m`` corridor around the route, the
+traffic at the frame moved on at constant velocity: what the node has, never the recorded future). Both
+row 1 (what N = 1 publishes: it decodes as it would alone) and the kept candidate are then scored by the
+data set's PDM score (the world's road, recorded traffic and expert), so the two figures are paired: the
+same samples, the same first row. An answer that does not parse scores 0, as in the PDM table; with no
+candidate parsing the frame keeps row 1 (the node's invalid plan).
+
+    wam-diff2 bench --model B32 --data data/synth/val.json --tasks planning --candidates 4 --out bench/
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..candidate_selection import MAX_CANDIDATES, CandidateSettings
+
+DEFAULTS = CandidateSettings()
+
+
+def add_arguments(g) -> None:
+    g.add_argument("--candidates", type=int, default=1,
+                   help=f"N in 2..{MAX_CANDIDATES}: also decode N plan candidates per planning sample of a demo-world "
+                        "data set and print PDMS without and with selection, paired (default 1: no comparison)")
+    g.add_argument("--candidate-temperature", type=float, default=DEFAULTS.temperature,
+                   help="sampling temperature of candidates 2..N (the planner's candidates.temperature)")
+    g.add_argument("--candidate-top-p", type=float, default=DEFAULTS.top_p,
+                   help="nucleus top-p of candidates 2..N (the planner's candidates.top_p)")
+    g.add_argument("--candidate-seed", type=int, default=DEFAULTS.seed,
+                   help="candidate row r samples from a generator seeded this + r (the planner's candidates.seed)")
+    g.add_argument("--lane-width-m", type=float, default=DEFAULTS.lane_width_m,
+                   help="the online corridor's width around the route (m; the planner's candidates.lane_width_m)")
+
+
+def candidate_settings(args) -> CandidateSettings | None:
+    """The bench's candidate settings, None without a comparison (``--candidates 1``); ConfigError naming
+    the option that is out of range."""
+    from ..config import ConfigError
+
+    if args.candidates == 1:
+        return None
+    try:
+        return CandidateSettings(count=args.candidates, temperature=args.candidate_temperature,
+                                 top_p=args.candidate_top_p, seed=args.candidate_seed, lane_width_m=args.lane_width_m)
+    except ValueError as exc:
+        raise ConfigError(f"--candidates / --candidate-*: {exc}") from None
+
+
+def decode_candidates(decoder, tokenizer, inputs, settings, candidates: CandidateSettings) -> list:
+    """The N candidate plans of one planning sample's ``inputs`` (one prompt): [8, 2] waypoints, or None
+    where a candidate does not parse."""
+    from ..outputs.parsing import parse_waypoints
+    from ..policy import candidate_rows
+
+    rows = ["plan"] * candidates.count
+    sampled, generators, greedy = candidate_rows(rows, settings, candidates, decoder.device)
+    out = decoder.generate(inputs, sampled, generators=generators, greedy_rows=greedy, prompt_rows=[0] * len(rows))
+    plans = [parse_waypoints(t) for t in tokenizer.batch_decode(out.sequences, skip_special_tokens=False)]
+    return [p.waypoints if p.ok else None for p in plans]
+
+
+def selection_row(sample_id: str, plans: list, pdm, lane_width_m: float) -> dict[str, Any] | None:
+    """A sample's paired scores: row 1's PDMS (no selection) and the kept candidate's; None when the data set
+    does not know the sample."""
+    scene = pdm.online_scene(sample_id, lane_width_m)
+    if scene is None:
+        return None
+    selection = scene.select(plans)
+    index = 0 if selection is None else selection.index
+
+    def pdms(plan) -> float:
+        return 0.0 if plan is None else float(pdm.score(sample_id, plan).pdms)
+    return {"id": sample_id, "valid": sum(p is not None for p in plans), "selected": index + 1,
+            "pdms_without": pdms(plans[0]), "pdms_with": pdms(plans[index])}
+
+
+def summarize(rows: list[dict[str, Any]], candidates: CandidateSettings, label: str) -> dict[str, Any]:
+    """Means over the samples without and with selection, the paired difference and its 95 % bootstrap interval."""
+    import numpy as np
+
+    from ..evaluation.spread import bootstrap_interval
+
+    pairs = np.array([[r["pdms_without"], r["pdms_with"]] for r in rows]).reshape(-1, 2)      # [n, 2]
+    difference = pairs[:, 1] - pairs[:, 0]
+    return {"label": label, "candidates": candidates.count, "temperature": candidates.temperature,
+            "top_p": candidates.top_p, "seed": candidates.seed, "lane_width_m": candidates.lane_width_m,
+            "samples": len(rows), "pdms_without": float(pairs[:, 0].mean()) if len(rows) else None,
+            "pdms_with": float(pairs[:, 1].mean()) if len(rows) else None,
+            "difference": float(difference.mean()) if len(rows) else None,
+            "difference_interval": bootstrap_interval(difference, np.mean) if len(rows) else None,
+            "changed": int(sum(r["selected"] != 1 for r in rows)),
+            "valid_mean": float(np.mean([r["valid"] for r in rows])) if rows else None, "per_sample": rows}
+
+
+def compare_selection(decoder, tokenizer, settings, samples, encoded, pdm, candidates: CandidateSettings,
+                      label: str) -> dict[str, Any]:
+    """Decode and score every planning sample of ``samples`` [(Sample, ground truth)] (``encoded``: their
+    processor inputs, in order) with and without selection (module docstring)."""
+    rows = [selection_row(sample.id, decode_candidates(decoder, tokenizer, inputs, settings, candidates), pdm,
+                          candidates.lane_width_m)
+            for (sample, _), inputs in zip(samples, encoded) if pdm.inputs(sample.id) is not None]
+    return summarize(rows, candidates, label)
+
+
+def print_selection(result: dict[str, Any]) -> None:
+    from ..evaluation.spread import format_with_interval
+
+    r = result
+    print(f"\ncandidate selection ({r['label']}, N = {r['candidates']}, temperature {r['temperature']:g}, top-p "
+          f"{r['top_p']:g}; online scene: route corridor {r['lane_width_m']:g} m, traffic at constant velocity) over "
+          f"{r['samples']} samples, paired")
+    if not r["samples"]:
+        print("  no planning sample of this data set to score")
+        return
+    print(f"  PDMS without selection (row 1) {r['pdms_without']:.3f}, with selection {r['pdms_with']:.3f}; "
+          f"difference {format_with_interval(r['difference'], r['difference_interval'])} (95 % bootstrap); "
+          f"selection changed the plan on {r['changed']} samples; valid candidates {r['valid_mean']:.2f} of "
+          f"{r['candidates']} on average")
