@@ -18,37 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..candidate_selection import MAX_CANDIDATES, CandidateSettings
-
-DEFAULTS = CandidateSettings()
-
-
-def add_arguments(g) -> None:
-    g.add_argument("--candidates", type=int, default=1,
-                   help=f"N in 2..{MAX_CANDIDATES}: also decode N plan candidates per planning sample of a demo-world "
-                        "data set and print PDMS without and with selection, paired (default 1: no comparison)")
-    g.add_argument("--candidate-temperature", type=float, default=DEFAULTS.temperature,
-                   help="sampling temperature of candidates 2..N (the planner's candidates.temperature)")
-    g.add_argument("--candidate-top-p", type=float, default=DEFAULTS.top_p,
-                   help="nucleus top-p of candidates 2..N (the planner's candidates.top_p)")
-    g.add_argument("--candidate-seed", type=int, default=DEFAULTS.seed,
-                   help="candidate row r samples from a generator seeded this + r (the planner's candidates.seed)")
-    g.add_argument("--lane-width-m", type=float, default=DEFAULTS.lane_width_m,
-                   help="the online corridor's width around the route (m; the planner's candidates.lane_width_m)")
-
-
-def candidate_settings(args) -> CandidateSettings | None:
-    """The bench's candidate settings, None without a comparison (``--candidates 1``); ConfigError naming
-    the option that is out of range."""
-    from ..config import ConfigError
-
-    if args.candidates == 1:
-        return None
-    try:
-        return CandidateSettings(count=args.candidates, temperature=args.candidate_temperature,
-                                 top_p=args.candidate_top_p, seed=args.candidate_seed, lane_width_m=args.lane_width_m)
-    except ValueError as exc:
-        raise ConfigError(f"--candidates / --candidate-*: {exc}") from None
+from ..candidate_selection import CandidateSettings
 
 
 def decode_candidates(decoder, tokenizer, inputs, settings, candidates: CandidateSettings) -> list:

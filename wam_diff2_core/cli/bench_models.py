@@ -37,7 +37,7 @@ from ..benchmark.model_comparison import DEFAULT_THRESHOLD, SWEEP_BLOCK, TASKS
 
 
 def add_arguments(p) -> None:
-    from .common import add_sample_path_arguments
+    from .common import add_candidate_arguments, add_sample_path_arguments
 
     g = p.add_argument_group("model comparison mode (with --data)")
     g.add_argument("--data", default=None,
@@ -56,8 +56,7 @@ def add_arguments(p) -> None:
     g.add_argument("--max-new-tokens", type=int, default=None, help="answer bound (default: the checkpoint's)")
     g.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")
     g.add_argument("--max-pixels", type=int, default=None)
-    from . import bench_candidates
-    bench_candidates.add_arguments(g)
+    add_candidate_arguments(g)
     g.add_argument("--out", default="bench_models", help="folder for bench.json and bench.png (written atomically)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
@@ -172,7 +171,7 @@ def run(args) -> int:
     from ..benchmark.model_comparison import bench_samples, compare_models, read_sample_images
     from ..config import ConfigError
     from ..utils.atomic import atomic_directory, atomic_write_json
-    from .common import apply_threads, cpu_name, format_table
+    from .common import apply_threads, candidate_settings, cpu_name, format_table
 
     if not args.model:
         raise ConfigError("--data needs --model (the block-diffusion checkpoint)")
@@ -197,7 +196,7 @@ def run(args) -> int:
     except ValueError as exc:
         raise ConfigError(f"--data: {exc}") from exc
     from . import bench_candidates
-    candidates = bench_candidates.candidate_settings(args)
+    candidates = candidate_settings(args)
     if candidates is not None and (pdm is None or not samples):
         raise ConfigError("--candidates: the selection comparison needs planning samples of a demo-world data set "
                           "(a wam-diff2 synth folder, manifest.json beside --data)")

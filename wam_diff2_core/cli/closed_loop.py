@@ -11,7 +11,17 @@ plus the ROS ones). ``--oracle`` replaces the planner by the demo world's expert
 that reads the simulator: it tests the control + simulation loop and bounds what this controller
 can do).
 
-Writes OUT/summary.json (settings, per-route results, the summary) and OUT/route_NNN.png (bird's-eye
+With ``--candidates N`` (N > 1) the policy decodes N plan candidates per planning tick and drives the
+one the online PDM score rates best (``sim.pdm_scenes.world_online_scene``: the published route with a
+``--lane-width-m`` corridor, the world's vehicles now moving on at constant velocity; what the planner
+node has behind the bridge), so route completion and collisions can be compared with and without
+selection on the same routes:
+
+    wam-diff2 closed-loop --model CKPT --traffic --routes 10 --out runs/cl_n1
+    wam-diff2 closed-loop --model CKPT --traffic --routes 10 --candidates 4 --out runs/cl_n4
+
+Writes OUT/summary.json (settings, candidate settings among them; per-route results, with the mean
+number of candidates that parsed per plan when N > 1; the summary) and OUT/route_NNN.png (bird's-eye
 view per route). Scoring (route completion, infraction penalty, driving score) is documented
 in ``wam_diff2_core/sim/route_runs.py``.
 """
@@ -25,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import add_threads_argument
-from .common import add_decoding_arguments, add_model_arguments, add_parse_retry_argument, add_quantization_argument
+from .common import (add_candidate_arguments, add_decoding_arguments, add_model_arguments, add_parse_retry_argument,
+                     add_quantization_argument)
 
 HELP = "drive demo-world routes in closed loop (policy + controller, no ROS) and report a driving score"
 
@@ -61,6 +72,9 @@ def add_route_arguments(p) -> None:
 
 def add_arguments(p) -> None:
     add_route_arguments(p)
+    add_candidate_arguments(p.add_argument_group(
+        "candidate selection (--model; scored against the route corridor and the world's vehicles now, at constant "
+        "velocity: what the planner node has)"))
     p.add_argument("--expert-labels", action="store_true",
                    help="also keep every planned frame labelled with the expert's drive from that state (DAgger "
                         "data) in OUT/expert_labels/ (train.json + images: mix them into training with "
@@ -140,24 +154,40 @@ def run_routes(args, prog: str, loop: str, drive: Callable[[RouteJob, Callable],
     return 0
 
 
-def policy_planner(args, engine):
-    """The planner node's policy, from the model and decoding options."""
+def policy_planner(args, engine, candidates=None):
+    """The planner node's policy, from the model and decoding options; ``candidates``: its CandidateSettings
+    (None: one plan per frame, no selection)."""
     from ..policy import DrivingPolicy
     from ..sim.route_planners import PolicyPlanner
     from .common import decoding_overrides
     return PolicyPlanner(DrivingPolicy.from_checkpoint(
         args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args),
         min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-        **({} if args.parse_retry is None else {"parse_retry": args.parse_retry}), engine=engine))
+        **({} if args.parse_retry is None else {"parse_retry": args.parse_retry}), engine=engine,
+        candidates=candidates))
 
 
 def run(args) -> int:
+    from ..candidate_selection import CandidateSettings
+    from ..config import ConfigError
     from ..sim.direct_loop import drive_direct
     from ..sim.expert_labels import ExpertLabels
     from ..sim.route_planners import ExpertOracle
+    from .common import candidate_settings
+
+    prog = "wam-diff2 closed-loop"
+    try:
+        candidates = candidate_settings(args)
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if candidates is not None and args.oracle:
+        print(f"{prog}: error: --candidates {candidates.count}: candidate selection needs --model (the oracle "
+              "plans no candidates)", file=sys.stderr)
+        return 2
 
     def drive(job: RouteJob, each) -> None:
-        planner = ExpertOracle() if args.oracle else policy_planner(args, job.engine)
+        planner = ExpertOracle() if args.oracle else policy_planner(args, job.engine, candidates)
         if args.expert_labels:
             planner = labels = ExpertLabels(planner, job.out / "expert_labels")
         each(lambda r: drive_direct(r, planner, job.gains, args.lockstep_n))
@@ -165,4 +195,5 @@ def run(args) -> int:
             labels.write()
             job.wrote = (f"; {len(labels.samples)} expert-labelled frames in {args.out}/expert_labels/train.json")
 
-    return run_routes(args, "wam-diff2 closed-loop", "direct", drive)
+    return run_routes(args, prog, "direct", drive,
+                      extra_settings={"candidates": dataclasses.asdict(candidates or CandidateSettings(count=1))})

@@ -38,6 +38,42 @@ def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
                              f"it counts as invalid; none = never (default {DEFAULT_PARSE_RETRY})")
 
 
+def add_candidate_arguments(parser) -> None:
+    """``--candidates`` ... ``--lane-width-m``: the planner's ``candidates.*`` (defaults: CandidateSettings), for
+    the commands that decode plan candidates (``bench --data``, ``closed-loop``)."""
+    from ..candidate_selection import MAX_CANDIDATES, CandidateSettings
+
+    defaults = CandidateSettings()
+    parser.add_argument("--candidates", type=int, default=defaults.count,
+                        help=f"N in 1..{MAX_CANDIDATES}: plan candidates per planning frame, decoded in one batch (row "
+                             "1 with the decoding settings, rows 2..N sampled); the one the online PDM score rates "
+                             "best is kept (the planner's candidates.count; default 1: no selection; bench --data prints PDMS "
+                             "without and with selection, paired)")
+    parser.add_argument("--candidate-temperature", type=float, default=defaults.temperature,
+                        help="sampling temperature of candidates 2..N (the planner's candidates.temperature)")
+    parser.add_argument("--candidate-top-p", type=float, default=defaults.top_p,
+                        help="nucleus top-p of candidates 2..N (the planner's candidates.top_p)")
+    parser.add_argument("--candidate-seed", type=int, default=defaults.seed,
+                        help="candidate row r samples from a generator seeded this + r (the planner's candidates.seed)")
+    parser.add_argument("--lane-width-m", type=float, default=defaults.lane_width_m,
+                        help="the online corridor's width around the route (m; the planner's candidates.lane_width_m)")
+
+
+def candidate_settings(args: argparse.Namespace):
+    """The candidate options as CandidateSettings, None for ``--candidates 1`` (no selection); ConfigError
+    naming the option that is out of range."""
+    from ..candidate_selection import CandidateSettings
+    from ..config import ConfigError
+
+    if args.candidates == 1:
+        return None
+    try:
+        return CandidateSettings(count=args.candidates, temperature=args.candidate_temperature,
+                                 top_p=args.candidate_top_p, seed=args.candidate_seed, lane_width_m=args.lane_width_m)
+    except ValueError as exc:
+        raise ConfigError(f"--candidates / --candidate-*: {exc}") from None
+
+
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """``--implementation``, ``--cuda-graphs`` ...: one flag per EngineSettings field (how the model runs)."""
     group = parser.add_argument_group("decoding engine (the tokens do not depend on these, except --quantization)")

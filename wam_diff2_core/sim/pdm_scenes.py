@@ -21,8 +21,8 @@ Everything is in the ego frame at the frame's tick (rear axle, x forward, y left
 - **the ego**: the world's car (box and wheelbase from ``WorldSettings.ego``), its speed,
   longitudinal acceleration and steering angle at the frame.
 
-Candidate selection scores against less (:func:`frame_online_scene`): only what a planner on the ego
-knows at the frame, never the recorded future.
+Candidate selection scores against less (:func:`frame_online_scene`, :func:`world_online_scene` for a
+closed-loop route): only what a planner on the ego knows at the frame, never the recorded future.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,6 +44,9 @@ from .episode import Episode
 from .road import RoadMap
 from .vehicles import BicycleParams
 from .world import VehicleBox, World
+
+if TYPE_CHECKING:                  # route_runs imports this module (world_pdm_inputs)
+    from .route_runs import RouteRun
 
 ROUTE_BEHIND_M = 30.0      # route kept behind the ego (progress is clipped at 0 anyway)
 ROUTE_AHEAD_M = 200.0      # ... and ahead: more than 4 s at the world's top cruise speed, plus the ego's length
@@ -150,12 +154,27 @@ def frame_online_scene(episode: Episode, frame: int, lane_width_m: float = DEFAU
         raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.num_frames - 1})")
     tick = episode.settings.frame_tick(frame)
     track = episode.track
-    objects = [TrackedObject(v.x, v.y, v.yaw, v.speed * math.cos(v.yaw), v.speed * math.sin(v.yaw), v.length_m,
-                             v.width_m, name=f"{v.label} {v.id}") for v in episode.snapshots[frame]]
     x, y, yaw = track.pose(tick)
     return online_scene((x, y), yaw, float(track.speed[tick]), float(track.accel_estimated[tick, 0]),
-                        float(track.yaw_rate[tick]), episode.road.lane.resampled(ROUTE_SPACING_M), objects,
-                        lane_width_m)
+                        float(track.yaw_rate[tick]), episode.road.lane.resampled(ROUTE_SPACING_M),
+                        tracked_objects(episode.snapshots[frame]), lane_width_m)
+
+
+def world_online_scene(run: "RouteRun", lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene:
+    """What candidate selection scores a closed-loop plan against now, as :func:`frame_online_scene` for a
+    live route (``sim.route_runs.RouteRun``): the ego's pose, speed, the acceleration the planner node
+    estimates (the prompt's) and yaw rate, the route as published (``run.route_xy()``) with a ``lane_width_m``
+    corridor, and the world's vehicles now as tracked objects moving on at constant velocity."""
+    ego = run.world.ego
+    return online_scene((ego.x, ego.y), ego.yaw, float(ego.speed), float(run.acceleration[0]), float(ego.yaw_rate),
+                        run.route_xy(), tracked_objects(run.world.vehicle_boxes()), lane_width_m)
+
+
+def tracked_objects(boxes: list[VehicleBox]) -> list[TrackedObject]:
+    """The demo world's vehicles (map frame) as candidate selection's tracked objects: measured now, moving at
+    their speed along their heading."""
+    return [TrackedObject(v.x, v.y, v.yaw, v.speed * math.cos(v.yaw), v.speed * math.sin(v.yaw), v.length_m,
+                          v.width_m, name=f"{v.label} {v.id}") for v in boxes]
 
 
 def world_pdm_inputs(world: World) -> FramePdmInputs:
@@ -254,4 +273,4 @@ class DataSetPdm:
 
 
 __all__ = ["DataSetPdm", "FramePdmInputs", "frame_online_scene", "frame_pdm_inputs", "score_frame_plan", "ROUTE_AHEAD_M",
-           "ROUTE_BEHIND_M", "ROUTE_SPACING_M"]
+           "ROUTE_BEHIND_M", "ROUTE_SPACING_M", "tracked_objects", "world_online_scene"]

@@ -16,6 +16,7 @@ import numpy as np
 from ..control import Plan
 from ..geometry import EgoMotion
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
+from .pdm_scenes import world_online_scene
 from .route_runs import RouteRun
 
 
@@ -33,7 +34,10 @@ class ExpertOracle:
 
 
 class PolicyPlanner:
-    """The driving policy (``wam_diff2_core.policy.DrivingPolicy``) as the planner node calls it."""
+    """The driving policy (``wam_diff2_core.policy.DrivingPolicy``) as the planner node calls it. With
+    plan candidates (``policy.candidates.count`` > 1) they are scored against the route's online scene
+    (``pdm_scenes.world_online_scene``: the route corridor and the world's vehicles at constant velocity)
+    and the number that parsed is counted on the route (``RouteRun.valid_candidates``)."""
 
     name = "policy"
 
@@ -42,11 +46,15 @@ class PolicyPlanner:
         self.last_reason = ""
 
     def __call__(self, run: RouteRun) -> Plan:
+        candidates = self.policy.candidates
+        scene = world_online_scene(run, candidates.lane_width_m) if candidates.count > 1 else None
         out = self.policy.step(run.render(), EgoMotion(velocity=(run.speed, 0.0), acceleration=run.acceleration),
-                               run.command())
+                               run.command(), scene=scene)
         plan = out.plan
         self.last_reason = plan.invalid_reason
         run.plans_retried += int(plan.stats.retries > 0)
+        if candidates.count > 1:
+            run.valid_candidates.append(sum(c.valid for c in out.plan_candidates))   # before any parse retry
         if plan.valid and plan.waypoints is not None:
             return Plan(run.stamp_s, np.asarray(plan.waypoints, dtype=np.float64), valid=True, ego_pose=run.pose)
         return Plan(run.stamp_s, np.zeros((0, 2)), valid=False, ego_pose=run.pose)

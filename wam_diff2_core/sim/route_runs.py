@@ -162,6 +162,7 @@ class RouteRun:
         self._progress_s, self._progress_t = self.start_s, 0.0           # last real progress (blocked check)
         self.plans = self.plans_valid = self.plans_retried = 0
         self.pdm: list[dict[str, Any]] = []                           # pdm_entry per plan scored
+        self.valid_candidates: list[int] = []                         # per plan: candidates parsed (selection on)
         self.fallbacks: Counter[str] = Counter()
         self.max_throttle_on_fallback = 0.0
         self.trace: list[tuple[float, float, float, bool]] = []       # x, y, speed, fallback
@@ -319,4 +320,6 @@ class RouteRun:
             controls_fallback=sum(self.fallbacks.values()),
             fallback_reasons=dict(self.fallbacks), max_throttle_on_fallback=self.max_throttle_on_fallback,
             wall_s=time.perf_counter() - self._wall0,
-            extra={**({"pdm": pdm_means(self.pdm)} if self.pdm else {}), **(extra or {})})
+            extra={**({"pdm": pdm_means(self.pdm)} if self.pdm else {}),
+                   **({"valid_candidates_mean": float(np.mean(self.valid_candidates))} if self.valid_candidates else {}),
+                   **(extra or {})})
