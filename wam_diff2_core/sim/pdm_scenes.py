@@ -30,7 +30,6 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,9 +43,6 @@ from .episode import Episode
 from .road import RoadMap
 from .vehicles import BicycleParams
 from .world import VehicleBox, World
-
-if TYPE_CHECKING:                  # route_runs imports this module (world_pdm_inputs)
-    from .route_runs import RouteRun
 
 ROUTE_BEHIND_M = 30.0      # route kept behind the ego (progress is clipped at 0 anyway)
 ROUTE_AHEAD_M = 200.0      # ... and ahead: more than 4 s at the world's top cruise speed, plus the ego's length
@@ -160,11 +156,12 @@ def frame_online_scene(episode: Episode, frame: int, lane_width_m: float = DEFAU
                         tracked_objects(episode.snapshots[frame]), lane_width_m)
 
 
-def world_online_scene(run: "RouteRun", lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene:
+def world_online_scene(run, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene:
     """What candidate selection scores a closed-loop plan against now, as :func:`frame_online_scene` for a
     live route (``sim.route_runs.RouteRun``): the ego's pose, speed, the acceleration the planner node
     estimates (the prompt's) and yaw rate, the route as published (``run.route_xy()``) with a ``lane_width_m``
-    corridor, and the world's vehicles now as tracked objects moving on at constant velocity."""
+    corridor, and the world's vehicles now as tracked objects moving on at constant velocity. ``run`` is read
+    by attribute (``world``, ``acceleration``, ``route_xy``): route_runs imports this module, not the reverse."""
     ego = run.world.ego
     return online_scene((ego.x, ego.y), ego.yaw, float(ego.speed), float(run.acceleration[0]), float(ego.yaw_rate),
                         run.route_xy(), tracked_objects(run.world.vehicle_boxes()), lane_width_m)
