@@ -3,9 +3,10 @@ the parity gate (wam-diff2 quant-check) and quantized checkpoints (wam-diff2 exp
 
 Pinned: under each method the plain and the static decoder give the same tokens (exactly: the same
 quantized modules run in both); int8 agrees with float32 at >= INT8_MIN_AGREEMENT of the answer positions
-on the tiny checkpoint; quant-check passes int8 of a model against itself and fails (exit 1, naming the
-metric) on a quantization whose scales are damaged; an exported int8 checkpoint loads without quantizing
-again and decodes the same tokens as quantizing at load.
+on the tiny checkpoint; the LM head and the token embedding are int8 under every method, one table when tied;
+quant-check passes int8 of a model against itself and fails (exit 1, naming the metric) on a quantization
+whose scales are damaged; an exported int8 checkpoint loads without quantizing again, without a float copy of
+its quantized weights, and decodes the same tokens as quantizing at load.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from wam_diff2_core.cli import build_parser, main
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
-from wam_diff2_core.model import quantization
+from wam_diff2_core.model import quantization, random_model
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.policy import DrivingPolicy, token_agreement
 
@@ -53,18 +54,99 @@ def _decode(loaded, decoder_cls, block, *engine, tokens=None):
         return decoder.generate(encode(loaded.processor, PROMPTS), settings)
 
 
-def test_only_the_language_models_decoder_linears_are_quantized(quantized, tiny_model):
+def test_the_decoder_linears_by_the_method_and_the_lm_head_and_embedding_in_int8(quantized, tiny_model):
     model = quantized["int8"].model
     names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and quantization.is_quantized(m.weight)}
     layers = len(model.model.language_model.layers)
-    assert len(names) == 7 * layers                     # q, k, v, o, gate, up, down
-    assert all(n.startswith(quantization.LAYERS_PREFIX) for n in names)
-    assert not quantization.is_quantized(model.lm_head.weight)
+    assert len(names) == 7 * layers + 1                 # q, k, v, o, gate, up, down; the LM head
+    assert all(n.startswith(quantization.LAYERS_PREFIX) for n in names - {quantization.LM_HEAD})
     assert not any(quantization.is_quantized(p) for p in model.model.visual.parameters())
     q_proj = model.model.language_model.layers[0].self_attn.q_proj.weight
     float_q = tiny_model.model.model.language_model.layers[0].self_attn.q_proj.weight
     assert q_proj.qdata.dtype == torch.int8
     assert quantization.tensor_bytes(q_proj) < 0.3 * quantization.tensor_bytes(float_q)   # 1 byte + a row scale
+    for method in ("int4", "int8-dynamic"):              # the head and the table are int8 under every method
+        head = quantized[method].model.lm_head.weight
+        assert type(head).__name__ == "Int8Tensor" and head.qdata.dtype == torch.int8
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, quantization.Int8RowEmbedding) and quantization.is_quantized(embedding.weight)
+    ids = torch.tensor([[3, 0, 7], [7, 7, 1]])
+    assert torch.equal(embedding(ids), torch.nn.functional.embedding(ids, embedding.weight.dequantize()))
+
+
+TIED_TINY = {**random_model.SHAPES["tiny"], "tie_word_embeddings": True}
+
+
+def test_a_tied_lm_head_and_embedding_share_one_int8_table_through_export_and_load(tmp_path):
+    """The 2B shape's choice: its LM head is its embedding table, quantized once; exported, the file holds
+    the table once and the load ties the head to it again."""
+    model, _ = random_model.build_random_model(TIED_TINY, "cpu", torch.float32, 0, 24.0)
+    table = model.lm_head.weight.detach().clone()
+    report = quantization.quantize_language_model(model, "int8")
+    head, embedding = model.lm_head.weight, model.get_input_embeddings()
+    assert embedding.weight is head and quantization.is_quantized(head)
+    assert report.table_float_bytes == table.numel() * 4 and report.table_bytes == quantization.tensor_bytes(head)
+    assert (head.dequantize() - table).abs().max() <= table.abs().amax(dim=1).max() / 127   # half a step per row
+
+    quantization.save_quantized_weights(model, tmp_path)
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / quantization.QUANTIZED_WEIGHTS_FILE), "pt") as f:
+        assert not any(k.startswith("lm_head.") for k in f.keys())
+    again = quantization.build_without_weights(model.config, torch.float32, "sdpa")
+    loaded = quantization.load_quantized(again, tmp_path, "int8")
+    assert again.lm_head.weight is again.get_input_embeddings().weight
+    assert loaded.table_bytes == report.table_bytes and loaded.linear_layers == report.linear_layers
+    ids = torch.tensor([[5, 9, 100, 2040]])
+    with torch.no_grad():
+        assert torch.equal(again.eval()(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_a_quantized_checkpoint_loads_without_a_full_precision_copy_of_its_weights(tiny_checkpoint, tmp_path,
+                                                                                  monkeypatch):
+    """The model is built with its parameters on the meta device (buffers computed as usual), and filling it
+    creates no float tensor of a quantized weight's shape: nothing is dequantized or materialised in float."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    out = tmp_path / "int8"
+    assert main(["export", str(tiny_checkpoint), str(out), "--dtype", "float32", "--quantize", "int8"]) == 0
+    reference = load_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", quantization="int8").model
+    shapes = {tuple(w.shape) for w in quantization.quantized_weights(reference).values()} - \
+        {tuple(p.shape) for p in reference.parameters() if not quantization.is_quantized(p)}     # only theirs
+    assert len(shapes) >= 3          # q/o, gate/up, the LM head and table
+
+    class FloatWeights(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for t in result if isinstance(result, (tuple, list)) else (result,):
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and not t.is_meta \
+                        and not quantization.is_quantized(t) and tuple(t.shape) in shapes:
+                    self.seen.append((str(func), tuple(t.shape)))
+            return result
+
+    build, fill = quantization.build_without_weights, quantization.load_quantized
+    built = []
+
+    def build_checked(*args):
+        model = build(*args)
+        assert all(p.is_meta for p in model.parameters())
+        assert not any(b.is_meta for b in model.buffers())
+        built.append(model)
+        return model
+
+    def fill_watched(*args):
+        with FloatWeights():
+            return fill(*args)
+    monkeypatch.setattr(quantization, "build_without_weights", build_checked)
+    monkeypatch.setattr(quantization, "load_quantized", fill_watched)
+    loaded = load_checkpoint(out, device="cpu")
+    assert built and loaded.model is built[0] and FloatWeights.seen == []
+    assert not any(p.is_meta for p in loaded.model.parameters())
+    for name, weight in quantization.quantized_weights(loaded.model).items():
+        assert quantization.is_quantized(weight), name
+    for (name, buf), (_, ref) in zip(loaded.model.named_buffers(), reference.named_buffers()):
+        assert torch.equal(buf, ref), name                     # the rotary tables, computed from the config
 
 
 @pytest.mark.parametrize("method", ["int8", "int4", "int8-dynamic"])
