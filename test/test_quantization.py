@@ -30,12 +30,18 @@ pytest.importorskip("torchao", reason="the quantized path needs torchao (pip ins
 
 STATIC = EngineSettings(implementation="static")
 PROMPTS = (0, 1, 2)
-# int8 weight-only against float32, share of answer positions that agree (three prompts of mixed length, 64
-# tokens each), measured 2026-12-03. The random tiny checkpoint is the worst case: its confidences are flat, so a
-# rounding difference flips near ties (B = 32 fixes one token per step, the most confident: 136/192 agree;
-# B = 4: 174/192; AR: 192/192). The trained demo model at B = 32: 176/179.
-INT8_MIN_AGREEMENT_TINY = {32: 0.7, 4: 0.9, 1: 1.0}
-INT8_MIN_AGREEMENT_DEMO = 0.95
+# int8 weight-only (decoder layers, LM head and embedding) against float32, share of answer positions that agree
+# (three prompts of mixed length, 64 tokens each), measured 2026-12-03. The random tiny checkpoint is the worst
+# case: its confidences are flat, so a rounding difference flips near ties, most of all in the LM head (B = 32
+# fixes one token per step, the most confident: 87/192 agree; B = 4: 185/192; AR: 138/192, one prompt's greedy
+# answer turning at its 10th token and differing from there on). The trained demo model at B = 32 on these text
+# prompts, which are not its driving prompts: 147/179 (176/179 with the LM head float); on its driving report
+# set 98.3 % agree (wam-diff2 quant-check, docs/decoding.md "Quantized weights").
+INT8_MIN_AGREEMENT_TINY = {32: 0.4, 4: 0.9, 1: 0.7}
+INT8_MIN_AGREEMENT_DEMO = 0.8
+# quant-check's tokens-per-forward tolerance here: the median over this test's 3 samples moves by a token's
+# worth of a block (3.23 -> 3.00, -7 %); over the 50 report-set samples int8 is -2 % at the default 5 %.
+TPF_TOLERANCE_3_SAMPLES = "0.1"
 DEMO = Path(__file__).resolve().parents[1] / "models" / "wam-diff2-demo-b32"
 
 
@@ -72,6 +78,13 @@ def test_the_decoder_linears_by_the_method_and_the_lm_head_and_embedding_in_int8
     assert isinstance(embedding, quantization.Int8RowEmbedding) and quantization.is_quantized(embedding.weight)
     ids = torch.tensor([[3, 0, 7], [7, 7, 1]])
     assert torch.equal(embedding(ids), torch.nn.functional.embedding(ids, embedding.weight.dequantize()))
+    head = model.lm_head                                  # by chunks of rows: the same numbers as in one piece
+    assert isinstance(head, quantization.Int8ChunkedLinear)
+    hidden = torch.randn(2, 5, head.in_features)
+    chunk = head.out_features // 3                        # several chunks, the last one short
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(quantization, "HEAD_CHUNK_ROWS", chunk)
+        assert torch.equal(head(hidden), torch.nn.functional.linear(hidden, head.weight))
 
 
 TIED_TINY = {**random_model.SHAPES["tiny"], "tie_word_embeddings": True}
@@ -245,8 +258,10 @@ def _quant_check(ckpt, data, *extra):
 
 
 def test_quant_check_passes_int8_against_itself(demo_models, samples, tmp_path, capsys):
-    """The trained demo model (the tiny checkpoint's flat confidences are no model to gate), default tolerances."""
-    assert _quant_check(DEMO, samples, "--json", str(tmp_path / "q.json")) == 0
+    """The trained demo model (the tiny checkpoint's flat confidences are no model to gate), default tolerances
+    but tokens per forward (TPF_TOLERANCE_3_SAMPLES)."""
+    assert _quant_check(DEMO, samples, "--json", str(tmp_path / "q.json"), "--max-tpf-change",
+                        TPF_TOLERANCE_3_SAMPLES) == 0
     report = json.loads((tmp_path / "q.json").read_text())
     checks = {c["metric"]: c for c in report["checks"]}
     assert set(checks) == {"token_agreement", "parsed", "l2_4s", "tokens_per_forward"}

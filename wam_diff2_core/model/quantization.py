@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 TORCHAO_REQUIREMENT = "torchao==0.18.0"
 INT4_GROUP_SIZE = 32
+HEAD_CHUNK_ROWS = 8192          # of the int8 LM head computed at a time (Int8ChunkedLinear)
 LAYERS_PREFIX = "model.language_model.layers."
 LM_HEAD = "lm_head"
 EMBEDDING = "model.language_model.embed_tokens"
@@ -144,6 +145,26 @@ class Int8RowEmbedding(torch.nn.Embedding):
         return rows.view(*input_ids.shape, self.embedding_dim)
 
 
+class Int8ChunkedLinear(torch.nn.Linear):
+    """A linear layer over an int8 weight with one scale per row (the LM head), computed :data:`HEAD_CHUNK_ROWS`
+    output rows at a time through torchao's own int8 linear. That linear converts the whole int8 weight to the
+    activations' dtype at every call: for the 2B model's head (151936 x 2048) a 0.62 GB bf16 copy per forward,
+    as large as the float head it replaces; a chunk's copy is 34 MB."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:            # [..., in] -> [..., out]
+        return torch.cat([torch.nn.functional.linear(
+            x, self.weight[start:start + HEAD_CHUNK_ROWS],
+            None if self.bias is None else self.bias[start:start + HEAD_CHUNK_ROWS])
+            for start in range(0, self.out_features, HEAD_CHUNK_ROWS)], dim=-1)
+
+
+def _chunked_head(head: torch.nn.Linear) -> Int8ChunkedLinear:
+    """``head``'s replacement computing by chunks of rows, over the same int8 weight (and bias)."""
+    new = Int8ChunkedLinear(head.in_features, head.out_features, bias=False, device="meta")
+    new.weight, new.bias = head.weight, head.bias
+    return new
+
+
 def _row_embedding(embedding: torch.nn.Embedding, weight: torch.nn.Parameter) -> Int8RowEmbedding:
     """``embedding``'s replacement reading the int8 table ``weight`` (built on meta: it owns no other tensor)."""
     new = Int8RowEmbedding(embedding.num_embeddings, embedding.embedding_dim, embedding.padding_idx, device="meta")
@@ -162,6 +183,7 @@ def quantize_embedding_and_head(model) -> tuple[int, int]:
     quantize_(model, Int8WeightOnlyConfig(), filter_fn=lambda module, fqn: module is head or
               (module is embedding and not tied))
     model.set_input_embeddings(_row_embedding(embedding, head.weight if tied else embedding.weight))
+    model.set_output_embeddings(_chunked_head(head))
     after = tensor_bytes(head.weight) + (0 if tied else tensor_bytes(model.get_input_embeddings().weight))
     return before, after
 
@@ -278,6 +300,8 @@ def load_quantized(model, path: Path, method: str) -> QuantizationReport:
     embedding = model.get_input_embeddings()
     if is_quantized(embedding.weight):      # a float table (an export that kept it float) stays as it is
         model.set_input_embeddings(_row_embedding(embedding, embedding.weight))
+    if is_quantized(model.lm_head.weight):
+        model.set_output_embeddings(_chunked_head(model.lm_head))
     targets = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and is_quantized(m.weight)}
     targets.pop(LM_HEAD, None)
     if not targets or any(not n.startswith(LAYERS_PREFIX) for n in targets):
