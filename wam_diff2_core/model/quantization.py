@@ -18,7 +18,8 @@ What is quantized: the decoder layers' linear layers (q/k/v/o projections and th
 a denoise forward reads in full every step; and, under every method, the LM head and the token embedding as
 weight-only int8 with one scale per row (:func:`quantize_embedding_and_head`). A row of the LM head is a
 token's row of the embedding table, so a tied model (the 2B shape) keeps *one* int8 table for both, and the
-embedding lookup dequantizes only the rows it gathers (:class:`Int8RowEmbedding`). The vision tower runs once
+embedding lookup dequantizes only the rows it gathers (:class:`Int8RowEmbedding`), the head computes its logits
+by chunks of rows (:class:`Int8ChunkedLinear`): neither makes a float copy of the table. The vision tower runs once
 per frame and is compute-bound: it stays float (docs/decoding.md, "Quantized weights": the measurements
 behind both choices).
 
@@ -98,10 +99,9 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-# docs/decoding.md, "Quantized weights": one forward of bench's `small` shape on this project's 2-core CPU (float32
-# activations, fastest of 15 interleaved runs): AR 64 ms float, 182 int8, 465 int8-dynamic, 393 int4; Block-32
-# 157 / 430 / 477 / 348 ms. torchao's CPU path dequantizes the weights at every call, so on a CPU quantization
-# saves memory and costs time (a board's GPU reads the int8 bytes directly: that is where it is for).
+# torchao's CPU path dequantizes the weights at every call, so on a CPU quantization saves memory and costs time
+# (docs/decoding.md, "Quantized weights", has the timings); a board's GPU reads the int8 bytes directly: that is
+# where it is for.
 CPU_NOTE = ("on CPU the quantized linear layers are slower than float32 (torchao dequantizes at every call; "
             "docs/decoding.md, Quantized weights): this saves memory, not time")
 
