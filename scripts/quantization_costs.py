@@ -2,7 +2,8 @@
 
     python scripts/quantization_costs.py forward [--threads 2]   # one static forward, bench's `small` shape
     python scripts/quantization_costs.py vision [--threads 2]    # the real 2B vision tower on a 512 x 288 frame
-    python scripts/quantization_costs.py modules MODEL           # int8 decoder linears, + LM head, + vision tower
+    python scripts/quantization_costs.py modules MODEL           # int8 decoder linears, + LM head, + vision tower,
+                                                                 # + LM head and token embedding (engine int8)
 
 ``forward``: random weights of bench's `small` shape (hidden 512, 6 layers, vocab 8192), one forward after a
 256-token prompt (AR: 1 query, Block-32: 32), the methods timed round-robin (the shared machine's load reaches
@@ -81,7 +82,7 @@ def modules(model_dir: str) -> None:
     from wam_diff2_core.decoding import make_decoder
     from wam_diff2_core.model.checkpoint import load_checkpoint
     from wam_diff2_core.model.prompt_encoding import encode_prompts
-    from wam_diff2_core.model.quantization import LAYERS_PREFIX
+    from wam_diff2_core.model.quantization import LAYERS_PREFIX, quantize_language_model
     from wam_diff2_core.outputs.prompts import format_planning_prompt
     from wam_diff2_core.policy import token_agreement
 
@@ -110,9 +111,13 @@ def modules(model_dir: str) -> None:
     choices = {"decoder linears": lambda m, fqn: isinstance(m, linear) and fqn.startswith(LAYERS_PREFIX),
                "+ LM head": lambda m, fqn: isinstance(m, linear) and (fqn.startswith(LAYERS_PREFIX) or fqn == "lm_head"),
                "+ vision tower": lambda m, fqn: isinstance(m, linear) and fqn.startswith((LAYERS_PREFIX, "model.visual"))}
+    choices["+ LM head and token embedding (int8 as shipped)"] = None
     for name, chosen in choices.items():
         loaded = load_checkpoint(model_dir, device="cpu", dtype="float32")
-        quantize_(loaded.model, Int8WeightOnlyConfig(), filter_fn=chosen)
+        if chosen is None:
+            quantize_language_model(loaded.model, "int8")
+        else:
+            quantize_(loaded.model, Int8WeightOnlyConfig(), filter_fn=chosen)
         sequences, ms = run(loaded)
         same, total, _ = token_agreement(sequences, reference)
         print(f"int8 {name}: token agreement {same}/{total} = {same / total:.3f}, ms/answer {ms:.0f}")

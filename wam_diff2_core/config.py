@@ -114,9 +114,10 @@ class EngineSettings:
                                 "machine's core count), which can oversubscribe a small CPU shared with the "
                                 "ROS executor and other processes (docs/reliability.md)",
                                 low=0, high=1024)
-    quantization: str = _setting("none", "weights of the language model's linear layers, applied at load: none "
-                                 "(float), int8 (weight-only), int4 (weight-only, groups of 32) or int8-dynamic "
-                                 "(int8 weights and activations); needs torchao (pip install .[quant]); changes "
+    quantization: str = _setting("none", "weights of the language model's decoder-layer linear layers, applied at "
+                                 "load: none (float), int8 (weight-only), int4 (weight-only, groups of 32) or "
+                                 "int8-dynamic (int8 weights and activations); under each but none the LM head and "
+                                 "token embedding are int8; needs torchao (pip install .[quant]); changes "
                                  "the tokens (check with wam-diff2 quant-check); a quantized checkpoint loads as "
                                  "it was exported", choices=QUANTIZATIONS)
 

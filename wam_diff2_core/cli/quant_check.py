@@ -141,8 +141,8 @@ def run(args) -> int:
     from ..data.samples import SampleError, load_images
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
-    from ..model.quantization import quantizable_linears, tensor_bytes
     from ..benchmark.model_comparison import bench_samples
+    from ..model.quantization import quantized_weights, tensor_bytes
 
     tol = Tolerances(**{name: getattr(args, name) for name in asdict(Tolerances())})
     samples, _, skipped = bench_samples(args.data, args.data_root, args.limit, args.every, tasks=("planning",),
@@ -157,8 +157,8 @@ def run(args) -> int:
     models["quantized"] = load_checkpoint(args.model, device=args.device, dtype=args.dtype, overrides=overrides,
                                           quantization=args.quantization)
     decoders = {side: make_decoder(m.model, m.config, engine=engine) for side, m in models.items()}
-    weights = {side: sum(tensor_bytes(lin.weight) for lin in quantizable_linears(m.model, "int8").values())
-               for side, m in models.items()}          # every decoder-layer linear ("int8": no group-size filter)
+    weights = {side: sum(tensor_bytes(w) for w in quantized_weights(m.model).values())
+               for side, m in models.items()}          # decoder-layer linears, LM head, token embedding
 
     rows = []
     for i, (sample, truth) in enumerate(tqdm(samples, desc=f"quant-check {args.quantization}", unit="sample")):
@@ -177,7 +177,8 @@ def run(args) -> int:
     device_name = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else cpu_name()
     print(f"quant-check {args.model}: {args.quantization} vs float, {len(rows)} planning samples of {args.data}, "
           f"{loaded.device} ({device_name}, {torch.get_num_threads()} threads), {str(loaded.dtype).replace('torch.', '')}, decoder "
-          f"{decoders['float'].__class__.__name__}; linear-layer weights {weights['float'] / 1e6:.2f} MB -> "
+          f"{decoders['float'].__class__.__name__}; quantized weights (decoder linears, LM head, "
+          f"embedding) {weights['float'] / 1e6:.2f} MB -> "
           f"{weights['quantized'] / 1e6:.2f} MB")
     ms = {side: statistics.median(r[side]["ms"] for r in rows) for side in models}
     print(f"median ms per answer (prefill + decoding): float {ms['float']:.1f}, {args.quantization} "

@@ -302,12 +302,9 @@ def _stored_dtype(path: Path, stored: dict, dtype: str) -> torch.dtype:
 
 
 def _load_quantized_model(path: Path, model_config, method: str, torch_dtype: torch.dtype, attn_implementation: str):
-    from transformers import Qwen3VLForConditionalGeneration
+    from .quantization import build_without_weights, load_quantized
 
-    from .quantization import load_quantized
-
-    model = Qwen3VLForConditionalGeneration._from_config(model_config, dtype=torch_dtype,
-                                                         attn_implementation=attn_implementation)
+    model = build_without_weights(model_config, torch_dtype, attn_implementation)
     report = load_quantized(model, path, method)
     log.info("loaded stored %s", report.describe())
     return model

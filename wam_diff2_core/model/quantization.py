@@ -14,20 +14,27 @@ Methods (``engine.quantization``, ``--quantization``):
                     byte, so it has int4's rounding but int8's size in memory;
 - ``int8-dynamic``  int8 weights and per-token int8 activations (``Int8DynamicActivationInt8WeightConfig``).
 
-What is quantized: the decoder layers' linear layers (q/k/v/o projections and the MLP), which a denoise
-forward reads in full every step. The vision tower runs once per frame and is compute-bound, and the LM
-head is tied to the embedding table in the 2B model (quantizing it would keep a float table *and* an int8
-head); both stay float (docs/decoding.md, "Quantized weights": the measurements behind that choice).
+What is quantized: the decoder layers' linear layers (q/k/v/o projections and the MLP) by the method, which
+a denoise forward reads in full every step; and, under every method, the LM head and the token embedding as
+weight-only int8 with one scale per row (:func:`quantize_embedding_and_head`). A row of the LM head is a
+token's row of the embedding table, so a tied model (the 2B shape) keeps *one* int8 table for both, and the
+embedding lookup dequantizes only the rows it gathers (:class:`Int8RowEmbedding`), the head computes its logits
+by chunks of rows (:class:`Int8ChunkedLinear`): neither makes a float copy of the table. The vision tower runs once
+per frame and is compute-bound: it stays float (docs/decoding.md, "Quantized weights": the measurements
+behind both choices).
 
 torchao is optional (``pip install .[quant]``, pinned in requirements/core.txt): a missing torchao is an
 error only when a method other than ``none`` is asked for. Quantized checkpoints (``wam-diff2 export
 --quantize``) store the quantized tensors flattened into plain tensors plus JSON metadata in safetensors
-(torchao's own safetensors support; no pickles) and load without quantizing again (:func:`load_quantized`).
+(torchao's own safetensors support; no pickles) and load without quantizing again (:func:`load_quantized`),
+into a model built without weights (:func:`build_without_weights`): no full-precision copy of a quantized
+tensor exists while loading.
 """
 from __future__ import annotations
 
 import json
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +46,10 @@ log = logging.getLogger(__name__)
 
 TORCHAO_REQUIREMENT = "torchao==0.18.0"
 INT4_GROUP_SIZE = 32
+HEAD_CHUNK_ROWS = 8192          # of the int8 LM head computed at a time (Int8ChunkedLinear)
 LAYERS_PREFIX = "model.language_model.layers."
+LM_HEAD = "lm_head"
+EMBEDDING = "model.language_model.embed_tokens"
 QUANTIZED_WEIGHTS_FILE = "model.safetensors"
 
 
@@ -89,10 +99,9 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-# docs/decoding.md, "Quantized weights": one forward of bench's `small` shape on this project's 2-core CPU (float32
-# activations, fastest of 15 interleaved runs): AR 64 ms float, 182 int8, 465 int8-dynamic, 393 int4; Block-32
-# 157 / 430 / 477 / 348 ms. torchao's CPU path dequantizes the weights at every call, so on a CPU quantization
-# saves memory and costs time (a board's GPU reads the int8 bytes directly: that is where it is for).
+# torchao's CPU path dequantizes the weights at every call, so on a CPU quantization saves memory and costs time
+# (docs/decoding.md, "Quantized weights", has the timings); a board's GPU reads the int8 bytes directly: that is
+# where it is for.
 CPU_NOTE = ("on CPU the quantized linear layers are slower than float32 (torchao dequantizes at every call; "
             "docs/decoding.md, Quantized weights): this saves memory, not time")
 
@@ -111,17 +120,77 @@ def is_quantized(t: torch.Tensor) -> bool:
 @dataclass(frozen=True)
 class QuantizationReport:
     method: str
-    linear_layers: int          # quantized
+    linear_layers: int          # decoder-layer linear layers quantized by the method
     float_bytes: int            # their weights before
     quantized_bytes: int        # and after
+    table_float_bytes: int = 0  # the LM head and the token embedding (once when tied) before
+    table_bytes: int = 0        # and after, int8
 
     def describe(self) -> str:
-        return (f"{self.method}: {self.linear_layers} linear layers of the language model, "
+        text = (f"{self.method}: {self.linear_layers} linear layers of the language model, "
                 f"{self.float_bytes / 1e6:.1f} MB -> {self.quantized_bytes / 1e6:.1f} MB of weights")
+        if self.table_bytes:
+            text += (f"; LM head and token embedding int8, {self.table_float_bytes / 1e6:.1f} MB -> "
+                     f"{self.table_bytes / 1e6:.1f} MB")
+        return text
+
+
+class Int8RowEmbedding(torch.nn.Embedding):
+    """A token embedding over an int8 table with one scale per row (torchao ``Int8Tensor``, per row), which may
+    be the tied LM head's own weight. A lookup dequantizes only the rows it gathers, exactly as torchao
+    dequantizes them; torchao's own embedding would dequantize the whole table at every call."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:      # [...] -> [..., hidden]
+        rows = self.weight[input_ids.reshape(-1)].dequantize()      # [tokens, hidden]
+        return rows.view(*input_ids.shape, self.embedding_dim)
+
+
+class Int8ChunkedLinear(torch.nn.Linear):
+    """A linear layer over an int8 weight with one scale per row (the LM head), computed :data:`HEAD_CHUNK_ROWS`
+    output rows at a time through torchao's own int8 linear. That linear converts the whole int8 weight to the
+    activations' dtype at every call: for the 2B model's head (151936 x 2048) a 0.62 GB bf16 copy per forward,
+    as large as the float head it replaces; a chunk's copy is 34 MB."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:            # [..., in] -> [..., out]
+        return torch.cat([torch.nn.functional.linear(
+            x, self.weight[start:start + HEAD_CHUNK_ROWS],
+            None if self.bias is None else self.bias[start:start + HEAD_CHUNK_ROWS])
+            for start in range(0, self.out_features, HEAD_CHUNK_ROWS)], dim=-1)
+
+
+def _chunked_head(head: torch.nn.Linear) -> Int8ChunkedLinear:
+    """``head``'s replacement computing by chunks of rows, over the same int8 weight (and bias)."""
+    new = Int8ChunkedLinear(head.in_features, head.out_features, bias=False, device="meta")
+    new.weight, new.bias = head.weight, head.bias
+    return new
+
+
+def _row_embedding(embedding: torch.nn.Embedding, weight: torch.nn.Parameter) -> Int8RowEmbedding:
+    """``embedding``'s replacement reading the int8 table ``weight`` (built on meta: it owns no other tensor)."""
+    new = Int8RowEmbedding(embedding.num_embeddings, embedding.embedding_dim, embedding.padding_idx, device="meta")
+    new.weight = weight
+    return new
+
+
+def quantize_embedding_and_head(model) -> tuple[int, int]:
+    """The LM head and the token embedding to weight-only int8, one scale per row, in place; a tied pair stays
+    one table (the head's rows are the tokens' rows). (bytes before, bytes after)."""
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    head, embedding = model.lm_head, model.get_input_embeddings()
+    tied = head.weight is embedding.weight
+    before = tensor_bytes(head.weight) + (0 if tied else tensor_bytes(embedding.weight))
+    quantize_(model, Int8WeightOnlyConfig(), filter_fn=lambda module, fqn: module is head or
+              (module is embedding and not tied))
+    model.set_input_embeddings(_row_embedding(embedding, head.weight if tied else embedding.weight))
+    model.set_output_embeddings(_chunked_head(head))
+    after = tensor_bytes(head.weight) + (0 if tied else tensor_bytes(model.get_input_embeddings().weight))
+    return before, after
 
 
 def quantize_language_model(model, method: str) -> QuantizationReport:
-    """Quantize the decoder layers' linear layers of a Qwen3-VL model in place (``none``: nothing)."""
+    """Quantize a Qwen3-VL model in place (``none``: nothing): the decoder layers' linear layers by ``method``,
+    the LM head and token embedding to int8 (module doc)."""
     if method not in QUANTIZATIONS:
         raise ConfigError(f"quantization: {method!r} is not one of {', '.join(QUANTIZATIONS)}")
     if method == "none":
@@ -136,9 +205,20 @@ def quantize_language_model(model, method: str) -> QuantizationReport:
     before = sum(tensor_bytes(m.weight) for m in targets.values())
     quantize_(model, config, filter_fn=lambda module, fqn: fqn in targets)
     after = sum(tensor_bytes(m.weight) for m in targets.values())
-    report = QuantizationReport(method, len(targets), before, after)
+    table_before, table_after = quantize_embedding_and_head(model)
+    report = QuantizationReport(method, len(targets), before, after, table_before, table_after)
     log.info("quantized %s", report.describe())
     return report
+
+
+def quantized_weights(model) -> dict[str, torch.Tensor]:
+    """The weights quantization replaces, by module name, float or quantized: the decoder-layer linears (every
+    one: no int4 group-size filter), the LM head and the token embedding (one entry when tied)."""
+    weights = {name: m.weight for name, m in quantizable_linears(model, "int8").items()}
+    weights[LM_HEAD] = model.lm_head.weight
+    if model.get_input_embeddings().weight is not model.lm_head.weight:
+        weights[EMBEDDING] = model.get_input_embeddings().weight
+    return weights
 
 
 # ----------------------------------------------------------------------------- quantized checkpoints
@@ -159,10 +239,39 @@ def save_quantized_weights(model, out: Path) -> Path:
     return path
 
 
+@contextmanager
+def _parameters_on_meta():
+    """Modules built inside get their parameters on the meta device (no memory, no initialisation) and their
+    buffers as usual: the non-persistent ones (the rotary tables) are computed from the config, never stored,
+    so they must be real. Parameters registered before the ``with`` are untouched."""
+    register = torch.nn.Module.register_parameter
+
+    def register_on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            module._parameters[name] = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    torch.nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+def build_without_weights(model_config, dtype: torch.dtype, attn_implementation: str):
+    """Qwen3VLForConditionalGeneration of ``model_config`` whose parameters are on the meta device, for
+    :func:`load_quantized` to fill: loading a quantized checkpoint never holds a full-precision copy."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    with _parameters_on_meta():
+        return Qwen3VLForConditionalGeneration._from_config(model_config, dtype=dtype,
+                                                            attn_implementation=attn_implementation)
+
+
 def load_quantized(model, path: Path, method: str) -> QuantizationReport:
-    """Fill ``model`` (built from the checkpoint's config) with a quantized checkpoint's weights as they are
-    stored: the quantized tensors are rebuilt from their parts, nothing is quantized again. Errors name the
-    file and the tensors that are missing or unexpected."""
+    """Fill ``model`` (built from the checkpoint's config, usually by :func:`build_without_weights`) with a
+    quantized checkpoint's weights as they are stored: the quantized tensors are rebuilt from their parts,
+    nothing is quantized again. Errors name the file and the tensors that are missing or unexpected."""
     require_torchao(method)
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -188,8 +297,19 @@ def load_quantized(model, path: Path, method: str) -> QuantizationReport:
     model.load_state_dict(state, strict=False, assign=True)
     if tied:
         model.tie_weights()
+    embedding = model.get_input_embeddings()
+    if is_quantized(embedding.weight):      # a float table (an export that kept it float) stays as it is
+        model.set_input_embeddings(_row_embedding(embedding, embedding.weight))
+    if is_quantized(model.lm_head.weight):
+        model.set_output_embeddings(_chunked_head(model.lm_head))
     targets = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and is_quantized(m.weight)}
+    targets.pop(LM_HEAD, None)
     if not targets or any(not n.startswith(LAYERS_PREFIX) for n in targets):
         raise ConfigError(f"{weights}: expected quantized linear layers in the language model's decoder layers only")
+    on_meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if on_meta:
+        raise ConfigError(f"{weights}: tensors left without a value: {on_meta[:5]}")
+    table = sum(tensor_bytes(w) for name, w in quantized_weights(model).items() if name in (LM_HEAD, EMBEDDING)
+                and is_quantized(w))
     size = sum(tensor_bytes(m.weight) for m in targets.values())
-    return QuantizationReport(method, len(targets), 0, size)
+    return QuantizationReport(method, len(targets), 0, size, 0, table)

@@ -22,18 +22,10 @@ SHAPES = {
 VISION_2B = VISION["2b"]
 
 
-def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float, *,
-                       vision: dict | None = None, token_ids: dict | None = None):
-    """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape (a
-    name of :data:`SHAPES` or such a dict).
-
-    Logits are scaled by ``logit_scale`` through the final norm's weight, not the LM head: with tied
-    embeddings (the 2B shape) scaling the LM head would scale the input embeddings too, and the
-    random model would no longer have a trained model's spread of confidences. ``vision``: the vision
-    tower's dimensions (default a minimal one); ``token_ids``: image / video / vision start and end ids
-    of a tokenizer (``image_token_id`` ...; default the last rows of the vocabulary)."""
-    import torch
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+def random_model_config(shape: str | dict, *, vision: dict | None = None, token_ids: dict | None = None):
+    """(Qwen3VLConfig, DiffusionConfig) of :func:`build_random_model`'s model, without building it (a loader
+    that fills a model built without weights needs only these)."""
+    from transformers import Qwen3VLConfig
 
     from ..config import DecodingSettings, DiffusionConfig
 
@@ -48,15 +40,32 @@ def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale:
         **(token_ids or dict(image_token_id=dims["vocab_size"] - 3, video_token_id=dims["vocab_size"] - 4,
                              vision_start_token_id=dims["vocab_size"] - 5, vision_end_token_id=dims["vocab_size"] - 6)),
         tie_word_embeddings=tie)
+    vocab = dims["vocab_size"]
+    mask_id, eos_id = vocab - 1, vocab - 2
+    # EOS is banned too: every decode runs to --new-tokens, so timings compare like for like.
+    diffusion = DiffusionConfig(settings=DecodingSettings(), eos_token_id=eos_id, mask_token_id=mask_id,
+                                banned_token_ids=tuple(range(vocab - 6, vocab)), vocab_size=vocab)
+    return config, diffusion
+
+
+def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float, *,
+                       vision: dict | None = None, token_ids: dict | None = None):
+    """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape (a
+    name of :data:`SHAPES` or such a dict).
+
+    Logits are scaled by ``logit_scale`` through the final norm's weight, not the LM head: with tied
+    embeddings (the 2B shape) scaling the LM head would scale the input embeddings too, and the
+    random model would no longer have a trained model's spread of confidences. ``vision``: the vision
+    tower's dimensions (default a minimal one); ``token_ids``: image / video / vision start and end ids
+    of a tokenizer (``image_token_id`` ...; default the last rows of the vocabulary)."""
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+
+    config, diffusion = random_model_config(shape, vision=vision, token_ids=token_ids)
     torch.manual_seed(seed)
     with torch.device(device):
         model = Qwen3VLForConditionalGeneration(config)
     model = model.to(dtype).eval()
     with torch.no_grad():
         model.model.language_model.norm.weight.mul_(logit_scale)    # logits = lm_head(norm(h)): all x scale
-    vocab = dims["vocab_size"]
-    mask_id, eos_id = vocab - 1, vocab - 2
-    # EOS is banned too: every decode runs to --new-tokens, so timings compare like for like.
-    diffusion = DiffusionConfig(settings=DecodingSettings(), eos_token_id=eos_id, mask_token_id=mask_id,
-                                banned_token_ids=tuple(range(vocab - 6, vocab)), vocab_size=vocab)
     return model, diffusion

@@ -51,7 +51,8 @@ def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat1
         import torchao
         settings["quantization"] = {
             "method": loaded.quantization, "dtype": str(loaded.dtype).replace("torch.", ""),
-            "modules": "the language model's decoder-layer linear layers", "library": f"torchao {torchao.__version__}",
+            "modules": "the language model's decoder-layer linear layers; the LM head and token embedding int8",
+            "library": f"torchao {torchao.__version__}",
             **({"group_size": INT4_GROUP_SIZE} if loaded.quantization == "int4" else {})}
         (tmp / DIFFUSION_CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n")
     return Path(dst)

@@ -3,9 +3,10 @@ the parity gate (wam-diff2 quant-check) and quantized checkpoints (wam-diff2 exp
 
 Pinned: under each method the plain and the static decoder give the same tokens (exactly: the same
 quantized modules run in both); int8 agrees with float32 at >= INT8_MIN_AGREEMENT of the answer positions
-on the tiny checkpoint; quant-check passes int8 of a model against itself and fails (exit 1, naming the
-metric) on a quantization whose scales are damaged; an exported int8 checkpoint loads without quantizing
-again and decodes the same tokens as quantizing at load.
+on the tiny checkpoint; the LM head and the token embedding are int8 under every method, one table when tied;
+quant-check passes int8 of a model against itself and fails (exit 1, naming the metric) on a quantization
+whose scales are damaged; an exported int8 checkpoint loads without quantizing again, without a float copy of
+its quantized weights, and decodes the same tokens as quantizing at load.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from wam_diff2_core.cli import build_parser, main
 from wam_diff2_core.config import ConfigError, EngineSettings
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
-from wam_diff2_core.model import quantization
+from wam_diff2_core.model import quantization, random_model
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.policy import DrivingPolicy, token_agreement
 
@@ -29,12 +30,18 @@ pytest.importorskip("torchao", reason="the quantized path needs torchao (pip ins
 
 STATIC = EngineSettings(implementation="static")
 PROMPTS = (0, 1, 2)
-# int8 weight-only against float32, share of answer positions that agree (three prompts of mixed length, 64
-# tokens each), measured 2026-12-03. The random tiny checkpoint is the worst case: its confidences are flat, so a
-# rounding difference flips near ties (B = 32 fixes one token per step, the most confident: 136/192 agree;
-# B = 4: 174/192; AR: 192/192). The trained demo model at B = 32: 176/179.
-INT8_MIN_AGREEMENT_TINY = {32: 0.7, 4: 0.9, 1: 1.0}
-INT8_MIN_AGREEMENT_DEMO = 0.95
+# int8 weight-only (decoder layers, LM head and embedding) against float32, share of answer positions that agree
+# (three prompts of mixed length, 64 tokens each), measured 2026-12-03. The random tiny checkpoint is the worst
+# case: its confidences are flat, so a rounding difference flips near ties, most of all in the LM head (B = 32
+# fixes one token per step, the most confident: 87/192 agree; B = 4: 185/192; AR: 138/192, one prompt's greedy
+# answer turning at its 10th token and differing from there on). The trained demo model at B = 32 on these text
+# prompts, which are not its driving prompts: 147/179 (176/179 with the LM head float); on its driving report
+# set 98.3 % agree (wam-diff2 quant-check, docs/decoding.md "Quantized weights").
+INT8_MIN_AGREEMENT_TINY = {32: 0.4, 4: 0.9, 1: 0.7}
+INT8_MIN_AGREEMENT_DEMO = 0.8
+# quant-check's tokens-per-forward tolerance here: the median over this test's 3 samples moves by a token's
+# worth of a block (3.23 -> 3.00, -7 %); over the 50 report-set samples int8 is -2 % at the default 5 %.
+TPF_TOLERANCE_3_SAMPLES = "0.1"
 DEMO = REPO_ROOT / "models" / "wam-diff2-demo-b32"
 
 
@@ -53,18 +60,106 @@ def _decode(loaded, decoder_cls, block, *engine, tokens=None):
         return decoder.generate(encode(loaded.processor, PROMPTS), settings)
 
 
-def test_only_the_language_models_decoder_linears_are_quantized(quantized, tiny_model):
+def test_the_decoder_linears_by_the_method_and_the_lm_head_and_embedding_in_int8(quantized, tiny_model):
     model = quantized["int8"].model
     names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and quantization.is_quantized(m.weight)}
     layers = len(model.model.language_model.layers)
-    assert len(names) == 7 * layers                     # q, k, v, o, gate, up, down
-    assert all(n.startswith(quantization.LAYERS_PREFIX) for n in names)
-    assert not quantization.is_quantized(model.lm_head.weight)
+    assert len(names) == 7 * layers + 1                 # q, k, v, o, gate, up, down; the LM head
+    assert all(n.startswith(quantization.LAYERS_PREFIX) for n in names - {quantization.LM_HEAD})
     assert not any(quantization.is_quantized(p) for p in model.model.visual.parameters())
     q_proj = model.model.language_model.layers[0].self_attn.q_proj.weight
     float_q = tiny_model.model.model.language_model.layers[0].self_attn.q_proj.weight
     assert q_proj.qdata.dtype == torch.int8
     assert quantization.tensor_bytes(q_proj) < 0.3 * quantization.tensor_bytes(float_q)   # 1 byte + a row scale
+    for method in ("int4", "int8-dynamic"):              # the head and the table are int8 under every method
+        head = quantized[method].model.lm_head.weight
+        assert type(head).__name__ == "Int8Tensor" and head.qdata.dtype == torch.int8
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, quantization.Int8RowEmbedding) and quantization.is_quantized(embedding.weight)
+    ids = torch.tensor([[3, 0, 7], [7, 7, 1]])
+    assert torch.equal(embedding(ids), torch.nn.functional.embedding(ids, embedding.weight.dequantize()))
+    head = model.lm_head              # by chunks of rows: as in one piece, up to the rounding of BLAS's blocking
+    assert isinstance(head, quantization.Int8ChunkedLinear)
+    hidden = torch.randn(2, 5, head.in_features)
+    chunk = head.out_features // 3                        # several chunks, the last one short
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(quantization, "HEAD_CHUNK_ROWS", chunk)
+        torch.testing.assert_close(head(hidden), torch.nn.functional.linear(hidden, head.weight), rtol=1e-5, atol=1e-5)
+
+
+TIED_TINY = {**random_model.SHAPES["tiny"], "tie_word_embeddings": True}
+
+
+def test_a_tied_lm_head_and_embedding_share_one_int8_table_through_export_and_load(tmp_path):
+    """The 2B shape's choice: its LM head is its embedding table, quantized once; exported, the file holds
+    the table once and the load ties the head to it again."""
+    model, _ = random_model.build_random_model(TIED_TINY, "cpu", torch.float32, 0, 24.0)
+    table = model.lm_head.weight.detach().clone()
+    report = quantization.quantize_language_model(model, "int8")
+    head, embedding = model.lm_head.weight, model.get_input_embeddings()
+    assert embedding.weight is head and quantization.is_quantized(head)
+    assert report.table_float_bytes == table.numel() * 4 and report.table_bytes == quantization.tensor_bytes(head)
+    assert (head.dequantize() - table).abs().max() <= table.abs().amax(dim=1).max() / 127   # half a step per row
+
+    quantization.save_quantized_weights(model, tmp_path)
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / quantization.QUANTIZED_WEIGHTS_FILE), "pt") as f:
+        assert not any(k.startswith("lm_head.") for k in f.keys())
+    again = quantization.build_without_weights(model.config, torch.float32, "sdpa")
+    loaded = quantization.load_quantized(again, tmp_path, "int8")
+    assert again.lm_head.weight is again.get_input_embeddings().weight
+    assert loaded.table_bytes == report.table_bytes and loaded.linear_layers == report.linear_layers
+    ids = torch.tensor([[5, 9, 100, 2040]])
+    with torch.no_grad():
+        assert torch.equal(again.eval()(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_a_quantized_checkpoint_loads_without_a_full_precision_copy_of_its_weights(tiny_checkpoint, tmp_path,
+                                                                                  monkeypatch):
+    """The model is built with its parameters on the meta device (buffers computed as usual), and filling it
+    creates no float tensor of a quantized weight's shape: nothing is dequantized or materialised in float."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    out = tmp_path / "int8"
+    assert main(["export", str(tiny_checkpoint), str(out), "--dtype", "float32", "--quantize", "int8"]) == 0
+    reference = load_checkpoint(tiny_checkpoint, device="cpu", dtype="float32", quantization="int8").model
+    shapes = {tuple(w.shape) for w in quantization.quantized_weights(reference).values()} - \
+        {tuple(p.shape) for p in reference.parameters() if not quantization.is_quantized(p)}     # only theirs
+    assert len(shapes) >= 3          # q/o, gate/up, the LM head and table
+
+    class FloatWeights(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for t in result if isinstance(result, (tuple, list)) else (result,):
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and not t.is_meta \
+                        and not quantization.is_quantized(t) and tuple(t.shape) in shapes:
+                    self.seen.append((str(func), tuple(t.shape)))
+            return result
+
+    build, fill = quantization.build_without_weights, quantization.load_quantized
+    built = []
+
+    def build_checked(*args):
+        model = build(*args)
+        assert all(p.is_meta for p in model.parameters())
+        assert not any(b.is_meta for b in model.buffers())
+        built.append(model)
+        return model
+
+    def fill_watched(*args):
+        with FloatWeights():
+            return fill(*args)
+    monkeypatch.setattr(quantization, "build_without_weights", build_checked)
+    monkeypatch.setattr(quantization, "load_quantized", fill_watched)
+    loaded = load_checkpoint(out, device="cpu")
+    assert built and loaded.model is built[0] and FloatWeights.seen == []
+    assert not any(p.is_meta for p in loaded.model.parameters())
+    for name, weight in quantization.quantized_weights(loaded.model).items():
+        assert quantization.is_quantized(weight), name
+    for (name, buf), (_, ref) in zip(loaded.model.named_buffers(), reference.named_buffers()):
+        assert torch.equal(buf, ref), name                     # the rotary tables, computed from the config
 
 
 @pytest.mark.parametrize("method", ["int8", "int4", "int8-dynamic"])
@@ -163,8 +258,10 @@ def _quant_check(ckpt, data, *extra):
 
 
 def test_quant_check_passes_int8_against_itself(demo_models, samples, tmp_path, capsys):
-    """The trained demo model (the tiny checkpoint's flat confidences are no model to gate), default tolerances."""
-    assert _quant_check(DEMO, samples, "--json", str(tmp_path / "q.json")) == 0
+    """The trained demo model (the tiny checkpoint's flat confidences are no model to gate), default tolerances
+    but tokens per forward (TPF_TOLERANCE_3_SAMPLES)."""
+    assert _quant_check(DEMO, samples, "--json", str(tmp_path / "q.json"), "--max-tpf-change",
+                        TPF_TOLERANCE_3_SAMPLES) == 0
     report = json.loads((tmp_path / "q.json").read_text())
     checks = {c["metric"]: c for c in report["checks"]}
     assert set(checks) == {"token_agreement", "parsed", "l2_4s", "tokens_per_forward"}
