@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from test.support import REPO_ROOT as REPO
+from test.support import REPO_ROOT as REPO, default_sigint
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
@@ -148,7 +148,8 @@ def test_ctrl_c_leaves_no_recording(scene_bag, tmp_path):
     out = tmp_path / "rec"
     proc = subprocess.Popen([sys.executable, "-m", "wam_diff2_ros.tools", "replay", str(bag), "--rate", "0.2",
                              "--delay-s", "0", "--record", str(out), "--record-topics", TOPICS["odometry"]],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(tmp_path.glob(".rec.partial-*/rec/*.mcap")):
         time.sleep(0.05)

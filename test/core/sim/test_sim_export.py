@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test.support import REPO_ROOT as ROOT
+from test.support import REPO_ROOT as ROOT, default_sigint
 from wam_diff2_core.data.samples import SampleError, iter_samples, load_images
 from wam_diff2_core.outputs.parsing import parse_boxes, parse_waypoints
 from wam_diff2_core.outputs.prompts import format_detection_prompt, format_planning_prompt
@@ -274,7 +274,8 @@ def test_an_interrupted_cli_run_leaves_no_output(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "wam_diff2_core.cli", "synth", str(out), "--episodes", "50",
                              "--frames", "100", "--width", "96", "--height", "54", "--no-progress"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 60
         while not any(tmp_path.glob(".set.partial-*/images/e0000/*.jpg")):   # wait until it is writing
