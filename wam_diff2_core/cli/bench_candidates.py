@@ -45,8 +45,9 @@ def selection_row(sample_id: str, plans: list, pdm, lane_width_m: float) -> dict
 
     def pdms(plan) -> float:
         return 0.0 if plan is None else float(pdm.score(sample_id, plan).pdms)
+    without = pdms(plans[0])
     return {"id": sample_id, "valid": sum(p is not None for p in plans), "selected": index + 1,
-            "pdms_without": pdms(plans[0]), "pdms_with": pdms(plans[index])}
+            "pdms_without": without, "pdms_with": without if index == 0 else pdms(plans[index])}
 
 
 def summarize(rows: list[dict[str, Any]], candidates: CandidateSettings, label: str) -> dict[str, Any]:
