@@ -371,6 +371,9 @@ def compare_models(data: SampleSet, models: dict[str, str], *, block_sizes, thre
                 processor_ms.append((time.perf_counter() - t) * 1e3)
             loaded_by_path[path] = (loaded, make_decoder(loaded.model, loaded.config), encoded, processor_ms)
         loaded, decoder, encoded, processor_ms = loaded_by_path[path]
+        if block > 1 and loaded.config.mask_token_id is None:
+            log.warning("%s: %s is autoregressive (no mask token): its block-diffusion rows are left out", label, path)
+            continue
         settings = loaded.config.with_settings(block_size=block, denoising_steps=block,
                                                **({} if threshold is None else {"confidence_threshold": threshold})
                                                ).settings

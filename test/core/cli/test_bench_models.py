@@ -145,6 +145,18 @@ def test_bench_models_real_tiny_model(tiny_checkpoint, dataset, tmp_path, capsys
     assert "per stage, p50 / p95 ms" in printed and "vision encoder" in printed
 
 
+def test_bench_models_an_ar_checkpoint_alone_gets_the_ar_row(tiny_ar_checkpoint, dataset, tmp_path, caplog):
+    """An AR checkpoint (no mask token) as --model: the block-diffusion rows are left out with a warning,
+    not an error, so an AR model can be scored on its own."""
+    out = tmp_path / "ar"
+    assert main(["bench", "--model", str(tiny_ar_checkpoint), "--data", str(dataset / "samples.json"), "--out",
+                 str(out), "--device", "cpu", "--block-sizes", "8", "--thresholds", "0.9", "--limit", "1",
+                 "--max-new-tokens", "8"]) == 0
+    result = json.loads((out / "bench.json").read_text())
+    assert [c["label"] for c in result["configurations"]] == ["AR"]
+    assert "is autoregressive (no mask token): its block-diffusion rows are left out" in caplog.text
+
+
 def test_bench_models_bad_inputs(tiny_checkpoint, dataset, tmp_path, capsys):
     assert _bench(tiny_checkpoint, tmp_path / "nope.json", tmp_path / "o1") == 2
     assert "no such file" in capsys.readouterr().err
