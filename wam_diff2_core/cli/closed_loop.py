@@ -28,11 +28,7 @@ in ``wam_diff2_core/sim/route_runs.py``.
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Sequence
 
 from ..config import add_threads_argument
 from .common import (add_candidate_arguments, add_decoding_arguments, add_model_arguments, add_parse_retry_argument,
@@ -82,76 +78,36 @@ def add_arguments(p) -> None:
                         "selection and report sets' route seeds (sim/protocol.py)")
 
 
-@dataclass
-class RouteJob:
-    """What one closed-loop command drives: the routes' settings, the controller's gains, the engine."""
-    settings: Any                 # ClosedLoopSettings
-    gains: Any                    # ControllerGains
-    engine: Any                   # EngineSettings
-    out: Path                     # the (temporary, atomically renamed) output folder
-    record: dict[str, Any] = field(default_factory=dict)   # extra entries of summary.json
-    notes: list[str] = field(default_factory=list)         # lines printed after the summary line
-    wrote: str = ""                                          # appended to the last line ("wrote ...")
-
-
-def run_routes(args, prog: str, loop: str, drive: Callable[[RouteJob, Callable], None],
-               extra_settings: dict[str, Any] | None = None) -> int:
-    """Validate the route options, drive every route through ``drive(job, each)`` (which calls
-    ``each(drive_one)`` once, ``drive_one(RouteRun) -> RouteResult``), write summary.json and the plots."""
-    from tqdm import tqdm
-
-    from ..config import EngineSettings
+def route_batch(args):
+    """The RouteBatch the route options describe (ConfigError naming a bad one): every closed loop's."""
+    from ..config import ConfigError, EngineSettings
     from ..control import ControllerGains
     from ..sim.direct_loop import demo_world_gains
-    from ..sim.route_report import plot_route, summarize, summary_line
-    from ..sim.route_runs import ClosedLoopSettings, RouteRun
-    from ..utils.atomic import atomic_directory
+    from ..sim.route_batch import RouteBatch
+    from ..sim.route_runs import ClosedLoopSettings
 
     if args.oracle == bool(args.model):
-        print(f"{prog}: error: give exactly one of --model CKPT or --oracle", file=sys.stderr)
-        return 2
-    if getattr(args, "expert_labels", False):
-        from ..sim.protocol import check_training_route_seed
-        try:
-            check_training_route_seed(ClosedLoopSettings().seed if args.seed is None else args.seed)
-        except ValueError as exc:
-            print(f"{prog}: error: --expert-labels: {exc}", file=sys.stderr)
-            return 2
-    engine = EngineSettings().replace(cpu_threads=args.cpu_threads,      # validated here, for every loop
-                                      quantization=args.quantization)
+        raise ConfigError("give exactly one of --model CKPT or --oracle")
+    engine = EngineSettings().replace(cpu_threads=args.cpu_threads, quantization=args.quantization)
     overrides = {k: v for k, v in (("seed", args.seed), ("route_length_m", args.route_length_m)) if v is not None}
-    settings = ClosedLoopSettings(traffic=args.traffic, command_source=args.command_source,
-                                  pdm_score=args.pdm_score, **overrides)
-    gains = demo_world_gains(ControllerGains(), args.steer_gain_scale)
-    indices = range(args.first_route, args.first_route + args.routes)
-    results = []
-    record = {"settings": {**dataclasses.asdict(settings), "loop": loop, **(extra_settings or {}),
-                           "lockstep_n": args.lockstep_n, "planner": "oracle" if args.oracle else args.model,
-                           "quantization": engine.quantization,
-                           "gains": dataclasses.asdict(gains), "routes": list(indices)}}
-    with atomic_directory(args.out, overwrite=args.overwrite) as out:
-        job = RouteJob(settings, gains, engine, out)
-        progress = tqdm(indices, desc="routes", unit="route")
+    try:
+        settings = ClosedLoopSettings(traffic=args.traffic, command_source=args.command_source,
+                                      pdm_score=args.pdm_score, **overrides)
+        return RouteBatch(settings, demo_world_gains(ControllerGains(), args.steer_gain_scale), engine,
+                          planner="oracle" if args.oracle else args.model, first_route=args.first_route,
+                          routes=args.routes, lockstep_n=args.lockstep_n, plots=not args.no_plots)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
-        def each(drive_one) -> None:
-            for i in progress:
-                run_ = RouteRun(i, settings)
-                result = drive_one(run_)
-                results.append(result)
-                progress.set_postfix(rc=f"{result.route_completion:.2f}", end=result.termination)
-                if not args.no_plots:
-                    plot_route(run_, out / f"route_{i:03d}.png")
 
-        drive(job, each)
-        summary = summarize(results)
-        record.update(summary=summary, results=[r.to_json() for r in results], **job.record)
-        (out / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+def print_summary(out: str, summary: dict[str, Any], plots: int, notes: Sequence[str] = (), wrote: str = "") -> None:
+    """The closed-loop commands' last lines: the summary, the loop's notes, what was written."""
+    from ..sim.route_report import summary_line
+
     print(f"closed loop: {summary_line(summary)}")
-    for line in job.notes:
+    for line in notes:
         print(line)
-    print(f"wrote {args.out}/summary.json" + ("" if args.no_plots else f" and {len(results)} bird's-eye plots")
-          + job.wrote)
-    return 0
+    print(f"wrote {out}/summary.json" + (f" and {plots} bird's-eye plots" if plots else "") + wrote)
 
 
 def policy_planner(args, engine, candidates=None):
@@ -172,28 +128,32 @@ def run(args) -> int:
     from ..config import ConfigError
     from ..sim.direct_loop import drive_direct
     from ..sim.expert_labels import ExpertLabels
+    from ..sim.protocol import check_training_route_seed
+    from ..sim.route_batch import drive_routes, write_summary
     from ..sim.route_planners import ExpertOracle
+    from ..utils.atomic import atomic_directory
     from .common import candidate_settings
 
-    prog = "wam-diff2 closed-loop"
-    try:
-        candidates = candidate_settings(args)
-    except ConfigError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+    batch = route_batch(args)
+    candidates = candidate_settings(args)
     if candidates is not None and args.oracle:
-        print(f"{prog}: error: --candidates {candidates.count}: candidate selection needs --model (the oracle "
-              "plans no candidates)", file=sys.stderr)
-        return 2
-
-    def drive(job: RouteJob, each) -> None:
-        planner = ExpertOracle() if args.oracle else policy_planner(args, job.engine, candidates)
+        raise ConfigError(f"--candidates {candidates.count}: candidate selection needs --model (the oracle plans no "
+                          "candidates)")
+    if args.expert_labels:
+        try:
+            check_training_route_seed(batch.settings.seed)
+        except ValueError as exc:
+            raise ConfigError(f"--expert-labels: {exc}") from None
+    wrote = ""
+    with atomic_directory(args.out, overwrite=args.overwrite) as out:
+        planner = ExpertOracle() if args.oracle else policy_planner(args, batch.engine, candidates)
         if args.expert_labels:
-            planner = labels = ExpertLabels(planner, job.out / "expert_labels")
-        each(lambda r: drive_direct(r, planner, job.gains, args.lockstep_n))
+            planner = labels = ExpertLabels(planner, out / "expert_labels")
+        results = drive_routes(batch, out, lambda r: drive_direct(r, planner, batch.gains, batch.lockstep_n))
         if args.expert_labels:
             labels.write()
-            job.wrote = (f"; {len(labels.samples)} expert-labelled frames in {args.out}/expert_labels/train.json")
-
-    return run_routes(args, prog, "direct", drive,
-                      extra_settings={"candidates": dataclasses.asdict(candidates or CandidateSettings(count=1))})
+            wrote = f"; {len(labels.samples)} expert-labelled frames in {args.out}/expert_labels/train.json"
+        summary = write_summary(batch, out, results, "direct", {
+            "candidates": dataclasses.asdict(candidates or CandidateSettings(count=1))})
+    print_summary(args.out, summary, len(results) if batch.plots else 0, wrote=wrote)
+    return 0

@@ -746,27 +746,28 @@ def planner_parameters(args, engine) -> dict[str, Any]:
 
 def run(args) -> int:
     """``wam-diff2-ros closed-loop``: the routes of ``wam-diff2 closed-loop``, driven over DDS."""
-    from wam_diff2_core.cli.closed_loop import run_routes
+    from wam_diff2_core.cli.closed_loop import print_summary, route_batch
+    from wam_diff2_core.sim.route_batch import drive_routes, write_summary
+    from wam_diff2_core.utils.atomic import atomic_directory
 
-    def drive(job, each) -> None:
-        planner_params = planner_parameters(args, job.engine)
-        settings = RosLoopSettings(role=args.role, planner="oracle" if args.oracle else args.planner_process,
-                                   model_path=args.model or "", planner_parameters=planner_params,
-                                   lockstep_n=args.lockstep_n, timing=args.timing,
-                                   command_source="route" if args.bridge else args.command_source,
-                                   gains=job.gains, domain_id=args.domain_id,
-                                   odometry="estimated" if args.bridge else args.odometry, bridge=args.bridge,
-                                   pacing=args.pacing, planner_slowdown=args.planner_slowdown)
+    batch = route_batch(args)
+    odometry = "estimated" if args.bridge else args.odometry
+    settings = RosLoopSettings(role=args.role, planner="oracle" if args.oracle else args.planner_process,
+                               model_path=args.model or "", planner_parameters=planner_parameters(args, batch.engine),
+                               lockstep_n=batch.lockstep_n, timing=args.timing,
+                               command_source="route" if args.bridge else args.command_source,
+                               gains=batch.gains, domain_id=args.domain_id, odometry=odometry, bridge=args.bridge,
+                               pacing=args.pacing, planner_slowdown=args.planner_slowdown)
+    record, notes = {}, []
+    with atomic_directory(args.out, overwrite=args.overwrite) as out:
         with RosClosedLoop(settings) as loop:
-            each(loop.run_route)
+            results = drive_routes(batch, out, loop.run_route)
         if loop.localization_errors:
-            loc = error_summary(*zip(*loop.localization_errors))
-            job.record["localization"] = loc
-            job.notes.append(
-                f"localization (estimate vs truth, {loc['ticks']} ticks): position median "
-                f"{loc['position_median_m']:.3f} m, p95 {loc['position_p95_m']:.3f} m; heading median "
-                f"{loc['heading_median_deg']:.3f} deg, p95 {loc['heading_p95_deg']:.3f} deg")
-
-    return run_routes(args, "wam-diff2-ros closed-loop", "ros", drive,
-                      extra_settings={"timing": args.timing, "bridge": args.bridge,
-                                      "odometry": "estimated" if args.bridge else args.odometry})
+            loc = record["localization"] = error_summary(*zip(*loop.localization_errors))
+            notes.append(f"localization (estimate vs truth, {loc['ticks']} ticks): position median "
+                         f"{loc['position_median_m']:.3f} m, p95 {loc['position_p95_m']:.3f} m; heading median "
+                         f"{loc['heading_median_deg']:.3f} deg, p95 {loc['heading_p95_deg']:.3f} deg")
+        summary = write_summary(batch, out, results, "ros",
+                                {"timing": args.timing, "bridge": args.bridge, "odometry": odometry}, record)
+    print_summary(args.out, summary, len(results) if batch.plots else 0, notes)
+    return 0

@@ -89,9 +89,14 @@ def test_cli_writes_a_summary_and_a_plot_per_route(tmp_path, capsys):
     assert record["summary"]["routes"] == 2 and record["summary"]["route_completion"] == 1.0
     assert [r["index"] for r in record["results"]] == [0, 1] and record["settings"]["planner"] == "oracle"
     assert (out / "route_000.png").stat().st_size > 10_000 and (out / "route_001.png").exists()
+    capsys.readouterr()
     assert main(["closed-loop", "--routes", "1", "--out", str(tmp_path / "x")]) == 2
+    assert "give exactly one of --model CKPT or --oracle" in capsys.readouterr().err
+    assert main(["closed-loop", "--oracle", "--routes", "0", "--out", str(tmp_path / "x")]) == 2
+    assert "routes: 0 (give at least 1)" in capsys.readouterr().err
     assert main(["closed-loop", "--oracle", "--threads", "-1", "--out", str(tmp_path / "y")]) == 2
-    assert "cpu_threads: -1 is below 0" in capsys.readouterr().err and not (tmp_path / "y").exists()
+    assert "cpu_threads: -1 is below 0" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
 def test_expert_labels_keep_every_planned_frame_with_the_experts_answer(tmp_path, capsys):
