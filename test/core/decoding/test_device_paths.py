@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from test.support.decoder_prompts import encode
-from test.core.decoding.test_static_decoder import _PagedPrefillStandIn
+from test.support.flashinfer_double import PagedPrefillDouble
 from wam_diff2_core.config import EngineSettings
 from wam_diff2_core.decoding import decoder as plain_module
 from wam_diff2_core.decoding import sampling
@@ -140,7 +140,7 @@ def test_each_rank_gets_its_own_accelerator(monkeypatch, kind):
 
 
 # ---------------------------------------------------------------------------------- 5. FlashInfer wrappers
-class _FixedBufferStandIn(_PagedPrefillStandIn):
+class _FixedBufferStandIn(PagedPrefillDouble):
     """As FlashInfer: a CUDA-graph wrapper plans into index buffers of a fixed size and refuses more."""
 
     def __init__(self, workspace, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
@@ -183,7 +183,7 @@ def test_flashinfer_plans_from_host_lengths_that_match_the_device_buffers(tiny_m
     from wam_diff2_core.decoding import attention_flashinfer
     from wam_diff2_core.decoding.attention_flashinfer import FlashInferAttention
     static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, STATIC)
-    kernels = types.SimpleNamespace(BatchPrefillWithPagedKVCacheWrapper=_PagedPrefillStandIn)
+    kernels = types.SimpleNamespace(BatchPrefillWithPagedKVCacheWrapper=PagedPrefillDouble)
     static.attention = FlashInferAttention(static.text, use_cuda_graph=False, kernels=kernels)
     checked = []
     real_step = FlashInferAttention.step

@@ -22,7 +22,7 @@ import json
 import numpy as np
 import pytest
 
-from test.core.evaluation.test_eval_predictions import TOPIC, TYPE, trajectory
+from test.support.trajectory_messages import TOPIC, TYPE, trajectory
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE, DEFAULT_LANE_WIDTH_M
 from wam_diff2_core.evaluation.bag_types import default_typestore

@@ -12,33 +12,20 @@ import json
 import numpy as np
 import pytest
 
+from test.support.trajectory_messages import TOPIC, TYPE, trajectory
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_types import default_typestore
 from wam_diff2_core.evaluation.bag_writer import BagStreamWriter, write_bag
 from wam_diff2_core.evaluation.bags import Bag
-from wam_diff2_core.evaluation.ground_truth import WAYPOINT_OFFSETS_NS
 from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
-from wam_diff2_core.evaluation.predictions import DEFAULT_TRAJECTORY_TOPIC, NOT_PUBLISHED, evaluate_predictions
+from wam_diff2_core.evaluation.predictions import NOT_PUBLISHED, evaluate_predictions
 from wam_diff2_core.evaluation.scenes import START_NS, straight_scene, write_scene_bag
-from wam_diff2_core.speed_profile import waypoint_states
 
 K = np.arange(1, 9)
-TOPIC = DEFAULT_TRAJECTORY_TOPIC
-TYPE = "wam_diff2_ros/msg/Trajectory"
 
 
 def lateral(values):
     return np.stack([np.zeros(8), np.asarray(values, float) * np.ones(8)], axis=1)
-
-
-def stages(t, stamp_ns, latency_ms):
-    """A node's StageTimes: 1 ms of image conversion, the rest denoising."""
-    header = t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9,
-                                                                              nanosec=stamp_ns % 10**9), frame_id="cam")
-    return t["wam_diff2_ros/msg/StageTimes"](header=header, image_ms=1.0, processor_ms=0.0, vision_ms=0.0,
-                                             prefill_ms=0.0, denoise_ms=latency_ms, commit_ms=0.0, parse_ms=0.0,
-                                             other_ms=0.0, total_ms=latency_ms + 1.0, peak_memory_mb=500.0,
-                                             memory_kind="rss")
 
 
 # TrajectoryPoint as 0.1.0 published it (before heading and speed): bags recorded then must still evaluate
@@ -58,29 +45,6 @@ def typestore_of(version: str):
         old.register(get_types_from_msg(TRAJECTORY_POINT_0_1, "wam_diff2_ros/msg/TrajectoryPoint"))
         store = old
     return store
-
-
-def trajectory(types, stamp_ns, points=None, *, valid=True, reason="", command="straight", forwards=4, tokens=8,
-               block_size=32, latency_ms=100.0, raw_text="answer"):
-    t = types
-    pts = []
-    point = t["wam_diff2_ros/msg/TrajectoryPoint"]
-    if points is not None:
-        headings, speeds = waypoint_states(points)
-        for dt_ns, (x, y), heading, speed in zip(WAYPOINT_OFFSETS_NS, points, headings, speeds):
-            extra = dict(heading=float(heading), speed=float(speed)) if "speed" in point.__dataclass_fields__ else {}
-            pts.append(point(
-                time_from_start=t["builtin_interfaces/msg/Duration"](sec=dt_ns // 10**9, nanosec=dt_ns % 10**9),
-                x=float(x), y=float(y), **extra))
-    stats = t["wam_diff2_ros/msg/DecodeStats"](block_size=block_size, forwards=forwards, denoise_steps=forwards - 1,
-                                               blocks=1, tokens=tokens, prefill_ms=1.0, denoise_ms=2.0, commit_ms=0.5,
-                                               retries=0, latency_ms=latency_ms, stages=stages(t, stamp_ns, latency_ms))
-    header = t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9,
-                                                                              nanosec=stamp_ns % 10**9),
-                                      frame_id="ego_vehicle")
-    return t[TYPE](header=header, points=pts, command=command, valid=valid, invalid_reason=reason,
-                   raw_text=raw_text, stats=stats, candidates=1, valid_candidates=int(valid), selected_candidate=0,
-                   pdms=float("nan"))
 
 
 @pytest.fixture(scope="module")
