@@ -54,7 +54,7 @@ def scene_bag(tmp_path_factory):
     return write_scene_bag(tmp_path_factory.mktemp("src") / "bag", scene, storage="mcap"), scene
 
 
-@pytest.fixture(scope="module", params=["0.2.0", "0.1.0"])
+@pytest.fixture(scope="module", params=["0.3.0", "0.1.0"])
 def predictions_bag(scene_bag, tmp_path_factory, request):
     """A node's answers as the current package writes them, and as 0.1.0 did (its own definitions inside)."""
     bag, scene = scene_bag
