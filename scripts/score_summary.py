@@ -8,7 +8,8 @@ samples, the same over the AR row's on the samples both parsed (paired), forward
 with interval) and unparseable answers; where bench scored PDMS (NAVSIM v1, the demo world's road and traffic),
 the mean PDMS with its interval, the sub-scores and the paired difference from the AR row (an answer that does
 not parse scores 0). Closed loop (``wam-diff2 closed-loop`` summary.json, one per
-route seed): route completion per seed and over all routes with its interval over routes.
+route seed): route completion per seed and over all routes with its interval over routes; with
+``--closed-loop-baseline`` (the same routes driven otherwise) the paired difference in route completion.
 Prints markdown tables (the model card's); ``--json`` writes every number.
 """
 from __future__ import annotations
@@ -98,7 +99,25 @@ def closed_loop(summaries: list[tuple[str, dict]]) -> dict:
             "route_completion_interval": bootstrap_interval(values, np.mean)}
 
 
-def markdown(open_rows: list[dict] | None, loop: dict | None, cv: dict | None) -> str:
+def closed_loop_paired(runs: list[dict], baseline: list[dict]) -> dict:
+    """Route completion of ``runs`` minus ``baseline`` (closed-loop summary.json each), paired per route (the same
+    seed and index), with its 95 % bootstrap interval over routes; collisions and lane departures summed."""
+    def routes(summaries):
+        return {(r["seed"], r["index"]): r for s in summaries for r in s["results"]}
+    a, b = routes(runs), routes(baseline)
+    keys = sorted(a)
+    if not keys or sorted(b) != keys:
+        raise SystemExit("score_summary: --closed-loop and --closed-loop-baseline must drive the same routes "
+                         f"(seed, index): {len(keys)} against {len(b)}, {len(set(keys) ^ set(b))} unmatched")
+    diff = np.array([a[k]["route_completion"] - b[k]["route_completion"] for k in keys])
+    return {"routes": len(keys), "route_completion_minus_baseline": float(diff.mean()),
+            "interval": bootstrap_interval(diff, np.mean),
+            "routes_better": int((diff > 1e-9).sum()), "routes_worse": int((diff < -1e-9).sum()),
+            **{f"{k}_{side}": int(sum(len(r[k]) if isinstance(r[k], list) else r[k] for r in rs.values()))
+               for k in ("collisions", "lane_departures") for side, rs in (("run", a), ("baseline", b))}}
+
+
+def markdown(open_rows: list[dict] | None, loop: dict | None, cv: dict | None, paired: dict | None = None) -> str:
     out = []
     if open_rows:
         n = open_rows[0]["samples"]
@@ -134,6 +153,13 @@ def markdown(open_rows: list[dict] | None, loop: dict | None, cv: dict | None) -
                 "|---|---|---|---|---|---|"]
         out += [f"| {s['seed']} | {s['routes']} | {100 * s['route_completion']:.1f} % | {s['completed']} | "
                 f"{s['collisions']} | {s['lane_departures']} |" for s in loop["per_seed"]]
+    if paired:
+        lo, hi = paired["interval"]
+        out += ["", f"Against the baseline, paired over the same {paired['routes']} routes: route completion "
+                f"{100 * paired['route_completion_minus_baseline']:+.1f} points [95 %: {100 * lo:+.1f}, {100 * hi:+.1f}]; "
+                f"better on {paired['routes_better']} routes, worse on {paired['routes_worse']}; collisions "
+                f"{paired['collisions_run']} (baseline {paired['collisions_baseline']}), lane departures "
+                f"{paired['lane_departures_run']} (baseline {paired['lane_departures_baseline']})"]
     return "\n".join(out)
 
 
@@ -141,16 +167,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", type=Path, help="a `wam-diff2 bench --data` output folder (bench.json)")
     p.add_argument("--closed-loop", type=Path, nargs="*", default=[], help="`wam-diff2 closed-loop` output folders")
+    p.add_argument("--closed-loop-baseline", type=Path, nargs="*", default=[],
+                   help="closed-loop output folders of the same routes driven by a baseline: the paired difference")
     p.add_argument("--json", type=Path, help="also write every number here")
     args = p.parse_args(argv)
     if not args.bench and not args.closed_loop:
         p.error("give --bench and/or --closed-loop")
+    if args.closed_loop_baseline and not args.closed_loop:
+        p.error("--closed-loop-baseline needs --closed-loop")
     bench = _load(args.bench, "bench.json") if args.bench else None
     open_rows = open_loop(bench) if bench else None
-    loop = closed_loop([(str(d), _load(d, "summary.json")) for d in args.closed_loop]) if args.closed_loop else None
-    print(markdown(open_rows, loop, bench["baseline"] if bench else None))
+    runs = [_load(d, "summary.json") for d in args.closed_loop]
+    loop = closed_loop(list(zip(map(str, args.closed_loop), runs))) if runs else None
+    paired = (closed_loop_paired(runs, [_load(d, "summary.json") for d in args.closed_loop_baseline])
+              if args.closed_loop_baseline else None)
+    print(markdown(open_rows, loop, bench["baseline"] if bench else None, paired))
     if args.json:
-        args.json.write_text(json.dumps({"open_loop": open_rows, "closed_loop": loop}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"open_loop": open_rows, "closed_loop": loop, "closed_loop_paired": paired},
+                                        indent=2) + "\n")
     return 0
 
 

@@ -159,3 +159,31 @@ def test_score_demo_refuses_bad_settings_before_any_work(tmp_path, env, message)
                        env={**os.environ, "DATA": str(data), "OUT": str(out), **env})
     assert r.returncode == 2 and message in r.stderr
     assert not data.exists() and not out.exists()
+
+
+def _loop(folder, seed: int, completion: list[float], collisions: list[int]):
+    folder.mkdir()
+    results = [{"seed": seed, "index": i, "route_completion": c, "collisions": [{}] * k, "lane_departures": 1}
+               for i, (c, k) in enumerate(zip(completion, collisions))]
+    (folder / "summary.json").write_text(json.dumps({"results": results, "summary": {
+        "completed": sum(c == 1.0 for c in completion), "collisions": sum(collisions), "lane_departures": len(results)}}))
+    return folder
+
+
+def test_score_summary_pairs_closed_loop_routes_with_a_baseline(tmp_path):
+    """Route completion paired per (seed, index): +0.5, 0, -0.2 and +0.3 average +0.15; routes must match."""
+    runs = [_loop(tmp_path / "n4_1", 1, [1.0, 0.6], [0, 1]), _loop(tmp_path / "n4_2", 2, [0.8, 0.9], [0, 0])]
+    base = [_loop(tmp_path / "n1_1", 1, [0.5, 0.6], [0, 0]), _loop(tmp_path / "n1_2", 2, [1.0, 0.6], [2, 0])]
+    out = subprocess.run([sys.executable, str(SCRIPT), "--closed-loop", *map(str, runs), "--closed-loop-baseline",
+                          *map(str, base), "--json", str(tmp_path / "s.json")], capture_output=True, text=True,
+                         check=True).stdout
+    paired = json.loads((tmp_path / "s.json").read_text())["closed_loop_paired"]
+    assert paired["routes"] == 4 and paired["route_completion_minus_baseline"] == pytest.approx(0.15)
+    lo, hi = paired["interval"]
+    assert -0.2 <= lo < 0.15 < hi <= 0.5
+    assert (paired["routes_better"], paired["routes_worse"]) == (2, 1)
+    assert (paired["collisions_run"], paired["collisions_baseline"]) == (1, 2)
+    assert "route completion +15.0 points" in out and "better on 2 routes, worse on 1" in out
+    fewer = subprocess.run([sys.executable, str(SCRIPT), "--closed-loop", *map(str, runs), "--closed-loop-baseline",
+                            str(base[0])], capture_output=True, text=True)
+    assert fewer.returncode != 0 and "must drive the same routes" in fewer.stderr
