@@ -12,8 +12,10 @@ knows at that moment, never from ground truth (no recorded future, no map):
   :data:`NO_ROUTE_HALF_SIZE_M` around the ego (DAC never fails) and progress along the ego's heading;
 - **agents**: the tracked objects, each moved on at its measured velocity (constant velocity, heading kept)
   from its message's stamp, every 0.1 s for 5 s; none when no objects are known;
-- **the reference progress** (EP's denominator): the best progress x NC x DAC among the candidates
-  themselves, as PDM-Closed scores its own proposals (there is no reference planner online).
+- **the reference progress** (EP's denominator; ``progress_reference``): ``best``, the best progress x NC x DAC
+  among the candidates themselves, as PDM-Closed scores its own proposals (there is no reference planner
+  online), or ``first``, row 1's (the greedy plan's; ``best`` when row 1 did not parse): a candidate then gains
+  nothing by planning more progress than the greedy plan, only by being safer or smoother.
 
 The best candidate has the highest PDMS, the earliest one on ties (row 1, the greedy decode, wins a tie).
 
@@ -46,6 +48,7 @@ NO_ROUTE_HALF_SIZE_M = 1000.0  # without a route: the drivable area is this squa
 MAX_CANDIDATES = 16            # rows of one batched decode
 OBJECTS_MAX_AGE_S = 1.0        # an objects message older than this at the frame is not used (nothing is tracked)
 BOX, CYLINDER = 1, 3           # shape_msgs/SolidPrimitive types of derived_object_msgs/Object
+PROGRESS_REFERENCES = ("best", "first")   # EP's reference progress among the candidates (module docstring)
 TRACKING_MARGIN_M = 5.0        # the tracked ego stays this close to its plan's line (agents farther are not scored)
 
 
@@ -53,13 +56,15 @@ TRACKING_MARGIN_M = 5.0        # the tracked ego stays this close to its plan's 
 class CandidateSettings:
     """How many candidate plans a frame decodes and how rows 2..N sample (row 1 decodes with the decoding
     settings: greedy by default); ``seed``: rows 2..N draw from generators seeded ``seed + row`` each frame;
-    ``lane_width_m``: the online drivable corridor's width around the route. ``count`` 1: no selection."""
+    ``lane_width_m``: the online drivable corridor's width around the route; ``progress_reference``: EP's
+    reference among the candidates (:data:`PROGRESS_REFERENCES`). ``count`` 1: no selection."""
 
     count: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
     lane_width_m: float = DEFAULT_LANE_WIDTH_M
+    progress_reference: str = "best"
 
     def __post_init__(self):
         if isinstance(self.count, bool) or not isinstance(self.count, int) or not 1 <= self.count <= MAX_CANDIDATES:
@@ -71,6 +76,9 @@ class CandidateSettings:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"candidate seed: must be an integer >= 0, got {self.seed!r}")
         check_lane_width(self.lane_width_m)
+        if self.progress_reference not in PROGRESS_REFERENCES:
+            raise ValueError(f"candidate progress_reference: one of {', '.join(PROGRESS_REFERENCES)}, got "
+                             f"{self.progress_reference!r}")
 
 
 def check_lane_width(lane_width_m: float) -> float:
@@ -226,18 +234,25 @@ class OnlineScene:
                 near.append(agent)
         return tuple(near)
 
-    def score_all(self, plans: Sequence[np.ndarray | None]) -> tuple[PdmResult | None, ...]:
-        """Every plan's PDM score, EP against the best progress x NC x DAC among them (None stays None);
-        only the agents near some plan are scored against (:meth:`near_agents`)."""
+    def score_all(self, plans: Sequence[np.ndarray | None],
+                  progress_reference: str = "best") -> tuple[PdmResult | None, ...]:
+        """Every plan's PDM score (None stays None), EP against the best progress x NC x DAC among them or, with
+        ``progress_reference="first"``, the first plan's (the best's when it is None); only the agents near
+        some plan are scored against (:meth:`near_agents`)."""
+        if progress_reference not in PROGRESS_REFERENCES:
+            raise ValueError(f"progress_reference: one of {', '.join(PROGRESS_REFERENCES)}, got {progress_reference!r}")
         scene = replace(self.scene, agents=self.near_agents(plans))
         raw = [None if p is None else pdm_score(p, self.ego, scene, 0.0, self.vehicle) for p in plans]
-        reference = max((r.weighted_progress_m for r in raw if r is not None), default=0.0)
+        if progress_reference == "first" and raw and raw[0] is not None:
+            reference = raw[0].weighted_progress_m
+        else:
+            reference = max((r.weighted_progress_m for r in raw if r is not None), default=0.0)
         return tuple(None if r is None else r.with_reference(reference) for r in raw)
 
-    def select(self, plans: Sequence[np.ndarray | None]) -> Selection | None:
-        """The best of ``plans`` ([8, 2] ego-frame waypoints, None where a candidate did not parse); None
-        when none parsed."""
-        results = self.score_all(plans)
+    def select(self, plans: Sequence[np.ndarray | None], progress_reference: str = "best") -> Selection | None:
+        """The best of ``plans`` ([8, 2] ego-frame waypoints, None where a candidate did not parse; EP's
+        reference as :meth:`score_all`); None when none parsed."""
+        results = self.score_all(plans, progress_reference)
         valid = [i for i, r in enumerate(results) if r is not None]
         if not valid:
             return None

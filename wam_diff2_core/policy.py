@@ -168,7 +168,8 @@ class DrivingPolicy:
             scene = scene or online_scene((0.0, 0.0), 0.0, ego.velocity[0], ego.acceleration[0],
                                           lane_width_m=self.candidates.lane_width_m)
             # scoring the candidates is in stages.other_ms (no stage of its own in StageTimes)
-            selection = scene.select([p.waypoints if p.valid else None for p in plans])
+            selection = scene.select([p.waypoints if p.valid else None for p in plans],
+                                     self.candidates.progress_reference)
             if selection is not None:
                 results["plan"] = plans[selection.index]
         retry = self._retry_settings()

@@ -46,6 +46,23 @@ def test_a_clear_plan_beats_one_through_a_parked_car_and_ep_is_against_the_best_
     assert results[3].ep == pytest.approx(1.0)
 
 
+def test_with_the_first_candidate_as_progress_reference_planning_faster_than_it_gains_nothing():
+    """EP against row 1's progress: a faster clear plan scores no better than the greedy one (the tie goes to
+    row 1) and a slower one loses EP; when row 1 did not parse the reference is the best candidate's."""
+    scene = online_scene((0.0, 0.0), 0.0, 8.0, route_xy=_route(), lane_width_m=7.0)
+    greedy, faster, slower = _straight(8.0), _straight(10.0), _straight(4.0)
+    best = scene.select([greedy, faster, slower])
+    assert best.index == 1 and best.results[0].ep < 1.0               # "best": the faster plan sets EP
+    first = scene.select([greedy, faster, slower], "first")
+    assert first.index == 0 and first.results[1].ep == first.results[0].ep == pytest.approx(1.0)
+    assert first.results[2].ep == pytest.approx(first.results[2].progress_m / first.results[0].progress_m)
+    fallback = scene.select([None, faster, slower], "first")
+    assert fallback.index == 1 and fallback.results[1].reference_progress_m == pytest.approx(
+        fallback.results[1].progress_m)
+    with pytest.raises(ValueError, match="progress_reference"):
+        scene.select([greedy], "fastest")
+
+
 def test_ties_go_to_the_earliest_candidate_and_no_valid_candidate_selects_nothing():
     scene = online_scene((0.0, 0.0), 0.0, 8.0, route_xy=_route(), lane_width_m=7.0)
     plan = _straight(8.0)
@@ -116,7 +133,7 @@ def test_ego_start_steering_from_yaw_rate():
 @pytest.mark.parametrize("kwargs,match", [
     ({"count": 0}, "candidates"), ({"count": 2.0}, "candidates"), ({"count": 99}, "candidates"),
     ({"temperature": 0.0}, "temperature"), ({"top_p": 0.0}, "top_p"), ({"seed": -1}, "seed"),
-    ({"lane_width_m": float("nan")}, "lane_width_m")])
+    ({"lane_width_m": float("nan")}, "lane_width_m"), ({"progress_reference": "fastest"}, "progress_reference")])
 def test_bad_candidate_settings_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):
         CandidateSettings(**kwargs)

@@ -34,13 +34,13 @@ def decode_candidates(decoder, tokenizer, inputs, settings, candidates: Candidat
     return [p.waypoints if p.ok else None for p in plans]
 
 
-def selection_row(sample_id: str, plans: list, pdm, lane_width_m: float) -> dict[str, Any] | None:
+def selection_row(sample_id: str, plans: list, pdm, candidates) -> dict[str, Any] | None:
     """A sample's paired scores: row 1's PDMS (no selection) and the kept candidate's; None when the data set
     does not know the sample."""
-    scene = pdm.online_scene(sample_id, lane_width_m)
+    scene = pdm.online_scene(sample_id, candidates.lane_width_m)
     if scene is None:
         return None
-    selection = scene.select(plans)
+    selection = scene.select(plans, candidates.progress_reference)
     index = 0 if selection is None else selection.index
 
     def pdms(plan) -> float:
@@ -60,6 +60,7 @@ def summarize(rows: list[dict[str, Any]], candidates: CandidateSettings, label: 
     difference = pairs[:, 1] - pairs[:, 0]
     return {"label": label, "candidates": candidates.count, "temperature": candidates.temperature,
             "top_p": candidates.top_p, "seed": candidates.seed, "lane_width_m": candidates.lane_width_m,
+            "progress_reference": candidates.progress_reference,
             "samples": len(rows), "pdms_without": float(pairs[:, 0].mean()) if len(rows) else None,
             "pdms_with": float(pairs[:, 1].mean()) if len(rows) else None,
             "difference": float(difference.mean()) if len(rows) else None,
@@ -73,7 +74,7 @@ def compare_selection(decoder, tokenizer, settings, samples, encoded, pdm, candi
     """Decode and score every planning sample of ``samples`` [(Sample, ground truth)] (``encoded``: their
     processor inputs, in order) with and without selection (module docstring)."""
     rows = [selection_row(sample.id, decode_candidates(decoder, tokenizer, inputs, settings, candidates), pdm,
-                          candidates.lane_width_m)
+                          candidates)
             for (sample, _), inputs in zip(samples, encoded) if pdm.inputs(sample.id) is not None]
     return summarize(rows, candidates, label)
 

@@ -41,7 +41,7 @@ def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
 def add_candidate_arguments(parser) -> None:
     """``--candidates`` ... ``--lane-width-m``: the planner's ``candidates.*`` (defaults: CandidateSettings), for
     the commands that decode plan candidates (``bench --data``, ``closed-loop``)."""
-    from ..candidate_selection import MAX_CANDIDATES, CandidateSettings
+    from ..candidate_selection import MAX_CANDIDATES, PROGRESS_REFERENCES, CandidateSettings
 
     defaults = CandidateSettings()
     parser.add_argument("--candidates", type=int, default=defaults.count,
@@ -57,6 +57,10 @@ def add_candidate_arguments(parser) -> None:
                         help="candidate row r samples from a generator seeded this + r (the planner's candidates.seed)")
     parser.add_argument("--lane-width-m", type=float, default=defaults.lane_width_m,
                         help="the online corridor's width around the route (m; the planner's candidates.lane_width_m)")
+    parser.add_argument("--candidate-progress-reference", choices=PROGRESS_REFERENCES,
+                        default=defaults.progress_reference,
+                        help="EP's reference among the candidates: best (the best candidate's progress) or first (the "
+                             "greedy row's; the planner's candidates.progress_reference)")
 
 
 def candidate_settings(args: argparse.Namespace):
@@ -69,7 +73,8 @@ def candidate_settings(args: argparse.Namespace):
         return None
     try:
         return CandidateSettings(count=args.candidates, temperature=args.candidate_temperature,
-                                 top_p=args.candidate_top_p, seed=args.candidate_seed, lane_width_m=args.lane_width_m)
+                                 top_p=args.candidate_top_p, seed=args.candidate_seed, lane_width_m=args.lane_width_m,
+                                 progress_reference=args.candidate_progress_reference)
     except ValueError as exc:
         raise ConfigError(f"--candidates / --candidate-*: {exc}") from None
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import fields
 from typing import Any, Mapping
 
-from ..candidate_selection import MAX_CANDIDATES, CandidateSettings
+from ..candidate_selection import MAX_CANDIDATES, PROGRESS_REFERENCES, CandidateSettings
 from ..config import (DECODING_FIELDS, DEFAULT_PARSE_RETRY, DTYPE_NAMES, ENGINE_FIELDS, PARSE_RETRIES, ConfigError,
                       DecodingSettings, EngineSettings, field_type)
 from ..frame_inputs import InputSettings
@@ -84,6 +84,9 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec(CANDIDATES_PREFIX + "lane_width_m", _CANDIDATE_DEFAULTS.lane_width_m, "width of the drivable "
               "corridor around the route that candidates are scored in (metres; no map)", CONFIGURE,
               low=0.5, high=100.0),
+    ParamSpec(CANDIDATES_PREFIX + "progress_reference", _CANDIDATE_DEFAULTS.progress_reference, "ego progress "
+              "(EP) of each candidate against: best = the best candidate's progress (as PDM-Closed), first = the "
+              "greedy first candidate's (no gain for planning faster than it)", CONFIGURE, choices=PROGRESS_REFERENCES),
     ParamSpec("warmup", True, "on configure: check the fast decoder against the plain one on a grey frame (plain "
               "if they disagree) and decode that frame once, so the first real frame is not slow", CONFIGURE),
     # ---- start-up (read-only)
