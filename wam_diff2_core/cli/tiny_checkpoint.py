@@ -17,6 +17,9 @@ def add_arguments(p) -> None:
     p.add_argument("--hidden-size", type=int, default=argparse.SUPPRESS,
                    help="language model width (a multiple of 32)")
     p.add_argument("--layers", type=int, default=argparse.SUPPRESS, help="language model decoder layers")
+    p.add_argument("--vision-depth", type=int, default=argparse.SUPPRESS, help="vision tower blocks")
+    p.add_argument("--vision-hidden-size", type=int, default=argparse.SUPPRESS,
+                   help="vision tower width (a multiple of 32)")
     p.add_argument("--logit-scale", type=float, default=argparse.SUPPRESS,
                    help="LM head scale: the default spreads a random model's confidences over (0, 1); 1 is a "
                         "plain initialisation for training from scratch")
@@ -25,11 +28,16 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from ..config import ConfigError
     from ..model.tiny import build_tiny_checkpoint
     from ..utils.atomic import atomic_directory
 
-    with atomic_directory(args.out_dir) as tmp:
-        sizes = {k: v for k, v in vars(args).items() if k in ("hidden_size", "layers", "logit_scale")}
-        build_tiny_checkpoint(tmp, seed=args.seed, block_size=args.block_size, diffusion=not args.ar, **sizes)
+    sizes = {k: v for k, v in vars(args).items() if k in ("hidden_size", "layers", "logit_scale", "vision_depth",
+                                                            "vision_hidden_size")}
+    try:
+        with atomic_directory(args.out_dir) as tmp:
+            build_tiny_checkpoint(tmp, seed=args.seed, block_size=args.block_size, diffusion=not args.ar, **sizes)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     print(f"wrote {args.out_dir}")
     return 0

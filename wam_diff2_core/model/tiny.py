@@ -118,9 +118,12 @@ def build_processor(tokenizer, min_pixels: int = TINY_MIN_PIXELS, max_pixels: in
 
 
 def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_depth: int = 2,
-                 head_padding: int = 32, qwen_layout: bool = False):
+                 vision_hidden_size: int = 64, head_padding: int = 32, qwen_layout: bool = False):
     """``qwen_layout``: the real LM head width (151936) and head_dim 128 with the real MRoPE
-    sections [24, 20, 20] (interleaved); otherwise head_dim 32, sections [6, 5, 5]."""
+    sections [24, 20, 20] (interleaved); otherwise head_dim 32, sections [6, 5, 5]. The vision tower:
+    ``vision_depth`` blocks ``vision_hidden_size`` wide (32 per head, MLP twice as wide)."""
+    if vision_hidden_size % 32:
+        raise ValueError(f"vision_hidden_size: {vision_hidden_size} is not a multiple of 32")
     from transformers import Qwen3VLConfig
     ids = tokenizer.convert_tokens_to_ids
     # Like the real 151936-wide head over a 151669-token vocabulary: unused rows past the end.
@@ -138,7 +141,8 @@ def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_d
                              "mrope_interleaved": True},
         ),
         vision_config=dict(
-            depth=vision_depth, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
+            depth=vision_depth, hidden_size=vision_hidden_size, intermediate_size=2 * vision_hidden_size,
+            num_heads=vision_hidden_size // 32, patch_size=16,
             spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden_size,
             num_position_embeddings=256, deepstack_visual_indexes=list(range(min(vision_depth, layers))),
         ),
@@ -150,13 +154,15 @@ def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_d
 
 def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, *, block_size: int = 32,
                           logit_scale: float = 24.0, hidden_size: int = 128, layers: int = 2,
-                          diffusion: bool = True, head_padding: int = 32) -> Path:
+                          vision_depth: int = 2, vision_hidden_size: int = 64, diffusion: bool = True,
+                          head_padding: int = 32) -> Path:
     """Write a deterministic random tiny checkpoint; ``logit_scale`` sharpens the LM head so
     confidences spread over (0, 1) and thresholds matter. ``diffusion=False`` writes a stock
     autoregressive Qwen3-VL checkpoint instead (no ``<|mask|>``, no diffusion settings)."""
     out = Path(out_dir)
     tokenizer = build_tokenizer(seed, with_mask=diffusion)
-    config = build_config(tokenizer, hidden_size=hidden_size, layers=layers, head_padding=head_padding)
+    config = build_config(tokenizer, hidden_size=hidden_size, layers=layers, vision_depth=vision_depth,
+                          vision_hidden_size=vision_hidden_size, head_padding=head_padding)
     _save(out, tokenizer, config, seed, logit_scale)
     if diffusion:
         write_diffusion_file(out, block_size=block_size, mask_token_id=tokenizer.convert_tokens_to_ids(MASK_TOKEN),

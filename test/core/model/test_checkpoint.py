@@ -149,10 +149,17 @@ def test_export_casts_the_weights_and_keeps_everything_else(tmp_path, tiny_check
 def test_tiny_checkpoint_cli_sizes(tmp_path):
     from wam_diff2_core.cli import main
     from wam_diff2_core.model.checkpoint import read_model_config
-    assert main(["tiny-checkpoint", str(tmp_path / "m"), "--ar", "--hidden-size", "64", "--layers", "3"]) == 0
-    text = read_model_config(tmp_path / "m").text_config
-    assert (text.hidden_size, text.num_hidden_layers) == (64, 3)
+    assert main(["tiny-checkpoint", str(tmp_path / "m"), "--ar", "--hidden-size", "64", "--layers", "3",
+                 "--vision-depth", "3", "--vision-hidden-size", "128"]) == 0
+    config = read_model_config(tmp_path / "m")
+    assert (config.text_config.hidden_size, config.text_config.num_hidden_layers) == (64, 3)
+    vision = config.vision_config
+    assert (vision.depth, vision.hidden_size, vision.intermediate_size, vision.num_heads) == (3, 128, 256, 4)
     assert not (tmp_path / "m" / DIFFUSION_CONFIG_FILE).exists()
+    loaded = load_checkpoint(tmp_path / "m", device="cpu", dtype="float32")     # the wider tower loads and runs
+    assert sum(p.numel() for p in loaded.model.model.visual.parameters()) > 3 * 128 * 128 * 4
+    assert main(["tiny-checkpoint", str(tmp_path / "bad"), "--vision-hidden-size", "100"]) == 2
+    assert not (tmp_path / "bad").exists()
 
 
 # ---------------------------------------------------------------- what is ignored or likely wrong is said
