@@ -99,16 +99,35 @@ def closed_loop(summaries: list[tuple[str, dict]]) -> dict:
             "route_completion_interval": bootstrap_interval(values, np.mean)}
 
 
+# what a paired closed-loop comparison may vary between its two sides (everything else must be equal)
+VARIANT_SETTINGS = ("planner", "candidates", "quantization")
+
+
 def closed_loop_paired(runs: list[dict], baseline: list[dict]) -> dict:
     """Route completion of ``runs`` minus ``baseline`` (closed-loop summary.json each), paired per route (the same
-    seed and index), with its 95 % bootstrap interval over routes; collisions and lane departures summed."""
-    def routes(summaries):
-        return {(r["seed"], r["index"]): r for s in summaries for r in s["results"]}
-    a, b = routes(runs), routes(baseline)
+    seed and index, driven under the same settings but :data:`VARIANT_SETTINGS`), with its 95 % bootstrap
+    interval over routes; collisions and lane departures summed."""
+    def routes(summaries, side):
+        out, settings = {}, {}
+        for s in summaries:
+            for r in s["results"]:
+                key = (r["seed"], r["index"])
+                if key in out:
+                    raise SystemExit(f"score_summary: {side}: route {key} (seed, index) is given twice")
+                out[key] = r
+                settings[key] = {k: v for k, v in s.get("settings", {}).items() if k not in VARIANT_SETTINGS}
+        return out, settings
+    (a, a_settings), (b, b_settings) = routes(runs, "--closed-loop"), routes(baseline, "--closed-loop-baseline")
     keys = sorted(a)
     if not keys or sorted(b) != keys:
         raise SystemExit("score_summary: --closed-loop and --closed-loop-baseline must drive the same routes "
                          f"(seed, index): {len(keys)} against {len(b)}, {len(set(keys) ^ set(b))} unmatched")
+    for k in keys:
+        differ = sorted(n for n in set(a_settings[k]) | set(b_settings[k])
+                        if a_settings[k].get(n) != b_settings[k].get(n))
+        if differ:
+            raise SystemExit(f"score_summary: route {k} was driven under other settings by the two sides "
+                             f"({', '.join(differ)}); only {', '.join(VARIANT_SETTINGS)} may differ")
     diff = np.array([a[k]["route_completion"] - b[k]["route_completion"] for k in keys])
     return {"routes": len(keys), "route_completion_minus_baseline": float(diff.mean()),
             "interval": bootstrap_interval(diff, np.mean),

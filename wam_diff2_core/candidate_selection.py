@@ -14,8 +14,9 @@ knows at that moment, never from ground truth (no recorded future, no map):
   from its message's stamp, every 0.1 s for 5 s; none when no objects are known;
 - **the reference progress** (EP's denominator; ``progress_reference``): ``best``, the best progress x NC x DAC
   among the candidates themselves, as PDM-Closed scores its own proposals (there is no reference planner
-  online), or ``first``, row 1's (the greedy plan's; ``best`` when row 1 did not parse): a candidate then gains
-  nothing by planning more progress than the greedy plan, only by being safer or smoother.
+  online), or ``first``, row 1's (the greedy plan's; ``best`` when row 1 did not parse or offers no progress x
+  NC x DAC: it collides or leaves the corridor): a candidate then gains nothing by planning more progress than
+  the greedy plan, only by being safer or smoother.
 
 The best candidate has the highest PDMS, the earliest one on ties (row 1, the greedy decode, wins a tie).
 
@@ -49,6 +50,7 @@ MAX_CANDIDATES = 16            # rows of one batched decode
 OBJECTS_MAX_AGE_S = 1.0        # an objects message older than this at the frame is not used (nothing is tracked)
 BOX, CYLINDER = 1, 3           # shape_msgs/SolidPrimitive types of derived_object_msgs/Object
 PROGRESS_REFERENCES = ("best", "first")   # EP's reference progress among the candidates (module docstring)
+DEFAULT_PROGRESS_REFERENCE = "best"
 TRACKING_MARGIN_M = 5.0        # the tracked ego stays this close to its plan's line (agents farther are not scored)
 
 
@@ -64,7 +66,7 @@ class CandidateSettings:
     top_p: float = 1.0
     seed: int = 0
     lane_width_m: float = DEFAULT_LANE_WIDTH_M
-    progress_reference: str = "best"
+    progress_reference: str = DEFAULT_PROGRESS_REFERENCE
 
     def __post_init__(self):
         if isinstance(self.count, bool) or not isinstance(self.count, int) or not 1 <= self.count <= MAX_CANDIDATES:
@@ -235,21 +237,22 @@ class OnlineScene:
         return tuple(near)
 
     def score_all(self, plans: Sequence[np.ndarray | None],
-                  progress_reference: str = "best") -> tuple[PdmResult | None, ...]:
+                  progress_reference: str = DEFAULT_PROGRESS_REFERENCE) -> tuple[PdmResult | None, ...]:
         """Every plan's PDM score (None stays None), EP against the best progress x NC x DAC among them or, with
-        ``progress_reference="first"``, the first plan's (the best's when it is None); only the agents near
-        some plan are scored against (:meth:`near_agents`)."""
+        ``progress_reference="first"``, the first plan's (the best's when it is None or offers none); only the
+        agents near some plan are scored against (:meth:`near_agents`)."""
         if progress_reference not in PROGRESS_REFERENCES:
             raise ValueError(f"progress_reference: one of {', '.join(PROGRESS_REFERENCES)}, got {progress_reference!r}")
         scene = replace(self.scene, agents=self.near_agents(plans))
         raw = [None if p is None else pdm_score(p, self.ego, scene, 0.0, self.vehicle) for p in plans]
-        if progress_reference == "first" and raw and raw[0] is not None:
+        if progress_reference == "first" and raw and raw[0] is not None and raw[0].weighted_progress_m > 0:
             reference = raw[0].weighted_progress_m
         else:
             reference = max((r.weighted_progress_m for r in raw if r is not None), default=0.0)
         return tuple(None if r is None else r.with_reference(reference) for r in raw)
 
-    def select(self, plans: Sequence[np.ndarray | None], progress_reference: str = "best") -> Selection | None:
+    def select(self, plans: Sequence[np.ndarray | None],
+               progress_reference: str = DEFAULT_PROGRESS_REFERENCE) -> Selection | None:
         """The best of ``plans`` ([8, 2] ego-frame waypoints, None where a candidate did not parse; EP's
         reference as :meth:`score_all`); None when none parsed."""
         results = self.score_all(plans, progress_reference)

@@ -59,6 +59,11 @@ def test_with_the_first_candidate_as_progress_reference_planning_faster_than_it_
     fallback = scene.select([None, faster, slower], "first")
     assert fallback.index == 1 and fallback.results[1].reference_progress_m == pytest.approx(
         fallback.results[1].progress_m)
+    off_road = greedy.copy()
+    off_road[:, 1] = np.linspace(0.5, 12.0, 8)             # row 1 leaves the corridor: no progress to offer
+    fails = scene.select([off_road, faster, slower], "first")
+    assert fails.results[0].dac == 0.0 and fails.index == 1          # the faster plan is not tied with the slower
+    assert fails.results[2].ep == pytest.approx(fails.results[2].progress_m / fails.results[1].progress_m)
     with pytest.raises(ValueError, match="progress_reference"):
         scene.select([greedy], "fastest")
 

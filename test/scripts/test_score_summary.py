@@ -161,11 +161,12 @@ def test_score_demo_refuses_bad_settings_before_any_work(tmp_path, env, message)
     assert not data.exists() and not out.exists()
 
 
-def _loop(folder, seed: int, completion: list[float], collisions: list[int]):
+def _loop(folder, seed: int, completion: list[float], collisions: list[int], traffic: bool = False):
     folder.mkdir()
     results = [{"seed": seed, "index": i, "route_completion": c, "collisions": [{}] * k, "lane_departures": 1}
                for i, (c, k) in enumerate(zip(completion, collisions))]
-    (folder / "summary.json").write_text(json.dumps({"results": results, "summary": {
+    (folder / "summary.json").write_text(json.dumps({"settings": {"seed": seed, "traffic": traffic,
+                                                                  "planner": folder.name}, "results": results, "summary": {
         "completed": sum(c == 1.0 for c in completion), "collisions": sum(collisions), "lane_departures": len(results)}}))
     return folder
 
@@ -187,3 +188,10 @@ def test_score_summary_pairs_closed_loop_routes_with_a_baseline(tmp_path):
     fewer = subprocess.run([sys.executable, str(SCRIPT), "--closed-loop", *map(str, runs), "--closed-loop-baseline",
                             str(base[0])], capture_output=True, text=True)
     assert fewer.returncode != 0 and "must drive the same routes" in fewer.stderr
+    twice = subprocess.run([sys.executable, str(SCRIPT), "--closed-loop", *map(str, runs), str(runs[0]),
+                            "--closed-loop-baseline", *map(str, base)], capture_output=True, text=True)
+    assert twice.returncode != 0 and "route (1, 0) (seed, index) is given twice" in twice.stderr
+    traffic = _loop(tmp_path / "n1_2_traffic", 2, [1.0, 0.6], [0, 0], traffic=True)
+    other = subprocess.run([sys.executable, str(SCRIPT), "--closed-loop", *map(str, runs), "--closed-loop-baseline",
+                            str(base[0]), str(traffic)], capture_output=True, text=True)
+    assert other.returncode != 0 and "driven under other settings by the two sides (traffic)" in other.stderr

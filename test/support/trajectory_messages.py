@@ -38,6 +38,7 @@ def trajectory(types, stamp_ns, points=None, *, valid=True, reason="", command="
     header = t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9,
                                                                               nanosec=stamp_ns % 10**9),
                                       frame_id="ego_vehicle")
+    selection = (dict(candidates=1, valid_candidates=int(valid), selected_candidate=0, pdms=float("nan"))
+                 if "candidates" in t[TYPE].__dataclass_fields__ else {})          # since 0.3.0
     return t[TYPE](header=header, points=pts, command=command, valid=valid, invalid_reason=reason,
-                   raw_text=raw_text, stats=stats, candidates=1, valid_candidates=int(valid), selected_candidate=0,
-                   pdms=float("nan"))
+                   raw_text=raw_text, stats=stats, **selection)

@@ -79,7 +79,8 @@ def add_arguments(p) -> None:
 
 
 def route_batch(args):
-    """The RouteBatch the route options describe (ConfigError naming a bad one): every closed loop's."""
+    """The RouteBatch the route options (:func:`add_route_arguments`) describe, ConfigError naming a bad one;
+    ``wam-diff2-ros closed-loop`` takes the same options and builds its batch here too."""
     from ..config import ConfigError, EngineSettings
     from ..control import ControllerGains
     from ..sim.direct_loop import demo_world_gains

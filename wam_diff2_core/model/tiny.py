@@ -122,8 +122,10 @@ def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_d
     """``qwen_layout``: the real LM head width (151936) and head_dim 128 with the real MRoPE
     sections [24, 20, 20] (interleaved); otherwise head_dim 32, sections [6, 5, 5]. The vision tower:
     ``vision_depth`` blocks ``vision_hidden_size`` wide (32 per head, MLP twice as wide)."""
-    if vision_hidden_size % 32:
-        raise ValueError(f"vision_hidden_size: {vision_hidden_size} is not a multiple of 32")
+    if vision_hidden_size < 32 or vision_hidden_size % 32:
+        raise ValueError(f"vision_hidden_size: {vision_hidden_size} is not a positive multiple of 32")
+    if vision_depth < 1:
+        raise ValueError(f"vision_depth: {vision_depth} (give 1 or more blocks)")
     from transformers import Qwen3VLConfig
     ids = tokenizer.convert_tokens_to_ids
     # Like the real 151936-wide head over a 151669-token vocabulary: unused rows past the end.

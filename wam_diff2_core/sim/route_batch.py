@@ -20,15 +20,16 @@ from .route_runs import ClosedLoopSettings, RouteResult, RouteRun
 
 @dataclass(frozen=True)
 class RouteBatch:
-    """Which routes, under which world settings, controller gains and engine; ``planner``: ``"oracle"`` or
-    the checkpoint path (recorded in the summary)."""
+    """Routes ``first_route`` .. ``first_route + routes - 1`` under world ``settings``, the controller's ``gains``
+    and the ``engine``, planning every ``lockstep_n``-th tick; ``planner``: ``"oracle"`` or the checkpoint path
+    (recorded in the summary). The commands' defaults are their options' (``cli.closed_loop``)."""
     settings: ClosedLoopSettings
     gains: ControllerGains
     engine: EngineSettings
     planner: str
-    first_route: int = 0
-    routes: int = 10
-    lockstep_n: int = 10
+    first_route: int
+    routes: int
+    lockstep_n: int
     plots: bool = True
 
     def __post_init__(self) -> None:

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from test.support import REPO_ROOT
 from test.support.trajectory_messages import TOPIC, TYPE, trajectory
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_types import default_typestore
@@ -28,6 +29,7 @@ def lateral(values):
     return np.stack([np.zeros(8), np.asarray(values, float) * np.ones(8)], axis=1)
 
 
+SELECTION_FIELDS = ("uint32 candidates", "uint32 valid_candidates", "uint32 selected_candidate", "float32 pdms")
 # TrajectoryPoint as 0.1.0 published it (before heading and speed): bags recorded then must still evaluate
 TRAJECTORY_POINT_0_1 = """builtin_interfaces/Duration time_from_start
 float64 x
@@ -38,11 +40,17 @@ float64 y
 def typestore_of(version: str):
     """The types a node of package ``version`` wrote its bag with."""
     store = default_typestore()
-    if version == "0.1.0":
+    if version in ("0.1.0", "0.2.0"):
         from rosbags.typesys import Stores, get_types_from_msg, get_typestore
         old = get_typestore(Stores.EMPTY)
-        old.register({k: v for k, v in store.fielddefs.items() if k != "wam_diff2_ros/msg/TrajectoryPoint"})
-        old.register(get_types_from_msg(TRAJECTORY_POINT_0_1, "wam_diff2_ros/msg/TrajectoryPoint"))
+        replaced = {"wam_diff2_ros/msg/Trajectory", "wam_diff2_ros/msg/TrajectoryPoint"}
+        old.register({k: v for k, v in store.fielddefs.items() if k not in replaced})
+        # before 0.3.0 the Trajectory had no candidate selection fields
+        lines = (REPO_ROOT / "msg" / "Trajectory.msg").read_text().splitlines()
+        old.register(get_types_from_msg("\n".join(line for line in lines if not line.startswith(SELECTION_FIELDS)),
+                                        "wam_diff2_ros/msg/Trajectory"))
+        point = TRAJECTORY_POINT_0_1 if version == "0.1.0" else (REPO_ROOT / "msg" / "TrajectoryPoint.msg").read_text()
+        old.register(get_types_from_msg(point, "wam_diff2_ros/msg/TrajectoryPoint"))
         store = old
     return store
 
@@ -54,9 +62,10 @@ def scene_bag(tmp_path_factory):
     return write_scene_bag(tmp_path_factory.mktemp("src") / "bag", scene, storage="mcap"), scene
 
 
-@pytest.fixture(scope="module", params=["0.3.0", "0.1.0"])
+@pytest.fixture(scope="module", params=["0.3.0", "0.2.0", "0.1.0"])
 def predictions_bag(scene_bag, tmp_path_factory, request):
-    """A node's answers as the current package writes them, and as 0.1.0 did (its own definitions inside)."""
+    """A node's answers as the current package writes them, and as 0.2.0 and 0.1.0 did (their own definitions
+    inside)."""
     bag, scene = scene_bag
     with Bag(bag) as b:
         plan = plan_bag(b, EvalSettings())
@@ -65,6 +74,7 @@ def predictions_bag(scene_bag, tmp_path_factory, request):
     assert len(s) == 6 and s[0] == START_NS
     store = typestore_of(request.param)
     types = store.types
+    assert ("candidates" in types[TYPE].__dataclass_fields__) == (request.param == "0.3.0")
     log = lambda stamp: stamp + 300_000_000          # noqa: E731 - answered 0.3 s later
     msgs = [
         (TOPIC, log(s[0]), trajectory(types, s[0], gt[s[0]] + lateral(0.1 * K), latency_ms=100.0)),   # e_k = 0.1 k

@@ -158,7 +158,8 @@ def test_tiny_checkpoint_cli_sizes(tmp_path):
     assert not (tmp_path / "m" / DIFFUSION_CONFIG_FILE).exists()
     loaded = load_checkpoint(tmp_path / "m", device="cpu", dtype="float32")     # the wider tower loads and runs
     assert sum(p.numel() for p in loaded.model.model.visual.parameters()) > 3 * 128 * 128 * 4
-    assert main(["tiny-checkpoint", str(tmp_path / "bad"), "--vision-hidden-size", "100"]) == 2
+    for bad in (["--vision-hidden-size", "100"], ["--vision-hidden-size", "0"], ["--vision-depth", "0"]):
+        assert main(["tiny-checkpoint", str(tmp_path / "bad"), *bad]) == 2
     assert not (tmp_path / "bad").exists()
 
 
