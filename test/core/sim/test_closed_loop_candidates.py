@@ -71,7 +71,7 @@ def test_closed_loop_with_candidates_drives_a_route_and_records_the_setting(tiny
                  "--out", str(out)]) == 0
     record = json.loads((out / "summary.json").read_text())
     assert record["settings"]["candidates"] == {"count": 2, "temperature": 1.0, "top_p": 0.9, "seed": 0,
-                                                "lane_width_m": 3.0}
+                                                "lane_width_m": 3.0, "progress_reference": "best"}
     result = record["results"][0]
     assert result["plans"] == len(scenes) > 0 and result["plans_valid"] == 0
     assert result["extra"]["valid_candidates_mean"] == 0.0
