@@ -78,9 +78,7 @@ class CandidateSettings:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"candidate seed: must be an integer >= 0, got {self.seed!r}")
         check_lane_width(self.lane_width_m)
-        if self.progress_reference not in PROGRESS_REFERENCES:
-            raise ValueError(f"candidate progress_reference: one of {', '.join(PROGRESS_REFERENCES)}, got "
-                             f"{self.progress_reference!r}")
+        check_progress_reference(self.progress_reference)
 
 
 def check_lane_width(lane_width_m: float) -> float:
@@ -88,6 +86,13 @@ def check_lane_width(lane_width_m: float) -> float:
     if not (isinstance(lane_width_m, (int, float)) and math.isfinite(lane_width_m) and lane_width_m > 0):
         raise ValueError(f"lane_width_m (--lane-width-m): must be a finite width > 0 in metres, got {lane_width_m!r}")
     return float(lane_width_m)
+
+
+def check_progress_reference(progress_reference: str) -> str:
+    """``progress_reference`` itself; ValueError naming it unless one of :data:`PROGRESS_REFERENCES`."""
+    if progress_reference not in PROGRESS_REFERENCES:
+        raise ValueError(f"progress_reference: one of {', '.join(PROGRESS_REFERENCES)}, got {progress_reference!r}")
+    return progress_reference
 
 
 def corridor_line(points: np.ndarray, anchor: int, yaw: float) -> np.ndarray:
@@ -241,8 +246,7 @@ class OnlineScene:
         """Every plan's PDM score (None stays None), EP against the best progress x NC x DAC among them or, with
         ``progress_reference="first"``, the first plan's (the best's when it is None or offers none); only the
         agents near some plan are scored against (:meth:`near_agents`)."""
-        if progress_reference not in PROGRESS_REFERENCES:
-            raise ValueError(f"progress_reference: one of {', '.join(PROGRESS_REFERENCES)}, got {progress_reference!r}")
+        check_progress_reference(progress_reference)
         scene = replace(self.scene, agents=self.near_agents(plans))
         raw = [None if p is None else pdm_score(p, self.ego, scene, 0.0, self.vehicle) for p in plans]
         if progress_reference == "first" and raw and raw[0] is not None and raw[0].weighted_progress_m > 0:

@@ -29,7 +29,7 @@ class PagedPrefillDouble:
                        zip(self.kv_indptr, self.kv_indptr[1:], last_page_len.tolist())]
         self.mask, self.scale, self.heads = custom_mask, sm_scale, (num_qo_heads, num_kv_heads)
         PagedPrefillDouble.plans.append(dict(queries=[e - b for b, e in zip(self.qo, self.qo[1:])],
-                                               kv=list(self.kv_len), custom=custom_mask is not None))
+                                             kv=list(self.kv_len), custom=custom_mask is not None))
 
     def run(self, q, paged_kv_cache):
         k_pages, v_pages = paged_kv_cache

@@ -101,14 +101,15 @@ def route_batch(args):
         raise ConfigError(str(exc)) from None
 
 
-def print_summary(out: str, summary: dict[str, Any], plots: int, notes: Sequence[str] = (), wrote: str = "") -> None:
-    """The closed-loop commands' last lines: the summary, the loop's notes, what was written."""
+def print_summary(out: str, batch, summary: dict[str, Any], notes: Sequence[str] = (), wrote: str = "") -> None:
+    """The closed-loop commands' last lines: the summary of ``batch``'s routes, the loop's notes, what was
+    written."""
     from ..sim.route_report import summary_line
 
     print(f"closed loop: {summary_line(summary)}")
     for line in notes:
         print(line)
-    print(f"wrote {out}/summary.json" + (f" and {plots} bird's-eye plots" if plots else "") + wrote)
+    print(f"wrote {out}/summary.json" + (f" and {summary['routes']} bird's-eye plots" if batch.plots else "") + wrote)
 
 
 def policy_planner(args, engine, candidates=None):
@@ -156,5 +157,5 @@ def run(args) -> int:
             wrote = f"; {len(labels.samples)} expert-labelled frames in {args.out}/expert_labels/train.json"
         summary = write_summary(batch, out, results, "direct", {
             "candidates": dataclasses.asdict(candidates or CandidateSettings(count=1))})
-    print_summary(args.out, summary, len(results) if batch.plots else 0, wrote=wrote)
+    print_summary(args.out, batch, summary, wrote=wrote)
     return 0

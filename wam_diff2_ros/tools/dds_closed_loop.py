@@ -769,5 +769,5 @@ def run(args) -> int:
                          f"{loc['heading_median_deg']:.3f} deg, p95 {loc['heading_p95_deg']:.3f} deg")
         summary = write_summary(batch, out, results, "ros",
                                 {"timing": args.timing, "bridge": args.bridge, "odometry": odometry}, record)
-    print_summary(args.out, summary, len(results) if batch.plots else 0, notes)
+    print_summary(args.out, batch, summary, notes)
     return 0
