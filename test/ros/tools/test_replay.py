@@ -102,9 +102,9 @@ def test_replay_publishes_recorded_stamps_in_order_with_timing_clock_and_latched
     clock_ns = [ns(m.clock) for _, m in clock]
     assert clock_ns == sorted(clock_ns) and len(clock_ns) > 50
     assert clock_ns[0] >= 1000 * 10**9 - 10**8 and clock_ns[-1] == scene.camera_times_ns()[-1]
-    for arrival, msg in images:                              # the clock never lags the messages much
-        behind = [c for t, c in zip((t for t, _ in clock), clock_ns) if t <= arrival]
-        assert behind and ns(msg.header.stamp) - behind[-1] < 60_000_000
+    # the clock is set to each message's time as it goes out (the arrival order across two topics is
+    # DDS's and the listener's business, so the test checks the values, not which callback ran first)
+    assert set(scene.camera_times_ns()) | set(scene.odometry_times_ns()) <= set(clock_ns)
     assert len(route) == 1 and len(route[0][1].poses) == len(scene.route)
     assert "published" in out and "/carla/ego_vehicle/rgb_front/image 21" in out
 
