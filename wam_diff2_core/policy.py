@@ -36,11 +36,11 @@ from .geometry import EgoMotion
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.prompt_encoding import encode_prompts
 from .outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M, Box, parse_boxes, parse_waypoints
-from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DETECTION_TEMPLATE, IMAGE_PLACEHOLDER,
-                              NUM_WAYPOINTS, format_detection_prompt, format_planning_prompt)
+from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DEFAULT_DETECTION_EVERY_N_FRAMES,
+                              DETECTION_TEMPLATE, IMAGE_PLACEHOLDER, NUM_WAYPOINTS, TASKS, check_detection_every,
+                              format_detection_prompt, format_planning_prompt)
 from .profiling import PeakMemory, StageTimes, timed_decode
 
-TASKS = ("plan", "detect")
 # The start-up decodes (check_fast_path, warmup) stop after this many blocks: the prefill, a block's denoise
 # steps and commit, and a block after a commit are every step shape a decode runs (with CUDA graphs the
 # decoder's own warm-up captures every key-span bucket), so a checkpoint that never stops early (a random
@@ -87,14 +87,18 @@ class DrivingPolicy:
                  detection_template: str = DETECTION_TEMPLATE,
                  min_pixels: int | None = None, max_pixels: int | None = None,
                  max_waypoint_abs_m: float = DEFAULT_MAX_WAYPOINT_ABS_M, parse_retry: str = DEFAULT_PARSE_RETRY,
-                 engine: EngineSettings | None = None, candidates: CandidateSettings | None = None):
+                 engine: EngineSettings | None = None, candidates: CandidateSettings | None = None,
+                 detection_every_n_frames: int = DEFAULT_DETECTION_EVERY_N_FRAMES):
         unknown = [t for t in tasks if t not in TASKS]
         if not tasks or unknown:
             raise ValueError(f"tasks: {list(tasks)!r} must be a non-empty subset of {TASKS}")
+        check_detection_every(detection_every_n_frames, tasks)
         if parse_retry not in PARSE_RETRIES:
             raise ValueError(f"parse_retry: {parse_retry!r} is not one of {', '.join(PARSE_RETRIES)}")
         self.loaded = loaded
         self.tasks = tuple(tasks)
+        self.detection_every_n_frames = detection_every_n_frames
+        self.frames = 0                              # frames stepped (the detection schedule counts them)
         self.detection_prompt = format_detection_prompt(detection_classes, detection_template)
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.max_waypoint_abs_m = max_waypoint_abs_m
@@ -141,7 +145,9 @@ class DrivingPolicy:
         """Plan (and/or detect) for one frame. ``frame_rgb``: [H, W, 3] uint8 RGB. With ``candidates.count``
         N > 1 the plan is decoded N times in the same batch (row 1 with the decoding settings, rows 2..N
         sampled at the candidate temperature / top-p) and the candidate ``scene`` scores best is the plan
-        (:mod:`~wam_diff2_core.candidate_selection`; None: the ego's speed alone, no route, no objects)."""
+        (:mod:`~wam_diff2_core.candidate_selection`; None: the ego's speed alone, no route, no objects).
+        With both tasks and ``detection_every_n_frames`` N > 1, the boxes come on steps 1, N+1, 2N+1, ...
+        (``detections`` is None on the others)."""
         from PIL import Image
 
         t0 = time.perf_counter()
@@ -159,8 +165,9 @@ class DrivingPolicy:
         prompts = {}
         if "plan" in self.tasks:
             prompts["plan"] = format_planning_prompt(command, ego.velocity, ego.acceleration)
-        if "detect" in self.tasks:
+        if "detect" in self.tasks and self.frames % self.detection_every_n_frames == 0:
             prompts["detect"] = self.detection_prompt
+        self.frames += 1
         count = self.candidates.count if "plan" in prompts else 1
         results, plans = self._decode(prompts, image, self.settings, generator, stages, count)
         selection = None

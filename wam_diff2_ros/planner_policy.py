@@ -42,7 +42,8 @@ def load_policy(model: ModelSettings, logger, load: PolicyLoad) -> DrivingPolicy
     load.times_s = {}
     policy = DrivingPolicy.from_checkpoint(
         model.model_path, device=model.device, dtype=model.dtype, overrides=model.decoding_overrides,
-        tasks=model.tasks, detection_classes=model.detection_classes, min_pixels=model.min_pixels,
+        tasks=model.tasks, detection_classes=model.detection_classes,
+        detection_every_n_frames=model.detection_every_n_frames, min_pixels=model.min_pixels,
         max_pixels=model.max_pixels, max_waypoint_abs_m=model.max_waypoint_abs_m, parse_retry=model.parse_retry,
         engine=model.engine, candidates=model.candidates)
     logger.info(f"decoding settings: {policy.loaded.config.describe()}")

@@ -96,6 +96,7 @@ class ModelSettings:
     dtype: str
     tasks: tuple[str, ...]                   # ("plan",), ("detect",) or both
     detection_classes: tuple[str, ...]
+    detection_every_n_frames: int            # with both tasks: boxes on frames 1, N+1, ...
     min_pixels: int | None                   # None: the checkpoint's processor decides
     max_pixels: int | None
     max_waypoint_abs_m: float
@@ -112,6 +113,7 @@ class ModelSettings:
         return cls(
             model_path=values["model_path"], device=values["device"], dtype=values["dtype"],
             tasks=params.TASKS[values["tasks"]], detection_classes=tuple(values["detection_classes"]),
+            detection_every_n_frames=values["detection_every_n_frames"],
             min_pixels=values["image.min_pixels"] or None, max_pixels=values["image.max_pixels"] or None,
             max_waypoint_abs_m=values["max_waypoint_abs_m"], parse_retry=values["parse_retry"],
             engine=params.engine_settings(values), candidates=params.candidate_settings(values),

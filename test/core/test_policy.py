@@ -1,5 +1,6 @@
-"""DrivingPolicy's parse retry: an answer that does not parse is decoded once more (another remasking
-strategy) before it counts as invalid; the retry's cost is counted, its answer is the one kept."""
+"""DrivingPolicy's parse retry (an answer that does not parse is decoded once more with another remasking
+strategy before it counts as invalid; the retry's cost is counted, its answer is the one kept) and its
+detection schedule (with both tasks, boxes every N-th frame)."""
 from __future__ import annotations
 
 import pytest
@@ -68,3 +69,23 @@ def test_detection_answers_are_retried_in_the_same_batch(tiny_checkpoint, rgb_fr
 def test_an_unknown_retry_strategy_is_refused_by_name(tiny_checkpoint):
     with pytest.raises(ValueError, match="parse_retry: 'twice'"):
         _policy(tiny_checkpoint, parse_retry="twice")
+
+
+def test_with_both_tasks_the_boxes_come_every_nth_frame_and_the_plan_every_frame(tiny_checkpoint, rgb_frame):
+    policy = _policy(tiny_checkpoint, tasks=("plan", "detect"), parse_retry="none", detection_every_n_frames=3)
+    outs = [policy.step(rgb_frame, EGO, "straight") for _ in range(7)]
+    assert [o.detections is not None for o in outs] == [True, False, False, True, False, False, True]
+    assert all(o.plan is not None for o in outs)
+    with pytest.raises(ValueError):
+        policy.step(rgb_frame[..., :2], EGO, "straight")        # a refused frame is not counted
+    assert policy.step(rgb_frame, EGO, "straight").detections is None and policy.frames == 8
+
+
+@pytest.mark.parametrize("every, tasks, message", [
+    (0, ("plan", "detect"), "detection_every_n_frames: 0 must be a whole number >= 1"),
+    (2.0, ("plan", "detect"), "detection_every_n_frames: 2.0 must be a whole number >= 1"),
+    (2, ("detect",), r"detection_every_n_frames: 2 needs both tasks \(plan and detect\), tasks are \['detect'\]"),
+])
+def test_a_bad_detection_schedule_is_refused_by_name(tiny_checkpoint, every, tasks, message):
+    with pytest.raises(ValueError, match=message):
+        _policy(tiny_checkpoint, tasks=tasks, detection_every_n_frames=every)

@@ -55,11 +55,21 @@ def test_settings_with_changed_values_are_a_new_object():
 
 def test_model_settings_are_the_core_settings_of_the_configure_values():
     values = {**params.DEFAULTS, "model_path": "ckpt", "tasks": "both", "image.max_pixels": 0,
-              "decoding.block_size": 8}
+              "decoding.block_size": 8, "detection_every_n_frames": 5}
     model = ModelSettings.from_values(values)
     assert model.tasks == ("plan", "detect") and model.max_pixels is None and model.model_path == "ckpt"
+    assert model.detection_every_n_frames == 5
     assert model.engine == params.engine_settings(values) and model.candidates == params.candidate_settings(values)
     assert model.decoding_overrides == {"block_size": 8}
+
+
+def test_the_loaded_policy_has_the_configured_tasks_and_detection_schedule(tiny_checkpoint):
+    from wam_diff2_ros.planner_policy import PolicyLoad, load_policy
+    values = {**params.DEFAULTS, "model_path": str(tiny_checkpoint), "tasks": "both", "detection_every_n_frames": 4,
+              "warmup": False, "device": "cpu"}
+    logger = SimpleNamespace(info=lambda _: None, warn=lambda _: None)
+    policy = load_policy(ModelSettings.from_values(values), logger, PolicyLoad())
+    assert policy.tasks == ("plan", "detect") and policy.detection_every_n_frames == 4
 
 
 def test_a_change_is_refused_with_its_reason():

@@ -36,6 +36,20 @@ DETECTION_TEMPLATE = (
 
 GROUNDING_KEY = "bbox_2d"   # what a grounding prompt asks for (DETECTION_TEMPLATE, Qwen3-VL grounding)
 
+TASKS = ("plan", "detect")   # a policy's prompts per frame
+# With both tasks, the boxes are decoded on frames 1, N+1, 2N+1, ... (batched with that frame's plan); 1: every frame.
+DEFAULT_DETECTION_EVERY_N_FRAMES = 1
+
+
+def check_detection_every(every_n_frames: int, tasks: Sequence[str]) -> None:
+    """ValueError unless ``every_n_frames`` is a whole number >= 1, and 1 unless ``tasks`` are both (a frame
+    without boxes still has its plan)."""
+    if isinstance(every_n_frames, bool) or not isinstance(every_n_frames, int) or every_n_frames < 1:
+        raise ValueError(f"detection_every_n_frames: {every_n_frames!r} must be a whole number >= 1")
+    if every_n_frames > 1 and set(tasks) != set(TASKS):
+        raise ValueError(f"detection_every_n_frames: {every_n_frames} needs both tasks (plan and detect), tasks "
+                         f"are {list(tasks)}")
+
 
 def is_grounding_prompt(text: str) -> bool:
     """Whether a prompt asks for 2-D boxes: it names ``bbox_2d``, as :data:`DETECTION_TEMPLATE` and

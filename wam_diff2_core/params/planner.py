@@ -25,7 +25,7 @@ from ..frame_inputs import InputSettings
 from ..geometry import COMMANDS, RouteCommandSettings
 from ..images import ImageLimits
 from ..outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M
-from ..outputs.prompts import DEFAULT_DETECTION_CLASSES
+from ..outputs.prompts import DEFAULT_DETECTION_CLASSES, DEFAULT_DETECTION_EVERY_N_FRAMES, check_detection_every
 from ..speed_profile import ProfileLimits
 from ..topics import PLANNER_NODE
 from .spec import CONFIGURE, LIVE, START, ParamError, ParamSpec, by_name, check_values, defaults
@@ -58,6 +58,9 @@ SPECS: tuple[ParamSpec, ...] = (
               "(one batched decode)", CONFIGURE, choices=tuple(TASKS)),
     ParamSpec("detection_classes", list(DEFAULT_DETECTION_CLASSES),
               "object classes named in the detection prompt", CONFIGURE),
+    ParamSpec("detection_every_n_frames", DEFAULT_DETECTION_EVERY_N_FRAMES, "with tasks both: decode the boxes "
+              "on frames 1, N+1, 2N+1, ... (batched with that frame's plan; the plan comes every frame); "
+              "1 = every frame", CONFIGURE, low=1, high=100000),
     ParamSpec("image.min_pixels", 0, "lower pixel budget of the image the model sees; 0 = the processor's",
               CONFIGURE, low=0, high=2**31 - 1),
     ParamSpec("image.max_pixels", 0, "upper pixel budget of the image the model sees; 0 = the processor's",
@@ -192,6 +195,11 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
     if "detect" in TASKS[values.get("tasks", "plan")] and (not classes or not all(c.strip() for c in classes)):
         errors.append(ParamError(("detection_classes", "tasks"),
                                  f"detection_classes: {list(classes)!r} must be non-empty names when detecting"))
+    every = values.get("detection_every_n_frames", DEFAULT_DETECTION_EVERY_N_FRAMES)
+    try:
+        check_detection_every(every, TASKS[values.get("tasks", "plan")])
+    except ValueError as exc:
+        errors.append(ParamError(("detection_every_n_frames", "tasks"), str(exc)))
     try:
         decoding_settings(values)
     except ConfigError as exc:

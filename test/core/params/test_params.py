@@ -114,6 +114,10 @@ def test_the_one_validator_names_the_offending_parameter(name, values, message):
 def test_the_planners_validator_adds_the_cross_parameter_rules():
     errors = planner.validate_values({**planner.DEFAULTS, "image.min_pixels": 4096, "image.max_pixels": 1024})
     assert [e.names for e in errors] == [("image.min_pixels", "image.max_pixels")]
+    errors = planner.validate_values({**planner.DEFAULTS, "detection_every_n_frames": 3})     # tasks: plan
+    assert [(e.names, str(e)) for e in errors] == [(("detection_every_n_frames", "tasks"), "detection_every_n_frames: "
+                                                    "3 needs both tasks (plan and detect), tasks are ['plan']")]
+    assert planner.validate_values({**planner.DEFAULTS, "detection_every_n_frames": 3, "tasks": "both"}) == []
 
 
 def test_the_evaluator_takes_the_planners_parameters_from_its_table(tmp_path):
