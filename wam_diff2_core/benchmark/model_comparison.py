@@ -72,7 +72,7 @@ def bench_samples(data: str, data_root: str | None, limit: int | None, every: in
             if "planning" in tasks:
                 planning.append((s, truth.waypoints))
             continue
-        if is_grounding_prompt(prompt_text(s)):
+        if is_grounding_prompt(s.prompt_text):
             if "grounding" not in tasks:
                 continue
             if len(s.image_paths) != 1:
@@ -92,11 +92,6 @@ def bench_samples(data: str, data_root: str | None, limit: int | None, every: in
         raise ConfigError(f"--data {path}: no {' or '.join(kinds[t] for t in TASKS if t in tasks)}; "
                           f"{len(skipped)} record(s) skipped")
     return planning, grounding, skipped
-
-
-def prompt_text(sample) -> str:
-    """The text of a sample's turns before its answer."""
-    return "\n".join(item["text"] for m in sample.prompt_messages for item in m["content"] if item["type"] == "text")
 
 
 def grounding_truth(sample, image):
@@ -194,7 +189,7 @@ def constant_velocity_baseline(samples, pdm=None) -> dict[str, Any]:
 
     errors, scores = [], []
     for sample, truth in samples:
-        telemetry = parse_planning_prompt(prompt_text(sample))
+        telemetry = parse_planning_prompt(sample.prompt_text)
         if telemetry is not None:
             plan = constant_velocity_waypoints(telemetry[1])
             errors.append(waypoint_errors(plan, truth))

@@ -73,6 +73,11 @@ class Sample:
         return self.messages if last is None else self.messages[:last]
 
     @property
+    def prompt_text(self) -> str:
+        """The text of the turns before the answer, one line per text part."""
+        return "\n".join(item["text"] for m in self.prompt_messages for item in m["content"] if item["type"] == "text")
+
+    @property
     def answer(self) -> str | None:
         """The last assistant answer (the ground truth), if any."""
         last = self._last_answer_index()

@@ -25,7 +25,7 @@ from ..images import ImageLimits
 from ..model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from .losses import KD_LOSSES
 
-RECIPES = ("finetune", "distill")
+RECIPES = ("finetune", "distill", "vision")
 ON_ERROR = ("skip", "fail")
 MIXED_PRECISION = ("auto", "bf16", "no")
 DEVICES = ("auto", "cpu", "cuda", "npu")
@@ -170,7 +170,8 @@ class CurriculumSection:
 
 @dataclass
 class TrainingConfig:
-    recipe: str = _setting("finetune", "finetune (one block size, or a curriculum) or distill", choices=RECIPES)
+    recipe: str = _setting("finetune", "finetune (one block size, or a curriculum), distill, or vision (the vision "
+                         "tower's warm-up on grounding samples: recipes/vision.py)", choices=RECIPES)
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     diffusion: DiffusionSection = field(default_factory=DiffusionSection)
@@ -265,9 +266,9 @@ def _check_consistency(cfg: TrainingConfig) -> None:
     if cfg.train.global_batch_size % cfg.train.micro_batch_size:
         raise ConfigError(f"train.global_batch_size: {cfg.train.global_batch_size} is not a multiple of "
                           f"train.micro_batch_size {cfg.train.micro_batch_size}")
+    if cfg.recipe != "finetune" and cfg.curriculum.block_sizes:
+        raise ConfigError(f"curriculum.block_sizes: a curriculum chains finetune stages; recipe is {cfg.recipe}")
     if cfg.recipe == "distill":
-        if cfg.curriculum.block_sizes:
-            raise ConfigError("curriculum.block_sizes: a curriculum chains finetune stages; recipe is distill")
         if cfg.diffusion.block_size == 1:
             raise ConfigError("diffusion.block_size: distillation trains a diffusion student (B >= 2)")
         if not 0.0 < cfg.distill.beta < 1.0 and cfg.distill.loss == "jsd":

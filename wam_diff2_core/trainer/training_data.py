@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -108,7 +108,8 @@ def encode_sample(processor, sample: Sample, images: Sequence[Any], *, eos_token
 
 class SampleDataset(torch.utils.data.Dataset):
     """Samples of one data file, plus ``mix`` files (each ``(file, times)``, its image paths relative
-    to its own directory, its samples ``times`` times); ``dataset[i]`` is an :class:`Example` or the
+    to its own directory, its samples ``times`` times), those that ``keep`` accepts (None: all);
+    ``dataset[i]`` is an :class:`Example` or the
     SampleError that says why sample i cannot be used (with ``on_error="fail"`` it raises instead)."""
 
     def __init__(self, path: str | Path, processor, *, eos_token_id: int, data_root: str | Path = ".",
@@ -116,8 +117,10 @@ class SampleDataset(torch.utils.data.Dataset):
                  max_pixels: int | None = None, max_length: int = 0, block_size: int = 1,
                  pad_multiple: int | None = None, on_error: str = "skip",
                  image_limits: ImageLimits = DEFAULT_LIMITS,
-                 allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS):
+                 allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS,
+                 keep: Callable[[Sample], bool] | None = None):
         self.processor = processor
+        self.keep = keep
         self.image_limits = image_limits
         self.eos_token_id = eos_token_id
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
@@ -132,7 +135,7 @@ class SampleDataset(torch.utils.data.Dataset):
             self.samples += self._read(f"data.mix[{i}]", file, file.parent) * times
 
     def _read(self, setting: str, path: str | Path, data_root: str | Path) -> list[Sample]:
-        samples, rejected = [], len(self.rejected)
+        samples, rejected, left_out = [], len(self.rejected), 0
         try:
             items = list(iter_samples(path, data_root, allow_absolute_paths=self.allow_absolute_paths))
         except ValueError as exc:      # the file as a whole (unreadable, a JSON list that does not parse)
@@ -145,11 +148,15 @@ class SampleDataset(torch.utils.data.Dataset):
             if isinstance(item, SampleError):
                 self._reject(item)
                 continue
-            samples.append(item)
+            if self.keep is None or self.keep(item):
+                samples.append(item)
+            else:
+                left_out += 1
         rejected = self.rejected[rejected:]
         if not samples:
             from ..config import ConfigError
-            raise ConfigError(f"{setting}: {path} has no usable sample ({len(rejected)} rejected)")
+            raise ConfigError(f"{setting}: {path} has no usable sample ({len(rejected)} rejected"
+                              + (f", {left_out} not of the kind this recipe trains on)" if left_out else ")"))
         if rejected:
             log.warning("%s: %d sample(s) skipped, first: %s", path, len(rejected), rejected[0])
         return samples

@@ -12,10 +12,11 @@ from ..checkpointing import FINAL
 from ..training_config import TrainingConfig
 from .distill import DistillRecipe
 from .finetune import FinetuneRecipe
+from .vision import VisionRecipe
 
 log = logging.getLogger(__name__)
 
-RECIPES = {"finetune": FinetuneRecipe, "distill": DistillRecipe}
+RECIPES = {"finetune": FinetuneRecipe, "distill": DistillRecipe, "vision": VisionRecipe}
 
 
 def run_stage(cfg: TrainingConfig, *, resume: bool = False) -> Path:

@@ -129,7 +129,7 @@ class FinetuneRecipe:
             max_pixels=cfg.data.max_pixels, max_length=cfg.data.max_length, block_size=self.block_size,
             pad_multiple=self.pad_multiple, on_error=cfg.data.on_error,
             image_limits=ImageLimits(cfg.data.max_decoded_pixels, cfg.data.max_decoded_bytes),
-            allow_absolute_paths=cfg.data.allow_absolute_image_paths)
+            allow_absolute_paths=cfg.data.allow_absolute_image_paths, keep=self.keep_sample)
         self.order = DataOrder(len(self.dataset), cfg.train.seed, cfg.data.shuffle)
         self.total_steps = total_steps(len(self.dataset), cfg.train.epochs, cfg.train.global_batch_size,
                                        cfg.train.max_steps)
@@ -144,7 +144,7 @@ class FinetuneRecipe:
             else:
                 self.hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.hf_model.train()
-        module = DiffusionObjective(self.hf_model, self.loss_settings())
+        module = self.build_objective()
         optimizer = build_optimizer(module, cfg.optim)
         self.scheduler = build_scheduler(optimizer, self.total_steps, cfg.optim)
         self.module, self.optimizer = acc.prepare(module, optimizer)
@@ -152,6 +152,7 @@ class FinetuneRecipe:
             # Model weights come from the Hugging Face part of the checkpoint; trainer_state/ holds the rest.
             load_trainer_state(resume_from / TRAINER_STATE, self.optimizer, self.scheduler,
                                process_index=acc.process_index, device=acc.device)
+            self.load_extra_state(resume_from / TRAINER_STATE)
             progress = read_progress(resume_from)
             self.step = int(progress["step"])
             acc.step = int(progress["accelerator_step"])          # micro-batches seen: accumulation phase
@@ -169,6 +170,20 @@ class FinetuneRecipe:
 
     def setup_extra(self) -> None:
         """Hook for the distillation recipe (teacher); nothing here."""
+
+    def keep_sample(self, sample) -> bool:
+        """Hook: whether a sample of the data is trained on (the vision recipe keeps grounding samples)."""
+        return True
+
+    def build_objective(self) -> torch.nn.Module:
+        """Hook: the module Accelerate wraps, the student and its loss."""
+        return DiffusionObjective(self.hf_model, self.loss_settings())
+
+    def save_extra_state(self, trainer_state: Path) -> None:
+        """Hook: what a resumable checkpoint needs beyond the model, optimizer and scheduler (nothing here)."""
+
+    def load_extra_state(self, trainer_state: Path) -> None:
+        """Hook: read back what :meth:`save_extra_state` wrote (nothing here)."""
 
     def loss_settings(self) -> LossSettings:
         return LossSettings(chunk_size=self.cfg.loss.chunk_size, kd_ratio=0.0)
@@ -371,6 +386,7 @@ class FinetuneRecipe:
         self._write_hf(tmp)
         save_trainer_state(tmp / TRAINER_STATE, self.optimizer, self.scheduler, process_index=acc.process_index,
                            main=acc.is_main_process, device=acc.device)
+        self.save_extra_state(tmp / TRAINER_STATE)
         acc.wait_for_everyone()
         if acc.is_main_process:
             write_progress(tmp, {"step": self.step, "total_steps": self.total_steps, "accelerator_step": acc.step,
