@@ -35,7 +35,7 @@ from .decoding.sampling import seeded_generators
 from .geometry import EgoMotion
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.prompt_encoding import encode_prompts
-from .outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M, Box, parse_boxes, parse_waypoints
+from .outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M, Box, parse_boxes, parse_waypoints, token_char_confidences
 from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DEFAULT_DETECTION_EVERY_N_FRAMES,
                               DETECTION_TEMPLATE, IMAGE_PLACEHOLDER, NUM_WAYPOINTS, TASKS, check_detection_every,
                               format_detection_prompt, format_planning_prompt)
@@ -219,12 +219,14 @@ class DrivingPolicy:
         t = time.perf_counter()
         results: dict[str, TaskResult] = {}
         plans: list[TaskResult] = []
-        for task, text, stats in zip(rows, texts, decoded.stats):
+        for row, (task, text, stats) in enumerate(zip(rows, texts, decoded.stats)):
             if task == "plan":
                 parsed = parse_waypoints(text, NUM_WAYPOINTS, self.max_waypoint_abs_m)
                 answer = {"waypoints": parsed.waypoints if parsed.ok else None}
             else:
-                parsed = parse_boxes(text, image.size)
+                confidence = token_char_confidences(self.loaded.tokenizer, decoded.sequences[row],
+                                                    decoded.confidences[row], text) if decoded.confidences else None
+                parsed = parse_boxes(text, image.size, char_confidence=confidence)
                 answer = {"boxes": list(parsed.boxes)}
             result = TaskResult(valid=parsed.ok, invalid_reason="" if parsed.ok else str(parsed.error),
                                 raw_text=text, stats=stats, **answer)

@@ -89,3 +89,32 @@ def test_with_both_tasks_the_boxes_come_every_nth_frame_and_the_plan_every_frame
 def test_a_bad_detection_schedule_is_refused_by_name(tiny_checkpoint, every, tasks, message):
     with pytest.raises(ValueError, match=message):
         _policy(tiny_checkpoint, tasks=tasks, detection_every_n_frames=every)
+
+
+class _Answering:
+    """The policy's decoder, its answers replaced by ``answer`` with per-token ``confidence(piece)``."""
+
+    def __init__(self, real, tokenizer, answer: str, confidence):
+        self.real, self.tokenizer, self.answer, self.confidence = real, tokenizer, answer, confidence
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def generate(self, inputs, settings=None, **kwargs):
+        from wam_diff2_core.decoding.common import DecodeOutput
+        out = self.real.generate(inputs, settings, **kwargs)
+        ids = self.tokenizer.encode(self.answer, add_special_tokens=False)
+        conf = [self.confidence(self.tokenizer.decode([t])) for t in ids]
+        n = len(out.sequences)
+        return DecodeOutput(sequences=[ids] * n, finished=[True] * n, stats=out.stats, confidences=[conf] * n)
+
+
+def test_boxes_score_the_decoders_confidence_in_their_coordinates(tiny_checkpoint, rgb_frame):
+    policy = _policy(tiny_checkpoint, tasks=("detect",), parse_retry="none")
+    answer = '[{"bbox_2d": [111, 155, 515, 551], "label": "car"}, {"bbox_2d": [666, 699, 969, 996], "label": "car"}]'
+    # digits 1 and 5 (box 1's) at 0.5, 6 and 9 (box 2's) at 0.9, anything else certain
+    policy.decoder = _Answering(policy.decoder, policy.loaded.tokenizer, answer,
+                                lambda piece: {"1": 0.5, "5": 0.5, "6": 0.9, "9": 0.9}.get(piece, 1.0))
+    boxes = policy.step(rgb_frame, EGO, "straight").detections.boxes
+    assert [b.score for b in boxes] == pytest.approx([0.5, 0.9])
+    assert [b.x_min for b in boxes] == pytest.approx([17.76, 106.56])      # 160 px wide frame

@@ -20,8 +20,10 @@ def full_block_causal_mask(prompt_len: int, response_len: int, block_size: int) 
     return (ids.unsqueeze(1) >= ids.unsqueeze(0))[None, None]
 
 
-def reference_decode(model, config, inputs, settings, generator=None) -> list[int]:
-    """Decode one unpadded prompt; returns the answer ids truncated before the first EOS."""
+def reference_decode(model, config, inputs, settings, generator=None, confidences: list | None = None) -> list[int]:
+    """Decode one unpadded prompt; returns the answer ids truncated before the first EOS. ``confidences``:
+    a list that receives each answer token's confidence when it was fixed (the last step's if never fixed)."""
+    kept = [] if confidences is None else confidences
     ids = inputs["input_ids"]
     assert ids.shape[0] == 1 and bool(inputs["attention_mask"].all())
     mm = inputs.get("mm_token_type_ids", torch.zeros_like(ids))
@@ -47,18 +49,19 @@ def reference_decode(model, config, inputs, settings, generator=None) -> list[in
             response = torch.empty(0, dtype=torch.long)
             for _ in range(settings.max_new_tokens):
                 logits = logits_for(response)[-1:]                       # next-token logits
-                tok, _ = sample_tokens(logits.unsqueeze(0), settings, banned, gens)
+                tok, p = sample_tokens(logits.unsqueeze(0), settings, banned, gens)
                 tok = int(tok)
                 if tok == eos:
                     return answer
                 answer.append(tok)
+                kept.append(float(p))
                 response = torch.cat([response, torch.tensor([tok])])
             return answer
         schedule = transfer_schedule(size, settings.denoising_steps)
         committed = torch.empty(0, dtype=torch.long)
         for _ in range(-(-settings.max_new_tokens // size)):
             block = torch.full((size,), mask_id)
-            last = block
+            last, fixed_conf = block, [None] * size
             for step in range(settings.denoising_steps):
                 masked = block == mask_id
                 if not masked.any():
@@ -68,10 +71,16 @@ def reference_decode(model, config, inputs, settings, generator=None) -> list[in
                 last, conf = last[0], conf[0]
                 pick = choose_transfer(masked[None], conf[None], settings, step, schedule)[0]
                 block = torch.where(pick, last, block)
+                fixed_conf = [float(c) if picked else f for c, picked, f in zip(conf, pick.tolist(), fixed_conf)]
+            fixed_conf = [float(c) if f is None else f for c, f in zip(conf, fixed_conf)]
             block = torch.where(block == mask_id, last, block)
             values = block.tolist()
             if eos in values:
+                kept += fixed_conf[:values.index(eos)]
+                del kept[settings.max_new_tokens:]
                 return (answer + values[:values.index(eos)])[:settings.max_new_tokens]
             answer += values
+            kept += fixed_conf
             committed = torch.cat([committed, block])
+    del kept[settings.max_new_tokens:]
     return answer[:settings.max_new_tokens]

@@ -58,7 +58,7 @@ def _parser_for(sample, mode: str) -> str:
     return "none"
 
 
-def _parsed_fields(text: str, sample, images, mode: str) -> dict:
+def _parsed_fields(text: str, sample, images, mode: str, char_confidence=None) -> dict:
     from ..outputs.parsing import parse_boxes, parse_waypoints
 
     kind = _parser_for(sample, mode)
@@ -68,7 +68,7 @@ def _parsed_fields(text: str, sample, images, mode: str) -> dict:
     if kind == "boxes":
         if not images:
             return {"boxes": None, "parse_error": "no image to map boxes onto"}
-        r = parse_boxes(text, images[0].size)
+        r = parse_boxes(text, images[0].size, char_confidence=char_confidence)
         return {"boxes": [vars(b) for b in r.boxes], "parse_error": None if r.ok else str(r.error)}
     return {}
 
@@ -228,6 +228,7 @@ def _error_record(exc) -> dict:
 def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages: StageTimes) -> list[dict]:
     """Decode a batch; its stage times are added to ``stages``."""
     from ..decoding.sampling import seeded_generators
+    from ..outputs.parsing import token_char_confidences
 
     t = time.perf_counter()
     try:
@@ -244,9 +245,11 @@ def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages: Sta
     out, texts = timed_decode(decoder, tokenizer, inputs, stages, generators=gens)
     t = time.perf_counter()
     records = []
-    for (_, s, ims), text, stats, finished in zip(ready, texts, out.stats, out.finished):
+    for row, ((_, s, ims), text, stats, finished) in enumerate(zip(ready, texts, out.stats, out.finished)):
         rec = {"id": s.id, "line": s.line, "prediction": text, "ground_truth": s.answer, "finished": finished}
-        rec.update(_parsed_fields(text, s, ims, args.parse))
+        confidence = token_char_confidences(tokenizer, out.sequences[row], out.confidences[row], text) \
+            if out.confidences and _parser_for(s, args.parse) == "boxes" else None
+        rec.update(_parsed_fields(text, s, ims, args.parse, confidence))
         rec["stats"] = stats.as_dict()
         records.append(rec)
     stages.parse_ms += (time.perf_counter() - t) * 1e3

@@ -99,22 +99,25 @@ class DecodeOutput:
     sequences: list[list[int]]  # answer token ids per sequence, truncated before the first EOS
     finished: list[bool]        # True: EOS reached; False: stopped at max_new_tokens
     stats: list[DecodeStats]
+    # per answer token, the probability the decoder chose it with when it was fixed (the step that fixed it;
+    # the last step's for a position still masked after S steps); empty: not kept (a stand-in decoder)
+    confidences: list[list[float]] = field(default_factory=list)
 
 
-def record_block(rows_tokens: list[list[int]], steps: Sequence[int], live: Sequence[int], eos_id: int,
-                 stats: list[DecodeStats], answer: list[list[int]], done: list[bool]) -> None:
-    """Book a finished block for the rows still decoding: its steps, and its tokens up to the first
-    EOS (a row with an EOS is done)."""
+def record_block(rows_tokens: list[list[int]], rows_conf: list[list[float]], steps: Sequence[int],
+                 live: Sequence[int], eos_id: int, stats: list[DecodeStats], answer: list[list[int]],
+                 confidences: list[list[float]], done: list[bool]) -> None:
+    """Book a finished block for the rows still decoding: its steps, and its tokens (and their
+    confidences) up to the first EOS (a row with an EOS is done)."""
     for i in live:
         stats[i].blocks += 1
         stats[i].steps_per_block.append(steps[i])
         stats[i].denoise_steps += steps[i]
         tokens = rows_tokens[i]
-        if eos_id in tokens:
-            answer[i].extend(tokens[:tokens.index(eos_id)])
-            done[i] = True
-        else:
-            answer[i].extend(tokens)
+        end = tokens.index(eos_id) if eos_id in tokens else len(tokens)
+        answer[i].extend(tokens[:end])
+        confidences[i].extend(rows_conf[i][:end])
+        done[i] = end < len(tokens)
 
 
 class PhaseTimer:

@@ -124,12 +124,14 @@ class BlockDiffusionDecoder:
         stats = [DecodeStats(block_size=size) for _ in range(n)]
         done = [False] * n
         answer: list[list[int]] = [[] for _ in range(n)]
+        confidences: list[list[float]] = [[] for _ in range(n)]
         for k in range(n_blocks):
             live = [i for i in range(n) if not done[i]]
             block = torch.full((n, size), mask_id, dtype=torch.long, device=self.device)
             block[[i for i in range(n) if done[i]]] = eos_id      # finished rows: nothing to fill
             steps = [0] * n
             last_tokens = block
+            block_conf = last_conf = torch.ones((n, size), device=self.device)
             with timer("denoise"):
                 for step in range(settings.denoising_steps):
                     masked = block == mask_id                      # [N, B]
@@ -138,14 +140,18 @@ class BlockDiffusionDecoder:
                         break
                     logits = self.forward_block(prefix, block, k * size, keep=False)          # [N, B, V]
                     rows = [i for i in range(n) if active[i]]
-                    last_tokens, conf = sample_tokens(logits, settings, self.banned, generators, rows, greedy_rows)
-                    transfer = choose_transfer(masked, conf, settings, step, schedule)
+                    last_tokens, last_conf = sample_tokens(logits, settings, self.banned, generators, rows,
+                                                           greedy_rows)
+                    transfer = choose_transfer(masked, last_conf, settings, step, schedule)
                     block = torch.where(transfer, last_tokens, block)
+                    block_conf = torch.where(transfer, last_conf, block_conf)
                     for i in rows:
                         steps[i] += 1
                 # Positions still masked after S steps take the last step's tokens.
-                block = torch.where(block == mask_id, last_tokens, block)
-            record_block(block.tolist(), steps, live, eos_id, stats, answer, done)
+                still = block == mask_id
+                block = torch.where(still, last_tokens, block)
+                block_conf = torch.where(still, last_conf, block_conf)
+            record_block(block.tolist(), block_conf.tolist(), steps, live, eos_id, stats, answer, confidences, done)
             if all(done) or k == n_blocks - 1:
                 break
             with timer("commit"):
@@ -155,9 +161,10 @@ class BlockDiffusionDecoder:
                     stats[i].commit_forwards += 1
         for i in range(n):
             answer[i] = answer[i][:settings.max_new_tokens]
+            confidences[i] = confidences[i][:settings.max_new_tokens]
             stats[i].tokens = len(answer[i])
             stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
-        return DecodeOutput(sequences=answer, finished=done, stats=stats)
+        return DecodeOutput(sequences=answer, finished=done, stats=stats, confidences=confidences)
 
     def _generate_ar(self, prefix: Prefix, settings: DecodingSettings, generators, timer: PhaseTimer,
                      greedy_rows: Sequence[int] = ()) -> DecodeOutput:
@@ -166,13 +173,14 @@ class BlockDiffusionDecoder:
         stats = [DecodeStats(block_size=1) for _ in range(n)]
         done = [False] * n
         answer: list[list[int]] = [[] for _ in range(n)]
+        confidences: list[list[float]] = [[] for _ in range(n)]
         logits = prefix.last_logits.unsqueeze(1)                   # [N, 1, V]
         for t in range(settings.max_new_tokens):
             rows = [i for i in range(n) if not done[i]]
             with timer("denoise"):
-                tokens, _ = sample_tokens(logits, settings, self.banned, generators, rows, greedy_rows)
+                tokens, conf = sample_tokens(logits, settings, self.banned, generators, rows, greedy_rows)
             tokens = tokens[:, 0]
-            values = tokens.tolist()
+            values, probs = tokens.tolist(), conf[:, 0].tolist()
             for i in rows:
                 stats[i].steps_per_block.append(1)
                 stats[i].denoise_steps += 1
@@ -181,6 +189,7 @@ class BlockDiffusionDecoder:
                     done[i] = True
                 else:
                     answer[i].append(values[i])
+                    confidences[i].append(probs[i])
             if all(done) or t == settings.max_new_tokens - 1:
                 break
             for i in range(n):
@@ -190,4 +199,4 @@ class BlockDiffusionDecoder:
                 logits = self.forward_block(prefix, tokens.unsqueeze(1), t, keep=True)
         for i in range(n):
             stats[i].tokens = len(answer[i])
-        return DecodeOutput(sequences=answer, finished=done, stats=stats)
+        return DecodeOutput(sequences=answer, finished=done, stats=stats, confidences=confidences)

@@ -315,6 +315,7 @@ class StaticBlockDiffusionDecoder:
         stats = [DecodeStats(block_size=size) for _ in range(n)]
         done = [False] * n
         answer: list[list[int]] = [[] for _ in range(n)]
+        confidences: list[list[float]] = [[] for _ in range(n)]
         block = self._block_state(run, size)
         previous = None                                     # last block's tokens, not yet committed
         for k in range(n_blocks):
@@ -322,6 +323,7 @@ class StaticBlockDiffusionDecoder:
             block.tokens.fill_(mask_id)
             block.tokens[[i for i in range(rows) if i >= n or done[i]]] = eos_id   # nothing to fill there
             block.steps.zero_()
+            block.conf.fill_(1.0)
             if previous is not None and not fused:
                 with timer("commit"):
                     buf = self._plan(run, prefix, [((k - 1) * size, size)])
@@ -352,16 +354,20 @@ class StaticBlockDiffusionDecoder:
                                                         rule, whole=pick.whole(rule), mutable=block.tensors(),
                                                         generators=pick.generators)
                 # Positions still masked after S steps take the last step's tokens.
-                block.tokens.copy_(torch.where(block.tokens == mask_id, block.last, block.tokens))
-            record_block(block.tokens[:n].tolist(), block.steps[:n].tolist(), live, eos_id, stats, answer, done)
+                still = block.tokens == mask_id
+                block.tokens.copy_(torch.where(still, block.last, block.tokens))
+                block.conf.copy_(torch.where(still, block.last_conf, block.conf))
+            record_block(block.tokens[:n].tolist(), block.conf[:n].tolist(), block.steps[:n].tolist(), live, eos_id,
+                         stats, answer, confidences, done)
             if all(done) or k == n_blocks - 1:
                 break
             previous = block.tokens.clone()
         for i in range(n):
             answer[i] = answer[i][:settings.max_new_tokens]
+            confidences[i] = confidences[i][:settings.max_new_tokens]
             stats[i].tokens = len(answer[i])
             stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
-        return DecodeOutput(sequences=answer, finished=done, stats=stats)
+        return DecodeOutput(sequences=answer, finished=done, stats=stats, confidences=confidences)
 
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
                      generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
@@ -373,9 +379,10 @@ class StaticBlockDiffusionDecoder:
         interval = settings.mask_check_interval if greedy else 1
         ar = self._ar_state(run)
         ar.reset(eos_id)                                        # rows beyond the batch stay done
-        tokens, _ = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n),
-                                  greedy_rows)
+        tokens, conf = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n),
+                                     greedy_rows)
         ar.out[:n, 0] = tokens[:, 0]
+        ar.conf[:n, 0] = conf[:, 0]
         ar.done[:n] = tokens[:, 0] == eos_id
         buf = self._plan(run, prefix, [(0, 1)])
         with timer("denoise"):
@@ -391,16 +398,17 @@ class StaticBlockDiffusionDecoder:
                                      prefix.prompt_valid, prefix.next_position, eos_id, whole=pick.whole("ar"),
                                      mutable=ar.tensors(), generators=pick.generators)
         stats = [DecodeStats(block_size=1) for _ in range(n)]
-        sequences, finished = [], []
-        for i, row in enumerate(ar.out[:n, :limit].tolist()):
+        sequences, finished, confidences = [], [], []
+        for i, (row, probs) in enumerate(zip(ar.out[:n, :limit].tolist(), ar.conf[:n, :limit].tolist())):
             end = row.index(eos_id) if eos_id in row else None
             sequences.append(row if end is None else row[:end])
+            confidences.append(probs if end is None else probs[:end])
             finished.append(end is not None)
             produced = limit if end is None else end + 1                  # sampled tokens, EOS included
             s = stats[i]
             s.steps_per_block, s.denoise_steps, s.blocks = [1] * produced, produced, produced
             s.forwards, s.tokens = produced - 1, len(sequences[i])
-        return DecodeOutput(sequences=sequences, finished=finished, stats=stats)
+        return DecodeOutput(sequences=sequences, finished=finished, stats=stats, confidences=confidences)
 
     # ------------------------------------------------------------ warm-up
     @torch.no_grad()

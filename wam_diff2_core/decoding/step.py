@@ -205,15 +205,18 @@ class BlockState:
     tokens: torch.Tensor        # [R, B] long: MASK where nothing is fixed yet
     last: torch.Tensor          # [R, B] long: the last step's pick at every position
     steps: torch.Tensor         # [R] long: steps each row has needed in this block
+    conf: torch.Tensor          # [R, B] float32: the confidence each fixed token was fixed with
+    last_conf: torch.Tensor     # [R, B] float32: the last step's confidence at every position
 
     @classmethod
     def empty(cls, rows: int, size: int, device: torch.device) -> "BlockState":
         return cls(torch.zeros(rows, size, dtype=torch.long, device=device),
                    torch.zeros(rows, size, dtype=torch.long, device=device),
-                   torch.zeros(rows, dtype=torch.long, device=device))
+                   torch.zeros(rows, dtype=torch.long, device=device),
+                   torch.ones(rows, size, device=device), torch.ones(rows, size, device=device))
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return self.tokens, self.last, self.steps
+        return self.tokens, self.last, self.steps, self.conf, self.last_conf
 
 
 def pending_rows(block: torch.Tensor, masked: torch.Tensor, eos_id: int) -> torch.Tensor:
@@ -240,7 +243,9 @@ def whole_step(forward: Callable[[], torch.Tensor], pick, buf: StepBuffers, bloc
     tokens, conf = pick(logits)
     transfer = choose_transfer(masked, conf, rule.settings, 0, (rule.count,))
     block.tokens.copy_(torch.where(transfer, tokens, block.tokens))
+    block.conf.copy_(torch.where(transfer, conf, block.conf))
     block.last.copy_(tokens)
+    block.last_conf.copy_(conf)
     block.steps.add_(needed)
     return pending_rows(block.tokens, block.tokens == rule.mask_id, rule.eos_id)
 
@@ -253,20 +258,23 @@ class ARState:
     out: torch.Tensor           # [R, slots] long: the answer so far, EOS beyond it
     t: torch.Tensor             # [1] long: response offset of the token the next step feeds
     done: torch.Tensor          # [R] bool: EOS produced
+    conf: torch.Tensor          # [R, slots] float32: the probability each answer token was chosen with
 
     @classmethod
     def empty(cls, rows: int, slots: int, device: torch.device) -> "ARState":
         return cls(torch.zeros(rows, slots, dtype=torch.long, device=device),
-                   torch.zeros(1, dtype=torch.long, device=device), torch.zeros(rows, dtype=torch.bool, device=device))
+                   torch.zeros(1, dtype=torch.long, device=device), torch.zeros(rows, dtype=torch.bool, device=device),
+                   torch.ones(rows, slots, device=device))
 
     def reset(self, eos_id: int) -> None:
         """Before a decode: no answer (EOS everywhere), t = 0, every row done until its first token."""
         self.out.fill_(eos_id)
         self.t.zero_()
         self.done.fill_(True)
+        self.conf.fill_(1.0)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return self.out, self.t, self.done
+        return self.out, self.t, self.done, self.conf
 
 
 def ar_step(forward: Callable[[], torch.Tensor], pick, text: QwenTextForward, buf: StepBuffers, ar: ARState,
@@ -287,8 +295,9 @@ def ar_step(forward: Callable[[], torch.Tensor], pick, text: QwenTextForward, bu
     slot = torch.arange(prompt_valid.shape[1], device=prompt_valid.device)
     visible = prompt_valid | ((slot >= base.unsqueeze(1)) & (slot <= (base + t).unsqueeze(1)))
     buf.mask[:, 0, 0].copy_(visible)
-    tokens, _ = pick(forward())                                               # [R, 1]
+    tokens, conf = pick(forward())                                            # [R, 1]
     ar.out.scatter_(1, (t + 1).expand(rows, 1), tokens)
+    ar.conf.scatter_(1, (t + 1).expand(rows, 1), conf)
     ar.done.logical_or_(tokens[:, 0] == eos_id)
     ar.t.add_(1)
     return ar.done

@@ -11,15 +11,17 @@ built in memory from the boxes: AP@[.5:.95] (``ap``), AP50, AP75, AR@1 / 10 / 10
 AP per class. pycocotools is the COCO authors' implementation, the one whose numbers define COCO
 AP; nothing here re-derives matching or precision.
 
-**Ranking.** COCO AP ranks boxes by score; a grounding answer has none (the model writes boxes,
-not confidences). A box scores the answer's ``"score"`` / ``"confidence"`` when it gives one,
-else 1.0 (:func:`~wam_diff2_core.outputs.parsing.parse_boxes`). Ties are broken by pycocotools'
-stable sorts: within an image in answer order (which box is matched first, and which are kept
-under the per-image cap), across images in the order the images are given here (bench: the
-order of the samples file). With every score 1.0, AP is one operating point whose
-precision-recall curve runs through the images in that order, so a false positive early in the
-set costs more than one late; the order is fixed per data file, so configurations scored on the
-same file are compared on the same order. AR does not depend on it.
+**Ranking.** COCO AP ranks boxes by score. A box scores the answer's ``"score"`` / ``"confidence"``
+when it gives one; a box the package decoded itself (``bench``, ``infer``, the policy and so the node)
+scores the decoder's confidence in its coordinates: the geometric mean of the probabilities its
+``bbox_2d`` digits were chosen with (:func:`~wam_diff2_core.outputs.parsing.span_confidence`; at
+Block-32 the probability a digit had at the step that fixed it), as sequence detectors score a box
+by its tokens' likelihood. Answers from elsewhere without scores (a text file, a bag recorded by
+another stack) score 1.0; ties are broken by pycocotools' stable sorts: within an image in answer
+order, across images in the order the images are given here (bench: the order of the samples
+file). With every score 1.0, AP is one operating point whose precision-recall curve runs through
+the images in that order, so a false positive early in the set costs more than one late. AR does
+not depend on scores.
 
 **What is counted.** Every image counts, whatever its answer: an answer that does not parse
 (``parse_failures``) scores no box, so its image's ground truth are misses (never guessed

@@ -27,8 +27,10 @@ non_finite (including overflow such as ``1e999``), out_of_range.
 
 Detection answers follow Qwen3-VL grounding: a JSON list of objects (or one object) with
 ``"bbox_2d": [x1, y1, x2, y2]`` on a 0..1000 scale of the image the model saw and a
-``"label"``; ``"score"`` or ``"confidence"`` is optional (default 1.0). The JSON may sit in a
-```` ```json ```` fence and have text around it.
+``"label"``; ``"score"`` or ``"confidence"`` is optional (default 1.0, or, given the decoder's
+per-character confidences, the geometric mean of those of the box's ``bbox_2d`` digits: how sure
+the decoder was of where it put the box). The JSON may sit in a ```` ```json ```` fence and have
+text around it.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -57,6 +60,7 @@ BOX_SCALE = 1000.0   # Qwen3-VL grounding coordinates are relative, 0..1000
 
 _NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", re.ASCII)
 _NON_FINITE_WORD = re.compile(r"[+-]?(?:nan|inf(?:inity)?)", re.ASCII | re.IGNORECASE)
+_BBOX_LIST = re.compile(r'"bbox_2d"\s*:\s*\[([^\]]*)\]')
 _FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
 # Bounds the search for a JSON value inside surrounding text, so a hostile answer full of
 # brackets costs a bounded number of decode attempts.
@@ -161,13 +165,15 @@ def _looks_like_objects(value: object) -> bool:
     return isinstance(value, dict) or (isinstance(value, list) and all(isinstance(v, dict) for v in value))
 
 
-def _find_json(text: str) -> tuple[bool, object]:
-    """(found, value): the fenced block if any, else the whole text, else the first object or
-    list of objects that decodes inside the text (not, say, the bbox list of a truncated answer)."""
+def _find_json(text: str) -> tuple[bool, object, int]:
+    """(found, value, where it starts in ``text``): the fenced block if any, else the whole text, else the
+    first object or list of objects that decodes inside the text (not, say, the bbox list of a truncated
+    answer)."""
     fence = _FENCE.search(text)
-    body = fence.group(1) if fence else text
+    body, offset = (fence.group(1), fence.start(1)) if fence else (text, 0)
     try:
-        return True, json.loads(body)
+        value = json.loads(body)
+        return True, value, offset + len(body) - len(body.lstrip())
     except (ValueError, RecursionError):   # RecursionError: deeply nested brackets
         pass
     decoder = json.JSONDecoder()
@@ -178,8 +184,55 @@ def _find_json(text: str) -> tuple[bool, object]:
         except (ValueError, RecursionError):
             continue
         if _looks_like_objects(value):
-            return True, value
-    return False, None
+            return True, value, offset + start
+    return False, None, 0
+
+
+def _element_spans(text: str, i: int, count: int) -> list[tuple[int, int]] | None:
+    """[start, end) of ``count`` JSON values in ``text`` from ``i`` on, separated by commas and whitespace
+    (the elements of a list :func:`_find_json` decoded), or None when they cannot be told apart."""
+    decoder, spans = json.JSONDecoder(), []
+    for _ in range(count):
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        try:
+            end = decoder.raw_decode(text, i)[1]
+        except (ValueError, RecursionError):
+            return None
+        spans.append((i, end))
+        i = end
+    return spans
+
+
+def char_confidences(pieces: Sequence[str], confidences: Sequence[float], text: str) -> list[float] | None:
+    """Per character of ``text``, the confidence of the answer token it comes from: ``pieces`` are the
+    tokens decoded one by one, ``confidences`` the decoder's per token (DecodeOutput.confidences). None
+    when the pieces do not spell ``text`` (a character split across tokens) or the counts differ."""
+    if len(pieces) != len(confidences) or "".join(pieces) != text:
+        return None
+    return [float(c) for piece, c in zip(pieces, confidences) for _ in piece]
+
+
+def token_char_confidences(tokenizer, token_ids: Sequence[int], confidences: Sequence[float],
+                           text: str) -> list[float] | None:
+    """:func:`char_confidences` of an answer the tokenizer decoded to ``text`` (its tokens decoded one by
+    one as ``batch_decode`` decodes them); None without confidences (a decoder that kept none)."""
+    if not confidences:
+        return None
+    pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in token_ids]
+    return char_confidences(pieces, confidences, text)
+
+
+def span_confidence(text: str, char_confidence: Sequence[float], span: tuple[int, int]) -> float:
+    """The geometric mean of the confidences of the digits of the ``bbox_2d`` list in ``text[span]`` (the
+    decoder's own certainty of where it put the box; every digit if the span has no such list), 1.0
+    without digits."""
+    found = _BBOX_LIST.search(text, *span)
+    first, end = found.span(1) if found else span
+    values = [char_confidence[i] for i in range(first, end) if text[i].isdigit()]
+    if not values:
+        return 1.0
+    return float(math.exp(sum(math.log(max(v, 1e-12)) for v in values) / len(values)))
 
 
 def _finite_number(value: object) -> float | None:
@@ -191,6 +244,10 @@ def _finite_number(value: object) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def _has_score(obj: dict) -> bool:
+    return "score" in obj or "confidence" in obj
 
 
 def _read_object(obj: object) -> tuple[str, float, list[float]] | None:
@@ -211,13 +268,17 @@ def _read_object(obj: object) -> tuple[str, float, list[float]] | None:
 
 
 def parse_boxes(text: str | None, source_size: tuple[int, int],
-                crop: tuple[float, float, float, float] | None = None) -> BoxParse:
+                crop: tuple[float, float, float, float] | None = None,
+                char_confidence: Sequence[float] | None = None) -> BoxParse:
     """Parse a grounding answer into boxes in source-image pixels; never raises on ``text``.
 
     ``source_size`` is (width, height) of the source image; ``crop`` is (x0, y0, w, h), the
     region of it the model saw (None: the whole image). A model coordinate v maps to
     x0 + v / 1000 * w (and likewise for y), which also undoes any resize of that region.
     Boxes are corner-ordered, clipped to the image, and dropped if no area remains.
+    ``char_confidence``: per character of ``text``, the decoder's confidence in the token it belongs to
+    (:func:`char_confidences`); a box without a score of its own then scores :func:`span_confidence` of
+    its object, the whole answer's where the objects cannot be located.
     """
     width, height = (float(v) for v in source_size)
     if not (math.isfinite(width) and math.isfinite(height) and width > 0 and height > 0):
@@ -228,21 +289,28 @@ def parse_boxes(text: str | None, source_size: tuple[int, int],
 
     if not text or not text.strip():
         return BoxParse(error=ParseError(EMPTY, "no text"))
-    found, value = _find_json(text)
+    if char_confidence is not None and len(char_confidence) != len(text):
+        raise ValueError(f"char_confidence: one per character of the text ({len(text)}), got {len(char_confidence)}")
+    found, value, start = _find_json(text)
     if not found:
         return BoxParse(error=ParseError(INVALID_JSON, f"no JSON list or object in {_preview(text)}"))
+    spans = None
     if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, list):
+        value, spans = [value], _element_spans(text, start, 1)
+    elif isinstance(value, list):
+        spans = _element_spans(text, start + 1, len(value))
+    else:
         return BoxParse(error=ParseError(NOT_A_LIST, f"expected a JSON list of objects, got {type(value).__name__}"))
 
     boxes, malformed, degenerate = [], 0, 0
-    for obj in value:
+    for k, obj in enumerate(value):
         parsed = _read_object(obj)
         if parsed is None:
             malformed += 1
             continue
         label, score, (x1, y1, x2, y2) = parsed
+        if char_confidence is not None and not _has_score(obj):
+            score = span_confidence(text, char_confidence, spans[k] if spans else (0, len(text)))
         xs = sorted(min(max(x0 + v / BOX_SCALE * crop_w, 0.0), width) for v in (x1, x2))
         ys = sorted(min(max(y0 + v / BOX_SCALE * crop_h, 0.0), height) for v in (y1, y2))
         if xs[1] <= xs[0] or ys[1] <= ys[0]:

@@ -53,17 +53,17 @@ def test_bench_models_stubbed_answers_pin_the_l2_math(tiny_checkpoint, dataset, 
     calls = {"n": 0}
 
     def stub(decoder, tokenizer, inputs, settings, generator, stages):
-        text, stats = real(decoder, tokenizer, inputs, settings, generator, stages)
+        text, stats, confidence = real(decoder, tokenizer, inputs, settings, generator, stages)
         calls["n"] += 1
         truth = TRUTHS[0] if inputs["input_ids"].equal(stub.first_ids) else TRUTHS[1]
         calls.setdefault("order", []).append((settings.block_size, settings.confidence_threshold, truth is TRUTHS[0]))
         if settings.block_size == 1:
-            return _answer([(x, y + 1.0) for x, y in truth]), stats
+            return _answer([(x, y + 1.0) for x, y in truth]), stats, None
         if settings.block_size == 32 and settings.confidence_threshold == 0.9:
             if truth is TRUTHS[1]:
-                return _answer(truth), stats
-            return _answer([(x + 3.0, y + 4.0) if k >= 3 else (x, y) for k, (x, y) in enumerate(truth)]), stats
-        return text, stats
+                return _answer(truth), stats, None
+            return _answer([(x + 3.0, y + 4.0) if k >= 3 else (x, y) for k, (x, y) in enumerate(truth)]), stats, None
+        return text, stats, confidence
 
     from wam_diff2_core.data.samples import iter_samples, load_images
     from wam_diff2_core.model.checkpoint import load_checkpoint
@@ -193,12 +193,12 @@ def test_bench_models_prints_the_pdm_score_on_a_demo_world_data_set(tiny_checkpo
     real = model_comparison.decode_one
 
     def stub(decoder, tokenizer, inputs, settings, generator, stages):
-        text, stats = real(decoder, tokenizer, inputs, settings, generator, stages)
+        text, stats, confidence = real(decoder, tokenizer, inputs, settings, generator, stages)
         if settings.block_size == 1:
-            return _answer(expert), stats
+            return _answer(expert), stats, None
         if settings.block_size == 32 and settings.confidence_threshold == 0.9:
-            return _answer(swerve), stats
-        return text, stats
+            return _answer(swerve), stats, None
+        return text, stats, confidence
 
     monkeypatch.setattr(model_comparison, "decode_one", stub)
     out = tmp_path / "bench"
@@ -324,13 +324,13 @@ def test_bench_scores_grounding_answers_with_coco_ap(tiny_checkpoint, grounding_
     real = model_comparison.decode_one
 
     def stub(decoder, tokenizer, inputs, settings, generator, stages):
-        text, stats = real(decoder, tokenizer, inputs, settings, generator, stages)
+        text, stats, confidence = real(decoder, tokenizer, inputs, settings, generator, stages)
         sample_id = next((i for pixels, i in truth_by_prompt if inputs["pixel_values"].equal(pixels)), None)
         if sample_id is None:
-            return text, stats                          # the planning sample: the random model's text
+            return text, stats, confidence              # the planning sample: the random model's text
         if settings.block_size == 1 or sample_id == "g0":
-            return json.dumps(GROUNDING[sample_id]), stats
-        return "I see a car and a truck.", stats
+            return json.dumps(GROUNDING[sample_id]), stats, None
+        return "I see a car and a truck.", stats, None
 
     monkeypatch.setattr(model_comparison, "decode_one", stub)
     out = tmp_path / "bench"

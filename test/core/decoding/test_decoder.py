@@ -46,8 +46,10 @@ def test_cached_decoder_equals_full_recompute(tiny_model, prompt, block, steps, 
     inputs = encode(tiny_model.processor, [prompt])
     decoder = BlockDiffusionDecoder(tiny_model.model, tiny_model.config)
     out = decoder.generate(inputs, settings, generators=[_gen(seed)])
-    expected = reference_decode(tiny_model.model, tiny_model.config, inputs, settings, _gen(seed))
+    confidences: list[float] = []
+    expected = reference_decode(tiny_model.model, tiny_model.config, inputs, settings, _gen(seed), confidences)
     assert out.sequences[0] == expected
+    assert out.confidences[0] == pytest.approx(confidences, abs=1e-5)     # each token's, when it was fixed
     assert len(expected) > 0
 
 
@@ -76,11 +78,15 @@ def test_ar_equals_transformers_greedy_generate(tiny_model, idx):
     inputs = encode(tiny_model.processor, idx)
     out = BlockDiffusionDecoder(tiny_model.model, cfg).generate(inputs, settings)
     generated = tiny_model.model.generate(**inputs, max_new_tokens=30, do_sample=False, eos_token_id=cfg.eos_token_id,
-                                          pad_token_id=cfg.eos_token_id, suppress_tokens=list(cfg.banned_token_ids))
-    new = generated[:, inputs["input_ids"].shape[1]:].tolist()
+                                          pad_token_id=cfg.eos_token_id, suppress_tokens=list(cfg.banned_token_ids),
+                                          output_scores=True, return_dict_in_generate=True)
+    new = generated.sequences[:, inputs["input_ids"].shape[1]:].tolist()
+    # the probability of each chosen token among the allowed ones (transformers' scores: suppressed at -inf)
+    chosen = [torch.softmax(scores.float(), dim=-1).max(dim=-1).values for scores in generated.scores]
     for row, seq in enumerate(new):
         expected = seq[:seq.index(cfg.eos_token_id)] if cfg.eos_token_id in seq else seq
         assert out.sequences[row] == expected
+        assert out.confidences[row] == pytest.approx([float(p[row]) for p in chosen[:len(expected)]], abs=1e-5)
 
 
 def _edited_model(tiny_model, token_id: int, boost: float):

@@ -61,7 +61,7 @@ def test_bench_models_makes_generators_on_the_model_device(monkeypatch):
     monkeypatch.setattr(torch, "Generator", _RecordingGenerator)
     from wam_diff2_core.decoding.common import DecodeStats
     monkeypatch.setattr(model_comparison, "decode_one", lambda decoder, tok, inputs, settings, gen, stages: (
-        seen.append(gen), ("", DecodeStats(block_size=1)))[1])
+        seen.append(gen), ("", DecodeStats(block_size=1), None))[1])
     decoder = types.SimpleNamespace(device=torch.device("meta"), model=None)
     model_comparison.decode_row(decoder, None, "s", {}, np.zeros((8, 2)), None, seed=2)
     assert [(g.device.type, g.seed) for g in seen] == [("meta", 2)]

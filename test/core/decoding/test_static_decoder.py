@@ -52,6 +52,10 @@ def decoders(tiny_model):
 def _assert_same(plain_out, static_out):
     assert static_out.sequences == plain_out.sequences
     assert static_out.finished == plain_out.finished
+    assert [len(c) for c in static_out.confidences] == [len(s) for s in plain_out.sequences]
+    for want, got in zip(plain_out.confidences, static_out.confidences):
+        assert got == pytest.approx(want, abs=1e-5)
+        assert all(0.0 < c <= 1.0 for c in got)
     for a, b in zip(plain_out.stats, static_out.stats):
         assert (b.tokens, b.blocks) == (a.tokens, a.blocks)
         # Identical except that the static path may stop a block early once EOS is fixed with

@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 
 from wam_diff2_core.outputs import parsing
 from wam_diff2_core.outputs.parsing import (BAD_BOX, EMPTY, INVALID_JSON, NON_FINITE, NOT_A_LIST, NOT_A_NUMBER,
-                                            OUT_OF_RANGE, WRONG_COUNT, Box, format_waypoints, parse_boxes,
-                                            parse_waypoints)
+                                            OUT_OF_RANGE, WRONG_COUNT, Box, char_confidences, format_waypoints,
+                                            parse_boxes, parse_waypoints, token_char_confidences)
 
 README_ANSWER = "2.26,-0.17,4.43,-0.70,6.52,-1.55,8.48,-2.64,10.28,-3.88,11.99,-5.25,13.76,-6.83,15.59,-8.59"
 README_WAYPOINTS = np.array([[2.26, -0.17], [4.43, -0.70], [6.52, -1.55], [8.48, -2.64],
@@ -296,3 +296,70 @@ box_objects = st.fixed_dictionaries(
        st.one_of(st.none(), st.tuples(st.floats(-50, 500), st.floats(-50, 500), st.floats(1, 900), st.floats(1, 900))))
 def test_hostile_box_answers_never_raise(text, crop):
     _assert_boxes_well_formed(parse_boxes(text, (640, 480), crop), 640, 480)
+    if text is not None:             # scored by the decoder's confidences: the same boxes, scores in (0, 1]
+        plain = parse_boxes(text, (640, 480), crop)
+        scored = parse_boxes(text, (640, 480), crop, char_confidence=[0.5] * len(text))
+        _assert_boxes_well_formed(scored, 640, 480)
+        assert [(b.x_min, b.y_min, b.x_max, b.y_max) for b in scored.boxes] == \
+            [(b.x_min, b.y_min, b.x_max, b.y_max) for b in plain.boxes]
+
+
+# ---------------------------------------------------------------- box scores from the decoder's confidences
+def _confidence_of(text: str, digits: dict[int, float]) -> list[float]:
+    """1.0 per character except the digits of the object index -> confidence in ``digits`` (the 2 of
+    "bbox_2d" too: only the list's digits must count)."""
+    conf, obj = [1.0] * len(text), -1
+    for i, ch in enumerate(text):
+        obj += ch == "{"
+        if ch.isdigit() and obj in digits:
+            conf[i] = digits[obj]
+    return conf
+
+
+def test_boxes_score_the_confidence_of_their_own_coordinates():
+    text = ('[{"bbox_2d": [100, 200, 300, 400], "label": "car"}, {"bbox_2d": [500, 500, 600, 700], "label": "car"},'
+            ' {"bbox_2d": [10, 10, 20, 20], "label": "truck 2", "score": 0.3}]')
+    conf = _confidence_of(text, {0: 0.5, 1: 0.8, 2: 0.01})
+    conf[text.index("100") + 1] = 0.125            # box 0: 11 digits at 0.5 and one at 0.125
+    found = parse_boxes(text, (1000, 1000), char_confidence=conf)
+    assert [b.score for b in found.boxes] == pytest.approx([math.exp((11 * math.log(0.5) + math.log(0.125)) / 12),
+                                                            0.8, 0.3])    # the answer's own score is kept
+    assert [b.score for b in parse_boxes(text, (1000, 1000)).boxes] == [1.0, 1.0, 0.3]
+
+
+def test_box_scores_in_a_fence_in_prose_and_for_one_object():
+    body = '[{"bbox_2d": [1, 2, 3, 4], "label": "car"}, {"bbox_2d": [5, 6, 7, 8], "label": "car"}]'
+    for text in (f"Here:\n```json\n{body}\n```\nthat is all, 42.", f"I see {body} and 99 more."):
+        conf = [0.2 if ch.isdigit() else 1.0 for ch in text]
+        box1 = text.index("[5")
+        for i in range(box1, text.index("]", box1)):
+            conf[i] = 0.9 if text[i].isdigit() else 1.0
+        assert [b.score for b in parse_boxes(text, (1000, 1000), char_confidence=conf).boxes] == \
+            pytest.approx([0.2, 0.9])                # prose digits (42, 99) count for neither box
+    one = ' {"bbox_2d": [1, 2, 3, 4], "label": "car"} 7'
+    conf = [0.4 if ch.isdigit() else 1.0 for ch in one]
+    conf[-1] = 0.001
+    assert parse_boxes(one, (1000, 1000), char_confidence=conf).boxes[0].score == pytest.approx(0.4)
+
+
+def test_char_confidences_follow_the_tokens_and_refuse_what_does_not_spell_the_text():
+    assert char_confidences(["[{", "12", "3"], [0.5, 0.25, 1.0], "[{123") == [0.5, 0.5, 0.25, 0.25, 1.0]
+    assert char_confidences(["[{", "12"], [0.5, 0.25], "[{123") is None          # pieces do not spell it
+    assert char_confidences(["[{", "12"], [0.5], "[{12") is None                 # counts differ
+    with pytest.raises(ValueError, match="one per character"):
+        parse_boxes('[{"bbox_2d": [1, 2, 3, 4], "label": "car"}]', (10, 10), char_confidence=[1.0])
+
+
+def test_token_char_confidences_with_a_real_tokenizer(tiny_model):
+    tokenizer = tiny_model.tokenizer
+    text = '[{"bbox_2d": [12, 340, 56, 789], "label": "car"}]'
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.batch_decode([ids], skip_special_tokens=False)[0] == text
+    conf = [0.5 + 0.5 * k / len(ids) for k in range(len(ids))]
+    chars = token_char_confidences(tokenizer, ids, conf, text)
+    assert chars is not None and len(chars) == len(text)
+    digit_tokens = [c for t, c in zip(ids, conf) if tokenizer.decode([t]).isdigit()]
+    assert len(digit_tokens) == 11                 # Qwen's pre-tokenizer: one token per digit ("bbox_2d"'s 2 first)
+    expected = math.exp(sum(math.log(c) for c in digit_tokens[1:]) / 10)
+    assert parse_boxes(text, (1000, 1000), char_confidence=chars).boxes[0].score == pytest.approx(expected)
+    assert token_char_confidences(tokenizer, ids, [], text) is None
