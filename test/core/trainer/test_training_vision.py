@@ -13,7 +13,7 @@ from wam_diff2_core.config import ConfigError
 from wam_diff2_core.model.tiny import TINY_MAX_PIXELS, TINY_MIN_PIXELS
 from wam_diff2_core.trainer.checkpointing import read_metrics
 from wam_diff2_core.trainer.recipes import run_stage
-from wam_diff2_core.trainer.recipes.vision import HEAD_FILE, cell_targets, decode_cells
+from wam_diff2_core.trainer.recipes.vision import BOX_SCALE, HEAD_FILE, cell_targets
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 from wam_diff2_core.trainer.training_config import load_training_config
 
@@ -27,6 +27,19 @@ def config(model, data_file, out_dir, **extra):
               "optim.vision_lr": 3e-3, "optim.warmup_max_steps": 0, "output.dir": str(out_dir),
               "output.save_every_steps": 0, **extra}
     return load_training_config(REPO_ROOT / "training/demo/vision.yaml", values)
+
+
+def decode_cells(scores: torch.Tensor, threshold: float = 0.0) -> list[tuple[float, float, float, float, float]]:
+    """The inverse of cell_targets' encoding: head outputs of one image [rows, cols, 5] -> (x1, y1, x2, y2 on
+    0..1000, logit) of every cell whose objectness logit is above ``threshold``."""
+    rows, cols = scores.shape[:2]
+    out = []
+    for r, c in (scores[..., 0] > threshold).nonzero().tolist():
+        logit, dx, dy, lw, lh = scores[r, c].tolist()
+        cx, cy = (c + dx) / cols * BOX_SCALE, (r + dy) / rows * BOX_SCALE
+        w, h = math.exp(min(lw, 0.0)) * BOX_SCALE, math.exp(min(lh, 0.0)) * BOX_SCALE
+        out.append((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2, logit))
+    return out
 
 
 def test_a_box_is_the_target_of_the_cell_its_centre_lies_in_and_decodes_back():

@@ -61,19 +61,6 @@ def cell_targets(boxes: Sequence[Sequence[float]], grid: tuple[int, int]) -> Cel
     return CellTargets(objectness, box)
 
 
-def decode_cells(scores: torch.Tensor, threshold: float = 0.0) -> list[tuple[float, float, float, float, float]]:
-    """The head's output of one image [rows, cols, 5] -> (x1, y1, x2, y2 on 0..1000, logit) of every cell
-    whose objectness logit is above ``threshold``."""
-    rows, cols = scores.shape[:2]
-    out = []
-    for r, c in (scores[..., 0] > threshold).nonzero().tolist():
-        logit, dx, dy, lw, lh = scores[r, c].tolist()
-        cx, cy = (c + dx) / cols * BOX_SCALE, (r + dy) / rows * BOX_SCALE
-        w, h = math.exp(min(lw, 0.0)) * BOX_SCALE, math.exp(min(lh, 0.0)) * BOX_SCALE
-        out.append((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2, logit))
-    return out
-
-
 @dataclass
 class VisionBatch:
     pixel_values: torch.Tensor          # every image's patches, concatenated
