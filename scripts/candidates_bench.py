@@ -27,7 +27,8 @@ from wam_diff2_core.sim.episode import EpisodeSettings, simulate_episode
 from wam_diff2_core.sim.pdm_scenes import frame_online_scene
 
 
-def _frames(count: int, first: int):
+def held_out_frames(count: int, first: int):
+    """(rgb, ego motion, truth, online scene) of frames first .. first + count - 1 of the held-out drive."""
     episode = simulate_episode(seed=1000, index=0, settings=EpisodeSettings(frames=first + count))
     for k, frame in enumerate(episode.frames()):
         if k < first:
@@ -56,7 +57,7 @@ def main() -> int:
     engine = EngineSettings(cpu_threads=threads)
     policies = {n: DrivingPolicy(loaded, engine=engine, candidates=CandidateSettings(
         count=n, temperature=args.temperature, top_p=args.top_p)) for n in args.counts}
-    frames = list(_frames(args.frames, args.first))
+    frames = list(held_out_frames(args.frames, args.first))
     rows: dict[int, dict[str, list[float]]] = {n: {"ms": [], "denoise": [], "other": [], "valid": []}
                                                for n in args.counts}
     for policy in policies.values():                      # one warm-up step each

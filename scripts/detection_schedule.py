@@ -21,19 +21,10 @@ import statistics
 import time
 from pathlib import Path
 
+from candidates_bench import held_out_frames   # scripts/ is the script's own folder, first on sys.path
 from wam_diff2_core.config import EngineSettings, add_threads_argument
-from wam_diff2_core.geometry import EgoMotion
 from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.policy import DrivingPolicy
-from wam_diff2_core.sim.episode import EpisodeSettings, simulate_episode
-
-
-def _frames(count: int, first: int):
-    episode = simulate_episode(seed=1000, index=0, settings=EpisodeSettings(frames=first + count))
-    for k, frame in enumerate(episode.frames()):
-        if k >= first:
-            truth = frame.truth
-            yield frame.rgb, EgoMotion(velocity=truth.velocity, acceleration=truth.acceleration_estimated), truth
 
 
 def main() -> int:
@@ -54,7 +45,7 @@ def main() -> int:
     schedules = {"plan": DrivingPolicy(loaded, engine=engine, tasks=("plan",)),
                  **{f"both/{n}": DrivingPolicy(loaded, engine=engine, tasks=("plan", "detect"),
                                                detection_every_n_frames=n) for n in [1, *args.every]}}
-    frames = list(_frames(args.frames, args.first))
+    frames = [frame[:3] for frame in held_out_frames(args.frames, args.first)]
     rows = {name: {"ms": [], "boxes": [], "tokens": []} for name in schedules}
     for policy in schedules.values():                     # one warm-up step each
         rgb, ego, truth = frames[0]

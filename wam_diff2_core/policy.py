@@ -225,7 +225,7 @@ class DrivingPolicy:
                 answer = {"waypoints": parsed.waypoints if parsed.ok else None}
             else:
                 confidence = token_char_confidences(self.loaded.tokenizer, decoded.sequences[row],
-                                                    decoded.confidences[row], text) if decoded.confidences else None
+                                                    decoded.confidences_of(row), text)
                 parsed = parse_boxes(text, image.size, char_confidence=confidence)
                 answer = {"boxes": list(parsed.boxes)}
             result = TaskResult(valid=parsed.ok, invalid_reason="" if parsed.ok else str(parsed.error),

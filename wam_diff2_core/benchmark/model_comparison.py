@@ -105,13 +105,10 @@ def grounding_truth(sample, image):
 
 
 def decode_one(decoder, tokenizer, inputs, settings, generator, stages):
-    """(answer text, DecodeStats, per-character confidences or None) of one sample, its decode's stage times
-    added to ``stages`` (the tests stub this to pin the L2 math)."""
-    from ..outputs.parsing import token_char_confidences
-
+    """(answer text, DecodeStats, (answer token ids, their confidences) or None) of one sample, its decode's
+    stage times added to ``stages`` (the tests stub this to pin the L2 math)."""
     decoded, (text,) = timed_decode(decoder, tokenizer, inputs, stages, settings, generators=[generator])
-    confidences = decoded.confidences[0] if decoded.confidences else ()
-    return text, decoded.stats[0], token_char_confidences(tokenizer, decoded.sequences[0], confidences, text)
+    return text, decoded.stats[0], (decoded.sequences[0], decoded.confidences_of(0))
 
 
 def _median(values) -> float | None:
@@ -217,8 +214,9 @@ def compare(results: list[dict[str, Any]], baseline: dict[str, Any]) -> None:
 
 def timed_answer(decoder, tokenizer, inputs, settings, seed: int, parse, image_ms: float = 0.0,
                  processor_ms: float = 0.0):
-    """(answer text, ``parse(text, char_confidence)``, DecodeStats, stage times as a dict) of one sample under
-    one configuration (``image_ms`` / ``processor_ms``: reading and encoding the sample, done once)."""
+    """(answer text, ``parse(text, tokens)``, DecodeStats, stage times as a dict) of one sample under one
+    configuration (``tokens``: decode_one's answer token ids and confidences, or None; ``image_ms`` /
+    ``processor_ms``: reading and encoding the sample, done once)."""
     from ..decoding.sampling import seeded_generators
     from ..profiling import PeakMemory, StageTimes
 
@@ -226,10 +224,10 @@ def timed_answer(decoder, tokenizer, inputs, settings, seed: int, parse, image_m
     memory.reset()
     stages = StageTimes(image_ms=image_ms, processor_ms=processor_ms, memory_kind=memory.kind)
     t0 = time.perf_counter()
-    text, s, char_confidence = decode_one(decoder, tokenizer, inputs, settings,
-                                          seeded_generators([seed], decoder.device)[0], stages)
+    text, s, tokens = decode_one(decoder, tokenizer, inputs, settings, seeded_generators([seed], decoder.device)[0],
+                                 stages)
     t_parse = time.perf_counter()
-    parsed = parse(text, char_confidence)
+    parsed = parse(text, tokens)
     t_end = time.perf_counter()
     stages.parse_ms += (t_end - t_parse) * 1e3
     stages.total_ms = image_ms + processor_ms + (t_end - t0) * 1e3
@@ -263,11 +261,13 @@ def ground_row(decoder, tokenizer, sample_id: str, inputs, image_size: tuple[int
     """(row, BoxParse) of one grounding sample under one configuration: its answer read as boxes on an
     image of ``image_size`` (width, height) pixels, each scored by the decoder's confidence in its coordinates
     (parsing.span_confidence), decode statistics and stage times."""
-    from ..outputs.parsing import parse_boxes
+    from ..outputs.parsing import parse_boxes, token_char_confidences
 
-    text, found, s, stages = timed_answer(decoder, tokenizer, inputs, settings, seed,
-                                          lambda answer, conf: parse_boxes(answer, image_size, char_confidence=conf),
-                                          image_ms, processor_ms)
+    def parse(answer: str, tokens):
+        confidence = token_char_confidences(tokenizer, *tokens, answer) if tokens else None
+        return parse_boxes(answer, image_size, char_confidence=confidence)
+
+    text, found, s, stages = timed_answer(decoder, tokenizer, inputs, settings, seed, parse, image_ms, processor_ms)
     row = {"id": sample_id, "text": text, "parse_error": None if found.ok else str(found.error),
            "boxes": [vars(b) for b in found.boxes], "dropped": found.dropped, **_decode_fields(s, stages)}
     return row, found

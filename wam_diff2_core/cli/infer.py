@@ -58,7 +58,8 @@ def _parser_for(sample, mode: str) -> str:
     return "none"
 
 
-def _parsed_fields(text: str, sample, images, mode: str, char_confidence=None) -> dict:
+def _parsed_fields(text: str, sample, images, mode: str, char_confidence=lambda: None) -> dict:
+    """The parsed answer's fields; ``char_confidence()``: the answer's per-character confidences (boxes only)."""
     from ..outputs.parsing import parse_boxes, parse_waypoints
 
     kind = _parser_for(sample, mode)
@@ -68,7 +69,7 @@ def _parsed_fields(text: str, sample, images, mode: str, char_confidence=None) -
     if kind == "boxes":
         if not images:
             return {"boxes": None, "parse_error": "no image to map boxes onto"}
-        r = parse_boxes(text, images[0].size, char_confidence=char_confidence)
+        r = parse_boxes(text, images[0].size, char_confidence=char_confidence())
         return {"boxes": [vars(b) for b in r.boxes], "parse_error": None if r.ok else str(r.error)}
     return {}
 
@@ -247,9 +248,8 @@ def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages: Sta
     records = []
     for row, ((_, s, ims), text, stats, finished) in enumerate(zip(ready, texts, out.stats, out.finished)):
         rec = {"id": s.id, "line": s.line, "prediction": text, "ground_truth": s.answer, "finished": finished}
-        confidence = token_char_confidences(tokenizer, out.sequences[row], out.confidences[row], text) \
-            if out.confidences and _parser_for(s, args.parse) == "boxes" else None
-        rec.update(_parsed_fields(text, s, ims, args.parse, confidence))
+        rec.update(_parsed_fields(text, s, ims, args.parse, lambda: token_char_confidences(
+            tokenizer, out.sequences[row], out.confidences_of(row), text)))
         rec["stats"] = stats.as_dict()
         records.append(rec)
     stages.parse_ms += (time.perf_counter() - t) * 1e3

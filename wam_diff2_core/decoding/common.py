@@ -103,6 +103,10 @@ class DecodeOutput:
     # the last step's for a position still masked after S steps); empty: not kept (a stand-in decoder)
     confidences: list[list[float]] = field(default_factory=list)
 
+    def confidences_of(self, row: int) -> list[float]:
+        """Sequence ``row``'s token confidences; empty where the decoder kept none."""
+        return self.confidences[row] if self.confidences else []
+
 
 def record_block(rows_tokens: list[list[int]], rows_conf: list[list[float]], steps: Sequence[int],
                  live: Sequence[int], eos_id: int, stats: list[DecodeStats], answer: list[list[int]],
