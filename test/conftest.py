@@ -77,3 +77,11 @@ def tiny_ar_checkpoint(tmp_path_factory):
     like models/wam-diff2-demo-ar."""
     from wam_diff2_core.model.tiny import build_tiny_checkpoint
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ar") / "ckpt", seed=0, diffusion=False)
+
+
+@pytest.fixture(scope="session")
+def box_memorizer(tmp_path_factory):
+    """(checkpoint, samples file): a tiny AR checkpoint trained to answer one demo-world grounding sample
+    with its boxes, and that sample (test/support/detector.py)."""
+    from test.support.detector import train_box_memorizer
+    return train_box_memorizer(tmp_path_factory.mktemp("box_memorizer"))

@@ -149,8 +149,8 @@ def print_grounding_tables(results: list[dict[str, Any]]) -> None:
              **{f"vehicles_{k}": r["grounding"]["coco"]["vehicles"][k] for k in ("ap", "ap50")}} for r in results]
     coco = results[0]["grounding"]["coco"]
     print(f"\ngrounding answers: COCO AP by {coco['library']} over {coco['images']} images, {coco['truth_boxes']} "
-          "ground-truth boxes (unparsed answers score no box; no answer gives a score: every box ranks as 1.0, "
-          "ties in sample order; vehicles: " + "/".join(coco["vehicles"]["classes"]) + " as one class); tok/fwd and "
+          "ground-truth boxes (unparsed answers score no box; boxes rank by the decoder's confidence in their "
+          "coordinates; vehicles: " + "/".join(coco["vehicles"]["classes"]) + " as one class); tok/fwd and "
           "ms/token: medians over these answers")
     print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in rows], GROUNDING_COLUMNS))
     classes = [c for c, v in coco["per_class"].items() if v["truth"]]

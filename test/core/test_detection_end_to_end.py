@@ -1,0 +1,88 @@
+"""A box from the decoder to every output, on a checkpoint that really detects (test/support/detector.py):
+the Python API (DrivingPolicy), ``wam-diff2 infer`` and ``wam-diff2 bench --data`` give the same boxes with
+the same scores, the scores are the geometric mean of transformers' own greedy probabilities of each box's
+digits, and COCO AP of the answered sample is 1.0."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from wam_diff2_core.cli import main
+from wam_diff2_core.geometry import EgoMotion
+from wam_diff2_core.outputs.parsing import parse_boxes, token_char_confidences
+from wam_diff2_core.policy import DrivingPolicy
+
+EGO = EgoMotion(velocity=(5.0, 0.0), acceleration=(0.0, 0.0))
+CORNERS = ("x_min", "y_min", "x_max", "y_max")
+TOLERANCE = 1e-7          # of a score, between paths that read the same float32 probabilities
+
+
+@pytest.fixture(scope="module")
+def memorized(box_memorizer):
+    """(checkpoint, samples file, the sample, its image as RGB array, its truth boxes in pixels)."""
+    checkpoint, samples = box_memorizer
+    record = json.loads(samples.read_text())[0]
+    rgb = np.asarray(Image.open(samples.parent / record["image"][0]).convert("RGB"))
+    truth = parse_boxes(record["conversations"][1]["value"], (rgb.shape[1], rgb.shape[0]))
+    assert truth.ok and len(truth.boxes) >= 2
+    return checkpoint, samples, record, rgb, truth.boxes
+
+
+def same_boxes(boxes, truth) -> bool:
+    """Same labels, corners within 1e-6 px (``boxes``: Box objects or their JSON dicts)."""
+    rows = [b if isinstance(b, dict) else vars(b) for b in boxes]
+    return [b["label"] for b in rows] == [t.label for t in truth] and \
+        [b[k] for b in rows for k in CORNERS] == pytest.approx([getattr(t, k) for t in truth for k in CORNERS])
+
+
+def reference_scores(policy: DrivingPolicy, rgb: np.ndarray) -> list[float]:
+    """Each box's score from transformers' greedy ``generate``: its chosen tokens' probabilities, read onto
+    the answer's characters, geometric mean over the box's digits."""
+    loaded = policy.loaded
+    inputs = policy._inputs([policy.detection_prompt], Image.fromarray(rgb))
+    eos = loaded.config.eos_token_id
+    out = loaded.model.generate(**inputs, max_new_tokens=200, do_sample=False, eos_token_id=eos, pad_token_id=eos,
+                                suppress_tokens=list(loaded.config.banned_token_ids), output_scores=True,
+                                return_dict_in_generate=True)
+    ids = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
+    ids = ids[:ids.index(eos)] if eos in ids else ids
+    probabilities = [float(torch.softmax(s[0].float(), dim=-1).max()) for s in out.scores[:len(ids)]]
+    text = loaded.processor.tokenizer.decode(ids, skip_special_tokens=True)
+    found = parse_boxes(text, (rgb.shape[1], rgb.shape[0]),
+                        char_confidence=token_char_confidences(loaded.processor.tokenizer, ids, probabilities, text))
+    return [b.score for b in found.boxes]
+
+
+def test_api_infer_and_bench_write_the_same_scored_boxes(memorized, tmp_path):
+    checkpoint, samples, record, rgb, truth = memorized
+
+    policy = DrivingPolicy.from_checkpoint(checkpoint, device="cpu", dtype="float32", tasks=("detect",))
+    detections = policy.step(rgb, EGO, "straight").detections
+    assert detections.valid and detections.raw_text == record["conversations"][1]["value"]
+    assert same_boxes(detections.boxes, truth)
+    scores = [b.score for b in detections.boxes]
+    # sure but not certain (1 - score ~ 5e-5): a box scored 1.0, as with no score, would fail the comparisons
+    assert all(0.0 < s < 1.0 - 10 * TOLERANCE for s in scores)
+    assert scores == pytest.approx(reference_scores(policy, rgb), abs=TOLERANCE)
+
+    predictions = tmp_path / "predictions.jsonl"
+    assert main(["infer", "--model", str(checkpoint), "--input", str(samples), "--output", str(predictions),
+                 "--device", "cpu"]) == 0
+    (written,) = [json.loads(line) for line in predictions.read_text().splitlines()]
+    assert written["parse_error"] is None and written["prediction"] == detections.raw_text
+    assert same_boxes(written["boxes"], truth)
+    assert [b["score"] for b in written["boxes"]] == pytest.approx(scores, abs=TOLERANCE)
+
+    out = tmp_path / "bench"
+    assert main(["bench", "--model", str(checkpoint), "--ar-model", str(checkpoint), "--data", str(samples),
+                 "--tasks", "grounding", "--device", "cpu", "--out", str(out)]) == 0
+    (ar,) = json.loads((out / "bench.json").read_text())["configurations"]   # the AR model has no block rows
+    grounding = ar["grounding"]
+    assert grounding["parse_failures"] == 0
+    assert grounding["coco"]["ap"] == grounding["coco"]["ap50"] == grounding["coco"]["vehicles"]["ap50"] == 1.0
+    (answered,) = grounding["per_sample"]
+    assert [b["score"] for b in answered["boxes"]] == pytest.approx(scores, abs=TOLERANCE)
