@@ -11,7 +11,6 @@ must carry the selection (candidates, valid candidates, the selected candidate a
 from __future__ import annotations
 
 import math
-import threading
 import time
 
 import numpy as np
@@ -21,7 +20,6 @@ from test.support import REPO_ROOT as ROOT
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
-from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
@@ -34,7 +32,7 @@ from wam_diff2_ros import conversions as conv  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_interface import INPUT_TOPICS  # noqa: E402
 from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
-from test.support.ros_helpers import Probe, route_msg, ros_context  # noqa: E402
+from test.support.ros_helpers import planner_and_probe, route_msg, ros_context  # noqa: E402
 from test.support.ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -90,20 +88,9 @@ def planner():
                                "debug.publish_markers": False, "candidates.count": CANDIDATES.count,
                                "candidates.temperature": CANDIDATES.temperature, "candidates.top_p": CANDIDATES.top_p,
                                "candidates.seed": CANDIDATES.seed, "diagnostics_period_s": 0.2}.items()])
-        executor = MultiThreadedExecutor(num_threads=4, context=context)
-        executor.add_node(node)
-        thread = threading.Thread(target=executor.spin, daemon=True)
-        thread.start()
-        probe = Probe(node.get_fully_qualified_name(), name="candidates_probe", context=context).start()
-        probe.odometry_pose.update(vx=SPEED)
-        try:
+        with planner_and_probe(context, node, "candidates_probe") as (node, probe):
+            probe.odometry_pose.update(vx=SPEED)
             yield node, probe
-        finally:
-            probe.stop()
-            node.stop_worker()
-            executor.shutdown()
-            thread.join(10.0)
-            node.destroy_node()
 
 
 def test_a_frame_whose_greedy_plan_hits_a_recorded_vehicle_gets_a_candidate_that_does_not(candidates, frame, planner):

@@ -21,9 +21,8 @@ from wam_diff2_core.outputs.parsing import parse_boxes  # noqa: E402
 from wam_diff2_core.policy import DrivingPolicy  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
-from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
-from test.support.ros_helpers import Probe, ros_context, spin_in_thread  # noqa: E402
+from test.support.ros_helpers import planner_and_probe, ros_context  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NAME = "wam_diff2_planner"
@@ -52,18 +51,10 @@ def probe(sample):
         node = PlannerNode(NAME, context=context, parameter_overrides=[
             Parameter("model_path", value=str(checkpoint)), Parameter("tasks", value="detect"),
             Parameter("image_timeout_s", value=10.0)])
-        executor, thread = spin_in_thread(context, node, executor_type=MultiThreadedExecutor)
-        probe = Probe("/" + NAME, context=context).start()
-        try:
+        with planner_and_probe(context, node) as (_, probe):
             assert probe.wait_for(lambda: probe.with_status(PlannerStatus.READY), READY_S), probe.messages("status")
             assert probe.wait_for(lambda: probe.count_subscribers(probe.topic("~/input/image")) > 0, 10.0)
             yield probe
-        finally:
-            probe.stop()
-            node.stop_worker()
-            executor.shutdown()
-            thread.join(10.0)
-            node.destroy_node()
 
 
 def rgb8(stamp: int, rgb: np.ndarray) -> Image:

@@ -72,6 +72,26 @@ def spin_in_thread(context, *nodes, executor_type=SingleThreadedExecutor):
     return executor, thread
 
 
+@contextlib.contextmanager
+def planner_and_probe(context, node, probe_name: str = "wam_diff2_probe") -> Iterator[tuple[Any, "Probe"]]:
+    """(node, probe): a planner node spinning in a 4-thread executor (its own thread) and a :class:`Probe`
+    on its topics; on exit the probe stops, then the node's worker, executor and node."""
+    from rclpy.executors import MultiThreadedExecutor
+    executor = MultiThreadedExecutor(num_threads=4, context=context)
+    executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    probe = Probe(node.get_fully_qualified_name(), name=probe_name, context=context).start()
+    try:
+        yield node, probe
+    finally:
+        probe.stop()
+        node.stop_worker()
+        executor.shutdown()
+        thread.join(10.0)
+        node.destroy_node()
+
+
 def unique_domain_id(offset: int) -> int:
     """A DDS domain per process and test module (offset 0..9), so parallel test runs do not talk.
 
