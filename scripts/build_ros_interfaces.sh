@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream ROS 2 interface packages this project talks to (carla_msgs of the
 # Leaderboard 2.0 bridge, carla-ros-bridge's derived_object_msgs) from ../shared/ros_interfaces/
-# with the real `colcon build` of the venv, once per machine, outside the checkout:
+# with the real `colcon build` of the venv, once per checkout's venv, outside the checkout:
 #   ${XDG_CACHE_HOME:-~/.cache}/wam-diff2/ros-interfaces/<hash>/   (WAM_DIFF2_CACHE moves it)
 # The hash covers the package folders, the venv's ROS wheels and this script (scripts/ros_interfaces.sh),
 # so an unchanged set is reused. The build runs in a temporary folder renamed at the end: a killed

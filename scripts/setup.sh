@@ -81,7 +81,7 @@ fi
 venv_site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$site" > "$venv_site/zz_wam_diff2_msgs.pth"
 # The upstream interface packages the stack talks to (carla_msgs, derived_object_msgs, vision_msgs, tf2_msgs, autoware_planning_msgs), built once
-# per machine outside the checkout (reused while unchanged); scripts/env.sh puts them on the paths.
+# per checkout's venv outside the checkout (reused while unchanged); scripts/env.sh puts them on the paths.
 step "upstream interface packages (carla_msgs, derived_object_msgs, vision_msgs, tf2_msgs, autoware_planning_msgs)"
 bash "$root/scripts/build_ros_interfaces.sh"
 step "done: source scripts/env.sh (or use make) to run with the messages"

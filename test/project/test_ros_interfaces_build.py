@@ -1,5 +1,5 @@
 """scripts/build_ros_interfaces.sh and scripts/env.sh: the upstream interface packages (carla_msgs,
-derived_object_msgs) built once per machine under a key of what the build reads, reused while it is
+derived_object_msgs) built once per checkout's venv under a key of what the build reads, reused while it is
 unchanged, never left half-built under that key, and put on the paths by env.sh (without colcon's
 hooks, discovery kept on localhost).
 
@@ -67,6 +67,24 @@ def test_the_key_is_the_content_of_the_packages_not_their_place(tmp_path):
     assert changed != interfaces_dir() and changed.parent == interfaces_dir().parent
     cache = interfaces_dir(WAM_DIFF2_CACHE=str(tmp_path / "cache"))
     assert cache == tmp_path / "cache" / "ros-interfaces" / interfaces_dir().name
+
+
+def test_each_checkouts_venv_has_its_own_build(tmp_path):
+    """Same packages, wheels and script in another checkout: another key (the build records its venv's paths)."""
+    other = tmp_path / "checkout"
+    (other / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "build_ros_interfaces.sh", other / "scripts")
+    site = other / ".venv" / "lib" / "python3.11" / "site-packages"
+    for wheel in (ROOT / ".venv" / "lib" / "python3.11" / "site-packages").glob("ros_*.dist-info"):
+        (site / wheel.name).mkdir(parents=True)
+    out = bash(f"_wd2_root={other}; . scripts/ros_interfaces.sh; wd2_ros_interfaces_dir",
+               WAM_DIFF2_ROS_INTERFACES=str(SHARED))
+    assert out.returncode == 0, out.stderr
+    theirs = Path(out.stdout.strip())
+    assert theirs != interfaces_dir() and theirs.parent == interfaces_dir().parent
+    moved = bash(f"_wd2_root={other}; . scripts/ros_interfaces.sh; wd2_ros_interfaces_dir",
+                 WAM_DIFF2_ROS_INTERFACES=str(copy_packages(tmp_path / "shared")))
+    assert Path(moved.stdout.strip()) == theirs            # the shared folder's place still does not count
 
 
 def test_an_unchanged_set_is_reused_without_building(tmp_path):
