@@ -124,6 +124,18 @@ def record_block(rows_tokens: list[list[int]], rows_conf: list[list[float]], ste
         done[i] = end < len(tokens)
 
 
+def finish_blocks(answer: list[list[int]], confidences: list[list[float]], stats: list[DecodeStats],
+                  done: list[bool], max_new_tokens: int) -> DecodeOutput:
+    """The output of a block decode: each answer (and its confidences) cut to ``max_new_tokens`` (the last
+    block may overrun it), its token and forward counts filled in."""
+    for i, stat in enumerate(stats):
+        answer[i] = answer[i][:max_new_tokens]
+        confidences[i] = confidences[i][:max_new_tokens]
+        stat.tokens = len(answer[i])
+        stat.forwards = stat.denoise_steps + stat.commit_forwards
+    return DecodeOutput(sequences=answer, finished=done, stats=stats, confidences=confidences)
+
+
 class PhaseTimer:
     def __init__(self, device: torch.device):
         self.device = device

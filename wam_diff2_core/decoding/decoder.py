@@ -26,7 +26,8 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..config import DecodingSettings, DiffusionConfig
-from .common import DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, prompt_inputs, record_block
+from .common import (DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, finish_blocks, prompt_inputs,
+                     record_block)
 from .masks import block_query_mask, prompt_block_mask, response_positions
 from .sampling import check_greedy_rows, choose_transfer, device_settings, sample_tokens, transfer_schedule
 
@@ -159,12 +160,7 @@ class BlockDiffusionDecoder:
             for i in live:
                 if not done[i]:
                     stats[i].commit_forwards += 1
-        for i in range(n):
-            answer[i] = answer[i][:settings.max_new_tokens]
-            confidences[i] = confidences[i][:settings.max_new_tokens]
-            stats[i].tokens = len(answer[i])
-            stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
-        return DecodeOutput(sequences=answer, finished=done, stats=stats, confidences=confidences)
+        return finish_blocks(answer, confidences, stats, done, settings.max_new_tokens)
 
     def _generate_ar(self, prefix: Prefix, settings: DecodingSettings, generators, timer: PhaseTimer,
                      greedy_rows: Sequence[int] = ()) -> DecodeOutput:

@@ -48,7 +48,8 @@ import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
 from .attention import AttentionBackend, PromptPlan, SdpaAttention, sdpa_step_backends
-from .common import DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, prompt_inputs, record_block
+from .common import (DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, finish_blocks, prompt_inputs,
+                     record_block)
 from .cuda_graphs import KeyedForward, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
 from .sampling import TokenChoices, check_greedy_rows, device_settings, sample_tokens, transfer_schedule
@@ -362,12 +363,7 @@ class StaticBlockDiffusionDecoder:
             if all(done) or k == n_blocks - 1:
                 break
             previous = block.tokens.clone()
-        for i in range(n):
-            answer[i] = answer[i][:settings.max_new_tokens]
-            confidences[i] = confidences[i][:settings.max_new_tokens]
-            stats[i].tokens = len(answer[i])
-            stats[i].forwards = stats[i].denoise_steps + stats[i].commit_forwards
-        return DecodeOutput(sequences=answer, finished=done, stats=stats, confidences=confidences)
+        return finish_blocks(answer, confidences, stats, done, settings.max_new_tokens)
 
     def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
                      generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
