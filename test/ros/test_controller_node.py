@@ -39,7 +39,7 @@ from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
 from test.support import ros_helpers  # noqa: E402
-from test.support.ros_helpers import odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from test.support.ros_helpers import odometry_msg, ros_context, route_msg  # noqa: E402
 from test.support.ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -52,10 +52,8 @@ ROLES = (f"role{i}" for i in itertools.count())
 
 @pytest.fixture(scope="module")
 def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=unique_domain_id(5))
-    yield ctx
-    rclpy.shutdown(context=ctx)
+    with ros_context(5) as ctx:
+        yield ctx
 
 
 class Spinning:

@@ -40,7 +40,7 @@ from wam_diff2_ros.tools.dds_closed_loop import STREAM_QOS, sensor_messages  # n
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns  # noqa: E402
 from test.support import ros_helpers  # noqa: E402
-from test.support.ros_helpers import spin_in_thread, unique_domain_id  # noqa: E402
+from test.support.ros_helpers import ros_context, spin_in_thread  # noqa: E402
 from test.support.ros_packages import interface_module  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -50,10 +50,8 @@ ROLES = (f"loc{i}" for i in itertools.count())
 
 @pytest.fixture(scope="module")
 def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=unique_domain_id(9))
-    yield ctx
-    rclpy.shutdown(context=ctx)
+    with ros_context(9) as ctx:
+        yield ctx
 
 
 def wait_for(condition, timeout_s: float = WAIT_S):

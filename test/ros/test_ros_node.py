@@ -34,7 +34,7 @@ from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
 from wam_diff2_ros.planner_interface import STATUS_QOS  # noqa: E402
 from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
-from test.support.ros_helpers import Probe, image_msg, odometry_msg, route_msg, unique_domain_id  # noqa: E402
+from test.support.ros_helpers import Probe, image_msg, odometry_msg, ros_context, route_msg  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NAME = "wam_diff2_planner"
@@ -71,10 +71,8 @@ class Running:
 
 @pytest.fixture(scope="module")
 def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=unique_domain_id(1))
-    yield ctx
-    rclpy.shutdown(context=ctx)
+    with ros_context(1) as ctx:
+        yield ctx
 
 
 @pytest.fixture(scope="module")
