@@ -85,3 +85,12 @@ def box_memorizer(tmp_path_factory):
     with its boxes, and that sample (test/support/detector.py)."""
     from test.support.detector import train_box_memorizer
     return train_box_memorizer(tmp_path_factory.mktemp("box_memorizer"))
+
+
+@pytest.fixture(scope="session")
+def block32_box_memorizer(box_memorizer, tmp_path_factory):
+    """(checkpoint, samples file): the box memorizer converted and trained to answer at B = 32 in one
+    denoising step per block (test/support/detector.py)."""
+    from test.support.detector import train_block32_memorizer
+    ar, samples = box_memorizer
+    return train_block32_memorizer(ar, samples, tmp_path_factory.mktemp("block32_box_memorizer")), samples

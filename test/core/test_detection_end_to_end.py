@@ -1,7 +1,8 @@
-"""A box from the decoder to every output, on a checkpoint that really detects (test/support/detector.py):
-the Python API (DrivingPolicy), ``wam-diff2 infer`` and ``wam-diff2 bench --data`` give the same boxes with
-the same scores, the scores are the geometric mean of transformers' own greedy probabilities of each box's
-digits, and COCO AP of the answered sample is 1.0."""
+"""A box from the decoder to every output, on checkpoints that really detect (test/support/detector.py), AR
+and Block-32: the Python API (DrivingPolicy), ``wam-diff2 infer`` and ``wam-diff2 bench --data`` give the
+same boxes with the same scores; the scores are the geometric mean of each box's digits' probabilities as
+an independent decode chose them (transformers' greedy ``generate`` for AR, the full-recompute reference
+decoder for Block-32); COCO AP of the answered sample is 1.0."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
+from test.support.reference_decoder import reference_decode
 from wam_diff2_core.cli import main
 from wam_diff2_core.geometry import EgoMotion
 from wam_diff2_core.outputs.parsing import parse_boxes, token_char_confidences
@@ -19,12 +21,13 @@ from wam_diff2_core.policy import DrivingPolicy
 EGO = EgoMotion(velocity=(5.0, 0.0), acceleration=(0.0, 0.0))
 CORNERS = ("x_min", "y_min", "x_max", "y_max")
 TOLERANCE = 1e-6          # of a score, between paths that read the same float32 probabilities
+MEMORIZERS = {"ar": "box_memorizer", "block32": "block32_box_memorizer"}
 
 
-@pytest.fixture(scope="module")
-def memorized(box_memorizer):
+@pytest.fixture(scope="module", params=sorted(MEMORIZERS))
+def memorized(request):
     """(checkpoint, samples file, the sample, its image as RGB array, its truth boxes in pixels)."""
-    checkpoint, samples = box_memorizer
+    checkpoint, samples = request.getfixturevalue(MEMORIZERS[request.param])
     record = json.loads(samples.read_text())[0]
     rgb = np.asarray(Image.open(samples.parent / record["image"][0]).convert("RGB"))
     truth = parse_boxes(record["conversations"][1]["value"], (rgb.shape[1], rgb.shape[0]))
@@ -39,25 +42,34 @@ def same_boxes(boxes, truth) -> bool:
         [b[k] for b in rows for k in CORNERS] == pytest.approx([getattr(t, k) for t in truth for k in CORNERS])
 
 
-def reference_scores(policy: DrivingPolicy, rgb: np.ndarray) -> list[float]:
-    """Each box's score from transformers' greedy ``generate``: its chosen tokens' probabilities, read onto
-    the answer's characters, geometric mean over the box's digits."""
-    loaded = policy.loaded
-    inputs = policy._inputs([policy.detection_prompt], Image.fromarray(rgb))
-    eos = loaded.config.eos_token_id
-    out = loaded.model.generate(**inputs, max_new_tokens=200, do_sample=False, eos_token_id=eos, pad_token_id=eos,
-                                suppress_tokens=list(loaded.config.banned_token_ids), output_scores=True,
+def independent_decode(loaded, inputs) -> tuple[list[int], list[float]]:
+    """(answer ids, the probability each was chosen with) from a decoder that is not the package's."""
+    config, settings = loaded.config, loaded.config.settings
+    if settings.block_size > 1:
+        probabilities: list[float] = []
+        return reference_decode(loaded.model, config, inputs, settings, None, probabilities), probabilities
+    eos = config.eos_token_id
+    out = loaded.model.generate(**inputs, max_new_tokens=settings.max_new_tokens, do_sample=False, eos_token_id=eos,
+                                pad_token_id=eos, suppress_tokens=list(config.banned_token_ids), output_scores=True,
                                 return_dict_in_generate=True)
     ids = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
     ids = ids[:ids.index(eos)] if eos in ids else ids
-    probabilities = [float(torch.softmax(s[0].float(), dim=-1).max()) for s in out.scores[:len(ids)]]
-    text = loaded.processor.tokenizer.decode(ids, skip_special_tokens=True)
+    return ids, [float(torch.softmax(s[0].float(), dim=-1).max()) for s in out.scores[:len(ids)]]
+
+
+def reference_scores(policy: DrivingPolicy, rgb: np.ndarray) -> list[float]:
+    """Each box's score from :func:`independent_decode`'s probabilities, read onto the answer's characters,
+    geometric mean over the box's digits."""
+    tokenizer = policy.loaded.processor.tokenizer
+    ids, probabilities = independent_decode(policy.loaded, policy._inputs([policy.detection_prompt],
+                                                                          Image.fromarray(rgb)))
+    text = tokenizer.decode(ids, skip_special_tokens=True)
     found = parse_boxes(text, (rgb.shape[1], rgb.shape[0]),
-                        char_confidence=token_char_confidences(loaded.processor.tokenizer, ids, probabilities, text))
+                        char_confidence=token_char_confidences(tokenizer, ids, probabilities, text))
     return [b.score for b in found.boxes]
 
 
-def test_api_infer_and_bench_write_the_same_scored_boxes(memorized, tmp_path):
+def test_api_infer_and_bench_write_the_same_scored_boxes(memorized, box_memorizer, tmp_path):
     checkpoint, samples, record, rgb, truth = memorized
 
     policy = DrivingPolicy.from_checkpoint(checkpoint, device="cpu", dtype="float32", tasks=("detect",))
@@ -65,7 +77,7 @@ def test_api_infer_and_bench_write_the_same_scored_boxes(memorized, tmp_path):
     assert detections.valid and detections.raw_text == record["conversations"][1]["value"]
     assert same_boxes(detections.boxes, truth)
     scores = [b.score for b in detections.boxes]
-    # sure but not certain (1 - score ~ 5e-5): a box scored 1.0, as with no score, would fail the comparisons
+    # sure but not certain (1 - score ~ 3e-5): a box scored 1.0, as with no score, would fail the comparisons
     assert all(0.0 < s < 1.0 - 10 * TOLERANCE for s in scores)
     assert scores == pytest.approx(reference_scores(policy, rgb), abs=TOLERANCE)
 
@@ -77,12 +89,17 @@ def test_api_infer_and_bench_write_the_same_scored_boxes(memorized, tmp_path):
     assert same_boxes(written["boxes"], truth)
     assert [b["score"] for b in written["boxes"]] == pytest.approx(scores, abs=TOLERANCE)
 
+    # bench: the AR memorizer's row and, for the Block-32 one, its row at the checkpoint's own threshold
     out = tmp_path / "bench"
-    assert main(["bench", "--model", str(checkpoint), "--ar-model", str(checkpoint), "--data", str(samples),
-                 "--tasks", "grounding", "--device", "cpu", "--out", str(out)]) == 0
-    (ar,) = json.loads((out / "bench.json").read_text())["configurations"]   # the AR model has no block rows
-    grounding = ar["grounding"]
-    assert grounding["parse_failures"] == 0
-    assert grounding["coco"]["ap"] == grounding["coco"]["ap50"] == grounding["coco"]["vehicles"]["ap50"] == 1.0
-    (answered,) = grounding["per_sample"]
+    block = policy.settings.block_size
+    assert main(["bench", "--model", str(checkpoint), "--ar-model", str(box_memorizer[0]), "--data", str(samples),
+                 "--tasks", "grounding", "--device", "cpu", "--block-sizes", str(max(block, 2)), "--thresholds",
+                 str(policy.settings.confidence_threshold), "--out", str(out)]) == 0
+    rows = {r["label"]: r["grounding"] for r in json.loads((out / "bench.json").read_text())["configurations"]}
+    for grounding in rows.values():
+        assert grounding["parse_failures"] == 0
+        assert grounding["coco"]["ap"] == grounding["coco"]["ap50"] == grounding["coco"]["vehicles"]["ap50"] == 1.0
+    (answered,) = rows["AR" if block == 1 else f"Block-{block} t={policy.settings.confidence_threshold}"]["per_sample"]
     assert [b["score"] for b in answered["boxes"]] == pytest.approx(scores, abs=TOLERANCE)
+    if block > 1:     # the whole answer in one denoising step per block: every token of a block at once
+        assert rows[f"Block-{block} t={policy.settings.confidence_threshold}"]["tokens_per_forward"] > 16

@@ -1,6 +1,6 @@
-"""The planner node over real DDS with a checkpoint that really answers with boxes (test/support/detector.py):
-one camera frame in, and its own Detection2DArray and vision_msgs' carry the sample's truth boxes in
-source-image pixels, scored by the decoder's confidence exactly as the Python API scores them."""
+"""The planner node over real DDS with checkpoints that really answer with boxes (test/support/detector.py), AR
+and Block-32: one camera frame in, and its own Detection2DArray and vision_msgs' carry the sample's truth
+boxes in source-image pixels, scored by the decoder's confidence exactly as the Python API scores them."""
 from __future__ import annotations
 
 import json
@@ -31,10 +31,10 @@ ANSWER_S = 60.0
 TOLERANCE = 1e-6         # of a score: the node and the API decode the same frame on the same float32 model
 
 
-@pytest.fixture(scope="module")
-def sample(box_memorizer):
-    """(checkpoint, the sample's RGB frame, its truth boxes, the API's boxes for that frame)."""
-    checkpoint, samples = box_memorizer
+@pytest.fixture(scope="module", params=["box_memorizer", "block32_box_memorizer"])
+def sample(request):
+    """(checkpoint, the sample's RGB frame, its truth boxes, the API's boxes for that frame): AR, then Block-32."""
+    checkpoint, samples = request.getfixturevalue(request.param)
     record = json.loads(samples.read_text())[0]
     rgb = np.asarray(PILImage.open(samples.parent / record["image"][0]).convert("RGB"))
     truth = parse_boxes(record["conversations"][1]["value"], (rgb.shape[1], rgb.shape[0])).boxes
