@@ -3,7 +3,7 @@
 # Leaderboard 2.0 bridge, carla-ros-bridge's derived_object_msgs) from ../shared/ros_interfaces/
 # with the real `colcon build` of the venv, once per checkout's venv, outside the checkout:
 #   ${XDG_CACHE_HOME:-~/.cache}/wam-diff2/ros-interfaces/<hash>/   (WAM_DIFF2_CACHE moves it)
-# The hash covers the package folders, the venv's ROS wheels and this script (scripts/ros_interfaces.sh),
+# The hash covers the package folders, the venv's ROS wheels and path, and this script (scripts/ros_interfaces.sh),
 # so an unchanged set is reused. The build runs in a temporary folder renamed at the end: a killed
 # build leaves no half workspace under the final name. scripts/env.sh puts the result on the paths.
 #   bash scripts/build_ros_interfaces.sh        # run by scripts/setup.sh; 5-10 min the first time on 2 cores

@@ -1,6 +1,6 @@
 # Sourced by scripts/build_ros_interfaces.sh and scripts/env.sh: where the upstream interface
 # packages (carla_msgs, derived_object_msgs, vision_msgs, tf2_msgs, autoware_planning_msgs) are built
-# for this machine. The folder's name is a
+# for this checkout. The folder's name is a
 # hash of what the build reads (the package folders, the venv's ROS wheels and path, the build script),
 # so a change to any of them means a new build and an unchanged set reuses the old one.
 #   _wd2_root must be set (the checkout); defines wd2_ros_interfaces_dir (prints that folder, whose
@@ -24,7 +24,7 @@ wd2_ros_interfaces_dir() {
     sha256sum < "$_wd2_root/scripts/build_ros_interfaces.sh"
     # the venv itself: the build records its paths (numpy's include folder, the parent prefixes), so a
     # build made for another checkout's venv would break this one's msg/ build once that venv is gone
-    printf '%s\n' "$_wd2_root/.venv"
+    printf '%s\n' "$(cd "$_wd2_root" && pwd -P)/.venv"      # physical: one key however the path is spelled
   )
   key=$(printf '%s' "$key" | sha256sum | cut -c1-16)
   printf '%s/ros-interfaces/%s\n' "${WAM_DIFF2_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wam-diff2}" "$key"

@@ -84,7 +84,11 @@ def test_each_checkouts_venv_has_its_own_build(tmp_path):
     assert theirs != interfaces_dir() and theirs.parent == interfaces_dir().parent
     moved = bash(f"_wd2_root={other}; . scripts/ros_interfaces.sh; wd2_ros_interfaces_dir",
                  WAM_DIFF2_ROS_INTERFACES=str(copy_packages(tmp_path / "shared")))
-    assert Path(moved.stdout.strip()) == theirs            # the shared folder's place still does not count
+    assert moved.returncode == 0 and Path(moved.stdout.strip()) == theirs    # the shared folder's place: no
+    (tmp_path / "link").symlink_to(other)
+    linked = bash(f"_wd2_root={tmp_path / 'link'}; . scripts/ros_interfaces.sh; wd2_ros_interfaces_dir",
+                  WAM_DIFF2_ROS_INTERFACES=str(SHARED))
+    assert linked.returncode == 0 and Path(linked.stdout.strip()) == theirs  # the same checkout by a link: no
 
 
 def test_an_unchanged_set_is_reused_without_building(tmp_path):

@@ -1,8 +1,9 @@
 """Tiny checkpoints that really answer a grounding prompt with boxes: the only kind of model that lets a test
 follow a box from the decoder to the outputs (random tiny checkpoints never write a parseable box).
 
-    ar, samples = train_box_memorizer(tmp_path)           # B = 1
-    block32 = train_block32_memorizer(ar, tmp_path)       # B = 32
+    ar, samples = train_box_memorizer(tmp_path / "ar")                       # B = 1
+    block32 = train_block32_memorizer(ar, samples, tmp_path / "block32")     # B = 32
+    record, rgb, truth = memorized_sample(samples)                           # what they answer
 
 ``ar`` is the tiny stock (AR) Qwen3-VL trained by the shipped ``ar_pretrain`` recipe on one grounding
 sample of the demo world until it answers it word for word (loss ~0 by step 30; ~5 s of one CPU thread).
@@ -30,6 +31,20 @@ def grounding_sample(data_dir: Path) -> dict:
             if answer.startswith("[") and answer.count("bbox_2d") >= 2:
                 return record
     raise AssertionError(f"{data_dir}: no grounding sample with two boxes")
+
+
+def memorized_sample(samples: Path):
+    """(the sample's record, its image as an [H, W, 3] uint8 RGB array, its truth boxes in source pixels)."""
+    import numpy as np
+    from PIL import Image
+
+    from wam_diff2_core.outputs.parsing import parse_boxes
+
+    record = json.loads(samples.read_text())[0]
+    rgb = np.asarray(Image.open(samples.parent / record["image"][0]).convert("RGB"))
+    truth = parse_boxes(record["conversations"][1]["value"], (rgb.shape[1], rgb.shape[0]))
+    assert truth.ok and len(truth.boxes) >= 2, truth
+    return record, rgb, truth.boxes
 
 
 def _train(recipe: str, start: Path, batch: Path, out: Path, steps: int) -> Path:

@@ -74,18 +74,21 @@ def spin_in_thread(context, *nodes, executor_type=SingleThreadedExecutor):
 
 @contextlib.contextmanager
 def planner_and_probe(context, node, probe_name: str = "wam_diff2_probe") -> Iterator[tuple[Any, "Probe"]]:
-    """(node, probe): a planner node spinning in a 4-thread executor (its own thread) and a :class:`Probe`
-    on its topics; on exit the probe stops, then the node's worker, executor and node."""
+    """(node, probe): ``node`` (a planner node, which this takes over) spinning in a 4-thread executor in its
+    own thread, and a :class:`Probe` on its topics; on exit the probe stops, then the node's worker, the
+    executor and the node (also when the probe fails to start)."""
     from rclpy.executors import MultiThreadedExecutor
     executor = MultiThreadedExecutor(num_threads=4, context=context)
     executor.add_node(node)
     thread = threading.Thread(target=executor.spin, daemon=True)
     thread.start()
-    probe = Probe(node.get_fully_qualified_name(), name=probe_name, context=context).start()
+    probe = None
     try:
+        probe = Probe(node.get_fully_qualified_name(), name=probe_name, context=context).start()
         yield node, probe
     finally:
-        probe.stop()
+        if probe is not None:
+            probe.stop()
         node.stop_worker()
         executor.shutdown()
         thread.join(10.0)
