@@ -23,6 +23,7 @@ EGO = EgoMotion(velocity=(5.0, 0.0), acceleration=(0.0, 0.0))
 CORNERS = ("x_min", "y_min", "x_max", "y_max")
 TOLERANCE = 1e-6          # of a score, between paths that read the same float32 probabilities
 MEMORIZERS = {"ar": "box_memorizer", "block32": "block32_box_memorizer"}
+pytestmark = pytest.mark.slow         # the memorizers train for ~25 s
 
 
 @pytest.fixture(scope="module", params=sorted(MEMORIZERS))

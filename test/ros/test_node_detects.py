@@ -20,7 +20,7 @@ from wam_diff2_ros.conversions import ns_to_stamp, rgb_image_msg  # noqa: E402
 from test.support.detector import memorized_sample  # noqa: E402
 from test.support.ros_helpers import planner_and_probe, ros_context  # noqa: E402
 
-pytestmark = pytest.mark.ros
+pytestmark = [pytest.mark.ros, pytest.mark.slow]      # the memorizers train for ~25 s
 NAME = "wam_diff2_planner"
 READY_S = 120.0          # generous: other jobs may load these 2 cores
 ANSWER_S = 60.0
