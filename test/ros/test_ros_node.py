@@ -93,10 +93,16 @@ def probe(context, planner):
     probe.stop()
 
 
-def send_frame(probe: Probe, **kwargs) -> int:
-    """Publish one image stamped now (after the odometry stream has passed that time); returns the stamp."""
+def frame_stamp(probe: Probe) -> int:
+    """A stamp of now, returned once the odometry stream has passed it."""
     stamp = probe.now_ns()
     time.sleep(0.06)           # the 20 Hz odometry stream now holds a sample at or after the stamp
+    return stamp
+
+
+def send_frame(probe: Probe, **kwargs) -> int:
+    """Publish one image stamped now (after the odometry stream has passed that time); returns the stamp."""
+    stamp = frame_stamp(probe)
     probe.image_pub.publish(image_msg(stamp, **kwargs))
     return stamp
 
@@ -333,8 +339,7 @@ def test_every_bad_input_is_skipped_counted_and_the_node_survives(probe, planner
     probe.command_pub.publish(String(data="left"))
     assert probe.wait_for(lambda: planner._inputs._tracker.command == "left", 10.0)
     for counter, kind in BAD_IMAGES.items():
-        stamp = probe.now_ns()
-        time.sleep(0.06)
+        stamp = frame_stamp(probe)
         publish_until_counted(probe, probe.image_pub, lambda: bad_image(stamp, kind), counter)
         assert probe.with_stamp("trajectory", stamp) == []
 
@@ -371,8 +376,7 @@ def test_a_frame_over_the_image_size_limit_is_skipped_before_it_is_decoded(probe
     """image.max_decoded_pixels / _bytes apply live; a larger frame is counted, never planned."""
     assert planner.set_parameters([Parameter("image.max_decoded_pixels", value=160 * 90 - 1)])[0].successful
     try:
-        stamp = probe.now_ns()
-        time.sleep(0.06)
+        stamp = frame_stamp(probe)
         publish_until_counted(probe, probe.image_pub, lambda: image_msg(stamp), "skipped_image_too_large")  # 160x90
         assert probe.with_stamp("trajectory", stamp) == []
     finally:

@@ -11,6 +11,7 @@ for smoke runs without a simulator too:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pathlib
 import signal
@@ -78,10 +79,8 @@ def planner_and_probe(context, node, probe_name: str = "wam_diff2_probe") -> Ite
     own thread, and a :class:`Probe` on its topics; on exit the probe stops, then the node's worker, the
     executor and the node (also when the probe fails to start)."""
     from rclpy.executors import MultiThreadedExecutor
-    executor = MultiThreadedExecutor(num_threads=4, context=context)
-    executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
+    executor, thread = spin_in_thread(context, node, executor_type=functools.partial(MultiThreadedExecutor,
+                                                                                    num_threads=4))
     probe = None
     try:
         probe = Probe(node.get_fully_qualified_name(), name=probe_name, context=context).start()
