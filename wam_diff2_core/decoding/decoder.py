@@ -1,6 +1,6 @@
 """Block-diffusion decoding with a KV cache, and the autoregressive baseline (B = 1).
 
-Reads top to bottom like the algorithm (spec section 3):
+Reads top to bottom like the algorithm (docs/decoding.md, The algorithm):
 
 1. prefill   - one forward over the prompt (and pixels) under the block-causal mask; keep K/V;
 2. denoise   - a block starts as B MASK tokens; each step forwards the block against the

@@ -1,4 +1,4 @@
-"""Block-causal attention masks and response positions (algorithm spec, section 2).
+"""Block-causal attention masks and response positions (docs/decoding.md, The decoding contract).
 
 Prompt tokens are split into blocks of B from position 0 (block id = pos // B); a token sees
 every token whose block id is <= its own. Response blocks start at block id ceil(P / B):

@@ -1,4 +1,4 @@
-"""Token choice for one denoising step and the remasking strategies (algorithm spec, section 3).
+"""Token choice for one denoising step and the remasking strategies (docs/decoding.md, The algorithm).
 
 Every function works on a whole block: logits [batch, block, vocab] in, tokens and their
 confidences [batch, block] out. Sampling draws from one torch.Generator per sequence, so a
