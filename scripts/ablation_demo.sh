@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19's ablation in miniature: Stage II (block-wise distillation, JSD / forward KL / reverse KL,
+# The distillation ablation in miniature (models/README.md): Stage II (block-wise distillation, JSD / forward KL / reverse KL,
 # against a Stage I control of the same steps) and Stage III (a 3.4x larger teacher) on the demo world,
 # every run from a config in training/demo/ablation_*.yaml, choices on the selection set only, figures
 # on the report set (the protocol of scripts/score_demo.sh and models/README.md).

@@ -1,4 +1,4 @@
-"""Issue 19's ablation table (the model card's), from what scripts/ablation_demo.sh wrote.
+"""The distillation ablation's table (models/README.md's), from what scripts/ablation_demo.sh wrote.
 
     python scripts/ablation_table.py runs/ablation            # reads report/<row>/summary.json, selection/*.json
 

@@ -1,4 +1,5 @@
-"""`wam-diff2 eval-bag` alone and beside busy torch processes: median seconds per frame (issue 30, item 7).
+"""`wam-diff2 eval-bag` alone and beside busy torch processes: median seconds per frame
+(docs/reliability.md, CPU contention).
 
     python scripts/contention_bench.py                      # a tiny random checkpoint and a synthetic bag
     python scripts/contention_bench.py --model models/wam-diff2-demo-b32 --bag BAG --frames 8 --threads 0 1

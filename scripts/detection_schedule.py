@@ -9,7 +9,7 @@ model under every schedule in turn (frame-major, so load on the machine falls on
 through DrivingPolicy.step as the node runs it: ``plan`` (tasks plan), ``both/1`` (plan and detect, one
 batched decode each frame) and ``both/N`` (the detect prompt joins the plan's decode on frames 1, N + 1,
 ...). One warm-up step per schedule first. Printed per schedule: the mean and median frame latency (ms),
-the mean's ratio to planning alone (the issue's per-frame figure: a schedule's slow frames count), the
+the mean's ratio to planning alone (the per-frame figure: a schedule's slow frames count), the
 slowest frame, boxes per frame and the median answer tokens of the detection decodes. The frames are the
 same, so the schedules differ only in what is decoded.
 """

@@ -7,8 +7,8 @@ Configures a real ``PlannerNode`` (lifecycle configure: load, the fast-path chec
 start-up decodes at most ``wam_diff2_core.policy.STARTUP_BLOCKS`` blocks) and prints what it reports on
 ``/diagnostics``: ``configure_s`` and its parts (``load_s``, ``fast_path_check_s``, ``warmup_s``). The
 random tiny checkpoint (``wam_diff2_core.model.tiny``, built into a temporary folder) never stops early:
-before start-up was bounded its decodes ran the whole answer budget three times. Issue 30's targets: the
-tiny checkpoint <= 30 s, the demo model <= its load time + 5 s.
+before start-up was bounded its decodes ran the whole answer budget three times. Targets: the tiny
+checkpoint <= 30 s, the demo model <= its load time + 5 s (docs/reliability.md, Start-up time).
 """
 from __future__ import annotations
 

@@ -170,7 +170,7 @@ def test_a_stamp_that_is_not_a_number_is_refused(stamp):
                                              (NAN, 2.0, "latitude nan"), (42.0, NAN, "longitude nan"),
                                              (42.0, 1e308, "longitude 1e+308")])
 def test_the_projection_refuses_what_it_cannot_project_naming_it(lat, lon, words):
-    """The fixes that raised 'math domain error' in the node's GNSS callback (issue 30)."""
+    """The fixes that raised 'math domain error' in the node's GNSS callback."""
     with pytest.raises(MeasurementRefused, match=re.escape(words)) as refused:
         GeoReference().to_local(lat, lon)
     assert refused.value.code == "position"

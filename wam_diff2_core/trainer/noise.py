@@ -1,6 +1,6 @@
 """The diffusion objective's inputs: noise schedule, training sequence, mask, labels, positions.
 
-Exactly as the algorithm spec, section 4. Per sample, with the response padded with EOS to a
+Exactly as training/README.md, The objective. Per sample, with the response padded with EOS to a
 multiple of B (L tokens, N = L / B blocks):
 
     sequence   prefix (P) || clean response (L) || noisy response (L)

@@ -1,4 +1,4 @@
-"""AdamW with per-part learning rates, and the warm-up + cosine schedule (algorithm spec, section 5).
+"""AdamW with per-part learning rates, and the warm-up + cosine schedule (training/README.md, The optimizer).
 
 Parameter groups: language model + LM head (``optim.lr``), vision merger + DeepStack mergers
 (``optim.merger_lr``), vision tower (``optim.vision_lr``); each split into a decayed group and

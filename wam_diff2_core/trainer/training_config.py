@@ -1,6 +1,6 @@
 """Training settings: one dataclass per YAML section, the only place their defaults live.
 
-The defaults are the paper's Stage I settings (algorithm spec, section 5). A shipped YAML
+The defaults are the paper's Stage I settings (training/README.md, Settings). A shipped YAML
 sets only what its stage changes; ``wam-diff2 train --config X --print-config`` shows the
 resolved whole. Command-line overrides use the YAML's dotted names:
 

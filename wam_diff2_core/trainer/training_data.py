@@ -2,7 +2,7 @@
 
 An :class:`Example` is one sample tokenised with the chat template (no generation prompt):
 the **prefix** is every token up to and including the last ``<|im_start|>assistant\\n``, the
-**response** the tokens after it through the first EOS inclusive (algorithm spec, section 4).
+**response** the tokens after it through the first EOS inclusive (training/README.md, Data).
 The prefix is exactly the prompt that :func:`wam_diff2_core.model.prompt_encoding.encode_prompts`
 gives the decoder at inference.
 

@@ -1,4 +1,4 @@
-"""The diffusion objective's inputs, pinned to the spec (section 4) and to the decoder:
+"""The diffusion objective's inputs, pinned to training/README.md's objective and to the decoder:
 stratified noise, EOS padding, labels at the same position, copied MRoPE ids, and a training
 mask whose noisy-block logits equal the cached decoder's denoise-step logits."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Optimizer groups and the learning-rate schedule (algorithm spec, section 5)."""
+"""Optimizer groups and the learning-rate schedule (training/README.md, The optimizer)."""
 from __future__ import annotations
 
 import math
