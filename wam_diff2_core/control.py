@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .outputs.prompts import WAYPOINT_DT_S
+from .utils.fields import setting
 
 
 @dataclass(frozen=True)
@@ -77,21 +78,28 @@ class VehicleControl:
 
 @dataclass
 class ControllerGains:
-    """TransFuser's defaults."""
+    """TransFuser's defaults; the controller node's ``control.*`` parameters."""
 
-    turn_kp: float = 1.25
-    turn_ki: float = 0.75
-    turn_kd: float = 0.3
-    turn_window: int = 40
-    speed_kp: float = 5.0
-    speed_ki: float = 0.5
-    speed_kd: float = 1.0
-    speed_window: int = 40
-    brake_speed_mps: float = 0.4
-    brake_ratio: float = 1.1
-    clip_delta_mps: float = 0.25
-    max_throttle: float = 0.75
-    plan_timeout_s: float = 1.0
+    turn_kp: float = setting(1.25, "steering PID: proportional gain on the angle to the aim point (angle / 90 deg "
+                             "-> steer)", low=0.0, high=100.0)
+    turn_ki: float = setting(0.75, "steering PID: gain on the mean error over turn_window ticks", low=0.0, high=100.0)
+    turn_kd: float = setting(0.3, "steering PID: gain on the change of the error since the last tick",
+                             low=0.0, high=100.0)
+    turn_window: int = setting(40, "steering PID: integral window (ticks)", low=1, high=100000)
+    speed_kp: float = setting(5.0, "throttle PID: proportional gain on the speed error (m/s -> throttle)",
+                              low=0.0, high=100.0)
+    speed_ki: float = setting(0.5, "throttle PID: gain on the mean error over speed_window ticks", low=0.0, high=100.0)
+    speed_kd: float = setting(1.0, "throttle PID: gain on the change of the error since the last tick",
+                              low=0.0, high=100.0)
+    speed_window: int = setting(40, "throttle PID: integral window (ticks)", low=1, high=100000)
+    brake_speed_mps: float = setting(0.4, "brake when the plan's desired speed (2 x its first 0.5 s segment) is "
+                                     "below this (m/s)", low=0.0, high=100.0)
+    brake_ratio: float = setting(1.1, "brake when the speed is above this times the desired speed", low=1.0, high=10.0)
+    clip_delta_mps: float = setting(0.25, "the speed error fed to the throttle PID is clipped to 0 .. this (m/s)",
+                                    low=0.0, high=100.0)
+    max_throttle: float = setting(0.75, "throttle cap", low=0.0, high=1.0)
+    plan_timeout_s: float = setting(1.0, "a plan older than this (sim time since its image stamp) is stale: full "
+                                    "brake (seconds)", low=0.0, high=3600.0)
 
 
 class PID:

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from .outputs.prompts import COMMANDS
+from .utils.fields import setting
 
 # CARLA's RoadOption (agents.navigation.local_planner) as the leaderboard publishes it, mapped
 # onto the three NAVSIM commands: lane following and VOID drive straight on, lane changes
@@ -140,10 +141,16 @@ def boxes_overlap(a: np.ndarray, b: np.ndarray) -> bool:
 # ----------------------------------------------------------------------------- route -> command
 @dataclass(frozen=True)
 class RouteCommandSettings:
-    lookahead_m: float = 30.0          # route length ahead of the ego that is looked at
-    turn_angle_deg: float = 30.0       # heading change over the look-ahead that counts as a turn
-    lateral_offset_m: float = 2.0      # sideways offset at the look-ahead end that counts as a turn
-    max_distance_m: float = 10.0       # farther from the route than this: no command from it
+    """The geometric rule of :func:`command_from_route`; the nodes' ``route.*`` parameters."""
+
+    lookahead_m: float = setting(30.0, "route length ahead of the ego used to derive the command (metres)",
+                                 low=1.0, high=1000.0)
+    turn_angle_deg: float = setting(30.0, "heading change over the look-ahead that makes a left/right command "
+                                    "(degrees)", low=1.0, high=180.0)
+    lateral_offset_m: float = setting(2.0, "sideways route offset at the look-ahead end that makes a left/right "
+                                      "command (metres; lane changes)", low=0.1, high=100.0)
+    max_distance_m: float = setting(10.0, "ignore the route when the ego is farther from it than this (metres)",
+                                    low=0.1, high=1000.0)
 
 
 def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: float,

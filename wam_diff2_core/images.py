@@ -22,11 +22,13 @@ from __future__ import annotations
 import io
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 
 import numpy as np
+
+from .utils.fields import setting
 
 # encoding -> (bytes per pixel, channel order that gives R, G, B; None = grey)
 ENCODINGS: dict[str, tuple[int, tuple[int, int, int] | None]] = {
@@ -75,10 +77,10 @@ class ImageLimits:
     """
 
     # 8K (7680 x 4320) is 33 MP, a 1600 x 900 camera 1.4 MP; 16-bit RGBA (8 bytes per pixel) hits the bytes above 33 MP
-    max_decoded_pixels: int = field(default=50_000_000, metadata={"help": (
-        "refuse an image of more pixels (width x height), from its header, before decoding it")})
-    max_decoded_bytes: int = field(default=256 * 1024 * 1024, metadata={"help": (
-        "refuse an image that decodes to more bytes (width x height x bytes per pixel, at least 3), from its header")})
+    max_decoded_pixels: int = setting(50_000_000, "refuse an image of more pixels (width x height), from its "
+                                      "header, before decoding it", low=1, high=2**40)
+    max_decoded_bytes: int = setting(256 * 1024 * 1024, "refuse an image that decodes to more bytes (width x height "
+                                     "x bytes per pixel, at least 3), from its header", low=1, high=2**40)
 
     def __post_init__(self):
         for f in fields(self):

@@ -50,6 +50,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .geometry import ROAD_OPTION_COMMANDS, ROAD_OPTIONS, RouteCommandSettings, command_from_route
+from .utils.fields import setting
 
 # Options that name a maneuver (rules 1 and 2); LANEFOLLOW and VOID do not.
 MANEUVERS = ("LEFT", "RIGHT", "STRAIGHT", "CHANGELANELEFT", "CHANGELANERIGHT")
@@ -78,17 +79,24 @@ def road_option_name(value: Any) -> str:
 
 @dataclass(frozen=True)
 class RouteTrackerSettings:
-    # RoadOption routes: a maneuver this far ahead is announced. 60 m is the demo world's crossing
-    # rule (sim.truth.CommandSettings.crossing_distance_m, checked by a test): braking from 13 m/s
-    # to a turn's speed fits in it.
-    option_lookahead_m: float = 60.0
-    lane_change_length_m: float = 10.0      # a CHANGELANE option holds this far past its point
-    lanefollow_geometry: bool = False       # LANEFOLLOW / VOID: the geometric rule instead of straight
+    """The controller's ``route.*`` parameters (``geometry``'s fields flattened in)."""
+
+    # 60 m is the demo world's crossing rule (sim.truth.CommandSettings.crossing_distance_m, checked by a
+    # test): braking from 13 m/s to a turn's speed fits in it
+    option_lookahead_m: float = setting(60.0, "RoadOption routes: a maneuver (LEFT/RIGHT/STRAIGHT/lane change) "
+                                        "this far ahead is announced (metres)", low=0.0, high=10000.0)
+    lane_change_length_m: float = setting(10.0, "RoadOption routes: a lane change option holds this far past its "
+                                          "point (metres)", low=0.0, high=1000.0)
+    lanefollow_geometry: bool = setting(False, "RoadOption routes: LANEFOLLOW/VOID stretches use the geometric "
+                                        "rule instead of straight")
     geometry: RouteCommandSettings = field(default_factory=RouteCommandSettings)   # Path routes; max_distance_m
-    search_back_m: float = 5.0              # progress window behind the remembered progress
-    search_ahead_m: float = 30.0            # ... and ahead of it (more than one tick of travel)
-    hysteresis_m: float = 2.0               # a new command must persist this much progress ...
-    hysteresis_s: float = 1.0               # ... or this long, whichever first
+    search_back_m: float = setting(5.0, "progress window behind the remembered progress (metres)",
+                                   low=0.0, high=1000.0)
+    search_ahead_m: float = setting(30.0, "progress window ahead of the remembered progress (metres)",
+                                    low=0.0, high=10000.0)
+    hysteresis_m: float = setting(2.0, "a new command must persist this much route progress ... (metres)",
+                                  low=0.0, high=1000.0)
+    hysteresis_s: float = setting(1.0, "... or this long, whichever comes first (seconds)", low=0.0, high=3600.0)
 
     def __post_init__(self):
         for name in ("option_lookahead_m", "lane_change_length_m", "search_back_m", "search_ahead_m",

@@ -21,12 +21,13 @@ horizon, each with position, heading, longitudinal speed, acceleration and headi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from .geometry import path_headings
 from .outputs.prompts import WAYPOINT_DT_S
+from .utils.fields import setting
 
 MIN_SEGMENT_M = 0.05        # path points closer than this to the last kept one are dropped
 
@@ -35,17 +36,15 @@ MIN_SEGMENT_M = 0.05        # path points closer than this to the last kept one 
 class ProfileLimits:
     """Physical limits of the profile and its sampling step (defaults: a passenger car in traffic)."""
 
-    step_s: float = field(default=0.1, metadata={"help": "time between trajectory points (seconds; Autoware's "
-                                                         "planners publish about 0.1 s)", "high": 0.5})
-    max_speed_mps: float = field(default=36.0, metadata={"help": "top speed of the profile (m/s; 130 km/h)",
-                                                         "high": 100.0})
-    max_accel_mps2: float = field(default=3.0, metadata={"help": "largest acceleration of the profile (m/s^2; a "
-                                                         "brisk passenger car)", "high": 20.0})
-    max_decel_mps2: float = field(default=6.0, metadata={"help": "largest deceleration of the profile (m/s^2; firm "
-                                                         "braking, about 0.6 g)", "high": 20.0})
-    max_lateral_accel_mps2: float = field(default=4.0, metadata={"help": "largest lateral acceleration on the "
-                                                                 "path's curvature: v <= sqrt(a / curvature) (m/s^2)",
-                                                                 "high": 20.0})
+    step_s: float = setting(0.1, "time between trajectory points (seconds; Autoware's planners publish about "
+                            "0.1 s)", low=1e-3, high=0.5)
+    max_speed_mps: float = setting(36.0, "top speed of the profile (m/s; 130 km/h)", low=1e-3, high=100.0)
+    max_accel_mps2: float = setting(3.0, "largest acceleration of the profile (m/s^2; a brisk passenger car)",
+                                    low=1e-3, high=20.0)
+    max_decel_mps2: float = setting(6.0, "largest deceleration of the profile (m/s^2; firm braking, about 0.6 g)",
+                                    low=1e-3, high=20.0)
+    max_lateral_accel_mps2: float = setting(4.0, "largest lateral acceleration on the path's curvature: v <= "
+                                            "sqrt(a / curvature) (m/s^2)", low=1e-3, high=20.0)
 
     def __post_init__(self):
         for f in fields(self):

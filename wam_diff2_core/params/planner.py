@@ -19,8 +19,8 @@ from dataclasses import fields
 from typing import Any, Mapping
 
 from ..candidate_selection import MAX_CANDIDATES, PROGRESS_REFERENCES, CandidateSettings
-from ..config import (DECODING_FIELDS, DEFAULT_PARSE_RETRY, DTYPE_NAMES, ENGINE_FIELDS, PARSE_RETRIES, ConfigError,
-                      DecodingSettings, EngineSettings, field_type)
+from ..config import (DECODING_FIELDS, DEFAULT_PARSE_RETRY, DTYPE_NAMES, PARSE_RETRIES, ConfigError, DecodingSettings,
+                      EngineSettings)
 from ..frame_inputs import InputSettings
 from ..geometry import COMMANDS, RouteCommandSettings
 from ..images import ImageLimits
@@ -28,7 +28,8 @@ from ..outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M
 from ..outputs.prompts import DEFAULT_DETECTION_CLASSES, DEFAULT_DETECTION_EVERY_N_FRAMES, check_detection_every
 from ..speed_profile import ProfileLimits
 from ..topics import PLANNER_NODE
-from .spec import CONFIGURE, LIVE, START, ParamError, ParamSpec, by_name, check_values, defaults
+from .spec import (CONFIGURE, START, ParamError, ParamSpec, by_name, check_values, defaults, field_specs,
+                   settings_from)
 
 NODE = PLANNER_NODE
 DECODING_PREFIX = "decoding."
@@ -40,9 +41,8 @@ IMAGE_RELIABILITIES = ("best_effort", "reliable")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
 _INPUT_DEFAULTS = InputSettings()
-_ROUTE_DEFAULTS = _INPUT_DEFAULTS.route
-_IMAGE_LIMITS = {f.name: f for f in fields(ImageLimits)}
 IMAGE_LIMIT_PREFIX = "image."
+ROUTE_PREFIX = "route."
 PROFILE_PREFIX = "trajectory."
 CANDIDATES_PREFIX = "candidates."
 _CANDIDATE_DEFAULTS = CandidateSettings()
@@ -66,8 +66,7 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("image.max_pixels", 0, "upper pixel budget of the image the model sees; 0 = the processor's",
               CONFIGURE, low=0, high=2**31 - 1),
     # (live, beside image.* so the YAML nests them under one image: key)
-    *(ParamSpec(IMAGE_LIMIT_PREFIX + f.name, f.default, f"{f.metadata['help']}; larger frames are skipped "
-                "(skipped_image_too_large)", low=1, high=2**40) for f in _IMAGE_LIMITS.values()),
+    *field_specs(IMAGE_LIMIT_PREFIX, ImageLimits, note="; larger frames are skipped (skipped_image_too_large)"),
     ParamSpec("max_waypoint_abs_m", DEFAULT_MAX_WAYPOINT_ABS_M,
               "answers with a waypoint coordinate beyond this are invalid (metres)", CONFIGURE, low=1.0, high=1e6),
     ParamSpec("parse_retry", DEFAULT_PARSE_RETRY, "an answer that does not parse is decoded once more "
@@ -118,21 +117,14 @@ SPECS: tuple[ParamSpec, ...] = (
               low=0.0, high=60.0),
     ParamSpec("default_command", _INPUT_DEFAULTS.default_command, "command when neither ~/input/command nor "
               "a usable route is there", choices=COMMANDS),
-    ParamSpec("route.lookahead_m", _ROUTE_DEFAULTS.lookahead_m, "route length ahead of the ego used to "
-              "derive the command (metres)", low=1.0, high=1000.0),
-    ParamSpec("route.turn_angle_deg", _ROUTE_DEFAULTS.turn_angle_deg, "heading change over the look-ahead "
-              "that makes a left/right command (degrees)", low=1.0, high=180.0),
-    ParamSpec("route.lateral_offset_m", _ROUTE_DEFAULTS.lateral_offset_m, "sideways route offset at the "
-              "look-ahead end that makes a left/right command (metres; lane changes)", low=0.1, high=100.0),
-    ParamSpec("route.max_distance_m", _ROUTE_DEFAULTS.max_distance_m, "ignore the route when the ego is "
-              "farther from it than this (metres)", low=0.1, high=1000.0),
+    *field_specs(ROUTE_PREFIX, RouteCommandSettings),
     # ---- frames and outputs (live)
     ParamSpec("ego_frame_id", "", "frame of the ego-frame outputs; empty = the odometry's child_frame_id "
               "(base_link if that is empty)"),
     ParamSpec("publish_odom_frame_path", True, "also publish ~/output/path_odom: the plan in the odometry "
               "frame, placed with the ego pose at the image stamp"),
-    *(ParamSpec(PROFILE_PREFIX + f.name, f.default, f.metadata["help"] + "; ~/output/autoware_trajectory and the "
-                "speeds of ~/output/trajectory", low=1e-3, high=f.metadata["high"]) for f in fields(ProfileLimits)),
+    *field_specs(PROFILE_PREFIX, ProfileLimits, note="; ~/output/autoware_trajectory and the speeds of "
+                 "~/output/trajectory"),
     ParamSpec("debug.publish_image", True, "publish ~/debug/image (trajectory projected, boxes drawn)"),
     ParamSpec("debug.publish_markers", True, "publish ~/debug/markers (visualization_msgs/MarkerArray)"),
     ParamSpec("warn_throttle_s", 5.0, "at most one warning per cause in this period (seconds)",
@@ -150,16 +142,10 @@ SPECS: tuple[ParamSpec, ...] = (
               low=-90.0, high=90.0),
     ParamSpec("camera.yaw_deg", 0.0, "camera yaw in the ego frame (degrees, positive looks left)",
               low=-180.0, high=180.0),
-) + tuple(
+) + (
     # unset by default: the checkpoint's own setting applies (the one precedence rule, config.py)
-    ParamSpec(DECODING_PREFIX + name, None, str(f.metadata["help"]), LIVE, choices=f.metadata["choices"],
-              low=f.metadata["low"], high=f.metadata["high"], type_=field_type(f), shown_default=f.default)
-    for name, f in DECODING_FIELDS.items()
-) + tuple(
-    ParamSpec(ENGINE_PREFIX + name, f.default, str(f.metadata["help"]), CONFIGURE, choices=f.metadata["choices"],
-              low=f.metadata["low"], high=f.metadata["high"])
-    for name, f in ENGINE_FIELDS.items()
-)
+    *field_specs(DECODING_PREFIX, DecodingSettings, unset=True),
+) + field_specs(ENGINE_PREFIX, EngineSettings, CONFIGURE)
 
 SPECS_BY_NAME: dict[str, ParamSpec] = by_name(SPECS)
 DEFAULTS: dict[str, Any] = defaults(SPECS)
@@ -167,12 +153,12 @@ DEFAULTS: dict[str, Any] = defaults(SPECS)
 # name): `eval-bag` takes them from a --params-file too, `wam-diff2-ros closed-loop` passes them to the
 # node. The inputs ...
 INPUT_PARAMETERS = ("odometry_timeout_s", "acceleration_time_constant_s", "default_command",
-                    *(s.name for s in SPECS if s.name.startswith("route.")))
+                    *(s.name for s in SPECS if s.name.startswith(ROUTE_PREFIX)))
 # ... and the model's (meaningless when eval-bag scores what a node published: --predictions)
 MODEL_PARAMETERS = ("model_path", "device", "dtype", "image.min_pixels", "image.max_pixels", "max_waypoint_abs_m",
                     "parse_retry", ENGINE_PREFIX + "quantization")
-FLAG_PARAMETERS = (*MODEL_PARAMETERS, *(IMAGE_LIMIT_PREFIX + name for name in _IMAGE_LIMITS), *INPUT_PARAMETERS,
-                        *(DECODING_PREFIX + name for name in DECODING_FIELDS))
+FLAG_PARAMETERS = (*MODEL_PARAMETERS, *(IMAGE_LIMIT_PREFIX + f.name for f in fields(ImageLimits)),
+                   *INPUT_PARAMETERS, *(DECODING_PREFIX + name for name in DECODING_FIELDS))
 # config/planner.yaml: the comment above the decoding.* block
 UNSET_NOTE = ("decoding.* are unset: the checkpoint's diffusion_config.json applies, else its",
               "format's default. Uncomment to override (the package defaults are shown).")
@@ -232,20 +218,20 @@ def candidate_settings(values: Mapping[str, Any]) -> CandidateSettings:
 
 def input_settings(values: Mapping[str, Any]) -> InputSettings:
     """The input parameters as the core's settings (the offline evaluator's ``--params-file`` reads the same)."""
-    route = RouteCommandSettings(**{f.name: values["route." + f.name] for f in fields(RouteCommandSettings)})
     return InputSettings(odometry_timeout_s=values["odometry_timeout_s"],
                          acceleration_time_constant_s=values["acceleration_time_constant_s"],
-                         default_command=values["default_command"], route=route)
+                         default_command=values["default_command"],
+                         route=settings_from(RouteCommandSettings, values, ROUTE_PREFIX))
 
 
 def image_limits(values: Mapping[str, Any]) -> ImageLimits:
     """The ``image.max_decoded_*`` values as the core's image-size guard."""
-    return ImageLimits(**{name: values[IMAGE_LIMIT_PREFIX + name] for name in _IMAGE_LIMITS})
+    return settings_from(ImageLimits, values, IMAGE_LIMIT_PREFIX)
 
 
 def profile_limits(values: Mapping[str, Any]) -> ProfileLimits:
     """The speed profile's limits from ``trajectory.*``."""
-    return ProfileLimits(**{f.name: values[PROFILE_PREFIX + f.name] for f in fields(ProfileLimits)})
+    return settings_from(ProfileLimits, values, PROFILE_PREFIX)
 
 
 def given_profile_limits(values: Mapping[str, Any], source: str) -> ProfileLimits:

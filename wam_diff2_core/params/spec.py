@@ -10,8 +10,8 @@ the checked-in ones match, and validates the YAML files against the schemas).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import Field, dataclass, fields, is_dataclass
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 LIVE, CONFIGURE, START = "live", "configure", "start"
 APPLY_MOMENTS = (LIVE, CONFIGURE, START)
@@ -90,6 +90,38 @@ def check_values(specs: Sequence[ParamSpec], values: Mapping[str, Any]) -> list[
         elif spec.high is not None and value > spec.high:
             errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is above {spec.high}"))
     return errors
+
+
+def _nested(f: Field) -> type | None:
+    """The settings dataclass a field holds whole (its fields become parameters of their own), else None."""
+    return f.default_factory if is_dataclass(f.default_factory) else None
+
+
+def field_specs(prefix: str, settings: type, apply: str = LIVE, *, note: str = "", unset: bool = False,
+                **bounds: float) -> tuple[ParamSpec, ...]:
+    """A spec per field of the dataclass ``settings`` (a nested settings' fields in its place), named ``prefix``
+    + the field's name, from the field (``wam_diff2_core.utils.fields.setting``): its default, and its help
+    (+ ``note``), choices and range (``bounds``: a low / high where the field has none). ``unset``: unset by
+    default, the field's default documented."""
+    specs: list[ParamSpec] = []
+    for f in fields(settings):
+        if _nested(f):
+            specs += field_specs(prefix, _nested(f), apply, note=note, unset=unset, **bounds)
+            continue
+        meta = {**bounds, **{k: v for k, v in f.metadata.items() if v is not None}}
+        specs.append(ParamSpec(prefix + f.name, None if unset else f.default, meta["help"] + note, apply,
+                               choices=meta.get("choices"), low=meta.get("low"), high=meta.get("high"),
+                               type_=type(f.default) if unset else None, shown_default=f.default if unset else None))
+    return tuple(specs)
+
+
+Settings = TypeVar("Settings")
+
+
+def settings_from(settings: type[Settings], values: Mapping[str, Any], prefix: str) -> Settings:
+    """The dataclass ``settings`` from the parameter values of its :func:`field_specs`."""
+    return settings(**{f.name: settings_from(_nested(f), values, prefix) if _nested(f) else values[prefix + f.name]
+                       for f in fields(settings)})
 
 
 # ----------------------------------------------------------------------------- generated docs
