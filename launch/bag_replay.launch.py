@@ -7,7 +7,7 @@
 Runs ``ros2 bag play --clock`` and the planner with ``use_sim_time``, so every "now" (image
 staleness, pipeline latency) is the bag's time. Topic defaults are carla-ros-bridge's for role
 ego_vehicle. ``namespace``, ``device``, ``image_reliability`` and ``params_file`` are the planner
-arguments every launch file shares (wam_diff2_ros/launch_planner.py). Playback starts
+arguments every launch file shares (wam_diff2_ros/planner/launching.py). Playback starts
 ``play_delay_s`` after launch, when the model is loaded. A slow model plans on the newest frame and
 skips the rest (realtime mode); play the bag slower (``rate``) to plan on more frames. Record the outputs with
 ``ros2 bag record /wam_diff2_planner/output/trajectory ...`` or evaluate offline without ROS
@@ -19,7 +19,7 @@ from launch.actions import DeclareLaunchArgument, ExecuteProcess, TimerAction
 from launch.substitutions import LaunchConfiguration
 
 from wam_diff2_core.topics import DEFAULT_COMMAND_TOPIC, carla_topics
-from wam_diff2_ros.launch_planner import declare_planner_arguments, launch_argument, planner_node, planner_parameters
+from wam_diff2_ros.planner.launching import declare_planner_arguments, launch_argument, planner_node, planner_parameters
 
 
 def generate_launch_description():

@@ -12,14 +12,14 @@ controller acts on the newest plan every tick. Publish a RoadOption on
 camera you spawned (defaults: the bridge example's rgb_front, x 2.0 m, z 2.0 m, 90 deg FOV).
 ``namespace``, ``device``, ``params_file`` and ``image_reliability`` (here ``reliable`` by
 default, as the bridge publishes) are the planner arguments every launch file shares
-(wam_diff2_ros/launch_planner.py).
+(wam_diff2_ros/planner/launching.py).
 """
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 
 from wam_diff2_core.topics import DEFAULT_CAMERA, DEFAULT_ROLE
-from wam_diff2_ros.launch_planner import (bridge_remappings, declare_planner_arguments, launch_argument, planner_node,
+from wam_diff2_ros.planner.launching import (bridge_remappings, declare_planner_arguments, launch_argument, planner_node,
                                           planner_parameters)
 
 

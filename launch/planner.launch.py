@@ -8,7 +8,7 @@
 Without ``model_path`` the planner loads the demo Block-32 model installed with the package
 (share/wam_diff2_ros/models/wam-diff2-demo-b32: trained on the synthetic demo world only, see
 models/README.md). ``namespace``, ``device``, ``image_reliability`` and ``params_file`` are the
-arguments every planner launch file shares (wam_diff2_ros/launch_planner.py).
+arguments every planner launch file shares (wam_diff2_ros/planner/launching.py).
 
 Inputs are the node's own topics (/<namespace>/wam_diff2_planner/input/...): remap them with
 carla_planner.launch.py, bag_replay.launch.py or your own launch file. Without a ROS
@@ -19,7 +19,7 @@ from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 
-from wam_diff2_ros.launch_planner import (declare_planner_arguments, demo_model, launch_argument, planner_node,
+from wam_diff2_ros.planner.launching import (declare_planner_arguments, demo_model, launch_argument, planner_node,
                                           planner_parameters)
 
 

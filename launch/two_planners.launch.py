@@ -4,7 +4,7 @@
     ros2 launch wam_diff2_ros two_planners.launch.py block32_model_path:=/path/to/b32 ar_model_path:=/path/to/ar \\
         image_topic:=/cam/front/image_raw odometry_topic:=/odom device:=cuda:0
 
-Each planner runs in its own namespace (``block32``, ``ar``: wam_diff2_ros/launch_planner.py,
+Each planner runs in its own namespace (``block32``, ``ar``: wam_diff2_ros/planner/launching.py,
 TWO_PLANNERS) and answers on its own topics, /block32/wam_diff2_planner/output/trajectory and
 /ar/wam_diff2_planner/output/trajectory (``stats.block_size`` says which model decoded), from the
 same camera and odometry (defaults: carla-ros-bridge's for role ego_vehicle). ``device``,
@@ -17,7 +17,7 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 
 from wam_diff2_core.topics import carla_topics
-from wam_diff2_ros.launch_planner import (TWO_PLANNERS, declare_planner_arguments, demo_model, launch_argument,
+from wam_diff2_ros.planner.launching import (TWO_PLANNERS, declare_planner_arguments, demo_model, launch_argument,
                                           planner_node, two_planners)
 
 

@@ -5,7 +5,7 @@
 
 For each ``image_reliability`` setting of the planner node (``best_effort``: sensor-data QoS; ``reliable``:
 keep all) a subscriber process subscribes to ``/image_qos/image`` with exactly the node's profile
-(``wam_diff2_ros.planner_interface.IMAGE_QOS``) and counts what arrives; this process publishes
+(``wam_diff2_ros.planner.interface.IMAGE_QOS``) and counts what arrives; this process publishes
 ``--frames`` frames at ``--rate-hz`` with a publisher QoS like carla-ros-bridge's camera (reliable,
 keep last 10; ``--publisher best_effort``: sensor-data QoS, like most camera drivers), then tells the
 subscriber it is done. Prints one line per run and a table. Use a DDS domain of your own
@@ -43,7 +43,7 @@ def subscribe(reliability: str, domain_id: int, timeout_s: float) -> int:
     from sensor_msgs.msg import Image
     from std_msgs.msg import Int64
 
-    from wam_diff2_ros.planner_interface import IMAGE_QOS
+    from wam_diff2_ros.planner.interface import IMAGE_QOS
 
     _, done_qos = _qos()
     ctx = rclpy.Context()

@@ -27,7 +27,7 @@ def configure_times(model_path: str, threads: int, domain_id: int) -> dict[str, 
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
 
-    from wam_diff2_ros.planner_node import PlannerNode
+    from wam_diff2_ros.planner.node import PlannerNode
 
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain_id)

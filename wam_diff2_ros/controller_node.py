@@ -81,7 +81,7 @@ from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_fro
 from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .parameters import declare_all
-from .planner_diagnostics import STATE_NAMES
+from .planner.diagnostics import STATE_NAMES
 from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
 from .qos import CLOCK_SUBSCRIPTION_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS
 from .spinning import run_node

@@ -103,7 +103,7 @@ def import_node_module(prog: str, module: str):
 
 
 def planner() -> int:
-    return run("wam-diff2-planner", "wam_diff2_ros.planner_node")
+    return run("wam-diff2-planner", "wam_diff2_ros.planner.node")
 
 
 def controller() -> int:

@@ -36,13 +36,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("simulation", ("wam_diff2_core.sim",)),
     ("command line", ("wam_diff2_core.cli",)),
     ("ROS conversions", ("wam_diff2_ros", "wam_diff2_ros.conversions", "wam_diff2_ros.keep_latest",
-                         "wam_diff2_ros.parameters", "wam_diff2_ros.spinning", "wam_diff2_ros.planner_settings", "wam_diff2_ros.qos", "wam_diff2_ros.optional_msgs",
-                         "wam_diff2_ros.planner_interface", "wam_diff2_ros.planner_diagnostics",
-                         "wam_diff2_ros.debug_image", "wam_diff2_ros.planner_outputs",
-                         "wam_diff2_ros.planner_candidates", "wam_diff2_ros.planner_inputs",
-                         "wam_diff2_ros.planner_monitor")),
-    ("ROS nodes", ("wam_diff2_ros.planner_node", "wam_diff2_ros.planner_policy", "wam_diff2_ros.controller_node",
-                   "wam_diff2_ros.localization_node", "wam_diff2_ros.entry_point", "wam_diff2_ros.launch_planner")),
+                         "wam_diff2_ros.parameters", "wam_diff2_ros.spinning", "wam_diff2_ros.qos",
+                         "wam_diff2_ros.optional_msgs", "wam_diff2_ros.planner")),     # the planner's pieces
+    ("ROS nodes", ("wam_diff2_ros.planner.node", "wam_diff2_ros.planner.policy", "wam_diff2_ros.controller_node",
+                   "wam_diff2_ros.localization_node", "wam_diff2_ros.entry_point", "wam_diff2_ros.planner.launching")),
     ("ROS tools", ("wam_diff2_ros.tools",)),
 ]
 
@@ -152,7 +149,7 @@ def test_the_graph_sees_lazy_and_relative_imports():
     graph = import_graph()
     assert "wam_diff2_core.model.checkpoint" in graph["wam_diff2_core.policy"]           # from .model.checkpoint
     assert "wam_diff2_core.trainer.recipes" in graph["wam_diff2_core.trainer.command_line"]  # inside run()
-    assert "wam_diff2_ros.planner_node" in graph["wam_diff2_ros.tools.dds_closed_loop"]   # inside a method
+    assert "wam_diff2_ros.planner.node" in graph["wam_diff2_ros.tools.dds_closed_loop"]   # inside a method
     assert "wam_diff2_core.sim.route_runs" in graph["wam_diff2_core.sim.sensors"]         # inside a function
     assert len(graph) > 90
 

@@ -90,7 +90,7 @@ def imports_by_module() -> dict[str, dict[str, bool]]:
 
 def test_the_scan_sees_the_sources():
     names = {str(p.relative_to(ROOT)) for p in SOURCES}
-    assert {"wam_diff2_ros/planner_node.py", "launch/leaderboard.launch.py", "agents/wam_diff2_agent.py",
+    assert {"wam_diff2_ros/planner/node.py", "launch/leaderboard.launch.py", "agents/wam_diff2_agent.py",
             "scripts/ros2_run/wam-diff2-planner"} <= names
     imports = imports_by_module()
     assert imports["launch_ros"] and imports["rclpy"] and imports["ament_index_python"]

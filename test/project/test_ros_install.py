@@ -42,7 +42,7 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 from std_msgs.msg import String  # noqa: E402
 
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.launch_planner import demo_model  # noqa: E402
+from wam_diff2_ros.planner.launching import demo_model  # noqa: E402
 from test.support.ros_helpers import Probe, image_msg, unique_domain_id  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -178,7 +178,7 @@ def test_colcon_build_installs_modules_messages_launch_config_and_models(workspa
     site, share = site_packages(ws), prefix(ws) / "share" / PACKAGE
     ours = site / PACKAGE
     # our modules beside the generated messages, and our __init__.py, not the generated empty one
-    assert (ours / "msg" / "_trajectory.py").is_file() and (ours / "planner_node.py").is_file()
+    assert (ours / "msg" / "_trajectory.py").is_file() and (ours / "planner" / "node.py").is_file()
     assert (ours / "__init__.py").read_text() == (ROOT / PACKAGE / "__init__.py").read_text()
     assert (site / "wam_diff2_core" / "policy.py").is_file()
     assert list(ours.glob("wam_diff2_ros_s__rosidl_typesupport_c*.so"))
@@ -191,15 +191,15 @@ def test_colcon_build_installs_modules_messages_launch_config_and_models(workspa
     assert (share / "package.xml").is_file() and (share / "agents" / "wam_diff2_agent.py").is_file()
     for exe in ("wam-diff2", "wam-diff2-planner", "wam-diff2-controller", "wam-diff2-localization", "wam-diff2-ros"):
         assert os.access(prefix(ws) / "lib" / PACKAGE / exe, os.X_OK), exe
-    module = ours / "planner_node.py"
+    module = ours / "planner" / "node.py"
     if mode == "symlink":      # links to the workspace's sources, not copies (and not the checkout)
-        assert module.is_symlink() and module.resolve() == (ws / "src" / PACKAGE / PACKAGE / "planner_node.py")
+        assert module.is_symlink() and module.resolve() == (ws / "src" / PACKAGE / PACKAGE / "planner" / "node.py")
     else:
         assert not module.is_symlink()
 
 
-IMPORTS = ["wam_diff2_ros", "wam_diff2_ros.msg", "wam_diff2_ros.entry_point", "wam_diff2_ros.planner_node",
-           "wam_diff2_ros.launch_planner",
+IMPORTS = ["wam_diff2_ros", "wam_diff2_ros.msg", "wam_diff2_ros.entry_point", "wam_diff2_ros.planner.node",
+           "wam_diff2_ros.planner.launching",
            "wam_diff2_ros.controller_node", "wam_diff2_ros.localization_node", "wam_diff2_core",
            "wam_diff2_core.policy"]
 
@@ -228,7 +228,7 @@ def test_with_only_setup_bash_the_modules_and_share_come_from_the_install_tree(w
 
 def launch_default(launch_file: Path, argument: str, share: str):
     """The default of a launch argument, evaluated with ``share`` the package's share folder: a
-    DeclareLaunchArgument's default_value, or a keyword of declare_planner_arguments (launch_planner.py)."""
+    DeclareLaunchArgument's default_value, or a keyword of declare_planner_arguments (planner/launching.py)."""
     tree = ast.parse(launch_file.read_text())
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):

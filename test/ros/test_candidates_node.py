@@ -30,8 +30,8 @@ from wam_diff2_core.model.checkpoint import load_checkpoint  # noqa: E402
 from wam_diff2_core.policy import DrivingPolicy  # noqa: E402
 from wam_diff2_ros import conversions as conv  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.planner_interface import INPUT_TOPICS  # noqa: E402
-from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
+from wam_diff2_ros.planner.interface import INPUT_TOPICS  # noqa: E402
+from wam_diff2_ros.planner.node import PlannerNode  # noqa: E402
 from test.support.ros_helpers import planner_and_probe, route_msg, ros_context  # noqa: E402
 from test.support.ros_packages import interface_module  # noqa: E402
 

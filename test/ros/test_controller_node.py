@@ -558,7 +558,7 @@ def test_leaderboard_launch_runs_planner_in_lockstep_and_the_controller_with_dec
     """The leaderboard stack's table (wam_diff2_core.params.leaderboard, which launch/leaderboard.launch.py and the
     --bridge closed loop start): each node sets only parameters its own table declares, typed as declared."""
     from wam_diff2_core.params import leaderboard as lb, localization as lp, planner as pp
-    from wam_diff2_ros.planner_interface import INPUT_TOPICS
+    from wam_diff2_ros.planner.interface import INPUT_TOPICS
     values = lb.launch_values({"model_path": "/m", "lockstep_n": "5"}, share="/share")
     nodes = {n.spec.executable: n for n in lb.resolve_nodes(values)}
     assert set(nodes) == {"wam-diff2-planner", "wam-diff2-controller", "wam-diff2-localization"}

@@ -20,7 +20,7 @@ from wam_diff2_core.version import __version__
 from wam_diff2_ros import entry_point
 
 BIN = Path(sys.executable).parent
-NODES = {"wam-diff2-planner": "wam_diff2_ros.planner_node", "wam-diff2-controller": "wam_diff2_ros.controller_node",
+NODES = {"wam-diff2-planner": "wam_diff2_ros.planner.node", "wam-diff2-controller": "wam_diff2_ros.controller_node",
          "wam-diff2-localization": "wam_diff2_ros.localization_node"}
 TIMEOUT_S = 120
 

@@ -365,7 +365,7 @@ def test_a_planner_that_fails_to_configure_fails_the_agent_at_once_with_its_reas
     from std_msgs.msg import Bool
     from test.support.ros_helpers import unique_domain_id
     from wam_diff2_ros.qos import LATCHED_QOS
-    from wam_diff2_ros.planner_node import PlannerNode
+    from wam_diff2_ros.planner.node import PlannerNode
 
     monkeypatch.setenv("WAM_DIFF2_CAMERA", "demo")               # the tiny checkpoint names no camera
     broken = tmp_path / "broken"

@@ -15,7 +15,7 @@ from std_msgs.msg import Header  # noqa: E402
 from wam_diff2_core.geometry import EgoMotion  # noqa: E402
 from wam_diff2_core.policy import DrivingPolicy  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
+from wam_diff2_ros.planner.node import PlannerNode  # noqa: E402
 from wam_diff2_ros.conversions import ns_to_stamp, rgb_image_msg  # noqa: E402
 from test.support.detector import memorized_sample  # noqa: E402
 from test.support.ros_helpers import planner_and_probe, ros_context  # noqa: E402

@@ -19,15 +19,15 @@ from wam_diff2_core.geometry import CameraMount, EgoSample, PinholeCamera  # noq
 from wam_diff2_core.params import planner as params  # noqa: E402
 from wam_diff2_core.policy import PolicyOutput, TaskResult  # noqa: E402
 from wam_diff2_ros import conversions as conv  # noqa: E402
-from wam_diff2_ros.debug_image import debug_camera, plan_debug_image, plan_pixels, status_line  # noqa: E402
+from wam_diff2_ros.planner.debug_image import debug_camera, plan_debug_image, plan_pixels, status_line  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.planner_diagnostics import (FAST_PATH_FELL_BACK, EventRate, LastPlan,  # noqa: E402
+from wam_diff2_ros.planner.diagnostics import (FAST_PATH_FELL_BACK, EventRate, LastPlan,  # noqa: E402
                                                PlannerSnapshot, diagnostic_values, planner_diagnostic_status)
-from wam_diff2_ros.planner_interface import OUTPUT_TOPICS, autoware_msgs  # noqa: E402
-from wam_diff2_ros.planner_outputs import frame_messages  # noqa: E402
-from wam_diff2_ros.planner_inputs import frame_image  # noqa: E402
-from wam_diff2_ros.planner_monitor import PlannerMonitor  # noqa: E402
-from wam_diff2_ros.planner_settings import ModelSettings, PlannerSettings, rejected_change  # noqa: E402
+from wam_diff2_ros.planner.interface import OUTPUT_TOPICS, autoware_msgs  # noqa: E402
+from wam_diff2_ros.planner.outputs import frame_messages  # noqa: E402
+from wam_diff2_ros.planner.inputs import frame_image  # noqa: E402
+from wam_diff2_ros.planner.monitor import PlannerMonitor  # noqa: E402
+from wam_diff2_ros.planner.settings import ModelSettings, PlannerSettings, rejected_change  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NS = 1_000_000_000
@@ -64,7 +64,7 @@ def test_model_settings_are_the_core_settings_of_the_configure_values():
 
 
 def test_the_loaded_policy_has_the_configured_tasks_and_detection_schedule(tiny_checkpoint):
-    from wam_diff2_ros.planner_policy import PolicyLoad, load_policy
+    from wam_diff2_ros.planner.policy import PolicyLoad, load_policy
     values = {**params.DEFAULTS, "model_path": str(tiny_checkpoint), "tasks": "both", "detection_every_n_frames": 4,
               "warmup": False, "device": "cpu"}
     logger = SimpleNamespace(info=lambda _: None, warn=lambda _: None)

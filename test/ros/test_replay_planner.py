@@ -25,8 +25,8 @@ from test.support import REPO_ROOT as REPO
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
-if not (REPO / "wam_diff2_ros" / "planner_node.py").exists():
-    pytest.skip("the planner node (wam_diff2_ros/planner_node.py, issue 4) is not in this tree", allow_module_level=True)
+if not (REPO / "wam_diff2_ros" / "planner" / "node.py").exists():
+    pytest.skip("the planner node (wam_diff2_ros/planner/node.py, issue 4) is not in this tree", allow_module_level=True)
 
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402

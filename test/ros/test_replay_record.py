@@ -46,7 +46,7 @@ def replay(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def test_default_record_topics_are_the_planner_outputs():
-    from wam_diff2_ros.planner_interface import OUTPUT_TOPICS
+    from wam_diff2_ros.planner.interface import OUTPUT_TOPICS
     names = {PLANNER_NODE + t[1:] for t in OUTPUT_TOPICS.values() if t.startswith("~")}
     assert set(DEFAULT_RECORD_TOPICS) <= names
     assert TRAJECTORY in DEFAULT_RECORD_TOPICS

@@ -32,8 +32,8 @@ from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_core.params import planner as params  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.planner_interface import STATUS_QOS  # noqa: E402
-from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
+from wam_diff2_ros.planner.interface import STATUS_QOS  # noqa: E402
+from wam_diff2_ros.planner.node import PlannerNode  # noqa: E402
 from test.support.ros_helpers import Probe, image_msg, odometry_msg, ros_context, route_msg  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -388,7 +388,7 @@ def test_a_frame_over_the_image_size_limit_is_skipped_before_it_is_decoded(probe
 
 
 def test_large_raw_frames_on_best_effort_warn_once(planner, capfd):
-    from wam_diff2_ros.planner_interface import LARGE_RAW_FRAME_BYTES
+    from wam_diff2_ros.planner.interface import LARGE_RAW_FRAME_BYTES
     planner._image_qos_warned = False
     small, large = image_msg(0), image_msg(0, height=450, width=800)     # 1.4 MB bgra8
     assert len(small.data) < LARGE_RAW_FRAME_BYTES < len(large.data)

@@ -14,10 +14,10 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 from wam_diff2_core.config import DECODING_FIELDS  # noqa: E402
 from wam_diff2_core.params import planner as params  # noqa: E402
 from wam_diff2_core.params.spec import markdown_table  # noqa: E402
-from wam_diff2_ros import launch_planner  # noqa: E402
+from wam_diff2_ros.planner import launching  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
-from wam_diff2_ros.planner_interface import INPUT_TOPICS  # noqa: E402
-from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
+from wam_diff2_ros.planner.interface import INPUT_TOPICS  # noqa: E402
+from wam_diff2_ros.planner.node import PlannerNode  # noqa: E402
 from test.support.ros_helpers import ros_context  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -140,7 +140,7 @@ def test_validation_names_the_offending_parameter(values, fragment):
 
 
 # ----------------------------------------------------------------------------- launch files
-# Launch files start the planner through wam_diff2_ros/launch_planner.py (planner_node: its one
+# Launch files start the planner through wam_diff2_ros/planner/launching.py (planner_node: its one
 # LifecycleNode; planner_parameters / two_planners: the parameters as data), leaderboard.launch.py
 # still with its own LifecycleNode. launch / launch_ros are not installable here: the files are read
 # with ast, the helper's data is called with plain values.
@@ -168,9 +168,9 @@ def _planners(tree: ast.AST) -> list[dict]:
     "parameter_values": {name: source}, "arguments": launch arguments the helper reads for it}."""
     planners = []
     for node in _calls(tree, "LifecycleNode") + _calls(tree, "Node"):       # written out (leaderboard)
-        if ast.literal_eval(_keyword(node, "executable")) != launch_planner.EXECUTABLE:
+        if ast.literal_eval(_keyword(node, "executable")) != launching.EXECUTABLE:
             continue                                                       # the controller: test_controller_node
-        assert ast.literal_eval(_keyword(node, "package")) == launch_planner.PACKAGE
+        assert ast.literal_eval(_keyword(node, "package")) == launching.PACKAGE
         assert _keyword(node, "namespace") is not None                    # launch_ros' LifecycleNode requires it
         values = {ast.literal_eval(k): ast.unparse(v) for d in _keyword(node, "parameters").elts
                   if isinstance(d, ast.Dict) for k, v in zip(d.keys, d.values)}
@@ -183,19 +183,19 @@ def _planners(tree: ast.AST) -> list[dict]:
             assert ast.unparse(parameters.func) == "planner_parameters"
             assert ast.unparse(parameters.args[0]) == "launch_argument"
             fixed = parameters.args[1] if len(parameters.args) > 1 else ast.Dict(keys=[], values=[])
-            values = {**{n: f"launch_argument('{n}')" for n in launch_planner.PARAMETER_ARGUMENTS},
+            values = {**{n: f"launch_argument('{n}')" for n in launching.PARAMETER_ARGUMENTS},
                       **{ast.literal_eval(k): ast.unparse(v) for k, v in zip(fixed.keys, fixed.values)}}
             remappings, remap_reads = _keyword(call, "remappings"), []
             if isinstance(remappings, ast.Call):                          # bridge_remappings(launch_argument)
-                data, remap_reads = _recorded(getattr(launch_planner, ast.unparse(remappings.func)))
+                data, remap_reads = _recorded(getattr(launching, ast.unparse(remappings.func)))
                 remaps = [r[0] for r in data]
             else:
                 remaps = [ast.literal_eval(r.elts[0]) for r in getattr(remappings, "elts", [])]
             planners.append({"parameters": set(values), "parameter_values": values, "remaps": remaps,
-                             "arguments": helper_reads + list(launch_planner.PARAMETER_ARGUMENTS) + remap_reads})
+                             "arguments": helper_reads + list(launching.PARAMETER_ARGUMENTS) + remap_reads})
         else:                                                              # from two_planners(launch_argument)
             assert _calls(tree, "two_planners"), ast.unparse(call)
-            data, reads = _recorded(launch_planner.two_planners)
+            data, reads = _recorded(launching.two_planners)
             for _, values, remaps in data:
                 planners.append({"parameters": set(values), "parameter_values": values,
                                  "remaps": [r[0] for r in remaps], "arguments": helper_reads + reads})
@@ -206,10 +206,10 @@ def _declared_arguments(tree: ast.AST) -> set[str]:
     declared = _const_args(_calls(tree, "DeclareLaunchArgument"))
     for call in _calls(tree, "DeclareLaunchArgument"):
         if ast.unparse(call.args[0]) == "f'{namespace}_model_path'":      # two_planners.launch.py, per planner
-            declared |= {f"{namespace}_model_path" for namespace in launch_planner.TWO_PLANNERS}
+            declared |= {f"{namespace}_model_path" for namespace in launching.TWO_PLANNERS}
     for call in _calls(tree, "declare_planner_arguments"):
         names = _keyword(call, "names")
-        declared |= set(ast.literal_eval(names) if names is not None else launch_planner.ARGUMENT_DESCRIPTIONS)
+        declared |= set(ast.literal_eval(names) if names is not None else launching.ARGUMENT_DESCRIPTIONS)
     return declared
 
 
@@ -219,10 +219,10 @@ def test_the_launch_files_exist():
 
 
 def test_the_helper_holds_the_one_planner_node():
-    source = (ROOT / "wam_diff2_ros" / "launch_planner.py").read_text()
+    source = (ROOT / "wam_diff2_ros" / "planner" / "launching.py").read_text()
     (node,) = _calls(ast.parse(source), "LifecycleNode")
     assert {"package", "executable", "name", "namespace", "parameters", "remappings"} <= {k.arg for k in node.keywords}
-    assert (launch_planner.PACKAGE, launch_planner.EXECUTABLE) == ("wam_diff2_ros", "wam-diff2-planner")
+    assert (launching.PACKAGE, launching.EXECUTABLE) == ("wam_diff2_ros", "wam-diff2-planner")
     assert "wam-diff2-planner=wam_diff2_ros.entry_point:planner" in (ROOT / "setup.py").read_text()
     # launch / launch_ros only inside the functions that build launch actions
     module_level = [n for n in ast.parse(source).body if isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -231,16 +231,16 @@ def test_the_helper_holds_the_one_planner_node():
 
 
 def test_shared_argument_defaults_come_from_the_parameter_table_and_the_config():
-    defaults = launch_planner.argument_defaults("/share")
-    assert set(defaults) == set(launch_planner.ARGUMENT_DESCRIPTIONS)
+    defaults = launching.argument_defaults("/share")
+    assert set(defaults) == set(launching.ARGUMENT_DESCRIPTIONS)
     assert defaults["device"] == params.DEFAULTS["device"]
     assert defaults["image_reliability"] == params.DEFAULTS["image_reliability"]
     assert defaults["params_file"] == "/share/config/planner.yaml" and defaults["model_path"] is None
     assert defaults["namespace"] == ""
-    for name in launch_planner.PARAMETER_ARGUMENTS:
+    for name in launching.PARAMETER_ARGUMENTS:
         assert name in params.SPECS_BY_NAME
     with pytest.raises(ValueError, match="image_reliability"):
-        launch_planner.argument_defaults("/share", image_reliability="sometimes")
+        launching.argument_defaults("/share", image_reliability="sometimes")
 
 
 # leaderboard.launch.py builds its nodes from wam_diff2_core.params.leaderboard (test_controller_node.py)
@@ -278,7 +278,7 @@ def test_carla_launch_remaps_onto_bridge_topics_with_the_role_name():
     tree = ast.parse((ROOT / "launch" / "carla_planner.launch.py").read_text())
     (call,) = _calls(tree, "planner_node")
     assert ast.unparse(_keyword(call, "remappings")) == "bridge_remappings(launch_argument)"
-    remaps = {key: "".join(parts) for key, parts in launch_planner.bridge_remappings(lambda name: f"<{name}>")}
+    remaps = {key: "".join(parts) for key, parts in launching.bridge_remappings(lambda name: f"<{name}>")}
     assert remaps["~/input/odometry"] == "/carla/<role_name>/odometry"
     assert remaps["~/input/route"] == "/carla/<role_name>/waypoints"
     assert remaps["~/input/image"] == "/carla/<role_name>/<camera_id>/image"
@@ -315,8 +315,8 @@ def test_the_leaderboard_launchs_nodes_run_on_sim_time():
 
 
 def test_two_planners_share_one_camera_in_their_own_namespaces():
-    data, _ = _recorded(launch_planner.two_planners)
-    assert [namespace for namespace, _, _ in data] == list(launch_planner.TWO_PLANNERS) == ["block32", "ar"]
+    data, _ = _recorded(launching.two_planners)
+    assert [namespace for namespace, _, _ in data] == list(launching.TWO_PLANNERS) == ["block32", "ar"]
     assert [values["model_path"] for _, values, _ in data] == ["block32_model_path", "ar_model_path"]
     assert data[0][2] == data[1][2] == [("~/input/image", "image_topic"), ("~/input/odometry", "odometry_topic")]
     assert data[0][1]["device"] == data[1][1]["device"] == "device"

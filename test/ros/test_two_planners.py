@@ -1,7 +1,7 @@
 """launch/two_planners.launch.py's A/B test over real DDS: a Block-32 and an AR planner on one camera.
 
 ``ros2 launch`` is not installable here, so the two nodes start in this process with what the launch
-file gives them, taken from the same data (``wam_diff2_ros.launch_planner.two_planners``): each in its
+file gives them, taken from the same data (``wam_diff2_ros.planner.launching.two_planners``): each in its
 namespace, the package's config/planner.yaml as the params file, the launch arguments' defaults for
 ``device`` and ``image_reliability``, both inputs remapped onto one camera and one odometry topic, as
 ``--ros-args`` rules (what launch_ros passes). Only the model paths differ from the launch defaults:
@@ -26,9 +26,9 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
-from wam_diff2_ros.launch_planner import argument_defaults, two_planners  # noqa: E402
+from wam_diff2_ros.planner.launching import argument_defaults, two_planners  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.planner_node import PlannerNode  # noqa: E402
+from wam_diff2_ros.planner.node import PlannerNode  # noqa: E402
 from test.support.ros_helpers import Probe, image_msg, odometry_msg, ros_context  # noqa: E402
 
 pytestmark = pytest.mark.ros

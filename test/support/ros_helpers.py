@@ -38,7 +38,7 @@ from wam_diff2_core.frame_inputs import stamp_ns as stamp_to_ns
 
 from wam_diff2_ros.conversions import ns_to_stamp
 from wam_diff2_ros.msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
-from wam_diff2_ros.planner_interface import COMMAND_QOS, INPUT_TOPICS, OUTPUT_QOS, OUTPUT_TOPICS, ROUTE_QOS, STATUS_QOS
+from wam_diff2_ros.planner.interface import COMMAND_QOS, INPUT_TOPICS, OUTPUT_QOS, OUTPUT_TOPICS, ROUTE_QOS, STATUS_QOS
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float, poll_s: float = 0.02) -> Any:

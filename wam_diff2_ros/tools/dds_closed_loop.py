@@ -22,7 +22,7 @@ What runs (all in one DDS domain; the planner optionally in its own process; top
   lockstep planner counts them; its images go reliable, keep all), then waits up to
   ``control_timeout_s`` (1.0 s) of wall time for the control stamped with the tick (none: an
   empty control, as the leaderboard applies) and integrates it.
-- **the planner** (``wam_diff2_ros.planner_node.PlannerNode``, lockstep mode, every N-th image,
+- **the planner** (``wam_diff2_ros.planner.node.PlannerNode``, lockstep mode, every N-th image,
   ``use_sim_time``): in this process (``planner="inprocess"``) or as ``wam-diff2-planner`` in a
   subprocess (``"subprocess"``); or, to test the loop without a model, **the oracle**
   (``"oracle"``): the simulator itself publishes the demo world's expert future on the
@@ -545,12 +545,12 @@ class RosClosedLoop:
         node = self._node_arguments(DEFAULT_PLANNER, *planner_ros_arguments(st.role, st.lockstep_n, st.model_path,
                                                                             st.planner_parameters))
         if st.planner == "subprocess":
-            args = [sys.executable, "-m", "wam_diff2_ros.planner_node", *node["cli_args"]]
+            args = [sys.executable, "-m", "wam_diff2_ros.planner.node", *node["cli_args"]]
             for p in node["parameter_overrides"]:
                 args += ["-p", f"{p.name}:={str(p.value).lower() if isinstance(p.value, bool) else p.value}"]
             self._process = subprocess.Popen(args, env={**os.environ, "ROS_DOMAIN_ID": str(domain)})
             return
-        from ..planner_node import PlannerNode      # torch and the model: only when planning in-process
+        from ..planner.node import PlannerNode      # torch and the model: only when planning in-process
         planner = PlannerNode(DEFAULT_PLANNER, context=self.context, **node)
         self._spinners.append(_Spinner(planner, MultiThreadedExecutor(num_threads=3, context=self.context)))
         self.planner_node = planner

@@ -18,8 +18,8 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, NS_PER_S,
                                          ODOMETRY_OUT_OF_ORDER, ROUTE_FRAME_MISMATCH, STALE_ODOMETRY)
 
-from .msg import PlannerStatus
-from .planner_settings import PlannerSettings
+from ..msg import PlannerStatus
+from .settings import PlannerSettings
 
 STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
                PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}

@@ -19,7 +19,7 @@ from typing import Any
 from wam_diff2_core.frame_inputs import OFF_ROUTE, InputSkip
 from wam_diff2_core.profiling import stage_summary
 
-from .planner_diagnostics import SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot
+from .diagnostics import SKIP_CAUSES, EventRate, LastPlan, PlannerSnapshot
 
 STAGE_WINDOW = 100           # frames in the diagnostics' per-stage p50 / p95
 

@@ -13,9 +13,9 @@ from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_core.frame_inputs import is_compressed
 
-from .msg import Detection2DArray, StageTimes, Trajectory
-from .optional_msgs import derived_object_msgs
-from .qos import LATCHED_QOS, LATEST_RELIABLE_QOS
+from ..msg import Detection2DArray, StageTimes, Trajectory
+from ..optional_msgs import derived_object_msgs
+from ..qos import LATCHED_QOS, LATEST_RELIABLE_QOS
 
 try:  # the common interop type, published too where the package exists
     import vision_msgs.msg as vision_msgs

@@ -2,7 +2,7 @@
 
     # in a launch file (launch / launch_ros are imported only when these run, so the rest of the
     # package and its tests do without them)
-    from wam_diff2_ros.launch_planner import declare_planner_arguments, launch_argument, planner_node, \\
+    from wam_diff2_ros.planner.launching import declare_planner_arguments, launch_argument, planner_node, \\
         planner_parameters
     LaunchDescription([*declare_planner_arguments(share),
                        planner_node(planner_parameters(launch_argument, {"use_sim_time": True}))])

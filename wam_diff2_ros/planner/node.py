@@ -9,17 +9,14 @@ cleanup frees the model. With ``autostart`` (the default) the node configures an
 itself once its executor spins.
 
 Threads: subscription callbacks only store the newest input (a keep-latest slot for images;
-odometry, route and command in :class:`planner_inputs.PlannerInputs`, around the core's
+odometry, route and command in :class:`.inputs.PlannerInputs`, around the core's
 :class:`wam_diff2_core.frame_inputs.FrameInputTracker`); one worker thread takes the newest frame, asks
 for the policy's inputs at its stamp, runs :meth:`wam_diff2_core.policy.DrivingPolicy.step` and
 publishes. The offline evaluator derives its inputs with the same tracker and makes the same call, so
 its numbers are the node's. Every output carries the input image's stamp. See wam_diff2_ros/README.md.
 
-This file holds the lifecycle, the callbacks, the worker and publishing; the pieces beside it: the
-topics and QoS (``planner_interface``), the typed parameter values (``planner_settings``), the
-configure step (``planner_policy``), the stored inputs (``planner_inputs``), a frame's messages
-(``planner_outputs``, ``debug_image``), the counters (``planner_monitor``) and the diagnostics
-(``planner_diagnostics``).
+This file holds the lifecycle, the callbacks, the worker and publishing; the pieces beside it in
+``wam_diff2_ros/planner/`` (its README.md lists them).
 """
 from __future__ import annotations
 
@@ -47,20 +44,20 @@ from wam_diff2_core.params import planner as params
 from wam_diff2_core.policy import describe_engine
 from wam_diff2_core.topics import PLANNER_NODE
 
-from . import conversions as conv
-from .keep_latest import LatestWorker
-from .msg import PlannerStatus
-from .parameters import declare_all, read_all
-from .planner_candidates import candidate_stats
-from .planner_diagnostics import planner_diagnostic_status
-from .planner_inputs import FrameContext, PlannerInputs, frame_image
-from .planner_interface import (INPUT_TOPICS, INPUT_TYPES, OUTPUT_QOS, OUTPUT_TOPICS, OUTPUT_TYPES, STATUS_QOS,
+from .. import conversions as conv
+from ..keep_latest import LatestWorker
+from ..msg import PlannerStatus
+from ..parameters import declare_all, read_all
+from .candidates import candidate_stats
+from .diagnostics import planner_diagnostic_status
+from .inputs import FrameContext, PlannerInputs, frame_image
+from .interface import (INPUT_TOPICS, INPUT_TYPES, OUTPUT_QOS, OUTPUT_TOPICS, OUTPUT_TYPES, STATUS_QOS,
                                 input_qos, raw_image_qos_warning)
-from .planner_monitor import PlannerMonitor
-from .planner_outputs import frame_messages
-from .planner_policy import PolicyLoad, describe_policy, free_policy, load_policy
-from .planner_settings import ModelSettings, PlannerSettings, rejected_change
-from .spinning import run_node
+from .monitor import PlannerMonitor
+from .outputs import frame_messages
+from .policy import PolicyLoad, describe_policy, free_policy, load_policy
+from .settings import ModelSettings, PlannerSettings, rejected_change
+from ..spinning import run_node
 
 DEFAULT_EGO_FRAME = "base_link"
 SHUTDOWN_WAIT_S = 2.0        # on Ctrl-C, how long to let a decode in flight finish

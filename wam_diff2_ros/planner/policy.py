@@ -17,8 +17,8 @@ from typing import Any
 from wam_diff2_core.camera_rig import read_camera_block
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
 
-from .planner_diagnostics import FAST_PATH_FELL_BACK
-from .planner_settings import ModelSettings
+from .diagnostics import FAST_PATH_FELL_BACK
+from .settings import ModelSettings
 
 
 @dataclass

@@ -25,8 +25,8 @@ from wam_diff2_core.frame_inputs import NS_PER_S, FrameInputs, FrameInputTracker
 from wam_diff2_core.geometry import PinholeCamera
 from wam_diff2_core.images import ImageError
 
-from .planner_candidates import CandidateInputs
-from .planner_settings import PlannerSettings
+from .candidates import CandidateInputs
+from .settings import PlannerSettings
 
 IMAGE_STALE = "image_stale"               # InputSkip code: the image stamp is too far from the node's clock
 

@@ -1,7 +1,7 @@
 """The messages of one decoded frame, as a pure function of the frame and the settings.
 
     for name, message in frame_messages(image_header, rgb, inputs, ego_frame, odom_frame, out, settings, camera):
-        publishers[name].publish(message)       # names: planner_interface.OUTPUT_TOPICS
+        publishers[name].publish(message)       # names: interface.OUTPUT_TOPICS
 
 In publishing order: the trajectory (valid or not), the plan's paths and Autoware trajectory, the
 boxes, the markers and the debug image. The timing outputs (``processing_ms``, ``latency_ms``,
@@ -18,10 +18,10 @@ from wam_diff2_core.frame_inputs import FrameInputs
 from wam_diff2_core.geometry import PinholeCamera
 from wam_diff2_core.speed_profile import measured_speed, speed_profile
 
-from . import conversions as conv
+from .. import conversions as conv
 from .debug_image import debug_camera, plan_debug_image, status_line
-from .planner_interface import autoware_msgs, vision_msgs
-from .planner_settings import PlannerSettings
+from .interface import autoware_msgs, vision_msgs
+from .settings import PlannerSettings
 
 
 def frame_messages(header: Header, rgb: np.ndarray, inputs: FrameInputs, ego_frame: str, odom_frame: str, out,
