@@ -3,7 +3,7 @@
     python scripts/candidates_bench.py                                  # the demo model, 6 held-out frames, CPU
     python scripts/candidates_bench.py --counts 1 4 --frames 10 --repeats 2 --threads 2
 
-Each frame of a held-out demo-world drive (seed 1000, never trained on) is planned by the same loaded
+Each frame of a held-out demo-world drive (sim.protocol's DEMO_DRIVE_SEED) is planned by the same loaded
 model at every N in turn (frame-major, so load on the machine falls on every N alike), through
 DrivingPolicy.step with candidate selection as the node runs it: N rows in one batched decode (row 1
 greedy, rows 2..N sampled), each candidate scored online (the ego lane as the route, the frame's
@@ -25,11 +25,12 @@ from wam_diff2_core.model.checkpoint import load_checkpoint
 from wam_diff2_core.policy import DrivingPolicy
 from wam_diff2_core.sim.episode import EpisodeSettings, simulate_episode
 from wam_diff2_core.sim.pdm_scenes import frame_online_scene
+from wam_diff2_core.sim.protocol import DEMO_DRIVE_SEED
 
 
 def held_out_frames(count: int, first: int):
     """(rgb, ego motion, truth, online scene) of frames first .. first + count - 1 of the held-out drive."""
-    episode = simulate_episode(seed=1000, index=0, settings=EpisodeSettings(frames=first + count))
+    episode = simulate_episode(seed=DEMO_DRIVE_SEED, index=0, settings=EpisodeSettings(frames=first + count))
     for k, frame in enumerate(episode.frames()):
         if k < first:
             continue

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from wam_diff2_core._openmp import LIBGOMP_DEFAULT_SPIN, SPIN_COUNT, USER_CHOICES
+from wam_diff2_core.sim.protocol import DEMO_DRIVE_SEED
 
 BUSY = "import torch\na = torch.randn(512, 512)\nwhile True:\n    a @ a\n"
 
@@ -77,7 +78,7 @@ def main() -> int:
         bag = args.bag
         if bag is None:
             _run(tool + ["synth", str(tmp / "synth"), "--episodes", "1", "--frames", "40", "--formats", "mcap",
-                         "--seed", "1000", "--no-progress"], 300)
+                         "--seed", str(DEMO_DRIVE_SEED), "--no-progress"], 300)
             bag = str(next((tmp / "synth").rglob("*.mcap")))
         print(f"eval-bag --max-frames {args.frames} on {os.cpu_count()} CPUs (affinity "
               f"{len(os.sched_getaffinity(0))}), model {model}, beside {args.busy} busy torch processes")

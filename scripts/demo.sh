@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's main job: the embedded Block-32 demo model drives the planner node over real DDS.
-# A held-out demo-world drive (seed 1000, never trained on) is generated as a carla-ros-bridge-like
+# A held-out demo-world drive (sim/protocol.py's DEMO_DRIVE_SEED, never trained on) is generated as a carla-ros-bridge-like
 # bag, played with /clock (wam-diff2-ros replay) into the planner node running on sim time, and what
 # the node published is recorded and scored against the recorded drive (wam-diff2 eval-bag
 # --predictions): L2 at 1-4 s beside the constant-velocity baseline, decode statistics, latency.
@@ -13,7 +13,8 @@ frames=${FRAMES:-120}
 rate=${RATE:-1.0}
 mkdir -p "$out"
 bag=$out/drive_f$frames/bags/mcap/e0000
-[ -d "$bag" ] || wam-diff2 synth "$out/drive_f$frames" --episodes 1 --frames "$frames" --frame-stride 5 --seed 1000 \
+[ -d "$bag" ] || wam-diff2 synth "$out/drive_f$frames" --episodes 1 --frames "$frames" --frame-stride 5 \
+  --seed "$(python -m wam_diff2_core.sim.protocol --seed demo-drive)" \
   --formats mcap --val-fraction 0 --no-progress --overwrite
 export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-57}
 # the planner's inputs onto carla-ros-bridge's topics, which share their keys (wam_diff2_core/topics.py)

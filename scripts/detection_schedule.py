@@ -4,7 +4,7 @@ decode every frame or only every N-th frame, side by side.
     python scripts/detection_schedule.py --model CKPT                   # 8 held-out frames, CPU, 1 thread
     python scripts/detection_schedule.py --model CKPT --every 2 4 --frames 12 --repeats 2 --json out.json
 
-Each frame of a held-out demo-world drive (seed 1000, never trained on) is stepped by the same loaded
+Each frame of a held-out demo-world drive (sim.protocol's DEMO_DRIVE_SEED) is stepped by the same loaded
 model under every schedule in turn (frame-major, so load on the machine falls on every schedule alike),
 through DrivingPolicy.step as the node runs it: ``plan`` (tasks plan), ``both/1`` (plan and detect, one
 batched decode each frame) and ``both/N`` (the detect prompt joins the plan's decode on frames 1, N + 1,

@@ -157,7 +157,8 @@ def test_bad_objects_and_poses_are_refused():
 @pytest.fixture(scope="module")
 def demo_frame():
     from wam_diff2_core.sim.episode import EpisodeSettings, simulate_episode
-    episode = simulate_episode(seed=1000, index=0, settings=EpisodeSettings(frames=10))
+    from wam_diff2_core.sim.protocol import DEMO_DRIVE_SEED
+    episode = simulate_episode(seed=DEMO_DRIVE_SEED, index=0, settings=EpisodeSettings(frames=10))
     frame = list(episode.frames())[8]
     return frame.rgb, frame.truth
 

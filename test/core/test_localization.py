@@ -8,6 +8,7 @@ import pytest
 from wam_diff2_core.localization.georeference import EARTH_RADIUS_EQUA_M, GeoReference, degrees_to_metres
 from wam_diff2_core.localization.measurements import MeasurementRefused, heading_from_quaternion
 from wam_diff2_core.localization.odometry_filter import LocalizationSettings, OdometryFilter
+from wam_diff2_core.sim.protocol import DEFAULT_ROUTE_SEED
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, expert_drive_errors, feed, pose_errors
 
@@ -239,9 +240,9 @@ def test_a_state_that_stops_being_finite_restarts_the_filter_and_is_never_kept()
 
 
 def test_filter_on_noisy_demo_routes_beats_raw_gnss_and_tracks_the_truth():
-    """Held-out routes (seed 2000, the closed loop's evaluation routes) with traffic, driven by the expert, the
+    """Held-out routes (the closed loop's default routes) with traffic, driven by the expert, the
     sensors with the leaderboard's GNSS / IMU noise. The exact figures are in docs/carla.md; loose bounds here."""
-    s = expert_drive_errors(seed=2000, routes=2, route_length_m=150.0)
+    s = expert_drive_errors(seed=DEFAULT_ROUTE_SEED, routes=2, route_length_m=150.0)
     assert s["ticks"] > 500
     assert s["position_median_m"] < 0.25 and s["position_p95_m"] < 0.5
     assert s["position_median_m"] < 0.5 * s["gnss_raw_median_m"]          # filtering, not passing GNSS through
@@ -250,7 +251,7 @@ def test_filter_on_noisy_demo_routes_beats_raw_gnss_and_tracks_the_truth():
 
 
 def test_covariance_is_symmetric_positive_and_consistent_with_the_error():
-    run = RouteRun(3, ClosedLoopSettings(seed=2000, route_length_m=120.0, traffic=True))
+    run = RouteRun(3, ClosedLoopSettings(seed=DEFAULT_ROUTE_SEED, route_length_m=120.0, traffic=True))
     sensors, ekf, ref = DemoSensors(DEMO_NOISE, GeoReference(), np.random.default_rng(5)), OdometryFilter(), \
         GeoReference()
     normalized = []
@@ -267,7 +268,7 @@ def test_covariance_is_symmetric_positive_and_consistent_with_the_error():
 
 
 def test_demo_sensors_are_noisy_around_the_truth():
-    run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
+    run = RouteRun(0, ClosedLoopSettings(seed=DEFAULT_ROUTE_SEED, route_length_m=50.0))
     for _ in range(40):
         run.world.step()
     sensors, ref, ego = DemoSensors(rng=np.random.default_rng(1)), GeoReference(), run.world.ego

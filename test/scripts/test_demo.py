@@ -15,15 +15,15 @@ from test.support.ros_helpers import unique_domain_id
 from wam_diff2_core.geometry import EgoMotion
 from wam_diff2_core.policy import DrivingPolicy
 from wam_diff2_core.sim import EpisodeSettings, simulate_episode
+from wam_diff2_core.sim.protocol import DEMO_DRIVE_SEED
 
 MODELS = {"ar": ROOT / "models" / "wam-diff2-demo-ar", "block32": ROOT / "models" / "wam-diff2-demo-b32"}
-HELD_OUT_SEED = 1000      # the demo bag's seed; training used seed 0
-CI_ROUTE = 0              # closed-loop route 0 (seed 2000), 60 m: starts at 6.2 m/s
+CI_ROUTE = 0              # closed-loop route 0 (DEFAULT_ROUTE_SEED), 60 m: starts at 6.2 m/s
 
 
 @pytest.fixture(scope="module")
 def held_out_frames():
-    episode = simulate_episode(HELD_OUT_SEED, 0, EpisodeSettings(frames=6, frame_stride=20))
+    episode = simulate_episode(DEMO_DRIVE_SEED, 0, EpisodeSettings(frames=6, frame_stride=20))
     return list(episode.frames())
 
 
@@ -47,10 +47,10 @@ def test_shipped_demo_model_loads_and_plans_from_what_it_sees(name, held_out_fra
 
 
 def test_block32_answer_that_does_not_parse_is_recovered_by_the_parse_retry():
-    """A held-out right turn (seed 1000, episode 2, frame 18) where the Block-32 model's parallel
+    """A held-out right turn (the demo drive's seed, episode 2, frame 18) where the Block-32 model's parallel
     digits come out malformed; decoded again left to right (``parse_retry``), the answer parses and
     turns right with the expert."""
-    frame = list(simulate_episode(HELD_OUT_SEED, 2, EpisodeSettings(frames=19, frame_stride=5)).frames())[18]
+    frame = list(simulate_episode(DEMO_DRIVE_SEED, 2, EpisodeSettings(frames=19, frame_stride=5)).frames())[18]
     t = frame.truth
     ego = EgoMotion(velocity=t.velocity, acceleration=t.acceleration_estimated)
     plain = DrivingPolicy.from_checkpoint(MODELS["block32"], device="cpu", parse_retry="none")

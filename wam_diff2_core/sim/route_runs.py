@@ -14,8 +14,8 @@ DDS; ``wam-diff2-ros closed-loop``). The planners of the direct loop are in ``si
 the summaries and plots over routes in ``sim.route_report``.
 
 **Routes.** Route ``i`` is the demo world ``World.generate(default_rng([seed, i]))`` (the
-synth generator; evaluation seed 2000 by default, disjoint from ``wam-diff2 synth``'s 0 and
-the demo bags' 1000), driven from the ego's start for ``route_length_m`` along the ego lane.
+synth generator; ``sim.protocol.DEFAULT_ROUTE_SEED`` by default, disjoint from the training drives' seed
+and the demo drive's), driven from the ego's start for ``route_length_m`` along the ego lane.
 Traffic is off unless asked for. Tick k is stamped ``start_time_s + k x 50 ms``.
 
 **Scoring** (leaderboard-like, documented here because the demo world is not CARLA):

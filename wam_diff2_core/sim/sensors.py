@@ -4,7 +4,7 @@ of the odometry filter on them against the demo world's truth.
     sensors = DemoSensors(DEMO_NOISE, GeoReference(), np.random.default_rng(0))
     reading = sensors.read(world.ego)           # latitude / longitude, IMU, speed of this tick
 
-    python -m wam_diff2_core.sim.sensors --seed 2000 --routes 10     # filter error vs truth: median, p95
+    python -m wam_diff2_core.sim.sensors --routes 10     # filter error vs truth on the default routes: median, p95
 
 Measurement models (the carla-ros-bridge's messages carry the same quantities):
 
@@ -31,6 +31,7 @@ from ..geometry import wrap_angle
 from ..localization.georeference import GeoReference
 from ..localization.measurements import LEADERBOARD_NOISE, SensorNoise
 from ..localization.odometry_filter import LocalizationSettings, OdometryFilter
+from .protocol import DEFAULT_ROUTE_SEED
 from .vehicles import EgoState
 
 GRAVITY_MPS2 = 9.81
@@ -128,7 +129,8 @@ def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, t
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the odometry filter on the demo world's expert drives: "
                                                  "estimate vs truth")
-    parser.add_argument("--seed", type=int, default=2000, help="route seed (2000: the evaluation routes)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_ROUTE_SEED,
+                        help=f"route seed (default {DEFAULT_ROUTE_SEED}: the closed loop's default routes)")
     parser.add_argument("--routes", type=int, default=10)
     parser.add_argument("--route-length-m", type=float, default=200.0)
     parser.add_argument("--no-traffic", action="store_true")
