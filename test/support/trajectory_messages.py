@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from wam_diff2_core.evaluation.ground_truth import WAYPOINT_OFFSETS_NS
 from wam_diff2_core.evaluation.predictions import DEFAULT_TRAJECTORY_TOPIC
+from wam_diff2_core.evaluation.record import TRAJECTORY_TYPE
 from wam_diff2_core.speed_profile import waypoint_states
 
 TOPIC = DEFAULT_TRAJECTORY_TOPIC
-TYPE = "wam_diff2_ros/msg/Trajectory"
+TYPE = TRAJECTORY_TYPE
 
 
 def stages(t, stamp_ns, latency_ms):
