@@ -23,6 +23,7 @@ from ..config import ConfigError, check_value
 from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS, ALLOW_ABSOLUTE_IMAGE_PATHS_HELP
 from ..images import ImageLimits
 from ..model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from ..utils.fields import setting
 from .losses import KD_LOSSES
 
 RECIPES = ("finetune", "distill", "vision")
@@ -48,130 +49,119 @@ def _load_yaml(text: str):
     return yaml.load(text, Loader=_Yaml12Loader)
 
 
-def _setting(default, help, *, choices=None, low=None, high=None, required=False):
-    return field(default=default, metadata={"help": help, "choices": choices, "low": low, "high": high,
-                                            "required": required})
-
-
-def _list(default, help, **kw):
-    return field(default_factory=lambda: list(default),
-                 metadata={"help": help, "choices": None, "low": kw.get("low"), "high": kw.get("high"),
-                           "required": False})
-
-
 @dataclass
 class ModelSection:
-    path: str = _setting("", "checkpoint directory to start from (Hugging Face layout)", required=True)
-    dtype: str = _setting("float32", "dtype the trained weights are kept in (autocast computes in bf16)",
-                          choices=DTYPES)
-    attn_implementation: str = _setting("sdpa", "transformers attention backend (needs 4-D boolean masks)",
-                                        choices=("sdpa", "eager"))
-    activation_checkpointing: bool = _setting(False, "recompute decoder layers in backward to save memory")
-    freeze_vision_tower: bool = _setting(False, "keep the vision tower fixed (the merger still trains)")
+    path: str = setting("", "checkpoint directory to start from (Hugging Face layout)", required=True)
+    dtype: str = setting("float32", "dtype the trained weights are kept in (autocast computes in bf16)",
+                         choices=DTYPES)
+    attn_implementation: str = setting("sdpa", "transformers attention backend (needs 4-D boolean masks)",
+                                       choices=("sdpa", "eager"))
+    activation_checkpointing: bool = setting(False, "recompute decoder layers in backward to save memory")
+    freeze_vision_tower: bool = setting(False, "keep the vision tower fixed (the merger still trains)")
 
 
 @dataclass
 class DataSection:
-    train_file: str = _setting("", "JSON list or JSONL in the authors' sample format", required=True)
-    data_root: str = _setting(".", "image paths in the samples are relative to this directory")
-    allow_absolute_image_paths: bool = _setting(ALLOW_ABSOLUTE_IMAGE_PATHS, ALLOW_ABSOLUTE_IMAGE_PATHS_HELP)
-    mix: list[str] = _list([], "more sample files trained on with train_file, each `FILE` or `FILE*N` (its samples "
-                               "N times); image paths relative to each FILE's directory")
-    min_pixels: int = _setting(DEFAULT_MIN_PIXELS, "pixel budget: smallest image area after resizing", low=1)
-    max_pixels: int = _setting(DEFAULT_MAX_PIXELS, "pixel budget: largest image area after resizing", low=1)
-    max_decoded_pixels: int = _setting(_IMAGE_LIMITS["max_decoded_pixels"].default,
-                                       _IMAGE_LIMITS["max_decoded_pixels"].metadata["help"], low=1)
-    max_decoded_bytes: int = _setting(_IMAGE_LIMITS["max_decoded_bytes"].default,
-                                      _IMAGE_LIMITS["max_decoded_bytes"].metadata["help"], low=1)
-    max_length: int = _setting(0, "longest prefix + 2 x padded response in tokens; 0 = no limit", low=0)
-    on_error: str = _setting("skip", "a malformed record or sample, or a missing, unreadable or too large image: "
-                                     "skip it (reported with its id and line) or fail", choices=ON_ERROR)
-    shuffle: bool = _setting(True, "reshuffle the samples every epoch (seeded)")
-    num_workers: int = _setting(0, "DataLoader worker processes that read images and tokenise", low=0, high=64)
+    train_file: str = setting("", "JSON list or JSONL in the authors' sample format", required=True)
+    data_root: str = setting(".", "image paths in the samples are relative to this directory")
+    allow_absolute_image_paths: bool = setting(ALLOW_ABSOLUTE_IMAGE_PATHS, ALLOW_ABSOLUTE_IMAGE_PATHS_HELP)
+    mix: list[str] = setting([], "more sample files trained on with train_file, each `FILE` or `FILE*N` (its samples "
+                                 "N times); image paths relative to each FILE's directory")
+    min_pixels: int = setting(DEFAULT_MIN_PIXELS, "pixel budget: smallest image area after resizing", low=1)
+    max_pixels: int = setting(DEFAULT_MAX_PIXELS, "pixel budget: largest image area after resizing", low=1)
+    max_decoded_pixels: int = setting(_IMAGE_LIMITS["max_decoded_pixels"].default,
+                                      _IMAGE_LIMITS["max_decoded_pixels"].metadata["help"], low=1)
+    max_decoded_bytes: int = setting(_IMAGE_LIMITS["max_decoded_bytes"].default,
+                                     _IMAGE_LIMITS["max_decoded_bytes"].metadata["help"], low=1)
+    max_length: int = setting(0, "longest prefix + 2 x padded response in tokens; 0 = no limit", low=0)
+    on_error: str = setting("skip", "a malformed record or sample, or a missing, unreadable or too large image: "
+                                    "skip it (reported with its id and line) or fail", choices=ON_ERROR)
+    shuffle: bool = setting(True, "reshuffle the samples every epoch (seeded)")
+    num_workers: int = setting(0, "DataLoader worker processes that read images and tokenise", low=0, high=64)
 
 
 @dataclass
 class DiffusionSection:
-    block_size: int = _setting(32, "training block size B; 1 = causal next-token (AR) training", low=1, high=1024)
-    min_mask_ratio: float = _setting(0.001, "u_i ~ U(0,1) is clamped to [this, 1] before t_i = (u_i + i) / N",
-                                     low=0.0, high=1.0)
+    block_size: int = setting(32, "training block size B; 1 = causal next-token (AR) training", low=1, high=1024)
+    min_mask_ratio: float = setting(0.001, "u_i ~ U(0,1) is clamped to [this, 1] before t_i = (u_i + i) / N",
+                                    low=0.0, high=1.0)
 
 
 @dataclass
 class OptimSection:
-    lr: float = _setting(4e-5, "learning rate of the language model and LM head", low=0.0, high=1.0)
-    merger_lr: float = _setting(4e-5, "learning rate of the vision merger and DeepStack mergers", low=0.0, high=1.0)
-    vision_lr: float = _setting(2e-6, "learning rate of the vision tower", low=0.0, high=1.0)
-    weight_decay: float = _setting(0.05, "AdamW decay (never on norms, biases, embeddings, 1-D tensors)",
-                                   low=0.0, high=10.0)
-    beta1: float = _setting(0.9, "AdamW beta1", low=0.0, high=1.0)
-    beta2: float = _setting(0.95, "AdamW beta2", low=0.0, high=1.0)
-    eps: float = _setting(1e-8, "AdamW epsilon", low=0.0, high=1.0)
-    warmup_max_steps: int = _setting(1000, "warm-up lasts min(this, warmup_fraction x total steps)", low=0)
-    warmup_fraction: float = _setting(0.1, "see warmup_max_steps", low=0.0, high=1.0)
-    warmup_start_factor: float = _setting(0.1, "warm-up starts at this x lr", low=0.0, high=1.0)
-    final_lr_factor: float = _setting(0.01, "the cosine decays to this x lr", low=0.0, high=1.0)
-    max_grad_norm: float = _setting(1.0, "gradient clipping (global L2 norm); 0 = off", low=0.0)
+    lr: float = setting(4e-5, "learning rate of the language model and LM head", low=0.0, high=1.0)
+    merger_lr: float = setting(4e-5, "learning rate of the vision merger and DeepStack mergers", low=0.0, high=1.0)
+    vision_lr: float = setting(2e-6, "learning rate of the vision tower", low=0.0, high=1.0)
+    weight_decay: float = setting(0.05, "AdamW decay (never on norms, biases, embeddings, 1-D tensors)",
+                                  low=0.0, high=10.0)
+    beta1: float = setting(0.9, "AdamW beta1", low=0.0, high=1.0)
+    beta2: float = setting(0.95, "AdamW beta2", low=0.0, high=1.0)
+    eps: float = setting(1e-8, "AdamW epsilon", low=0.0, high=1.0)
+    warmup_max_steps: int = setting(1000, "warm-up lasts min(this, warmup_fraction x total steps)", low=0)
+    warmup_fraction: float = setting(0.1, "see warmup_max_steps", low=0.0, high=1.0)
+    warmup_start_factor: float = setting(0.1, "warm-up starts at this x lr", low=0.0, high=1.0)
+    final_lr_factor: float = setting(0.01, "the cosine decays to this x lr", low=0.0, high=1.0)
+    max_grad_norm: float = setting(1.0, "gradient clipping (global L2 norm); 0 = off", low=0.0)
 
 
 @dataclass
 class TrainSection:
-    epochs: float = _setting(5.0, "passes over the data (fractions allowed)", low=0.0)
-    max_steps: int = _setting(0, "optimizer steps; 0 = derived from epochs", low=0)
-    global_batch_size: int = _setting(128, "samples per optimizer step, over all processes", low=1)
-    micro_batch_size: int = _setting(1, "samples per forward on one process (gradients are accumulated)", low=1)
-    seed: int = _setting(42, "data order, noise and initialisation seed", low=0)
-    device: str = _setting("auto", "auto picks cuda, then npu, then cpu", choices=DEVICES)
-    mixed_precision: str = _setting("auto", "bf16 autocast; auto = bf16 where the device supports it",
-                                    choices=MIXED_PRECISION)
-    find_unused_parameters: bool = _setting(False, "DDP: set when some parameters get no gradient "
-                                                   "(for example text-only batches)")
+    epochs: float = setting(5.0, "passes over the data (fractions allowed)", low=0.0)
+    max_steps: int = setting(0, "optimizer steps; 0 = derived from epochs", low=0)
+    global_batch_size: int = setting(128, "samples per optimizer step, over all processes", low=1)
+    micro_batch_size: int = setting(1, "samples per forward on one process (gradients are accumulated)", low=1)
+    seed: int = setting(42, "data order, noise and initialisation seed", low=0)
+    device: str = setting("auto", "auto picks cuda, then npu, then cpu", choices=DEVICES)
+    mixed_precision: str = setting("auto", "bf16 autocast; auto = bf16 where the device supports it",
+                                   choices=MIXED_PRECISION)
+    find_unused_parameters: bool = setting(False, "DDP: set when some parameters get no gradient "
+                                                  "(for example text-only batches)")
 
 
 @dataclass
 class LossSection:
-    chunk_size: int = _setting(1024, "positions per LM-head chunk (memory: chunk x vocab logits)", low=1)
+    chunk_size: int = setting(1024, "positions per LM-head chunk (memory: chunk x vocab logits)", low=1)
 
 
 @dataclass
 class DistillSection:
-    teacher_path: str = _setting("", "teacher checkpoint directory (recipe: distill)")
-    teacher_block_size: int = _setting(0, "the teacher's own block size for its mask; 0 = the one stored with "
-                                          "the teacher checkpoint; 1 = an AR teacher (next-token view)",
-                                       low=0, high=1024)
-    teacher_dtype: str = _setting("auto", "teacher weights dtype; auto = bf16 on accelerators, float32 on cpu",
-                                  choices=DTYPES)
-    loss: str = _setting("jsd", "divergence between student and teacher", choices=KD_LOSSES)
-    beta: float = _setting(0.5, "JSD mixture weight of the teacher: M = beta Q + (1 - beta) P", low=0.0, high=1.0)
-    temperature: float = _setting(1.0, "softmax temperature tau of both models (the loss is x tau^2)", low=1e-3)
-    kd_ratio: float = _setting(1.0, "total = (1 - kd_ratio) CE + kd_ratio KD", low=0.0, high=1.0)
-    on_policy: bool = _setting(False, "regenerate the answers with the student's decoder and noise them again")
-    generate_interval: int = _setting(2, "on-policy: regenerate every this many optimizer steps", low=1)
-    max_new_tokens: int = _setting(0, "on-policy: answer length limit; 0 = the micro-batch's longest "
-                                      "ground-truth answer rounded up to a block", low=0)
-    overlap_k: int = _setting(5, "log rho_K, the share of the teacher's top-K found in the student's top-K",
-                              low=1, high=1000)
+    teacher_path: str = setting("", "teacher checkpoint directory (recipe: distill)")
+    teacher_block_size: int = setting(0, "the teacher's own block size for its mask; 0 = the one stored with "
+                                         "the teacher checkpoint; 1 = an AR teacher (next-token view)",
+                                      low=0, high=1024)
+    teacher_dtype: str = setting("auto", "teacher weights dtype; auto = bf16 on accelerators, float32 on cpu",
+                                 choices=DTYPES)
+    loss: str = setting("jsd", "divergence between student and teacher", choices=KD_LOSSES)
+    beta: float = setting(0.5, "JSD mixture weight of the teacher: M = beta Q + (1 - beta) P", low=0.0, high=1.0)
+    temperature: float = setting(1.0, "softmax temperature tau of both models (the loss is x tau^2)", low=1e-3)
+    kd_ratio: float = setting(1.0, "total = (1 - kd_ratio) CE + kd_ratio KD", low=0.0, high=1.0)
+    on_policy: bool = setting(False, "regenerate the answers with the student's decoder and noise them again")
+    generate_interval: int = setting(2, "on-policy: regenerate every this many optimizer steps", low=1)
+    max_new_tokens: int = setting(0, "on-policy: answer length limit; 0 = the micro-batch's longest "
+                                     "ground-truth answer rounded up to a block", low=0)
+    overlap_k: int = setting(5, "log rho_K, the share of the teacher's top-K found in the student's top-K",
+                             low=1, high=1000)
 
 
 @dataclass
 class OutputSection:
-    dir: str = _setting("", "run directory: metrics.jsonl, checkpoints/, final/", required=True)
-    save_every_steps: int = _setting(500, "write a resumable checkpoint every this many steps; 0 = only at the end",
-                                     low=0)
-    keep_last: int = _setting(2, "resumable checkpoints kept (older ones are deleted)", low=1)
-    log_every_steps: int = _setting(1, "append a metrics line every this many steps", low=1)
+    dir: str = setting("", "run directory: metrics.jsonl, checkpoints/, final/", required=True)
+    save_every_steps: int = setting(500, "write a resumable checkpoint every this many steps; 0 = only at the end",
+                                    low=0)
+    keep_last: int = setting(2, "resumable checkpoints kept (older ones are deleted)", low=1)
+    log_every_steps: int = setting(1, "append a metrics line every this many steps", low=1)
 
 
 @dataclass
 class CurriculumSection:
-    block_sizes: list[int] = _list([], "run one finetune stage per block size, each starting from the previous "
-                                  "stage's final/; empty = a single stage with diffusion.block_size", low=1)
+    block_sizes: list[int] = setting([], "run one finetune stage per block size, each starting from the previous "
+                                    "stage's final/; empty = a single stage with diffusion.block_size", low=1)
 
 
 @dataclass
 class TrainingConfig:
-    recipe: str = _setting("finetune", "finetune (one block size, or a curriculum), distill, or vision (the vision "
-                         "tower's warm-up on grounding samples: recipes/vision.py)", choices=RECIPES)
+    recipe: str = setting("finetune", "finetune (one block size, or a curriculum), distill, or vision (the vision "
+                          "tower's warm-up on grounding samples: recipes/vision.py)", choices=RECIPES)
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     diffusion: DiffusionSection = field(default_factory=DiffusionSection)
