@@ -64,7 +64,7 @@ from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import (qos_profile_sensor_data)
+from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock as ClockMsg
 from std_msgs.msg import Bool, Header, String
 
@@ -73,7 +73,7 @@ from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointContro
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS, SPECS_BY_NAME, gains_from,
                                               route_settings_from, validate_values)
-from wam_diff2_core.topics import CONTROLLER_NODE, PLANNER_NODE, controller_topics
+from wam_diff2_core.topics import CONTROLLER_NODE, controller_topics
 from wam_diff2_core.geometry import TIME_RESET_S, yaw_from_quaternion
 from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
                                    route_from_path_msg)
@@ -85,14 +85,6 @@ from .planner.diagnostics import STATE_NAMES
 from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
 from .qos import CLOCK_SUBSCRIPTION_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS
 from .spinning import run_node
-
-
-DEFAULT_PLANNER = PLANNER_NODE
-# QoS: outputs depth 1 (the leaderboard's control subscriber is depth 1, reliable); latched for
-# the leaderboard status, the planner status and the routes; sensor QoS for odometry.
-CONTROL_QOS = LATEST_RELIABLE_QOS
-
-
 
 
 # ----------------------------------------------------------------------------- messages <-> core
@@ -187,25 +179,26 @@ class ControllerNode(Node):
         self._warned: dict[str, float] = {}
 
         t = self.topics
-        self._control_pub = self.create_publisher(VehicleControl, t["control"], CONTROL_QOS)
+        # controls depth 1, reliable: the leaderboard's control subscriber's QoS
+        self._control_pub = self.create_publisher(VehicleControl, t["control"], LATEST_RELIABLE_QOS)
         self._carla_pub = None
         self._consumer_error = ""       # why the consumer's control message cannot be published
         if values["control_consumer"] != "vehicle_control":      # carla (or a refused value: the strict case)
             if carla_msgs is not None:
                 self._carla_pub = self.create_publisher(carla_msgs.CarlaEgoVehicleControl, t["carla_control"],
-                                                        CONTROL_QOS)
+                                                        LATEST_RELIABLE_QOS)
             else:
                 self._consumer_error = (f"cannot publish carla_msgs/CarlaEgoVehicleControl on {t['carla_control']}: "
                                         f"carla_msgs is not importable ({CARLA_MSGS_ERROR}); no READY on "
                                         f"{t['leaderboard_status']} (source the workspace that has carla_msgs, "
                                         "or control_consumer:=vehicle_control when ~/output/control is applied)")
         self._ready_pub = self.create_publisher(Bool, t["leaderboard_status"], LATCHED_QOS)
-        self._command_pub = (self.create_publisher(String, t["command"], CONTROL_QOS)
+        self._command_pub = (self.create_publisher(String, t["command"], LATEST_RELIABLE_QOS)
                              if values["route.publish_command"] else None)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, t["diagnostics"], 10)
 
         self.create_subscription(Odometry, t["odometry"], self._on_odometry, qos_profile_sensor_data)
-        self.create_subscription(Trajectory, t["trajectory"], self._on_trajectory, CONTROL_QOS)
+        self.create_subscription(Trajectory, t["trajectory"], self._on_trajectory, LATEST_RELIABLE_QOS)
         self.create_subscription(PlannerStatus, t["planner_status"], self._on_planner_status, LATCHED_QOS)
         if values["tick_source"] == "clock":
             self.create_subscription(ClockMsg, t["clock"], self._on_clock, CLOCK_SUBSCRIPTION_QOS)

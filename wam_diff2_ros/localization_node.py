@@ -85,7 +85,7 @@ from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_ms
 from .optional_msgs import CARLA_MSGS_ERROR, TF2_MSGS_ERROR, TFMessage, carla_msgs
 from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .parameters import declare_all
-from .qos import LATCHED_QOS, ODOMETRY_QOS, TF_QOS
+from .qos import BRIDGE_QOS, DEEP_RELIABLE_QOS, LATCHED_QOS
 from .spinning import run_node
 
 
@@ -180,7 +180,7 @@ class LocalizationNode(Node):
         self.topics = t = localization_topics(values["role_name"], values["gnss_id"], values["imu_id"],
                                               values["speedometer_id"])
         self.child_frame_id = values["child_frame_id"] or values["role_name"]
-        self._odometry_pub = self.create_publisher(Odometry, t["odometry"], ODOMETRY_QOS)
+        self._odometry_pub = self.create_publisher(Odometry, t["odometry"], BRIDGE_QOS)    # as the bridge's odometry
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, t["diagnostics"], 10)
         self._tf_pub = None
         if values["publish_tf"]:
@@ -188,7 +188,7 @@ class LocalizationNode(Node):
                 self._config_errors.append(f"publish_tf: tf2_msgs is not importable ({TF2_MSGS_ERROR}); source a ROS "
                                            "install that has it (scripts/build_ros_interfaces.sh here)")
             else:
-                self._tf_pub = self.create_publisher(TFMessage, t["tf"], TF_QOS)
+                self._tf_pub = self.create_publisher(TFMessage, t["tf"], DEEP_RELIABLE_QOS)
         self.create_subscription(NavSatFix, t["gnss"], self._on_gnss, qos_profile_sensor_data)
         self.create_subscription(Imu, t["imu"], self._on_imu, qos_profile_sensor_data)
         self.speedometer_type = values["speedometer_type"]

@@ -32,9 +32,9 @@ from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointContro
 from wam_diff2_core.routes import RouteTrackerSettings  # noqa: E402
 from wam_diff2_core.params import controller as cp  # noqa: E402
 from wam_diff2_ros import controller_node as cn  # noqa: E402
-from wam_diff2_ros.qos import CLOCK_PUBLISHER_QOS, LATCHED_QOS  # noqa: E402
+from wam_diff2_ros.qos import LATCHED_QOS, LATEST_RELIABLE_QOS  # noqa: E402
 from wam_diff2_core.topics import controller_topics  # noqa: E402
-from wam_diff2_ros.controller_node import CONTROL_QOS, ControllerNode, plan_from_trajectory  # noqa: E402
+from wam_diff2_ros.controller_node import ControllerNode, plan_from_trajectory  # noqa: E402
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
@@ -78,17 +78,17 @@ class SimProbe(Node):
         self.topics = controller_topics(role)
         t = self.topics
         self.odometry_pub = self.create_publisher(Odometry, t["odometry"], qos_profile_sensor_data)
-        self.trajectory_pub = self.create_publisher(Trajectory, t["trajectory"], CONTROL_QOS)
+        self.trajectory_pub = self.create_publisher(Trajectory, t["trajectory"], LATEST_RELIABLE_QOS)
         self.status_pub = self.create_publisher(PlannerStatus, t["planner_status"], LATCHED_QOS)
         self.route_pub = self.create_publisher(Path, t["route"], LATCHED_QOS)
-        self.clock_pub = self.create_publisher(ClockMsg, t["clock"], CLOCK_PUBLISHER_QOS)
+        self.clock_pub = self.create_publisher(ClockMsg, t["clock"], LATEST_RELIABLE_QOS)
         self.lock = threading.Lock()
         self.controls: list[VehicleControl] = []
         self.commands: list[str] = []
         self.ready: list[bool] = []
         self.create_subscription(VehicleControl, f"/wam_diff2_controller_{role}/output/control",
-                                 self._keep(self.controls), CONTROL_QOS)
-        self.create_subscription(String, t["command"], lambda m: self._keep(self.commands)(m.data), CONTROL_QOS)
+                                 self._keep(self.controls), LATEST_RELIABLE_QOS)
+        self.create_subscription(String, t["command"], lambda m: self._keep(self.commands)(m.data), LATEST_RELIABLE_QOS)
         self.subscribe_ready()
 
     def _keep(self, into: list):
@@ -281,7 +281,7 @@ def test_carla_control_is_published_on_the_bridge_topic_when_carla_msgs_exists(r
     node, probe = rig.start(control_consumer="carla")
     got = []
     probe.create_subscription(carla_msgs.CarlaEgoVehicleControl, probe.topics["carla_control"], got.append,
-                              CONTROL_QOS)
+                              LATEST_RELIABLE_QOS)
     assert wait_for(lambda: node.count_subscribers(probe.topics["carla_control"]) > 0, WAIT_S)
     send_plan(node, probe, trajectory(T0_NS, straight(8.0)))
     probe.odometry_pub.publish(odometry_msg(T0_NS, vx=6.0, child_frame_id="hero"))

@@ -36,7 +36,8 @@ from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun  # noqa: 
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors  # noqa: E402
 from wam_diff2_core.params import localization as lp  # noqa: E402
 from wam_diff2_ros import localization_node as ln  # noqa: E402
-from wam_diff2_ros.tools.dds_closed_loop import STREAM_QOS, sensor_messages  # noqa: E402
+from wam_diff2_ros.qos import BRIDGE_QOS, DEEP_RELIABLE_QOS  # noqa: E402
+from wam_diff2_ros.tools.dds_closed_loop import sensor_messages  # noqa: E402
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns  # noqa: E402
 from test.support import ros_helpers  # noqa: E402
@@ -74,10 +75,10 @@ class Bridge(Node):
     def __init__(self, context, role: str, speed_type=None):
         super().__init__(f"bridge_{role}", context=context)
         t = self.topics = ln.localization_topics(role)
-        self.gnss_pub = self.create_publisher(NavSatFix, t["gnss"], STREAM_QOS)
-        self.imu_pub = self.create_publisher(Imu, t["imu"], STREAM_QOS)
+        self.gnss_pub = self.create_publisher(NavSatFix, t["gnss"], BRIDGE_QOS)
+        self.imu_pub = self.create_publisher(Imu, t["imu"], BRIDGE_QOS)
         self.speed_pub = self.create_publisher(speed_type or interface_module("carla_msgs").CarlaSpeedometer,
-                                               t["speedometer"], STREAM_QOS)
+                                               t["speedometer"], BRIDGE_QOS)
         self.lock = threading.Lock()
         self.odometry: list[Odometry] = []
         self.odometry_sub = self.create_subscription(Odometry, t["odometry"], self._on_odometry,
@@ -423,7 +424,7 @@ def test_a_speedometer_of_another_type_is_an_error_naming_it(rig):
     rclpy.init(context=other, domain_id=node.context.get_domain_id())
     try:
         float_bridge = Node("float32_bridge", context=other)
-        float_pub = float_bridge.create_publisher(Float32, topic, STREAM_QOS)
+        float_pub = float_bridge.create_publisher(Float32, topic, BRIDGE_QOS)
         assert wait_for(lambda: len(node.get_publishers_info_by_topic(topic)) == 2)
         status = node.diagnostic_status()
         assert status.level == DiagnosticStatus.ERROR, status.message
@@ -450,7 +451,7 @@ def test_publish_tf_sends_each_odometrys_pose_as_map_to_role_on_tf(rig, context)
     node, bridge = rig(publish_tf=True)
     received = []
     probe = Node("tf_probe", context=context)
-    probe.create_subscription(tf2_msgs.TFMessage, "/tf", received.append, ln.TF_QOS)
+    probe.create_subscription(tf2_msgs.TFMessage, "/tf", received.append, DEEP_RELIABLE_QOS)
     executor, thread = spin_in_thread(context, probe)
     try:
         assert wait_for(lambda: node._tf_pub.get_subscription_count() > 0)

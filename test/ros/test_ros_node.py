@@ -32,7 +32,7 @@ from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_core.params import planner as params  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus  # noqa: E402
-from wam_diff2_ros.planner.interface import STATUS_QOS  # noqa: E402
+from wam_diff2_ros.qos import LATCHED_QOS  # noqa: E402
 from wam_diff2_ros.planner.node import PlannerNode  # noqa: E402
 from test.support.ros_helpers import Probe, image_msg, odometry_msg, ros_context, route_msg  # noqa: E402
 
@@ -508,7 +508,7 @@ def test_lifecycle_transitions_stop_start_and_free_the_model(probe, planner, tin
     # a late subscriber still gets the latched ERROR status
     late = Node("late_status_listener", context=probe.context)
     got = []
-    late.create_subscription(PlannerStatus, f"/{NAME}/status", got.append, STATUS_QOS)
+    late.create_subscription(PlannerStatus, f"/{NAME}/status", got.append, LATCHED_QOS)
     executor = SingleThreadedExecutor(context=probe.context)
     executor.add_node(late)
     deadline = time.monotonic() + 10.0

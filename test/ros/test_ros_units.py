@@ -3,6 +3,7 @@ tracker on rclpy messages."""
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 
@@ -227,3 +228,17 @@ def test_spinning_ends_quietly_on_the_shutdown_race_and_raises_real_errors():
     spin_until_shutdown(executor)                   # the same error after the shutdown: a quiet end
     executor.spin = lambda: (_ for _ in ()).throw(KeyboardInterrupt())
     spin_until_shutdown(executor)
+
+
+def test_each_qos_profile_has_one_name_defined_only_in_qos_py():
+    from rclpy.qos import QoSProfile
+
+    from test.support import REPO_ROOT
+    from wam_diff2_ros import qos
+
+    profiles = {name: value for name, value in vars(qos).items() if isinstance(value, QoSProfile)}
+    assert len(profiles) >= 6
+    assert [(a, b) for a in profiles for b in profiles if a < b and profiles[a] == profiles[b]] == []
+    elsewhere = re.compile(r"QoSProfile\(|^\w+_QOS = (?!\{)", re.M)      # a profile built or renamed (not a table)
+    assert [str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "wam_diff2_ros").rglob("*.py")
+            if p.name != "qos.py" and elsewhere.search(p.read_text())] == []

@@ -38,7 +38,8 @@ from wam_diff2_core.frame_inputs import stamp_ns as stamp_to_ns
 
 from wam_diff2_ros.conversions import ns_to_stamp
 from wam_diff2_ros.msg import Detection2DArray, PlannerStatus, StageTimes, Trajectory
-from wam_diff2_ros.planner.interface import COMMAND_QOS, INPUT_TOPICS, OUTPUT_QOS, OUTPUT_TOPICS, ROUTE_QOS, STATUS_QOS
+from wam_diff2_ros.planner.interface import INPUT_TOPICS, OUTPUT_TOPICS
+from wam_diff2_ros.qos import LATCHED_QOS, LATEST_RELIABLE_QOS
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float, poll_s: float = 0.02) -> Any:
@@ -203,14 +204,14 @@ class Probe(Node):
         for key, kind in kinds.items():
             self.received[key] = []
             self.create_subscription(kind, self.topic(OUTPUT_TOPICS[key]), self._recorder(key),
-                                     STATUS_QOS if key == "status" else OUTPUT_QOS)
+                                     LATCHED_QOS if key == "status" else LATEST_RELIABLE_QOS)
         self.received["diagnostics"] = []
         self.create_subscription(DiagnosticArray, "/diagnostics", self._recorder("diagnostics"), 50)
         self.image_pub = self.create_publisher(Image, self.topic(INPUT_TOPICS["image"]), qos_profile_sensor_data)
         self.odometry_pub = self.create_publisher(Odometry, self.topic(INPUT_TOPICS["odometry"]),
                                                   qos_profile_sensor_data)
-        self.route_pub = self.create_publisher(Path, self.topic(INPUT_TOPICS["route"]), ROUTE_QOS)
-        self.command_pub = self.create_publisher(String, self.topic(INPUT_TOPICS["command"]), COMMAND_QOS)
+        self.route_pub = self.create_publisher(Path, self.topic(INPUT_TOPICS["route"]), LATCHED_QOS)
+        self.command_pub = self.create_publisher(String, self.topic(INPUT_TOPICS["command"]), LATEST_RELIABLE_QOS)
         self.change_state = self.create_client(ChangeState, planner + "/change_state")
         self.get_state = self.create_client(GetState, planner + "/get_state")
         self.odometry_pose = dict(x=0.0, y=0.0, yaw=0.0, vx=5.0, vy=0.0, yaw_rate=0.0)

@@ -6,7 +6,7 @@ QoS. Light to import (no model code), for the node, launch helpers and tests.
 from __future__ import annotations
 
 from nav_msgs.msg import Odometry, Path
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Float64, String
 from visualization_msgs.msg import MarkerArray
@@ -15,7 +15,7 @@ from wam_diff2_core.frame_inputs import is_compressed
 
 from ..msg import Detection2DArray, StageTimes, Trajectory
 from ..optional_msgs import derived_object_msgs
-from ..qos import LATCHED_QOS, LATEST_RELIABLE_QOS
+from ..qos import KEEP_ALL_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS
 
 try:  # the common interop type, published too where the package exists
     import vision_msgs.msg as vision_msgs
@@ -26,19 +26,13 @@ try:  # Autoware's trajectory, published too where the package exists
 except ImportError:
     autoware_msgs = None
 
-# Inputs: sensor QoS (best effort, keep last 5) for streams; the route is latched; commands
-# are few and must not be lost, so reliable (matches reliable publishers of any durability).
-ROUTE_QOS = STATUS_QOS = LATCHED_QOS
-COMMAND_QOS = OUTPUT_QOS = LATEST_RELIABLE_QOS
 # On best effort, Fast DDS's default transports lose most frames larger than about this (measured on one
 # host, where its shared-memory segment is 512 KiB: 0.518 MB frames all arrive, 0.524 MB ones 1 in 6;
 # scripts/image_qos.py, README: image QoS).
 LARGE_RAW_FRAME_BYTES = 500_000
 # reliable keeps all: lockstep counts images, so none may be lost on the wire or overwritten in a
 # reader queue while the callbacks wait for the GIL (the callback only hands the newest to the worker)
-IMAGE_QOS = {"best_effort": qos_profile_sensor_data,
-             "reliable": QoSProfile(depth=0, reliability=ReliabilityPolicy.RELIABLE,
-                                    durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_ALL)}
+IMAGE_QOS = {"best_effort": qos_profile_sensor_data, "reliable": KEEP_ALL_QOS}
 # The node's topics (private names, remapped by launch files) and input types; the objects input only where
 # derived_object_msgs imports.
 INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
@@ -63,10 +57,11 @@ OUTPUT_TYPES = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "dete
 
 
 def input_qos(name: str, image_reliability: str = "best_effort") -> QoSProfile:
-    """The QoS of the input ``name`` (an INPUT_TOPICS key); images by the ``image_reliability`` parameter."""
+    """The QoS of the input ``name`` (an INPUT_TOPICS key): streams sensor data (best effort, keep last 5),
+    images by the ``image_reliability`` parameter, the route latched; commands are few and must not be lost."""
     if name in ("image", "image_compressed"):
         return IMAGE_QOS[image_reliability]
-    return {"route": ROUTE_QOS, "command": COMMAND_QOS}.get(name, qos_profile_sensor_data)
+    return {"route": LATCHED_QOS, "command": LATEST_RELIABLE_QOS}.get(name, qos_profile_sensor_data)
 
 
 def raw_image_qos_warning(msg, image_reliability: str) -> str | None:

@@ -48,16 +48,16 @@ from .. import conversions as conv
 from ..keep_latest import LatestWorker
 from ..msg import PlannerStatus
 from ..parameters import declare_all, read_all
+from ..qos import LATCHED_QOS, LATEST_RELIABLE_QOS
+from ..spinning import run_node
 from .candidates import candidate_stats
 from .diagnostics import planner_diagnostic_status
 from .inputs import FrameContext, PlannerInputs, frame_image
-from .interface import (INPUT_TOPICS, INPUT_TYPES, OUTPUT_QOS, OUTPUT_TOPICS, OUTPUT_TYPES, STATUS_QOS,
-                                input_qos, raw_image_qos_warning)
+from .interface import INPUT_TOPICS, INPUT_TYPES, OUTPUT_TOPICS, OUTPUT_TYPES, input_qos, raw_image_qos_warning
 from .monitor import PlannerMonitor
 from .outputs import frame_messages
 from .policy import PolicyLoad, describe_policy, free_policy, load_policy
 from .settings import ModelSettings, PlannerSettings, rejected_change
-from ..spinning import run_node
 
 DEFAULT_EGO_FRAME = "base_link"
 SHUTDOWN_WAIT_S = 2.0        # on Ctrl-C, how long to let a decode in flight finish
@@ -89,7 +89,7 @@ class PlannerNode(LifecycleNode):
         self._image_group = MutuallyExclusiveCallbackGroup()
         self._state_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        self._status_pub = self.create_publisher(PlannerStatus, OUTPUT_TOPICS["status"], STATUS_QOS)
+        self._status_pub = self.create_publisher(PlannerStatus, OUTPUT_TOPICS["status"], LATCHED_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, OUTPUT_TOPICS["diagnostics"], 10)
         # wall time: diagnostics keep coming while the simulator is paused (sim time stands still)
         self._diagnostics_timer = self.create_timer(settings.diagnostics_period_s, self.publish_diagnostics,
@@ -99,7 +99,7 @@ class PlannerNode(LifecycleNode):
         # cleanup races the executor's wait-set (rclpy raised InvalidHandle in the multi-threaded one's
         # spin thread). Inputs are ignored while nothing is active; outputs publish only when active.
         self._input_subscriptions = self._subscribe_inputs(settings)    # input name -> subscription
-        self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], OUTPUT_QOS)
+        self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], LATEST_RELIABLE_QOS)
                          for key, kind in OUTPUT_TYPES.items()}
         self._publish_status()
         self._autostart_timer = None

@@ -48,21 +48,18 @@ from typing import Any, Callable, Sequence
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
 from wam_diff2_core import topics
 from wam_diff2_core.evaluation.bag_writer import BagStreamWriter
 from wam_diff2_core.evaluation.bags import Bag, BagError
 
-from ..qos import CLOCK_PUBLISHER_QOS, LATCHED_QOS
+from ..qos import DEEP_RELIABLE_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS, keep_last_qos
 
 log = logging.getLogger("wam_diff2.replay")
 
 LATCHED_SUFFIXES = ("/waypoints", "/route", "/tf_static", "/camera_info", "/status", "/input/route")
-# a deep history lets a slow reliable reader (a Python node on a busy machine) catch up
-STREAM_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
-                        durability=DurabilityPolicy.VOLATILE)
 
 
 DRAIN_TIMEOUT_S = 5.0   # how long the end of playback waits for reliable readers to acknowledge
@@ -106,10 +103,8 @@ def qos_for(topic: str, recorded: Sequence[Any], latched: Sequence[str] = ()) ->
         q = recorded[0]
         transient = q.durability == QosDurability.TRANSIENT_LOCAL
         best_effort = q.reliability == QosReliability.BEST_EFFORT
-        return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1 if transient else STREAM_QOS.depth,
-                          reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE,
-                          durability=DurabilityPolicy.TRANSIENT_LOCAL if transient else DurabilityPolicy.VOLATILE)
-    return LATCHED_QOS if topic.endswith(LATCHED_SUFFIXES) else STREAM_QOS
+        return keep_last_qos(1 if transient else DEEP_RELIABLE_QOS.depth, reliable=not best_effort, latched=transient)
+    return LATCHED_QOS if topic.endswith(LATCHED_SUFFIXES) else DEEP_RELIABLE_QOS
 
 
 @dataclass
@@ -218,11 +213,9 @@ class TopicRecorder:
                     self.writer.add_topic(topic, msgtype, reliable=reliable, latched=latched)
             except BagError as exc:
                 raise ReplayError(f"--record-topics {exc}") from None
-            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=RECORD_DEPTH,
-                             reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
-            self.subscriptions[topic] = self.node.create_subscription(cls, topic, self._recorder(topic), qos,
-                                                                      raw=True)
+            self.subscriptions[topic] = self.node.create_subscription(
+                cls, topic, self._recorder(topic), keep_last_qos(RECORD_DEPTH, reliable=reliable, latched=latched),
+                raw=True)
             self.publishers_seen[topic] = len(infos)
             self.pending.remove(topic)
         return list(self.pending)
@@ -283,7 +276,7 @@ class BagPlayer:
             qos = qos_for(topic, self.bag.topic_qos.get(topic, []), options.latched)
             self.publishers[topic] = node.create_publisher(cls, topic, qos)
             self.summary.published[topic] = 0
-        self.clock_publisher = node.create_publisher(Clock, "/clock", CLOCK_PUBLISHER_QOS) if options.clock else None
+        self.clock_publisher = node.create_publisher(Clock, "/clock", LATEST_RELIABLE_QOS) if options.clock else None
         unknown = [t for t in options.wait_for_subscribers
                    if t not in self.publishers and not (t == "/clock" and self.clock_publisher is not None)]
         if unknown:
@@ -300,9 +293,7 @@ class BagPlayer:
             from wam_diff2_ros.msg import PlannerStatus
 
             self.status_topic = options.planner_node.rstrip("/") + "/status"
-            latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
-            node.create_subscription(PlannerStatus, self.status_topic, self._on_planner_status, latched)
+            node.create_subscription(PlannerStatus, self.status_topic, self._on_planner_status, LATCHED_QOS)
         self.recorder: TopicRecorder | None = None
         if options.record is not None:
             try:

@@ -66,7 +66,6 @@ from nav_msgs.msg import Odometry, Path
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import CameraInfo, Image, Imu, NavSatFix
 from std_msgs.msg import Bool, Header, String
@@ -82,26 +81,20 @@ from wam_diff2_core.sim.episode_bags import topic_names
 from wam_diff2_core.sim.route_planners import ExpertOracle
 from wam_diff2_core.sim.route_runs import RouteResult, RouteRun
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors, SensorReading, error_summary, route_sensors
-from wam_diff2_core.topics import (CARLA_NAMESPACE, CONTROLLER_NODE, LOCALIZATION_NODE, controller_topics,
+from wam_diff2_core.topics import (CARLA_NAMESPACE, CONTROLLER_NODE, LOCALIZATION_NODE, PLANNER_NODE, controller_topics,
                                    localization_topics)
 
-from ..controller_node import CONTROL_QOS, DEFAULT_PLANNER, GAINS_PREFIX, ControllerNode
+from ..controller_node import GAINS_PREFIX, ControllerNode
 from ..optional_msgs import carla_msgs
 from ..conversions import ns_to_stamp
 from ..localization_node import LocalizationNode
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
-from ..qos import LATCHED_QOS
+from ..qos import BRIDGE_QOS, KEEP_ALL_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS, RECEIVE_QOS
 
 PLANNERS = ("inprocess", "subprocess", "oracle")
 ODOMETRY_SOURCES = ("true", "estimated")
 TIMINGS = ("lockstep", "leaderboard")
 READY_REORDER_S = 0.05
-STREAM_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                        history=HistoryPolicy.KEEP_LAST)   # like the bridge; matches best-effort subscribers too
-IMAGE_QOS = QoSProfile(depth=0, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                       history=HistoryPolicy.KEEP_ALL)     # none overwritten before the planner's reader has it
-RECEIVE_QOS = QoSProfile(depth=20, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                         history=HistoryPolicy.KEEP_LAST)
 
 
 @dataclass
@@ -161,7 +154,7 @@ def planner_ros_arguments(role: str, lockstep_n: int, model_path: str, extra: di
     params = {"model_path": model_path, "use_sim_time": True, "mode": "lockstep", "lockstep_every_n_images": lockstep_n,
               "image_reliability": "reliable", "tasks": "plan", "debug.publish_image": False,
               "debug.publish_markers": False, "publish_odom_frame_path": False, **extra}
-    planner = f"/{DEFAULT_PLANNER}"
+    planner = f"/{PLANNER_NODE}"
     remaps = [f"{planner}/input/image:={topics['image']}", f"{planner}/input/camera_info:={topics['camera_info']}",
               f"{planner}/input/odometry:={topics['odometry']}", f"{planner}/input/route:={topics['route']}"]
     return params, remaps
@@ -226,33 +219,33 @@ class SimulatorNode(Node):
         self.control_topics = controller_topics(role)
         t, c = self.sensors, self.control_topics
         self.bridge = bridge
-        self.clock_pub = self.create_publisher(ClockMsg, "/clock", STREAM_QOS)
+        self.clock_pub = self.create_publisher(ClockMsg, "/clock", BRIDGE_QOS)
         self.estimated = odometry == "estimated"
         self.odometry_pub = self.gnss_pub = self.imu_pub = self.speed_pub = None
         self.estimates: dict[int, Odometry] = {}
         self.localization_topics = localization_topics(role)
         if self.estimated:              # GNSS, IMU, speedometer out; the localization node's odometry in
             loc = self.localization_topics
-            self.gnss_pub = self.create_publisher(NavSatFix, loc["gnss"], STREAM_QOS)
-            self.imu_pub = self.create_publisher(Imu, loc["imu"], STREAM_QOS)
-            self.speed_pub = self.create_publisher(carla_msgs.CarlaSpeedometer, loc["speedometer"], STREAM_QOS)
+            self.gnss_pub = self.create_publisher(NavSatFix, loc["gnss"], BRIDGE_QOS)
+            self.imu_pub = self.create_publisher(Imu, loc["imu"], BRIDGE_QOS)
+            self.speed_pub = self.create_publisher(carla_msgs.CarlaSpeedometer, loc["speedometer"], BRIDGE_QOS)
             self.estimate_sub = self.create_subscription(Odometry, t["odometry"], self._on_estimate, RECEIVE_QOS)
         else:
-            self.odometry_pub = self.create_publisher(Odometry, t["odometry"], STREAM_QOS)
+            self.odometry_pub = self.create_publisher(Odometry, t["odometry"], BRIDGE_QOS)
         # the bridge's camera: reliable, depth 10; otherwise keep all, so that no image is ever lost
-        self.image_pub = self.create_publisher(Image, t["image"], STREAM_QOS if bridge else IMAGE_QOS)
-        self.info_pub = self.create_publisher(CameraInfo, t["camera_info"], STREAM_QOS)
+        self.image_pub = self.create_publisher(Image, t["image"], BRIDGE_QOS if bridge else KEEP_ALL_QOS)
+        self.info_pub = self.create_publisher(CameraInfo, t["camera_info"], BRIDGE_QOS)
         self.carla_controls: dict[int, Any] = {}
         if bridge:                      # the leaderboard's agent: the route out, CARLA's control in
             self.route_pub = self.create_publisher(carla_msgs.CarlaRoute, c["carla_route"], LATCHED_QOS)
             self.gnss_route_pub = self.create_publisher(carla_msgs.CarlaGnssRoute, f"{c['carla_route']}_gnss",
                                                         LATCHED_QOS)
             self.carla_control_sub = self.create_subscription(
-                carla_msgs.CarlaEgoVehicleControl, c["carla_control"], self._on_carla_control, CONTROL_QOS)
+                carla_msgs.CarlaEgoVehicleControl, c["carla_control"], self._on_carla_control, LATEST_RELIABLE_QOS)
         else:
             self.route_pub = self.create_publisher(Path, t["route"], LATCHED_QOS)
-        self.command_pub = self.create_publisher(String, c["command"], CONTROL_QOS)
-        self.oracle_plan_pub = self.create_publisher(Trajectory, c["trajectory"], CONTROL_QOS)
+        self.command_pub = self.create_publisher(String, c["command"], LATEST_RELIABLE_QOS)
+        self.oracle_plan_pub = self.create_publisher(Trajectory, c["trajectory"], LATEST_RELIABLE_QOS)
         self.oracle_status_pub = self.create_publisher(PlannerStatus, c["planner_status"], LATCHED_QOS)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -309,7 +302,7 @@ class SimulatorNode(Node):
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name.startswith(f"{DEFAULT_PLANNER}:"):
+            if status.name.startswith(f"{PLANNER_NODE}:"):
                 with self._cond:
                     self.planner_diagnostics = {kv.key: kv.value for kv in status.values}
                     self._cond.notify_all()
@@ -542,7 +535,7 @@ class RosClosedLoop:
             self.sim.oracle_status_pub.publish(PlannerStatus(state=PlannerStatus.READY, model_path="oracle",
                                                              message="the demo world's expert (an oracle)"))
             return
-        node = self._node_arguments(DEFAULT_PLANNER, *planner_ros_arguments(st.role, st.lockstep_n, st.model_path,
+        node = self._node_arguments(PLANNER_NODE, *planner_ros_arguments(st.role, st.lockstep_n, st.model_path,
                                                                             st.planner_parameters))
         if st.planner == "subprocess":
             args = [sys.executable, "-m", "wam_diff2_ros.planner.node", *node["cli_args"]]
@@ -551,7 +544,7 @@ class RosClosedLoop:
             self._process = subprocess.Popen(args, env={**os.environ, "ROS_DOMAIN_ID": str(domain)})
             return
         from ..planner.node import PlannerNode      # torch and the model: only when planning in-process
-        planner = PlannerNode(DEFAULT_PLANNER, context=self.context, **node)
+        planner = PlannerNode(PLANNER_NODE, context=self.context, **node)
         self._spinners.append(_Spinner(planner, MultiThreadedExecutor(num_threads=3, context=self.context)))
         self.planner_node = planner
 

@@ -53,13 +53,13 @@ from wam_diff2_core.sim.sensors import DemoSensors
 
 from wam_diff2_core.topics import controller_topics, localization_topics
 
-from ..controller_node import CONTROL_QOS, ControllerNode
+from ..controller_node import ControllerNode
 from ..optional_msgs import carla_msgs
-from ..qos import LATCHED_QOS
+from ..qos import BRIDGE_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS
 from ..conversions import ns_to_stamp
 from ..localization_node import LocalizationNode
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
-from .dds_closed_loop import STREAM_QOS, sensor_messages
+from .dds_closed_loop import sensor_messages
 
 INT32_MIN, INT32_MAX, UINT32_MAX = -2 ** 31, 2 ** 31 - 1, 2 ** 32 - 1
 SPECIAL_F64 = (math.nan, math.inf, -math.inf, 1e308, -1e308, -0.0, 0.0, 5e-324, -1e-300, 1e15, -1e15)
@@ -345,9 +345,9 @@ def fuzz_localization(context, messages: int, seed: int, role: str = "fuzz_loc")
     topics = localization_topics(role)
     probe = _Probe(context, f"fuzz_bridge_{role}", report, _odometry_problem, f"{node.get_name()}: localization")
     probe.watch(Odometry, topics["odometry"], qos_profile_sensor_data)
-    pubs = {"gnss": probe.create_publisher(NavSatFix, topics["gnss"], STREAM_QOS),
-            "imu": probe.create_publisher(Imu, topics["imu"], STREAM_QOS),
-            "speed": probe.create_publisher(carla_msgs.CarlaSpeedometer, topics["speedometer"], STREAM_QOS),
+    pubs = {"gnss": probe.create_publisher(NavSatFix, topics["gnss"], BRIDGE_QOS),
+            "imu": probe.create_publisher(Imu, topics["imu"], BRIDGE_QOS),
+            "speed": probe.create_publisher(carla_msgs.CarlaSpeedometer, topics["speedometer"], BRIDGE_QOS),
             "route": probe.create_publisher(Path, topics["route"], LATCHED_QOS),
             "carla_route": probe.create_publisher(carla_msgs.CarlaRoute, topics["carla_route"], LATCHED_QOS)}
     spinners = [_Spinner(node), _Spinner(probe)]
@@ -548,11 +548,11 @@ def fuzz_controller(context, messages: int, seed: int, role: str = "fuzz_ctl") -
         Parameter("control_consumer", value="carla" if carla_msgs is not None else "vehicle_control")])
     topics = controller_topics(role)
     probe = _Probe(context, f"fuzz_sim_{role}", report, _control_problem, f"{name}: controller")
-    probe.watch(VehicleControl, f"/{name}/output/control", CONTROL_QOS)
+    probe.watch(VehicleControl, f"/{name}/output/control", LATEST_RELIABLE_QOS)
     if carla_msgs is not None:
-        probe.watch(carla_msgs.CarlaEgoVehicleControl, topics["carla_control"], CONTROL_QOS)
+        probe.watch(carla_msgs.CarlaEgoVehicleControl, topics["carla_control"], LATEST_RELIABLE_QOS)
     pubs = {"odometry": probe.create_publisher(Odometry, topics["odometry"], qos_profile_sensor_data),
-            "trajectory": probe.create_publisher(Trajectory, topics["trajectory"], CONTROL_QOS),
+            "trajectory": probe.create_publisher(Trajectory, topics["trajectory"], LATEST_RELIABLE_QOS),
             "status": probe.create_publisher(PlannerStatus, topics["planner_status"], LATCHED_QOS),
             "route": probe.create_publisher(Path, topics["route"], LATCHED_QOS)}
     if carla_msgs is not None:
