@@ -36,7 +36,7 @@ linear-interpolation percentiles.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -110,39 +110,25 @@ class FrameResult:
         return waypoint_errors(self.baseline, self.ground_truth)
 
     def as_record(self) -> dict[str, Any]:
-        def pts(a):
-            return None if a is None else np.asarray(a, dtype=float).round(6).tolist()
-
-        errors = self.errors
-        return {"bag": self.bag, "index": self.index, "stamp_ns": self.stamp_ns, "bag_time_ns": self.bag_time_ns,
-                "command": self.command, "command_source": self.command_source,
-                "velocity": list(self.velocity), "acceleration": list(self.acceleration),
-                "valid": self.valid, "invalid_reason": self.invalid_reason, "raw_text": self.raw_text,
-                "predicted": pts(self.predicted), "ground_truth": pts(self.ground_truth),
-                "baseline": pts(self.baseline), "errors": pts(errors), "baseline_errors": pts(self.baseline_errors),
-                "stats": self.stats, "latency_ms": self.latency_ms, "collisions": self.collisions,
-                "baseline_collisions": self.baseline_collisions, "recorded_collisions": self.recorded_collisions,
-                "stages": self.stages, "pdm": self.pdm, "baseline_pdm": self.baseline_pdm,
-                "recorded_pdm": self.recorded_pdm, "pdm_area": self.pdm_area,
-                "recorded_speeds": pts(self.recorded_speeds), "speed_errors": pts(self.speed_errors),
-                "baseline_speed_errors": pts(self.baseline_speed_errors)}
+        """The frame as a frames.jsonl record: the arrays as lists rounded to 1e-6, with the errors beside them."""
+        record = {f.name: getattr(self, f.name) for f in fields(self)}
+        record.update(velocity=list(self.velocity), acceleration=list(self.acceleration), errors=self.errors,
+                      baseline_errors=self.baseline_errors)
+        return {k: np.asarray(v, dtype=float).round(6).tolist() if k in _ARRAYS and v is not None else v
+                for k, v in record.items()}
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> "FrameResult":
-        def arr(v):
-            return None if v is None else np.asarray(v, dtype=np.float64)
+        """A frames.jsonl record back; the fields from ``collisions`` on may be absent (older records)."""
+        names = [f.name for f in fields(cls)]
+        values = {n: r.get(n) if names.index(n) >= names.index("collisions") else r[n] for n in names}
+        values.update({k: np.asarray(values[k], dtype=np.float64) for k in _ARRAYS if values.get(k) is not None},
+                      velocity=tuple(r["velocity"]), acceleration=tuple(r["acceleration"]))
+        return cls(**values)
 
-        return cls(bag=r["bag"], index=r["index"], stamp_ns=r["stamp_ns"], bag_time_ns=r["bag_time_ns"],
-                   command=r["command"], command_source=r["command_source"], velocity=tuple(r["velocity"]),
-                   acceleration=tuple(r["acceleration"]), ground_truth=arr(r["ground_truth"]),
-                   baseline=arr(r["baseline"]), valid=r["valid"], invalid_reason=r["invalid_reason"],
-                   raw_text=r["raw_text"], predicted=arr(r["predicted"]), stats=r["stats"],
-                   latency_ms=r["latency_ms"], collisions=r.get("collisions"),
-                   baseline_collisions=r.get("baseline_collisions"), recorded_collisions=r.get("recorded_collisions"),
-                   stages=r.get("stages"), pdm=r.get("pdm"), baseline_pdm=r.get("baseline_pdm"),
-                   recorded_pdm=r.get("recorded_pdm"), pdm_area=r.get("pdm_area"),
-                   recorded_speeds=arr(r.get("recorded_speeds")), speed_errors=arr(r.get("speed_errors")),
-                   baseline_speed_errors=arr(r.get("baseline_speed_errors")))
+
+_ARRAYS = frozenset({"predicted", "ground_truth", "baseline", "errors", "baseline_errors", "recorded_speeds",
+                     "speed_errors", "baseline_speed_errors"})
 
 
 def waypoint_errors(predicted: np.ndarray, ground_truth: np.ndarray) -> np.ndarray:

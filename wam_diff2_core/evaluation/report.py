@@ -120,31 +120,24 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
         nb: trajectory_metrics([valid_b[k].errors for k in common]),
         "constant_velocity": trajectory_metrics([valid_a[k].baseline_errors for k in common]),
     }
-    collision = None
-    if ma["overall"].get("collision") and mb["overall"].get("collision"):
-        both = [k for k in common if valid_a[k].collisions is not None and valid_b[k].collisions is not None]
-        collision = {"runs": {na: ma["overall"]["collision"]["model"], nb: mb["overall"]["collision"]["model"]},
-                     "common_valid_frames": {
-                         na: collision_metrics([valid_a[k].collisions for k in both]),
-                         nb: collision_metrics([valid_b[k].collisions for k in both]),
-                         "constant_velocity": collision_metrics([valid_a[k].baseline_collisions for k in both])}}
-    speed = None
-    if ma["overall"].get("speed_profile") and mb["overall"].get("speed_profile"):
-        both = [k for k in common if valid_a[k].speed_errors is not None and valid_b[k].speed_errors is not None]
-        speed = {"runs": {na: ma["overall"]["speed_profile"]["model"], nb: mb["overall"]["speed_profile"]["model"]},
-                 "common_valid_frames": {
-                     na: speed_error_metrics([valid_a[k].speed_errors for k in both]),
-                     nb: speed_error_metrics([valid_b[k].speed_errors for k in both]),
-                     "constant_speed": speed_error_metrics([valid_a[k].baseline_speed_errors for k in both])}}
-    pdm = None
-    if ma["overall"].get("pdm") and mb["overall"].get("pdm"):
-        both = [k for k in common if valid_a[k].pdm is not None and valid_b[k].pdm is not None]
-        pdm = {"lane_width_m": {na: ma["settings"].get("lane_width_m"), nb: mb["settings"].get("lane_width_m")},
-               "runs": {na: ma["overall"]["pdm"]["model"], nb: mb["overall"]["pdm"]["model"]},
-               "common_valid_frames": {na: pdm_means([valid_a[k].pdm for k in both]),
-                                       nb: pdm_means([valid_b[k].pdm for k in both]),
-                                       "constant_velocity": pdm_means([valid_a[k].baseline_pdm for k in both]),
-                                       "recorded drive": pdm_means([valid_a[k].recorded_pdm for k in both])}}
+
+    def on_common(key: str, attr: str, metric, baselines: dict[str, str]) -> dict[str, Any] | None:
+        """Both runs' ``key`` metrics, and ``metric`` of each run's ``attr`` and of the ``baselines`` (name: the
+        frame's attribute) on the common frames where both runs have ``attr``; None unless both runs have ``key``."""
+        if not (ma["overall"].get(key) and mb["overall"].get(key)):
+            return None
+        both = [k for k in common if getattr(valid_a[k], attr) is not None and getattr(valid_b[k], attr) is not None]
+        rows = {na: (valid_a, attr), nb: (valid_b, attr), **{name: (valid_a, a) for name, a in baselines.items()}}
+        return {"runs": {na: ma["overall"][key]["model"], nb: mb["overall"][key]["model"]},
+                "common_valid_frames": {name: metric([getattr(frames[k], a) for k in both])
+                                        for name, (frames, a) in rows.items()}}
+
+    collision = on_common("collision", "collisions", collision_metrics, {"constant_velocity": "baseline_collisions"})
+    speed = on_common("speed_profile", "speed_errors", speed_error_metrics,
+                      {"constant_speed": "baseline_speed_errors"})
+    pdm = on_common("pdm", "pdm", pdm_means, {"constant_velocity": "baseline_pdm", "recorded drive": "recorded_pdm"})
+    if pdm is not None:
+        pdm = {"lane_width_m": {na: ma["settings"].get("lane_width_m"), nb: mb["settings"].get("lane_width_m")}, **pdm}
     result = {"format": FORMAT + "/compare", "runs": {na: str(run_a), nb: str(run_b)},
               "conventions": CONVENTIONS, "overall": {na: ma["overall"], nb: mb["overall"]},
               "per_command": {c: {na: ma["per_command"][c], nb: mb["per_command"][c]} for c in COMMANDS},
