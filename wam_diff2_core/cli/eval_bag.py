@@ -344,27 +344,23 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
           f"({c['not_selected']} not selected, {sum(c['skipped'].values())} skipped, "
           f"{sum(c['excluded_no_future'].values())} without 4 s of future); {o['valid']} valid plans, "
           f"parse failures {o['parse_failures']}{published}")
-    horizons = list(o["model"]["l2_at_t"])
-    print("  L2 (m, UniAD)        " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
-    for name, key in ((who, "model"), ("constant velocity", "constant_velocity")):
-        row = o[key]["l2_at_t"]
-        print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{row[h]:8.3f}" for h in horizons)
-              + f"   {o[key]['frames']:>6}")
+    horizons = {h: "@" + h for h in o["model"]["l2_at_t"]}
+    three = lambda v: f"{v:8.3f}"        # noqa: E731
+    _table("L2 (m, UniAD)", horizons, [(name, o[key]["l2_at_t"], o[key]["frames"])
+                                       for name, key in ((who, "model"), ("constant velocity", "constant_velocity"))],
+           three)
     speed = o.get("speed_profile")
     if speed:
-        print("  speed error (m/s)    " + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
-        for name, key in ((who, "model"), ("constant speed", "constant_speed")):
-            row = speed[key]["mean_at_t"]
-            print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{row[h]:8.3f}"
-                                             for h in horizons) + f"   {speed[key]['frames']:>6}")
+        _table("speed error (m/s)", horizons, [(name, speed[key]["mean_at_t"], speed[key]["frames"])
+                                               for name, key in ((who, "model"), ("constant speed", "constant_speed"))],
+               three)
     collision = o.get("collision")
     if collision:
         for convention, label in (("at_t", "UniAD"), ("avg_to_t", "VAD")):
-            print(f"  {'collision (%, ' + label + ')':<21}" + "".join(f"{'@' + h:>8}" for h in horizons) + "   frames")
-            for name, key in ((who, "model"), ("constant velocity", "constant_velocity")):
-                row = collision[key][convention]
-                print(f"  {name:<20} " + "".join("       -" if row[h] is None else f"{100 * row[h]:8.1f}"
-                                                 for h in horizons) + f"   {collision[key]['frames']:>6}")
+            _table(f"collision (%, {label})", horizons,
+                   [(name, collision[key][convention], collision[key]["frames"])
+                    for name, key in ((who, "model"), ("constant velocity", "constant_velocity"))],
+                   lambda v: f"{100 * v:8.1f}")
     pdm = o.get("pdm")
     if pdm:
         from ..evaluation.metrics import PDM_SUBSCORES
@@ -372,10 +368,8 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
 
         print(f"  PDM score (NAVSIM v1) on {pdm['frames']} frames; drivable area: "
               f"{pdm_area_label(pdm, metrics['settings']['lane_width_m'])}; EP reference: the recorded drive")
-        print(f"  {'':<20} " + "".join(f"{k.upper():>8}" for k in ("pdms", *PDM_SUBSCORES)) + "   frames")
-        for name, row in pdm_rows(pdm, who):
-            print(f"  {name:<20} " + "".join("       -" if row[k] is None else f"{row[k]:8.3f}"
-                                             for k in ("pdms", *PDM_SUBSCORES)) + f"   {row['pdm_samples']:>6}")
+        _table("", {k: k.upper() for k in ("pdms", *PDM_SUBSCORES)},
+               [(name, row, row["pdm_samples"]) for name, row in pdm_rows(pdm, who)], three)
     detection = metrics.get("detection")
     if detection:
         sc, dc = detection["scores"], detection["counts"]
@@ -395,6 +389,14 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
         from ..profiling import stage_table
         print("\n".join(stage_table(o["stages"])))
     print(f"  report: {Path(args.out) / 'report.md'} (plots beside it)" + (f"; predictions: {record}" if record else ""))
+
+
+def _table(title: str, columns: dict[str, str], rows, cell) -> None:
+    """``title`` over the column labels, then a line per (name, values by column, frames) row ("-": None)."""
+    print(f"  {title:<21}" + "".join(f"{label:>8}" for label in columns.values()) + "   frames")
+    for name, values, frames in rows:
+        print(f"  {name:<20} " + "".join("       -" if values[c] is None else cell(values[c]) for c in columns)
+              + f"   {frames:>6}")
 
 
 def _compare(args) -> int:
