@@ -83,6 +83,8 @@ IMPLEMENTATIONS = ("auto", "plain", "static")
 # weight quantization of the language model's linear layers at load (model/quantization.py)
 QUANTIZATIONS = ("none", "int8", "int4", "int8-dynamic")
 ATTENTION_BACKENDS = ("sdpa", "flashinfer")
+LAYER_KERNELS = ("auto", "triton", "torch")
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,13 @@ class EngineSettings:
                                      "through torch.compile (fullgraph, static shapes; with CUDA graphs the compiled "
                                      "forward is captured in the same graphs); code is generated once per step shape, "
                                      "at warm-up (seconds to minutes each), and key spans are bucketed as under graphs")
+    layer_kernels: str = _setting("auto", "static decoder: the fused layer ops (add + RMSNorm, q/k norm + rotary + "
+                                  "K/V write, SiLU * up): auto (Triton kernels on CUDA when Triton imports and they pass "
+                                  "a self-check at start, else torch), triton, or torch (transformers' own ops: "
+                                  "bit-identical to the model in float32 on CPU)", choices=LAYER_KERNELS)
+    compile_mode: str = _setting("default", "with compile_forward: Inductor's mode, default (heuristic kernels: "
+                                 "seconds per step shape) or max-autotune-no-cudagraphs (autotuned matmuls: minutes "
+                                 "per step shape on an H200)", choices=COMPILE_MODES)
     fused_commit: bool = _setting(True, "static decoder: commit block b in the first denoise forward of block "
                                   "b + 1 (S_b forwards per block instead of S_b + 1)")
     max_context_tokens: int = _setting(4096, "static decoder with CUDA graphs or compile_forward: KV cache slots "

@@ -21,7 +21,7 @@ def probe(device) -> tuple[list[dict], bool]:
     import transformers
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ..decoding.attention import SDPA_STEP_BACKENDS, grouped_sdpa, sdpa_step_backends
+    from ..decoding.attention import SDPA_STEP_BACKENDS, folded_bias, grouped_sdpa, sdpa_step_backends
     from ..decoding.cuda_graphs import HostSyncCheck
     from ..decoding.sampling import draw_one
     from ..decoding.sampling import greedy_pick
@@ -52,7 +52,7 @@ def probe(device) -> tuple[list[dict], bool]:
     pinned = SDPA_STEP_BACKENDS.get(device.type)
     try:                # a step's own call: grouped heads folded into the queries, under the pinned kernels
         with sdpa_step_backends(device):
-            got = grouped_sdpa(q, kv[:, :8], kv[:, :8], mask, 128 ** -0.5)
+            got = grouped_sdpa(q, kv[:, :8], kv[:, :8], folded_bias(mask, 2, q.dtype), 128 ** -0.5)
         ref = torch.nn.functional.scaled_dot_product_attention(q.float(), kv[:, :8].float().repeat_interleave(2, 1),
                                                                kv[:, :8].float().repeat_interleave(2, 1), attn_mask=mask)
         err = float((got.float() - ref.transpose(1, 2)).abs().max())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -28,9 +28,9 @@ class PromptPlan:
     read by the backends)."""
 
     length: int                         # T, the padded prompt length
-    rows: torch.Tensor                  # [M] or [N, T] cache rows of the stored tokens
-    slots: torch.Tensor                 # same shape: cache slots
-    select: tuple | None                # (row, token) indices of the stored tokens; None = all
+    rows: torch.Tensor                  # [N, T] cache row of each prompt position
+    slots: torch.Tensor                 # [N, T] its cache slot
+    select: tuple | None                # (row, token) indices of the real tokens (packed prompts); None = all
     mask: torch.Tensor | None           # [N, 1, T, T] block-causal (SDPA)
     lengths: list[int]                  # host: P_n, real prompt tokens per row
     block_size: int
@@ -38,23 +38,20 @@ class PromptPlan:
     @classmethod
     def of(cls, valid: torch.Tensor, lengths: list[int], block_size: int, packed: bool) -> "PromptPlan":
         """The plan of a left-padded batch (``valid`` [N, T], ``lengths`` its row sums): stored left-padded
-        as the plain path's cache under the block-causal mask, or ``packed`` (row r's real tokens at
-        slots [0, P_r), the mask left to the backend)."""
+        as the plain path's cache under the block-causal mask, or ``packed``: row r's real tokens at slots
+        [0, P_r), its padding after them in slots [P_r, T), which the response overwrites before any step
+        reads them (a backend with packed prompts reads a row's slots [0, kv length) only; the mask is
+        left to it)."""
         n, length = valid.shape
         dev = valid.device
+        rows = torch.arange(n, device=dev).unsqueeze(1).expand(n, length).contiguous()
+        slots = torch.arange(length, device=dev).unsqueeze(0).expand(n, length)
         if not packed:
-            rows = torch.arange(n, device=dev).unsqueeze(1).expand(n, length)
-            slots = torch.arange(length, device=dev).unsqueeze(0).expand(n, length)
-            return cls(length, rows, slots, None, prompt_block_mask(valid, block_size), lengths, block_size)
-        row_idx, tok_idx = valid.nonzero(as_tuple=True)                  # real tokens, row-major
+            return cls(length, rows, slots.contiguous(), None, prompt_block_mask(valid, block_size), lengths,
+                       block_size)
         pad = torch.tensor([length - p for p in lengths], device=dev)
-        return cls(length, row_idx, tok_idx - pad[row_idx], (row_idx, tok_idx), None, lengths, block_size)
-
-    def store(self, cache: StaticKVCache, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write a prefill layer's k, v [N, T, kv_heads, head_dim] to the plan's rows and slots."""
-        if self.select is not None:
-            k, v = k[self.select], v[self.select]
-        cache.write(layer, self.rows, self.slots, k, v)
+        return cls(length, rows, (slots - pad.unsqueeze(1)) % length, valid.nonzero(as_tuple=True), None, lengths,
+                   block_size)
 
 
 class AttentionBackend(Protocol):
@@ -75,8 +72,13 @@ class AttentionBackend(Protocol):
     def graph_key(self, buf: StepBuffers) -> tuple:
         """What a CUDA graph of a step over ``buf`` depends on (part of its key)."""
 
-    def step(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, buf: StepBuffers) -> torch.Tensor:
-        """Step attention of ``layer``: q [R, H, Q, D] -> [R, Q, H, D], under the step's visibility; no host reads."""
+    def step_inputs(self, buf: StepBuffers) -> Any:
+        """What every layer's step attention reads, made once per forward on the device (inside its graph)."""
+
+    def step(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, buf: StepBuffers,
+             shared: Any) -> torch.Tensor:
+        """Step attention of ``layer``: q [R, H, Q, D] -> [R, Q, H, D], under the step's visibility (``shared``:
+        :meth:`step_inputs` of this forward); no host reads."""
 
 
 # The SDPA kernels a static step may run, by device type, in order of preference (the one place they are
@@ -105,9 +107,10 @@ class SdpaAttention(AttentionBackend):
     name = "sdpa"
     packed_prompts = False      # the cache keeps prompts left-padded, like the plain path's cache
 
-    def __init__(self):
+    def __init__(self, query_groups: int):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         self._sdpa = sdpa_attention_forward
+        self.query_groups = query_groups        # query heads per K/V head
 
     def begin_prompt(self, plan: PromptPlan, cache: StaticKVCache) -> None:
         pass
@@ -122,25 +125,40 @@ class SdpaAttention(AttentionBackend):
     def graph_key(self, buf: StepBuffers) -> tuple:
         return (self.name, tuple(buf.tokens.shape), buf.segments, buf.groups)
 
-    def step(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, buf: StepBuffers) -> torch.Tensor:
+    def step_inputs(self, buf: StepBuffers) -> list[torch.Tensor]:
+        """One additive mask per SDPA call (:func:`folded_bias`), shared by every layer."""
+        return [folded_bias(buf.mask[:, :, g.start:g.stop, :g.span], self.query_groups, buf.cos.dtype)
+                for g in buf.groups]
+
+    def step(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, buf: StepBuffers,
+             shared: list[torch.Tensor]) -> torch.Tensor:
         outs = []
-        for group in buf.groups:  # one SDPA call per distinct key span (see _plan)
-            k, v = cache.read(layer, q.shape[0], group.span)
-            mask = buf.mask[:, :, group.start:group.stop, :group.span]
-            outs.append(grouped_sdpa(q[:, :, group.start:group.stop], k, v, mask, attn.scaling))
+        with sdpa_step_backends(q.device):       # here, so every caller of a step runs the same kernels
+            for group, bias in zip(buf.groups, shared):  # one SDPA call per distinct key span (see _plan)
+                k, v = cache.read(layer, q.shape[0], group.span)
+                outs.append(grouped_sdpa(q[:, :, group.start:group.stop], k, v, bias, attn.scaling))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 
 
-def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Attention of q [N, H, Q, D] over k, v [N, H_kv, S, D] under a boolean mask [N, 1, Q, S], returned
-    as [N, Q, H, D] (transformers' layout). With grouped heads (H = G * H_kv) the G query heads that share
-    a K/V head are one longer query axis [N, H_kv, G * Q, D] (the mask tiled G times along it), so K and V
-    are read where they are instead of being copied G times (transformers' ``repeat_kv`` under a mask)."""
+def folded_bias(mask: torch.Tensor, groups: int, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask [N, 1, Q, S] (True = may attend) as the additive mask [N, 1, G * Q, S] of
+    :func:`grouped_sdpa` with G query heads per K/V head: 0 where visible, -inf elsewhere, which is what SDPA
+    makes of a boolean mask itself (the same numbers), here once per step instead of in every layer. Rows are
+    16-aligned in memory (memory-efficient attention copies a bias whose row stride is not)."""
+    n, _, queries, span = mask.shape
+    aligned = -(-span // 16) * 16
+    bias = torch.full((n, 1, groups, queries, aligned), float("-inf"), dtype=dtype, device=mask.device)[..., :span]
+    bias.masked_fill_(mask.unsqueeze(2), 0.0)
+    return bias.view(n, 1, groups * queries, span)
+
+
+def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of q [N, H, Q, D] over k, v [N, H_kv, S, D] under an additive mask [N, 1, G * Q, S]
+    (:func:`folded_bias`), returned as [N, Q, H, D] (transformers' layout). With grouped heads (H = G * H_kv) the
+    G query heads that share a K/V head are one longer query axis [N, H_kv, G * Q, D], so K and V are read
+    where they are instead of being copied G times (transformers' ``repeat_kv`` under a mask)."""
     n, heads, queries, dim = q.shape
     kv_heads = k.shape[1]
-    groups = heads // kv_heads
-    if groups > 1:
-        q = q.reshape(n, kv_heads, groups * queries, dim)
-        mask = mask.repeat(1, 1, groups, 1)
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=scale)
+    q = q.reshape(n, kv_heads, heads // kv_heads * queries, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=0.0, scale=scale)
     return out.reshape(n, heads, queries, dim).transpose(1, 2).contiguous()

@@ -98,9 +98,8 @@ class FlashInferAttention(AttentionBackend):
 
     def _plan_kwargs(self, cache) -> dict:
         t = self.text
-        scaling = t.layers[0].self_attn.scaling
         return dict(num_qo_heads=t.num_heads, num_kv_heads=t.num_kv_heads, head_dim_qk=t.head_dim,
-                    page_size=cache.page_size, sm_scale=scaling, q_data_type=t.dtype, kv_data_type=t.dtype)
+                    page_size=cache.page_size, sm_scale=t.scaling, q_data_type=t.dtype, kv_data_type=t.dtype)
 
     # ------------------------------------------------------------------ prompt prefill
     def begin_prompt(self, plan, cache) -> None:
@@ -163,7 +162,10 @@ class FlashInferAttention(AttentionBackend):
         wrapper = self._wrapper(buf, cache, len(requests))
         wrapper.plan(qo_indptr, kv_indptr, kv_indices, last, causal=False, **self._plan_kwargs(cache))
 
-    def step(self, layer: int, attn, q: torch.Tensor, cache, buf) -> torch.Tensor:
+    def step_inputs(self, buf) -> None:
+        return None             # the planned wrapper holds what every layer reads
+
+    def step(self, layer: int, attn, q: torch.Tensor, cache, buf, shared=None) -> torch.Tensor:
         """q [R, H, Q, D] -> [R, Q, H, D]; requests are row-major (row, segment), as q's rows."""
         rows, heads, queries, dim = q.shape
         flat = q.transpose(1, 2).reshape(rows * queries, heads, dim)

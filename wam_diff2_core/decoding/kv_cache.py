@@ -1,7 +1,7 @@
 """The static decoder's KV cache: every layer's K/V allocated once, written in place, never concatenated.
 
     cache = StaticKVCache(layers, rows, slots, kv_heads, head_dim, torch.bfloat16, device)
-    cache.write(layer, rows_index, slots_index, k, v)      # in place
+    cache.k[layer].index_put_((rows_index, slots_index), k)   # in place (layer_ops.qk_norm_rope_store does)
     cache.copy_rows(sources, span)                        # rows sharing a prompt take its prefilled K/V
     keys, values = cache.read(layer, rows, span)          # SDPA views of slots [0, span)
     k_pages, v_pages = cache.pages(layer)                 # the same memory as FlashInfer's paged cache
@@ -40,11 +40,6 @@ class StaticKVCache:
 
     def fits(self, rows: int, slots: int) -> bool:
         return rows <= self.rows and slots <= self.slots
-
-    def write(self, layer: int, rows: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store k, v [..., kv_heads, head_dim] at (rows, slots) (index tensors of shape [...])."""
-        self.k[layer].index_put_((rows, slots), k)
-        self.v[layer].index_put_((rows, slots), v)
 
     def read(self, layer: int, rows: int, span: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of slots [0, span) as SDPA wants them: [rows, kv_heads, span, head_dim] views."""

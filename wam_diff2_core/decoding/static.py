@@ -24,8 +24,9 @@ eager); this file is the loop:
 B = 1 (autoregressive) is the same loop with one token per step (:func:`ar_step`, one graph replay per
 token). With ``engine.compile_forward`` every step's forward is :func:`step.compiled_forward_step`, over the
 graphed path's fixed cache and buckets also without graphs (each step shape compiles once, at warm-up);
-under graphs the compiled forward is what is captured. On CUDA every SDPA step runs under the pinned
-kernels of ``attention.SDPA_STEP_BACKENDS``.
+under graphs the compiled forward is what is captured. Every layer is text_forward.py's fused forward
+(packed projections; one op each for add + norm, q/k norm + rotary + K/V write, SiLU * up: Triton kernels on
+CUDA); on CUDA every SDPA step pins the kernels of ``attention.SDPA_STEP_BACKENDS`` itself.
 Ascend NPUs run the same code with SDPA, inverse-CDF sampling and NPU synchronisation for timing.
 
     from wam_diff2_core.decoding import make_decoder
@@ -38,7 +39,6 @@ Ascend NPUs run the same code with SDPA, inverse-CDF sampling and NPU synchronis
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
@@ -47,11 +47,12 @@ from weakref import WeakKeyDictionary
 import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
-from .attention import AttentionBackend, PromptPlan, SdpaAttention, sdpa_step_backends
+from .attention import AttentionBackend, PromptPlan, SdpaAttention
 from .common import (DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, finish_blocks, prompt_inputs,
                      record_block)
 from .cuda_graphs import KeyedForward, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
+from .layer_ops import resolve_layer_kernels
 from .sampling import TokenChoices, check_greedy_rows, device_settings, sample_tokens, transfer_schedule
 from .step import (ARState, BlockState, QueryGroup, StaticPrefix, StepBuffers, TransferRule, ar_step,
                    compiled_forward_step, forward_step, whole_step)
@@ -107,7 +108,10 @@ class StaticBlockDiffusionDecoder:
         if engine.implementation != "static":
             raise ConfigError(f"implementation: {engine.implementation!r} given to the static decoder")
         self.model, self.config, self.engine = model, config, engine
-        self.text = QwenTextForward(model)
+        device = next(model.parameters()).device
+        head_dim = model.model.language_model.layers[0].self_attn.head_dim
+        self.layer_kernels = resolve_layer_kernels(engine.layer_kernels, device, model.dtype, head_dim)
+        self.text = QwenTextForward(model, self.layer_kernels)
         self.device = self.text.device
         if engine.attention_backend == "flashinfer" and self.device.type != "cuda":
             raise ConfigError(f"attention_backend: flashinfer needs a CUDA device (model is on {self.device})")
@@ -119,7 +123,7 @@ class StaticBlockDiffusionDecoder:
                                  compiles=engine.compile_forward)
         # ``compile_forward``: every step's forward through torch.compile (step.compiled_forward_step), over the
         # fixed cache and the batch / span buckets of the graphed path (one compiled graph per step shape).
-        self._compiled_forward = compiled_forward_step(self.device) if engine.compile_forward else None
+        self._compiled_forward = compiled_forward_step(engine.compile_mode) if engine.compile_forward else None
         self.attention = make_attention(engine.attention_backend, self.text, self.graphs.enabled)
         # SDPA attends to slots [0, span): the exact span eagerly (bit-exact with the plain path), a
         # multiple of GRAPH_SPAN_BUCKET under graphs (one graph per bucket, not one per block).
@@ -143,6 +147,7 @@ class StaticBlockDiffusionDecoder:
         return cache
 
     def _begin(self, n: int, slots: int) -> _Run:
+        self.text.check_weights()
         compiled = self._compiled_forward is not None
         if self.graphs.enabled or compiled:
             rows = batch_bucket(n, self.engine.max_graph_batch)
@@ -177,10 +182,10 @@ class StaticBlockDiffusionDecoder:
         cache = run.cache
         self.attention.begin_prompt(plan, cache)
         cos, sin = self.text.rope(prompt.positions)
-        hidden = self.text.layers_forward(embeds, cos, sin, write=partial(plan.store, cache),
+        hidden = self.text.layers_forward(embeds, cos, sin, cache, plan.rows, plan.slots,
                                           attend=partial(self.attention.prompt, cache=cache, plan=plan),
-                                          deepstack=(visual_mask, deepstack))
-        last_logits = self.text.lm_head(hidden[:, -1:])[:, -1]
+                                          deepstack=(visual_mask, deepstack), last=1)
+        last_logits = self.text.lm_head(hidden)[:, -1]
         next_position = prompt.next_position
         if prompt_rows is not None:
             index = torch.tensor(prompt_rows, dtype=torch.long, device=self.device)       # [N]
@@ -237,16 +242,11 @@ class StaticBlockDiffusionDecoder:
 
     def _step_forward(self, run: _Run, buf: StepBuffers) -> KeyedForward:
         """The forward of a step over ``buf`` (what a graph captures), keyed when the run is graphed:
-        :func:`forward_step` (compiled when the run is), SDPA under the device's pinned kernels
-        (attention.SDPA_STEP_BACKENDS)."""
+        :func:`forward_step`, compiled when the run is."""
         cache, attention, text = run.cache, self.attention, self.text
         fn = self._compiled_forward if run.compiled else forward_step
-        pinned = attention.name == "sdpa"
-
-        def forward() -> torch.Tensor:
-            with sdpa_step_backends(self.device) if pinned else nullcontext():
-                return fn(text, cache, attention, buf)
-        return KeyedForward(attention.graph_key(buf) if run.graphed else None, forward)
+        return KeyedForward(attention.graph_key(buf) if run.graphed else None,
+                            lambda: fn(text, cache, attention, buf))
 
     def _block_state(self, run: _Run, size: int) -> BlockState:
         return run.fixed(("block", run.rows, size), partial(BlockState.empty, run.rows, size, self.device))
@@ -472,7 +472,7 @@ class StaticBlockDiffusionDecoder:
 
 def make_attention(name: str, text: QwenTextForward, cuda_graphs: bool) -> AttentionBackend:
     if name == "sdpa":
-        return SdpaAttention()
+        return SdpaAttention(text.num_heads // text.num_kv_heads)
     if name == "flashinfer":
         from .attention_flashinfer import FlashInferAttention
         return FlashInferAttention(text, use_cuda_graph=cuda_graphs)

@@ -121,32 +121,33 @@ def forward_step(text: QwenTextForward, cache: StaticKVCache, attention, buf: St
     """The denoise step as a pure function of fixed-shape buffers (what a CUDA graph captures).
 
     Embeds ``buf.tokens``, writes their K/V into ``buf.slots``, attends through ``attention`` (an
-    :class:`attention.AttentionBackend`, which reads these buffers: not imported here) and
-    returns the logits of the last ``buf.out_rows`` queries [R, out_rows, V]. No host reads.
+    :class:`attention.AttentionBackend`, which reads these buffers: not imported here; what its layers share,
+    the SDPA masks, made once here) and returns the logits of the last ``buf.out_rows`` queries
+    [R, out_rows, V]. No host reads.
     """
-    hidden = text.embed_tokens(buf.tokens)
-    hidden = text.layers_forward(
-        hidden, buf.cos, buf.sin,
-        write=lambda i, k, v: cache.write(i, buf.rows, buf.slots, k, v),
-        attend=lambda i, attn, q: attention.step(i, attn, q, cache, buf))
-    return text.lm_head(hidden[:, hidden.shape[1] - buf.out_rows:])
+    shared = attention.step_inputs(buf)
+    hidden = text.layers_forward(text.embed_tokens(buf.tokens), buf.cos, buf.sin, cache, buf.rows, buf.slots,
+                                 attend=lambda i, attn, q: attention.step(i, attn, q, cache, buf, shared),
+                                 last=buf.out_rows)
+    return text.lm_head(hidden)
 
 
-# torch.compile's mode per device type. CUDA: the static decoder's own graphs capture the compiled forward
-# (cuda_graphs.py), so Inductor must not add graphs of its own ("reduce-overhead" / "max-autotune" would):
-# autotuned kernels without CUDA graphs. Elsewhere Inductor's default mode: the CPU path is for checks, and
-# its compile time (gcc, ~25-30 s of CPU a step shape here) is already the cost CI pays; autotuning would add to it.
-COMPILE_MODES = {"cuda": "max-autotune-no-cudagraphs"}
+# Inductor's mode by ``engine.compile_mode``. The static decoder's own graphs capture the compiled forward
+# (cuda_graphs.py), so Inductor must not add graphs of its own: "default" (heuristic kernel configurations,
+# seconds per step shape) or "max-autotune-no-cudagraphs" (autotuned matmuls, which on an H200 took over 170 s
+# for one step shape of the 2B model).
+COMPILE_MODES = {"default": None, "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
 # Compiled step shapes one process may hold (Dynamo's default is 8 per function; a warm-up compiles one per
 # batch bucket x key-span bucket x step shape). Past it a call raises rather than run eagerly unseen.
 COMPILE_SHAPES_LIMIT = 1024
 
 
-def compiled_forward_step(device: torch.device) -> Callable[..., torch.Tensor]:
+def compiled_forward_step(mode: str = "default") -> Callable[..., torch.Tensor]:
     """:func:`forward_step` compiled (fullgraph: a graph break raises; static shapes: one compiled graph per
-    step shape, which is what a CUDA graph replays anyway). Code is generated on the first call of a shape;
-    on CUDA that call may synchronise (autotuning), so StepGraphs makes it before the capture rules apply."""
-    compiled = torch.compile(forward_step, fullgraph=True, dynamic=False, mode=COMPILE_MODES.get(device.type))
+    step shape, which is what a CUDA graph replays anyway; the fused layer ops stay single opaque calls).
+    Code is generated on the first call of a shape; on CUDA that call may synchronise (autotuning), so
+    StepGraphs makes it before the capture rules apply."""
+    compiled = torch.compile(forward_step, fullgraph=True, dynamic=False, mode=COMPILE_MODES[mode])
 
     def run(text: QwenTextForward, cache: StaticKVCache, attention, buf: StepBuffers) -> torch.Tensor:
         with torch._dynamo.config.patch(recompile_limit=COMPILE_SHAPES_LIMIT,

@@ -1,4 +1,4 @@
-"""Device-side defects a CPU can show (issue 16): generators on the model's device, inverse-CDF sampling
+"""Device-side defects a CPU can show: generators on the model's device, inverse-CDF sampling
 on Ascend in every decoder, per-rank devices, FlashInfer wrappers per cache, the bench's tied-embedding shape (a
 failed CUDA-graph capture: test_graph_emulation.py). Each test fails on the code before its fix.
 """
@@ -176,7 +176,7 @@ def test_flashinfer_request_past_the_graph_cache_runs_eagerly(tiny_model, monkey
 
 @pytest.mark.parametrize("block,prompts", [(8, (0, 1)), (1, (1, 2))])
 def test_flashinfer_plans_from_host_lengths_that_match_the_device_buffers(tiny_model, monkeypatch, block, prompts):
-    """Planning reads nothing from the device (issue 28: two host syncs per AR token): the page tables come
+    """Planning reads nothing from the device (no host sync per AR token): the page tables come
     from host-side lengths. At every step forward they must equal the tables derived from the step's own
     device buffers (packed rows: a segment sees its row's slots [0, last slot it writes + 1)), for the
     denoise step, the fused commit + step and every AR token (whose slots the step computes on the device)."""
@@ -188,7 +188,7 @@ def test_flashinfer_plans_from_host_lengths_that_match_the_device_buffers(tiny_m
     checked = []
     real_step = FlashInferAttention.step
 
-    def step(self, layer, attn, q, cache, buf):
+    def step(self, layer, attn, q, cache, buf, shared=None):
         if layer == 0:
             wrapper = self._wrappers[self._wrapper_key(buf, cache)]
             per_row, size = cache.slots // cache.page_size, cache.page_size
@@ -204,7 +204,7 @@ def test_flashinfer_plans_from_host_lengths_that_match_the_device_buffers(tiny_m
             queries = buf.segments[0][1] - buf.segments[0][0]                    # every segment's length
             assert wrapper.qo == [i * queries for i in range(len(ends) * len(buf.segments) + 1)]
             checked.append(len(buf.segments))
-        return real_step(self, layer, attn, q, cache, buf)
+        return real_step(self, layer, attn, q, cache, buf, shared)
     monkeypatch.setattr(FlashInferAttention, "step", step)
     settings = tiny_model.config.settings.replace(block_size=block, denoising_steps=block, confidence_threshold=0.7,
                                                   max_new_tokens=24)

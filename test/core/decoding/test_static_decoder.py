@@ -26,6 +26,7 @@ from wam_diff2_core.decoding.kv_cache import StaticKVCache
 from wam_diff2_core.decoding.sampling import device_settings
 from wam_diff2_core.decoding.static import StaticBlockDiffusionDecoder
 from wam_diff2_core.decoding.step import eager_twin_step, forward_step
+from wam_diff2_core.decoding.text_forward import QwenTextForward
 from wam_diff2_core.decoding.step import pending_rows as _pending
 
 STATIC = EngineSettings(implementation="static")
@@ -288,13 +289,13 @@ def test_graph_mode_bookkeeping(tiny_model, decoders, monkeypatch, block):
 def test_cache_is_written_in_place_and_never_reallocated(tiny_model, decoders, monkeypatch):
     static = StaticBlockDiffusionDecoder(tiny_model.model, tiny_model.config, STATIC)
     seen = []
-    real_write = StaticKVCache.write
+    real_forward = QwenTextForward.layers_forward
 
-    def recording_write(self, *args):
-        seen.append(self.data_ptrs())
-        return real_write(self, *args)
+    def recording_forward(self, hidden, cos, sin, cache, *args, **kwargs):     # every forward writes its K/V here
+        seen.append(cache.data_ptrs())
+        return real_forward(self, hidden, cos, sin, cache, *args, **kwargs)
 
-    monkeypatch.setattr(StaticKVCache, "write", recording_write)
+    monkeypatch.setattr(QwenTextForward, "layers_forward", recording_forward)
     settings = tiny_model.config.settings.replace(block_size=8, denoising_steps=8, max_new_tokens=40)
     static.generate(decoders.batches[(0, 1, 2)], settings)
     first = static.cache
@@ -320,7 +321,8 @@ def test_cache_views():
     k = torch.randn(3, 5, 2, 4)
     rows = torch.arange(3).unsqueeze(1).expand(3, 5)
     slots = torch.arange(10, 15).unsqueeze(0).expand(3, 5)
-    cache.write(1, rows, slots, k, -k)
+    cache.k[1].index_put_((rows, slots), k)            # as a step's qk_norm_rope_store writes it
+    cache.v[1].index_put_((rows, slots), -k)
     keys, values = cache.read(1, rows=3, span=15)
     assert keys.shape == (3, 2, 15, 4) and torch.equal(keys[:, :, 10:], k.transpose(1, 2))
     assert torch.equal(values[:, :, 10:], -k.transpose(1, 2)) and keys[:, :, :10].abs().sum() == 0
@@ -364,7 +366,7 @@ def test_both_attention_backends_define_every_method_of_the_backend_protocol():
     from wam_diff2_core.decoding.attention import AttentionBackend, SdpaAttention
     from wam_diff2_core.decoding.attention_flashinfer import FlashInferAttention
     methods = {name for name, value in vars(AttentionBackend).items() if callable(value) and not name.startswith("_")}
-    assert methods == {"begin_prompt", "prompt", "begin", "graph_key", "step"}
+    assert methods == {"begin_prompt", "prompt", "begin", "graph_key", "step_inputs", "step"}
     for backend in (SdpaAttention, FlashInferAttention):
         assert AttentionBackend in backend.__mro__                        # declared, not only matching
         assert all(getattr(backend, name) is not getattr(AttentionBackend, name) for name in methods), backend
@@ -512,19 +514,21 @@ def test_gpu_flashinfer_matches_sdpa(cuda_model_head_dim_128, cuda_graphs):
 
 @pytest.mark.parametrize("heads,kv_heads,queries", [(16, 8, 32), (2, 1, 1), (8, 1, 64), (4, 4, 16)])
 def test_grouped_sdpa_equals_transformers_repeat_kv(heads, kv_heads, queries):
-    """Grouped heads folded into the query axis (no K/V copy) give transformers' repeat_kv numbers exactly."""
+    """Grouped heads folded into the query axis (no K/V copy) under the folded additive mask give transformers'
+    repeat_kv numbers under the boolean mask exactly."""
     import types as _types
 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from wam_diff2_core.decoding.attention import grouped_sdpa
+    from wam_diff2_core.decoding.attention import folded_bias, grouped_sdpa
     gen = torch.Generator().manual_seed(heads + queries)
     q = torch.randn(3, heads, queries, 32, generator=gen)
     k, v = torch.randn(2, 3, kv_heads, 90, 32, generator=gen)
     mask = torch.rand(3, 1, queries, 90, generator=gen) > 0.3
     module = _types.SimpleNamespace(num_key_value_groups=heads // kv_heads, is_causal=False, training=False)
     want = sdpa_attention_forward(module, q, k, v, mask, dropout=0.0, scaling=32 ** -0.5)[0]
-    assert torch.equal(grouped_sdpa(q, k, v, mask, 32 ** -0.5), want)
+    # the additive mask made once per step gives SDPA's own numbers for the boolean mask
+    assert torch.equal(grouped_sdpa(q, k, v, folded_bias(mask, heads // kv_heads, q.dtype), 32 ** -0.5), want)
 
 
 @pytest.mark.parametrize("block", [1, 8, 32])
