@@ -290,8 +290,3 @@ def online_scene(ego_xy, ego_yaw: float, speed_mps: float, acceleration_mps2: fl
     agents = [o.agent(origin, ego_yaw) for o in objects]
     return OnlineScene(ego_start(speed_mps, acceleration_mps2, yaw_rate_rps, vehicle),
                        PdmScene(centreline=centreline, drivable=drivable, agents=agents), vehicle)
-
-
-__all__ = ["BOX", "CYLINDER", "OBJECTS_MAX_AGE_S", "object_ground_box", "tracked_objects_from_msg",
-           "CandidateSettings", "MAX_CANDIDATES", "CORRIDOR_AHEAD_M", "CORRIDOR_BEHIND_M", "DEFAULT_LANE_WIDTH_M", "NO_ROUTE_HALF_SIZE_M", "OnlineScene",
-           "Selection", "TrackedObject", "check_lane_width", "corridor_line", "ego_start", "online_scene"]

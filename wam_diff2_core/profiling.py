@@ -232,7 +232,3 @@ def stage_markdown(summary: dict[str, Any]) -> list[str]:
         lines += ["", f"Peak memory: {summary['peak_memory_mb']:.0f} MB ({summary['memory_kind']}; "
                       "the largest per-frame peak)."]
     return lines
-
-
-__all__ = ["STAGES", "STAGE_LABELS", "StageTimes", "VisionTimer", "PeakMemory", "timed_decode", "stage_summary",
-           "stage_table", "stage_markdown"]

@@ -228,7 +228,3 @@ def convert(src: str | Path, out: str | Path, *, frame_rate_hz: float = FRAME_RA
                "skipped_clips_done_before": len(clips) - len(todo)}
     atomic_write_json(report_path, summary)
     return summary
-
-
-__all__ = ["convert", "convert_clip", "find_clips", "pose_from_anno", "anno_pose", "ego_acceleration",
-           "anno_acceleration", "FRAME_RATE_HZ", "ClipReport"]

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..candidate_selection import (CORRIDOR_AHEAD_M, CORRIDOR_BEHIND_M, DEFAULT_LANE_WIDTH_M, check_lane_width,
-                                   corridor_line, ego_start)
+from ..candidate_selection import DEFAULT_LANE_WIDTH_M, check_lane_width, corridor_line, ego_start
 from ..geometry import VehicleBox, world_to_ego, wrap_angle
 from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
 from ..pdm.score import PdmResult, pdm_score, reference_progress
@@ -110,7 +109,3 @@ def bag_pdm_inputs(track: ObjectTrack, trajectory: EgoTrajectory, route_xy: np.n
     yaw_rate = wrap_angle(trajectory.pose_at(t_ns + round(SIM_DT_S * 1e9))[1] - yaw) / SIM_DT_S
     ego = ego_start(float(velocity[0]), float(acceleration[0]), yaw_rate, vehicle)
     return BagPdmInputs(scene, ego, vehicle, reference_progress(ground_truth, ego, scene, vehicle), area)
-
-
-__all__ = ["AREA_RECORDED_DRIVE", "AREA_ROUTE", "BagPdmInputs", "CORRIDOR_AHEAD_M", "CORRIDOR_BEHIND_M",
-           "DEFAULT_LANE_WIDTH_M", "bag_pdm_inputs", "check_lane_width", "corridor_line"]

@@ -78,6 +78,3 @@ def collision_flags(waypoints: np.ndarray, obstacles: Sequence[np.ndarray | None
 def counted(planned: Sequence[bool | None], recorded: Sequence[bool | None]) -> list[bool | None]:
     """A planned collision counts only where the recorded ego is clear (ST-P3 / UniAD / VAD)."""
     return [None if p is None else bool(p and not r) for p, r in zip(planned, recorded)]
-
-
-__all__ = ["EgoFootprint", "obstacles_along", "collision_flags", "counted"]

@@ -113,7 +113,3 @@ def constant_velocity_waypoints(velocity: Sequence[float], offsets_ns: Sequence[
 
 def is_finite_waypoints(points) -> bool:
     return points is not None and np.shape(points) == (NUM_WAYPOINTS, 2) and bool(np.isfinite(points).all())
-
-
-__all__ = ["EgoTrajectory", "NoFuture", "WAYPOINT_OFFSETS_NS", "constant_velocity_waypoints", "BEYOND_END",
-           "BEFORE_START", "ODOMETRY_GAP", "is_finite_waypoints"]

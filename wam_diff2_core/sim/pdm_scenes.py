@@ -267,7 +267,3 @@ class DataSetPdm:
     def score(self, sample_id: str, plan) -> PdmResult | None:
         inputs = self.inputs(sample_id)
         return None if inputs is None else inputs.score(plan)
-
-
-__all__ = ["DataSetPdm", "FramePdmInputs", "frame_online_scene", "frame_pdm_inputs", "score_frame_plan", "ROUTE_AHEAD_M",
-           "ROUTE_BEHIND_M", "ROUTE_SPACING_M", "tracked_objects", "world_online_scene"]

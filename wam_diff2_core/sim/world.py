@@ -346,7 +346,3 @@ def replace_ego(world: World, ego: EgoState) -> None:
     """Put the ego somewhere else (tests, log replay) and re-anchor its lane progress."""
     world.ego = ego
     world.lane_s = world.road.lane.project((ego.x, ego.y))[0]
-
-
-__all__ = ["World", "WorldSettings", "TrafficSettings", "VehicleBox", "EgoStatus", "boxes_overlap", "replace_ego",
-           "EGO_ID"]
