@@ -18,12 +18,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import cv2
 import numpy as np
 
-from .geometry import CameraMount, PinholeCamera
+from .geometry import CameraMount, PinholeCamera, box_corners
 
 # optical (x right, y down, z forward) from camera body (x forward, y left, z up)
 OPTICAL_FROM_BODY = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
@@ -128,20 +128,27 @@ def clip_near(poly: np.ndarray, near: float) -> np.ndarray:
     return np.array(out) if out else np.zeros((0, 3))
 
 
-class VehicleBoxLike(Protocol):
-    """What :meth:`VehicleProjector.draw` needs of a vehicle (``sim.world.VehicleBox`` has it)."""
+@dataclass(frozen=True)
+class VehicleBox:
+    """A vehicle as a box standing on the ground (map frame): what :meth:`VehicleProjector.draw` draws (the demo
+    world's vehicles, a bag's objects)."""
+
     id: int
     label: str
-    x: float            # box centre on the ground, map frame
+    x: float            # box centre
     y: float
     yaw: float
     length_m: float
     width_m: float
     height_m: float
-    colour: tuple[int, int, int]
-    braking: bool
+    colour: tuple[int, int, int] = (0, 0, 0)   # (a bag's objects: only the id buffer matters)
+    braking: bool = False
+    lane: str = ""      # the demo world's lane name (World.lanes), "" for the ego and a bag's objects
+    speed: float = 0.0  # m/s along yaw
 
-    def corners(self) -> np.ndarray: ...
+    def corners(self) -> np.ndarray:
+        """[4, 2] ground corners, counter-clockwise from front left."""
+        return box_corners(self.x, self.y, self.yaw, self.length_m, self.width_m)
 
 
 class VehicleProjector:
@@ -161,7 +168,7 @@ class VehicleProjector:
         self._right_slope = (camera.width + 1 - camera.cx) / camera.fx
         self._left_slope = (camera.cx + 1) / camera.fx
 
-    def boxes(self, pose, vehicles: Sequence[VehicleBoxLike]) -> list[PixelBox]:
+    def boxes(self, pose, vehicles: Sequence[VehicleBox]) -> list[PixelBox]:
         """The visible ``vehicles`` seen from ``pose`` as :meth:`draw` reports them, drawn into scratch buffers."""
         img = np.zeros((self.camera.height, self.camera.width, 3), np.uint8)
         ids = np.full((self.camera.height, self.camera.width), -1, np.int32)
@@ -177,7 +184,7 @@ class VehicleProjector:
         z = points_optical[:, 2]
         return np.stack([cam.fx * points_optical[:, 0] / z + cam.cx, cam.fy * points_optical[:, 1] / z + cam.cy], 1)
 
-    def draw(self, img: np.ndarray, ids: np.ndarray, pose, vehicles: Sequence[VehicleBoxLike]) -> list[PixelBox]:
+    def draw(self, img: np.ndarray, ids: np.ndarray, pose, vehicles: Sequence[VehicleBox]) -> list[PixelBox]:
         """Paint ``vehicles`` into ``img`` [H, W, 3] and their ids into ``ids`` [H, W] seen from the ego
         ``pose`` (x, y, yaw of the rear axle, map frame); the visible ones as boxes, left to right."""
         x, y, yaw = pose

@@ -13,32 +13,9 @@ ground are not used for placement (the world is flat); a box without a height is
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-import numpy as np
-
-from ..geometry import box_corners
-from ..vehicle_projection import PixelBox, VehicleProjector
+from ..vehicle_projection import PixelBox, VehicleBox, VehicleProjector
 from .derived_objects import UNKNOWN_LABEL, ObjectSnapshot
-
-
-@dataclass(frozen=True)
-class _ObjectBox:
-    """One object as the projector draws it (``vehicle_projection.VehicleBoxLike``)."""
-
-    id: int
-    label: str
-    x: float
-    y: float
-    yaw: float
-    length_m: float
-    width_m: float
-    height_m: float
-    colour: tuple[int, int, int] = (0, 0, 0)      # only the id buffer matters here
-    braking: bool = False
-
-    def corners(self) -> np.ndarray:
-        return box_corners(self.x, self.y, self.yaw, self.length_m, self.width_m)
 
 
 def pixel_truth(snapshot: ObjectSnapshot, ego_pose: tuple[float, float, float],
@@ -48,7 +25,7 @@ def pixel_truth(snapshot: ObjectSnapshot, ego_pose: tuple[float, float, float],
     if snapshot.heights is None:
         raise ValueError("pixel_truth: the object snapshot has no box heights (read it with objects_from_msg)")
     labels = snapshot.labels or (UNKNOWN_LABEL,) * len(snapshot.ids)
-    objects = [_ObjectBox(int(i), label, *(float(v) for v in box), float(h))
+    objects = [VehicleBox(int(i), label, *(float(v) for v in box), float(h))
                for i, box, h, label in zip(snapshot.ids, snapshot.boxes, snapshot.heights, labels)
                if math.isfinite(h) and h > 0]
     return projector.boxes(ego_pose, objects)

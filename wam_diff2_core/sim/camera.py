@@ -31,7 +31,7 @@ import numpy as np
 
 from ..camera_rig import DEMO_CAMERA_FROM_AXLE_M, PRESETS
 from ..geometry import CameraMount, PinholeCamera
-from ..vehicle_projection import (FILL_SCALE, FILL_SHIFT, MIN_BOX_SIDE_PX, MIN_VISIBLE_PIXELS, PixelBox, VehicleBoxLike,
+from ..vehicle_projection import (FILL_SCALE, FILL_SHIFT, MIN_BOX_SIDE_PX, MIN_VISIBLE_PIXELS, PixelBox, VehicleBox,
                                   VehicleProjector)
 from .road import RoadMap
 
@@ -256,7 +256,7 @@ class Renderer:
             start = end + 1
 
     # -------------------------------------------------------------- per frame
-    def render(self, ego_pose: Sequence[float], vehicles: Sequence[VehicleBoxLike]) -> Rendering:
+    def render(self, ego_pose: Sequence[float], vehicles: Sequence[VehicleBox]) -> Rendering:
         """Render from the ego pose (x, y, yaw of the rear axle, map frame) with these vehicles."""
         x, y, yaw = (float(v) for v in ego_pose)
         img = self.background.copy()

@@ -23,7 +23,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..geometry import box_corners, boxes_overlap, world_to_ego
+from ..geometry import boxes_overlap, world_to_ego
+from ..vehicle_projection import VehicleBox
 from .expert import ExpertDriver, ExpertSettings, Leader
 from .road import Path2D, RoadMap, RoadSettings, RouteSettings, generate_road
 from .vehicles import (VEHICLE_SHAPES, TRAFFIC_MIX, Actuation, BicycleParams, EgoState, IdmParams,
@@ -62,27 +63,6 @@ class WorldSettings:
     start_lane_s_m: float = 8.0
     view_margin_m: float = 160.0          # road beyond the last position the ego reaches
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
-
-
-@dataclass(frozen=True)
-class VehicleBox:
-    """A vehicle as a box on the ground, for rendering and ground truth (map frame)."""
-    id: int
-    label: str
-    x: float            # box centre
-    y: float
-    yaw: float
-    length_m: float
-    width_m: float
-    height_m: float
-    colour: tuple[int, int, int]
-    braking: bool
-    lane: str           # lane name (World.lanes), "" for the ego
-    speed: float = 0.0  # m/s along yaw
-
-    def corners(self) -> np.ndarray:
-        """[4, 2] ground corners, counter-clockwise from front left."""
-        return box_corners(self.x, self.y, self.yaw, self.length_m, self.width_m)
 
 
 @dataclass(frozen=True)
