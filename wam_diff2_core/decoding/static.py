@@ -248,6 +248,18 @@ class StaticBlockDiffusionDecoder:
         return KeyedForward(attention.graph_key(buf) if run.graphed else None,
                             lambda: fn(text, cache, attention, buf))
 
+    def _block_step(self, run: _Run, buf: StepBuffers, block: BlockState, pick, rule: TransferRule) -> torch.Tensor:
+        """One denoising step of ``block`` over ``buf`` (:func:`whole_step`: the forward, the token choice and the
+        transfer rule, one graph while the choice graphs); [R] "still masked?" after it."""
+        return self.graphs.run_step(self._step_forward(run, buf), whole_step, pick.fn, buf, block, rule,
+                                    whole=pick.whole(rule), mutable=block.tensors(), generators=pick.generators)
+
+    def _ar_step(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, ar: ARState, pick) -> torch.Tensor:
+        """One AR token (:func:`ar_step`, one graph while the choice graphs); [R] "EOS produced?" after it."""
+        return self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar, prefix.base_t,
+                                    prefix.prompt_valid, prefix.next_position, self.config.eos_token_id,
+                                    whole=pick.whole("ar"), mutable=ar.tensors(), generators=pick.generators)
+
     def _block_state(self, run: _Run, size: int) -> BlockState:
         return run.fixed(("block", run.rows, size), partial(BlockState.empty, run.rows, size, self.device))
 
@@ -350,10 +362,7 @@ class StaticBlockDiffusionDecoder:
                     pick = self.choices.pick(settings, generators, [i for i in range(n) if active[i]], n,
                                              greedy_rows)
                     rule = TransferRule.at_step(settings, step, schedule, mask_id, eos_id)
-                    # the forward, the token choice and the transfer rule: one graph while the choice graphs
-                    still_masked = self.graphs.run_step(self._step_forward(run, buf), whole_step, pick.fn, buf, block,
-                                                        rule, whole=pick.whole(rule), mutable=block.tensors(),
-                                                        generators=pick.generators)
+                    still_masked = self._block_step(run, buf, block, pick, rule)
                 # Positions still masked after S steps take the last step's tokens.
                 still = block.tokens == mask_id
                 block.tokens.copy_(torch.where(still, block.last, block.tokens))
@@ -390,9 +399,7 @@ class StaticBlockDiffusionDecoder:
                 pick = self.choices.pick(settings, generators, [i for i in range(n) if not done[i]], n,
                                          greedy_rows)
                 self._plan_token(run, prefix, buf, t)
-                self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar, prefix.base_t,
-                                     prefix.prompt_valid, prefix.next_position, eos_id, whole=pick.whole("ar"),
-                                     mutable=ar.tensors(), generators=pick.generators)
+                self._ar_step(run, prefix, buf, ar, pick)
         stats = [DecodeStats(block_size=1) for _ in range(n)]
         sequences, finished, confidences = [], [], []
         for i, (row, probs) in enumerate(zip(ar.out[:n, :limit].tolist(), ar.conf[:n, :limit].tolist())):
@@ -418,7 +425,7 @@ class StaticBlockDiffusionDecoder:
         (:meth:`_warmup_lengths`), so a decode never captures; a length warms only the spans of that
         prompt. Sampling graphs are those of seeded requests (per-sequence generators) and are kept per
         batch size, greedy ones per batch bucket: warm the batch sizes that will come. The steps are
-        the decode loops' own calls."""
+        the decode loops' own methods (:meth:`_block_step`, :meth:`_ar_step`)."""
         settings = settings or self.config.settings
         size = settings.block_size
         shapes = [[(0, 1)]] if size == 1 else [[(0, size)], [(0, size), (size, size)]]
@@ -443,17 +450,12 @@ class StaticBlockDiffusionDecoder:
                             ar = self._ar_state(run)
                             ar.reset(eos_id)
                             self._plan_token(run, prefix, buf, 0)
-                            self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar,
-                                                 prefix.base_t, prefix.prompt_valid, prefix.next_position, eos_id,
-                                                 whole=pick.whole("ar"), mutable=ar.tensors(),
-                                                 generators=pick.generators)
+                            self._ar_step(run, prefix, buf, ar, pick)
                             continue
                         block = self._block_state(run, size)
                         for rule in sorted(rules, key=lambda r: r.count):
                             block.tokens.fill_(mask_id)
-                            self.graphs.run_step(self._step_forward(run, buf), whole_step, pick.fn, buf, block, rule,
-                                                 whole=pick.whole(rule), mutable=block.tensors(),
-                                                 generators=pick.generators)
+                            self._block_step(run, buf, block, pick, rule)
         PhaseTimer(self.device).sync()
         return {"cuda_graphs": self.graphs.enabled, "graphs": len(self.graphs.graphs),
                 "graph_fallbacks": dict(self.graphs.failures), "attention_backend": self.attention.name}
