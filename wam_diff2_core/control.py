@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .geometry import ego_to_world, world_to_ego
 from .outputs.prompts import WAYPOINT_DT_S
 from .utils.fields import setting
 
@@ -37,15 +38,11 @@ class Pose2D:
 
     def to_local(self, points: np.ndarray) -> np.ndarray:
         """[N, 2] odometry-frame points -> this pose's ego frame."""
-        c, s = math.cos(self.yaw), math.sin(self.yaw)
-        d = np.asarray(points, dtype=float) - (self.x, self.y)
-        return np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]], axis=1)
+        return world_to_ego(points, (self.x, self.y), self.yaw)
 
     def to_world(self, points: np.ndarray) -> np.ndarray:
         """[N, 2] ego-frame points -> the odometry frame."""
-        c, s = math.cos(self.yaw), math.sin(self.yaw)
-        p = np.asarray(points, dtype=float)
-        return np.stack([self.x + c * p[:, 0] - s * p[:, 1], self.y + s * p[:, 0] + c * p[:, 1]], axis=1)
+        return ego_to_world(points, (self.x, self.y), self.yaw)
 
 
 @dataclass(frozen=True)
