@@ -39,6 +39,7 @@ from .outputs.prompts import WAYPOINT_DT_S
 from .pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, TTC_PROJECTION_STEPS, AgentTrack, Area, EgoStart, PdmScene, Vehicle
 from .pdm.score import PdmResult, pdm_score
 from .pdm.tracking import MAX_STEERING_RAD
+from .utils.fields import setting
 
 DEFAULT_LANE_WIDTH_M = 3.5     # the drivable corridor's width around the route (planner: candidates.lane_width_m)
 CORRIDOR_BEHIND_M = 30.0       # centre line kept behind the ego (progress is clipped at 0 anyway)
@@ -61,12 +62,18 @@ class CandidateSettings:
     ``lane_width_m``: the online drivable corridor's width around the route; ``progress_reference``: EP's
     reference among the candidates (:data:`PROGRESS_REFERENCES`). ``count`` 1: no selection."""
 
-    count: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    lane_width_m: float = DEFAULT_LANE_WIDTH_M
-    progress_reference: str = DEFAULT_PROGRESS_REFERENCE
+    count: int = setting(1, "plan candidates per frame, decoded in one batch: the first with the decoding settings "
+                         "(greedy), the others sampled (candidates.temperature / top_p); the one the online PDM score "
+                         "rates best is published (route corridor, tracked objects from ~/input/objects at constant "
+                         "velocity); 1 = no selection", low=1, high=MAX_CANDIDATES)
+    temperature: float = setting(1.0, "sampling temperature of candidates 2..N", low=1e-3, high=100.0)
+    top_p: float = setting(1.0, "nucleus top-p of candidates 2..N", low=1e-3, high=1.0)
+    seed: int = setting(0, "candidate row r draws from a generator seeded seed + r each frame", low=0, high=2**31 - 1)
+    lane_width_m: float = setting(DEFAULT_LANE_WIDTH_M, "width of the drivable corridor around the route that "
+                                  "candidates are scored in (metres; no map)", low=0.5, high=100.0)
+    progress_reference: str = setting(DEFAULT_PROGRESS_REFERENCE, "ego progress (EP) of each candidate against: "
+                                      "best = the best candidate's progress (as PDM-Closed), first = the greedy first "
+                                      "candidate's (no gain for planning faster than it)", choices=PROGRESS_REFERENCES)
 
     def __post_init__(self):
         if isinstance(self.count, bool) or not isinstance(self.count, int) or not 1 <= self.count <= MAX_CANDIDATES:

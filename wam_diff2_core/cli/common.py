@@ -38,29 +38,25 @@ def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
                              f"it counts as invalid; none = never (default {DEFAULT_PARSE_RETRY})")
 
 
-def add_candidate_arguments(parser) -> None:
-    """``--candidates`` ... ``--lane-width-m``: the planner's ``candidates.*`` (defaults: CandidateSettings), for
-    the commands that decode plan candidates (``bench --data``, ``closed-loop``)."""
-    from ..candidate_selection import MAX_CANDIDATES, PROGRESS_REFERENCES, CandidateSettings
+# the candidate flags: CandidateSettings field -> flag (its help and default: the planner's candidates.* parameter)
+CANDIDATE_FLAGS = {"count": "--candidates", "temperature": "--candidate-temperature", "top_p": "--candidate-top-p",
+                   "seed": "--candidate-seed", "lane_width_m": "--lane-width-m",
+                   "progress_reference": "--candidate-progress-reference"}
 
-    defaults = CandidateSettings()
-    parser.add_argument("--candidates", type=int, default=defaults.count,
-                        help=f"N in 1..{MAX_CANDIDATES}: plan candidates per planning frame, decoded in one batch (row "
-                             "1 with the decoding settings, rows 2..N sampled); the one the online PDM score rates "
-                             "best is kept (the planner's candidates.count; default 1: no selection; bench --data prints PDMS "
-                             "without and with selection, paired)")
-    parser.add_argument("--candidate-temperature", type=float, default=defaults.temperature,
-                        help="sampling temperature of candidates 2..N (the planner's candidates.temperature)")
-    parser.add_argument("--candidate-top-p", type=float, default=defaults.top_p,
-                        help="nucleus top-p of candidates 2..N (the planner's candidates.top_p)")
-    parser.add_argument("--candidate-seed", type=int, default=defaults.seed,
-                        help="candidate row r samples from a generator seeded this + r (the planner's candidates.seed)")
-    parser.add_argument("--lane-width-m", type=float, default=defaults.lane_width_m,
-                        help="the online corridor's width around the route (m; the planner's candidates.lane_width_m)")
-    parser.add_argument("--candidate-progress-reference", choices=PROGRESS_REFERENCES,
-                        default=defaults.progress_reference,
-                        help="EP's reference among the candidates: best (the best candidate's progress) or first (the "
-                             "greedy row's; the planner's candidates.progress_reference)")
+
+def add_candidate_arguments(parser) -> None:
+    """The planner's ``candidates.*`` as flags (:data:`CANDIDATE_FLAGS`), for the commands that decode plan
+    candidates (``bench --data`` prints PDMS without and with selection, paired; ``closed-loop``)."""
+    from ..candidate_selection import CandidateSettings
+
+    for f in dataclasses.fields(CandidateSettings):
+        parser.add_argument(CANDIDATE_FLAGS[f.name], dest=_candidate_dest(f.name), type=field_type(f),
+                            default=f.default, choices=f.metadata["choices"],
+                            help=f"{f.metadata['help']} (the planner's candidates.{f.name}; default {f.default})")
+
+
+def _candidate_dest(name: str) -> str:
+    return CANDIDATE_FLAGS[name][2:].replace("-", "_")
 
 
 def candidate_settings(args: argparse.Namespace):
@@ -72,9 +68,7 @@ def candidate_settings(args: argparse.Namespace):
     if args.candidates == 1:
         return None
     try:
-        return CandidateSettings(count=args.candidates, temperature=args.candidate_temperature,
-                                 top_p=args.candidate_top_p, seed=args.candidate_seed, lane_width_m=args.lane_width_m,
-                                 progress_reference=args.candidate_progress_reference)
+        return CandidateSettings(**{name: getattr(args, _candidate_dest(name)) for name in CANDIDATE_FLAGS})
     except ValueError as exc:
         raise ConfigError(f"--candidates / --candidate-*: {exc}") from None
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import fields
 from typing import Any, Mapping
 
-from ..candidate_selection import MAX_CANDIDATES, PROGRESS_REFERENCES, CandidateSettings
+from ..candidate_selection import CandidateSettings
 from ..config import (DECODING_FIELDS, DEFAULT_PARSE_RETRY, DTYPE_NAMES, PARSE_RETRIES, ConfigError, DecodingSettings,
                       EngineSettings)
 from ..frame_inputs import InputSettings
@@ -45,7 +45,6 @@ IMAGE_LIMIT_PREFIX = "image."
 ROUTE_PREFIX = "route."
 PROFILE_PREFIX = "trajectory."
 CANDIDATES_PREFIX = "candidates."
-_CANDIDATE_DEFAULTS = CandidateSettings()
 
 
 SPECS: tuple[ParamSpec, ...] = (
@@ -73,22 +72,7 @@ SPECS: tuple[ParamSpec, ...] = (
               "with this remasking strategy before it counts as invalid (sequential: left to right, one token per "
               "step at denoising_steps = block_size); none = never; no retry at block size 1",
               CONFIGURE, choices=PARSE_RETRIES),
-    ParamSpec(CANDIDATES_PREFIX + "count", _CANDIDATE_DEFAULTS.count, "plan candidates per frame, decoded in one "
-              "batch: the first with the decoding settings (greedy), the others sampled (candidates.temperature / "
-              "top_p); the one the online PDM score rates best is published (route corridor, tracked objects from "
-              "~/input/objects at constant velocity); 1 = no selection", CONFIGURE, low=1, high=MAX_CANDIDATES),
-    ParamSpec(CANDIDATES_PREFIX + "temperature", _CANDIDATE_DEFAULTS.temperature, "sampling temperature of "
-              "candidates 2..N", CONFIGURE, low=1e-3, high=100.0),
-    ParamSpec(CANDIDATES_PREFIX + "top_p", _CANDIDATE_DEFAULTS.top_p, "nucleus top-p of candidates 2..N",
-              CONFIGURE, low=1e-3, high=1.0),
-    ParamSpec(CANDIDATES_PREFIX + "seed", _CANDIDATE_DEFAULTS.seed, "candidate row r draws from a generator "
-              "seeded seed + r each frame", CONFIGURE, low=0, high=2**31 - 1),
-    ParamSpec(CANDIDATES_PREFIX + "lane_width_m", _CANDIDATE_DEFAULTS.lane_width_m, "width of the drivable "
-              "corridor around the route that candidates are scored in (metres; no map)", CONFIGURE,
-              low=0.5, high=100.0),
-    ParamSpec(CANDIDATES_PREFIX + "progress_reference", _CANDIDATE_DEFAULTS.progress_reference, "ego progress "
-              "(EP) of each candidate against: best = the best candidate's progress (as PDM-Closed), first = the "
-              "greedy first candidate's (no gain for planning faster than it)", CONFIGURE, choices=PROGRESS_REFERENCES),
+    *field_specs(CANDIDATES_PREFIX, CandidateSettings, CONFIGURE),
     ParamSpec("warmup", True, "on configure: check the fast decoder against the plain one on a grey frame (plain "
               "if they disagree) and decode that frame once, so the first real frame is not slow", CONFIGURE),
     # ---- start-up (read-only)
@@ -212,8 +196,7 @@ def engine_settings(values: Mapping[str, Any]) -> EngineSettings:
 
 def candidate_settings(values: Mapping[str, Any]) -> CandidateSettings:
     """The ``candidates.*`` values as the policy's :class:`CandidateSettings`."""
-    return CandidateSettings(**{name[len(CANDIDATES_PREFIX):]: values[name] for name in values
-                                if name.startswith(CANDIDATES_PREFIX)})
+    return settings_from(CandidateSettings, values, CANDIDATES_PREFIX)
 
 
 def input_settings(values: Mapping[str, Any]) -> InputSettings:
