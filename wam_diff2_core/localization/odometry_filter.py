@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from ..geometry import wrap_angle
+from ..utils.fields import setting
 from .georeference import degrees_to_metres
 from .measurements import LEADERBOARD_NOISE, MeasurementRefused, bounded, finite, gnss_noise, variance
 
@@ -44,20 +45,36 @@ X, Y, YAW, V = range(4)                # state indices
 
 @dataclass(frozen=True)
 class LocalizationSettings:
-    gnss_stddev_m: float = degrees_to_metres(LEADERBOARD_NOISE.gnss_deg)   # used when a fix has no covariance
-    heading_stddev_rad: float = 0.01       # IMU orientation, when the message has no covariance
-    speed_stddev_mps: float = 0.05         # speedometer
-    gyro_noise_radps: float = 0.02         # process noise: yaw-rate error between IMU samples (rad/s)
-    accel_noise_mps2: float = 0.5          # process noise: acceleration error between IMU samples (m/s^2)
-    position_noise_mps: float = 0.05       # process noise: sideways motion the unicycle model misses (m/s)
-    max_lag_s: float = 0.1                 # a measurement this much older than the filter is refused
-    max_gap_s: float = 1.0                 # a gap longer than this (or time going back) restarts the filter
-    initial_speed_stddev_mps: float = 5.0  # before the first speedometer reading
-    gnss_gate_sigma: float = 5.0           # a fix farther from the prediction (Mahalanobis distance) is refused
-    gnss_reacquire_s: float = 1.0          # fixes refused by the gate this long: the next one places the position
-    max_speed_mps: float = 100.0           # speedometer readings beyond are refused
-    max_yaw_rate_radps: float = 10.0       # gyro z beyond is refused
-    max_acceleration_mps2: float = 100.0   # accelerometer x beyond (10 g: a crash, not driving) is refused
+    gnss_stddev_m: float = setting(degrees_to_metres(LEADERBOARD_NOISE.gnss_deg), "GNSS position standard deviation "
+                                   "when a fix carries no covariance (metres; the leaderboard's 5e-6 deg)",
+                                   low=1e-4, high=1000.0)
+    heading_stddev_rad: float = setting(0.01, "IMU orientation (heading) standard deviation when the message carries "
+                                        "no covariance (rad)", low=1e-5, high=10.0)
+    speed_stddev_mps: float = setting(0.05, "speedometer standard deviation (m/s)", low=1e-5, high=100.0)
+    gyro_noise_radps: float = setting(0.02, "process noise: yaw-rate error between IMU samples (rad/s)",
+                                      low=1e-6, high=100.0)
+    accel_noise_mps2: float = setting(0.5, "process noise: acceleration error between IMU samples (m/s^2)",
+                                      low=1e-6, high=1000.0)
+    position_noise_mps: float = setting(0.05, "process noise: motion the unicycle model misses (m/s)",
+                                        low=1e-6, high=100.0)
+    max_lag_s: float = setting(0.1, "a measurement older than the filter by more than this is refused (seconds)",
+                               low=1e-4, high=10.0)
+    max_gap_s: float = setting(1.0, "a gap longer than this, or time going back by more, restarts the filter "
+                               "(seconds)", low=1e-3, high=3600.0)
+    initial_speed_stddev_mps: float = setting(5.0, "speed standard deviation before the first speedometer reading "
+                                              "(m/s)", low=1e-3, high=100.0)
+    gnss_gate_sigma: float = setting(5.0, "innovation gate: a fix farther than this from the prediction (Mahalanobis "
+                                     "distance, the prediction's and the fix's covariance together) is refused "
+                                     "(counted gnss_refused_gate)", low=1.0, high=1e6)
+    gnss_reacquire_s: float = setting(1.0, "fixes refused by the gate for this long (a real jump) and the next one "
+                                      "places the position again, as the first fix does, so the gate never locks out "
+                                      "(seconds)", low=0.05, high=3600.0)
+    max_speed_mps: float = setting(100.0, "a speedometer reading beyond this is refused (m/s)", low=1.0, high=1000.0)
+    max_yaw_rate_radps: float = setting(10.0, "an IMU angular_velocity.z beyond this is refused (rad/s)",
+                                        low=0.1, high=1000.0)
+    # 100 m/s^2 is 10 g: a crash, not driving
+    max_acceleration_mps2: float = setting(100.0, "an IMU linear_acceleration.x beyond this is refused (m/s^2)",
+                                           low=1.0, high=10000.0)
 
     def __post_init__(self):
         for f in fields(self):

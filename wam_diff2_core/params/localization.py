@@ -12,35 +12,13 @@ from typing import Any
 from ..localization.georeference import GeoReference
 from ..localization.odometry_filter import LocalizationSettings
 from ..topics import DEFAULT_ROLE, carla_namespace, localization_topics
-from .spec import LIVE, START, ParamSpec, by_name, defaults
+from .spec import LIVE, START, ParamSpec, by_name, defaults, field_specs
 
 NODE = "wam_diff2_localization"
 # What the speedometer topic carries: the Leaderboard 2.0 bridge's type (header + float64 speed), or
 # a bare Float32 (m/s) as some older bridges and recordings have it.
 SPEEDOMETER_TYPES = ("carla_msgs/CarlaSpeedometer", "std_msgs/Float32")
 FILTER_PREFIX = "filter."
-FILTER_HELP: dict[str, tuple[str, float, float]] = {
-    "gnss_stddev_m": ("GNSS position standard deviation when a fix carries no covariance (metres; the "
-                      "leaderboard's 5e-6 deg)", 1e-4, 1000.0),
-    "heading_stddev_rad": ("IMU orientation (heading) standard deviation when the message carries no covariance "
-                           "(rad)", 1e-5, 10.0),
-    "speed_stddev_mps": ("speedometer standard deviation (m/s)", 1e-5, 100.0),
-    "gyro_noise_radps": ("process noise: yaw-rate error between IMU samples (rad/s)", 1e-6, 100.0),
-    "accel_noise_mps2": ("process noise: acceleration error between IMU samples (m/s^2)", 1e-6, 1000.0),
-    "position_noise_mps": ("process noise: motion the unicycle model misses (m/s)", 1e-6, 100.0),
-    "max_lag_s": ("a measurement older than the filter by more than this is refused (seconds)", 1e-4, 10.0),
-    "max_gap_s": ("a gap longer than this, or time going back by more, restarts the filter (seconds)", 1e-3, 3600.0),
-    "initial_speed_stddev_mps": ("speed standard deviation before the first speedometer reading (m/s)",
-                                 1e-3, 100.0),
-    "gnss_gate_sigma": ("innovation gate: a fix farther than this from the prediction (Mahalanobis distance, the "
-                        "prediction's and the fix's covariance together) is refused (counted gnss_refused_gate)",
-                        1.0, 1e6),
-    "gnss_reacquire_s": ("fixes refused by the gate for this long (a real jump) and the next one places the position "
-                         "again, as the first fix does, so the gate never locks out (seconds)", 0.05, 3600.0),
-    "max_speed_mps": ("a speedometer reading beyond this is refused (m/s)", 1.0, 1000.0),
-    "max_yaw_rate_radps": ("an IMU angular_velocity.z beyond this is refused (rad/s)", 0.1, 1000.0),
-    "max_acceleration_mps2": ("an IMU linear_acceleration.x beyond this is refused (m/s^2)", 1.0, 10000.0),
-}
 # the sensor topics with their parameters' names in place of the values, for the descriptions
 _SENSOR_TOPICS = localization_topics("<role_name>", "<gnss_id>", "<imu_id>", "<speedometer_id>")
 SPECS: tuple[ParamSpec, ...] = (
@@ -71,10 +49,7 @@ SPECS: tuple[ParamSpec, ...] = (
               low=0.01, high=3600.0),
     ParamSpec("diagnostics_period_s", 1.0, "period of /diagnostics messages (wall seconds)", START,
               low=0.05, high=60.0),
-) + tuple(
-    ParamSpec(FILTER_PREFIX + f.name, f.default, FILTER_HELP[f.name][0], LIVE, low=FILTER_HELP[f.name][1],
-              high=FILTER_HELP[f.name][2]) for f in fields(LocalizationSettings)
-)
+) + field_specs(FILTER_PREFIX, LocalizationSettings)
 SPECS_BY_NAME = by_name(SPECS)
 DEFAULTS = defaults(SPECS)
 
