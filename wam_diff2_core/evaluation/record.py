@@ -25,10 +25,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..geometry import ego_to_world, path_headings, quaternion_from_yaw
+from ..geometry import ego_to_world, path_headings
 from ..outputs.prompts import WAYPOINT_DT_S
 from ..profiling import StageTimes
 from ..speed_profile import waypoint_states
+from . import bag_messages as msg
+from .bag_messages import NS_PER_S
 from .bag_types import default_typestore
 from .bag_writer import write_bag
 from .bags import BagError
@@ -40,19 +42,11 @@ TRAJECTORY_TYPE = "wam_diff2_ros/msg/Trajectory"
 PATH_TYPE = "nav_msgs/msg/Path"
 
 
-def _time(types, t_ns: int):
-    return types["builtin_interfaces/msg/Time"](sec=int(t_ns // 1_000_000_000), nanosec=int(t_ns % 1_000_000_000))
-
-
-def _header(types, t_ns: int, frame_id: str):
-    return types["std_msgs/msg/Header"](stamp=_time(types, t_ns), frame_id=frame_id)
-
-
 def stage_times_message(types, frame: FrameResult):
     """The frame's stage times as ``StageTimes`` (stamped with the image stamp; zeros when none)."""
     st = StageTimes.from_dict(frame.stages or {})
     values = {k: (v if isinstance(v, str) else float(v)) for k, v in dataclasses.asdict(st).items()}
-    return types["wam_diff2_ros/msg/StageTimes"](header=_header(types, frame.stamp_ns, ""), **values)
+    return types["wam_diff2_ros/msg/StageTimes"](header=msg.header(types, frame.stamp_ns, ""), **values)
 
 
 def trajectory_message(types, frame: FrameResult, ego_frame: str):
@@ -61,8 +55,7 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
     if frame.valid and frame.predicted is not None:
         headings, speeds = waypoint_states(frame.predicted)
         for dt_ns, (x, y), heading, speed in zip(WAYPOINT_OFFSETS_NS, frame.predicted, headings, speeds):
-            duration = types["builtin_interfaces/msg/Duration"](sec=int(dt_ns // 1_000_000_000),
-                                                                nanosec=int(dt_ns % 1_000_000_000))
+            duration = types["builtin_interfaces/msg/Duration"](sec=int(dt_ns // NS_PER_S), nanosec=int(dt_ns % NS_PER_S))
             points.append(types["wam_diff2_ros/msg/TrajectoryPoint"](time_from_start=duration, x=float(x), y=float(y),
                                                                      heading=float(heading), speed=float(speed)))
     s = frame.stats
@@ -72,7 +65,7 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
         prefill_ms=float(s.get("prefill_ms", 0.0)), denoise_ms=float(s.get("denoise_ms", 0.0)),
         commit_ms=float(s.get("commit_ms", 0.0)), retries=int(s.get("retries", 0)), latency_ms=float(frame.latency_ms),
         stages=stage_times_message(types, frame))
-    return types[TRAJECTORY_TYPE](header=_header(types, frame.stamp_ns, ego_frame), points=points,
+    return types[TRAJECTORY_TYPE](header=msg.header(types, frame.stamp_ns, ego_frame), points=points,
                                   command=frame.command, valid=bool(frame.valid),
                                   invalid_reason=frame.invalid_reason, raw_text=frame.raw_text, stats=stats,
                                   candidates=1, valid_candidates=int(bool(frame.valid)), selected_candidate=0,
@@ -84,14 +77,9 @@ def path_message(types, t0_ns: int, points_xy: np.ndarray, frame_id: str, start_
     """``nav_msgs/Path``: pose k stamped t0 + k * 0.5 s, oriented along the path."""
     pts = np.asarray(points_xy, dtype=np.float64).reshape(-1, 2)
     headings = path_headings(pts - np.asarray(origin_xy), start_yaw)   # direction from the previous point
-    poses = []
-    for k, ((x, y), yaw) in enumerate(zip(pts, headings), start=1):
-        qx, qy, qz, qw = quaternion_from_yaw(float(yaw))
-        pose = types["geometry_msgs/msg/Pose"](position=types["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=0.0),
-                                               orientation=types["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw))
-        stamp = t0_ns + int(round(k * WAYPOINT_DT_S * 1e9))
-        poses.append(types["geometry_msgs/msg/PoseStamped"](header=_header(types, stamp, frame_id), pose=pose))
-    return types[PATH_TYPE](header=_header(types, t0_ns, frame_id), poses=poses)
+    return msg.path(types, msg.header(types, t0_ns, frame_id),
+                    [(t0_ns + int(round(k * WAYPOINT_DT_S * 1e9)), x, y, yaw)
+                     for k, ((x, y), yaw) in enumerate(zip(pts, headings), start=1)])
 
 
 def record_predictions(out_path: str | Path, frames: list[FrameResult], trajectory=None, *, odometry_frame: str = "",

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..geometry import quaternion_from_yaw
 from ..topics import DEFAULT_ROLE
+from . import bag_messages as msg
 from .bag_types import default_typestore
 from .bag_writer import write_bag
 from .bags import BagTopics
@@ -102,61 +102,31 @@ def frame_image(scene: Scene, index: int) -> np.ndarray:
 
 def scene_messages(scene: Scene, types) -> Iterator[tuple[str, int, Any]]:
     """(topic, log time ns, rosbags message), in log-time order."""
-    topics = scene.topics
-    T = types
-
-    def header(t_ns, frame_id):
-        return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=t_ns // 10**9, nanosec=t_ns % 10**9),
-                                        frame_id=frame_id)
-
-    def vec(x, y, z):
-        return T["geometry_msgs/msg/Vector3"](x=float(x), y=float(y), z=float(z))
-
-    def pose_msg(x, y, yaw):
-        qx, qy, qz, qw = quaternion_from_yaw(yaw)
-        return T["geometry_msgs/msg/Pose"](position=T["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=0.0),
-                                           orientation=T["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw))
-
+    topics, T = scene.topics, types
     events: list[tuple[int, int, str, Any]] = []     # (time, order, topic, message)
     if scene.route is not None:
-        poses = [T["geometry_msgs/msg/PoseStamped"](header=header(START_NS, "map"), pose=pose_msg(x, y, 0.0))
-                 for x, y in scene.route]
-        events.append((START_NS - 10_000_000, 0, topics.route,
-                       T["nav_msgs/msg/Path"](header=header(START_NS, "map"), poses=poses)))
+        route = msg.path(T, msg.header(T, START_NS, "map"), [(START_NS, x, y, 0.0) for x, y in scene.route])
+        events.append((START_NS - 10_000_000, 0, topics.route, route))
     for t, text in scene.commands:
         t_ns = START_NS + round(t * 1e9) - 1_000_000
         events.append((t_ns, 1, topics.command, T["std_msgs/msg/String"](data=text)))
     h, w = scene.image_size
-    fx = w / 2.0
     for t_ns in scene.odometry_times_ns():
         t = (t_ns - START_NS) / 1e9
-        x, y, yaw = scene.pose(t)
         vx, vy, wz = scene.twist(t)
-        odom = T["nav_msgs/msg/Odometry"](
-            header=header(t_ns, "map"), child_frame_id=scene.role,
-            pose=T["geometry_msgs/msg/PoseWithCovariance"](pose=pose_msg(x, y, yaw), covariance=np.zeros(36)),
-            twist=T["geometry_msgs/msg/TwistWithCovariance"](
-                twist=T["geometry_msgs/msg/Twist"](linear=vec(vx, vy, 0.0), angular=vec(0.0, 0.0, wz)),
-                covariance=np.zeros(36)))
+        odom = msg.odometry(T, msg.header(T, t_ns, "map"), scene.role, scene.pose(t), (vx, vy), wz)
         events.append((t_ns, 2, topics.odometry, odom))
         if scene.objects is not None:
             agents = [{"label": "car", "z": 0.75, "height_m": 1.5, "vx": 0.0, "vy": 0.0, **o} for o in scene.objects(t)]
-            events.append((t_ns, 2, topics.objects, object_array_msg(T, header(t_ns, "map"), agents)))
+            events.append((t_ns, 2, topics.objects, object_array_msg(T, msg.header(T, t_ns, "map"), agents)))
     for index, t_ns in enumerate(scene.camera_times_ns()):
-        bgra = frame_image(scene, index)
-        image = T["sensor_msgs/msg/Image"](header=header(t_ns, f"{scene.role}/rgb_front"), height=h, width=w,
-                                           encoding="bgra8", is_bigendian=0, step=w * 4, data=bgra.reshape(-1))
-        info = T["sensor_msgs/msg/CameraInfo"](
-            header=header(t_ns, f"{scene.role}/rgb_front"), height=h, width=w, distortion_model="plumb_bob",
-            d=np.zeros(5), k=np.array([fx, 0, w / 2, 0, fx, h / 2, 0, 0, 1], float), r=np.eye(3).reshape(-1),
-            p=np.array([fx, 0, w / 2, 0, 0, fx, h / 2, 0, 0, 0, 1, 0], float), binning_x=0, binning_y=0,
-            roi=T["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
+        head = msg.header(T, t_ns, f"{scene.role}/rgb_front")
         log_ns = t_ns + round(scene.camera_log_delay_s * 1e9)
-        events.append((log_ns, 3, topics.camera_info, info))
-        events.append((log_ns, 4, topics.image, image))
+        events.append((log_ns, 3, topics.camera_info, msg.camera_info(T, head, w, h, w / 2.0, w / 2.0, w / 2, h / 2)))
+        events.append((log_ns, 4, topics.image, msg.bgra8_image(T, head, frame_image(scene, index))))
     events.sort(key=lambda e: (e[0], e[1]))
-    for t_ns, _, topic, msg in events:
-        yield topic, t_ns, msg
+    for t_ns, _, topic, message in events:
+        yield topic, t_ns, message
 
 
 def scene_topic_types(scene: Scene) -> dict[str, str]:

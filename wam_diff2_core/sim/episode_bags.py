@@ -39,6 +39,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
+from ..evaluation import bag_messages as msg
 from ..evaluation.derived_objects import OBJECT_ARRAY_TYPE, object_array_msg, object_types
 from ..topics import DEFAULT_COMMAND_TOPIC, carla_topics
 from ..geometry import CameraMount, PinholeCamera, quaternion_from_yaw
@@ -96,16 +97,7 @@ class EpisodeBagWriter:
                              storage_plugin=StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3)
         self.topics = topic_names(role, command_topic)
         self.connections = {}
-        t = self.typestore.types
-        self._msg = {name: t[name] for name in ("builtin_interfaces/msg/Time", "std_msgs/msg/Header",
-                                                "geometry_msgs/msg/Point", "geometry_msgs/msg/Quaternion",
-                                                "geometry_msgs/msg/Pose", "geometry_msgs/msg/PoseStamped",
-                                                "geometry_msgs/msg/PoseWithCovariance", "geometry_msgs/msg/Vector3",
-                                                "geometry_msgs/msg/Twist", "geometry_msgs/msg/TwistWithCovariance",
-                                                "geometry_msgs/msg/Transform", "geometry_msgs/msg/TransformStamped",
-                                                "sensor_msgs/msg/RegionOfInterest", "geometry_msgs/msg/Accel",
-                                                "geometry_msgs/msg/Polygon", "shape_msgs/msg/SolidPrimitive",
-                                                "derived_object_msgs/msg/Object", *TOPIC_TYPES.values())}
+        self._msg = self.typestore.types
         self.counts = {key: 0 for key in TOPIC_TYPES}
 
     # ------------------------------------------------------------------ lifecycle
@@ -135,56 +127,35 @@ class EpisodeBagWriter:
         self.writer.write(self.connections[key], stamp_ns, data)
         self.counts[key] += 1
 
-    def _header(self, stamp_ns: int, frame_id: str):
-        m = self._msg
-        stamp = m["builtin_interfaces/msg/Time"](sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
-        return m["std_msgs/msg/Header"](stamp=stamp, frame_id=frame_id)
-
-    def _pose(self, x: float, y: float, z: float, q: Sequence[float]):
-        m = self._msg
-        return m["geometry_msgs/msg/Pose"](position=m["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=float(z)),
-                                           orientation=m["geometry_msgs/msg/Quaternion"](*map(float, q)))
-
     def write_route(self, stamp_ns: int, points: np.ndarray) -> None:
         """The route as a Path in the map frame: points [N, 2], each pose facing the next point."""
-        m = self._msg
         points = np.asarray(points, dtype=np.float64)
         deltas = np.diff(points, axis=0, append=points[-1:] + (points[-1:] - points[-2:-1]))
         headings = np.arctan2(deltas[:, 1], deltas[:, 0])
-        header = self._header(stamp_ns, self.frames["map"])
-        poses = [m["geometry_msgs/msg/PoseStamped"](header=header, pose=self._pose(x, y, 0.0, quaternion_from_yaw(h)))
-                 for (x, y), h in zip(points, headings)]
-        self._write("route", stamp_ns, m["nav_msgs/msg/Path"](header=header, poses=poses))
+        route = msg.path(self._msg, msg.header(self._msg, stamp_ns, self.frames["map"]),
+                         [(stamp_ns, x, y, h) for (x, y), h in zip(points, headings)])
+        self._write("route", stamp_ns, route)
 
     def write_tick(self, stamp_ns: int, pose: Sequence[float], speed: float, yaw_rate: float) -> None:
         """/clock, /tf and odometry for one tick; ``pose`` = (x, y, yaw) of the rear axle in the map frame."""
         m = self._msg
-        header = self._header(stamp_ns, self.frames["map"])
+        header = msg.header(m, stamp_ns, self.frames["map"])
         self._write("clock", stamp_ns, m["rosgraph_msgs/msg/Clock"](clock=header.stamp))
         x, y, yaw = (float(v) for v in pose)
-        q = quaternion_from_yaw(yaw)
-        vec = m["geometry_msgs/msg/Vector3"]
-        quat = m["geometry_msgs/msg/Quaternion"]
         mount = self.mount
         tf_ego = m["geometry_msgs/msg/TransformStamped"](
             header=header, child_frame_id=self.frames["ego"],
-            transform=m["geometry_msgs/msg/Transform"](translation=vec(x=x, y=y, z=0.0), rotation=quat(*q)))
+            transform=m["geometry_msgs/msg/Transform"](translation=msg.vector(m, x, y, 0.0),
+                                                       rotation=msg.quaternion(m, quaternion_from_yaw(yaw))))
         tf_camera = m["geometry_msgs/msg/TransformStamped"](
-            header=self._header(stamp_ns, self.frames["ego"]), child_frame_id=self.frames["camera"],
+            header=msg.header(m, stamp_ns, self.frames["ego"]), child_frame_id=self.frames["camera"],
             transform=m["geometry_msgs/msg/Transform"](
-                translation=vec(x=mount.x_m, y=mount.y_m, z=mount.z_m),
-                rotation=quat(*quaternion_from_rpy(*(math.radians(a) for a in
-                                                     (mount.roll_deg, mount.pitch_deg, mount.yaw_deg))))))
+                translation=msg.vector(m, mount.x_m, mount.y_m, mount.z_m),
+                rotation=msg.quaternion(m, quaternion_from_rpy(*(math.radians(a) for a in
+                                                                 (mount.roll_deg, mount.pitch_deg, mount.yaw_deg))))))
         self._write("tf", stamp_ns, m["tf2_msgs/msg/TFMessage"](transforms=[tf_ego, tf_camera]))
-        zeros = np.zeros(36, dtype=np.float64)
-        odometry = m["nav_msgs/msg/Odometry"](
-            header=header, child_frame_id=self.frames["ego"],
-            pose=m["geometry_msgs/msg/PoseWithCovariance"](pose=self._pose(x, y, 0.0, q), covariance=zeros),
-            twist=m["geometry_msgs/msg/TwistWithCovariance"](
-                twist=m["geometry_msgs/msg/Twist"](linear=vec(x=float(speed), y=0.0, z=0.0),
-                                                   angular=vec(x=0.0, y=0.0, z=float(yaw_rate))),
-                covariance=zeros))
-        self._write("odometry", stamp_ns, odometry)
+        self._write("odometry", stamp_ns, msg.odometry(m, header, self.frames["ego"], (x, y, yaw), (speed, 0.0),
+                                                       yaw_rate))
 
     def write_objects(self, stamp_ns: int, vehicles: Sequence) -> None:
         """The other vehicles of one tick as carla-ros-bridge's ``ObjectArray`` (frame map): box
@@ -193,24 +164,14 @@ class EpisodeBagWriter:
         objects = [{"id": v.id, "label": v.label, "x": v.x, "y": v.y, "z": v.height_m / 2, "yaw": v.yaw,
                     "length_m": v.length_m, "width_m": v.width_m, "height_m": v.height_m,
                     "vx": v.speed * math.cos(v.yaw), "vy": v.speed * math.sin(v.yaw)} for v in vehicles]
-        self._write("objects", stamp_ns, object_array_msg(self._msg, self._header(stamp_ns, self.frames["map"]),
+        self._write("objects", stamp_ns, object_array_msg(self._msg, msg.header(self._msg, stamp_ns, self.frames["map"]),
                                                           objects))
 
     def write_frame(self, stamp_ns: int, rgb: np.ndarray, command: str) -> None:
         """The command, camera_info and the bgra8 image of one camera frame."""
-        m = self._msg
+        m, cam = self._msg, self.camera
         self._write("command", stamp_ns, m["std_msgs/msg/String"](data=command))
-        cam = self.camera
-        header = self._header(stamp_ns, self.frames["camera"])
-        k = np.array([cam.fx, 0.0, cam.cx, 0.0, cam.fy, cam.cy, 0.0, 0.0, 1.0])
-        p = np.array([cam.fx, 0.0, cam.cx, 0.0, 0.0, cam.fy, cam.cy, 0.0, 0.0, 0.0, 1.0, 0.0])
-        info = m["sensor_msgs/msg/CameraInfo"](
-            header=header, height=cam.height, width=cam.width, distortion_model="plumb_bob",
-            d=np.zeros(5), k=k, r=np.eye(3).ravel(), p=p, binning_x=0, binning_y=0,
-            roi=m["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
-        self._write("camera_info", stamp_ns, info)
-        height, width = rgb.shape[:2]
-        bgra = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGRA)
-        image = m["sensor_msgs/msg/Image"](header=header, height=height, width=width, encoding="bgra8",
-                                           is_bigendian=0, step=4 * width, data=bgra.reshape(-1))
-        self._write("image", stamp_ns, image)
+        header = msg.header(m, stamp_ns, self.frames["camera"])
+        self._write("camera_info", stamp_ns, msg.camera_info(m, header, cam.width, cam.height, cam.fx, cam.fy, cam.cx,
+                                                             cam.cy))
+        self._write("image", stamp_ns, msg.bgra8_image(m, header, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGRA)))
