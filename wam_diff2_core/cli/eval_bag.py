@@ -223,18 +223,13 @@ def run(args) -> int:
 
 
 def _evaluate(args, settings) -> int:
-    from ..evaluation.bags import Bag
     from ..evaluation.report import write_run_report
     from ..config import EngineSettings
-    from ..evaluation.bag_plan import plan_bag
+    from ..evaluation.bag_plan import plan_bags
     from ..evaluation.runner import evaluate_bags
     from ..policy import DrivingPolicy
 
-    plans = []
-    for path in args.bags:          # check every bag before the (slow) model load
-        with Bag(path) as bag:
-            plans.append(plan_bag(bag, settings))
-        log.info("%s: %d camera frames, %d to evaluate", path, plans[-1].images, len(plans[-1].planned))
+    plans = plan_bags(args.bags, settings)          # every bag checked before the (slow) model load
     extra = {k: getattr(args, k) for k in ("max_waypoint_abs_m", "parse_retry") if getattr(args, k) is not None}
     policy = DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
                                            overrides=decoding_overrides(args), tasks=("plan",),
@@ -287,9 +282,8 @@ def _command_line() -> str:
 
 def _predictions(args) -> int:
     """--predictions: score what a planner node published (no model)."""
-    from ..evaluation.bags import Bag
     from ..evaluation.report import write_run_report
-    from ..evaluation.bag_plan import plan_bag
+    from ..evaluation.bag_plan import plan_bags
     from ..evaluation.predictions import evaluate_predictions, predictions_source
 
     given = _model_flags_given(args)
@@ -309,10 +303,7 @@ def _predictions(args) -> int:
         settings = _settings(args, node)
     except ValueError as exc:
         return _error(str(exc))
-    plans = []
-    for path in args.bags:
-        with Bag(path) as bag:
-            plans.append(plan_bag(bag, settings))
+    plans = plan_bags(args.bags, settings)
     run = evaluate_predictions(args.bags, args.predictions, settings, topic=args.trajectory_topic, plans=plans)
     model = predictions_source(run, str(Path(args.params_file).resolve()) if args.params_file else None)
     record = _record(args, run)

@@ -14,13 +14,14 @@ import dataclasses
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..geometry import TIME_RESET_S
 from ..images import ImageError, ImageLimits
-from ..frame_inputs import (FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, stamp_ns)
+from ..frame_inputs import FrameInputs, FrameInputTracker, InputSettings, InputSkip, check_image_msg, stamp_ns
 from ..profiling import StageTimes
 from ..speed_profile import ProfileLimits, measured_speed
 from .bag_pdm import DEFAULT_LANE_WIDTH_M, BagPdmInputs, bag_pdm_inputs, check_lane_width
@@ -28,7 +29,7 @@ from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES,
                   BagError, BagTopics, Undecodable)
 from .collision import EgoFootprint, collision_flags, counted, obstacles_along
 from .derived_objects import ObjectTrack, objects_from_msg
-from .ground_truth import (EgoTrajectory, NoFuture, constant_velocity_waypoints)
+from .ground_truth import EgoTrajectory, NoFuture, constant_velocity_waypoints
 from .metrics import FrameResult, pdm_entry, profile_speed_errors
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,16 @@ class PlannedFrame:
     obstacles: list[np.ndarray | None] | None = None   # per waypoint: other agents' boxes [N, 4, 2], ego frame
     recorded_collisions: list[bool | None] | None = None
     pdm: BagPdmInputs | None = None                    # the PDM score's scene (objects near the stamp)
+
+    def result(self, bag_name: str, **answer: Any) -> FrameResult:
+        """This frame's :class:`FrameResult` with ``answer``'s fields (validity, waypoints, statistics, ...): the
+        inputs and the recorded future are the evaluator's."""
+        ins = self.inputs
+        return FrameResult(**{"command": ins.command, "command_source": ins.command_source, **answer}, bag=bag_name,
+                           index=self.index, stamp_ns=self.stamp_ns, bag_time_ns=self.bag_time_ns,
+                           velocity=tuple(float(v) for v in ins.ego.velocity),
+                           acceleration=tuple(float(v) for v in ins.ego.acceleration),
+                           ground_truth=self.ground_truth, baseline=self.baseline)
 
 
 @dataclass
@@ -194,6 +205,16 @@ def _backwards_error(bag: Bag, topic: str, t_ns: int, last_ns: int, n: int) -> B
     return BagError(f"{bag.path}: time goes backwards on {topic!r} by {(last_ns - t_ns) / 1e9:.3f} s at message "
                     f"{n} (stamp {t_ns} ns after {last_ns} ns): the bag holds more than one run or the "
                     "simulator restarted; split it (e.g. `ros2 bag convert` with start/end times)")
+
+
+def plan_bags(paths: Sequence[str | Path], settings: EvalSettings) -> list[BagPlan]:
+    """Pass 1 of every bag, all before any decoding: a bag that cannot be used fails first."""
+    plans = []
+    for path in paths:
+        with Bag(path) as bag:
+            plans.append(plan_bag(bag, settings))
+            log.info("%s: %d camera frames, %d to evaluate", path, plans[-1].images, len(plans[-1].planned))
+    return plans
 
 
 def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:

@@ -15,15 +15,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..frame_inputs import (stamp_ns)
+from ..frame_inputs import stamp_ns
 from ..outputs.prompts import NUM_WAYPOINTS
-from .bags import (Bag,
-                  BagError, Undecodable)
-from .ground_truth import (WAYPOINT_OFFSETS_NS, is_finite_waypoints)
+from .bag_plan import (DECODE_STATS_KEYS, PREDICTION_COUNTS, STAGE_FIELDS, BagPlan, BagRun, EvalRun, EvalSettings,
+                       PlannedFrame, plan_bags, with_scores)
+from .bags import Bag, BagError, Undecodable
+from .ground_truth import WAYPOINT_OFFSETS_NS, is_finite_waypoints
 from .metrics import FrameResult
-
-from .bag_plan import (BagPlan, BagRun, DECODE_STATS_KEYS, EvalRun, EvalSettings, PREDICTION_COUNTS, PlannedFrame,
-                       STAGE_FIELDS, plan_bag, with_scores)
 from .record import TRAJECTORY_TYPE
 
 log = logging.getLogger(__name__)
@@ -69,14 +67,11 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
         stages = {k: (str(v) if k == "memory_kind" else float(v)) for k, v in
                   ((f, getattr(published_stages, f)) for f in STAGE_FIELDS)}
     command = str(msg.command) or ins.command
-    return FrameResult(bag=bag_name, index=planned.index, stamp_ns=planned.stamp_ns, bag_time_ns=planned.bag_time_ns,
-                       command=command, command_source=ins.command_source if command == ins.command else "node",
-                       velocity=tuple(float(v) for v in ins.ego.velocity),
-                       acceleration=tuple(float(v) for v in ins.ego.acceleration),
-                       ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
-                       invalid_reason=reason, raw_text=str(msg.raw_text or ""), predicted=predicted,
-                       stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"),
-                       stages=stages)
+    return planned.result(bag_name, command=command,
+                          command_source=ins.command_source if command == ins.command else "node", valid=valid,
+                          invalid_reason=reason, raw_text=str(msg.raw_text or ""), predicted=predicted,
+                          stats=stats if decoded else {}, latency_ms=float(s.latency_ms) if decoded else float("nan"),
+                          stages=stages)
 
 
 def trajectory_topic(bag: Bag, topic: str | None = None) -> str:
@@ -159,11 +154,7 @@ def evaluate_predictions(paths: Sequence[str | Path], prediction_paths: Sequence
     if len(prediction_paths) != len(paths):
         raise BagError(f"--predictions: {len(prediction_paths)} predictions bag(s) for {len(paths)} bag(s); give "
                        "one per BAG, in the same order")
-    if plans is None:
-        plans = []
-        for path in paths:
-            with Bag(path) as bag:
-                plans.append(plan_bag(bag, settings))
+    plans = plan_bags(paths, settings) if plans is None else plans
     from .bag_detection import score_recorded_detections
 
     return EvalRun(settings=settings, bags=[predictions_run_bag(plan, pred, topic)

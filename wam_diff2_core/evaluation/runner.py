@@ -15,14 +15,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..frame_inputs import image_msg_to_rgb
 from ..images import ImageError
-from ..frame_inputs import (image_msg_to_rgb)
 from ..outputs.prompts import NUM_WAYPOINTS
-from .bags import (Bag)
-from .ground_truth import (is_finite_waypoints)
+from .bag_plan import BagPlan, BagRun, DECODE_STATS_KEYS, EvalRun, EvalSettings, PlannedFrame, plan_bags, with_scores
+from .bags import Bag
+from .ground_truth import is_finite_waypoints
 from .metrics import FrameResult
-
-from .bag_plan import BagPlan, BagRun, DECODE_STATS_KEYS, EvalRun, EvalSettings, PlannedFrame, plan_bag, with_scores
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +51,9 @@ def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str, con
             predicted = np.asarray(plan.waypoints, dtype=np.float64).reshape(NUM_WAYPOINTS, 2)
         else:
             valid, reason = False, f"bad_waypoints: expected finite [{NUM_WAYPOINTS}, 2], got {np.shape(plan.waypoints)}"
-    ins = planned.inputs
-    return FrameResult(bag=bag_name, index=planned.index, stamp_ns=planned.stamp_ns, bag_time_ns=planned.bag_time_ns,
-                       command=ins.command, command_source=ins.command_source,
-                       velocity=tuple(float(v) for v in ins.ego.velocity),
-                       acceleration=tuple(float(v) for v in ins.ego.acceleration),
-                       ground_truth=planned.ground_truth, baseline=planned.baseline, valid=valid,
-                       invalid_reason=reason, raw_text=str(plan.raw_text or ""), predicted=predicted,
-                       stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms),
-                       stages=None if stages is None else stages.with_conversion(conversion_ms).as_dict())
+    return planned.result(bag_name, valid=valid, invalid_reason=reason, raw_text=str(plan.raw_text or ""),
+                          predicted=predicted, stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms),
+                          stages=None if stages is None else stages.with_conversion(conversion_ms).as_dict())
 
 
 def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
@@ -106,11 +99,7 @@ def evaluate_bags(paths: Sequence[str | Path], policy, settings: EvalSettings | 
     from tqdm import tqdm
 
     settings = settings or EvalSettings()
-    if plans is None:
-        plans = []
-        for path in paths:                  # plan every bag first: bad input fails before any decoding
-            with Bag(path) as bag:
-                plans.append(plan_bag(bag, settings))
+    plans = plan_bags(paths, settings) if plans is None else plans
     total = sum(len(p.planned) for p in plans)
     runs = []
     with tqdm(total=total, desc="eval-bag", unit="frame", disable=not progress, dynamic_ncols=True) as bar:
