@@ -6,8 +6,11 @@ one for a setting names the ``*_ERROR`` in its configuration error instead of fa
 planner simply has no ``~/input/objects`` without derived_object_msgs.
 
     from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
+    message_class("derived_object_msgs/msg/ObjectArray")     # None where that package is not installed
 """
 from __future__ import annotations
+
+import importlib
 
 try:  # CARLA's control and route messages
     import carla_msgs.msg as carla_msgs
@@ -27,3 +30,12 @@ try:  # /tf
 except ImportError as _exc:
     TFMessage = None
     TF2_MSGS_ERROR = str(_exc)
+
+
+def message_class(msgtype: str):
+    """``pkg/msg/Type`` -> the rclpy message class, or None when the package is not importable here."""
+    try:
+        package, kind, name = msgtype.split("/")
+        return getattr(importlib.import_module(f"{package}.{kind}"), name)
+    except (ValueError, ImportError, AttributeError):
+        return None

@@ -7,6 +7,10 @@
         run_node(ControllerNode, args)
         return 0
 
+    spinner = SpinThread(node)         # a tool's node, spun in a thread of its own
+    ...
+    spinner.stop()                     # spinner.error: the traceback of a callback that raised, if one did
+
 rclpy's SIGINT handler shuts the context down at once, from the signal, while the executor may
 be building its next wait set; that one then raises ``RCLError`` ("the given context is not
 valid") instead of ``ExternalShutdownException``. After a shutdown that is the shutdown, not an
@@ -14,6 +18,8 @@ error, so the node exits 0 as it does on the other two paths.
 """
 from __future__ import annotations
 
+import threading
+import traceback
 from typing import Callable, TypeVar
 
 import rclpy
@@ -57,3 +63,29 @@ def run_node(make_node: Callable[[], NodeT], args: list[str] | None = None,
         node.destroy_node()
         rclpy.try_shutdown()
     return result
+
+
+class SpinThread:
+    """``node`` spun by ``executor`` (default: a SingleThreadedExecutor in the node's context) in a daemon
+    thread until :meth:`stop`. What a callback raised ends the spinning and is kept in ``error`` (the
+    traceback, also logged), not lost with the thread."""
+
+    def __init__(self, node: Node, executor: Executor | None = None):
+        self.node, self.error = node, ""
+        self.executor = executor or SingleThreadedExecutor(context=node.context)
+        self.executor.add_node(node)
+        self.thread = threading.Thread(target=self._spin, daemon=True, name=f"spin-{node.get_name()}")
+        self.thread.start()
+
+    def _spin(self) -> None:
+        try:
+            spin_until_shutdown(self.executor)
+        except Exception:
+            self.error = traceback.format_exc()
+            self.node.get_logger().error(f"a callback raised, spinning stopped:\n{self.error}")
+
+    def stop(self, destroy_node: bool = True, timeout_s: float = 10.0) -> None:
+        self.executor.shutdown()
+        self.thread.join(timeout_s)
+        if destroy_node:
+            self.node.destroy_node()

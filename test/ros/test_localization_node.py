@@ -37,7 +37,7 @@ from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors  # noqa: E402
 from wam_diff2_core.params import localization as lp  # noqa: E402
 from wam_diff2_ros import localization_node as ln  # noqa: E402
 from wam_diff2_ros.qos import BRIDGE_QOS, DEEP_RELIABLE_QOS  # noqa: E402
-from wam_diff2_ros.tools.dds_closed_loop import sensor_messages  # noqa: E402
+from wam_diff2_ros.tools.simulator_bridge import sensor_messages  # noqa: E402
 from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns  # noqa: E402
 from test.support import ros_helpers  # noqa: E402

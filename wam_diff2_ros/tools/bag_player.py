@@ -22,49 +22,47 @@ subscriber is matched are lost: ``--wait-for-subscribers TOPIC ...`` holds the s
 each named topic has a subscriber, then waits ``--delay-s`` more. ``--wait-for-planner`` also
 waits until the planner's latched ``--planner-node``/status says READY (model loaded).
 
-``--record OUT_BAG`` records what comes back while playing: the player subscribes to
-``--record-topics`` (default: the planner's ``~/output/trajectory``, ``~/output/detections`` and
-``~/status`` under ``--planner-node``, default ``/wam_diff2_planner``) and writes every message it
-receives, as received (the CDR bytes), into a new rosbag2 bag. Playback starts only once every
-recorded topic has a publisher (its type and QoS are taken from that publisher; none within
-``--wait-timeout-s`` is an error) and the subscriptions have matched it. Each message is logged at
-the **playback time** of its arrival, ``start + (wall - wall_start) x rate`` in the bag's time
-base: the /clock value with ``--clock`` (the same mapping without it), so the recording lines up
-with the source bag. Recording goes on for ``--record-grace-s`` (2 s) of wall time after the last
-played message, for the planner's last answers. The bag is written into a hidden sibling folder
-and renamed into place at the end: an error or Ctrl-C leaves nothing at ``OUT_BAG``.
+``--record OUT_BAG`` records what comes back while playing (:mod:`.recorder`): ``--record-topics``
+(default: the planner's ``~/output/trajectory``, ``~/output/detections`` and ``~/status`` under
+``--planner-node``, default ``/wam_diff2_planner``), into a new rosbag2 bag. Playback starts only once
+every recorded topic has a publisher (none within ``--wait-timeout-s`` is an error) and the
+subscriptions have matched it. Each message is logged at the **playback time** of its arrival,
+``start + (wall - wall_start) x rate`` in the bag's time base (the /clock value with ``--clock``), so
+the recording lines up with the source bag; recording goes on for ``--record-grace-s`` (2 s) of wall
+time after the last played message, for the planner's last answers. An error or Ctrl-C leaves nothing
+at ``OUT_BAG``.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile
 from rosgraph_msgs.msg import Clock
 
 from wam_diff2_core import topics
-from wam_diff2_core.evaluation.bag_writer import BagStreamWriter
 from wam_diff2_core.evaluation.bags import Bag, BagError
 
+from ..conversions import ns_to_stamp
+from ..msg import PlannerStatus
+from ..optional_msgs import message_class
 from ..qos import DEEP_RELIABLE_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS, keep_last_qos
+from ..spinning import SpinThread
+from .recorder import RecordError, TopicRecorder
 
 log = logging.getLogger("wam_diff2.replay")
 
 LATCHED_SUFFIXES = ("/waypoints", "/route", "/tf_static", "/camera_info", "/status", "/input/route")
-
-
 DRAIN_TIMEOUT_S = 5.0   # how long the end of playback waits for reliable readers to acknowledge
 
-# The planner node's name and the outputs --record takes by default (planner_interface.OUTPUT_TOPICS,
+# The planner node's name and the outputs --record takes by default (planner/interface.py's OUTPUT_TOPICS,
 # without their "~/").
 PLANNER_NODE = f"/{topics.PLANNER_NODE}"
 PLANNER_RECORD_OUTPUTS = ("output/trajectory", "output/detections", "status")
@@ -76,21 +74,10 @@ def planner_record_topics(node: str = PLANNER_NODE) -> tuple[str, ...]:
 
 
 DEFAULT_RECORD_TOPICS = planner_record_topics()
-# a reader subscription keeps this many messages while the executor is busy
-RECORD_DEPTH = 1000
 
 
 class ReplayError(Exception):
     """The bag or the options cannot be played; the message says why."""
-
-
-def message_class(msgtype: str):
-    """``pkg/msg/Type`` -> the rclpy message class, or None when the package is not importable here."""
-    try:
-        package, kind, name = msgtype.split("/")
-        return getattr(importlib.import_module(f"{package}.{kind}"), name)
-    except (ValueError, ImportError, AttributeError):
-        return None
 
 
 def qos_for(topic: str, recorded: Sequence[Any], latched: Sequence[str] = ()) -> QoSProfile:
@@ -166,87 +153,6 @@ class ReplaySummary:
     record_path: str | None = None
 
 
-def _publishers_qos(infos) -> tuple[str | None, bool, bool, str | None]:
-    """(type, reliable, transient local, conflict) for the publishers of one topic.
-
-    A reliable subscription does not match a best-effort publisher and a transient-local one does
-    not match a volatile publisher, so either is chosen only when every publisher offers it
-    (what ``ros2 bag record`` does).
-    """
-    types = sorted({i.topic_type for i in infos})
-    if len(types) > 1:
-        return None, False, False, f"publishers disagree on the type ({', '.join(types)})"
-    reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
-    latched = all(i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
-    return types[0], reliable, latched, None
-
-
-class TopicRecorder:
-    """Subscribes (raw: the CDR bytes) to topics once their publishers are discovered and writes
-    every message received into a :class:`BagStreamWriter`, logged at ``clock_ns()``."""
-
-    def __init__(self, node: Node, path: str | Path, topics: Sequence[str], *, storage: str = "mcap",
-                 overwrite: bool = False, clock_ns: Callable[[], int] = time.time_ns):
-        self.node, self.clock_ns = node, clock_ns
-        self.pending = list(dict.fromkeys(topics))
-        self.subscriptions: dict[str, Any] = {}
-        self.publishers_seen: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._closed = False
-        self.writer = BagStreamWriter(path, storage=storage, overwrite=overwrite)
-
-    def discover(self) -> list[str]:
-        """Subscribe to every pending topic that has a publisher now; returns those still pending."""
-        for topic in list(self.pending):
-            infos = self.node.get_publishers_info_by_topic(topic)
-            if not infos:
-                continue
-            msgtype, reliable, latched, conflict = _publishers_qos(infos)
-            if conflict:
-                raise ReplayError(f"--record-topics {topic}: {conflict}")
-            cls = message_class(msgtype)
-            if cls is None:
-                raise ReplayError(f"--record-topics {topic}: no Python message package for {msgtype} is "
-                                  "importable here")
-            try:
-                with self._lock:
-                    self.writer.add_topic(topic, msgtype, reliable=reliable, latched=latched)
-            except BagError as exc:
-                raise ReplayError(f"--record-topics {exc}") from None
-            self.subscriptions[topic] = self.node.create_subscription(
-                cls, topic, self._recorder(topic), keep_last_qos(RECORD_DEPTH, reliable=reliable, latched=latched),
-                raw=True)
-            self.publishers_seen[topic] = len(infos)
-            self.pending.remove(topic)
-        return list(self.pending)
-
-    def unmatched(self) -> list[str]:
-        """Subscribed topics whose subscription has not matched every publisher discovered yet."""
-        return [t for t, sub in self.subscriptions.items() if sub.get_publisher_count() < self.publishers_seen[t]]
-
-    def _recorder(self, topic: str) -> Callable[[bytes], None]:
-        def record(data: bytes) -> None:
-            with self._lock:
-                if not self._closed:
-                    self.writer.write(topic, self.clock_ns(), data)
-        return record
-
-    @property
-    def counts(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self.writer.counts)
-
-    def finish(self) -> Path:
-        with self._lock:
-            self._closed = True
-            return self.writer.close()
-
-    def abort(self) -> None:
-        with self._lock:
-            self._closed = True
-            self.writer.abort()
-
-
 class BagPlayer:
     """Publishes one bag's messages from ``node`` with their recorded timing."""
 
@@ -290,8 +196,6 @@ class BagPlayer:
         self._wall0: float | None = None
         self.planner_status: tuple[int, str] | None = None
         if options.wait_for_planner:
-            from wam_diff2_ros.msg import PlannerStatus
-
             self.status_topic = options.planner_node.rstrip("/") + "/status"
             node.create_subscription(PlannerStatus, self.status_topic, self._on_planner_status, LATCHED_QOS)
         self.recorder: TopicRecorder | None = None
@@ -302,8 +206,7 @@ class BagPlayer:
                                               clock_ns=self.playback_ns)
             except BagError as exc:
                 raise ReplayError(f"--record: {exc}") from None
-        self._executor = None
-        self._spin_thread: threading.Thread | None = None
+        self._spinner: SpinThread | None = None
 
     def playback_ns(self) -> int:
         """The playback clock: the bag's start until playback begins, then start + elapsed wall x rate."""
@@ -316,39 +219,18 @@ class BagPlayer:
 
     def _start_spinning(self) -> None:
         """Subscriptions (recording, planner status) need an executor: spin the node in a thread."""
-        if self._spin_thread is not None or (self.recorder is None and not self.options.wait_for_planner):
-            return
-        from rclpy.executors import SingleThreadedExecutor
-
-        self._executor = SingleThreadedExecutor(context=self.node.context)
-        self._executor.add_node(self.node)
-        self._spin_thread = threading.Thread(target=self._spin, args=(self._executor,), name="replay-spin",
-                                             daemon=True)
-        self._spin_thread.start()
-
-    @staticmethod
-    def _spin(executor) -> None:
-        from rclpy.executors import ExternalShutdownException, ShutdownException
-
-        try:
-            executor.spin()
-        except (ExternalShutdownException, ShutdownException):   # Ctrl-C shuts the context down
-            pass
+        if self._spinner is None and (self.recorder is not None or self.options.wait_for_planner):
+            self._spinner = SpinThread(self.node)
 
     def _stop_spinning(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(timeout_sec=DRAIN_TIMEOUT_S)
-            self._executor = None
-        if self._spin_thread is not None:
-            self._spin_thread.join(DRAIN_TIMEOUT_S)
-            self._spin_thread = None
+        if self._spinner is not None:
+            self._spinner.stop(destroy_node=False, timeout_s=DRAIN_TIMEOUT_S)
+            self._spinner = None
 
     def _wait_for_subscribers(self, start_ns: int) -> None:
         """Publish the start time on /clock until every --wait-for-subscribers topic has a subscriber,
         every recorded topic has a publisher matched by its subscription and the planner is READY."""
         o = self.options
-        if o.wait_for_planner:
-            from wam_diff2_ros.msg import PlannerStatus
         publishers = {t: (self.clock_publisher if t == "/clock" else self.publishers[t]) for t in o.wait_for_subscribers}
         deadline = time.monotonic() + o.wait_timeout_s
         self._start_spinning()
@@ -381,9 +263,7 @@ class BagPlayer:
 
     def _publish_clock(self, t_ns: int) -> None:
         if self.clock_publisher is not None:
-            msg = Clock()
-            msg.clock.sec, msg.clock.nanosec = int(t_ns // 1_000_000_000), int(t_ns % 1_000_000_000)
-            self.clock_publisher.publish(msg)
+            self.clock_publisher.publish(Clock(clock=ns_to_stamp(t_ns)))
             self.summary.clock_messages += 1
 
     def play(self) -> ReplaySummary:
@@ -416,9 +296,6 @@ class BagPlayer:
         next_clock = wall0
         last_ns = start_ns
 
-        def bag_now_ns() -> int:
-            return start_ns + int((time.monotonic() - wall0) * o.rate * 1e9)
-
         for topic, t_ns, _, data in self.bag.raw_messages(list(self.publishers)):
             if t_ns < start_ns:
                 continue
@@ -428,7 +305,7 @@ class BagPlayer:
             while True:                    # sleep until due, ticking the clock meanwhile
                 now = time.monotonic()
                 if self.clock_publisher is not None and now >= next_clock:
-                    self._publish_clock(min(bag_now_ns(), t_ns))
+                    self._publish_clock(min(self.playback_ns(), t_ns))
                     next_clock = now + clock_period_s
                 if now >= due:
                     break
@@ -469,8 +346,9 @@ def options_from_args(args) -> ReplayOptions:
                          wait_for_planner=args.wait_for_planner, planner_node=args.planner_node, record=args.record,
                          record_topics=(tuple(args.record_topics) if args.record_topics
                                         else planner_record_topics(args.planner_node)),
-                         record_storage=args.record_storage, record_grace_s=args.record_grace_s,
-                         overwrite=args.overwrite)
+                         record_storage=args.record_storage or ReplayOptions.record_storage,
+                         record_grace_s=ReplayOptions.record_grace_s if args.record_grace_s is None
+                         else args.record_grace_s, overwrite=args.overwrite)
 
 
 def run(args) -> int:
@@ -481,10 +359,6 @@ def run(args) -> int:
         print("wam-diff2-ros replay: error: --record-topics, --record-grace-s and --record-storage need --record "
               "OUT_BAG", file=sys.stderr)
         return 2
-    if args.record_grace_s is None:
-        args.record_grace_s = ReplayOptions.record_grace_s
-    if args.record_storage is None:
-        args.record_storage = ReplayOptions.record_storage
     options = options_from_args(args)
     try:
         options.check()
@@ -523,7 +397,7 @@ def run(args) -> int:
                 if n == 0:
                     print(f"replay: note: nothing was received on {topic}", file=sys.stderr)
         return 0
-    except (BagError, ReplayError) as exc:
+    except (BagError, ReplayError, RecordError) as exc:
         print(f"wam-diff2-ros replay: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -272,7 +272,7 @@ def test_demo_world_sensor_messages_are_the_leaderboard_bridges():
     from wam_diff2_core.geometry import yaw_from_quaternion
     from wam_diff2_core.sim.sensors import SensorReading
     from wam_diff2_core.topics import localization_topics
-    from wam_diff2_ros.tools.dds_closed_loop import carla_route_messages, compass_rad, sensor_messages
+    from wam_diff2_ros.tools.simulator_bridge import carla_route_messages, compass_rad, sensor_messages
     reading = SensorReading(42.0001, 2.0002, yaw=-3.0, gyro=(0.0, 0.0, 0.1), accel=(0.2, 0.0, 9.81), speed_mps=4.5)
     fix, imu, speed = sensor_messages(reading, Time(sec=3), localization_topics("hero"))
     assert fix.status.status == NavSatFix().status.status          # left unset, as the bridge leaves it

@@ -22,7 +22,7 @@ from test.support import REPO_ROOT as REPO
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
 from wam_diff2_ros import controller_node as cn  # noqa: E402
-from wam_diff2_ros.tools import hostile_inputs as hi  # noqa: E402
+from wam_diff2_ros.tools import hostile_messages as hm  # noqa: E402
 from test.support.ros_helpers import unique_domain_id  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -103,11 +103,11 @@ def test_what_the_fuzz_found_in_the_controller_is_refused_as_invalid():
 def test_the_spoiler_reaches_every_kind_of_value():
     """The fuzz is only as good as its values: each special value, huge and tiny magnitudes, and
     the good value itself all come out of the float64 spoiler."""
-    spoiler = hi.Spoiler(np.random.default_rng(0), field_p=1.0)
+    spoiler = hm.Spoiler(np.random.default_rng(0), field_p=1.0)
     values = [spoiler.f64(1.0) for _ in range(4000)]
-    for special in hi.SPECIAL_F64:
+    for special in hm.SPECIAL_F64:
         assert any(v == special and math.copysign(1, v) == math.copysign(1, special) or
                    (math.isnan(v) and math.isnan(special)) for v in values), special
-    assert max(abs(v) for v in values if math.isfinite(v) and v not in hi.SPECIAL_F64) > 1e250
-    assert min(abs(v) for v in values if v != 0.0 and v not in hi.SPECIAL_F64) < 1e-20
-    assert hi.Spoiler(np.random.default_rng(0), field_p=0.0).f64(1.5) == 1.5
+    assert max(abs(v) for v in values if math.isfinite(v) and v not in hm.SPECIAL_F64) > 1e250
+    assert min(abs(v) for v in values if v != 0.0 and v not in hm.SPECIAL_F64) < 1e-20
+    assert hm.Spoiler(np.random.default_rng(0), field_p=0.0).f64(1.5) == 1.5
