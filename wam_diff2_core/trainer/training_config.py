@@ -206,34 +206,27 @@ def _check(where: str, f: dataclasses.Field, value: Any, expected: type) -> Any:
     return check_value(where, value, expected, meta)
 
 
-def _build_section(cls: type, name: str, values: Mapping[str, Any] | None):
-    if values is None:
+def _build(cls: type, values: Any, section: str = ""):
+    """``cls`` (the config, or its ``section``) from YAML data: a key it does not have is an error naming it, each
+    value is checked against its field, a section's values by that section's dataclass."""
+    where = f"{section}." if section else ""
+    if values is None and section:
         values = {}
     if not isinstance(values, Mapping):
-        raise ConfigError(f"{name}: expected a mapping of settings, got {values!r}")
+        raise ConfigError(f"{section}: expected a mapping of settings, got {values!r}" if section
+                          else f"a training config is a mapping of sections, got {type(values).__name__}")
     known = {f.name: f for f in dataclasses.fields(cls)}
     for key in values:
         if key not in known:
-            raise ConfigError(f"unknown setting {name}.{key} (known in {name}: {', '.join(known)})")
-    kwargs = {k: _check(f"{name}.{k}", known[k], v, _field_type(cls, k)) for k, v in values.items()}
-    return cls(**kwargs)
+            raise ConfigError(f"unknown setting {where}{key} (known{' in ' + section if section else ''}: "
+                              f"{', '.join(known)})")
+    return cls(**{k: _build(SECTIONS[k], v, k) if not section and k in SECTIONS
+                  else _check(where + k, known[k], v, _field_type(cls, k)) for k, v in values.items()})
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainingConfig:
     """Build and validate a config from nested YAML data; unknown keys are errors naming them."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"a training config is a mapping of sections, got {type(data).__name__}")
-    top = {f.name: f for f in dataclasses.fields(TrainingConfig)}
-    for key in data:
-        if key not in top:
-            raise ConfigError(f"unknown setting {key} (known: {', '.join(top)})")
-    kwargs: dict[str, Any] = {}
-    for name, value in data.items():
-        if name in SECTIONS:
-            kwargs[name] = _build_section(SECTIONS[name], name, value)
-        else:
-            kwargs[name] = _check(name, top[name], value, _field_type(TrainingConfig, name))
-    cfg = TrainingConfig(**kwargs)
+    cfg = _build(TrainingConfig, data)
     _check_consistency(cfg)
     return cfg
 
