@@ -12,10 +12,11 @@ import math
 import numpy as np
 import pytest
 
+from test.support.scripted_policy import ScriptedPolicy
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_types import default_typestore
 from wam_diff2_core.evaluation.bag_writer import write_bag
-from wam_diff2_core.evaluation.scenes import ScriptedPolicy, scene_messages, scene_topic_types, straight_scene, \
+from wam_diff2_core.evaluation.scenes import scene_messages, scene_topic_types, straight_scene, \
     write_scene_bag
 
 ODOM, IMAGE = "/carla/ego_vehicle/odometry", "/carla/ego_vehicle/rgb_front/image"

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from test.support.scripted_policy import ScriptedPolicy
 from wam_diff2_core.evaluation.bag_types import default_typestore
 from wam_diff2_core.evaluation.bag_writer import write_bag
 from wam_diff2_core.evaluation.bags import Bag, BagTopics
@@ -20,8 +21,8 @@ from wam_diff2_core.evaluation.record import record_predictions
 from wam_diff2_core.evaluation.report import compare_runs, load_run, write_run_report
 from wam_diff2_core.evaluation.bag_plan import EvalSettings
 from wam_diff2_core.evaluation.runner import evaluate_bags
-from wam_diff2_core.evaluation.scenes import (START_NS, ScriptedPolicy, accelerating_scene, circle_scene, frame_image,
-                                              scene_messages, scene_topic_types, straight_scene, write_scene_bag)
+from wam_diff2_core.evaluation.scenes import (START_NS, accelerating_scene, circle_scene, frame_image, scene_messages,
+                                              scene_topic_types, straight_scene, write_scene_bag)
 from wam_diff2_core.geometry import ego_to_world
 
 STORAGES = ("sqlite3", "mcap")

@@ -22,6 +22,7 @@ import json
 import numpy as np
 import pytest
 
+from test.support.scripted_policy import ScriptedPolicy
 from test.support.trajectory_messages import TOPIC, TYPE, trajectory
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE, DEFAULT_LANE_WIDTH_M
@@ -33,7 +34,7 @@ from wam_diff2_core.evaluation.report import compare_runs, write_run_report
 from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
 from wam_diff2_core.evaluation.predictions import evaluate_predictions
 from wam_diff2_core.evaluation.runner import evaluate_bags
-from wam_diff2_core.evaluation.scenes import ScriptedPolicy, circle_scene, straight_scene, write_scene_bag
+from wam_diff2_core.evaluation.scenes import circle_scene, straight_scene, write_scene_bag
 
 SPEED, ORIGIN = 8.0, (10.0, -5.0)
 T = np.arange(1, 9) * 0.5

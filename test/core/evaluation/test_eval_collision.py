@@ -14,13 +14,14 @@ import json
 import numpy as np
 import pytest
 
+from test.support.scripted_policy import ScriptedPolicy
 from wam_diff2_core.evaluation.collision import EgoFootprint, collision_flags
 from wam_diff2_core.evaluation.ground_truth import WAYPOINT_OFFSETS_NS, constant_velocity_waypoints
 from wam_diff2_core.evaluation.metrics import collision_metrics, summarize
 from wam_diff2_core.evaluation.report import compare_runs, write_run_report
 from wam_diff2_core.evaluation.bag_plan import EvalSettings
 from wam_diff2_core.evaluation.runner import evaluate_bags
-from wam_diff2_core.evaluation.scenes import ScriptedPolicy, straight_scene, write_scene_bag
+from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag
 
 SPEED = 8.0
 ORIGIN = (10.0, -5.0)
