@@ -51,15 +51,13 @@ microseconds, and one thread keeps "newest plan" and "this tick" consistent.
 """
 from __future__ import annotations
 
-import collections
 import math
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticStatus
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
@@ -68,77 +66,22 @@ from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock as ClockMsg
 from std_msgs.msg import Bool, Header, String
 
+from wam_diff2_core.control import Plan, WaypointController
 from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
-from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointController
-from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
+from wam_diff2_core.geometry import TIME_RESET_S
 from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS, SPECS_BY_NAME, gains_from,
                                               route_settings_from, validate_values)
+from wam_diff2_core.routes import RouteTracker, route_from_carla_route_msg, route_from_path_msg
 from wam_diff2_core.topics import CONTROLLER_NODE, controller_topics
-from wam_diff2_core.geometry import TIME_RESET_S, yaw_from_quaternion
-from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, route_from_carla_route_msg,
-                                   route_from_path_msg)
 
-from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
+from .conversions import MAX_COORDINATE_M, EgoOdometry, ego_from_odometry, ns_to_stamp, plan_from_trajectory, \
+    well_formed_stamp
+from .diagnostics import ControllerState, controller_diagnostic_status, publish_periodically
 from .msg import PlannerStatus, Trajectory, VehicleControl
-from .parameters import declare_all
-from .planner.diagnostics import STATE_NAMES
 from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
+from .parameters import declare_all
 from .qos import CLOCK_SUBSCRIPTION_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS
 from .spinning import run_node
-
-
-# ----------------------------------------------------------------------------- messages <-> core
-# Beyond these an odometry, a plan or a route is invalid: no map frame on earth is 10,000 km across (and
-# coordinates near 1e154 overflow the route geometry's squares), and the published speed is a float32.
-MAX_COORDINATE_M = 1e7
-MAX_SPEED_MPS = 1e3
-MAX_PLAN_HORIZON_S = 60.0          # a plan reaching further is invalid (resampling it would fill the memory)
-
-
-def plan_from_trajectory(msg) -> Plan:
-    """A ``wam_diff2_ros/Trajectory`` as the controller's plan (ego frame at its stamp, 0.5 s apart).
-
-    Points not spaced 0.5 s apart are resampled on that grid (by ``time_from_start``); times that
-    do not increase or reach beyond MAX_PLAN_HORIZON_S, points beyond MAX_COORDINATE_M, an invalid
-    message or fewer than 2 points give an invalid plan.
-    """
-    t = stamp_ns(msg.header.stamp) / NS_PER_S
-    if not msg.valid or len(msg.points) < 2:
-        return Plan(t, np.zeros((0, 2)), valid=False)
-    xy = np.array([[p.x, p.y] for p in msg.points], dtype=np.float64)                  # [N, 2]
-    if (np.abs(xy) > MAX_COORDINATE_M).any():       # finite but absurd: the control's geometry would overflow
-        return Plan(t, xy, valid=False)
-    times = np.array([stamp_ns(p.time_from_start) / NS_PER_S for p in msg.points])     # [N]
-    grid = WAYPOINT_DT_S * np.arange(1, len(xy) + 1)
-    if np.allclose(times, grid, atol=1e-6):
-        return Plan(t, xy)
-    if not (np.all(np.diff(times) > 0) and times[0] > 0 and times[-1] <= MAX_PLAN_HORIZON_S):
-        return Plan(t, xy, valid=False)
-    grid = WAYPOINT_DT_S * np.arange(1, int(times[-1] / WAYPOINT_DT_S + 1e-9) + 1)
-    full_t, full_xy = np.concatenate([[0.0], times]), np.vstack([[0.0, 0.0], xy])    # the ego at the stamp
-    resampled = np.stack([np.interp(grid, full_t, full_xy[:, 0]), np.interp(grid, full_t, full_xy[:, 1])], axis=1)
-    return Plan(t, resampled, valid=len(grid) >= 2)
-
-
-@dataclass(frozen=True)
-class EgoOdometry:
-    stamp_ns: int
-    pose: Pose2D
-    speed_mps: float
-    child_frame: str
-    finite: bool
-
-
-def ego_from_odometry(msg) -> EgoOdometry:
-    p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
-    values = (p.x, p.y, q.x, q.y, q.z, q.w, v.x, v.y)
-    # twist in the child (ego) frame, as carla-ros-bridge publishes it; the speedometer is its norm
-    speed = math.hypot(float(v.x), float(v.y))
-    finite = all(math.isfinite(float(a)) for a in values) and not (q.x == q.y == q.z == q.w == 0.0) \
-        and max(abs(p.x), abs(p.y)) <= MAX_COORDINATE_M and speed <= MAX_SPEED_MPS
-    yaw = yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w)) if finite else math.nan
-    return EgoOdometry(stamp_ns(msg.header.stamp), Pose2D(float(p.x), float(p.y), yaw), speed if finite else math.nan,
-                       str(msg.child_frame_id), finite)
 
 
 def fallback_key(reason: str) -> str:
@@ -159,24 +102,16 @@ class ControllerNode(Node):
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
         self.topics = controller_topics(values["role_name"], values["planner_name"])
-        self.controller = WaypointController(self._gains(values))
-        self.route = RouteTracker(self._route_settings(values))
-        self.counts: collections.Counter[str] = collections.Counter()
+        self.controller = WaypointController(gains_from(self._usable(values)))
+        self.route = RouteTracker(route_settings_from(self._usable(values)))
+        self.state = ControllerState()
+        self.counts = self.state.counts
         self._plan: Plan | None = None
         self._plan_stamp_ns: int | None = None
         self._odometry: EgoOdometry | None = None
-        self._last_tick_ns: int | None = None
         self._tick_index = 0                      # ticks since the start (or a time reset): pacing's frame count
         self._held: tuple[int, int, float] | None = None   # pacing hold: (tick, planning frame, wall start)
         self._hold_timer = None
-        self._hold_wall_ms: collections.deque[float] = collections.deque(maxlen=200)
-        self._planner_state: int | None = None
-        self._leaderboard_ready_sent = False
-        self._plan_arrival_ages: collections.deque[float] = collections.deque(maxlen=200)
-        self._tick_wall_ms: collections.deque[float] = collections.deque(maxlen=200)
-        self._last_reason = "no tick yet"
-        self._last_command: str | None = None
-        self._warned: dict[str, float] = {}
 
         t = self.topics
         # controls depth 1, reliable: the leaderboard's control subscriber's QoS
@@ -195,7 +130,6 @@ class ControllerNode(Node):
         self._ready_pub = self.create_publisher(Bool, t["leaderboard_status"], LATCHED_QOS)
         self._command_pub = (self.create_publisher(String, t["command"], LATEST_RELIABLE_QOS)
                              if values["route.publish_command"] else None)
-        self._diagnostics_pub = self.create_publisher(DiagnosticArray, t["diagnostics"], 10)
 
         self.create_subscription(Odometry, t["odometry"], self._on_odometry, qos_profile_sensor_data)
         self.create_subscription(Trajectory, t["trajectory"], self._on_trajectory, LATEST_RELIABLE_QOS)
@@ -206,9 +140,8 @@ class ControllerNode(Node):
             self.create_subscription(Path, t["route"], self._on_path_route, LATCHED_QOS)
             if carla_msgs is not None and hasattr(carla_msgs, "CarlaRoute"):
                 self.create_subscription(carla_msgs.CarlaRoute, t["carla_route"], self._on_carla_route, LATCHED_QOS)
-        # wall time: diagnostics keep coming while the simulator is paused (sim time stands still)
-        self.create_timer(values["diagnostics_period_s"], self.publish_diagnostics,
-                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self.publish_diagnostics = publish_periodically(self, t["diagnostics"], values["diagnostics_period_s"],
+                                                        self.diagnostic_status)
         if self._config_errors:
             self.get_logger().error("bad parameters, braking on every tick: " + "; ".join(self._config_errors))
         if self._consumer_error:
@@ -223,16 +156,10 @@ class ControllerNode(Node):
         return self._plan_stamp_ns
 
     # ------------------------------------------------------------------ parameters
-    def _gains(self, values: dict) -> ControllerGains:
-        return gains_from({k: v if k not in self._bad_names() else SPECS_BY_NAME[k].default
-                           for k, v in values.items()})
-
-    def _route_settings(self, values: dict) -> RouteTrackerSettings:
-        return route_settings_from({k: v if k not in self._bad_names() else SPECS_BY_NAME[k].default
-                                    for k, v in values.items()})
-
-    def _bad_names(self) -> set[str]:
-        return {e.split(":")[0] for e in self._config_errors}
+    def _usable(self, values: dict) -> dict:
+        """``values`` with the refused ones at their defaults."""
+        bad = {e.split(":")[0] for e in self._config_errors}
+        return {k: SPECS_BY_NAME[k].default if k in bad else v for k, v in values.items()}
 
     def _on_set_parameters(self, changed: list) -> SetParametersResult:
         proposed = {p.name: p.value for p in changed if p.name in SPECS_BY_NAME}
@@ -246,9 +173,9 @@ class ControllerNode(Node):
         self._config_errors = [e for e in self._config_errors if e.split(":")[0] not in names]
         self._values = values
         if any(n.startswith(GAINS_PREFIX) for n in names):
-            self.controller = WaypointController(self._gains(values))    # PID state starts over with new gains
+            self.controller = WaypointController(gains_from(self._usable(values)))   # PID state starts over
         if any(n.startswith(ROUTE_PREFIX) for n in names):
-            self.route.settings = self._route_settings(values)
+            self.route.settings = route_settings_from(self._usable(values))
 
     # ------------------------------------------------------------------ inputs
     def _on_trajectory(self, msg: Trajectory) -> None:
@@ -264,19 +191,19 @@ class ControllerNode(Node):
             self.counts["plans_out_of_order"] += 1
             return
         self._plan, self._plan_stamp_ns = plan, stamp
-        if self._last_tick_ns is not None:
-            age = (self._last_tick_ns - stamp) / NS_PER_S
-            self._plan_arrival_ages.append(age)
+        if self.state.last_tick_ns is not None:
+            age = (self.state.last_tick_ns - stamp) / NS_PER_S
+            self.state.plan_ages_s.append(age)
             if age > self._values["plan_deadline_s"]:
                 self.counts["plans_late"] += 1
         if self._held is not None and stamp >= self._held[1]:
             self._release()                        # the held tick's plan is here: answer it with that plan
 
     def _on_planner_status(self, msg: PlannerStatus) -> None:
-        self._planner_state = int(msg.state)
-        if msg.state == PlannerStatus.READY and not self._leaderboard_ready_sent and not self._consumer_error:
+        self.state.planner_state = int(msg.state)
+        if msg.state == PlannerStatus.READY and not self.state.ready_sent and not self._consumer_error:
             self._ready_pub.publish(Bool(data=True))
-            self._leaderboard_ready_sent = True
+            self.state.ready_sent = True
             self.get_logger().info(f"planner READY: published True on {self.topics['leaderboard_status']}")
 
     def _on_path_route(self, msg: Path) -> None:
@@ -323,7 +250,7 @@ class ControllerNode(Node):
 
     # ------------------------------------------------------------------ the tick
     def _tick(self, tick_ns: int) -> None:
-        last = self._last_tick_ns
+        last = self.state.last_tick_ns
         if last is not None and tick_ns <= last:
             if last - tick_ns <= TIME_RESET_S * NS_PER_S:
                 self.counts["ticks_repeated"] += 1      # answered already: the leaderboard ignores repeats
@@ -333,11 +260,11 @@ class ControllerNode(Node):
         if self._held is not None:                     # a new tick before the held one's plan: answer that first
             self.counts["pacing_overtaken"] += 1
             self._release()
-        self._last_tick_ns = tick_ns
+        self.state.last_tick_ns = tick_ns
         index, self._tick_index = self._tick_index, self._tick_index + 1
         values = self._values
         if (values["pacing"] == "hold" and last is not None and (index - 1) % values["pacing_every_n_ticks"] == 0
-                and self._planner_state == PlannerStatus.READY and not self._config_errors
+                and self.state.planner_state == PlannerStatus.READY and not self._config_errors
                 and (self._plan_stamp_ns is None or self._plan_stamp_ns < last)):
             # the tick after a planning frame (the previous tick) whose plan has not arrived: hold it
             self._held = (tick_ns, last, time.perf_counter())
@@ -353,7 +280,7 @@ class ControllerNode(Node):
         self._held = None
         self.destroy_timer(self._hold_timer)
         self._hold_timer = None
-        self._hold_wall_ms.append((time.perf_counter() - started) * 1e3)
+        self.state.hold_wall_ms.append((time.perf_counter() - started) * 1e3)
         self._answer(tick_ns, reason)
 
     def _on_hold_timeout(self) -> None:
@@ -383,17 +310,17 @@ class ControllerNode(Node):
                 command = self.route.update((odometry.pose.x, odometry.pose.y), odometry.pose.yaw, now_s)
                 if command is not None:
                     self._command_pub.publish(String(data=command))
-                    if command != self._last_command:
+                    if command != self.state.last_command:
                         self.counts["command_changes"] += 1
-                    self._last_command = command
+                    self.state.last_command = command
         self._publish(tick_ns, control, speed, odometry)
         self.counts["ticks"] += 1
         self.counts["controls_plan" if not control.reason else "controls_fallback"] += 1
         if control.reason:
             self.counts["fallback_" + fallback_key(control.reason)] += 1
-        self._last_reason = control.reason or "following plan"
+        self.state.last_reason = control.reason or "following plan"
         wall_ms = (time.perf_counter() - t_wall) * 1e3
-        self._tick_wall_ms.append(wall_ms)
+        self.state.tick_wall_ms.append(wall_ms)
         if wall_ms > values["tick_deadline_wall_s"] * 1e3:
             self.counts["ticks_wall_deadline_missed"] += 1
 
@@ -425,43 +352,9 @@ class ControllerNode(Node):
                 header=header, throttle=msg.throttle, steer=msg.steer, brake=msg.brake, hand_brake=msg.hand_brake,
                 reverse=msg.reverse, gear=msg.gear, manual_gear_shift=msg.manual_gear_shift))
 
-    # ------------------------------------------------------------------ diagnostics
     def diagnostic_status(self) -> DiagnosticStatus:
-        counts = dict(self.counts)
-        walls = list(self._tick_wall_ms)
-        ages = list(self._plan_arrival_ages)
-        holds = list(self._hold_wall_ms)
-        if self._config_errors or self._consumer_error:
-            level = DiagnosticStatus.ERROR
-            summary = "; ".join(filter(None, [self._consumer_error, "bad parameters: " + "; ".join(self._config_errors)
-                                              if self._config_errors else ""]))
-        elif self._last_reason != "following plan":
-            level, summary = DiagnosticStatus.WARN, f"braking: {self._last_reason}"
-        else:
-            level, summary = DiagnosticStatus.OK, "following plan"
-        kv = {
-            "tick_source": self._values["tick_source"],
-            "control_consumer": self._values["control_consumer"],
-            "planner_state": "none" if self._planner_state is None else STATE_NAMES.get(self._planner_state, "?"),
-            "leaderboard_status_sent": str(self._leaderboard_ready_sent).lower(),
-            "last_tick_s": "never" if self._last_tick_ns is None else f"{self._last_tick_ns / NS_PER_S:.3f}",
-            "last_control": self._last_reason,
-            "last_command": self._last_command or "none",
-            "route_progress_m": "none" if self.route.progress_m is None else f"{self.route.progress_m:.1f}",
-            "plan_age_at_arrival_mean_s": f"{np.mean(ages):.3f}" if ages else "none",
-            "plan_age_at_arrival_max_s": f"{max(ages):.3f}" if ages else "none",
-            "tick_wall_ms_mean": f"{np.mean(walls):.2f}" if walls else "none",
-            "tick_wall_ms_max": f"{max(walls):.2f}" if walls else "none",
-            "pacing": self._values["pacing"],
-            "pacing_hold_wall_ms_mean": f"{np.mean(holds):.1f}" if holds else "none",
-            "pacing_hold_wall_ms_max": f"{max(holds):.1f}" if holds else "none",
-        }
-        kv.update({k: str(v) for k, v in sorted(counts.items())})
-        return DiagnosticStatus(level=level, name=f"{self.get_name()}: controller", message=summary,
-                                hardware_id="wam_diff2", values=[KeyValue(key=k, value=v) for k, v in kv.items()])
-
-    def publish_diagnostics(self) -> None:
-        self._diagnostics_pub.publish(diagnostic_array(self.get_clock().now().to_msg(), self.diagnostic_status()))
+        return controller_diagnostic_status(self.get_name(), self.state, self._values, self._config_errors,
+                                            self._consumer_error, self.route.progress_m)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -6,29 +6,34 @@ Times: ``builtin_interfaces/Time`` is handled as integer nanoseconds so that
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from geometry_msgs.msg import Point, Pose, PoseStamped
-from nav_msgs.msg import Path
-from sensor_msgs.msg import CameraInfo, Image
+from geometry_msgs.msg import Point, Pose, PoseStamped, TransformStamped
+from nav_msgs.msg import Odometry, Path
+from sensor_msgs.msg import CameraInfo, Image, NavSatFix
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
-from wam_diff2_core.geometry import EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw
-from wam_diff2_core.frame_inputs import NS_PER_S
+from wam_diff2_core.control import Plan, Pose2D
+from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
+from wam_diff2_core.localization.odometry_filter import OdometryFilter, V, X, Y, YAW
+from wam_diff2_core.geometry import (EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw,
+                                     yaw_from_quaternion)
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.speed_profile import SpeedProfile, waypoint_states
 
 from .msg import DecodeStats, Detection2D, Detection2DArray, StageTimes, Trajectory, TrajectoryPoint
+from .optional_msgs import TFMessage
 
 if TYPE_CHECKING:
     from wam_diff2_core.candidate_selection import Selection
     from wam_diff2_core.policy import TaskResult
 
 WAYPOINT_DT_NS = int(round(WAYPOINT_DT_S * NS_PER_S))
+UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
 
 
 # ----------------------------------------------------------------------------- time
@@ -47,8 +52,8 @@ def well_formed_stamp(stamp) -> bool:
 
 
 # ----------------------------------------------------------------------------- inputs
-# Odometry, route, command and image messages are read by wam_diff2_core.frame_inputs (shared with the
-# offline evaluator); only the camera model for the debug image is converted here.
+# The planner's odometry, route, command and image messages are read by wam_diff2_core.frame_inputs (shared
+# with the offline evaluator); here: the camera model for the debug image, the controller's plan and odometry.
 def camera_info_to_camera(msg: CameraInfo) -> PinholeCamera:
     """Intrinsics from the K matrix. Raises ValueError when unusable."""
     k = [float(v) for v in msg.k]
@@ -57,6 +62,68 @@ def camera_info_to_camera(msg: CameraInfo) -> PinholeCamera:
             or camera.height <= 0:
         raise ValueError(f"camera_info has no usable intrinsics: K={k}, {msg.width}x{msg.height}")
     return camera
+
+
+# Beyond these an odometry, a plan or a route is invalid: no map frame on earth is 10,000 km across (and
+# coordinates near 1e154 overflow the route geometry's squares), and the published speed is a float32.
+MAX_COORDINATE_M = 1e7
+MAX_SPEED_MPS = 1e3
+MAX_PLAN_HORIZON_S = 60.0          # a plan reaching further is invalid (resampling it would fill the memory)
+
+
+def plan_from_trajectory(msg) -> Plan:
+    """A ``wam_diff2_ros/Trajectory`` as the controller's plan (ego frame at its stamp, 0.5 s apart).
+
+    Points not spaced 0.5 s apart are resampled on that grid (by ``time_from_start``); times that
+    do not increase or reach beyond MAX_PLAN_HORIZON_S, points beyond MAX_COORDINATE_M, an invalid
+    message or fewer than 2 points give an invalid plan.
+    """
+    t = stamp_ns(msg.header.stamp) / NS_PER_S
+    if not msg.valid or len(msg.points) < 2:
+        return Plan(t, np.zeros((0, 2)), valid=False)
+    xy = np.array([[p.x, p.y] for p in msg.points], dtype=np.float64)                  # [N, 2]
+    if (np.abs(xy) > MAX_COORDINATE_M).any():       # finite but absurd: the control's geometry would overflow
+        return Plan(t, xy, valid=False)
+    times = np.array([stamp_ns(p.time_from_start) / NS_PER_S for p in msg.points])     # [N]
+    grid = WAYPOINT_DT_S * np.arange(1, len(xy) + 1)
+    if np.allclose(times, grid, atol=1e-6):
+        return Plan(t, xy)
+    if not (np.all(np.diff(times) > 0) and times[0] > 0 and times[-1] <= MAX_PLAN_HORIZON_S):
+        return Plan(t, xy, valid=False)
+    grid = WAYPOINT_DT_S * np.arange(1, int(times[-1] / WAYPOINT_DT_S + 1e-9) + 1)
+    full_t, full_xy = np.concatenate([[0.0], times]), np.vstack([[0.0, 0.0], xy])    # the ego at the stamp
+    resampled = np.stack([np.interp(grid, full_t, full_xy[:, 0]), np.interp(grid, full_t, full_xy[:, 1])], axis=1)
+    return Plan(t, resampled, valid=len(grid) >= 2)
+
+
+@dataclass(frozen=True)
+class EgoOdometry:
+    stamp_ns: int
+    pose: Pose2D
+    speed_mps: float
+    child_frame: str
+    finite: bool
+
+
+def ego_from_odometry(msg) -> EgoOdometry:
+    p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
+    values = (p.x, p.y, q.x, q.y, q.z, q.w, v.x, v.y)
+    # twist in the child (ego) frame, as carla-ros-bridge publishes it; the speedometer is its norm
+    speed = math.hypot(float(v.x), float(v.y))
+    finite = all(math.isfinite(float(a)) for a in values) and not (q.x == q.y == q.z == q.w == 0.0) \
+        and max(abs(p.x), abs(p.y)) <= MAX_COORDINATE_M and speed <= MAX_SPEED_MPS
+    yaw = yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w)) if finite else math.nan
+    return EgoOdometry(stamp_ns(msg.header.stamp), Pose2D(float(p.x), float(p.y), yaw), speed if finite else math.nan,
+                       str(msg.child_frame_id), finite)
+
+
+def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:
+    """The fix's east / north covariance [2, 2] (m^2, unchecked: the filter checks it), or None when it carries
+    none (type unknown, or east and north variance both left at zero)."""
+    cov = msg.position_covariance
+    if msg.position_covariance_type == NavSatFix.COVARIANCE_TYPE_UNKNOWN or cov[0] == cov[4] == 0.0:
+        return None
+    return np.array([[cov[0], cov[1]], [cov[3], cov[4]]], dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -181,6 +248,37 @@ def rgb_image_msg(rgb: np.ndarray, header: Header) -> Image:
                  data=np.ascontiguousarray(rgb, dtype=np.uint8).tobytes())
 
 
+def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: str) -> Odometry:
+    """The localization filter's estimate: x / y / yaw pose and speed / yaw-rate twist covariance from the filter,
+    ``UNOBSERVED_VARIANCE`` for what a 2-D filter does not estimate (z, roll, pitch, sideways / vertical rates)."""
+    s, p = ekf.state, ekf.covariance
+    msg = Odometry(header=Header(stamp=stamp, frame_id=frame_id), child_frame_id=child_frame_id)
+    msg.pose.pose.position.x, msg.pose.pose.position.y = s.x, s.y
+    o = msg.pose.pose.orientation
+    o.x, o.y, o.z, o.w = quaternion_from_yaw(s.yaw)
+    pose_cov = np.diag([0.0, 0.0, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, 0.0])  # [6, 6]
+    index = {X: 0, Y: 1, YAW: 5}                      # filter state -> (x, y, z, roll, pitch, yaw)
+    for a, i in index.items():
+        for b, j in index.items():
+            pose_cov[i, j] = p[a, b]
+    msg.pose.covariance = pose_cov.ravel().tolist()
+    msg.twist.twist.linear.x = s.speed                # child frame: along the heading
+    msg.twist.twist.angular.z = s.yaw_rate
+    msg.twist.covariance = np.diag([p[V, V], UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE,
+                                    UNOBSERVED_VARIANCE, ekf.yaw_rate_variance()]).ravel().tolist()
+    return msg
+
+
+def transform_message(odometry: Odometry):
+    """The odometry's pose as one TFMessage: header.frame_id -> child_frame_id, at its stamp."""
+    pose = odometry.pose.pose
+    t = TransformStamped(header=odometry.header, child_frame_id=odometry.child_frame_id)
+    t.transform.translation.x, t.transform.translation.y = pose.position.x, pose.position.y
+    t.transform.translation.z = pose.position.z
+    t.transform.rotation = pose.orientation
+    return TFMessage(transforms=[t])
+
+
 PLAN_NS, STATUS_NS = "wam_diff2/plan", "wam_diff2/status"
 _GREEN, _RED = ColorRGBA(r=0.1, g=0.9, b=0.2, a=1.0), ColorRGBA(r=0.95, g=0.1, b=0.1, a=1.0)
 
@@ -206,8 +304,3 @@ def plan_markers(stamp_ns: int, ego_frame: str, waypoints_ego: np.ndarray | None
     label.scale.z = 0.8
     label.color = _GREEN if waypoints_ego is not None else _RED
     return MarkerArray(markers=[line, spheres, label])
-
-
-def diagnostic_array(stamp: Time, *statuses: DiagnosticStatus) -> DiagnosticArray:
-    """One /diagnostics message of a node's statuses."""
-    return DiagnosticArray(header=Header(stamp=stamp), status=list(statuses))

@@ -55,48 +55,37 @@ names, under its namespace for the ego role), named here by their keys there.
 """
 from __future__ import annotations
 
-import collections
 import math
 import sys
 import time
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import TransformStamped
-from nav_msgs.msg import Odometry
+from diagnostic_msgs.msg import DiagnosticStatus
+from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Imu, NavSatFix, NavSatStatus
-from nav_msgs.msg import Path
-from std_msgs.msg import Float32, Header
+from std_msgs.msg import Float32
 
-from wam_diff2_core.topics import LOCALIZATION_NODE, localization_topics
-from wam_diff2_core.geometry import quaternion_from_yaw
+from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.localization.georeference import GeoReference
 from wam_diff2_core.localization.measurements import MeasurementRefused, heading_from_quaternion
-from wam_diff2_core.localization.odometry_filter import LocalizationSettings, OdometryFilter, X, Y, YAW, V
-from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
+from wam_diff2_core.localization.odometry_filter import LocalizationSettings, OdometryFilter
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
 from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
+from wam_diff2_core.topics import LOCALIZATION_NODE, localization_topics
 
+from .conversions import gnss_covariance, ns_to_stamp, odometry_message, transform_message, well_formed_stamp
+from .diagnostics import (GATE_WARN_IN_ROW, LocalizationState, localization_diagnostic_status,
+                          publish_periodically)
 from .optional_msgs import CARLA_MSGS_ERROR, TF2_MSGS_ERROR, TFMessage, carla_msgs
-from .conversions import diagnostic_array, ns_to_stamp, well_formed_stamp
 from .parameters import declare_all
 from .qos import BRIDGE_QOS, DEEP_RELIABLE_QOS, LATCHED_QOS
 from .spinning import run_node
 
-
-UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
-SENSORS = ("gnss", "imu", "speed")
 WARN_PERIOD_S = 5.0                # one WARN per sensor and refusal reason this often, at most
-# Fixes the gate refuses in a row before /diagnostics warns: one is an outlier the gate is there for,
-# two in a row are not noise any more (5 sigma each) but the estimate or the GNSS having moved.
-GATE_WARN_IN_ROW = 2
-
-
 
 
 def ros_type_name(short: str) -> str:
@@ -105,48 +94,10 @@ def ros_type_name(short: str) -> str:
     return f"{package}/msg/{name}"
 
 
-def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:
-    """The fix's east / north covariance [2, 2] (m^2, unchecked: the filter checks it), or None when it carries
-    none (type unknown, or east and north variance both left at zero)."""
-    cov = msg.position_covariance
-    if msg.position_covariance_type == NavSatFix.COVARIANCE_TYPE_UNKNOWN or cov[0] == cov[4] == 0.0:
-        return None
-    return np.array([[cov[0], cov[1]], [cov[3], cov[4]]], dtype=np.float64)
-
-
 def check_stamp(stamp) -> None:
     """Raises MeasurementRefused (``stamp``) for a malformed header stamp (nanosec not below a second)."""
     if not well_formed_stamp(stamp):
         raise MeasurementRefused("stamp", f"header.stamp.nanosec {stamp.nanosec} is not below 1e9")
-
-
-def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: str) -> Odometry:
-    s, p = ekf.state, ekf.covariance
-    msg = Odometry(header=Header(stamp=stamp, frame_id=frame_id), child_frame_id=child_frame_id)
-    msg.pose.pose.position.x, msg.pose.pose.position.y = s.x, s.y
-    o = msg.pose.pose.orientation
-    o.x, o.y, o.z, o.w = quaternion_from_yaw(s.yaw)
-    pose_cov = np.diag([0.0, 0.0, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, 0.0])  # [6, 6]
-    index = {X: 0, Y: 1, YAW: 5}                      # filter state -> (x, y, z, roll, pitch, yaw)
-    for a, i in index.items():
-        for b, j in index.items():
-            pose_cov[i, j] = p[a, b]
-    msg.pose.covariance = pose_cov.ravel().tolist()
-    msg.twist.twist.linear.x = s.speed                # child frame: along the heading
-    msg.twist.twist.angular.z = s.yaw_rate
-    msg.twist.covariance = np.diag([p[V, V], UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE,
-                                    UNOBSERVED_VARIANCE, ekf.yaw_rate_variance()]).ravel().tolist()
-    return msg
-
-
-def transform_message(odometry: Odometry):
-    """The odometry's pose as one TFMessage: header.frame_id -> child_frame_id, at its stamp."""
-    pose = odometry.pose.pose
-    t = TransformStamped(header=odometry.header, child_frame_id=odometry.child_frame_id)
-    t.transform.translation.x, t.transform.translation.y = pose.position.x, pose.position.y
-    t.transform.translation.z = pose.position.z
-    t.transform.rotation = pose.orientation
-    return TFMessage(transforms=[t])
 
 
 class LocalizationNode(Node):
@@ -163,17 +114,14 @@ class LocalizationNode(Node):
             self.reference, settings = GeoReference(), LocalizationSettings()
         self._values = values
         self.ekf = OdometryFilter(settings)
-        self.counts: collections.Counter[str] = collections.Counter()
+        self.state = LocalizationState()
+        self.counts = self.state.counts
         self._last_imu_ns: int | None = None           # stamp of the newest IMU sample used
-        self._used_s: dict[str, float] = {}            # sensor -> filter time of its newest measurement used
         self._warned_at: dict[str, float] = {}         # WARN key -> steady time of its last WARN
-        self._restart_note = ""                        # why the filter restarted, until it is ready again
         self._seen = {"restarts_non_finite": 0, "gnss_reacquired": 0}   # filter counts already logged
         self._published_ns: int | None = None          # stamp of the newest odometry published
         self._route_start: tuple[float, float] | None = None   # first point of the newest route (map frame)
         self._route_start_checked = True               # the first fix after a route arrives is checked
-        self.route_start_distance_m: float | None = None
-        self._route_start_error = ""
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
@@ -181,7 +129,6 @@ class LocalizationNode(Node):
                                               values["speedometer_id"])
         self.child_frame_id = values["child_frame_id"] or values["role_name"]
         self._odometry_pub = self.create_publisher(Odometry, t["odometry"], BRIDGE_QOS)    # as the bridge's odometry
-        self._diagnostics_pub = self.create_publisher(DiagnosticArray, t["diagnostics"], 10)
         self._tf_pub = None
         if values["publish_tf"]:
             if TFMessage is None:
@@ -206,8 +153,8 @@ class LocalizationNode(Node):
         self.create_subscription(Path, t["route"], self._on_path_route, LATCHED_QOS)
         if carla_msgs is not None:
             self.create_subscription(carla_msgs.CarlaRoute, t["carla_route"], self._on_carla_route, LATCHED_QOS)
-        self.create_timer(values["diagnostics_period_s"], self.publish_diagnostics,
-                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self.publish_diagnostics = publish_periodically(self, t["diagnostics"], values["diagnostics_period_s"],
+                                                        self.diagnostic_status)
         if self._config_errors:
             self.get_logger().error("bad parameters, publishing no odometry: " + "; ".join(self._config_errors))
         self.get_logger().info(f"localizing from {t['gnss']} + {t['imu']} + {t['speedometer']} -> {t['odometry']}")
@@ -232,7 +179,7 @@ class LocalizationNode(Node):
             self.ekf.reset()
             self.counts["georeference_changes"] += 1
             self._route_start_checked = self._route_start is None
-            self._route_start_error = ""
+            self.state.route_start_error = ""
             self.get_logger().info(f"georeference {reference.lat_deg:.9f} / {reference.lon_deg:.9f}: filter restarted")
 
     # ------------------------------------------------------------------ inputs
@@ -296,16 +243,16 @@ class LocalizationNode(Node):
     def _check_route_start(self, x: float, y: float) -> None:
         self._route_start_checked = True
         d = math.hypot(x - self._route_start[0], y - self._route_start[1])
-        self.route_start_distance_m = d
+        self.state.route_start_distance_m = d
         limit = self._values["route_start_max_distance_m"]
         if d > limit:
-            self._route_start_error = (
+            self.state.route_start_error = (
                 f"the first GNSS fix is {d:.0f} m from the route's start (more than route_start_max_distance_m "
                 f"{limit:g}): is the georeference right? geo.lat_ref_deg / geo.lon_ref_deg = "
                 f"{self.reference.lat_deg:g} / {self.reference.lon_deg:g}")
-            self.get_logger().error(self._route_start_error)
+            self.get_logger().error(self.state.route_start_error)
         else:
-            self._route_start_error = ""
+            self.state.route_start_error = ""
 
     def _on_imu(self, msg: Imu) -> None:
         q, cov = msg.orientation, msg.orientation_covariance
@@ -343,11 +290,11 @@ class LocalizationNode(Node):
         if used:
             self.counts[f"{kind}_used"] += 1
             t = self.ekf.t
-            if self._used_s and t < max(self._used_s.values()) - self.ekf.settings.max_gap_s:
-                self._used_s.clear()                   # time went back (a new run): ages start over
-            self._used_s[kind] = t
+            if self.state.used_s and t < max(self.state.used_s.values()) - self.ekf.settings.max_gap_s:
+                self.state.used_s.clear()                   # time went back (a new run): ages start over
+            self.state.used_s[kind] = t
             if self.ekf.ready:
-                self._restart_note = ""
+                self.state.restart_note = ""
         else:
             self._refused(kind, self.ekf.refusal)
         self._log_filter_events()
@@ -367,8 +314,8 @@ class LocalizationNode(Node):
         """A WARN for each non-finite restart and each re-acquisition after the gate, once."""
         counts = self.ekf.counts
         if counts["restarts_non_finite"] > self._seen["restarts_non_finite"]:
-            self._restart_note = f"filter restarted: {self.ekf.last_restart}"
-            self.get_logger().warning(f"{self._restart_note}; no odometry until it has a position, a heading and "
+            self.state.restart_note = f"filter restarted: {self.ekf.last_restart}"
+            self.get_logger().warning(f"{self.state.restart_note}; no odometry until it has a position, a heading and "
                                       "a speed again")
         if counts["gnss_reacquired"] > self._seen["gnss_reacquired"]:
             self.get_logger().warning(f"GNSS fixes refused by the gate for filter.gnss_reacquire_s "
@@ -382,55 +329,10 @@ class LocalizationNode(Node):
             self._warned_at[key] = now
             self.get_logger().warning(text)
 
-    def sensor_ages(self) -> dict[str, float | None]:
-        """Seconds of stamp time between each sensor's newest measurement used and the newest of any (None: none
-        used yet while another sensor was)."""
-        if not self._used_s:
-            return {kind: None for kind in SENSORS}
-        newest = max(self._used_s.values())
-        return {kind: newest - self._used_s[kind] if kind in self._used_s else None for kind in SENSORS}
-
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_status(self) -> DiagnosticStatus:
-        p = self.ekf.covariance
-        with np.errstate(invalid="ignore"):                           # a negative variance: nan, not an error
-            stddev = {"position_stddev_m": float(np.sqrt(np.max([p[X, X], p[Y, Y]]))),     # np.max keeps a NaN
-                      "heading_stddev_deg": float(np.degrees(np.sqrt(p[YAW, YAW]))),
-                      "speed_stddev_mps": float(np.sqrt(p[V, V]))}
-        speedometer_error = self._speedometer_type_error()
-        ages, timeout = self.sensor_ages(), self._values["sensor_timeout_s"]
-        stale = [f"{kind} ({'none used' if age is None else f'{age:.2f} s behind'})" for kind, age in ages.items()
-                 if (age is None and self._used_s) or (age is not None and age > timeout)]
-        warnings = [f"stale (sensor_timeout_s {timeout:g}): {', '.join(stale)}" if stale else "",
-                    f"{self.ekf.gate_refused_in_row} GNSS fixes in a row refused by the gate"
-                    if self.ekf.gate_refused_in_row >= GATE_WARN_IN_ROW else ""]
-        if self._config_errors:
-            level, summary = DiagnosticStatus.ERROR, "bad parameters: " + "; ".join(self._config_errors)
-        elif speedometer_error or self._route_start_error:
-            level, summary = DiagnosticStatus.ERROR, "; ".join(e for e in (speedometer_error, self._route_start_error)
-                                                                if e)
-        elif not self.ekf.ready:
-            level, summary = DiagnosticStatus.WARN, "; ".join(filter(None, [
-                self._restart_note, "waiting for a GNSS fix, an IMU orientation and a speed", *warnings]))
-        elif not all(math.isfinite(v) for v in stddev.values()):      # never OK with a NaN standard deviation
-            level, summary = DiagnosticStatus.ERROR, f"non-finite standard deviation: {stddev}"
-        elif any(warnings):
-            level, summary = DiagnosticStatus.WARN, "localized; " + "; ".join(filter(None, warnings))
-        else:
-            level, summary = DiagnosticStatus.OK, "localized"
-        kv = {"ready": str(self.ekf.ready).lower(),
-              **{k: f"{v:.3f}" if self.ekf.ready else "none" for k, v in stddev.items()},
-              **{f"{kind}_age_s": "none" if age is None else f"{age:.3f}" for kind, age in ages.items()},
-              "filter_restarts": str(self.ekf.counts["restarts"]),
-              "filter_restarts_non_finite": str(self.ekf.counts["restarts_non_finite"]),
-              "gnss_reacquired": str(self.ekf.counts["gnss_reacquired"]),
-              "gnss_refused_by_gate_in_row": str(self.ekf.gate_refused_in_row),
-              "speedometer_type": self.speedometer_type,
-              "first_fix_to_route_start_m": "none" if self.route_start_distance_m is None
-              else f"{self.route_start_distance_m:.1f}"}
-        kv.update({k: str(v) for k, v in sorted(self.counts.items())})
-        return DiagnosticStatus(level=level, name=f"{self.get_name()}: localization", message=summary,
-                                hardware_id="wam_diff2", values=[KeyValue(key=k, value=v) for k, v in kv.items()])
+        return localization_diagnostic_status(self.get_name(), self.state, self.ekf, self._values, self._config_errors,
+                                              self._speedometer_type_error())
 
     def _speedometer_type_error(self) -> str:
         """Non-empty when a publisher on the speedometer topic has another type than the one subscribed
@@ -442,9 +344,6 @@ class LocalizationNode(Node):
         fitting = [t for t in SPEEDOMETER_TYPES if ros_type_name(t) in others]
         advice = f"set speedometer_type:={fitting[0]}" if fitting else f"speedometer_type takes {SPEEDOMETER_TYPES}"
         return f"{topic} is published as {', '.join(others)}, not {wanted}: no speed arrives; {advice}"
-
-    def publish_diagnostics(self) -> None:
-        self._diagnostics_pub.publish(diagnostic_array(self.get_clock().now().to_msg(), self.diagnostic_status()))
 
 
 def main(args: list[str] | None = None) -> int:

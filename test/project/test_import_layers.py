@@ -37,7 +37,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("command line", ("wam_diff2_core.cli",)),
     ("ROS conversions", ("wam_diff2_ros", "wam_diff2_ros.conversions", "wam_diff2_ros.keep_latest",
                          "wam_diff2_ros.parameters", "wam_diff2_ros.spinning", "wam_diff2_ros.qos",
-                         "wam_diff2_ros.optional_msgs", "wam_diff2_ros.planner")),     # the planner's pieces
+                         "wam_diff2_ros.optional_msgs", "wam_diff2_ros.diagnostics",
+                         "wam_diff2_ros.planner")),     # the planner's pieces
     ("ROS nodes", ("wam_diff2_ros.planner.node", "wam_diff2_ros.planner.policy", "wam_diff2_ros.controller_node",
                    "wam_diff2_ros.localization_node", "wam_diff2_ros.entry_point", "wam_diff2_ros.planner.launching")),
     ("ROS tools", ("wam_diff2_ros.tools",)),

@@ -34,8 +34,8 @@ from wam_diff2_core.params import controller as cp  # noqa: E402
 from wam_diff2_ros import controller_node as cn  # noqa: E402
 from wam_diff2_ros.qos import LATCHED_QOS, LATEST_RELIABLE_QOS  # noqa: E402
 from wam_diff2_core.topics import controller_topics  # noqa: E402
-from wam_diff2_ros.controller_node import ControllerNode, plan_from_trajectory  # noqa: E402
-from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
+from wam_diff2_ros.controller_node import ControllerNode  # noqa: E402
+from wam_diff2_ros.conversions import ns_to_stamp, plan_from_trajectory  # noqa: E402
 from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl  # noqa: E402
 from test.support import ros_helpers  # noqa: E402
@@ -329,7 +329,7 @@ def test_clock_ticks_answer_each_clock_message_with_the_newest_odometry(rig):
 def test_leaderboard_status_is_latched_true_only_after_the_planner_is_ready(rig, context):
     node, probe = rig.start()                      # vehicle_control: the probe applies ~/output/control
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.LOADING))
-    assert wait_for(lambda: node._planner_state == PlannerStatus.LOADING, WAIT_S)
+    assert wait_for(lambda: node.state.planner_state == PlannerStatus.LOADING, WAIT_S)
     probe.odometry_pub.publish(odometry_msg(T0_NS, vx=0.0))
     assert probe.control_at(T0_NS).reason == "no plan"      # controls flow, the handshake does not
     time.sleep(0.5)
@@ -364,7 +364,7 @@ def test_without_carla_msgs_the_carla_consumer_gets_no_ready_but_an_error(rig, c
     node, probe = rig.start(control_consumer="carla")
     diagnostics = _controller_diagnostics(probe, node)
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
-    assert wait_for(lambda: node._planner_state == PlannerStatus.READY, WAIT_S)
+    assert wait_for(lambda: node.state.planner_state == PlannerStatus.READY, WAIT_S)
     errors = wait_for(lambda: [d for d in list(diagnostics) if d.level == DiagnosticStatus.ERROR], WAIT_S)
     assert errors, [d.message for d in diagnostics]
     assert "carla_msgs is not importable" in errors[-1].message
@@ -394,7 +394,7 @@ def test_with_carla_msgs_the_carla_consumer_gets_ready_after_the_planner(rig):
     node, probe = rig.start(control_consumer="carla")
     diagnostics = _controller_diagnostics(probe, node)
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.LOADING))
-    assert wait_for(lambda: node._planner_state == PlannerStatus.LOADING, WAIT_S)
+    assert wait_for(lambda: node.state.planner_state == PlannerStatus.LOADING, WAIT_S)
     time.sleep(0.3)
     assert probe.ready == []
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
@@ -513,7 +513,7 @@ def test_pacing_holds_the_tick_after_a_planning_frame_until_its_plan_arrives(rig
     assert cp.DEFAULTS["pacing"] == "hold"
     node, probe = rig.start(pacing_every_n_ticks=3, pacing_max_hold_wall_s=0.6)
     probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
-    assert wait_for(lambda: node._planner_state == PlannerStatus.READY, WAIT_S)
+    assert wait_for(lambda: node.state.planner_state == PlannerStatus.READY, WAIT_S)
     tick = [T0_NS + k * DT_NS for k in range(6)]
     probe.odometry_pub.publish(odometry_msg(tick[0], vx=5.0, child_frame_id="hero"))
     assert probe.control_at(tick[0]).reason == "no plan"                 # frame 0: its plan cannot exist yet
@@ -544,7 +544,7 @@ def test_pacing_newest_and_a_planner_not_ready_never_hold(rig):
         node, probe = rig.start(pacing_every_n_ticks=2, **params)
         if ready:
             probe.status_pub.publish(PlannerStatus(state=PlannerStatus.READY))
-            assert wait_for(lambda: node._planner_state == PlannerStatus.READY, WAIT_S)
+            assert wait_for(lambda: node.state.planner_state == PlannerStatus.READY, WAIT_S)
         for k in range(3):
             probe.odometry_pub.publish(odometry_msg(T0_NS + k * DT_NS, vx=5.0, child_frame_id="hero"))
             assert probe.control_at(T0_NS + k * DT_NS, timeout_s=2.0).reason == "no plan"

@@ -36,9 +36,9 @@ from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun  # noqa: 
 from wam_diff2_core.sim.sensors import DEMO_NOISE, DemoSensors  # noqa: E402
 from wam_diff2_core.params import localization as lp  # noqa: E402
 from wam_diff2_ros import localization_node as ln  # noqa: E402
-from wam_diff2_ros.qos import BRIDGE_QOS, DEEP_RELIABLE_QOS  # noqa: E402
+from wam_diff2_ros.qos import BRIDGE_QOS, DEEP_RELIABLE_QOS, LATCHED_QOS  # noqa: E402
 from wam_diff2_ros.tools.simulator_bridge import sensor_messages  # noqa: E402
-from wam_diff2_ros.conversions import ns_to_stamp  # noqa: E402
+from wam_diff2_ros.conversions import UNOBSERVED_VARIANCE, ns_to_stamp  # noqa: E402
 from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns  # noqa: E402
 from test.support import ros_helpers  # noqa: E402
 from test.support.ros_helpers import ros_context, spin_in_thread  # noqa: E402
@@ -158,7 +158,7 @@ def test_node_turns_the_demo_worlds_sensors_into_odometry_close_to_the_truth(rig
     pose_cov, twist_cov = np.reshape(received[-1].pose.covariance, (6, 6)), np.reshape(received[-1].twist.covariance,
                                                                                       (6, 6))
     assert 0 < pose_cov[0, 0] < 1.0 and 0 < pose_cov[1, 1] < 1.0 and 0 < pose_cov[5, 5] < 1e-3
-    assert pose_cov[2, 2] == pose_cov[3, 3] == pose_cov[4, 4] == ln.UNOBSERVED_VARIANCE
+    assert pose_cov[2, 2] == pose_cov[3, 3] == pose_cov[4, 4] == UNOBSERVED_VARIANCE
     assert np.allclose(pose_cov, pose_cov.T) and 0 < twist_cov[0, 0] < 0.1 and twist_cov[5, 5] > 0
     status = node.diagnostic_status()
     assert status.level == DiagnosticStatus.OK
@@ -501,7 +501,7 @@ def test_a_first_fix_far_from_the_route_start_is_an_error_with_the_distance(rig,
     node, bridge = rig(**{"geo.lat_ref_deg": georeference[0], "geo.lon_ref_deg": georeference[1]})
     run = RouteRun(0, ClosedLoopSettings(seed=2000, route_length_m=50.0))
     route_pub = bridge.create_publisher(interface_module("carla_msgs").CarlaRoute, bridge.topics["carla_route"],
-                                        ln.LATCHED_QOS)
+                                        LATCHED_QOS)
     route_pub.publish(carla_route((run.world.ego.x, run.world.ego.y)))   # leaderboard routes start at the ego
     assert wait_for(lambda: node.counts["routes_received"] == 1)
     drive(node, bridge, run, DemoSensors(rng=np.random.default_rng(6)), 3)

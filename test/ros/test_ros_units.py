@@ -242,3 +242,53 @@ def test_each_qos_profile_has_one_name_defined_only_in_qos_py():
     elsewhere = re.compile(r"QoSProfile\(|^\w+_QOS = (?!\{)", re.M)      # a profile built or renamed (not a table)
     assert [str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "wam_diff2_ros").rglob("*.py")
             if p.name != "qos.py" and elsewhere.search(p.read_text())] == []
+
+
+def test_the_controllers_diagnostics_are_a_function_of_its_state():
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    from wam_diff2_ros.diagnostics import ControllerState, controller_diagnostic_status
+    from wam_diff2_ros.msg import PlannerStatus
+
+    values = {"tick_source": "odometry", "control_consumer": "carla", "pacing": "hold"}
+    state = ControllerState(planner_state=PlannerStatus.READY, last_tick_ns=2_500_000_000, last_reason="following plan")
+    state.tick_wall_ms.extend([1.0, 3.0])
+    state.counts["ticks"] = 2
+    status = controller_diagnostic_status("ctl", state, values, [], "", 12.34)
+    table = {kv.key: kv.value for kv in status.values}
+    assert (status.level, status.name, status.message) == (DiagnosticStatus.OK, "ctl: controller", "following plan")
+    assert table["planner_state"] == "READY" and table["last_tick_s"] == "2.500" and table["ticks"] == "2"
+    assert (table["tick_wall_ms_mean"], table["tick_wall_ms_max"], table["pacing_hold_wall_ms_mean"]) == \
+        ("2.00", "3.00", "none")
+    assert table["route_progress_m"] == "12.3" and table["leaderboard_status_sent"] == "false"
+    state.last_reason = "stale plan (1.20 s old)"
+    assert controller_diagnostic_status("ctl", state, values, [], "", None).message == "braking: stale plan (1.20 s old)"
+    status = controller_diagnostic_status("ctl", state, values, ["control.max_throttle: out of range"], "no carla", None)
+    assert status.level == DiagnosticStatus.ERROR
+    assert status.message == "no carla; bad parameters: control.max_throttle: out of range"
+
+
+def test_the_localization_diagnostics_are_a_function_of_its_state():
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    from wam_diff2_core.localization.odometry_filter import OdometryFilter
+    from wam_diff2_ros.diagnostics import LocalizationState, localization_diagnostic_status
+
+    values = {"sensor_timeout_s": 0.5, "speedometer_type": "carla_msgs/CarlaSpeedometer"}
+    ekf, state = OdometryFilter(), LocalizationState()
+    status = localization_diagnostic_status("loc", state, ekf, values, [], "")
+    assert (status.level, status.name) == (DiagnosticStatus.WARN, "loc: localization")
+    assert "waiting for a GNSS fix" in status.message
+    ekf.gnss(1.0, 10.0, 20.0)
+    ekf.imu(1.0, 0.3, 0.0, 0.0)
+    ekf.speed(1.0, 5.0)
+    state.used_s.update(gnss=1.0, imu=1.0, speed=1.0)
+    status = localization_diagnostic_status("loc", state, ekf, values, [], "")
+    table = {kv.key: kv.value for kv in status.values}
+    assert (status.level, status.message, table["ready"], table["gnss_age_s"]) == (DiagnosticStatus.OK, "localized",
+                                                                                   "true", "0.000")
+    state.used_s["imu"] = 2.0                                  # GNSS and speed 1 s behind: stale
+    assert localization_diagnostic_status("loc", state, ekf, values, [], "").level == DiagnosticStatus.WARN
+    for errors, speedometer in ((["publish_tf: no tf2_msgs"], ""), ([], "another type")):
+        assert localization_diagnostic_status("loc", state, ekf, values, errors, speedometer).level == \
+            DiagnosticStatus.ERROR

@@ -13,16 +13,15 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticStatus
 
 from wam_diff2_core.frame_inputs import (BAD_COMMAND, BAD_ODOMETRY, BAD_ROUTE, NO_ODOMETRY, NS_PER_S,
                                          ODOMETRY_OUT_OF_ORDER, ROUTE_FRAME_MISMATCH, STALE_ODOMETRY)
 
+from ..diagnostics import STATE_NAMES, node_status
 from ..msg import PlannerStatus
 from .settings import PlannerSettings
 
-STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
-               PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
 FAST_PATH_FELL_BACK = "fell back: "      # fast_path_check's prefix when the warm-up check chose plain
 RATE_WINDOW_S = 5.0
 # The node's diagnostics count input problems as skipped_<cause> (README.md). Those cause names
@@ -151,5 +150,4 @@ def planner_diagnostic_status(node_name: str, snapshot: PlannerSnapshot, setting
     """ERROR after a failed configure, WARN while not active or with a problem (no fresh input, an
     invalid last plan, a fast path that fell back), else OK."""
     level, summary = _level_and_summary(snapshot, settings)
-    return DiagnosticStatus(level=level, name=f"{node_name}: planner", message=summary, hardware_id="wam_diff2",
-                            values=[KeyValue(key=k, value=v) for k, v in diagnostic_values(snapshot, settings).items()])
+    return node_status(node_name, "planner", level, summary, diagnostic_values(snapshot, settings))

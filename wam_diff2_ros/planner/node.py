@@ -27,11 +27,10 @@ import time
 import traceback
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticStatus
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Float64, Header, String
@@ -45,6 +44,7 @@ from wam_diff2_core.policy import describe_engine
 from wam_diff2_core.topics import PLANNER_NODE
 
 from .. import conversions as conv
+from ..diagnostics import publish_periodically
 from ..keep_latest import LatestWorker
 from ..msg import PlannerStatus
 from ..parameters import declare_all, read_all
@@ -90,11 +90,9 @@ class PlannerNode(LifecycleNode):
         self._state_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._status_pub = self.create_publisher(PlannerStatus, OUTPUT_TOPICS["status"], LATCHED_QOS)
-        self._diagnostics_pub = self.create_publisher(DiagnosticArray, OUTPUT_TOPICS["diagnostics"], 10)
-        # wall time: diagnostics keep coming while the simulator is paused (sim time stands still)
-        self._diagnostics_timer = self.create_timer(settings.diagnostics_period_s, self.publish_diagnostics,
-                                                    callback_group=self._timer_group,
-                                                    clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self.publish_diagnostics = publish_periodically(self, OUTPUT_TOPICS["diagnostics"],
+                                                        settings.diagnostics_period_s, self.diagnostic_status,
+                                                        callback_group=self._timer_group)
         # Subscriptions and (lifecycle) publishers live as long as the node: destroying entities on
         # cleanup races the executor's wait-set (rclpy raised InvalidHandle in the multi-threaded one's
         # spin thread). Inputs are ignored while nothing is active; outputs publish only when active.
@@ -376,9 +374,6 @@ class PlannerNode(LifecycleNode):
             fast_path_check=self._load.fast_path_check, configure_times=dict(self._load.times_s),
             publisher_counts=publisher_counts, **self._inputs.status())
         return planner_diagnostic_status(self.get_name(), snapshot, self._settings)
-
-    def publish_diagnostics(self) -> None:
-        self._diagnostics_pub.publish(conv.diagnostic_array(self.get_clock().now().to_msg(), self.diagnostic_status()))
 
     def destroy_node(self) -> None:
         self._unload(self._lifecycle)

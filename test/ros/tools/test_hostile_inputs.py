@@ -21,7 +21,8 @@ from test.support import REPO_ROOT as REPO
 
 rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash scripts/setup.sh)")
 
-from wam_diff2_ros import controller_node as cn  # noqa: E402
+from wam_diff2_ros import conversions as conv  # noqa: E402
+from wam_diff2_ros.optional_msgs import carla_msgs  # noqa: E402
 from wam_diff2_ros.tools import hostile_messages as hm  # noqa: E402
 from test.support.ros_helpers import unique_domain_id  # noqa: E402
 
@@ -50,7 +51,7 @@ def _no_problems(report: dict) -> None:
     assert f"{report['node']}: {report['messages']} hostile messages (seed 0" in report["stdout"]
 
 
-@pytest.mark.skipif(cn.carla_msgs is None, reason="the bridge's speedometer type needs carla_msgs")
+@pytest.mark.skipif(carla_msgs is None, reason="the bridge's speedometer type needs carla_msgs")
 def test_localization_node_survives_hostile_sensors_and_recovers(reports):
     report = reports["localization"]
     _no_problems(report)
@@ -61,7 +62,7 @@ def test_localization_node_survives_hostile_sensors_and_recovers(reports):
     assert refused.get("filter_restarts_non_finite", 0) == 0
 
 
-@pytest.mark.skipif(cn.carla_msgs is None, reason="the fuzz publishes the leaderboard's types")
+@pytest.mark.skipif(carla_msgs is None, reason="the fuzz publishes the leaderboard's types")
 def test_controller_node_survives_hostile_inputs_and_recovers(reports):
     report = reports["controller"]
     _no_problems(report)
@@ -81,9 +82,9 @@ def test_what_the_fuzz_found_in_the_controller_is_refused_as_invalid():
     from wam_diff2_ros.msg import Trajectory, TrajectoryPoint
 
     for fields in ({"x": 1e308}, {"y": -2e7}, {"vx": 1e300}, {"vx": 3e38, "vy": 3e38}):
-        ego = cn.ego_from_odometry(odometry_msg(0, **fields))
+        ego = conv.ego_from_odometry(odometry_msg(0, **fields))
         assert not ego.finite and math.isnan(ego.speed_mps), fields
-    assert cn.ego_from_odometry(odometry_msg(0, x=9e6, y=-9e6, vx=999.0)).finite
+    assert conv.ego_from_odometry(odometry_msg(0, x=9e6, y=-9e6, vx=999.0)).finite
 
     def plan(points, seconds):
         msg = Trajectory(valid=True)
@@ -91,13 +92,13 @@ def test_what_the_fuzz_found_in_the_controller_is_refused_as_invalid():
             point = TrajectoryPoint(x=x, y=y)
             point.time_from_start.sec = t
             msg.points.append(point)
-        return cn.plan_from_trajectory(msg)
+        return conv.plan_from_trajectory(msg)
 
     assert plan([(1.0, 0.0), (2.0, 0.0)], [1, 2]).valid                      # resampled on the 0.5 s grid
     assert not plan([(1.0, 0.0), (2.0, 0.0)], [1, 2 ** 31 - 1]).valid        # 68 years ahead
     assert not plan([(1e308, 0.0), (2.0, 0.0)], [1, 2]).valid
-    assert cn.well_formed_stamp(Time(sec=2 ** 31 - 1, nanosec=999_999_999))
-    assert not cn.well_formed_stamp(Time(sec=2 ** 31 - 1, nanosec=2 ** 32 - 1))
+    assert conv.well_formed_stamp(Time(sec=2 ** 31 - 1, nanosec=999_999_999))
+    assert not conv.well_formed_stamp(Time(sec=2 ** 31 - 1, nanosec=2 ** 32 - 1))
 
 
 def test_the_spoiler_reaches_every_kind_of_value():
