@@ -1,33 +1,66 @@
 #!/usr/bin/env bash
-# The one device call (about 5 minutes on the lent H200): everything GPU-related, checked and timed.
-#   1. wam-diff2 verify-device --parts probe   versions, SDPA backends with a bool mask in bf16, the token
-#                                              choice captured in a CUDA graph with a registered generator;
-#   2. pytest -m gpu                           the GPU tests (real CUDA graphs across calls against plain,
-#                                              graph replay == eager step, FlashInfer == SDPA when it imports);
-#   3. scripts/gpu_verify.sh                   tokens of every fast variant vs plain, forward / decode /
-#                                              frame timings and the summary table (docs/decoding.md, "The device check").
-# Exit status: 1 if any part fails (a token mismatch, a graph fallback, a probe row NO, a failed test).
-# Runs on the machine as it is (the image's python3 with torch, transformers, pytest): nothing is
-# installed; the call carries gpu_wheels/ (torchao for the quantized rows: bash scripts/gpu_wheels.sh here
-# first), which gpu_verify.sh unpacks. Output: ${OUT:-gpu_verify_out}/ (verify.json, probe.json, pytest.log).
+# The one device call: every part of the device check, each its own process under its own time bound, at most
+# 300 s in all (the bounds below add up to it); then the one table. On the lent GPU image as it is (system
+# python3 3.12 with torch, transformers, pytest): nothing is installed; the wheels in ${WHEELS:-gpu_wheels}/
+# (bash scripts/gpu_wheels.sh here first; the call carries that folder) are unpacked onto PYTHONPATH.
 #
-#   scripts/device_check.sh                       # on the GPU machine
-#   DEVICE=cpu SHAPE=tiny scripts/device_check.sh --prompt-length 64 ...   # the same three parts on CPU (CI)
+#   scripts/device_check.sh                                         # on the GPU machine: the 2B shape, bf16
+#   DEVICE=cpu SHAPE=tiny scripts/device_check.sh --prompt-length 64 ...   # its CPU twin (CI: test/scripts/test_device_check.py)
+#   PARTS="tokens:60 forward:40" scripts/device_check.sh            # some parts, other bounds
+#
+# Parts (wam-diff2 verify-device --parts P, wam_diff2_core/cli/verify_device.py; "tests" is pytest -m gpu):
+# probe, tests, tokens, forward, decode, frame, profile, compiled, quant. Each writes its rows as they are
+# measured, so a part stopped at its bound leaves what it had. After every part the raw results are packed into
+# ${OUT:-device_check_out}/device_check.tar.gz (each part's .jsonl and .log, status.txt), beside summary.txt at
+# the end: two files, as a device call brings back at most eight.
+# Exit status 1 if a part fails (a token mismatch, a graph fallback, a probe row NO, a failed test) or is stopped
+# at its bound.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-OUT_DIR=${OUT:-gpu_verify_out}
+OUT_DIR=${OUT:-device_check_out}
 DEVICE=${DEVICE:-cuda}
+SHAPE=${SHAPE:-2b}
+WHEELS=${WHEELS:-gpu_wheels}
+PARTS=${PARTS:-"probe:15 tests:40 tokens:45 forward:40 decode:20 frame:45 profile:25 compiled:45 quant:25"}
+RAW=$(mktemp -d)
 mkdir -p "$OUT_DIR"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+    extra=$(mktemp -d)
+    for wheel in "$WHEELS"/*.whl; do
+        "$PY" -m zipfile -e "$wheel" "$extra" || { echo "device_check: cannot unpack $wheel" >&2; exit 2; }
+    done
+    echo "device_check: wheels from $WHEELS on PYTHONPATH ($(ls "$WHEELS" | tr '\n' ' '))"
+fi
+export PYTHONPATH="$PWD${extra:+:$extra}${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 status=0
-echo "== 1. probe"
-"$PY" -m wam_diff2_core.cli verify-device --device "$DEVICE" --parts probe --out "$OUT_DIR/probe" || status=1
-echo "== 2. pytest -m gpu"
-"$PY" -m pytest -q -m gpu -p no:cacheprovider \
-    test/core/decoding/test_graph_emulation.py test/core/decoding/test_static_decoder.py 2>&1 | tee "$OUT_DIR/pytest.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-echo "== 3. gpu_verify.sh"
-OUT=$OUT_DIR bash scripts/gpu_verify.sh --device "$DEVICE" --shape "${SHAPE:-2b}" "$@" || status=1
-echo "device_check: $([ $status -eq 0 ] && echo 'every part passed' || echo 'FAILED')"
+for entry in $PARTS; do
+    part=${entry%%:*} bound=${entry##*:}
+    echo "== $part (at most $bound s)"
+    start=$SECONDS
+    if [ "$part" = tests ]; then
+        timeout -k 5 "$bound" "$PY" -m pytest -q -m gpu -p no:cacheprovider test/core/decoding/test_graph_emulation.py \
+            test/core/decoding/test_static_decoder.py test/core/decoding/test_layer_ops.py > "$RAW/tests.log" 2>&1
+    else
+        timeout -k 5 "$bound" "$PY" -m wam_diff2_core.cli verify-device --device "$DEVICE" --shape "$SHAPE" \
+            --parts "$part" --out "$RAW" "$@" > "$RAW/$part.log" 2>&1
+    fi
+    rc=$?
+    case $rc in
+        0) result=passed ;;
+        124|137) result="STOPPED at its bound" ;;
+        *) result="FAILED (exit $rc)" ;;
+    esac
+    [ $rc -eq 0 ] || status=1
+    echo "$part: $result after $((SECONDS - start)) s" | tee -a "$RAW/status.txt"
+    tail -n 4 "$RAW/$part.log"
+    tar czf "$OUT_DIR/device_check.tar.gz" -C "$RAW" .
+done
+"$PY" -m wam_diff2_core.cli verify-device --summary "$RAW" > "$RAW/summary.txt" 2>&1 || status=1
+cat "$RAW/status.txt" >> "$RAW/summary.txt"
+cp "$RAW/summary.txt" "$OUT_DIR/summary.txt"
+tar czf "$OUT_DIR/device_check.tar.gz" -C "$RAW" .
+cat "$OUT_DIR/summary.txt"
+echo "device_check: $([ $status -eq 0 ] && echo 'every part passed' || echo 'FAILED') ($SECONDS s)"
 exit $status

@@ -16,7 +16,6 @@ import argparse
 import logging
 import statistics
 import time
-import types
 import warnings
 
 import torch
@@ -25,19 +24,19 @@ METHODS = ("none", "int8", "int8-dynamic", "int4")
 
 
 def forward() -> None:
-    from wam_diff2_core.benchmark.timing import forward_steps, interleaved_times, weight_bytes
+    from wam_diff2_core.benchmark.timing import ForwardBench, forward_steps, interleaved_times, weight_bytes
     from wam_diff2_core.benchmark.variants import make_variant
     from wam_diff2_core.model.random_model import build_random_model
     from wam_diff2_core.model.quantization import quantize_language_model
 
-    dev, args = torch.device("cpu"), types.SimpleNamespace(block_size=32, batch=1, seed=0)
+    dev, bench = torch.device("cpu"), ForwardBench(block_size=32, batch=1, seed=0)
     fns, sizes = {}, {}
     for q in METHODS:
         model, config = build_random_model("small", dev, torch.float32, 0, 24.0)
         quantize_language_model(model, q)
         sizes[q] = weight_bytes(model)
         decoder = make_variant("static-sdpa", model, config)
-        for row, fn in forward_steps("static-sdpa", decoder, config, args, dev, 256)[:2]:
+        for row, fn in forward_steps("static-sdpa", decoder, config, bench, dev, 256)[:2]:
             fns[(q, row["step"])] = fn
     times = interleaved_times(fns, dev, repeats=15, warmup=2)
     print(f"shape small, {torch.get_num_threads()} threads, float32 activations, prompt 256; ms median / fastest")

@@ -1,6 +1,6 @@
 """A test double of FlashInfer's paged prefill wrapper, so the FlashInfer backend's own logic (packing, page
 tables, request layout, the plan's arguments) runs on a CPU without FlashInfer. The real kernels are checked
-against the SDPA backend by the GPU verification script (scripts/gpu_verify.sh)."""
+against the SDPA backend by the device check (scripts/device_check.sh)."""
 from __future__ import annotations
 
 import torch

@@ -54,17 +54,18 @@ def count_kernels(fn: Callable[[], object]) -> KernelCount:
 
 
 def static_forward_kernels(decoder, inputs, block_size: int = 32) -> dict[str, dict]:
-    """Kernels of one static-decoder forward after the prompt ``inputs``, for the AR step (1 query) and a
-    Block-``block_size`` denoise step: the whole forward, and per layer (the forward over the first two layers
-    minus the forward over the first one) and outside the layers (embedding, final norm, LM head, the step's
-    shared attention masks), eagerly (a CUDA graph replays the same kernels)."""
+    """Kernels of one static-decoder forward after the prompt ``inputs``, per step shape (timing.step_shapes:
+    AR, Block-``block_size``, the fused commit + step): the whole forward, and per layer (the forward over the
+    first two layers minus the forward over the first one) and outside the layers (embedding, final norm, LM
+    head, the step's shared attention masks), eagerly (a CUDA graph replays the same kernels)."""
     from ..decoding.step import forward_step
+    from .timing import step_shapes
 
     with torch.no_grad():
         state = decoder.begin(inputs, block_size, answer_slots=2 * block_size)
     text, cache, attention = decoder.text, state.run.cache, decoder.attention
     counts = {}
-    for label, segments in (("AR", [(0, 1)]), (f"Block-{block_size}", [(0, block_size)])):
+    for label, _, segments in step_shapes(block_size):
         buf = decoder.plan_step(state, segments)
         buf.tokens.fill_(decoder.config.mask_token_id)
         total = count_kernels(lambda: forward_step(text, cache, attention, buf))
@@ -75,3 +76,34 @@ def static_forward_kernels(decoder, inputs, block_size: int = 32) -> dict[str, d
             row.update(per_layer=two - one, outside=2 * one - two)
         counts[label] = row
     return counts
+
+
+def plain_forward_kernels(decoder, inputs, block_size: int, mask_id: int) -> dict[str, int]:
+    """Kernels of the plain decoder's forward (transformers over a DynamicCache) for AR and Block-``block_size``."""
+    with torch.no_grad():
+        prefix = decoder.prefill(inputs, block_size)
+    block = torch.full((inputs["input_ids"].shape[0], block_size), mask_id, device=inputs["input_ids"].device)
+    return {label: count_kernels(lambda q=queries: decoder.forward_block(prefix, block[:, :q], 0, keep=False)).total
+            for label, queries, _ in (("AR", 1, None), (f"Block-{block_size}", block_size, None))}
+
+
+def add_kernel_counts(rows: list[dict], variants: dict, config, bench, device) -> None:
+    """Each forward row of timing.time_forwards gets ``kernels``: what one forward of its variant and step launches
+    ("-" for a compiled forward, whose kernels Inductor generates, and where a variant cannot be counted)."""
+    from .variants import random_prompt
+
+    counted: dict[tuple, object] = {}
+    for row in rows:
+        name, length = row["variant"], row["prompt"]
+        key = (name, length)
+        if key not in counted:
+            decoder = variants[name]
+            inputs = random_prompt(config.vocab_size, bench.batch, length, bench.seed, device)
+            if "-compiled" in name or "flashinfer" in name:     # Inductor's kernels; FlashInfer's calls bypass dispatch
+                counted[key] = {}
+            elif name == "plain":
+                counted[key] = plain_forward_kernels(decoder, inputs, bench.block_size, config.mask_token_id)
+            else:
+                counted[key] = {label: c["total"] for label, c in
+                                static_forward_kernels(decoder, inputs, bench.block_size).items()}
+        row["kernels"] = counted[key].get(row["step"], "-")

@@ -1,19 +1,31 @@
 """Decoding speed: ms of one forward beside its memory-bandwidth floor, ms per token, whole decodes.
 
 What ``wam-diff2 bench`` (random weights or a checkpoint, random text prompts) and ``verify-device``
-measure; the command lines choose the variants and print the tables. ``args`` below is the bench
-command's arguments (``block_size``, ``batch``, ``seed``, ``prompt_lengths``, ``repeats``, and for the
-per-token and decode tables ``tokens_per_forward`` and ``new_tokens``).
+measure, under one :class:`ForwardBench`; the command lines choose the variants and print the tables.
 
-    rows = time_forwards(decoders, model, config, args, device, measure_bandwidth(device))
+    rows = time_forwards(decoders, model, config, ForwardBench(prompt_lengths=(1024,)), device, measure_bandwidth(device))
 """
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 
 from ..profiling import StageTimes, stage_summary
 from .variants import random_prompt
+
+
+@dataclass(frozen=True)
+class ForwardBench:
+    """What the forward, per-token and decode tables measure."""
+
+    prompt_lengths: tuple[int, ...] = (1024, 2048)
+    block_size: int = 32            # the Block-B compared with AR
+    batch: int = 1
+    seed: int = 0
+    repeats: int = 10               # timed runs per measurement (median)
+    tokens_per_forward: float = 4.0  # the per-token table's answer tokens per denoise forward
+    new_tokens: int = 64            # tokens per decode in the decode table
 
 
 def _sync(device) -> None:
@@ -74,15 +86,20 @@ def kv_bytes(model, keys: int, batch: int) -> int:
 
 
 
-def forward_steps(name, decoder, config, args, device, length: int) -> list[tuple[dict, object]]:
+def step_shapes(size: int, fused: bool = True) -> list[tuple[str, int, list[tuple[int, int]]]]:
+    """(label, queries, response segments) of the step shapes a benchmark times: AR (1 query), Block-B, and
+    the static path's fused commit + step (2B queries)."""
+    shapes = [("AR", 1, [(0, 1)]), (f"Block-{size}", size, [(0, size)])]
+    return shapes + [(f"fused commit+step ({2 * size} q)", 2 * size, [(0, size), (size, size)])] if fused else shapes
+
+
+def forward_steps(name, decoder, config, bench: ForwardBench, device, length: int) -> list[tuple[dict, object]]:
     """(row, callable) per step shape after a prompt of ``length``: AR (1 query), block (B), and for
     the static path the fused commit + step (2B). Each callable runs one forward."""
     import torch
-    size, batch = args.block_size, args.batch
-    inputs = random_prompt(config.vocab_size, batch, length, args.seed, device)
-    shapes = [("AR", 1, [(0, 1)]), (f"Block-{size}", size, [(0, size)])]
-    if name != "plain":
-        shapes.append((f"fused commit+step ({2 * size} q)", 2 * size, [(0, size), (size, size)]))
+    size, batch = bench.block_size, bench.batch
+    inputs = random_prompt(config.vocab_size, batch, length, bench.seed, device)
+    shapes = step_shapes(size, fused=name != "plain")
     steps = []
     with torch.no_grad():
         if name == "plain":
@@ -103,23 +120,23 @@ def forward_steps(name, decoder, config, args, device, length: int) -> list[tupl
     return steps
 
 
-def time_forwards(variants: dict, model, config, args, device, bandwidth) -> list[dict]:
+def time_forwards(variants: dict, model, config, bench: ForwardBench, device, bandwidth) -> list[dict]:
     """Median ms of one forward per (variant, prompt length, step shape), variants interleaved."""
     rows = []
-    for length in args.prompt_lengths:
+    for length in bench.prompt_lengths:
         steps = [step for name, decoder in variants.items()
-                 for step in forward_steps(name, decoder, config, args, device, length)]
-        times = interleaved_times({i: fn for i, (_, fn) in enumerate(steps)}, device, args.repeats)
+                 for step in forward_steps(name, decoder, config, bench, device, length)]
+        times = interleaved_times({i: fn for i, (_, fn) in enumerate(steps)}, device, bench.repeats)
         for i, (row, _) in enumerate(steps):
-            floor = (weight_bytes(model) + kv_bytes(model, row["keys"], args.batch)) / bandwidth * 1e3
+            floor = (weight_bytes(model) + kv_bytes(model, row["keys"], bench.batch)) / bandwidth * 1e3
             median, fastest = times[i]
             rows.append({**row, "ms": median, "min_ms": fastest, "floor_ms": floor, "x_floor": median / floor})
     return rows
 
 
-def per_token(forward_rows: list[dict], args) -> list[dict]:
-    """ms/token and tokens/s from per-forward medians at --tokens-per-forward."""
-    size, tpf, out = args.block_size, args.tokens_per_forward, []
+def per_token(forward_rows: list[dict], bench: ForwardBench) -> list[dict]:
+    """ms/token and tokens/s from per-forward medians at ``bench.tokens_per_forward``."""
+    size, tpf, out = bench.block_size, bench.tokens_per_forward, []
     by_key = {(r["variant"], r["prompt"], r["queries"]): r["ms"] for r in forward_rows}
     for (variant, prompt, queries), ms in by_key.items():
         if queries == 1:
@@ -137,24 +154,24 @@ def per_token(forward_rows: list[dict], args) -> list[dict]:
             continue
         out.append({"variant": variant, "prompt": prompt, "mode": mode, "tokens_per_forward":
                     1.0 if queries == 1 else tpf, "ms_per_token": ms_token,
-                    "tokens_per_s": 1e3 / ms_token * args.batch})
+                    "tokens_per_s": 1e3 / ms_token * bench.batch})
     return out
 
 
-def time_decodes(variants: dict, config, args, device) -> list[dict]:
+def time_decodes(variants: dict, config, bench: ForwardBench, device) -> list[dict]:
     """Whole generate() calls on the same prompts, AR and Block-B, variants interleaved."""
     import torch
     rows = []
-    for length in args.prompt_lengths:
-        inputs = random_prompt(config.vocab_size, args.batch, length, args.seed + 1, device)
-        for block in (1, args.block_size):
+    for length in bench.prompt_lengths:
+        inputs = random_prompt(config.vocab_size, bench.batch, length, bench.seed + 1, device)
+        for block in (1, bench.block_size):
             settings = config.settings.replace(block_size=block, denoising_steps=block,
-                                               max_new_tokens=args.new_tokens)
+                                               max_new_tokens=bench.new_tokens)
             outs = {name: [] for name in variants}
             fns = {name: (lambda d=decoder, o=outs[name]: o.append(d.generate(inputs, settings)))
                    for name, decoder in variants.items()}
             with torch.no_grad():
-                times = interleaved_times(fns, device, args.repeats, warmup=1)
+                times = interleaved_times(fns, device, bench.repeats, warmup=1)
             reference = None
             for name in variants:
                 out = outs[name][-1]
@@ -165,7 +182,7 @@ def time_decodes(variants: dict, config, args, device) -> list[dict]:
                 # Decoding alone (prefill excluded), per call from the decoder's own phase timers.
                 decode_ms = statistics.median(o.stats[0].denoise_ms + o.stats[0].commit_ms for o in outs[name])
                 stages = []            # text prompts: no image, processor or vision stage; no parsing
-                for o in outs[name][-args.repeats:]:          # the timed calls, not the warm-up
+                for o in outs[name][-bench.repeats:]:          # the timed calls, not the warm-up
                     st = StageTimes()
                     st.add_decode(o.stats[0], 0.0)
                     st.total_ms = st.stage_sum_ms

@@ -10,6 +10,8 @@ call is replayed by the second). float32 must be identical; bf16 gates on a teac
 """
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 # The token-check model: head_dim 128 with grouped heads (2:1), small enough to decode in seconds.
 CHECK_SHAPE = dict(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                    num_attention_heads=2, num_key_value_heads=1, head_dim=128, mrope_section=[24, 20, 20],
@@ -24,14 +26,14 @@ NEAR_TIE = 0.01     # bf16 teacher-forced check: a flip is legitimate below this
 COMPILED_CASES = 1
 
 
-def fast_variants(device, dtype, quantized: bool = False) -> list[str]:
+def fast_variants(device, dtype) -> list[str]:
     """The fast variants the token check runs: the device's, and off CUDA the graphed path with emulated
-    graphs (the capture rules and fixed buffers checked without a GPU); quantized off CUDA, not the
-    compiled one (a compile of torchao's CPU path costs minutes of CI for a path no board runs)."""
+    graphs (the capture rules and fixed buffers checked without a GPU); not the compiled ones (each step shape
+    is a compile: the device check's compiled part checks them)."""
     from .variants import available_variants
-    names = [v for v in available_variants(device) if v != "plain"]
+    names = [v for v in available_variants(device) if v != "plain" and "-compiled" not in v]
     if device.type != "cuda":
-        names += ["static-sdpa-graph-emulated"] + ([] if quantized else ["static-sdpa-compiled-graph-emulated"])
+        names += ["static-sdpa-graph-emulated"]
     if "float32" in str(dtype):        # FlashInfer runs bf16 / fp16 only
         names = [v for v in names if "flashinfer" not in v]
     return names
@@ -74,8 +76,9 @@ def teacher_forced(fast, plain, batch, answers, config, size: int) -> tuple[int,
     return int(flips.sum()), float((got - want).abs().max())
 
 
-def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0,
-                 quantization: str = "none") -> tuple[list[dict], bool]:
+def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0, quantization: str = "none",
+                 variants: Sequence[str] | None = None, on_row: Callable[[dict], object] | None = None,
+                 compile_mode: str = "default") -> tuple[list[dict], bool]:
     """Fast variants against plain on a head_dim-128 random model: rows of the table, and ok.
 
     Each variant is warmed up as a node does, then decodes every case on two calls per batch size with
@@ -83,7 +86,8 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0,
     :data:`COMPILED_CASES`). float32: tokens identical. bf16: the free-running agreement is reported, the
     gate is :func:`teacher_forced` (no flip at a clear margin). A graphed row also fails on any graph
     fallback and when it replayed no graph. ``quantization``: the model's linear layers quantized first
-    (both paths decode the same quantized weights)."""
+    (both paths decode the same quantized weights). ``variants``: these instead of :func:`fast_variants`;
+    ``on_row``: called with each row as it is measured."""
     import torch
 
     from ..decoding.sampling import seeded_generators
@@ -105,11 +109,13 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0,
                  ("AR greedy", dict(block_size=1, denoising_steps=1, max_new_tokens=max(1, new_tokens // 2))),
                  ("AR sampled", dict(block_size=1, denoising_steps=1, temperature=1.0, top_k=50,
                                      max_new_tokens=max(1, new_tokens // 2)))]
-        for name in fast_variants(device, dtype_name, quantized=quantization != "none"):
+        for name in variants or fast_variants(device, dtype_name):
             try:
-                fast = make_variant(name, model, config)
+                fast = make_variant(name, model, config, compile_mode=compile_mode)
             except Exception as exc:  # noqa: BLE001 - a variant that cannot start is a failed row
                 rows.append(dict(dtype=label, variant=name, case="-", same="-", note=f"FAIL {type(exc).__name__}: {exc}"))
+                if on_row:
+                    on_row(rows[-1])
                 ok = False
                 continue
             graphs = getattr(fast, "graphs", None) if "-graph" in name else None
@@ -151,5 +157,7 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0,
                     note = f"{graphs.replays - replays} replays of {len(graphs.graphs)} graphs " + note
                 ok &= passed
                 rows.append(dict(dtype=label, variant=name, case=case, same=f"{same}/{total}", note=note))
+                if on_row:
+                    on_row(rows[-1])
         del model
     return rows, ok

@@ -23,10 +23,11 @@ def available_variants(device) -> list[str]:
     return variants
 
 
-def make_variant(name: str, model, config):
+def make_variant(name: str, model, config, compile_mode: str = "default"):
     """A decoder by variant name: ``static-<attention>[-compiled][-graph][-emulated]``; ``-compiled`` runs the
-    forward through torch.compile (engine.compile_forward), ``-graph-emulated`` is the graphed path with
-    emulated graphs (decoding/cuda_graphs.py: any device; verify-device's check of the capture rules off a GPU)."""
+    forward through torch.compile (engine.compile_forward, in ``compile_mode``), ``-graph-emulated`` is the
+    graphed path with emulated graphs (decoding/cuda_graphs.py: any device; verify-device's check of the
+    capture rules off a GPU)."""
     from ..decoding import make_decoder
     if name == "plain":
         return make_decoder(model, config, "plain")
@@ -36,10 +37,10 @@ def make_variant(name: str, model, config):
         from ..config import EngineSettings
         from ..decoding.static import StaticBlockDiffusionDecoder
         engine = EngineSettings(implementation="static", cuda_graphs=True, attention_backend=backend,
-                                compile_forward=compiled)
+                                compile_forward=compiled, compile_mode=compile_mode)
         return StaticBlockDiffusionDecoder(model, config, engine, graph_emulation=True)
     decoder = make_decoder(model, config, "static", attention_backend=backend, cuda_graphs=name.endswith("-graph"),
-                           compile_forward=compiled)
+                           compile_forward=compiled, compile_mode=compile_mode)
     if name.endswith("-graph") and not decoder.graphs.enabled:
         raise RuntimeError(decoder.graphs.reason)
     return decoder

@@ -15,7 +15,8 @@ for CPUs) or ``--model CKPT``; prompts are random text tokens. Three tables, med
 1. forward: ms of one forward after a prompt of each ``--prompt-lengths`` (AR: 1 query; Block-B:
    B queries; fused commit + step: 2B queries) for each variant (plain = transformers + DynamicCache;
    static eager / CUDA graph; SDPA / FlashInfer), beside the memory-bandwidth floor of that forward
-   (bytes of weights + K/V read / the device's measured copy bandwidth);
+   (bytes of weights + K/V read / the device's measured copy bandwidth) and the kernels it launches
+   (benchmark/kernel_count.py: counted on any device; "-" for a compiled forward, whose kernels Inductor makes);
 2. per token at ``--tokens-per-forward`` (measure it on a trained model: answer tokens / denoise steps):
    a block costs S_b = B / tpf forwards, plus one commit forward on the plain path; AR costs one
    forward per token;
@@ -28,7 +29,8 @@ import json
 import logging
 from pathlib import Path
 
-from ..benchmark.timing import measure_bandwidth, per_token, time_decodes, time_forwards, weight_bytes
+from ..benchmark.kernel_count import add_kernel_counts
+from ..benchmark.timing import ForwardBench, measure_bandwidth, per_token, time_decodes, time_forwards, weight_bytes
 from ..benchmark.variants import available_variants, make_variant
 from ..config import add_threads_argument
 from ..model.random_model import SHAPES, build_random_model
@@ -89,10 +91,12 @@ def run(args) -> int:
         quantize_language_model(model, args.quantization)
         config = config.with_settings(block_size=args.block_size)
         shape = args.shape
-    args.block_size = config.block_size
-    if args.block_size < 2:
-        raise ConfigError(f"block_size: {args.block_size} (from {config.sources.get('block_size', 'the user')}); "
+    if config.block_size < 2:
+        raise ConfigError(f"block_size: {config.block_size} (from {config.sources.get('block_size', 'the user')}); "
                           "the benchmark compares AR with Block-B, give --block-size B >= 2")
+    bench = ForwardBench(prompt_lengths=tuple(args.prompt_lengths), block_size=config.block_size, batch=args.batch,
+                         seed=args.seed, repeats=args.repeats, tokens_per_forward=args.tokens_per_forward,
+                         new_tokens=args.new_tokens)
     names = args.variants or available_variants(device)
     variants = {}
     for name in names:
@@ -103,26 +107,27 @@ def run(args) -> int:
     bandwidth = measure_bandwidth(device)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {dtype}, shape {shape}, "
-          f"batch {args.batch}, B={args.block_size}, quantization {args.quantization}, "
+          f"batch {bench.batch}, B={bench.block_size}, quantization {args.quantization}, "
           f"measured bandwidth {bandwidth / 1e9:.1f} GB/s, weights {weight_bytes(model) / 1e6:.1f} MB, "
           f"medians of {args.repeats}")
 
     for name, decoder in variants.items():
         if name.endswith("-graph"):
-            decoder.warmup(batch_sizes=(args.batch,), prompt_tokens=args.prompt_lengths[0],
-                           settings=config.settings.replace(block_size=args.block_size))
-    forward_rows = time_forwards(variants, model, config, args, device, bandwidth)
+            decoder.warmup(batch_sizes=(bench.batch,), prompt_tokens=bench.prompt_lengths[0],
+                           settings=config.settings.replace(block_size=bench.block_size))
+    forward_rows = time_forwards(variants, model, config, bench, device, bandwidth)
+    add_kernel_counts(forward_rows, variants, config, bench, device)
     print("\n1. one forward (median and fastest ms) vs the memory-bandwidth floor (weights + K/V read / bandwidth)")
     print(format_table(forward_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("step", "step", ""),
                                 ("ms", "ms", ".3f"), ("min_ms", "min ms", ".3f"), ("floor_ms", "floor ms", ".3f"),
-                                ("x_floor", "x floor", ".2f")]))
-    token_rows = per_token(forward_rows, args)
+                                ("x_floor", "x floor", ".2f"), ("kernels", "kernels", "")]))
+    token_rows = per_token(forward_rows, bench)
     print(f"\n2. per token at {args.tokens_per_forward} tokens per denoise forward (AR: 1)")
     print(format_table(token_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
                               ("ms_per_token", "ms/token", ".3f"), ("tokens_per_s", "tokens/s", ".1f")]))
     decode_rows = []
     if not args.skip_decode:
-        decode_rows = time_decodes(variants, config, args, device)
+        decode_rows = time_decodes(variants, config, bench, device)
         print(f"\n3. decode {args.new_tokens} tokens: whole generate() calls (total: median and fastest of "
               "--repeats), split into prefill and decoding (medians); ms/token and tokens/s exclude the prefill")
         print(format_table(decode_rows, [("variant", "variant", ""), ("prompt", "prompt", ""), ("mode", "mode", ""),
@@ -139,7 +144,7 @@ def run(args) -> int:
     if args.json:
         payload = {"device": str(device), "device_name": device_name, "threads": torch.get_num_threads(),
                    "dtype": str(dtype), "quantization": args.quantization, "shape": shape, "tokens_per_forward": args.tokens_per_forward,
-                   "batch": args.batch, "block_size": args.block_size, "bandwidth_gbps": bandwidth / 1e9,
+                   "batch": bench.batch, "block_size": bench.block_size, "bandwidth_gbps": bandwidth / 1e9,
                    "torch": torch.__version__, "forward": forward_rows, "per_token": token_rows,
                    "decode": decode_rows}
         Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")

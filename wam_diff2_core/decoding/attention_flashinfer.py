@@ -18,7 +18,7 @@ keys are a contiguous run of pages and padding is never stored.
   host tensors (FlashInfer reads those on the host: device tensors there cost a device-to-host copy, a
   sync, each) and the page indices reach the device by an asynchronous copy from pinned memory.
 
-This module never runs on a machine without an NVIDIA GPU; scripts/gpu_verify.sh checks its tokens
+This module never runs on a machine without an NVIDIA GPU; scripts/device_check.sh checks its tokens
 against SDPA (CPU tests run its page tables and request layout against a pure-torch stand-in).
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .shapes import MROPE_SECTION, TEXT, VISION, rope_parameters
 
 # Text dimensions (Qwen3-VL-2B-Instruct's config for "2b"); the vision tower is minimal unless a caller
-# asks for the real one (VISION_2B: scripts/gpu_verify.sh times camera frame -> trajectory through it).
+# asks for the real one (VISION_2B: the device check times camera frame -> trajectory through it).
 SHAPES = {
     "2b": {**TEXT["2b"], "mrope_section": list(MROPE_SECTION)},
     "small": dict(vocab_size=8192, hidden_size=512, intermediate_size=1536, num_hidden_layers=6,

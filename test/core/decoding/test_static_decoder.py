@@ -433,7 +433,7 @@ def test_factory(tiny_model, caplog):
 
 # ---------------------------------------------------------------------------------- GPU
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                   reason="needs a CUDA device (CUDA graphs, FlashInfer): run scripts/gpu_verify.sh")
+                                   reason="needs a CUDA device (CUDA graphs, FlashInfer): run scripts/device_check.sh")
 
 
 @pytest.fixture(scope="module")
