@@ -79,7 +79,7 @@ from .conversions import MAX_COORDINATE_M, EgoOdometry, ego_from_odometry, ns_to
 from .diagnostics import ControllerState, controller_diagnostic_status, publish_periodically
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
-from .parameters import declare_all
+from .parameters import declare_all, read_all
 from .qos import CLOCK_SUBSCRIPTION_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS
 from .spinning import run_node
 
@@ -95,7 +95,7 @@ class ControllerNode(Node):
         super().__init__(node_name, **kwargs)
         # an override rclpy refuses (wrong type, out of range) keeps the node up: it brakes and reports
         self._config_errors = list(declare_all(self, SPECS).values())
-        values = {s.name: self.get_parameter(s.name).value for s in SPECS}
+        values = read_all(self, SPECS)
         self._config_errors += [str(e) for e in validate_values(values)]
         self._values = values
         self.add_on_set_parameters_callback(self._on_set_parameters)

@@ -149,7 +149,7 @@ def path_msg(stamp_ns: int, frame_id: str, points_xy: np.ndarray, headings: np.n
     path = Path(header=Header(stamp=ns_to_stamp(stamp_ns), frame_id=frame_id))
     for k, ((x, y), yaw) in enumerate(zip(points_xy, headings)):
         pose = PoseStamped(header=Header(stamp=ns_to_stamp(stamp_ns + (k + 1) * WAYPOINT_DT_NS), frame_id=frame_id))
-        pose.pose = _pose(float(x), float(y), float(yaw))
+        pose.pose = pose_msg(float(x), float(y), float(yaw))
         path.poses.append(pose)
     return path
 
@@ -165,7 +165,7 @@ def plan_paths(stamp_ns: int, ego_frame: str, waypoints_ego: np.ndarray, odom_fr
     return ego_path, path_msg(stamp_ns, odom_frame, world, headings + ego_at_stamp.yaw)
 
 
-def _pose(x: float, y: float, yaw: float) -> Pose:
+def pose_msg(x: float, y: float, yaw: float) -> Pose:
     pose = Pose()
     pose.position.x, pose.position.y = x, y
     qx, qy, qz, qw = quaternion_from_yaw(yaw)
@@ -205,7 +205,7 @@ def autoware_trajectory_msg(autoware_msgs, stamp_ns: int, frame_id: str, profile
                                                      profile.heading_rate):
         out.points.append(autoware_msgs.TrajectoryPoint(
             time_from_start=ns_to_duration(int(round(t * NS_PER_S))),
-            pose=_pose(float(x), float(y), float(heading) + ego_at_stamp.yaw),
+            pose=pose_msg(float(x), float(y), float(heading) + ego_at_stamp.yaw),
             longitudinal_velocity_mps=float(speed), acceleration_mps2=float(accel), heading_rate_rps=float(rate)))
     return out
 

@@ -81,7 +81,7 @@ from .conversions import gnss_covariance, ns_to_stamp, odometry_message, transfo
 from .diagnostics import (GATE_WARN_IN_ROW, LocalizationState, localization_diagnostic_status,
                           publish_periodically)
 from .optional_msgs import CARLA_MSGS_ERROR, TF2_MSGS_ERROR, TFMessage, carla_msgs
-from .parameters import declare_all
+from .parameters import declare_all, read_all
 from .qos import BRIDGE_QOS, DEEP_RELIABLE_QOS, LATCHED_QOS
 from .spinning import run_node
 
@@ -105,7 +105,7 @@ class LocalizationNode(Node):
         super().__init__(node_name, **kwargs)
         # an override rclpy refuses keeps the node up: it publishes nothing and reports
         self._config_errors = list(declare_all(self, SPECS).values())
-        values = {s.name: self.get_parameter(s.name).value for s in SPECS}
+        values = read_all(self, SPECS)
         try:
             self.reference = GeoReference(values["geo.lat_ref_deg"], values["geo.lon_ref_deg"])
             settings = filter_settings(values)

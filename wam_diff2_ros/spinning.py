@@ -7,10 +7,6 @@
         run_node(ControllerNode, args)
         return 0
 
-    spinner = SpinThread(node)         # a tool's node, spun in a thread of its own
-    ...
-    spinner.stop()                     # spinner.error: the traceback of a callback that raised, if one did
-
 rclpy's SIGINT handler shuts the context down at once, from the signal, while the executor may
 be building its next wait set; that one then raises ``RCLError`` ("the given context is not
 valid") instead of ``ExternalShutdownException``. After a shutdown that is the shutdown, not an
@@ -19,8 +15,9 @@ error, so the node exits 0 as it does on the other two paths.
 from __future__ import annotations
 
 import threading
+import time
 import traceback
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import rclpy
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
@@ -89,3 +86,13 @@ class SpinThread:
         self.thread.join(timeout_s)
         if destroy_node:
             self.node.destroy_node()
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float, poll_s: float = 0.0005) -> bool:
+    """Poll ``condition`` (state another thread changes without notifying us) until true or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True

@@ -1,5 +1,1 @@
-"""The planner node (:mod:`.node`) and its pieces; wam_diff2_ros/planner/README.md lists them.
-
-Nothing is imported here: the launch helpers (:mod:`.launching`) and the entry point's ``--help``
-load this package without rclpy or the model.
-"""
+"""The planner node (:mod:`.node`) and its pieces (README.md); nothing imported here, so launch files need no rclpy."""

@@ -3,34 +3,19 @@
     wam-diff2-ros replay BAG [--rate 1.0] [--clock] [--topics T ...] [--delay-s 1.0]
     wam-diff2-ros replay BAG --clock --wait-for-planner --record OUT_BAG   # + record what the planner answers
 
-(the options: ``wam_diff2_ros.tools.cli``).
+Like ``ros2 bag play [--clock]`` (options: :mod:`.cli`): every message is published as recorded (the CDR
+bytes) at ``start + (t_log - t_first) / rate`` wall time; ``--clock`` publishes the bag's time on
+``/clock`` (at ``--clock-hz`` and right before each message) in place of a recorded ``/clock``. QoS per
+topic: the reliability and durability the bag recorded, else reliable keep last 100, latched for routes,
+``/tf_static``, camera info and status topics (and ``--latched``). Topics whose type has no Python
+message package here are skipped with a warning (an error when named in ``--topics``).
 
-Like ``ros2 bag play [--clock]``: every message is published, as recorded (the CDR bytes, no
-re-encoding), at ``start + (t_log - t_first) / rate`` wall time; with ``--clock``,
-``rosgraph_msgs/Clock`` on ``/clock`` carries the bag's time (at ``--clock-hz`` and right before
-each message), so nodes under ``use_sim_time`` run on the recording's clock. A ``/clock``
-recorded in the bag is not replayed when ``--clock`` makes one.
-
-QoS per topic: the reliability and durability the bag recorded when it has them; otherwise
-reliable, keep last 100, and transient local (latched, depth 1) for routes, ``/tf_static``,
-camera info and status topics (``--latched`` adds more). Reliable publishers match
-best-effort and reliable subscribers alike. Topics whose type has no Python message package
-here are skipped with a warning (an error when named in ``--topics``).
-
-DDS discovery takes a moment (seconds on a busy machine) and messages published before a
-subscriber is matched are lost: ``--wait-for-subscribers TOPIC ...`` holds the start until
-each named topic has a subscriber, then waits ``--delay-s`` more. ``--wait-for-planner`` also
-waits until the planner's latched ``--planner-node``/status says READY (model loaded).
-
-``--record OUT_BAG`` records what comes back while playing (:mod:`.recorder`): ``--record-topics``
-(default: the planner's ``~/output/trajectory``, ``~/output/detections`` and ``~/status`` under
-``--planner-node``, default ``/wam_diff2_planner``), into a new rosbag2 bag. Playback starts only once
-every recorded topic has a publisher (none within ``--wait-timeout-s`` is an error) and the
-subscriptions have matched it. Each message is logged at the **playback time** of its arrival,
-``start + (wall - wall_start) x rate`` in the bag's time base (the /clock value with ``--clock``), so
-the recording lines up with the source bag; recording goes on for ``--record-grace-s`` (2 s) of wall
-time after the last played message, for the planner's last answers. An error or Ctrl-C leaves nothing
-at ``OUT_BAG``.
+Messages published before a subscriber is matched are lost: ``--wait-for-subscribers TOPIC ...`` holds
+the start until each has a subscriber, then waits ``--delay-s``; ``--wait-for-planner`` until the
+planner's latched status says READY. ``--record OUT_BAG`` (:mod:`.recorder`) records ``--record-topics``
+(default: the planner's trajectory, detections and status) once each has a publisher, each message
+logged at the playback time of its arrival (the /clock value with ``--clock``), for ``--record-grace-s``
+(2 s) of wall time after the last played message; an error or Ctrl-C leaves nothing at ``OUT_BAG``.
 """
 from __future__ import annotations
 

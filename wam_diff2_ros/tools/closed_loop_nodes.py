@@ -1,10 +1,7 @@
-"""What ``wam-diff2-ros closed-loop`` runs, and each node's arguments: the loop's settings, the parameters and
-remappings it gives the localization, controller and planner nodes, or, with ``bridge``, what
-``launch/leaderboard.launch.py`` gives them for the Leaderboard 2.0 agent's arguments.
+"""What ``wam-diff2-ros closed-loop`` runs and each node's arguments: its own parameters and remappings, or,
+``bridge``, what ``launch/leaderboard.launch.py`` gives the nodes for the Leaderboard 2.0 agent's arguments.
 
-    settings = RosLoopSettings(planner="inprocess", model_path="ckpt/", bridge=True, odometry="estimated",
-                               command_source="route")
-    launched = launched_nodes(settings, folder)           # bridge only: {} otherwise
+    launched = launched_nodes(settings, folder) if settings.bridge else {}
     ControllerNode(context=context, **node_arguments(CONTROLLER_NODE, settings, launched))
 """
 from __future__ import annotations

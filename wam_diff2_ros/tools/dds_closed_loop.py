@@ -4,32 +4,15 @@
     with RosClosedLoop(RosLoopSettings(planner="inprocess", model_path="ckpt/")) as loop:
         result = loop.run_route(RouteRun(0, ClosedLoopSettings()))
 
-What runs (all in one DDS domain; the planner optionally in its own process; each node's arguments:
-:mod:`.closed_loop_nodes`):
-
-- **the simulator** (:class:`~.simulator_bridge.SimulatorNode`, this process): the demo world's sensors,
-  camera, route and (``command_source`` world) command, stamped with each tick's sim time. With
-  ``odometry="estimated"`` a :class:`~wam_diff2_ros.localization_node.LocalizationNode` in this process
-  turns its GNSS / speedometer / IMU into ``odometry``, and each tick's estimate is scored against the
-  truth. Like the leaderboard, the loop starts only after a latched ``std_msgs/Bool`` on
-  ``leaderboard_status`` (and, unlike it, once every topic is matched at both ends, so that no image is
-  lost: the lockstep planner counts them), then waits up to ``control_timeout_s`` (1.0 s) of wall time
-  for the control stamped with each tick (none: an empty control, as the leaderboard applies) and
-  integrates it.
-- **the planner** (``wam_diff2_ros.planner.node.PlannerNode``, lockstep mode, every N-th image,
-  ``use_sim_time``): in this process (``planner="inprocess"``) or as ``wam-diff2-planner`` in a
-  subprocess (``"subprocess"``); or, to test the loop without a model, **the oracle**
-  (``"oracle"``): the simulator itself publishes the demo world's expert future on the
-  planner's trajectory topic and a READY planner status - an oracle, not a planner.
-- **the controller** (``wam_diff2_ros.controller_node.ControllerNode``, this process): newest
-  plan + odometry -> control every tick, the leaderboard handshake, and (``command_source``
-  route) the command from the route.
-
-**The Leaderboard 2.0 bridge** (``bridge``, ``--bridge``): the simulator publishes what the leaderboard-2.0
-carla-ros-bridge and the leaderboard's ``ROS2Agent`` publish on the SENSORS track, the loop applies the
-``CarlaEgoVehicleControl`` of each tick and starts the localization, planner and controller nodes with the
-parameters ``launch/leaderboard.launch.py`` passes for the agent's arguments (both from
-``wam_diff2_core.params.leaderboard``).
+In one DDS domain: the simulator (:mod:`.simulator_bridge`), the controller, with ``odometry="estimated"``
+the localization node (each tick's estimate scored against the truth), and the planner in lockstep mode
+(in this process, as ``wam-diff2-planner`` in a subprocess, or ``"oracle"``: the simulator publishes the
+expert's future as the plan), each with its arguments from :mod:`.closed_loop_nodes`. Like the
+leaderboard, the loop starts after the latched ``leaderboard_status`` True (and, unlike it, once every
+topic is matched at both ends: a lost image would shift the lockstep planner's count), then waits up to
+``control_timeout_s`` (1.0 s) of wall time for each tick's control (none: the empty control) and
+applies it. ``bridge``: the Leaderboard 2.0 bridge's and agent's topics and messages, the nodes as
+``launch/leaderboard.launch.py`` starts them.
 
 Timing: ``lockstep`` waits, on each planning tick, for that tick's trajectory before the world
 moves on (results do not depend on how fast the model runs here); ``leaderboard`` waits only
@@ -61,21 +44,22 @@ from wam_diff2_core.topics import CONTROLLER_NODE, LOCALIZATION_NODE, PLANNER_NO
 from ..controller_node import ControllerNode
 from ..localization_node import LocalizationNode
 from ..msg import PlannerStatus
-from ..spinning import SpinThread
+from ..spinning import SpinThread, wait_until
 from .closed_loop_nodes import RosLoopSettings, launched_nodes, node_arguments
 from .simulator_bridge import SimulatorNode
 
 READY_REORDER_S = 0.05
 
 
-def wait_until(condition, timeout_s: float, poll_s: float = 0.0005) -> bool:
-    """Poll ``condition`` (state another thread changes without notifying us) until true or the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(poll_s)
-    return True
+def _count_plans(run: RouteRun, trajectories: list) -> None:
+    run.plans += len(trajectories)
+    run.plans_valid += sum(int(m.valid) for m in trajectories)
+    run.plans_retried += sum(int(m.stats.retries > 0) for m in trajectories)
+
+
+def _since(before: dict[str, int], now: dict[str, int]) -> dict[str, int]:
+    """The counters that changed since ``before``, by how much."""
+    return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}
 
 
 @dataclass
@@ -285,35 +269,28 @@ class RosClosedLoop:
                 if not delivered:
                     stats["plan_timeouts"] += 1
                 if trajectory is not None and oracle is None:
-                    run.plans += 1
-                    run.plans_valid += int(trajectory.valid)
-                    run.plans_retried += int(trajectory.stats.retries > 0)
+                    _count_plans(run, [trajectory])
                     run.score_plan(np.array([(p.x, p.y) for p in trajectory.points]) if trajectory.valid else None)
             elif oracle is None:
-                arrived = sim.take_until("trajectory", stamp)   # leaderboard timing: count what arrived
-                run.plans += len(arrived)
-                run.plans_valid += sum(int(m.valid) for m in arrived)
-                run.plans_retried += sum(int(m.stats.retries > 0) for m in arrived)
+                _count_plans(run, sim.take_until("trajectory", stamp))    # leaderboard timing: what arrived
             run.apply(msg if msg is not None else _Applied())
             if st.timing == "leaderboard":
                 due = wall0 + run.tick * run.dt_ns / 1e9 / st.realtime_factor
                 time.sleep(max(0.0, due - time.monotonic()))
         waits, plan_waits = stats.pop("control_wait_ms"), stats.pop("plan_wait_ms")
-        counts = {k: v - counts_before.get(k, 0) for k, v in self.controller.counts.items()
-                  if v != counts_before.get(k, 0)}                 # this route's share
         extra = {"loop": "ros", "planner": st.planner, "timing": st.timing, "lockstep_n": st.lockstep_n,
                  "pacing": st.pacing, "planner_slowdown": st.planner_slowdown, **stats,
                  "control_wait_ms_mean": float(np.mean(waits)) if waits else None,
                  "control_wait_ms_max": float(np.max(waits)) if waits else None,
                  "plan_wait_ms_mean": float(np.mean(plan_waits)) if plan_waits else None,
-                 "controller": counts, **self.handshake, "odometry": st.odometry}
+                 "controller": _since(counts_before, self.controller.counts), **self.handshake,
+                 "odometry": st.odometry}
         if sensors is not None:
             self.localization_errors += errors
             extra["localization"] = {**error_summary(*zip(*errors)), "ticks_without_estimate": missing_estimates} \
                 if errors else {"ticks_without_estimate": missing_estimates}
         if self.planner_node is not None:
-            extra["planner_counts"] = {k: v - planner_before.get(k, 0) for k, v in self.planner_counts().items()
-                                       if v != planner_before.get(k, 0)}
+            extra["planner_counts"] = _since(planner_before, self.planner_counts())
         return run.result(extra)
 
     def _take_carla_control(self, stamp: int) -> "_Applied | None":

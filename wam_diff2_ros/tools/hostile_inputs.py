@@ -4,25 +4,18 @@
     report = fuzz_localization(ctx, messages=400, seed=0)     # or fuzz_controller(...)
     report.problems()                                         # [] when nothing broke
 
-Each run starts the real node in this process (its own executor thread, so a callback that raises
-is caught and reported, not lost) and a probe node that plays the bridge, the simulator and the
-planner. The probe drives the demo world's expert (the true values) and publishes, phase after
-phase, good ticks and hostile ones, where every field of every input message may be replaced
-(:mod:`.hostile_messages`: non-finite and extreme values, broken quaternions and covariances,
-out-of-range enums, junk strings, stamps going backwards or beyond their range); bursts (a message
-sent 3 to 15 times without waiting) and silence (an input left out for a whole phase). After each
-message it waits until the node has handled it (the node's own counters); ``handled`` counts what
-arrived (a burst loses some to the sensor QoS depth). Run it with ROS_PYTHON_CHECK_FIELDS=1
-(scripts/hostile_inputs.py sets it) so that building an output from a hostile value raises, as it
-does on Humble.
+Each run spins the real node in this process (a callback that raises is reported, not lost) and a probe
+that plays the bridge, the simulator and the planner: phase after phase, good ticks of the demo world's
+expert and hostile ones (:mod:`.hostile_messages`), bursts (a message sent 3 to 15 times without
+waiting) and silence (an input left out for a whole phase), each message waited for until the node's
+counters show it handled. Run it with ROS_PYTHON_CHECK_FIELDS=1 (scripts/hostile_inputs.py sets it), so
+that building an output from a hostile value raises, as on Humble.
 
-What it checks (``FuzzReport.problems``): the node's callbacks never raised; every output was
-finite and in range (odometry: pose, twist, covariances; control: throttle / brake in [0, 1],
-steer in [-1, 1], no throttle on a fallback); ``/diagnostics`` never said OK with a non-finite
-standard deviation; and after the hostile phases, good inputs bring correct output back
-(odometry within ``RECOVERY_POSITION_M`` of the truth, controls following a fresh plan) for the
-last ``RECOVERY_CHECKED_TICKS`` of ``RECOVERY_TICKS`` good ticks. test/ros/tools/test_hostile_inputs.py runs
-a few hundred messages per node; ``scripts/hostile_inputs.py`` runs 10,000 and prints the figures.
+It checks (``FuzzReport.problems``) that no callback raised; every output was finite and in range
+(odometry: pose, twist, covariances; control: throttle / brake in [0, 1], steer in [-1, 1], no throttle
+on a fallback); ``/diagnostics`` never said OK with a non-finite standard deviation; and good inputs
+after the hostile phases bring right outputs back (odometry within ``RECOVERY_POSITION_M`` of the truth,
+controls following a fresh plan) for the last ``RECOVERY_CHECKED_TICKS`` of ``RECOVERY_TICKS`` ticks.
 """
 from __future__ import annotations
 
@@ -50,7 +43,7 @@ from ..localization_node import LocalizationNode
 from ..msg import PlannerStatus, Trajectory, VehicleControl
 from ..optional_msgs import carla_msgs
 from ..qos import BRIDGE_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS
-from ..spinning import SpinThread
+from ..spinning import SpinThread, wait_until
 from .hostile_messages import (Phases, Spoiler, carla_route_msg, expert_plan, path_msg, route_ahead, route_points,
                                sensor_tick, spoil_odometry, spoil_plan, spoil_sensor)
 from .simulator_bridge import odometry_message
@@ -140,14 +133,18 @@ class _Probe(Node):
         with self.lock:
             return self.outputs[count:]
 
+    def answer(self, seen: int, stamp: int, spinner: SpinThread, kind: type = object):
+        """The first output after the ``seen`` first ones stamped ``stamp`` (a ``kind``), waited for up to 0.5 s."""
+        def find():
+            return next((m for m in self.outputs_since(seen)
+                         if isinstance(m, kind) and stamp_ns(m.header.stamp) == stamp), None)
+        _wait(lambda: find() is not None, spinner, 0.5)
+        return find()
+
 
 def _wait(condition: Callable[[], bool], spinner: SpinThread, timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if spinner.error or time.monotonic() > deadline:
-            return False
-        time.sleep(0.0005)
-    return True
+    """``condition`` came true in time, the node still spinning."""
+    return wait_until(lambda: spinner.error or condition(), timeout_s) and not spinner.error
 
 
 class _Sender:
@@ -271,23 +268,20 @@ def _localization_recovery(report, node, probe, pubs, phases, sensors, topics, s
         seen = len(probe.outputs)
         for kind in ("gnss", "speed", "imu"):
             send(pubs[kind], [good[kind]], False)
-        answer = _wait(lambda: any(stamp_ns(m.header.stamp) == stamp for m in probe.outputs_since(seen)), spinner,
-                       0.5)
-        odometry = next((m for m in probe.outputs_since(seen) if stamp_ns(m.header.stamp) == stamp), None)
-        right = answer and odometry is not None and not _odometry_problem(odometry) and math.hypot(
-            odometry.pose.pose.position.x - ego.x, odometry.pose.pose.position.y - ego.y) < RECOVERY_POSITION_M \
-            and abs(wrap_angle(yaw_from_quaternion(*_xyzw(odometry.pose.pose.orientation)) - ego.yaw)) < 0.1
-        errors.append(0.0 if right else math.inf if odometry is None else math.hypot(
-            odometry.pose.pose.position.x - ego.x, odometry.pose.pose.position.y - ego.y))
+        odometry = probe.answer(seen, stamp, spinner)
+        if odometry is None:
+            errors.append(math.inf)
+        else:
+            p, o = odometry.pose.pose.position, odometry.pose.pose.orientation
+            error = math.hypot(p.x - ego.x, p.y - ego.y)
+            right = not _odometry_problem(odometry) and error < RECOVERY_POSITION_M \
+                and abs(wrap_angle(yaw_from_quaternion(o.x, o.y, o.z, o.w) - ego.yaw)) < 0.1
+            errors.append(0.0 if right else error)
         phases.step()
     status = node.diagnostic_status()
     _recovery_verdict(report, [e == 0.0 for e in errors], status.level == DiagnosticStatus.OK,
                       f"position errors (m, inf: no odometry) of the good ticks: {np.round(errors, 2).tolist()}; "
                       f"/diagnostics at the end: {status.message}")
-
-
-def _xyzw(q) -> tuple[float, float, float, float]:
-    return q.x, q.y, q.z, q.w
 
 
 def _recovery_verdict(report: FuzzReport, right: list[bool], final_ok: bool, detail: str) -> None:
@@ -377,10 +371,7 @@ def _controller_recovery(probe, pubs, phases, spinner, send, report, role) -> No
             send(pubs["trajectory"], [expert_plan(run, stamp)], False)
         seen = len(probe.outputs)
         send(pubs["odometry"], [odometry_message(run, stamp, role)], False)
-        _wait(lambda: any(isinstance(m, VehicleControl) and stamp_ns(m.header.stamp) == stamp
-                          for m in probe.outputs_since(seen)), spinner, 0.5)
-        control = next((m for m in probe.outputs_since(seen)
-                        if isinstance(m, VehicleControl) and stamp_ns(m.header.stamp) == stamp), None)
+        control = probe.answer(seen, stamp, spinner, VehicleControl)
         reasons.append("no control" if control is None else control.reason or "plan")
         right.append(control is not None and control.source == VehicleControl.SOURCE_PLAN
                      and not _control_problem(control))

@@ -1,27 +1,23 @@
-"""What the fuzz of :mod:`.hostile_inputs` sends: a timeline of good and hostile phases over the demo world's
-expert drive, its good messages, and those messages spoiled: every field may be replaced by a random or
-adversarial value, from one seeded generator (the same seed, the same messages).
+"""What the fuzz of :mod:`.hostile_inputs` sends: good and hostile phases over the demo world's expert drive,
+its good messages, and those messages spoiled, from one seeded generator (the same seed, the same messages).
 
     phases, s = Phases(rng), Spoiler(rng)
-    for ticks, hostile in phases.plan():                   # good phases of 5..30 ticks, hostile ones of 5..40
-        good = odometry_message(phases.run, phases.tick_ns, role)
-        send(spoil_odometry(s, good, *phases.stamps) if hostile else good)
-        phases.step()
+    spoiled = spoil_odometry(s, odometry_message(phases.run, phases.tick_ns, role), *phases.stamps)
 
-Values: NaN, +-inf, +-1e308, -0.0, the smallest subnormal, random magnitudes from 1e-30 to 1e308, zero /
-non-unit quaternions, negative and huge covariances, out-of-range enums, junk strings; stamps going
-backwards (a little, or by hours), repeated, ahead, at the ends of ``int32`` and with ``nanosec`` beyond a
-second.
+A spoiled field may be NaN, +-inf, +-1e308, -0.0, the smallest subnormal, a random magnitude from 1e-30 to
+1e308; quaternions zero or not unit, covariances negative or huge, enums out of range, strings junk; stamps
+back (a little, or by hours), repeated, ahead, at the ends of ``int32`` or with ``nanosec`` beyond a second.
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Callable
 
 import numpy as np
 from geometry_msgs.msg import Pose, PoseStamped
 from nav_msgs.msg import Odometry, Path
-from sensor_msgs.msg import Imu, NavSatFix
+from sensor_msgs.msg import NavSatFix
 from std_msgs.msg import Header
 
 from wam_diff2_core.frame_inputs import NS_PER_S
@@ -195,14 +191,9 @@ def spoil_sensor(s: Spoiler, kind: str, good, tick_ns: int, previous_ns: int):
         if s.chance(0.1):                                        # a fix 1 km off: the gate's case
             fix.latitude, fix.longitude = good.latitude + 0.009, good.longitude
         return fix
-    imu = Imu(header=header)
-    imu.orientation.x, imu.orientation.y, imu.orientation.z, imu.orientation.w = (
-        good.orientation.x, good.orientation.y, good.orientation.z, good.orientation.w)
+    imu = copy.deepcopy(good)
+    imu.header = header
     spoil_quaternion(s, imu.orientation)
-    imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (
-        good.angular_velocity.x, good.angular_velocity.y, good.angular_velocity.z)
-    imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = (
-        good.linear_acceleration.x, good.linear_acceleration.y, good.linear_acceleration.z)
     spoil_point(s, imu.angular_velocity)
     spoil_point(s, imu.linear_acceleration)
     for name in ("orientation_covariance", "angular_velocity_covariance", "linear_acceleration_covariance"):
@@ -213,18 +204,13 @@ def spoil_sensor(s: Spoiler, kind: str, good, tick_ns: int, previous_ns: int):
 
 
 def spoil_odometry(s: Spoiler, good: Odometry, tick_ns: int, previous_ns: int) -> Odometry:
-    msg = Odometry(header=Header(stamp=s.stamp(tick_ns, previous_ns),
-                                 frame_id=s.text(good.header.frame_id)), child_frame_id=s.text(good.child_frame_id))
-    p, g = msg.pose.pose, good.pose.pose
-    p.position.x, p.position.y, p.position.z = g.position.x, g.position.y, g.position.z
-    p.orientation.x, p.orientation.y, p.orientation.z, p.orientation.w = (
-        g.orientation.x, g.orientation.y, g.orientation.z, g.orientation.w)
-    spoil_point(s, p.position)
-    spoil_quaternion(s, p.orientation)
-    t, gt = msg.twist.twist, good.twist.twist
-    t.linear.x, t.linear.y, t.angular.z = gt.linear.x, gt.linear.y, gt.angular.z
-    spoil_point(s, t.linear)
-    spoil_point(s, t.angular)
+    msg = copy.deepcopy(good)
+    msg.header = Header(stamp=s.stamp(tick_ns, previous_ns), frame_id=s.text(good.header.frame_id))
+    msg.child_frame_id = s.text(good.child_frame_id)
+    spoil_point(s, msg.pose.pose.position)
+    spoil_quaternion(s, msg.pose.pose.orientation)
+    spoil_point(s, msg.twist.twist.linear)
+    spoil_point(s, msg.twist.twist.angular)
     msg.pose.covariance = s.array([0.0] * 36, s.f64)
     msg.twist.covariance = s.array([0.0] * 36, s.f64)
     return msg

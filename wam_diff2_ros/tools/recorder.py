@@ -1,13 +1,8 @@
-"""What comes back while a bag plays (``wam-diff2-ros replay --record``): topics recorded into a new rosbag2 bag.
+"""``wam-diff2-ros replay --record``: topics that come back recorded into a new rosbag2 bag, as received (CDR).
 
     recorder = TopicRecorder(node, "out_bag", ["/wam_diff2_planner/output/trajectory"], clock_ns=player.playback_ns)
-    recorder.discover()          # subscribes to each topic that has a publisher now; returns those still pending
-    ...                          # (the node spinning: every message received is written as received, CDR bytes)
-    recorder.finish()            # the bag renamed into place; abort() leaves nothing there
-
-Each topic is subscribed to once a publisher is discovered, with its type and QoS taken from the
-publishers; each message is logged at ``clock_ns()`` (the replay's playback time). The bag is written
-into a hidden sibling folder and renamed into place at the end (``BagStreamWriter``).
+    recorder.discover()          # subscribes to the topics that have a publisher now; returns those still pending
+    recorder.finish()            # the bag renamed into place (abort(): nothing there)
 """
 from __future__ import annotations
 

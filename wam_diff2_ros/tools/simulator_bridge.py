@@ -1,26 +1,17 @@
-"""The demo world's DDS face, as carla-ros-bridge and the leaderboard's agent show CARLA: the simulator node of
-``wam-diff2-ros closed-loop`` and the messages it publishes (the hostile-input fuzz sends them too).
+"""The closed loop's simulator node: the demo world's DDS face as carla-ros-bridge (and, ``bridge``, the
+Leaderboard 2.0 bridge and agent) show CARLA, and the messages it publishes (the hostile-input fuzz sends them too).
 
     sim = SimulatorNode("hero", odometry="estimated", bridge=True, context=context)
     sim.publish_route(run)
     sim.publish_tick(run, command=None, camera=True, sensors=route_sensors(seed, index, DEMO_NOISE))
     control = sim.take("control", run.stamp_ns, timeout_s=1.0)      # None: none came in time
 
-Per tick the simulator publishes ``/clock``, ``odometry`` (frame ``map``, child ``<role>``, twist in
-the child frame), the command (when the world's rule gives it, on the planner's ``input/command``, as
-the demo bags carry it), the front camera's ``camera_info`` and ``image`` (``bgra8``), all stamped with
-the tick's sim time, and once per route the latched ``route`` (``nav_msgs/Path``); topics named by their
-keys in ``wam_diff2_core.topics``' tables of the role (the bridge's names). With ``odometry="estimated"``
-it publishes no odometry but the tick's GNSS / speedometer / IMU (``wam_diff2_core.sim.sensors``, with
-noise) and reads the localization node's estimate back. Its images go reliable, keep all (the lockstep
-planner counts them). It receives the controls stamped with each tick and, for the oracle, publishes the
-demo world's expert future on the planner's trajectory topic and a READY planner status.
-
-**The Leaderboard 2.0 bridge** (``bridge``): what the leaderboard-2.0 carla-ros-bridge and the
-leaderboard's ``ROS2Agent`` publish on the SENSORS track (the sensors above, each in its frame
-``<role>/<id>``, reliable depth 10, the GNSS status unset, the IMU orientation from the compass,
-``carla_msgs/CarlaSpeedometer``; camera and ``/clock``; ``CarlaRoute`` / ``CarlaGnssRoute`` latched on
-``global_plan`` / ``global_plan_gnss``); it receives ``CarlaEgoVehicleControl`` too.
+Per tick: ``/clock``, odometry (frame ``map``, child ``<role>``, twist in the child frame) or, estimated,
+GNSS / speedometer / IMU (with noise; each in its frame ``<role>/<id>``, reliable depth 10, the GNSS
+status unset, the IMU orientation from the compass), the command, the camera's ``camera_info`` and
+``image`` (``bgra8``; reliable keep all: the lockstep planner counts images), stamped with the tick's sim
+time; per route the latched route (``nav_msgs/Path``; bridge: ``CarlaRoute`` / ``CarlaGnssRoute``).
+In: the controls, estimates and plans stamped with each tick, the handshake, the planner's status.
 """
 from __future__ import annotations
 
@@ -32,7 +23,7 @@ from typing import Any, Callable
 import cv2
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
-from geometry_msgs.msg import Pose, PoseStamped
+from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry, Path
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock as ClockMsg
@@ -48,7 +39,7 @@ from wam_diff2_core.sim.sensors import DemoSensors, SensorReading
 from wam_diff2_core.topics import (CARLA_NAMESPACE, CONTROLLER_NODE, PLANNER_NODE, controller_topics,
                                    localization_topics)
 
-from ..conversions import WAYPOINT_DT_NS, ns_to_duration, ns_to_stamp
+from ..conversions import WAYPOINT_DT_NS, ns_to_duration, ns_to_stamp, pose_msg
 from ..msg import PlannerStatus, Trajectory, TrajectoryPoint, VehicleControl
 from ..optional_msgs import carla_msgs
 from ..qos import BRIDGE_QOS, KEEP_ALL_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS, RECEIVE_QOS
@@ -87,9 +78,7 @@ def odometry_message(run: RouteRun, stamp_ns_: int, role: str) -> Odometry:
     frame (a rear axle never slides)."""
     ego = run.world.ego
     msg = Odometry(header=Header(stamp=ns_to_stamp(stamp_ns_), frame_id="map"), child_frame_id=role)
-    msg.pose.pose.position.x, msg.pose.pose.position.y = float(ego.x), float(ego.y)
-    o = msg.pose.pose.orientation
-    o.x, o.y, o.z, o.w = quaternion_from_yaw(float(ego.yaw))
+    msg.pose.pose = pose_msg(float(ego.x), float(ego.y), float(ego.yaw))
     msg.twist.twist.linear.x, msg.twist.twist.angular.z = float(ego.speed), float(ego.yaw_rate)
     return msg
 
@@ -108,21 +97,14 @@ def carla_route_messages(run: RouteRun):
     the GNSS points to the CarlaRoute it has already published instead of to the CarlaGnssRoute, so the
     bridge's CarlaGnssRoute carries the road options and no coordinates; so does this one."""
     points, options = run.route_with_options()
-    route = carla_msgs.CarlaRoute(road_options=[ROAD_OPTIONS[o] for o in options],
-                                  poses=[route_pose(x, y, h) for (x, y), h in zip(points, route_headings(points))])
+    route = carla_msgs.CarlaRoute(road_options=[ROAD_OPTIONS[o] for o in options], poses=route_poses(points))
     return route, carla_msgs.CarlaGnssRoute(road_options=list(route.road_options))
 
 
-def route_headings(points: np.ndarray) -> np.ndarray:
-    """The heading at each route point [N] (towards the next; the last repeats the one before)."""
-    return np.arctan2(*np.diff(points, axis=0, append=points[-1:] * 2 - points[-2:-1]).T[::-1])
-
-
-def route_pose(x: float, y: float, heading: float) -> Pose:
-    pose = Pose()
-    pose.position.x, pose.position.y = float(x), float(y)
-    pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w = quaternion_from_yaw(float(heading))
-    return pose
+def route_poses(points: np.ndarray) -> list:
+    """Map-frame poses along a route [N, 2], each heading towards the next point (the last as the one before)."""
+    headings = np.arctan2(*np.diff(points, axis=0, append=points[-1:] * 2 - points[-2:-1]).T[::-1])    # [N]
+    return [pose_msg(float(x), float(y), float(h)) for (x, y), h in zip(points, headings)]
 
 
 def camera_messages(run: RouteRun, header: Header) -> tuple[CameraInfo, Image]:
@@ -247,9 +229,8 @@ class SimulatorNode(Node):
             self.gnss_route_pub.publish(gnss_route)
             return
         header = Header(stamp=ns_to_stamp(run.stamp_ns), frame_id="map")
-        points = run.route_xy()
-        self.route_pub.publish(Path(header=header, poses=[PoseStamped(header=header, pose=route_pose(x, y, h))
-                                                          for (x, y), h in zip(points, route_headings(points))]))
+        self.route_pub.publish(Path(header=header, poses=[PoseStamped(header=header, pose=pose)
+                                                          for pose in route_poses(run.route_xy())]))
 
     def publish_tick(self, run: RouteRun, command: str | None, camera: bool,
                      sensors: DemoSensors | None = None) -> None:

@@ -233,7 +233,8 @@ def test_ros_loop_drives_on_the_localization_nodes_estimate(domain):
 
 @pytest.mark.ros
 def test_ros_loop_with_the_tiny_model_brakes_to_a_stop_and_never_accelerates(domain, tiny_checkpoint):
-    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings, wait_until
+    from wam_diff2_ros.spinning import wait_until
+    from wam_diff2_ros.tools.dds_closed_loop import RosClosedLoop, RosLoopSettings
     settings = ClosedLoopSettings(route_length_m=60.0, blocked_timeout_s=1.5)
     index = next(i for i in range(10) if RouteRun(i, settings).speed > 3.0)     # a route starting at speed
     loop_settings = RosLoopSettings(planner="inprocess", model_path=str(tiny_checkpoint), gains=demo_world_gains(),
