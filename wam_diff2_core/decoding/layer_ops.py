@@ -52,35 +52,22 @@ def _triton():
     return triton_kernels
 
 
-@torch.library.custom_op("wam_diff2::rms_norm", mutates_args=())
-def rms_norm(x: Tensor, weight: Tensor, eps: float, triton: bool) -> Tensor:
+def _rms_norm(x: Tensor, weight: Tensor, eps: float, triton: bool) -> Tensor:
     if triton:
         return _triton().add_rms_norm(x, None, weight, eps)[0]
     return _norm(x, weight, eps).contiguous()
 
 
-@rms_norm.register_fake
-def _(x, weight, eps, triton):
-    return x.new_empty(x.shape)
-
-
-@torch.library.custom_op("wam_diff2::add_rms_norm", mutates_args=())
-def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float, triton: bool) -> tuple[Tensor, Tensor]:
+def _add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float, triton: bool) -> tuple[Tensor, Tensor]:
     if triton:
         return _triton().add_rms_norm(x, residual, weight, eps)
     total = (residual + x).contiguous()
     return _norm(total, weight, eps).contiguous(), total
 
 
-@add_rms_norm.register_fake
-def _(x, residual, weight, eps, triton):
-    return x.new_empty(x.shape), x.new_empty(x.shape)
-
-
-@torch.library.custom_op("wam_diff2::qk_norm_rope_store", mutates_args=("k_cache", "v_cache"))
-def qk_norm_rope_store(q: Tensor, k: Tensor, v: Tensor, q_weight: Tensor, k_weight: Tensor, cos: Tensor,
-                       sin: Tensor, eps: float, k_cache: Tensor, v_cache: Tensor, rows: Tensor, slots: Tensor,
-                       triton: bool) -> Tensor:
+def _qk_norm_rope_store(q: Tensor, k: Tensor, v: Tensor, q_weight: Tensor, k_weight: Tensor, cos: Tensor,
+                        sin: Tensor, eps: float, k_cache: Tensor, v_cache: Tensor, rows: Tensor, slots: Tensor,
+                        triton: bool) -> Tensor:
     """q, k, v [N, Q, heads * D]; cos, sin [N, Q, D]; caches [rows, slots, KVH, D]; rows, slots [N, Q]."""
     if triton:
         return _triton().qk_norm_rope_store(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, rows, slots)
@@ -94,23 +81,52 @@ def qk_norm_rope_store(q: Tensor, k: Tensor, v: Tensor, q_weight: Tensor, k_weig
     return q.contiguous()
 
 
-@qk_norm_rope_store.register_fake
+def _swiglu(gate: Tensor, up: Tensor, triton: bool) -> Tensor:
+    if triton:
+        return _triton().swiglu(gate, up)
+    return (torch.nn.functional.silu(gate) * up).contiguous()
+
+
+# Defined with torch.library's low-level API (a schema and one CompositeExplicitAutograd kernel each) rather
+# than ``custom_op``, whose Python wrappers cost ~30 us a call on CPU, more than a tiny model's op itself.
+_LIBRARY = torch.library.Library("wam_diff2", "DEF")
+for _schema, _kernel in (
+        ("rms_norm(Tensor x, Tensor weight, float eps, bool triton) -> Tensor", _rms_norm),
+        ("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps, bool triton) -> (Tensor, Tensor)",
+         _add_rms_norm),
+        ("qk_norm_rope_store(Tensor q, Tensor k, Tensor v, Tensor q_weight, Tensor k_weight, Tensor cos, Tensor sin, "
+         "float eps, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor rows, Tensor slots, bool triton) -> Tensor",
+         _qk_norm_rope_store),
+        ("swiglu(Tensor gate, Tensor up, bool triton) -> Tensor", _swiglu)):
+    _LIBRARY.define(_schema)
+    _LIBRARY.impl(_schema.split("(")[0], _kernel, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("wam_diff2::rms_norm", lib=_LIBRARY)
+def _(x, weight, eps, triton):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake("wam_diff2::add_rms_norm", lib=_LIBRARY)
+def _(x, residual, weight, eps, triton):
+    return x.new_empty(x.shape), x.new_empty(x.shape)
+
+
+@torch.library.register_fake("wam_diff2::qk_norm_rope_store", lib=_LIBRARY)
 def _(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, rows, slots, triton):
     n, queries, _ = q.shape
     dim = q_weight.shape[0]
     return q.new_empty((n, q.shape[2] // dim, queries, dim))
 
 
-@torch.library.custom_op("wam_diff2::swiglu", mutates_args=())
-def swiglu(gate: Tensor, up: Tensor, triton: bool) -> Tensor:
-    if triton:
-        return _triton().swiglu(gate, up)
-    return (torch.nn.functional.silu(gate) * up).contiguous()
-
-
-@swiglu.register_fake
+@torch.library.register_fake("wam_diff2::swiglu", lib=_LIBRARY)
 def _(gate, up, triton):
     return gate.new_empty(gate.shape)
+
+
+ops = torch.ops.wam_diff2
+rms_norm, add_rms_norm, qk_norm_rope_store, swiglu = (ops.rms_norm, ops.add_rms_norm, ops.qk_norm_rope_store,
+                                                      ops.swiglu)
 
 
 # ---------------------------------------------------------------------------------- choosing the kernels
