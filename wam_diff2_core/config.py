@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .utils.fields import setting
+
 log = logging.getLogger(__name__)
 
 DIFFUSION_CONFIG_FILE = "diffusion_config.json"
@@ -38,28 +40,24 @@ class ConfigError(ValueError):
     """A setting or a checkpoint file is wrong; the message names the field or the file."""
 
 
-def _setting(default, help, *, choices=None, low=None, high=None):
-    return field(default=default, metadata={"help": help, "choices": choices, "low": low, "high": high})
-
-
 @dataclass(frozen=True)
 class DecodingSettings:
     """User-tunable decoding settings with their defaults (the paper's Block-32 setup)."""
 
-    block_size: int = _setting(32, "tokens per block; 1 = autoregressive decoding", low=1, high=1024)
-    denoising_steps: int = _setting(32, "maximum denoising steps per block", low=1, high=1024)
-    remasking_strategy: str = _setting("low_confidence_dynamic", "which masked positions to fill each step",
+    block_size: int = setting(32, "tokens per block; 1 = autoregressive decoding", low=1, high=1024)
+    denoising_steps: int = setting(32, "maximum denoising steps per block", low=1, high=1024)
+    remasking_strategy: str = setting("low_confidence_dynamic", "which masked positions to fill each step",
                                        choices=STRATEGIES)
-    confidence_threshold: float = _setting(0.9, "low_confidence_dynamic keeps tokens with p >= this",
+    confidence_threshold: float = setting(0.9, "low_confidence_dynamic keeps tokens with p >= this",
                                            low=0.0, high=1.0)
-    temperature: float = _setting(0.0, "0 = greedy (argmax); otherwise logits / T before sampling",
+    temperature: float = setting(0.0, "0 = greedy (argmax); otherwise logits / T before sampling",
                                   low=0.0, high=100.0)
-    top_k: int = _setting(0, "keep the k most likely tokens before sampling; 0 = off", low=0, high=10**7)
-    top_p: float = _setting(1.0, "nucleus sampling mass; 1 = off", low=0.0, high=1.0)
-    sampler: str = _setting("multinomial", "how to sample when temperature > 0 (inverse_cdf for Ascend NPUs)",
+    top_k: int = setting(0, "keep the k most likely tokens before sampling; 0 = off", low=0, high=10**7)
+    top_p: float = setting(1.0, "nucleus sampling mass; 1 = off", low=0.0, high=1.0)
+    sampler: str = setting("multinomial", "how to sample when temperature > 0 (inverse_cdf for Ascend NPUs)",
                             choices=SAMPLERS)
-    max_new_tokens: int = _setting(256, "upper bound on the answer length in tokens", low=1, high=65536)
-    mask_check_interval: int = _setting(
+    max_new_tokens: int = setting(256, "upper bound on the answer length in tokens", low=1, high=65536)
+    mask_check_interval: int = setting(
         1, "static decoder: read the remaining-mask count on the host every k denoising steps (1 = every "
         "step; larger = fewer host syncs but possibly idle steps; sampling with temperature > 0 checks every "
         "step); never changes the tokens", low=1, high=1024)
@@ -92,38 +90,38 @@ class EngineSettings:
     """How decoding runs on the device. Only ``quantization`` changes which tokens come out (the decoders
     agree exactly with each other on the same weights; see decoding/static.py)."""
 
-    implementation: str = _setting("auto", "decoder: auto (the device's fast path: static with CUDA graphs, "
+    implementation: str = setting("auto", "decoder: auto (the device's fast path: static with CUDA graphs, "
                                    "and FlashInfer when installed for bf16/fp16, on CUDA; static elsewhere), plain "
                                    "(transformers cache, the reference) or static (preallocated KV cache, fused "
                                    "commit, optional CUDA graphs)", choices=IMPLEMENTATIONS)
-    attention_backend: str = _setting("sdpa", "static decoder attention: sdpa (reference) or flashinfer "
+    attention_backend: str = setting("sdpa", "static decoder attention: sdpa (reference) or flashinfer "
                                       "(CUDA, bf16/fp16, pip install .[gpu])", choices=ATTENTION_BACKENDS)
-    cuda_graphs: bool = _setting(False, "static decoder: capture the fixed-shape denoise step in CUDA graphs "
+    cuda_graphs: bool = setting(False, "static decoder: capture the fixed-shape denoise step in CUDA graphs "
                                  "per batch-size bucket (CUDA only; falls back to eager with a logged reason)")
-    compile_forward: bool = _setting(False, "static decoder with SDPA: run the text forward of every step "
+    compile_forward: bool = setting(False, "static decoder with SDPA: run the text forward of every step "
                                      "through torch.compile (fullgraph, static shapes; with CUDA graphs the compiled "
                                      "forward is captured in the same graphs); code is generated once per step shape, "
                                      "at warm-up (seconds to minutes each), and key spans are bucketed as under graphs")
-    layer_kernels: str = _setting("auto", "static decoder: the fused layer ops (add + RMSNorm, q/k norm + rotary + "
+    layer_kernels: str = setting("auto", "static decoder: the fused layer ops (add + RMSNorm, q/k norm + rotary + "
                                   "K/V write, SiLU * up): auto (Triton kernels on CUDA when Triton imports and they pass "
                                   "a self-check at start, else torch), triton, or torch (transformers' own ops: "
                                   "bit-identical to the model in float32 on CPU)", choices=LAYER_KERNELS)
-    compile_mode: str = _setting("default", "with compile_forward: Inductor's mode, default (heuristic kernels: "
+    compile_mode: str = setting("default", "with compile_forward: Inductor's mode, default (heuristic kernels: "
                                  "seconds per step shape) or max-autotune-no-cudagraphs (autotuned matmuls: minutes "
                                  "per step shape on an H200)", choices=COMPILE_MODES)
-    fused_commit: bool = _setting(True, "static decoder: commit block b in the first denoise forward of block "
+    fused_commit: bool = setting(True, "static decoder: commit block b in the first denoise forward of block "
                                   "b + 1 (S_b forwards per block instead of S_b + 1)")
-    max_context_tokens: int = _setting(4096, "static decoder with CUDA graphs or compile_forward: KV cache slots "
+    max_context_tokens: int = setting(4096, "static decoder with CUDA graphs or compile_forward: KV cache slots "
                                        "per sequence (prompt + answer), allocated once", low=64, high=1 << 20)
-    max_graph_batch: int = _setting(8, "static decoder with CUDA graphs or compile_forward: largest batch-size "
+    max_graph_batch: int = setting(8, "static decoder with CUDA graphs or compile_forward: largest batch-size "
                                     "bucket (buckets 1, 2, 4, ... up to this); larger batches run eagerly",
                                     low=1, high=1024)
-    cpu_threads: int = _setting(0, "torch intra-op threads when the model runs on CPU; 0 = OMP_NUM_THREADS "
+    cpu_threads: int = setting(0, "torch intra-op threads when the model runs on CPU; 0 = OMP_NUM_THREADS "
                                 "when set, else the CPUs this process may run on (its affinity, not the "
                                 "machine's core count), which can oversubscribe a small CPU shared with the "
                                 "ROS executor and other processes (docs/reliability.md)",
                                 low=0, high=1024)
-    quantization: str = _setting("none", "weights of the language model's decoder-layer linear layers, applied at "
+    quantization: str = setting("none", "weights of the language model's decoder-layer linear layers, applied at "
                                  "load: none (float), int8 (weight-only), int4 (weight-only, groups of 32) or "
                                  "int8-dynamic (int8 weights and activations); under each but none the LM head and "
                                  "token embedding are int8; needs torchao (pip install .[quant]); changes "
