@@ -85,7 +85,7 @@ def test_a_fast_path_that_fails_here_falls_back_to_plain(tiny_model, monkeypatch
 
 @pytest.mark.parametrize("max_new_tokens", [256, 40])
 def test_start_up_decodes_stop_after_a_few_blocks(tiny_model, monkeypatch, max_new_tokens):
-    """Issue 30: a random checkpoint never stops early, so the fast-path check (fast and plain) and the
+    """A random checkpoint never stops early, so the fast-path check (fast and plain) and the
     warm-up each decoded the whole answer budget, and configure took minutes. Each start-up decode now
     stops after STARTUP_BLOCKS blocks (or at the budget, when that is shorter), whichever decoder runs it."""
     from wam_diff2_core.policy import STARTUP_BLOCKS
