@@ -157,3 +157,23 @@ def test_packed_projections_alias_the_model_weights(tiny_model):
     finally:
         mlp.up_proj.weight.data = original
     assert first.generate(batch, settings).sequences == before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: run scripts/device_check.sh")
+def test_gpu_triton_kernels_agree_with_the_torch_ops_and_decode_plain_tokens(tiny_checkpoint):
+    from wam_diff2_core.decoding.layer_ops import compare_implementations
+    from wam_diff2_core.model.checkpoint import load_checkpoint
+
+    cuda = torch.device("cuda")
+    for dtype in (torch.float32, torch.bfloat16):
+        for head_dim in (32, 128):
+            problems = compare_implementations(cuda, dtype, head_dim, torch.Generator(cuda).manual_seed(1))
+            assert not any(problems.values()), (dtype, head_dim, problems)
+    m = load_checkpoint(tiny_checkpoint, device="cuda", dtype="float32")
+    settings = m.config.settings.replace(block_size=8, denoising_steps=8, confidence_threshold=0.7, max_new_tokens=24)
+    batch = encode(m.processor, [0, 1, 2])
+    triton = StaticBlockDiffusionDecoder(m.model, m.config, STATIC.replace(layer_kernels="auto", cuda_graphs=True))
+    assert triton.layer_kernels.name == "triton", triton.layer_kernels.reason
+    assert triton.generate(batch, settings).sequences == BlockDiffusionDecoder(m.model, m.config).generate(
+        batch, settings).sequences
