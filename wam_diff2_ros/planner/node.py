@@ -13,10 +13,8 @@ odometry, route and command in :class:`.inputs.PlannerInputs`, around the core's
 :class:`wam_diff2_core.frame_inputs.FrameInputTracker`); one worker thread takes the newest frame, asks
 for the policy's inputs at its stamp, runs :meth:`wam_diff2_core.policy.DrivingPolicy.step` and
 publishes. The offline evaluator derives its inputs with the same tracker and makes the same call, so
-its numbers are the node's. Every output carries the input image's stamp. See wam_diff2_ros/README.md.
-
-This file holds the lifecycle, the callbacks, the worker and publishing; the pieces beside it in
-``wam_diff2_ros/planner/`` (its README.md lists them).
+its numbers are the node's. Every output carries the input image's stamp. See wam_diff2_ros/README.md;
+this file's pieces beside it: wam_diff2_ros/planner/README.md.
 """
 from __future__ import annotations
 
