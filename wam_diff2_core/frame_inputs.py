@@ -1,6 +1,6 @@
 """Frame inputs: what the policy is given for one camera frame, derived from ROS messages.
 
-The one derivation for the live planner node (``wam_diff2_ros/planner_node.py``) and the
+The one derivation for the live planner node (``wam_diff2_ros/planner/node.py``) and the
 offline bag evaluator (:mod:`wam_diff2_core.evaluation.runner`), so offline numbers are the
 node's numbers. ROS-free: it reads messages by attribute (``msg.header.stamp.sec``,
 ``msg.twist.twist.linear.x`` ...), which live ROS 2 messages and rosbags messages share.

@@ -40,6 +40,7 @@ PYTHON_LIBRARIES = {
     "matplotlib": "pip, evaluation plots only", "pycocotools": "pip, detection scores only",
     "torchao": "pip .[quant], engine.quantization only",
     "flashinfer": "pip .[gpu]", "torch_npu": "pip .[npu]",
+    "triton": "with torch's CUDA builds (pip), engine.layer_kernels on CUDA only",
     "leaderboard": "the CARLA leaderboard's own Python (agents/ runs inside it)",
 }
 

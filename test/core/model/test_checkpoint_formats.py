@@ -295,7 +295,7 @@ def test_the_node_configures_either_labelling_with_the_checkpoints_settings(labe
     from rclpy.parameter import Parameter
 
     from wam_diff2_core.geometry import EgoMotion
-    from wam_diff2_ros.planner_node import PlannerNode
+    from wam_diff2_ros.planner.node import PlannerNode
     from test.support.ros_helpers import unique_domain_id
     ckpt = request.getfixturevalue(labelling)
     context = rclpy.Context()
