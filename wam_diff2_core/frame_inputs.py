@@ -1,28 +1,16 @@
 """Frame inputs: what the policy is given for one camera frame, derived from ROS messages.
 
-The one derivation for the live planner node (``wam_diff2_ros/planner/node.py``) and the
-offline bag evaluator (:mod:`wam_diff2_core.evaluation.runner`), so offline numbers are the
-node's numbers. ROS-free: it reads messages by attribute (``msg.header.stamp.sec``,
-``msg.twist.twist.linear.x`` ...), which live ROS 2 messages and rosbags messages share.
+The one derivation for the live planner node (``wam_diff2_ros/planner/node.py``) and the offline bag
+evaluator (:mod:`wam_diff2_core.evaluation.runner`), so offline numbers are the node's numbers. ROS-free:
+messages are read by attribute, which live ROS 2 messages and rosbags messages share.
 
-- **Ego state**: the odometry history at the image stamp
-  (:meth:`~wam_diff2_core.geometry.EgoHistory.at`: interpolated between the samples around
-  it, or the nearest sample within ``odometry_timeout_s``). Velocity is the odometry twist
-  (in the child frame, i.e. the ego frame); acceleration is differentiated from successive
-  twists with the centripetal term and low-pass filtered
-  (:class:`~wam_diff2_core.geometry.AccelerationEstimator`), sample by sample as they arrive.
-  A sample not newer than the newest is refused; one more than ``TIME_RESET_S`` older starts
-  the history over (see :meth:`FrameInputTracker.on_odometry`).
-- **Command**: the newest ``std_msgs/String`` command received (``left|straight|right`` or a
-  CARLA RoadOption; ``""``, ``auto`` or ``route`` hand control back to the route), which
-  overrides the route; otherwise derived from the newest route (``nav_msgs/Path``) ahead of
-  the ego (:func:`~wam_diff2_core.geometry.command_from_route`); otherwise ``default_command``
-  (None: the frame is skipped).
-- **Image**: any ``sensor_msgs/Image`` encoding of :mod:`wam_diff2_core.images` or a
-  ``CompressedImage``, to RGB.
-
-The settings carry the planner node's parameter names and defaults (``config/planner.yaml``).
-The tracker is not thread-safe: the node calls it under its input lock.
+- **Ego state**: the odometry history at the image stamp (:meth:`~wam_diff2_core.geometry.EgoHistory.at`);
+  velocity is the twist (ego frame), acceleration is differentiated from successive twists
+  (:class:`~wam_diff2_core.geometry.AccelerationEstimator`) as they arrive.
+- **Command**: the newest command message (``left|straight|right`` or a CARLA RoadOption; ``""``, ``auto``
+  or ``route`` hand control back to the route), else the newest route ahead of the ego
+  (:func:`~wam_diff2_core.geometry.command_from_route`), else ``default_command`` (None: the frame is skipped).
+- **Image**: any ``sensor_msgs/Image`` encoding of :mod:`wam_diff2_core.images` or a ``CompressedImage``.
 
     tracker = FrameInputTracker(InputSettings())
     tracker.on_odometry(odom_msg); tracker.on_route(path_msg)
@@ -40,6 +28,7 @@ from .geometry import (TIME_RESET_S, AccelerationEstimator, EgoHistory, EgoMotio
                        command_from_road_option, command_from_route, yaw_from_quaternion)
 from .images import DEFAULT_LIMITS, ImageError, ImageLimits, check_raw_image, compressed_to_rgb, image_to_rgb
 from .outputs.prompts import COMMANDS
+from .routes import route_from_path_msg
 
 NS_PER_S = 1_000_000_000
 
@@ -70,24 +59,6 @@ class InputSkip(Exception):
 def stamp_ns(stamp) -> int:
     """``builtin_interfaces/Time`` -> integer nanoseconds."""
     return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
-
-
-def ego_pose_from_odometry(msg) -> tuple[float, float, float]:
-    """(x, y, yaw) of the ego in the odometry's frame."""
-    p, q = msg.pose.pose.position, msg.pose.pose.orientation
-    return float(p.x), float(p.y), yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w))
-
-
-def ego_twist_from_odometry(msg) -> tuple[float, float, float]:
-    """(vx, vy, yaw rate) in the ego (child) frame."""
-    lin, ang = msg.twist.twist.linear, msg.twist.twist.angular
-    return float(lin.x), float(lin.y), float(ang.z)
-
-
-def route_points_from_path(msg) -> np.ndarray:
-    """``nav_msgs/Path`` -> [N, 2] x, y in the path's frame."""
-    return np.array([[float(ps.pose.position.x), float(ps.pose.position.y)] for ps in msg.poses],
-                    dtype=np.float64).reshape(-1, 2)
 
 
 def is_compressed(msg) -> bool:
@@ -192,12 +163,14 @@ class FrameInputTracker:
         """
         t_ns = stamp_ns(msg.header.stamp)
         p, q = msg.pose.pose.position, msg.pose.pose.orientation
-        x, y, yaw = ego_pose_from_odometry(msg)
-        vx, vy, yaw_rate = ego_twist_from_odometry(msg)
-        if not all(math.isfinite(float(v)) for v in (p.x, p.y, q.x, q.y, q.z, q.w, vx, vy, yaw_rate)):
+        lin, ang = msg.twist.twist.linear, msg.twist.twist.angular
+        values = [float(v) for v in (p.x, p.y, q.x, q.y, q.z, q.w, lin.x, lin.y, ang.z)]
+        if not all(math.isfinite(v) for v in values):
             raise InputSkip(BAD_ODOMETRY, f"non-finite pose or twist at stamp {t_ns} ns")
-        if q.x == q.y == q.z == q.w == 0.0:
+        x, y, qx, qy, qz, qw, vx, vy, yaw_rate = values
+        if qx == qy == qz == qw == 0.0:
             raise InputSkip(BAD_ODOMETRY, f"zero quaternion at stamp {t_ns} ns")
+        yaw = yaw_from_quaternion(qx, qy, qz, qw)
         newest = self.newest_odometry_ns
         if newest is not None and t_ns <= newest:
             if newest - t_ns <= TIME_RESET_S * NS_PER_S:
@@ -216,7 +189,7 @@ class FrameInputTracker:
         return sample
 
     def on_route(self, msg) -> np.ndarray:
-        points = route_points_from_path(msg)
+        points = route_from_path_msg(msg)
         if not np.isfinite(points).all():
             raise InputSkip(BAD_ROUTE, f"route with non-finite points ({int((~np.isfinite(points)).any(1).sum())} "
                                        f"of {len(points)}); keeping the previous route")
@@ -269,6 +242,5 @@ class FrameInputTracker:
     def inputs_at(self, t_ns: int) -> FrameInputs:
         sample = self.odometry_at(t_ns)
         command, source, default_because = self.command_for(sample)
-        ego = sample.motion()
-        return FrameInputs(stamp_ns=t_ns, ego=ego, command=command, command_source=source, odometry=sample,
+        return FrameInputs(stamp_ns=t_ns, ego=sample.motion(), command=command, command_source=source, odometry=sample,
                            default_because=default_because)
