@@ -30,29 +30,43 @@ ROAD_OPTION_COMMANDS = {"VOID": "straight", "LEFT": "left", "RIGHT": "right", "S
                         "LANEFOLLOW": "straight", "CHANGELANELEFT": "left", "CHANGELANERIGHT": "right"}
 
 
+_OPTION_BY_CODE = {code: name for name, code in ROAD_OPTIONS.items()}
+
+
+def road_option_name(value) -> str:
+    """A RoadOption as its name: an int (-1..6; 255 is VOID sent as uint8), a name
+    (``LEFT``, ``RoadOption.LEFT``) or an enum member. Raises ValueError naming the forms."""
+    name = getattr(value, "name", None)          # an enum member (agents.navigation RoadOption)
+    if isinstance(name, str) and name.upper() in ROAD_OPTIONS:
+        return name.upper()
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        code = int(value)
+        code = -1 if code == 255 else code
+        if code in _OPTION_BY_CODE:
+            return _OPTION_BY_CODE[code]
+    text = str(value).strip().upper()
+    text = text[len("ROADOPTION."):] if text.startswith("ROADOPTION.") else text
+    if text in ROAD_OPTIONS:
+        return text
+    raise ValueError(f"road option {value!r} is not a RoadOption name ({', '.join(ROAD_OPTIONS)}) or number "
+                     f"({', '.join(str(v) for v in ROAD_OPTIONS.values())}, 255 = VOID as uint8)")
+
+
 def command_from_road_option(value: str) -> str:
     """``left|straight|right``, a RoadOption name (``LEFT``, ``RoadOption.LANEFOLLOW``) or number.
 
     Raises ``ValueError`` naming the accepted forms when ``value`` is none of them.
     """
     text = str(value).strip()
-    lowered = text.lower()
-    if lowered in COMMANDS:
-        return lowered
-    name = text.upper()
-    if name.startswith("ROADOPTION."):
-        name = name[len("ROADOPTION."):]
-    if name in ROAD_OPTION_COMMANDS:
-        return ROAD_OPTION_COMMANDS[name]
-    try:
-        number = int(text)
+    if text.lower() in COMMANDS:
+        return text.lower()
+    try:        # a number as text, but not 255: that is VOID only as a CarlaRoute's uint8
+        return ROAD_OPTION_COMMANDS[road_option_name(int(text) if text.lstrip("+-").isdigit()
+                                                     and int(text) != 255 else text)]
     except ValueError:
-        number = None
-    for option, code in ROAD_OPTIONS.items():
-        if number == code:
-            return ROAD_OPTION_COMMANDS[option]
-    raise ValueError(f"command {text!r} is not one of {', '.join(COMMANDS)}, a RoadOption name "
-                     f"({', '.join(ROAD_OPTIONS)}) or number ({', '.join(str(v) for v in ROAD_OPTIONS.values())})")
+        raise ValueError(f"command {text!r} is not one of {', '.join(COMMANDS)}, a RoadOption name "
+                         f"({', '.join(ROAD_OPTIONS)}) or number ({', '.join(str(v) for v in ROAD_OPTIONS.values())})"
+                         ) from None
 
 
 # ----------------------------------------------------------------------------- transforms
@@ -320,10 +334,6 @@ class EgoHistory:
     def clear(self) -> None:
         self._stamps.clear()
         self._samples.clear()
-
-    @property
-    def latest(self) -> EgoSample | None:
-        return self._samples[-1] if self._samples else None
 
     def add(self, sample: EgoSample) -> None:
         """Append; a sample older than the newest by over ``TIME_RESET_S`` (a replay restart) clears the buffer."""

@@ -1,45 +1,26 @@
-"""Route progress and the navigation command: a route -> left / straight / right, without flicker.
-
-ROS-free. A route is a polyline in the odometry frame, optionally with one CARLA RoadOption per
-point (the leaderboard's ``carla_msgs/CarlaRoute``, ``carla_route`` in ``topics.controller_topics``); a
-``nav_msgs/Path`` route (carla-ros-bridge's ``route``) has none.
+"""A route -> the navigation command, stable over time (the controller node's ``route.*``; docs/carla.md,
+"Route -> command"). A route is a polyline in the odometry frame, optionally with one CARLA RoadOption per
+point (the leaderboard's ``carla_msgs/CarlaRoute``); a ``nav_msgs/Path`` route has none.
 
     tracker = RouteTracker()
     tracker.set_route(points_xy, road_options=[4, 4, 1, 4])   # CarlaRoute-like; None for a Path
     tracker.update((x, y), yaw, stamp_s)                      # 'left' | 'straight' | 'right' | None (off route)
 
-**Progress.** The tracker remembers how far along the route the ego is (arc length
-``progress_m``). Each update projects the ego onto the route between ``search_back_m`` behind
-and ``search_ahead_m`` ahead of the remembered progress, and progress never goes back: a route
-that passes near itself (a loop, a bridge over its own start) cannot capture the ego, and a
-wobble around a route point cannot step the command back and forth. The first fix, and a
-new fix when the ego is farther than ``geometry.max_distance_m`` from that window (a respawn
-or teleport), take the closest point of the earliest stretch of the route within
-``max_distance_m`` (leaderboard routes start at the ego); none: off route, no command (None).
+**Progress** along the route never goes back and is searched only from ``search_back_m`` behind to
+``search_ahead_m`` ahead of the last one, so a route passing near itself cannot capture the ego and a wobble
+cannot step the command back and forth. The first fix, or one farther than ``geometry.max_distance_m`` from
+that window (a respawn), takes the earliest stretch of the route within ``max_distance_m`` (leaderboard
+routes start at the ego); none: off route (None).
 
-**RoadOptions -> command** (the rules, in order):
+**RoadOptions -> command**, in order: (1) the option of the segment under the ego (its first point's: CARLA's
+``downsample_route`` keeps the first point of every option stretch): ``LEFT`` / ``RIGHT`` / ``STRAIGHT`` for
+the whole stretch, a lane change only within ``lane_change_length_m`` of its point (the downsampled route
+keeps no point where lane following resumes); (2) else the first maneuver within ``option_lookahead_m``
+ahead; (3) else (``VOID``, ``LANEFOLLOW``) straight, or with ``lanefollow_geometry`` the geometric rule of
+Path routes: :func:`wam_diff2_core.geometry.command_from_route` on the route around the progress.
 
-1. *Under the ego*: the route segment the ego is on has the option of its first point (CARLA's
-   ``downsample_route`` keeps the first point of every option stretch). ``LEFT`` / ``RIGHT`` /
-   ``STRAIGHT`` (a turn or a straight crossing at an intersection) give left / right / straight
-   for the whole stretch, i.e. through the intersection. ``CHANGELANELEFT`` / ``CHANGELANERIGHT``
-   give left / right only within ``lane_change_length_m`` after their point: the downsampled
-   route keeps no point where lane following resumes, so the stretch after a lane change
-   carries the lane change's option although the car follows its new lane there.
-2. *Ahead*: otherwise the first route point within ``option_lookahead_m`` ahead whose option is
-   one of those five decides (a ``STRAIGHT`` crossing first means straight, whatever follows).
-3. Otherwise ``VOID`` and ``LANEFOLLOW``: straight. With ``lanefollow_geometry`` the route's
-   geometry decides instead (rule below), as in the demo world's training commands, where
-   sharp curves read left / right.
-
-**Path routes (no options) -> command**: :func:`wam_diff2_core.geometry.command_from_route` on
-the route around the tracked progress (a heading change of ``turn_angle_deg`` within
-``lookahead_m``, or a sideways shift of ``lateral_offset_m``, is a turn).
-
-**Hysteresis.** A new command replaces the current one only after it has been the candidate
-for ``hysteresis_m`` of route progress or ``hysteresis_s`` of time, whichever comes first, in
-one unbroken run: a candidate that flips back and forth (a pose jittering at a rule boundary,
-a car waiting at a junction) never switches the command.
+**Hysteresis**: a new command replaces the held one only after it has been the candidate for
+``hysteresis_m`` of progress or ``hysteresis_s``, whichever comes first, in one unbroken run.
 """
 from __future__ import annotations
 
@@ -49,32 +30,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .geometry import ROAD_OPTION_COMMANDS, ROAD_OPTIONS, RouteCommandSettings, command_from_route
+from .geometry import ROAD_OPTION_COMMANDS, RouteCommandSettings, command_from_route, road_option_name
 from .utils.fields import setting
 
 # Options that name a maneuver (rules 1 and 2); LANEFOLLOW and VOID do not.
 MANEUVERS = ("LEFT", "RIGHT", "STRAIGHT", "CHANGELANELEFT", "CHANGELANERIGHT")
 LANE_CHANGES = ("CHANGELANELEFT", "CHANGELANERIGHT")
-_OPTION_BY_CODE = {code: name for name, code in ROAD_OPTIONS.items()}
-
-
-def road_option_name(value: Any) -> str:
-    """A RoadOption as its name: an int (-1..6; 255 is VOID sent as uint8), a name
-    (``LEFT``, ``RoadOption.LEFT``) or an enum member. Raises ValueError naming the forms."""
-    name = getattr(value, "name", None)          # an enum member (agents.navigation RoadOption)
-    if isinstance(name, str) and name.upper() in ROAD_OPTIONS:
-        return name.upper()
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        code = int(value)
-        code = -1 if code == 255 else code
-        if code in _OPTION_BY_CODE:
-            return _OPTION_BY_CODE[code]
-    text = str(value).strip().upper()
-    text = text[len("ROADOPTION."):] if text.startswith("ROADOPTION.") else text
-    if text in ROAD_OPTIONS:
-        return text
-    raise ValueError(f"road option {value!r} is not a RoadOption name ({', '.join(ROAD_OPTIONS)}) or number "
-                     f"({', '.join(str(v) for v in ROAD_OPTIONS.values())}, 255 = VOID as uint8)")
 
 
 @dataclass(frozen=True)
