@@ -27,7 +27,7 @@ from wam_diff2_ros.planner.interface import OUTPUT_TOPICS, autoware_msgs  # noqa
 from wam_diff2_ros.planner.outputs import frame_messages  # noqa: E402
 from wam_diff2_ros.planner.inputs import frame_image  # noqa: E402
 from wam_diff2_ros.planner.monitor import PlannerMonitor  # noqa: E402
-from wam_diff2_ros.planner.settings import ModelSettings, PlannerSettings, rejected_change  # noqa: E402
+from wam_diff2_ros.planner.settings import PlannerSettings, policy_arguments, rejected_change  # noqa: E402
 
 pytestmark = pytest.mark.ros
 NS = 1_000_000_000
@@ -43,24 +43,24 @@ def test_settings_are_the_core_settings_of_the_values():
     assert settings.profile_limits == params.profile_limits(values)
     assert settings.decoding_overrides == {"block_size": 8}
     assert settings.camera_mount == CameraMount(2.0, 0.0, 1.5, 0.0, 0.0, 0.0)
-    assert settings.publish_debug_image is values["debug.publish_image"]
+    assert settings["debug.publish_image"] is values["debug.publish_image"]
 
 
 def test_settings_with_changed_values_are_a_new_object():
     lockstep = SETTINGS.with_values({"mode": "lockstep", "lockstep_every_n_images": 4, "route.lookahead_m": 45.0})
-    assert SETTINGS.mode_description == "realtime" and SETTINGS.values["mode"] == "realtime"
-    assert lockstep.mode_description == "lockstep (every 4)"
+    assert SETTINGS["mode"] == "realtime" and lockstep["mode"] == "lockstep"
     assert lockstep.inputs.route.lookahead_m == 45.0 != SETTINGS.inputs.route.lookahead_m
 
 
-def test_model_settings_are_the_core_settings_of_the_configure_values():
+def test_policy_arguments_are_the_core_settings_of_the_configure_values():
     values = {**params.DEFAULTS, "model_path": "ckpt", "tasks": "both", "image.max_pixels": 0,
               "decoding.block_size": 8, "detection_every_n_frames": 5}
-    model = ModelSettings.from_values(values)
-    assert model.tasks == ("plan", "detect") and model.max_pixels is None and model.model_path == "ckpt"
-    assert model.detection_every_n_frames == 5
-    assert model.engine == params.engine_settings(values) and model.candidates == params.candidate_settings(values)
-    assert model.decoding_overrides == {"block_size": 8}
+    model = policy_arguments(values)
+    assert model["tasks"] == ("plan", "detect") and model["max_pixels"] is None and model["path"] == "ckpt"
+    assert model["detection_every_n_frames"] == 5
+    assert model["engine"] == params.engine_settings(values)
+    assert model["candidates"] == params.candidate_settings(values)
+    assert model["overrides"] == {"block_size": 8}
 
 
 def test_the_loaded_policy_has_the_configured_tasks_and_detection_schedule(tiny_checkpoint):
@@ -68,7 +68,7 @@ def test_the_loaded_policy_has_the_configured_tasks_and_detection_schedule(tiny_
     values = {**params.DEFAULTS, "model_path": str(tiny_checkpoint), "tasks": "both", "detection_every_n_frames": 4,
               "warmup": False, "device": "cpu"}
     logger = SimpleNamespace(info=lambda _: None, warn=lambda _: None)
-    policy = load_policy(ModelSettings.from_values(values), logger, PolicyLoad())
+    policy = load_policy(values, logger, PolicyLoad())
     assert policy.tasks == ("plan", "detect") and policy.detection_every_n_frames == 4
 
 

@@ -1,12 +1,5 @@
-"""The planner's /diagnostics status as a pure function of a snapshot of its state.
-
-    snapshot = PlannerSnapshot(now_ns=..., lifecycle="active", ...)     # taken under the node's lock
-    status = planner_diagnostic_status("wam_diff2_planner", snapshot, settings)
-
-The node copies what it reports into a :class:`PlannerSnapshot` while holding its lock; the
-status (level, summary and the key/value table the README lists) is built from that copy
-alone, so it can be checked without a node or DDS.
-"""
+"""The planner's /diagnostics status as a pure function of a :class:`PlannerSnapshot` of its state (copied under
+its locks), so that it can be checked without a node or DDS."""
 from __future__ import annotations
 
 import collections
@@ -33,11 +26,9 @@ SKIP_CAUSES = {BAD_ODOMETRY: "odometry_non_finite", ODOMETRY_OUT_OF_ORDER: "odom
 
 @dataclass(frozen=True)
 class LastPlan:
-    """The newest plan's verdict and the command it was decoded for."""
-
     valid: bool
     invalid_reason: str
-    command: str
+    command: str                             # the command it was decoded for
 
 
 class EventRate:
@@ -58,8 +49,6 @@ class EventRate:
 
 @dataclass(frozen=True)
 class PlannerSnapshot:
-    """What the diagnostics report, copied at one moment."""
-
     now_ns: int                              # the node's clock (sim time under use_sim_time)
     lifecycle: str                           # unconfigured | inactive | active | finalized
     active: bool
@@ -85,7 +74,7 @@ class PlannerSnapshot:
 def _problems(snapshot: PlannerSnapshot, settings: PlannerSettings) -> list[str]:
     """What keeps an active planner from OK."""
     problems = []
-    timeout_s = settings.image_timeout_s
+    timeout_s = settings["image_timeout_s"]
     for what, ns in (("image", snapshot.image_ns), ("odometry", snapshot.odometry_ns)):
         if ns is None or (snapshot.now_ns - ns) / NS_PER_S > timeout_s:
             problems.append(f"no fresh {what}")
@@ -97,36 +86,25 @@ def _problems(snapshot: PlannerSnapshot, settings: PlannerSettings) -> list[str]
     return problems
 
 
-def _level_and_summary(snapshot: PlannerSnapshot, settings: PlannerSettings) -> tuple[bytes, str]:
-    if snapshot.model_state == PlannerStatus.ERROR:
-        return DiagnosticStatus.ERROR, f"model error: {snapshot.model_message}"
-    if not snapshot.active:
-        return DiagnosticStatus.WARN, f"not active ({snapshot.lifecycle}): {snapshot.model_message}"
-    problems = _problems(snapshot, settings)
-    if problems:
-        return DiagnosticStatus.WARN, "; ".join(problems)
-    return DiagnosticStatus.OK, "planning"
-
-
 def diagnostic_values(snapshot: PlannerSnapshot, settings: PlannerSettings) -> dict[str, str]:
     """The status's key/value table (wam_diff2_ros/README.md lists the keys)."""
     def age(ns):
         return "never" if ns is None else f"{(snapshot.now_ns - ns) / NS_PER_S:.3f}"
 
-    last_plan = snapshot.last_plan
+    last_plan, mode = snapshot.last_plan, settings["mode"]
     kv = {
         "lifecycle_state": snapshot.lifecycle,
         "model_state": STATE_NAMES[snapshot.model_state],
         "model_message": snapshot.model_message,
-        "model_path": settings.model_path,
-        "mode": settings.mode_description,
+        "model_path": settings["model_path"],
+        "mode": f"lockstep (every {settings['lockstep_every_n_images']})" if mode == "lockstep" else mode,
         "image_age_s": age(snapshot.image_ns),
         "odometry_age_s": age(snapshot.odometry_ns),
         "image_rate_hz": f"{snapshot.received_hz:.2f}",
         "processed_rate_hz": f"{snapshot.processed_hz:.2f}",
         "command_input": snapshot.command_text,
         "route_points": str(snapshot.route_points),
-        "camera_model": "camera_info" if snapshot.has_camera_info and settings.use_camera_info else "fov",
+        "camera_model": "camera_info" if snapshot.has_camera_info and settings["camera.use_camera_info"] else "fov",
         "last_plan": "none" if last_plan is None else ("valid" if last_plan.valid
                                                        else "invalid: " + last_plan.invalid_reason),
         "last_command": "none" if last_plan is None else last_plan.command,
@@ -149,5 +127,11 @@ def diagnostic_values(snapshot: PlannerSnapshot, settings: PlannerSettings) -> d
 def planner_diagnostic_status(node_name: str, snapshot: PlannerSnapshot, settings: PlannerSettings) -> DiagnosticStatus:
     """ERROR after a failed configure, WARN while not active or with a problem (no fresh input, an
     invalid last plan, a fast path that fell back), else OK."""
-    level, summary = _level_and_summary(snapshot, settings)
+    problems = _problems(snapshot, settings)
+    if snapshot.model_state == PlannerStatus.ERROR:
+        level, summary = DiagnosticStatus.ERROR, f"model error: {snapshot.model_message}"
+    elif not snapshot.active:
+        level, summary = DiagnosticStatus.WARN, f"not active ({snapshot.lifecycle}): {snapshot.model_message}"
+    else:
+        level, summary = (DiagnosticStatus.WARN, "; ".join(problems)) if problems else (DiagnosticStatus.OK, "planning")
     return node_status(node_name, "planner", level, summary, diagnostic_values(snapshot, settings))

@@ -1,11 +1,5 @@
 """The planner node's stored inputs: what its subscription callbacks keep and its worker reads at a frame.
 
-    inputs = PlannerInputs(settings.inputs)
-    inputs.on_odometry(msg)                         # callbacks: raise InputSkip on a bad message
-    rgb = frame_image(image_msg, now_ns, settings)  # [H, W, 3]; raises InputSkip (stale, too large, ...)
-    frame = inputs.frame_at(image_stamp_ns, wait_s=0.05, stopped=stop_event.is_set, candidates=candidate_settings)
-    policy.step(rgb, frame.inputs.ego, frame.inputs.command, scene=frame.scene)
-
 Odometry, route and command go to the core's :class:`FrameInputTracker`, the tracker the offline
 evaluator uses too, so a frame's inputs are the ones it derives; the camera received on camera_info
 and the candidate selection's objects are kept beside it. Thread-safe: one lock over all of it.
@@ -17,9 +11,9 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from wam_diff2_core.candidate_selection import CandidateSettings, OnlineScene
 import numpy as np
 
+from wam_diff2_core.candidate_selection import CandidateSettings, OnlineScene
 from wam_diff2_core.frame_inputs import NS_PER_S, FrameInputs, FrameInputTracker, InputSettings, InputSkip, \
     image_msg_to_rgb, stamp_ns
 from wam_diff2_core.geometry import PinholeCamera
@@ -35,9 +29,9 @@ def frame_image(msg, now_ns: int, settings: PlannerSettings) -> np.ndarray:
     """An image message -> [H, W, 3] uint8 RGB. Raises InputSkip: ``image_stale`` where its stamp is more than
     ``image_timeout_s`` from ``now_ns`` (the node's clock), ``image_<ImageError code>`` where it does not decode."""
     age_s = (now_ns - stamp_ns(msg.header.stamp)) / NS_PER_S
-    if abs(age_s) > settings.image_timeout_s:
+    if abs(age_s) > settings["image_timeout_s"]:
         raise InputSkip(IMAGE_STALE, f"image stamp is {age_s:.3f} s from now (image_timeout_s "
-                                     f"{settings.image_timeout_s})")
+                                     f"{settings['image_timeout_s']})")
     try:
         return image_msg_to_rgb(msg, settings.image_limits)
     except ImageError as exc:
@@ -46,8 +40,6 @@ def frame_image(msg, now_ns: int, settings: PlannerSettings) -> np.ndarray:
 
 @dataclass(frozen=True)
 class FrameContext:
-    """The inputs of one frame and where they came from."""
-
     inputs: FrameInputs
     odometry_frame: str                      # the odometry's frame ("" before any)
     child_frame: str                         # the odometry's child frame: the ego frame
@@ -60,7 +52,7 @@ class PlannerInputs:
         self._lock = threading.Lock()
         self._odometry_arrived = threading.Condition(self._lock)
         self._tracker = FrameInputTracker(settings)
-        self._camera: PinholeCamera | None = None
+        self.camera: PinholeCamera | None = None          # the camera received on camera_info, if any
         self._image_index = 0
         self.candidates = CandidateInputs(self._lock)   # the objects and the scene candidates are scored in
 
@@ -80,32 +72,24 @@ class PlannerInputs:
         with self._lock:
             self._image_index = 0
 
+    # the callbacks' stores raise InputSkip for a message they refuse
     def on_odometry(self, msg) -> bool:
-        """Store an odometry message (raises InputSkip); True: its time went back, the ego history restarted."""
+        """True: its time went back, the ego history restarted."""
         with self._lock:
             resets = self._tracker.time_resets
             self._tracker.on_odometry(msg)
             self._odometry_arrived.notify_all()
             return self._tracker.time_resets != resets
 
-    def on_route(self, msg) -> None:
-        """Store a route (raises InputSkip)."""
+    def on_route(self, msg) -> bool:
         with self._lock:
             self._tracker.on_route(msg)
+        return True
 
     def on_command(self, msg) -> bool:
-        """Store a command message (raises InputSkip); True: a command, False: text that names none."""
+        """True: a command, False: text that names none."""
         with self._lock:
             return self._tracker.on_command(msg) is not None
-
-    def set_camera(self, camera: PinholeCamera) -> None:
-        with self._lock:
-            self._camera = camera
-
-    def camera(self) -> PinholeCamera | None:
-        """The camera received on camera_info, if any."""
-        with self._lock:
-            return self._camera
 
     def wake(self) -> None:
         """A frame waiting for its odometry stops waiting (the worker is stopping)."""
@@ -131,4 +115,4 @@ class PlannerInputs:
         with self._lock:
             route = self._tracker.route_xy
             return {"odometry_ns": self._tracker.newest_odometry_ns, "command_text": self._tracker.command_text,
-                    "route_points": 0 if route is None else len(route), "has_camera_info": self._camera is not None}
+                    "route_points": 0 if route is None else len(route), "has_camera_info": self.camera is not None}

@@ -1,11 +1,6 @@
 """What the planner node counts and remembers for its diagnostics: counters, rates, throttled warnings,
 the last plan and the recent stage times. Thread-safe: its own lock, held only over its own fields.
 
-    monitor = PlannerMonitor(node.get_logger(), warn_throttle_s=5.0)
-    monitor.skip("image_stale", "image stamp is 0.6 s from now")     # counted as skipped_image_stale, warned
-    monitor.frame_published(out, "left", processing_ms=412.0, extra_stats={}, now=time.monotonic())
-    snapshot = monitor.snapshot(time.monotonic(), now_ns=..., lifecycle="active", ...)   # PlannerSnapshot
-
 Warnings of one cause are logged at most once per ``warn_throttle_s`` (the node sets it when its
 parameter changes); every skipped input is counted, warned or not.
 """

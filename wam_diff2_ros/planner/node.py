@@ -23,15 +23,15 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from diagnostic_msgs.msg import DiagnosticStatus
-from nav_msgs.msg import Odometry, Path
+from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import CameraInfo
-from std_msgs.msg import Float64, Header, String
+from std_msgs.msg import Float64, Header
 
 from wam_diff2_core.camera_rig import frame_mismatch
 from wam_diff2_core.frame_inputs import InputSkip, check_image_msg, stamp_ns
@@ -55,7 +55,7 @@ from .interface import INPUT_TOPICS, INPUT_TYPES, OUTPUT_TOPICS, OUTPUT_TYPES, i
 from .monitor import PlannerMonitor
 from .outputs import frame_messages
 from .policy import PolicyLoad, describe_policy, free_policy, load_policy
-from .settings import ModelSettings, PlannerSettings, rejected_change
+from .settings import PlannerSettings, rejected_change
 
 DEFAULT_EGO_FRAME = "base_link"
 SHUTDOWN_WAIT_S = 2.0        # on Ctrl-C, how long to let a decode in flight finish
@@ -71,11 +71,11 @@ class PlannerNode(LifecycleNode):
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
         self._lock = threading.Lock()            # the model state and its message
-        self._monitor = PlannerMonitor(self.get_logger(), settings.warn_throttle_s)
+        self._monitor = PlannerMonitor(self.get_logger(), settings["warn_throttle_s"])
         self._inputs = PlannerInputs(settings.inputs)
         self._policy = None
         self._load = PolicyLoad()               # the last configure's camera block, fast-path check and times
-        self._policy_overrides: dict[str, Any] = {}
+        self._policy_overrides: dict[str, Any] = {}   # the decoding.* values the loaded policy decodes with
         self._loading = False
         self._active = False
         self._lifecycle = "unconfigured"
@@ -89,7 +89,7 @@ class PlannerNode(LifecycleNode):
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._status_pub = self.create_publisher(PlannerStatus, OUTPUT_TOPICS["status"], LATCHED_QOS)
         self.publish_diagnostics = publish_periodically(self, OUTPUT_TOPICS["diagnostics"],
-                                                        settings.diagnostics_period_s, self.diagnostic_status,
+                                                        settings["diagnostics_period_s"], self.diagnostic_status,
                                                         callback_group=self._timer_group)
         # Subscriptions and (lifecycle) publishers live as long as the node: destroying entities on
         # cleanup races the executor's wait-set (rclpy raised InvalidHandle in the multi-threaded one's
@@ -99,17 +99,18 @@ class PlannerNode(LifecycleNode):
                          for key, kind in OUTPUT_TYPES.items()}
         self._publish_status()
         self._autostart_timer = None
-        if settings.autostart:
+        if settings["autostart"]:
             # one shot, once the executor spins, so the node answers lifecycle queries while loading
             self._autostart_timer = self.create_timer(0.0, self._autostart)
 
     def _subscribe_inputs(self, settings: PlannerSettings) -> dict[str, Any]:
-        image = "image_compressed" if settings.image_transport == "compressed" else "image"
-        callbacks = {image: self._on_image, "odometry": self._on_odometry, "route": self._on_route,
-                     "command": self._on_command, "camera_info": self._on_camera_info,
-                     "objects": self._inputs.candidates.on_objects}
+        image = "image_compressed" if settings["image_transport"] == "compressed" else "image"
+        callbacks = {image: self._on_image, "odometry": self._on_odometry,
+                     "route": self._storing(self._inputs.on_route, "routes_received"),
+                     "command": self._storing(self._inputs.on_command, "commands_received"),
+                     "camera_info": self._on_camera_info, "objects": self._inputs.candidates.on_objects}
         return {name.removesuffix("_compressed"): self.create_subscription(
-                    INPUT_TYPES[name], INPUT_TOPICS[name], callback, input_qos(name, settings.image_reliability),
+                    INPUT_TYPES[name], INPUT_TOPICS[name], callback, input_qos(name, settings["image_reliability"]),
                     callback_group=self._image_group if name == image else self._state_group)
                 for name, callback in callbacks.items() if name in INPUT_TYPES}
 
@@ -124,7 +125,7 @@ class PlannerNode(LifecycleNode):
         for name in known:
             self._rejected_overrides.pop(name, None)
         self._settings = settings = self._settings.with_values(known)
-        self._monitor.warn_throttle_s = settings.warn_throttle_s
+        self._monitor.warn_throttle_s = settings["warn_throttle_s"]
         self._inputs.update_settings(settings.inputs)      # from the next message / frame
         if any(p.name in ("mode", "lockstep_every_n_images") for p in changed):
             self._inputs.restart_image_count()
@@ -136,21 +137,21 @@ class PlannerNode(LifecycleNode):
             self.trigger_activate()
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        settings, model_path = self._settings, self._settings.model_path
+        settings = self._settings
+        model_path = settings["model_path"]
         errors = list(self._rejected_overrides.values()) + settings.configure_errors()
         if errors:
             return self._configure_failed("; ".join(errors))
         self._loading = True
         self._set_model_state(PlannerStatus.LOADING, f"loading {model_path}")
         try:
-            model = ModelSettings.from_values(settings.values)
-            policy = load_policy(model, self.get_logger(), self._load)
+            policy = load_policy(settings.values, self.get_logger(), self._load)
         except Exception as exc:  # any load failure: stay alive, report, publish nothing
             self._loading = False
             self.get_logger().debug(traceback.format_exc())
             return self._configure_failed(f"cannot load {model_path!r}: {exc}")
         self._policy, self._loading = policy, False
-        self._policy_overrides = model.decoding_overrides
+        self._policy_overrides = settings.decoding_overrides
         self._lifecycle = "inactive"
         message = describe_policy(policy, model_path)
         self._set_model_state(PlannerStatus.READY, message)
@@ -170,8 +171,7 @@ class PlannerNode(LifecycleNode):
         self._worker.start()
         self._active = True
         self._lifecycle = "active"
-        settings = self._settings
-        self.get_logger().info(f"active: {settings.mode} mode, {settings.image_transport} images")
+        self.get_logger().info(f"active: {self._settings['mode']} mode, {self._settings['image_transport']} images")
         return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -201,10 +201,6 @@ class PlannerNode(LifecycleNode):
         self._policy = None
         self._lifecycle = lifecycle
 
-    def worker_running(self) -> bool:
-        """True while a stopped worker is still finishing its frame (see stop_worker)."""
-        return self._worker.still_running()
-
     def stop_worker(self, timeout_s: float = 60.0) -> None:
         """Stop the worker after its current frame (its outputs are still published)."""
         self._active = False
@@ -226,7 +222,7 @@ class PlannerNode(LifecycleNode):
         if not self._active:
             return
         index = self._inputs.next_image_index()
-        if settings.mode == "lockstep" and index % settings.lockstep_every_n_images != 0:
+        if settings["mode"] == "lockstep" and index % settings["lockstep_every_n_images"] != 0:
             self._monitor.count("images_skipped_lockstep")
             return
         if self._worker.slot.put(msg):
@@ -234,7 +230,7 @@ class PlannerNode(LifecycleNode):
 
     def _check_image_qos(self, msg, settings: PlannerSettings) -> None:
         """Once: say that large raw frames on best effort are mostly lost (wam_diff2_ros/README.md)."""
-        warning = None if self._image_qos_warned else raw_image_qos_warning(msg, settings.image_reliability)
+        warning = None if self._image_qos_warned else raw_image_qos_warning(msg, settings["image_reliability"])
         if warning is not None:
             self._image_qos_warned = True
             self.get_logger().warning(warning)
@@ -251,24 +247,19 @@ class PlannerNode(LifecycleNode):
             self._monitor.warn("odometry_time_reset", "odometry time went back by more than "
                                f"{TIME_RESET_S} s (a replay or simulator restarted): ego history restarted")
 
-    def _on_route(self, msg: Path) -> None:
-        try:
-            self._inputs.on_route(msg)
-        except InputSkip as skip:
-            self._monitor.skip_input(skip)
-            return
-        self._monitor.count("routes_received")
-
-    def _on_command(self, msg: String) -> None:
-        try:
-            if self._inputs.on_command(msg):
-                self._monitor.count("commands_received")
-        except InputSkip as skip:
-            self._monitor.skip_input(skip)
+    def _storing(self, store: Callable[[Any], bool], counter: str) -> Callable[[Any], None]:
+        """A callback that stores a message, counted as ``counter`` where ``store`` takes it (an InputSkip: a skip)."""
+        def callback(msg) -> None:
+            try:
+                if store(msg):
+                    self._monitor.count(counter)
+            except InputSkip as skip:
+                self._monitor.skip_input(skip)
+        return callback
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         try:
-            self._inputs.set_camera(conv.camera_info_to_camera(msg))
+            self._inputs.camera = conv.camera_info_to_camera(msg)
         except ValueError as exc:
             self._monitor.skip("camera_info_invalid", str(exc))
 
@@ -296,7 +287,7 @@ class PlannerNode(LifecycleNode):
             if mismatch:                             # planned anyway: the user may know better, but is told
                 monitor.count("frames_off_camera")
                 monitor.warn("frames_off_camera", mismatch)
-            frame = self._inputs.frame_at(image_stamp_ns, settings.odometry_wait_s, self._worker.stopping,
+            frame = self._inputs.frame_at(image_stamp_ns, settings["odometry_wait_s"], self._worker.stopping,
                                           self._policy.candidates)
         except InputSkip as skip:
             monitor.skip_input(skip)
@@ -306,7 +297,7 @@ class PlannerNode(LifecycleNode):
         inputs = frame.inputs
         if inputs.default_because is not None:       # the route gave no command: say why
             monitor.command_defaulted(*inputs.default_because)
-        ego_frame = settings.ego_frame_id or frame.child_frame or DEFAULT_EGO_FRAME
+        ego_frame = settings["ego_frame_id"] or frame.child_frame or DEFAULT_EGO_FRAME
 
         self._apply_decoding_changes(settings.decoding_overrides)
         try:
@@ -334,7 +325,7 @@ class PlannerNode(LifecycleNode):
                  t_start: float) -> None:
         """The frame's messages, then its timings; ``rgb`` [H, W, 3] is the decoded image."""
         outputs, inputs = self._outputs, frame.inputs
-        camera_info = self._inputs.camera() if settings.use_camera_info else None
+        camera_info = self._inputs.camera if settings["camera.use_camera_info"] else None
         for name, message in frame_messages(header, rgb, inputs, ego_frame, frame.odometry_frame, out, settings,
                                             camera_info):
             outputs[name].publish(message)
@@ -357,7 +348,7 @@ class PlannerNode(LifecycleNode):
         with self._lock:
             state, message = self._model_state, self._model_message
         self._status_pub.publish(PlannerStatus(header=Header(stamp=self.get_clock().now().to_msg()), state=state,
-                                               model_path=self._settings.model_path, message=message))
+                                               model_path=self._settings["model_path"], message=message))
 
     def diagnostic_status(self) -> DiagnosticStatus:
         # matched on this side: a publisher the graph lists but this reader has not matched yet delivers nothing
@@ -396,7 +387,7 @@ def _release_worker(node: PlannerNode) -> bool:
     """Ctrl-C must not wait for a decode in flight (on a CPU a large model's can take minutes): give the
     worker a moment to finish, then leave (its daemon thread ends with the process). True: still decoding."""
     node.stop_worker(SHUTDOWN_WAIT_S)
-    return node.worker_running()
+    return node._worker.still_running()
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def frame_messages(header: Header, rgb: np.ndarray, inputs: FrameInputs, ego_fra
         if waypoints is not None:
             path, path_odom = conv.plan_paths(stamp_ns, ego_frame, waypoints, odom_frame or None, ego)
             yield "path", path
-            if settings.publish_odom_frame_path and path_odom is not None:
+            if settings["publish_odom_frame_path"] and path_odom is not None:
                 yield "path_odom", path_odom
             if autoware_msgs is not None and odom_frame:
                 profile = speed_profile(waypoints, measured_speed(ego.vx), settings.profile_limits)
@@ -49,9 +49,9 @@ def frame_messages(header: Header, rgb: np.ndarray, inputs: FrameInputs, ego_fra
         if vision_msgs is not None:
             yield "vision_detections", conv.vision_detections_msg(vision_msgs, header, detections)
     line = status_line(inputs.command, inputs.command_source, plan)
-    if settings.publish_markers and plan is not None:
+    if settings["debug.publish_markers"] and plan is not None:
         yield "markers", conv.plan_markers(stamp_ns, ego_frame, waypoints, line)
-    if settings.publish_debug_image:
-        camera = debug_camera(rgb.shape[1], rgb.shape[0], camera_info, settings.horizontal_fov_deg)
+    if settings["debug.publish_image"]:
+        camera = debug_camera(rgb.shape[1], rgb.shape[0], camera_info, settings["camera.horizontal_fov_deg"])
         yield "debug_image", conv.rgb_image_msg(plan_debug_image(rgb, plan, detections, line, camera,
                                                                  settings.camera_mount), header)

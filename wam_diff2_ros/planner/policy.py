@@ -1,7 +1,7 @@
 """The planner's configure step: the policy loaded from its settings, its fast path checked and warmed up, timed.
 
     load = PolicyLoad()
-    policy = load_policy(ModelSettings.from_values(values), node.get_logger(), load)   # raises on any failure
+    policy = load_policy(values, node.get_logger(), load)   # raises on any failure
     load.fast_path_check, load.times_s["load_s"], load.camera_rig
     node.get_logger().info(f"configured: {describe_policy(policy, model_path)} ({load.describe_times()})")
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from wam_diff2_core.camera_rig import read_camera_block
 from wam_diff2_core.policy import DrivingPolicy, describe_engine
 
 from .diagnostics import FAST_PATH_FELL_BACK
-from .settings import ModelSettings
+from .settings import policy_arguments
 
 
 @dataclass
@@ -35,22 +35,17 @@ class PolicyLoad:
                          if name != "configure_s")
 
 
-def load_policy(model: ModelSettings, logger, load: PolicyLoad) -> DrivingPolicy:
-    """The policy of ``model``; with ``model.warmup``, the fast path proves itself on this device (or the
-    plain path decodes) and one decode warms it up. ``load.times_s["configure_s"]``: all of it."""
+def load_policy(values: Mapping[str, Any], logger, load: PolicyLoad) -> DrivingPolicy:
+    """The policy of the (validated) parameter ``values``; with ``warmup``, the fast path proves itself on this
+    device (or the plain path decodes) and one decode warms it up. ``load.times_s["configure_s"]``: all of it."""
     t0 = t_start = time.monotonic()
     load.times_s = {}
-    policy = DrivingPolicy.from_checkpoint(
-        model.model_path, device=model.device, dtype=model.dtype, overrides=model.decoding_overrides,
-        tasks=model.tasks, detection_classes=model.detection_classes,
-        detection_every_n_frames=model.detection_every_n_frames, min_pixels=model.min_pixels,
-        max_pixels=model.max_pixels, max_waypoint_abs_m=model.max_waypoint_abs_m, parse_retry=model.parse_retry,
-        engine=model.engine, candidates=model.candidates)
+    policy = DrivingPolicy.from_checkpoint(**policy_arguments(values))
     logger.info(f"decoding settings: {policy.loaded.config.describe()}")
-    load.camera_rig = read_camera_block(model.model_path)     # None: the checkpoint names no camera
+    load.camera_rig = read_camera_block(values["model_path"])     # None: the checkpoint names no camera
     load.fast_path_check = "not run"
     load.times_s["load_s"] = time.monotonic() - t0
-    if model.warmup:
+    if values["warmup"]:
         # both start-up decodes stop after STARTUP_BLOCKS blocks (policy.startup_settings)
         t0 = time.monotonic()
         fallback = policy.check_fast_path()
