@@ -1,21 +1,11 @@
-"""Demo-world episodes as Bench2Drive clips (``wam-diff2 synth --formats b2d --frame-stride 2``).
-
-One folder per episode, ``OUT/b2d/WamDiff2Synth_seed<S>_e<NNNN>/``, laid out as Bench2Drive's
-public dataset (10 Hz):
+"""Demo-world episodes as Bench2Drive clips (``wam-diff2 synth --formats b2d --frame-stride 2``): one folder
+per episode, ``OUT/b2d/WamDiff2Synth_seed<S>_e<NNNN>/``, laid out as Bench2Drive's public dataset (10 Hz)::
 
     camera/rgb_front/00000.jpg    the frame's JPEG (the very bytes of the JSON export's image)
     anno/00000.json.gz            gzip JSON (mtime 0: the export stays byte-identical per seed)
 
-The annotation holds the keys :mod:`wam_diff2_core.data.bench2drive` reads, in CARLA's left-handed
-world frame (y negated, compass ``theta`` = CARLA yaw + pi/2): ``x``, ``y``, ``theta``, ``speed``,
-``acceleration`` [x, y, z] (world frame; the one the JSON prompts use, ``--prompt-acceleration``),
-``angular_velocity`` [x, y, z] (deg/s), ``command_near`` / ``command_far`` (RoadOption: LEFT 1,
-RIGHT 2, STRAIGHT 3 at a crossing, LANEFOLLOW 4 elsewhere), ``is_junction`` and ``bounding_boxes``: the
-ego (``class`` ``ego_vehicle``) and every other vehicle (``class`` ``vehicle``, ``id``, ``location``
-and ``center`` [x, y, z], ``rotation`` [pitch, roll, yaw] degrees, ``extent`` half sizes, ``speed``,
-``distance``, ``type_id``, ``state`` dynamic / static). Differences from a CARLA clip: ``x``, ``y``
-are the rear axle (the demo world's ego origin; CARLA's is the vehicle's centre), one camera only,
-no LiDAR, radar, depth or sensor calibration, and ``throttle`` / ``steer`` / ``brake`` are absent.
+The annotation holds the keys :mod:`wam_diff2_core.data.bench2drive` reads, in CARLA's left-handed world
+frame, and how they differ from a CARLA clip's: sim/README.md, "Bench2Drive clips".
 """
 from __future__ import annotations
 

@@ -1,30 +1,9 @@
-"""rosbag2 recordings of demo-world episodes that look like carla-ros-bridge recordings.
+"""rosbag2 recordings of demo-world episodes that look like carla-ros-bridge recordings (the topics, their
+order within a tick, the image last, and their frames: sim/README.md, "Exports"), written with the pure-Python ``rosbags``
+library in ``mcap`` or ``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). The ego frame (``hero``) is
+the **rear axle**, the origin of the waypoints' ego frame, not CARLA's box centre.
 
-Written with the pure-Python ``rosbags`` library (no ROS installation), in ``mcap`` or
-``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). Topics: ``/clock``, ``/tf``, the planner's
-command input (``topics.DEFAULT_COMMAND_TOPIC``) and carla-ros-bridge's of the role
-(``topics.carla_topics(role)``, by key below); here for role ``hero`` (the CARLA leaderboard's; the
-default is carla-ros-bridge's ``ego_vehicle``):
-
-    /clock         rosgraph_msgs/msg/Clock      every tick (20 Hz)
-    /tf            tf2_msgs/msg/TFMessage       every tick: map -> hero, hero -> hero/rgb_front
-    odometry       nav_msgs/msg/Odometry        every tick; parent map, child hero, twist in the child frame
-    objects        derived_object_msgs/msg/ObjectArray  every tick: the other vehicles
-                                                (box centre, yaw, size, velocity; frame map)
-    route          nav_msgs/msg/Path            once, first; transient-local QoS (latched)
-    command        std_msgs/msg/String          every camera frame: left | straight | right
-    camera_info    sensor_msgs/msg/CameraInfo   every camera frame
-    image          sensor_msgs/msg/Image        every camera frame, bgra8, step = 4 * width
-
-All messages of a tick carry the tick's sim time as header stamp and as bag timestamp; within a
-tick they are written clock, tf, odometry, objects, command, camera_info, image, so a reader triggered by
-the image already has the rest. The ``hero`` frame is the ego's **rear axle** (the origin of
-the ego frame the waypoints use), not CARLA's box centre. The ``hero/rgb_front`` frame is the
-camera body (x forward, y left, z up) as carla-ros-bridge publishes it; ``camera_info`` holds the
-optical-frame intrinsics.
-
-    writer = EpisodeBagWriter(path, "mcap", role="hero", camera=camera, mount=mount)
-    with writer:
+    with EpisodeBagWriter(path, "mcap", role="hero", camera=camera, mount=mount) as writer:
         writer.write_route(stamp_ns, lane_points)
         writer.write_tick(stamp_ns, pose, speed, yaw_rate)
         writer.write_objects(stamp_ns, vehicles)            # world.vehicle_boxes() of that tick

@@ -1,28 +1,12 @@
-"""A demo-world frame as a PDM-score scene: the road, the traffic and the expert's drive as NAVSIM's inputs.
+"""A demo-world frame as a PDM-score scene: the road, the traffic and the expert's drive as NAVSIM's inputs,
+in the ego frame at the frame's tick (what goes in: sim/README.md, "PDM score of a frame's plan"). The
+reference planner is the demo world's expert: its own drive from the frame, scored through the same tracker,
+gives ``reference_progress_m``, as NAVSIM uses PDM-Closed's. Candidate selection scores against less
+(:func:`frame_online_scene`, :func:`world_online_scene`): only what a planner on the ego knows.
 
     episode = simulate_episode(seed=0, index=3, settings=EpisodeSettings(frames=50))
     result = score_frame_plan(episode, frame=10, plan=waypoints)        # pdm.score.PdmResult
     result.pdms, result.nc, result.ep
-
-Everything is in the ego frame at the frame's tick (rear axle, x forward, y left), as the plan is:
-
-- **agents**: the traffic present at the frame, each box every 0.1 s for 5 s from the episode's
-  stored ticks; past the stored horizon (or once a vehicle has left the world) its last box moves on
-  at its last speed along its heading. All are vehicles (NC 0 when hit at fault).
-- **drivable area**: the route's two lanes (the shoulder is not drivable), the crossings' boxes and
-  the side-road stubs' two lanes; **lanes**: the ego lane, the oncoming lane and each stub lane
-  (straddling two of them makes a lateral hit the ego's fault); **intersections**: the crossing boxes.
-- **progress** is measured along the ego lane's centre line (the route), from
-  :data:`ROUTE_BEHIND_M` behind the ego to :data:`ROUTE_AHEAD_M` ahead (so a route that comes back
-  near itself cannot capture the ego elsewhere).
-- **the reference planner** is the demo world's rule-based expert (pure pursuit + IDM, ``expert.py``):
-  its own drive from the frame (the frame's ground truth) is scored through the same tracker, and its
-  progress x NC x DAC is ``reference_progress_m``, as NAVSIM uses PDM-Closed's.
-- **the ego**: the world's car (box and wheelbase from ``WorldSettings.ego``), its speed,
-  longitudinal acceleration and steering angle at the frame.
-
-Candidate selection scores against less (:func:`frame_online_scene`, :func:`world_online_scene` for a
-closed-loop route): only what a planner on the ego knows at the frame, never the recorded future.
 """
 from __future__ import annotations
 
@@ -124,11 +108,15 @@ def _inputs(road: RoadMap, pose: tuple[float, float, float], lane_s: float, samp
     return FramePdmInputs(scene, ego, vehicle, reference)
 
 
-def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
-    """The PDM-score inputs of a recorded ``frame`` (module docstring); ValueError for a frame the episode lacks."""
+def _frame_tick(episode: Episode, frame: int) -> int:
     if not 0 <= frame < episode.num_frames:
         raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.num_frames - 1})")
-    tick = episode.settings.frame_tick(frame)
+    return episode.settings.frame_tick(frame)
+
+
+def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
+    """The PDM-score inputs of a recorded ``frame`` (module docstring); ValueError for a frame the episode lacks."""
+    tick = _frame_tick(episode, frame)
     every = _samples_every(episode.settings.dt_s)
     track = episode.track
     samples = [episode.traffic[t] for t in range(tick, min(len(episode.traffic), tick + OBSERVATION_SAMPLES * every),
@@ -146,10 +134,7 @@ def frame_online_scene(episode: Episode, frame: int, lane_width_m: float = DEFAU
     the ego's pose, speed, estimated longitudinal acceleration (the prompt's) and yaw rate, the route (the ego
     lane's centre line) with a ``lane_width_m`` corridor, and the traffic at the frame as tracked objects moving
     on at constant velocity; nothing of the recorded future (the node's inputs behind the bridge)."""
-    if not 0 <= frame < episode.num_frames:
-        raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.num_frames - 1})")
-    tick = episode.settings.frame_tick(frame)
-    track = episode.track
+    tick, track = _frame_tick(episode, frame), episode.track
     x, y, yaw = track.pose(tick)
     return online_scene((x, y), yaw, float(track.speed[tick]), float(track.accel_estimated[tick, 0]),
                         float(track.yaw_rate[tick]), episode.road.lane.resampled(ROUTE_SPACING_M),
@@ -157,11 +142,8 @@ def frame_online_scene(episode: Episode, frame: int, lane_width_m: float = DEFAU
 
 
 def world_online_scene(run, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene:
-    """What candidate selection scores a closed-loop plan against now, as :func:`frame_online_scene` for a
-    live route (``sim.route_runs.RouteRun``): the ego's pose, speed, the acceleration the planner node
-    estimates (the prompt's) and yaw rate, the route as published (``run.route_xy()``) with a ``lane_width_m``
-    corridor, and the world's vehicles now as tracked objects moving on at constant velocity. ``run`` is read
-    by attribute (``world``, ``acceleration``, ``route_xy``): route_runs imports this module, not the reverse."""
+    """:func:`frame_online_scene` of a live route ``run`` (``sim.route_runs.RouteRun``, read by attribute: it
+    imports this module) now: the route as published (``run.route_xy()``), the world's vehicles now."""
     ego = run.world.ego
     return online_scene((ego.x, ego.y), ego.yaw, float(ego.speed), float(run.acceleration[0]), float(ego.yaw_rate),
                         run.route_xy(), tracked_objects(run.world.vehicle_boxes()), lane_width_m)
@@ -201,8 +183,6 @@ def score_frame_plan(episode: Episode, frame: int, plan, inputs: FramePdmInputs 
     return (inputs or frame_pdm_inputs(episode, frame)).score(plan)
 
 
-
-
 class DataSetPdm:
     """PDM scores of a demo-world data set's planning samples (a ``wam-diff2 synth`` folder): its
     manifest says how its episodes were simulated, so each sample's episode is simulated again
@@ -230,18 +210,21 @@ class DataSetPdm:
         root = Path(data).parent
         return cls(root) if (root / "manifest.json").is_file() else None
 
-    def inputs(self, sample_id: str) -> FramePdmInputs | None:
-        """The frame's inputs of a planning sample of this data set (None: an id it did not write)."""
+    def _frame_of(self, sample_id: str) -> tuple[Episode, int] | None:
+        """(episode, frame) of a planning sample of this data set; None for an id it did not write."""
         from .dataset_export import planning_sample_frame
 
+        where = planning_sample_frame(sample_id)
+        if where is None or where[0] != self.settings.seed or where[1] >= self.settings.episodes \
+                or where[2] >= self.settings.episode.frames:
+            return None
+        return self._episode(where[1]), where[2]
+
+    def inputs(self, sample_id: str) -> FramePdmInputs | None:
+        """The frame's inputs of a planning sample of this data set (None: an id it did not write)."""
         if sample_id not in self._inputs:
-            where = planning_sample_frame(sample_id)
-            inputs = None
-            if where is not None and where[0] == self.settings.seed and where[1] < self.settings.episodes \
-                    and where[2] < self.settings.episode.frames:
-                _, index, frame = where
-                inputs = frame_pdm_inputs(self._episode(index), frame)
-            self._inputs[sample_id] = inputs
+            where = self._frame_of(sample_id)
+            self._inputs[sample_id] = None if where is None else frame_pdm_inputs(*where)
         return self._inputs[sample_id]
 
     def _episode(self, index: int) -> Episode:
@@ -257,12 +240,8 @@ class DataSetPdm:
     def online_scene(self, sample_id: str, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene | None:
         """The candidate-selection scene of a planning sample's frame (:func:`frame_online_scene`); None
         for an id this data set did not write."""
-        if self.inputs(sample_id) is None:
-            return None
-        from .dataset_export import planning_sample_frame
-
-        _, index, frame = planning_sample_frame(sample_id)
-        return frame_online_scene(self._episode(index), frame, lane_width_m)
+        where = self._frame_of(sample_id)
+        return None if where is None else frame_online_scene(*where, lane_width_m)
 
     def score(self, sample_id: str, plan) -> PdmResult | None:
         inputs = self.inputs(sample_id)
