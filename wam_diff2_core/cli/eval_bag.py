@@ -34,6 +34,10 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError, add_threads_argument
+from ..evaluation.bag_pdm import DEFAULT_LANE_WIDTH_M
+from ..evaluation.bag_plan import EvalSettings
+from ..evaluation.bags import BagTopics
+from ..evaluation.collision import EgoFootprint
 from ..params import planner as node_params
 from ..params.parameter_file import read_node_params
 from ..topics import DEFAULT_CAMERA, DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE, carla_namespace, carla_topics
@@ -43,6 +47,7 @@ from .common import (add_decoding_arguments, add_image_limit_arguments, add_mode
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
 NO_DEFAULT_COMMAND = "none"      # --default-command none: skip frames with no command
+TOPICS = ("image", "odometry", "route", "command", "camera_info", "objects")   # --ROLE-topic flags; from route on optional
 
 
 def add_arguments(p) -> None:
@@ -101,12 +106,12 @@ def add_arguments(p) -> None:
     add_image_limit_arguments(i)
     e = p.add_argument_group("ego box for the collision rate and the PDM score (default: the demo world's ego, "
                              "odometry at the rear axle)")
-    for f in dataclasses.fields(_footprint_class()):
+    for f in dataclasses.fields(EgoFootprint):
         e.add_argument("--ego-" + f.name.replace("_", "-"), dest="ego_" + f.name, type=float, default=None,
                        help=f"default {f.default} (a CARLA bag: --ego-centre-ahead-m 0, and the ego's size)")
     p.add_argument("--lane-width-m", type=float, default=None,
                    help="the PDM score's drivable area: a corridor this wide around the route, or the recorded drive "
-                        f"without one (the bag has no map; default {_lane_width_default():g})")
+                        f"without one (the bag has no map; default {DEFAULT_LANE_WIDTH_M:g})")
     p.add_argument("--max-gap-s", type=float, default=0.5,
                    help="longest odometry gap the recorded future is interpolated over (default 0.5)")
 
@@ -118,16 +123,6 @@ def add_arguments(p) -> None:
                    help=f"{spec.description} (node default {spec.default:g})")
     add_parse_retry_argument(p)
     add_decoding_arguments(p)
-
-
-def _lane_width_default() -> float:
-    from ..evaluation.bag_pdm import DEFAULT_LANE_WIDTH_M
-    return DEFAULT_LANE_WIDTH_M
-
-
-def _footprint_class():
-    from ..evaluation.collision import EgoFootprint
-    return EgoFootprint
 
 
 def _apply_params_file(args) -> dict:
@@ -150,35 +145,30 @@ def _apply_params_file(args) -> dict:
     return node
 
 
-def _settings(args, node: dict):
-    from ..evaluation.bags import BagTopics
-    from ..evaluation.bag_plan import EvalSettings
-
-    topics = BagTopics.carla(args.role, args.camera, image=args.image_topic, odometry=args.odometry_topic,
-                             route=args.route_topic, command=args.command_topic,
-                             camera_info=args.camera_info_topic, objects=args.objects_topic)
-    required = frozenset(role for role, given in (("route", args.route_topic), ("command", args.command_topic),
-                                                  ("camera info", args.camera_info_topic),
-                                                  ("objects", args.objects_topic)) if given)
-    footprint = _footprint_class()(**{f.name: getattr(args, "ego_" + f.name)
-                                      for f in dataclasses.fields(_footprint_class())
-                                      if getattr(args, "ego_" + f.name) is not None})
+def _settings(args, node: dict) -> EvalSettings:
+    """The evaluation settings the flags (and --params-file's ``node`` values) give; ConfigError for a bad one."""
     given = {name: getattr(args, node_params.cli_dest(name)) for name in node_params.INPUT_PARAMETERS}
     values = {**node_params.DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
     if values["default_command"] == NO_DEFAULT_COMMAND:
         values["default_command"] = None
-    inputs = node_params.input_settings(values)
     lane = {} if args.lane_width_m is None else {"lane_width_m": args.lane_width_m}
-    limits = node_params.given_profile_limits(node, f"--params-file {args.params_file}")
-    return EvalSettings(topics=topics, inputs=inputs, image_limits=image_limits(args), every=args.every,
-                        max_frames=args.max_frames, max_gap_s=args.max_gap_s, required=required, footprint=footprint,
-                        profile_limits=limits, **lane)
+    try:
+        return EvalSettings(
+            topics=BagTopics.carla(args.role, args.camera, **{role: getattr(args, role + "_topic") for role in TOPICS}),
+            required=frozenset(role.replace("_", " ") for role in TOPICS[2:] if getattr(args, role + "_topic")),
+            footprint=EgoFootprint(**{f.name: getattr(args, "ego_" + f.name) for f in dataclasses.fields(EgoFootprint)
+                                      if getattr(args, "ego_" + f.name) is not None}),
+            inputs=node_params.input_settings(values),
+            profile_limits=node_params.given_profile_limits(node, f"--params-file {args.params_file}"),
+            image_limits=image_limits(args), every=args.every, max_frames=args.max_frames, max_gap_s=args.max_gap_s,
+            **lane)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _model_info(policy, args) -> dict:
     info = {"path": str(Path(args.model).resolve()), "min_pixels": args.min_pixels, "max_pixels": args.max_pixels,
-            "params_file": str(Path(args.params_file).resolve()) if args.params_file else None,
-            "max_waypoint_abs_m": getattr(policy, "max_waypoint_abs_m", None),
+            "params_file": _params_path(args), "max_waypoint_abs_m": getattr(policy, "max_waypoint_abs_m", None),
             "parse_retry": getattr(policy, "parse_retry", None)}
     loaded = getattr(policy, "loaded", None)
     if loaded is not None:
@@ -187,9 +177,8 @@ def _model_info(policy, args) -> dict:
     return info
 
 
-def _error(message: str) -> int:
-    print(f"wam-diff2 eval-bag: error: {message}", file=sys.stderr)
-    return 2
+def _params_path(args) -> str | None:
+    return str(Path(args.params_file).resolve()) if args.params_file else None
 
 
 def run(args) -> int:
@@ -197,50 +186,67 @@ def run(args) -> int:
 
     try:
         if args.compare:
-            if args.predictions is not None:
-                return _error("--compare takes two finished run folders; --predictions goes with BAG")
             return _compare(args)
         if not args.bags:
-            return _error("give at least one BAG (or --compare RUN_A RUN_B)")
-        if args.predictions is not None:
-            return _predictions(args)
+            raise ConfigError("give at least one BAG (or --compare RUN_A RUN_B)")
+        return _evaluate(args)
+    except BagError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _evaluate(args) -> int:
+    """Score the bags: a model's plans, or with --predictions what a planner node published (no model)."""
+    from ..evaluation.bag_plan import plan_bags
+    from ..evaluation.report import write_run_report
+
+    from_node = args.predictions is not None
+    if from_node:
+        given = _model_flags_given(args)
+        if given:
+            raise ConfigError(f"--predictions scores what the node published, so no model runs here: drop "
+                              f"{', '.join(given)} (the node's own settings made the predictions)")
+        if len(args.predictions) != len(args.bags):
+            raise ConfigError(f"--predictions: {len(args.predictions)} NODE_BAG(s) for {len(args.bags)} BAG(s); "
+                              "give one per BAG, in the same order")
+        _check_outputs(args)
+        node = _apply_params_file(args)      # the input settings (odometry timeout, route, default command)
+        if node.get("model_path"):
+            log.info("--predictions: model_path in --params-file is not used (the node's predictions are scored)")
+    else:
         if args.trajectory_topic is not None:
-            return _error("--trajectory-topic goes with --predictions")
+            raise ConfigError("--trajectory-topic goes with --predictions")
         node = _apply_params_file(args)
         if not args.model:
-            return _error("--model is required to evaluate bags (or model_path in --params-file; or score what a "
-                          "node published with --predictions NODE_BAG)")
-        problem = _output_problem(args)
-        if problem:
-            return _error(problem)
-        try:
-            settings = _settings(args, node)
-        except ValueError as exc:
-            return _error(str(exc))
-        return _evaluate(args, settings)
-    except (BagError, ConfigError) as exc:
-        return _error(str(exc))
-
-
-def _evaluate(args, settings) -> int:
-    from ..evaluation.report import write_run_report
-    from ..config import EngineSettings
-    from ..evaluation.bag_plan import plan_bags
-    from ..evaluation.runner import evaluate_bags
-    from ..policy import DrivingPolicy
-
+            raise ConfigError("--model is required to evaluate bags (or model_path in --params-file; or score what "
+                              "a node published with --predictions NODE_BAG)")
+        _check_outputs(args)
+    settings = _settings(args, node)
     plans = plan_bags(args.bags, settings)          # every bag checked before the (slow) model load
-    extra = {k: getattr(args, k) for k in ("max_waypoint_abs_m", "parse_retry") if getattr(args, k) is not None}
-    policy = DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
-                                           overrides=decoding_overrides(args), tasks=("plan",),
-                                           min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                                           engine=EngineSettings(cpu_threads=args.cpu_threads,
-                                                                 quantization=args.quantization).validated(), **extra)
-    run = evaluate_bags(args.bags, policy, settings, progress=not args.no_progress, plans=plans)
+    if from_node:
+        from ..evaluation.predictions import evaluate_predictions, predictions_source
+
+        run = evaluate_predictions(args.bags, args.predictions, settings, topic=args.trajectory_topic, plans=plans)
+        model = predictions_source(run, _params_path(args))
+    else:
+        from ..config import EngineSettings
+        from ..evaluation.runner import evaluate_bags
+        from ..policy import DrivingPolicy
+
+        extra = {k: getattr(args, k) for k in ("max_waypoint_abs_m", "parse_retry") if getattr(args, k) is not None}
+        engine = EngineSettings(cpu_threads=args.cpu_threads, quantization=args.quantization).validated()
+        policy = DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
+                                               overrides=decoding_overrides(args), tasks=("plan",),
+                                               min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+                                               engine=engine, **extra)
+        run = evaluate_bags(args.bags, policy, settings, progress=not args.no_progress, plans=plans)
+        model = _model_info(policy, args)
     record = _record(args, run)
-    metrics = write_run_report(args.out, run, model=_model_info(policy, args), command=_command_line(),
-                               label=args.label, record=record, overwrite=args.overwrite, bev_samples=args.bev_samples)
-    _print_summary(args, metrics, record)
+    metrics = write_run_report(args.out, run, model=model, command=_command_line(), label=args.label, record=record,
+                               overwrite=args.overwrite, bev_samples=args.bev_samples)
+    _print_summary(args, metrics, record, "node" if from_node else "model")
+    if from_node and metrics["counts"]["predictions"]["messages"] == 0:
+        print("eval-bag: note: the predictions bag holds no trajectories: did the planner run (and was it READY) "
+              "while the bag was replayed?", file=sys.stderr)
     return 0
 
 
@@ -255,66 +261,26 @@ def _record(args, run) -> str | None:
                                   storage=args.record_storage, ego_frame=args.ego_frame, overwrite=args.overwrite))
 
 
-def _output_problem(args) -> str | None:
-    """Why --out / --record cannot be written (one input bag with --record; no overwriting unasked)."""
+def _check_outputs(args) -> None:
+    """ConfigError when --out / --record cannot be written (one input bag with --record; no overwriting unasked)."""
     if args.record and len(args.bags) != 1:
-        return "--record writes one bag: evaluate one input bag at a time with it"
-    if Path(args.out).exists() and not args.overwrite:
-        return f"--out {args.out} already exists (use --overwrite to replace it)"
-    if args.record and Path(args.record).exists() and not args.overwrite:
-        return f"--record {args.record} already exists (use --overwrite to replace it)"
-    return None
+        raise ConfigError("--record writes one bag: evaluate one input bag at a time with it")
+    for flag, path in (("--out", args.out), ("--record", args.record)):
+        if path and Path(path).exists() and not args.overwrite:
+            raise ConfigError(f"{flag} {path} already exists (use --overwrite to replace it)")
 
 
 def _model_flags_given(args) -> list[str]:
     """The model / decoding flags given on the command line (they mean nothing with --predictions)."""
     dests = [node_params.cli_dest(name) for name in node_params.MODEL_PARAMETERS
              if getattr(args, node_params.cli_dest(name)) not in (None, node_params.DEFAULTS[name])]
-    given = [f"--{dest.replace('_', '-')}" for dest in dests + list(decoding_overrides(args))]
-    return given
+    return [f"--{dest.replace('_', '-')}" for dest in dests + list(decoding_overrides(args))]
 
 
 def _command_line() -> str:
     """The command line, when this process is `wam-diff2 eval-bag ...` (not a caller of main([...]))."""
     argv = sys.argv[sys.argv.index("eval-bag") + 1:] if "eval-bag" in sys.argv else None
     return "wam-diff2 eval-bag " + " ".join(shlex.quote(a) for a in argv) if argv else ""
-
-
-def _predictions(args) -> int:
-    """--predictions: score what a planner node published (no model)."""
-    from ..evaluation.report import write_run_report
-    from ..evaluation.bag_plan import plan_bags
-    from ..evaluation.predictions import evaluate_predictions, predictions_source
-
-    given = _model_flags_given(args)
-    if given:
-        return _error(f"--predictions scores what the node published, so no model runs here: drop "
-                      f"{', '.join(given)} (the node's own settings made the predictions)")
-    if len(args.predictions) != len(args.bags):
-        return _error(f"--predictions: {len(args.predictions)} NODE_BAG(s) for {len(args.bags)} BAG(s); give one "
-                      "per BAG, in the same order")
-    problem = _output_problem(args)
-    if problem:
-        return _error(problem)
-    node = _apply_params_file(args)      # the input settings (odometry timeout, route, default command)
-    if node.get("model_path"):
-        log.info("--predictions: model_path in --params-file is not used (the node's predictions are scored)")
-    try:
-        settings = _settings(args, node)
-    except ValueError as exc:
-        return _error(str(exc))
-    plans = plan_bags(args.bags, settings)
-    run = evaluate_predictions(args.bags, args.predictions, settings, topic=args.trajectory_topic, plans=plans)
-    model = predictions_source(run, str(Path(args.params_file).resolve()) if args.params_file else None)
-    record = _record(args, run)
-    metrics = write_run_report(args.out, run, model=model, command=_command_line(), label=args.label, record=record,
-                               overwrite=args.overwrite, bev_samples=args.bev_samples)
-    _print_summary(args, metrics, record, "node")
-    pc = metrics["counts"]["predictions"]
-    if pc["messages"] == 0:
-        print("eval-bag: note: the predictions bag holds no trajectories: did the planner run (and was it READY) "
-              "while the bag was replayed?", file=sys.stderr)
-    return 0
 
 
 def _opt(value: float | None) -> str:
@@ -337,21 +303,16 @@ def _print_summary(args, metrics: dict, record: str | None, who: str = "model") 
           f"parse failures {o['parse_failures']}{published}")
     horizons = {h: "@" + h for h in o["model"]["l2_at_t"]}
     three = lambda v: f"{v:8.3f}"        # noqa: E731
-    _table("L2 (m, UniAD)", horizons, [(name, o[key]["l2_at_t"], o[key]["frames"])
-                                       for name, key in ((who, "model"), ("constant velocity", "constant_velocity"))],
-           three)
-    speed = o.get("speed_profile")
-    if speed:
-        _table("speed error (m/s)", horizons, [(name, speed[key]["mean_at_t"], speed[key]["frames"])
-                                               for name, key in ((who, "model"), ("constant speed", "constant_speed"))],
-               three)
-    collision = o.get("collision")
-    if collision:
-        for convention, label in (("at_t", "UniAD"), ("avg_to_t", "VAD")):
-            _table(f"collision (%, {label})", horizons,
-                   [(name, collision[key][convention], collision[key]["frames"])
-                    for name, key in ((who, "model"), ("constant velocity", "constant_velocity"))],
-                   lambda v: f"{100 * v:8.1f}")
+
+    def beside_baseline(block: dict, baseline: str, values: str) -> list:
+        return [(name, block[key][values], block[key]["frames"])
+                for name, key in ((who, "model"), (baseline.replace("_", " "), baseline))]
+    _table("L2 (m, UniAD)", horizons, beside_baseline(o, "constant_velocity", "l2_at_t"), three)
+    if o.get("speed_profile"):
+        _table("speed error (m/s)", horizons, beside_baseline(o["speed_profile"], "constant_speed", "mean_at_t"), three)
+    for convention, label in (("at_t", "UniAD"), ("avg_to_t", "VAD")) if o.get("collision") else ():
+        _table(f"collision (%, {label})", horizons, beside_baseline(o["collision"], "constant_velocity", convention),
+               lambda v: f"{100 * v:8.1f}")
     pdm = o.get("pdm")
     if pdm:
         from ..evaluation.metrics import PDM_SUBSCORES
@@ -393,10 +354,12 @@ def _table(title: str, columns: dict[str, str], rows, cell) -> None:
 def _compare(args) -> int:
     from ..evaluation.report import compare_runs
 
+    if args.predictions is not None:
+        raise ConfigError("--compare takes two finished run folders; --predictions goes with BAG")
     if args.bags:
-        return _error("--compare takes two run folders, not bags")
+        raise ConfigError("--compare takes two run folders, not bags")
     if Path(args.out).exists() and not args.overwrite:
-        return _error(f"--out {args.out} already exists (use --overwrite to replace it)")
+        raise ConfigError(f"--out {args.out} already exists (use --overwrite to replace it)")
     result = compare_runs(args.compare[0], args.compare[1], args.out, overwrite=args.overwrite)
     a, b = list(result["runs"])
     print(f"compare: {a} vs {b} on {result['common_valid_frames']['frames']} common valid frames; "

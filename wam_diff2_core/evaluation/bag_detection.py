@@ -1,13 +1,6 @@
-"""``eval-bag --predictions``: the boxes a planner node published, scored with COCO AP against the bag.
-
-For each ``wam_diff2_ros/msg/Detection2DArray`` of the predictions bag stamped with a camera frame of
-the source bag, the ground truth is what the camera saw of the bag's objects then
-(``detection_truth.pixel_truth``: the objects nearest the stamp, the ego pose interpolated from the
-odometry, the camera's intrinsics from camera_info and its pose on the ego from ``/tf``); the boxes
-are scored with :func:`~wam_diff2_core.evaluation.detection.detection_scores` (pycocotools) over every
-bag together, in stamp order. An invalid message (the answer did not parse) scores no box. Counted:
-``messages``, ``matched`` (scored), ``no_objects`` / ``no_pose`` (no objects or odometry at its stamp),
-``unmatched_stamp`` (no camera frame of the bag), ``duplicate``, ``undecodable``.
+"""``eval-bag --predictions``: the boxes a planner node published (``Detection2DArray``), scored with COCO AP
+(:mod:`.detection`) against what the camera saw of the bag's objects at their stamp (:mod:`.detection_truth`),
+every bag together, in stamp order; an invalid message scores no box.
 """
 from __future__ import annotations
 

@@ -1,28 +1,9 @@
-"""A bag frame as a PDM-score scene (NAVSIM v1, :mod:`~wam_diff2_core.pdm.score`): what a recording knows.
+"""A bag frame as a PDM-score scene (NAVSIM v1, :mod:`~wam_diff2_core.pdm.score`) from what a recording knows:
+the recorded objects as non-reactive agents, a corridor around the route (or the recorded drive) as the
+drivable area, the recorded drive as the reference planner ("PDM score" in this folder's README.md).
 
-A bag has no map, so the scene is built from what it carries, in the ego frame at the frame's stamp
-(the odometry origin, x forward, y left, as the plan is):
-
-- **agents**: every object of the objects topic (carla-ros-bridge's ``derived_object_msgs/ObjectArray``,
-  :class:`~.derived_objects.ObjectTrack`) present at the frame, its recorded box every 0.1 s for 5 s
-  (non-reactive, as NAVSIM's); where the recording has no box of it (it left, the bag ended, no message
-  within the track's 50 ms) its last box moves on at the speed of its last two boxes. All count as
-  agents (NC 0 when hit at fault): carla-ros-bridge publishes vehicles and walkers, no static objects.
-- **drivable area**: NOT a map: a corridor ``lane_width_m`` wide (``--lane-width-m``, default
-  :data:`~wam_diff2_core.candidate_selection.DEFAULT_LANE_WIDTH_M`) around the route (the newest ``nav_msgs/Path`` before the frame, in the
-  odometry frame) or, without one, around the recorded drive, each going on straight past its ends; no
-  lanes or intersections (the ego never "straddles lanes", so a lateral hit is its fault only off the
-  corridor).
-- **progress** is measured along that same centre line, from :data:`CORRIDOR_BEHIND_M` behind the ego
-  to :data:`CORRIDOR_AHEAD_M` ahead.
-- **the reference planner** is the recorded drive (the frame's 8 recorded waypoints, scored through the
-  same tracker): its progress x NC x DAC is ``reference_progress_m`` (NAVSIM: PDM-Closed's).
-- **the ego**: the evaluator's ego box (``EgoFootprint``) and :data:`~wam_diff2_core.geometry.DEMO_EGO_WHEELBASE_M`;
-  speed and acceleration along its heading from the odometry, steering angle from the recorded yaw
-  rate over the next 0.1 s (kinematic bicycle).
-
-    inputs = bag_pdm_inputs(track, trajectory, route_xy, t_ns, ego_motion, footprint, lane_width_m=3.5)
-    inputs.score(plan).pdms                       # None when no objects message lies near the frame
+    inputs = bag_pdm_inputs(track, trajectory, route_xy, t_ns, velocity, acceleration, ground_truth, footprint)
+    inputs.score(plan).pdms                       # inputs: None when no objects message lies near the frame
 """
 from __future__ import annotations
 

@@ -49,17 +49,18 @@ DECODE_STATS_KEYS = ("block_size", "forwards", "denoise_steps", "blocks", "token
 
 @dataclass(frozen=True)
 class EvalSettings:
+    # in the order metrics.json's "settings" lists them (as_dict)
     topics: BagTopics = field(default_factory=BagTopics.carla)
-    inputs: InputSettings = field(default_factory=InputSettings)
-    image_limits: ImageLimits = field(default_factory=ImageLimits)   # larger frames: skipped as image_too_large
     every: int = 1                      # evaluate every N-th camera frame (after dropping bad stamps)
     max_frames: int | None = None       # per bag, after thinning; None = all
     max_gap_s: float = 0.5              # longest odometry gap interpolated over for the ground truth
     max_backward_jump_s: float = TIME_RESET_S   # a stamp further back is a second run in one bag: an error
-    required: frozenset[str] = frozenset()   # optional topic roles the user named, so they must be present
+    image_limits: ImageLimits = field(default_factory=ImageLimits)   # larger frames: skipped as image_too_large
     footprint: EgoFootprint = field(default_factory=EgoFootprint)   # the ego box (collision check, PDM score)
     lane_width_m: float = DEFAULT_LANE_WIDTH_M   # the PDM score's drivable corridor around the route / drive
     profile_limits: ProfileLimits = field(default_factory=ProfileLimits)   # the speed profile's (node: trajectory.*)
+    inputs: InputSettings = field(default_factory=InputSettings)
+    required: frozenset[str] = frozenset()   # optional topic roles the user named, so they must be present
 
     def __post_init__(self):
         check_lane_width(self.lane_width_m)
@@ -69,14 +70,8 @@ class EvalSettings:
             raise ValueError(f"max_frames: must be >= 1, got {self.max_frames}")
 
     def as_dict(self) -> dict[str, Any]:
-        i = self.inputs
-        return {"topics": self.topics.as_dict(), "every": self.every, "max_frames": self.max_frames,
-                "max_gap_s": self.max_gap_s, "max_backward_jump_s": self.max_backward_jump_s,
-                "image_limits": vars(self.image_limits), "ego_footprint": vars(self.footprint),
-                "lane_width_m": self.lane_width_m, "profile_limits": vars(self.profile_limits),
-                "inputs": {"odometry_timeout_s": i.odometry_timeout_s,
-                           "acceleration_time_constant_s": i.acceleration_time_constant_s,
-                           "default_command": i.default_command, "route": vars(i.route)}}
+        return {"ego_footprint" if k == "footprint" else k: v for k, v in dataclasses.asdict(self).items()
+                if k != "required"}
 
 
 @dataclass
@@ -159,20 +154,15 @@ class EvalRun:
         return [f for b in self.bags for f in b.frames]
 
     def counts(self) -> dict[str, Any]:
-        total: dict[str, Any] = {"images": 0, "not_selected": 0, "planned": 0, "evaluated": 0, "valid": 0}
-        skipped, excluded = Counter(), Counter()
-        for b in self.bags:
-            c = b.counts()
-            for k in total:
-                total[k] += c[k]
-            skipped.update(c["skipped"])
-            excluded.update(c["excluded_no_future"])
-        total["skipped"] = dict(skipped.most_common())
-        total["excluded_no_future"] = dict(excluded.most_common())
-        if any(b.predictions is not None for b in self.bags):
-            predictions = Counter()
-            for b in self.bags:
-                predictions.update(b.counts().get("predictions", {}))
+        counts = [b.counts() for b in self.bags]
+
+        def pooled(key: str) -> Counter:
+            return sum((Counter(c.get(key, {})) for c in counts), Counter())
+        total: dict[str, Any] = {k: sum(c[k] for c in counts)
+                                 for k in ("images", "not_selected", "planned", "evaluated", "valid")}
+        total.update({k: dict(pooled(k).most_common()) for k in ("skipped", "excluded_no_future")})
+        if any("predictions" in c for c in counts):
+            predictions = pooled("predictions")
             total["predictions"] = {k: predictions[k] for k in PREDICTION_COUNTS}
         return total
 

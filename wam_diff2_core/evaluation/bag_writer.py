@@ -12,35 +12,47 @@ from typing import Any, Iterable
 from .bag_types import default_typestore
 from .bags import BagError, error_text
 
+STORAGES = ("mcap", "sqlite3")
+
+
+def _writer(path: Path, storage: str):
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    if storage not in STORAGES:
+        raise BagError(f"storage: {storage!r} is not one of {', '.join(STORAGES)}")
+    return Writer(path, version=9, storage_plugin=StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3)
+
+
+def _offered_qos(latched: bool, reliable: bool = True, depth: int = 100) -> list:
+    """One offered QoS profile: keep-last ``depth`` (1 when latched: transient local), reliable or best effort."""
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    never = QosTime(0x7FFFFFFF, 0xFFFFFFFF)
+    return [Qos(QosHistory.KEEP_LAST, 1 if latched else depth,
+                QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
+                QosDurability.TRANSIENT_LOCAL if latched else QosDurability.VOLATILE,
+                never, never, QosLiveliness.AUTOMATIC, never, False)]
+
+
+def _cdr(msg, store, msgtype: str) -> bytes:
+    return msg if isinstance(msg, (bytes, bytearray, memoryview)) else store.serialize_cdr(msg, msgtype)
+
 
 def write_bag(path: str | Path, topics: dict[str, str], messages: Iterable[tuple[str, int, Any]], *,
               storage: str = "mcap", typestore=None, latched: Iterable[str] = ()) -> Path:
     """Write ``(topic, bag time ns, message or CDR bytes)`` into a new rosbag2 folder ``path``.
 
-    ``topics``: topic -> msgtype. Message definitions are stored in the bag, so Foxglove and
-    ``ros2 bag`` read it without this package. ``latched`` topics are recorded with a
-    transient-local QoS profile (what ``ros2 bag play`` re-offers).
+    ``topics``: topic -> msgtype. ``latched`` topics are recorded with a transient-local QoS profile (what
+    ``ros2 bag play`` re-offers); the others with none.
     """
-    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
-    plugins = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
-    if storage not in plugins:
-        raise BagError(f"storage: {storage!r} is not one of {', '.join(plugins)}")
     store = typestore or default_typestore()
     latched = set(latched)
-    never = QosTime(0x7FFFFFFF, 0xFFFFFFFF)
-    with Writer(Path(path), version=9, storage_plugin=plugins[storage]) as writer:
-        conns = {}
-        for topic, msgtype in topics.items():
-            qos = []
-            if topic in latched:
-                qos = [Qos(QosHistory.KEEP_LAST, 1, QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL,
-                           never, never, QosLiveliness.AUTOMATIC, never, False)]
-            conns[topic] = writer.add_connection(topic, msgtype, typestore=store, offered_qos_profiles=qos)
+    with _writer(Path(path), storage) as writer:
+        conns = {topic: writer.add_connection(topic, msgtype, typestore=store,
+                                              offered_qos_profiles=_offered_qos(True) if topic in latched else [])
+                 for topic, msgtype in topics.items()}
         for topic, bag_time_ns, msg in messages:
-            data = msg if isinstance(msg, (bytes, bytearray, memoryview)) else store.serialize_cdr(msg, topics[topic])
-            writer.write(conns[topic], int(bag_time_ns), data)
+            writer.write(conns[topic], int(bag_time_ns), _cdr(msg, store, topics[topic]))
     return Path(path)
 
 
@@ -64,11 +76,11 @@ class BagStreamWriter:
     """
 
     def __init__(self, path: str | Path, *, storage: str = "mcap", typestore=None, overwrite: bool = False):
-        import queue
         import threading
+        from concurrent.futures import ThreadPoolExecutor
 
-        if storage not in ("mcap", "sqlite3"):
-            raise BagError(f"storage: {storage!r} is not one of mcap, sqlite3")
+        if storage not in STORAGES:
+            raise BagError(f"storage: {storage!r} is not one of {', '.join(STORAGES)}")
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise BagError(f"{self.path}: already exists (use --overwrite to replace it)")
@@ -77,77 +89,42 @@ class BagStreamWriter:
         self.topics: dict[str, str] = {}
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self._done = False
         self._tmp: Path | None = None
         self._writer = None
-        self._thread = threading.Thread(target=self._serve, name=f"bag-writer-{self.path.name}", daemon=True)
-        self._thread.start()
+        self._conns: dict[str, Any] = {}
+        # one thread runs every storage call, in the order they were queued
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"bag-writer-{self.path.name}")
         try:
             self._call(self._open)
         except BaseException:
             self._done = True
-            self._queue.put((self._discard, (), None))     # ends the writer thread
+            self._thread.shutdown(wait=False)
             raise
 
-    # -- the writer thread
-    def _serve(self) -> None:
-        while True:
-            fn, args, reply = self._queue.get()
-            try:
-                result = fn(*args)
-                if reply is not None:
-                    reply.append((True, result))
-            except BaseException as exc:  # handed to the caller (reply) or kept for close()
-                if reply is not None:
-                    reply.append((False, exc))
-                elif self._error is None:
-                    self._error = exc
-            if reply is not None:
-                reply.event.set()
-            if fn in (self._finish, self._discard):
-                return
+    def _call(self, fn, *args, **kwargs):
+        return self._thread.submit(fn, *args, **kwargs).result()
 
-    def _call(self, fn, *args):
-        import threading
-
-        class Reply(list):
-            event = None
-
-        reply = Reply()
-        reply.event = threading.Event()
-        self._queue.put((fn, args, reply))
-        reply.event.wait()
-        ok, value = reply[0]
-        if not ok:
-            raise value
-        return value
-
+    # -- on the writer thread
     def _open(self) -> None:
         import tempfile
 
-        from rosbags.rosbag2 import StoragePlugin, Writer
-
-        plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[self.storage]
-        self._writer = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.partial-", dir=self.path.parent))
-        self._writer = Writer(self._tmp / self.path.name, version=9, storage_plugin=plugin)
-        self._conns: dict[str, Any] = {}
         try:
+            self._writer = _writer(self._tmp / self.path.name, self.storage)
             self._writer.open()
         except BaseException:
             self._discard()
             raise
 
-    def _add(self, topic: str, msgtype: str, qos) -> None:
-        self._conns[topic] = self._writer.add_connection(topic, msgtype, typestore=self.typestore,
-                                                         offered_qos_profiles=qos)
-
     def _write(self, topic: str, bag_time_ns: int, data: bytes) -> None:
         if self._error is None:
-            self._writer.write(self._conns[topic], bag_time_ns, data)
+            try:
+                self._writer.write(self._conns[topic], bag_time_ns, data)
+            except BaseException as exc:  # kept for close()
+                self._error = exc
 
     def _finish(self) -> Path:
         import shutil
@@ -175,11 +152,20 @@ class BagStreamWriter:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
+    def _end(self, fn):
+        """Run ``fn`` (finish or discard) once, then let the writer thread go."""
+        with self._lock:
+            if self._done:
+                return None
+            self._done = True
+        try:
+            return self._call(fn)
+        finally:
+            self._thread.shutdown()
+
     # -- the API
     def add_topic(self, topic: str, msgtype: str, *, reliable: bool = True, latched: bool = False) -> None:
         """A connection for ``topic``; ``reliable`` / ``latched`` are stored as its offered QoS."""
-        from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
-
         with self._lock:
             if self._done:
                 raise BagError(f"{self.path}: already closed")
@@ -190,12 +176,8 @@ class BagStreamWriter:
             if msgtype not in self.typestore.fielddefs:
                 raise BagError(f"{topic}: no message definition for {msgtype} is known here, so it cannot be "
                                "recorded")
-            never = QosTime(0x7FFFFFFF, 0xFFFFFFFF)
-            qos = [Qos(QosHistory.KEEP_LAST, 1 if latched else 100,
-                       QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
-                       QosDurability.TRANSIENT_LOCAL if latched else QosDurability.VOLATILE,
-                       never, never, QosLiveliness.AUTOMATIC, never, False)]
-            self._call(self._add, topic, msgtype, qos)
+            self._conns[topic] = self._call(self._writer.add_connection, topic, msgtype, typestore=self.typestore,
+                                            offered_qos_profiles=_offered_qos(latched, reliable))
             self.topics[topic] = msgtype
             self.counts[topic] = 0
 
@@ -206,26 +188,17 @@ class BagStreamWriter:
                 return
             if topic not in self.topics:
                 raise BagError(f"{topic}: not added to {self.path} (add_topic first)")
-            data = msg if isinstance(msg, (bytes, bytearray, memoryview)) else \
-                self.typestore.serialize_cdr(msg, self.topics[topic])
-            self._queue.put((self._write, (topic, int(bag_time_ns), bytes(data)), None))
+            data = bytes(_cdr(msg, self.typestore, self.topics[topic]))
+            self._thread.submit(self._write, topic, int(bag_time_ns), data)
             self.counts[topic] += 1
 
     def close(self) -> Path:
         """Write what is queued, finish the bag and move it to ``path`` (replacing what is there)."""
-        with self._lock:
-            if self._done:
-                return self.path
-            self._done = True
-        return self._call(self._finish)
+        return self._end(self._finish) or self.path
 
     def abort(self) -> None:
         """Drop the partial bag; ``path`` is left as it was."""
-        with self._lock:
-            if self._done:
-                return
-            self._done = True
-        self._call(self._discard)
+        self._end(self._discard)
 
     def __enter__(self) -> "BagStreamWriter":
         return self

@@ -1,14 +1,8 @@
 """rosbag2 bags without ROS: open (sqlite3 or mcap, a folder or a single file), know the types, read.
+Types come from the bag's stored definitions first, then :mod:`.bag_types`; every failure a bag can cause
+is a :class:`BagError` naming the bag and the reason.
 
-Types come from the bag itself first (rosbag2 stores each topic's message definition), then
-from the ROS 2 Kilted standard set, ``derived_object_msgs`` (carla-ros-bridge's objects) and this
-package's ``msg/*.msg`` for bags that carry none (:mod:`.bag_types`). Writing bags:
-:mod:`.bag_writer`.
-Every failure a bag can cause surfaces as :class:`BagError` with the bag and the reason: a
-missing path, a truncated or corrupt storage file, a topic that is absent or has an unexpected
-type, a type nobody can decode.
-
-    with open_bag("run.mcap") as bag:
+    with Bag("run.mcap") as bag:
         print(bag.topic_types)                              # {topic: msgtype}
         for topic, bag_time_ns, msg in bag.messages([carla_topics()["odometry"]]):    # wam_diff2_core.topics
             ...
@@ -54,10 +48,6 @@ class BagTopics:
         topics.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**topics)
 
-    def as_dict(self) -> dict[str, str | None]:
-        return dict(image=self.image, odometry=self.odometry, route=self.route, command=self.command,
-                    camera_info=self.camera_info, objects=self.objects)
-
 
 def resolve_bag_path(path: str | Path) -> Path:
     """A rosbag2 folder, a ``metadata.yaml`` in one, or a single ``.mcap`` / ``.db3`` file.
@@ -84,7 +74,7 @@ def resolve_bag_path(path: str | Path) -> Path:
 
 
 class Bag:
-    """An open bag: topics, types, message counts, and a message iterator. Use :func:`open_bag`."""
+    """An open bag (a context manager): topics, types, message counts, and a message iterator."""
 
     def __init__(self, path: str | Path):
         from rosbags.rosbag2 import Reader
@@ -154,9 +144,6 @@ class Bag:
             raise BagError(f"{self.path}: cannot decode {msgtype} on {topic!r}: {why}")
         return msgtype
 
-    def has_topic(self, topic: str | None) -> bool:
-        return topic is not None and topic in self.topic_types and self.topic_counts.get(topic, 0) > 0
-
     # -- messages
     def raw_messages(self, topics: Iterable[str] | None = None) -> Iterator[tuple[str, int, str, bytes]]:
         """(topic, bag time ns, msgtype, CDR bytes) in storage order (by bag time per file)."""
@@ -214,10 +201,6 @@ class Undecodable:
     """Stands in for a message whose bytes could not be deserialized."""
 
     reason: str
-
-
-def open_bag(path: str | Path) -> Bag:
-    return Bag(path)
 
 
 def _storage_of(path: Path) -> str:

@@ -1,21 +1,9 @@
-"""Open-loop collision check: the planned ego footprint against the other agents' recorded boxes.
+"""Open-loop collision check: the planned ego box along the plan against the other agents' recorded boxes at
+each waypoint time, exact polygons in the ego frame at the frame time; a step where the recorded ego itself
+overlaps an agent is not counted ("Collision check" in this folder's README.md).
 
-At each waypoint k (t = 0.5 k s) the ego's box (``EgoFootprint``: length x width, centred
-``centre_ahead_m`` ahead of the odometry origin, heading along the planned path) is placed on the
-waypoint and tested (separating axes, exact polygons) against every object box recorded at the
-frame stamp + t (``derived_object_msgs/ObjectArray`` nearest to that time, within 50 ms), all
-in the ego frame at the frame time. As in ST-P3 / UniAD / VAD, a step where the **recorded** ego
-itself overlaps an object does not count (the box sizes or the recording disagree there, not
-the plan). Unlike them this uses exact boxes, not a 0.5 m occupancy grid, and the heading of the
-path (their ego box keeps the frame's heading).
-
-The rates (``metrics.collision_metrics``) come in both conventions: **UniAD** (``at_t``: share
-of frames colliding at the waypoint at t) and **VAD** / ST-P3 (``avg_to_t``: per frame the share
-of colliding waypoints up to t, averaged over frames).
-
-    footprint = EgoFootprint()                                     # the demo world's ego
     obstacles = obstacles_along(track, trajectory, frame_stamp_ns)  # per waypoint [N, 4, 2] or None
-    collision_flags(waypoints, obstacles, footprint)                # [8] True / False / None (no objects then)
+    collision_flags(waypoints, obstacles, EgoFootprint())           # [8] True / False / None (no objects then)
 """
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""Other agents in bags: ``derived_object_msgs/msg/ObjectArray``, as carla-ros-bridge publishes them.
-
-carla-ros-bridge publishes every actor but the ego on its ``objects`` topic (``topics.carla_topics``; frame ``map``,
-each object's pose, twist, a ``shape_msgs/SolidPrimitive`` box ``[length, width, height]`` and a
-classification). ``derived_object_msgs`` (Autonomoustuff's sensor messages) has no wheel on PyPI:
-its definitions are read from the installed package (``share/derived_object_msgs/msg`` on
-``AMENT_PREFIX_PATH``; here ``scripts/build_ros_interfaces.sh`` builds it, on a ROS 2 distribution
-``ros-<distro>-derived-object-msgs``) and registered with ``rosbags`` for writing demo-world bags.
-Reading a bag needs no installed package: a bag stores the definitions of its types.
+"""Other agents in bags: carla-ros-bridge's ``derived_object_msgs/msg/ObjectArray`` (no wheel on PyPI: the
+definitions come from the installed package, for writing; a recorded bag carries its own).
 
     snapshot = objects_from_msg(msg)          # ObjectSnapshot: ids [N], boxes [N, 5] (x, y, yaw, length, width)
-    track = ObjectTrack([snapshot, ...])
-    track.at(t_ns)                            # the snapshot nearest to t (within max_offset_ns) or None
+    ObjectTrack([snapshot, ...]).at(t_ns)     # the snapshot nearest to t (within max_offset_ns) or None
 """
 from __future__ import annotations
 

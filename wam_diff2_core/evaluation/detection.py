@@ -1,40 +1,11 @@
-"""COCO-style detection scores of grounding answers, computed by pycocotools.
+"""COCO-style detection scores of grounding answers, computed by pycocotools (``COCOeval``, bbox, its default
+parameters, on in-memory ``COCO`` objects): AP@[.5:.95], AP50, AP75, AR@1 / 10 / 100, AP per class and
+``vehicles`` (:data:`VEHICLE_CLASSES` as one class). How boxes rank and what is counted: "Detection scores"
+in this folder's README.md.
 
-    from wam_diff2_core.outputs.parsing import parse_boxes
     images = [DetectionImage("f0", truth=parse_boxes(truth_text, size).boxes, answer=parse_boxes(answer_text, size))]
     scores = detection_scores(images)
     scores["ap"], scores["ap50"], scores["per_class"]["car"]["ap"]
-
-The numbers are pycocotools' own (``COCOeval`` on ``iouType="bbox"`` with its default parameters:
-IoU thresholds 0.50:0.05:0.95, 101 recall points, at most 1 / 10 / 100 boxes per image and class),
-built in memory from the boxes: AP@[.5:.95] (``ap``), AP50, AP75, AR@1 / 10 / 100 (area "all") and
-AP per class. pycocotools is the COCO authors' implementation, the one whose numbers define COCO
-AP; nothing here re-derives matching or precision.
-
-**Ranking.** COCO AP ranks boxes by score. A box scores the answer's ``"score"`` / ``"confidence"``
-when it gives one; a box the package decoded itself (``bench``, ``infer``, the policy and so the node)
-scores the decoder's confidence in its coordinates: the geometric mean of the probabilities its
-``bbox_2d`` digits were chosen with (:func:`~wam_diff2_core.outputs.parsing.span_confidence`; at
-Block-32 the probability a digit had at the step that fixed it), as sequence detectors score a box
-by its tokens' likelihood. Answers from elsewhere without scores (a text file, a bag recorded by
-another stack) score 1.0; ties are broken by pycocotools' stable sorts: within an image in answer
-order, across images in the order the images are given here (bench: the order of the samples
-file). With every score 1.0, AP is one operating point whose precision-recall curve runs through
-the images in that order, so a false positive early in the set costs more than one late. AR does
-not depend on scores.
-
-**What is counted.** Every image counts, whatever its answer: an answer that does not parse
-(``parse_failures``) scores no box, so its image's ground truth are misses (never guessed
-boxes); objects an otherwise valid answer drops (malformed, or no area after clipping) are
-``dropped_objects``. An image with no ground truth and no answer box adds nothing. The class
-list is every label in the ground truth and the answers (exact strings); a box whose class has
-no ground truth anywhere in the set is left out of AP by COCO (that class's AP is undefined,
-``None``), and is counted in ``predicted_without_truth``. AP is ``None`` when the set has no
-ground-truth box at all; with ground truth and no answer box it is 0.
-
-**Vehicles.** ``vehicles`` scores the boxes of :data:`VEHICLE_CLASSES` as one class (pycocotools'
-class-agnostic mode, ``useCats = 0``): a truck answered as a bus is found, a car answered where there is
-none is a false positive. It is what a planner needs of a detector, and the figure the targets use.
 """
 from __future__ import annotations
 

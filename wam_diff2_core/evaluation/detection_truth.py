@@ -1,14 +1,7 @@
-"""Detection ground truth from a bag's object boxes: what the camera sees of them, as 2-D boxes.
+"""Detection ground truth from a bag's object boxes: what the camera sees of them, drawn as the demo world draws
+and labels its vehicles (``vehicle_projection.VehicleProjector``); the world is taken flat.
 
-    projector = VehicleProjector(camera, mount)               # intrinsics (camera_info) and the camera's pose
-    truth = pixel_truth(snapshot, ego_pose, projector)        # [PixelBox], left to right
-
-The objects (``derived_object_msgs/ObjectArray``, read by ``derived_objects.objects_from_msg``) are
-boxes standing on the ground plane of the map frame, drawn by the same code that draws the demo world's
-vehicles and labels them (``vehicle_projection.VehicleProjector``: far to near, with an id buffer, so a
-box is the part of a vehicle left visible by those in front of it). On a demo-world bag this gives back
-the demo world's own labels (``test/core/evaluation/test_detection_truth.py``). The object's z and its height above the
-ground are not used for placement (the world is flat); a box without a height is not drawn.
+    truth = pixel_truth(snapshot, ego_pose, VehicleProjector(camera, mount))   # [PixelBox], left to right
 """
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""Recorded ego future as waypoints: what the planner should have answered for a frame.
-
-The recorded odometry poses are interpolated (linearly in position, along the shorter arc in
-yaw) at the frame stamp and at +0.5 ... +4.0 s, and the future positions are expressed in the
-ego frame at the frame stamp (REP-103: x forward, y left), as the model's waypoints are. The
-recorded forward speed (the odometry twist's x in the ego frame) is interpolated linearly at the
-same times. Times are integer nanoseconds, so a target that falls on a recorded stamp returns that
-sample exactly.
+"""Recorded ego future as waypoints: the odometry interpolated (linearly in position and speed, along the
+shorter arc in yaw) at +0.5 ... +4.0 s, in the ego frame at the frame stamp; integer nanoseconds, so a
+target on a recorded stamp returns that sample exactly.
 
     trajectory = EgoTrajectory(stamps_ns, xy, yaw, speed=vx)
     gt = trajectory.future_waypoints(frame_stamp_ns)       # [8, 2], or raises NoFuture
-    speeds = trajectory.future_speeds(frame_stamp_ns)      # [8] m/s, the same NoFuture rules
 """
 from __future__ import annotations
 

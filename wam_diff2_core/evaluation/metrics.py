@@ -1,34 +1,7 @@
-"""Open-loop planning metrics over evaluated frames.
-
-Per frame, ``e_k = || predicted_k - recorded_k ||`` for the 8 waypoints (k = 1 .. 8 at
-0.5 s steps, metres, ego frame). Over the frames with a valid (parsed) plan:
-
-- **L2 at t** (UniAD convention, ``l2_at_t``): the mean over frames of ``e_k`` at
-  ``t = 0.5 k``;
-- **L2 averaged up to t** (ST-P3 / VAD convention, ``l2_avg_to_t``): the mean over frames of
-  ``mean(e_1 .. e_k)``;
-- **ADE** = mean of all ``e_k`` (= ST-P3 L2 at 4 s), **FDE** = mean ``e_8`` (= L2 at 4 s);
-- the **per-waypoint mean error** ``mean_frames(e_k)`` (the paper's exposure-bias curve);
-- the **collision rate** where the bag carries other agents' boxes (:mod:`.collision`), in the
-  UniAD convention (``collision.at_t``: share of frames whose ego box at the waypoint at t
-  overlaps an agent) and the VAD / ST-P3 one (``collision.avg_to_t``: per frame the share of
-  colliding waypoints up to t, averaged over frames), for the model, the constant-velocity
-  baseline and the recorded drive;
-- the **PDM score** (NAVSIM v1, :mod:`.bag_pdm`) where the bag carries other agents' boxes: per frame
-  PDMS and its sub-scores (NC, DAC, TTC, EP, C) of the model's plan, the constant-velocity baseline and
-  the recorded drive; means over the frames scored (``pdm``: a plan that does not parse scores PDMS 0,
-  the sub-scores are means over the parsed plans, :func:`pdm_means`);
-- the **speed error** (``speed_profile``): per frame ``|v_plan(t) - v_recorded(t)|`` (m/s) at the 8
-  waypoint times, where ``v_plan`` is the speed of the plan's speed profile
-  (:func:`~wam_diff2_core.speed_profile.speed_profile` from the ego's measured speed, what the planner
-  node publishes on ``~/output/autoware_trajectory``) and ``v_recorded`` the recorded odometry's
-  forward speed; mean and median at 1-4 s over the valid frames, and the same for the constant-speed
-  baseline (the measured speed held) on those frames.
-
-The constant-velocity baseline (the ego keeps its input velocity) is scored on exactly the
-frames the model is scored on, and separately on every evaluated frame. Parse failures,
-decode statistics and latencies count every evaluated frame. Percentiles are numpy's
-linear-interpolation percentiles.
+"""Open-loop planning metrics over evaluated frames, per command and overall: L2 at t (UniAD) and averaged
+up to t (ST-P3 / VAD), ADE / FDE, the per-waypoint curve, the collision rates, PDM score means and the
+speed profile's error, each beside the constant-velocity (or constant-speed) baseline on the same frames.
+Definitions: "Metrics" in this folder's README.md.
 
     summary = summarize(frames)          # frames: list[FrameResult]
     summary["overall"]["model"]["l2_at_t"]["4s"]

@@ -35,14 +35,8 @@ def _duration_ns(d) -> int:
 
 
 def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameResult:
-    """The :class:`FrameResult` of one planned frame from the ``Trajectory`` a node published for it.
-
-    Waypoints from ``points`` (8 finite points at 0.5 ... 4.0 s, else invalid as ``bad_waypoints``),
-    validity, reason, raw text and command as published, decode statistics and latency from the
-    embedded ``DecodeStats`` (a message without a decode, e.g. the node's ``inference_error``, has
-    none: no statistics, latency NaN). Ego velocity and acceleration are the evaluator's derivation
-    (the node does not publish them), as is the recorded future.
-    """
+    """The :class:`FrameResult` of one planned frame from the ``Trajectory`` a node published for it (what is
+    read from where: "Scoring what the node published" in this folder's README.md)."""
     ins = planned.inputs
     valid, reason = bool(msg.valid), str(msg.invalid_reason or "")
     predicted = None
@@ -96,16 +90,8 @@ def trajectory_topic(bag: Bag, topic: str | None = None) -> str:
 
 
 def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str | None = None) -> BagRun:
-    """Score the trajectories recorded in ``predictions_path`` on ``plan``'s frames.
-
-    A planned frame with no trajectory of its stamp is skipped as ``not_published`` (the node
-    dropped it: keep-latest, late, stale, inactive). Every message is counted: ``matched`` (a
-    planned frame), ``unscored_frame`` (a camera frame of the bag that is not scored: thinned,
-    skipped or without 4 s of recorded future), ``unmatched_stamp`` (no camera frame of the bag has
-    that stamp), ``duplicate`` (a second trajectory for one stamp: the first counts),
-    ``undecodable``; ``command_differs`` counts matched frames whose published command is not the
-    one the evaluator derives.
-    """
+    """Score the trajectories recorded in ``predictions_path`` on ``plan``'s frames; a planned frame without one
+    is skipped as ``not_published``, and every message is counted (:data:`PREDICTION_COUNTS`, README.md)."""
     counts = Counter({k: 0 for k in PREDICTION_COUNTS})
     by_stamp: dict[int, Any] = {}
     with Bag(predictions_path) as pb:

@@ -1,18 +1,8 @@
-"""Write evaluated predictions into a rosbag2 bag (the package's messages + nav_msgs/Path).
+"""``eval-bag --record``: evaluated predictions written into a new rosbag2 bag, atomically (its topics:
+"Output folder" in this folder's README.md), each frame stamped with its image stamp and logged when the
+input bag recorded the image, so it plays back in step with the inputs.
 
-Each evaluated frame becomes, stamped with the frame's image stamp and logged at the time the
-input bag recorded the image (so it plays back in step with the inputs):
-
-- ``<prefix>/trajectory``  ``wam_diff2_ros/msg/Trajectory`` (waypoints, command, validity, raw
-  text, decode statistics), ego frame - what the planner node publishes on ``~/output/trajectory``;
-- ``<prefix>/path``  ``nav_msgs/Path`` in the ego frame (valid plans only);
-- ``<prefix>/path_odom``  ``nav_msgs/Path`` in the odometry frame, placed with the recorded ego
-  pose at the image stamp (valid plans only);
-- ``<prefix>/ground_truth/path``  the recorded future, ``nav_msgs/Path`` in the ego frame.
-
-The bag is written to a hidden sibling folder and renamed into place when complete.
-
-    record_predictions("preds_bag", run, storage="mcap")
+    record_predictions("preds_bag", run.bags[0].frames, trajectory, storage="mcap")
 """
 from __future__ import annotations
 
@@ -30,6 +20,7 @@ from ..outputs.prompts import WAYPOINT_DT_S
 from ..profiling import StageTimes
 from ..speed_profile import waypoint_states
 from . import bag_messages as msg
+from .bag_plan import DECODE_STATS_KEYS
 from .bag_messages import NS_PER_S
 from .bag_types import default_typestore
 from .bag_writer import write_bag
@@ -58,13 +49,9 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
             duration = types["builtin_interfaces/msg/Duration"](sec=int(dt_ns // NS_PER_S), nanosec=int(dt_ns % NS_PER_S))
             points.append(types["wam_diff2_ros/msg/TrajectoryPoint"](time_from_start=duration, x=float(x), y=float(y),
                                                                      heading=float(heading), speed=float(speed)))
-    s = frame.stats
     stats = types["wam_diff2_ros/msg/DecodeStats"](
-        block_size=int(s.get("block_size", 0)), forwards=int(s.get("forwards", 0)),
-        denoise_steps=int(s.get("denoise_steps", 0)), blocks=int(s.get("blocks", 0)), tokens=int(s.get("tokens", 0)),
-        prefill_ms=float(s.get("prefill_ms", 0.0)), denoise_ms=float(s.get("denoise_ms", 0.0)),
-        commit_ms=float(s.get("commit_ms", 0.0)), retries=int(s.get("retries", 0)), latency_ms=float(frame.latency_ms),
-        stages=stage_times_message(types, frame))
+        **{k: (float if k.endswith("_ms") else int)(frame.stats.get(k, 0)) for k in DECODE_STATS_KEYS},
+        latency_ms=float(frame.latency_ms), stages=stage_times_message(types, frame))
     return types[TRAJECTORY_TYPE](header=msg.header(types, frame.stamp_ns, ego_frame), points=points,
                                   command=frame.command, valid=bool(frame.valid),
                                   invalid_reason=frame.invalid_reason, raw_text=frame.raw_text, stats=stats,

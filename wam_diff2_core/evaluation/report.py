@@ -1,11 +1,6 @@
-"""The evaluation's report folders, written atomically: a run's (``metrics.json``, ``frames.jsonl``,
-``report.md`` and plots) and a comparison of two runs (``compare.json``, ``compare.md``, plots).
-
-A run folder appears complete or not at all: everything is written into a hidden sibling
-folder that is renamed to ``--out`` at the end (an interrupted run leaves only a
-``.NAME.partial-*`` folder, never a ``metrics.json``). ``metrics.json`` carries
-``"complete": true`` as its last key. The Markdown is :mod:`.report_markdown`'s, the plots
-:mod:`.report_plots`'.
+"""The evaluation's report folders, written atomically (``metrics.json`` last, ending ``"complete": true``):
+a run's (``metrics.json``, ``frames.jsonl``, ``report.md``, plots) and a comparison of two runs
+(``compare.json``, ``compare.md``, plots).
 
     write_run_report("out/", run, model={"path": "ckpt"}, command="wam-diff2 eval-bag ...")
     compare_runs("out_ar/", "out_b32/", "out_compare/")

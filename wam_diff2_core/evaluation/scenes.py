@@ -1,11 +1,7 @@
-"""Small carla-ros-bridge-like bags from analytic ego motions, with exactly known ground truth.
-
-For the evaluator's and the replay tool's tests and smoke runs (the demo world with rendered
-roads is a separate, larger thing). A scene is an ego pose and twist as functions of time; the
-bag gets a ``bgra8`` camera (+ camera_info), odometry (frame ``map``, child ``ROLE``, twist in
-the child frame), optionally a route ``nav_msgs/Path`` (latched) and ``std_msgs/String``
-commands, optionally other agents as carla-ros-bridge's ``derived_object_msgs/ObjectArray`` (at the
-odometry rate), every message logged at its header stamp.
+"""Small carla-ros-bridge-like bags from analytic ego motions, with exactly known ground truth (the
+evaluator's and the replay tool's tests and smoke runs): a ``bgra8`` camera (+ camera_info), odometry
+(frame ``map``, twist in the child frame ``ROLE``), optionally a latched route, commands and other agents
+(``ObjectArray`` at the odometry rate), every message logged at its header stamp.
 
     scene = straight_scene(speed_mps=8.0, duration_s=6.0)
     write_scene_bag("straight_bag", scene, storage="mcap")
@@ -51,12 +47,13 @@ class Scene:
         return BagTopics.carla(self.role)
 
     def camera_times_ns(self) -> list[int]:
-        n = int(math.floor(self.duration_s * self.camera_hz + 1e-9)) + 1
-        return [START_NS + round(i * 1e9 / self.camera_hz) for i in range(n)]
+        return self._times_ns(self.camera_hz)
 
     def odometry_times_ns(self) -> list[int]:
-        n = int(math.floor(self.duration_s * self.odometry_hz + 1e-9)) + 1
-        return [START_NS + round(i * 1e9 / self.odometry_hz) for i in range(n)]
+        return self._times_ns(self.odometry_hz)
+
+    def _times_ns(self, hz: float) -> list[int]:
+        return [START_NS + round(i * 1e9 / hz) for i in range(int(math.floor(self.duration_s * hz + 1e-9)) + 1)]
 
 
 def straight_scene(speed_mps: float = 8.0, yaw: float = 0.0, origin=(10.0, -5.0), **kw) -> Scene:

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from wam_diff2_core.evaluation.bags import open_bag
+from wam_diff2_core.evaluation.bags import Bag
 from wam_diff2_core.evaluation.derived_objects import ObjectSnapshot, objects_from_msg
 from wam_diff2_core.evaluation.detection_truth import pixel_truth
 from wam_diff2_core.sim.episode import EpisodeSettings, simulate_episode
@@ -28,7 +28,7 @@ def test_a_demo_bags_objects_give_back_the_demo_worlds_labels(tmp_path):
     with EpisodeBagWriter(tmp_path / "bag", "mcap", role="hero", camera=cam.camera(), mount=cam.mount) as writer:
         for tick in ticks:
             writer.write_objects(1_000_000_000 + tick * 50_000_000, episode.traffic[tick])
-    bag = open_bag(tmp_path / "bag")
+    bag = Bag(tmp_path / "bag")
     snapshots = [objects_from_msg(msg) for _, _, msg in bag.messages(["/carla/hero/objects"])]
     projector = VehicleProjector(cam.camera(), cam.mount, cam.min_visible_pixels, cam.min_box_side_px)
     compared = 0

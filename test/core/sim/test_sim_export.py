@@ -204,7 +204,7 @@ def test_bags_open_with_rosbags_and_look_like_carla_ros_bridge(exported, storage
 
 def test_the_bag_evaluators_inputs_reproduce_the_prompts_of_the_json_set(exported):
     """What the planner node / eval-bag derive from a bag is what the JSON set was built from."""
-    from wam_diff2_core.evaluation.bags import open_bag
+    from wam_diff2_core.evaluation.bags import Bag
     from wam_diff2_core.frame_inputs import FrameInputTracker
 
     out, _ = exported
@@ -212,7 +212,7 @@ def test_the_bag_evaluators_inputs_reproduce_the_prompts_of_the_json_set(exporte
     records = {r["stamp_ns"]: r for r in _frames(out) if r["episode"] == 2}
     tracker = FrameInputTracker()
     matched = 0
-    with open_bag(out / "bags" / "sqlite3" / "e0002") as bag:
+    with Bag(out / "bags" / "sqlite3" / "e0002") as bag:
         for topic, _, msg in bag.messages([topics["odometry"], topics["route"], topics["command"], topics["image"]]):
             if topic == topics["odometry"]:
                 tracker.on_odometry(msg)

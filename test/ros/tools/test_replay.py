@@ -188,14 +188,14 @@ def test_a_demo_bags_objects_are_replayed_as_the_real_derived_object_msgs_type(t
     where derived_object_msgs imports (scripts/build_ros_interfaces.sh builds it; scripts/env.sh puts it on
     the path): the planner's ~/input/objects sees them as behind the bridge."""
     from test.support.ros_packages import interface_module
-    from wam_diff2_core.evaluation.bags import open_bag
+    from wam_diff2_core.evaluation.bags import Bag
     derived_object_msgs = interface_module("derived_object_msgs")
     objects = "/carla/ego_vehicle/objects"
     subprocess.run([sys.executable, "-m", "wam_diff2_core.cli", "synth", str(tmp_path / "drive"), "--episodes", "1",
                     "--frames", "4", "--frame-stride", "5", "--seed", "1000", "--formats", "mcap",
                     "--val-fraction", "0", "--no-progress"], check=True, capture_output=True, timeout=300)
     bag = tmp_path / "drive" / "bags" / "mcap" / "e0000"
-    with open_bag(bag) as reader:
+    with Bag(bag) as reader:
         recorded = [(t, msg) for topic, t, msg in reader.messages([objects])]
     assert recorded and any(len(m.objects) for _, m in recorded)
     proc, received = replay_and_receive(bag, objects, derived_object_msgs.ObjectArray, len(recorded), rate=4)
