@@ -74,8 +74,8 @@ from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS,
 from wam_diff2_core.routes import RouteTracker, route_from_carla_route_msg, route_from_path_msg
 from wam_diff2_core.topics import CONTROLLER_NODE, controller_topics
 
-from .conversions import MAX_COORDINATE_M, EgoOdometry, ego_from_odometry, ns_to_stamp, plan_from_trajectory, \
-    well_formed_stamp
+from .conversions import MAX_COORDINATE_M, EgoOdometry, ego_from_odometry, msg_from, ns_to_stamp, \
+    plan_from_trajectory, well_formed_stamp
 from .diagnostics import ControllerState, controller_diagnostic_status, publish_periodically
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
@@ -340,17 +340,12 @@ class ControllerNode(Node):
         frame = self._values["ego_frame_id"] or (odometry.child_frame if odometry else "")
         header = Header(stamp=ns_to_stamp(tick_ns), frame_id=frame)
         plan_age = math.nan if self._plan_stamp_ns is None else (tick_ns - self._plan_stamp_ns) / NS_PER_S
-        msg = VehicleControl(header=header, throttle=float(control.throttle), steer=float(control.steer),
-                             brake=float(control.brake), hand_brake=bool(control.hand_brake),
-                             reverse=bool(control.reverse), gear=0, manual_gear_shift=False,
-                             source=VehicleControl.SOURCE_FALLBACK if control.reason else VehicleControl.SOURCE_PLAN,
-                             reason=control.reason, plan_stamp=ns_to_stamp(self._plan_stamp_ns or 0),
-                             plan_age_s=float(plan_age), speed_mps=float(speed))
+        msg = msg_from(VehicleControl, control, header=header, plan_stamp=ns_to_stamp(self._plan_stamp_ns or 0),
+                       source=VehicleControl.SOURCE_FALLBACK if control.reason else VehicleControl.SOURCE_PLAN,
+                       plan_age_s=float(plan_age), speed_mps=float(speed))
         self._control_pub.publish(msg)
         if self._carla_pub is not None:
-            self._carla_pub.publish(carla_msgs.CarlaEgoVehicleControl(
-                header=header, throttle=msg.throttle, steer=msg.steer, brake=msg.brake, hand_brake=msg.hand_brake,
-                reverse=msg.reverse, gear=msg.gear, manual_gear_shift=msg.manual_gear_shift))
+            self._carla_pub.publish(msg_from(carla_msgs.CarlaEgoVehicleControl, msg, header=header))
 
     def diagnostic_status(self) -> DiagnosticStatus:
         return controller_diagnostic_status(self.get_name(), self.state, self._values, self._config_errors,

@@ -6,8 +6,9 @@ Times: ``builtin_interfaces/Time`` is handled as integer nanoseconds so that
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
@@ -127,21 +128,28 @@ def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:
 
 
 # ----------------------------------------------------------------------------- outputs
+_CASTS = {"float": float, "double": float, "boolean": bool, "string": str}
+_INTEGER = re.compile(r"u?int(8|16|32|64)")
+
+
+def msg_from(msg_type, source, /, **values):
+    """A ``msg_type`` with ``values`` and each other number, bool or string field that ``source`` (an object or a
+    mapping: a core dataclass, another message) has, as the field's Python type."""
+    get = source.get if isinstance(source, Mapping) else lambda name: getattr(source, name, None)
+    for name, kind in msg_type.get_fields_and_field_types().items():
+        cast = _CASTS.get(kind, int if _INTEGER.fullmatch(kind) else None)
+        if cast is not None and name not in values and get(name) is not None:
+            values[name] = cast(get(name))
+    return msg_type(**values)
+
+
 def stage_times_msg(header: Header, stages) -> StageTimes:
     """``profiling.StageTimes`` -> the message (stamped with the input image's header); zeros for None."""
-    msg = StageTimes(header=header)
-    if stages is not None:
-        for name, value in stages.as_dict().items():
-            setattr(msg, name, value if isinstance(value, str) else float(value))
-    return msg
+    return msg_from(StageTimes, {} if stages is None else stages.as_dict(), header=header)
 
 
-def decode_stats_msg(result: TaskResult, latency_ms: float, stages=None, header: Header | None = None) -> DecodeStats:
-    s = result.stats
-    return DecodeStats(block_size=s.block_size, forwards=s.forwards, denoise_steps=s.denoise_steps, blocks=s.blocks,
-                       tokens=s.tokens, prefill_ms=float(s.prefill_ms), denoise_ms=float(s.denoise_ms),
-                       commit_ms=float(s.commit_ms), retries=s.retries, latency_ms=float(latency_ms),
-                       stages=stage_times_msg(header or Header(), stages))
+def decode_stats_msg(result: TaskResult, latency_ms: float, stages, header: Header) -> DecodeStats:
+    return msg_from(DecodeStats, result.stats, latency_ms=float(latency_ms), stages=stage_times_msg(header, stages))
 
 
 def path_msg(stamp_ns: int, frame_id: str, points_xy: np.ndarray, headings: np.ndarray) -> Path:
@@ -180,12 +188,11 @@ def trajectory_msg(stamp_ns: int, ego_frame: str, command: str, result: TaskResu
     selection's counts and the published plan's online PDM score (``selection``: the policy's choice among
     ``candidates`` plans; ``valid_candidates`` None: the plan's own validity)."""
     header = Header(stamp=ns_to_stamp(stamp_ns), frame_id=ego_frame)
-    msg = Trajectory(header=header, command=command,
-                     valid=bool(result.valid), invalid_reason=result.invalid_reason, raw_text=result.raw_text,
-                     stats=decode_stats_msg(result, latency_ms, stages, header), candidates=int(candidates),
-                     valid_candidates=int(result.valid) if valid_candidates is None else int(valid_candidates),
-                     selected_candidate=0 if selection is None else selection.index + 1,
-                     pdms=math.nan if selection is None else float(selection.best.pdms))
+    msg = msg_from(Trajectory, result, header=header, command=command, candidates=int(candidates),
+                   stats=decode_stats_msg(result, latency_ms, stages, header),
+                   valid_candidates=int(result.valid) if valid_candidates is None else int(valid_candidates),
+                   selected_candidate=0 if selection is None else selection.index + 1,
+                   pdms=math.nan if selection is None else float(selection.best.pdms))
     if result.valid and result.waypoints is not None:
         headings, speeds = waypoint_states(result.waypoints)
         msg.points = [TrajectoryPoint(time_from_start=ns_to_duration((k + 1) * WAYPOINT_DT_NS), x=float(x), y=float(y),
@@ -217,11 +224,10 @@ def invalid_trajectory_msg(stamp_ns: int, ego_frame: str, command: str, reason: 
 
 
 def detections_msg(image_header: Header, result: TaskResult, latency_ms: float, stages=None) -> Detection2DArray:
-    msg = Detection2DArray(header=image_header, valid=bool(result.valid), invalid_reason=result.invalid_reason,
-                           raw_text=result.raw_text, stats=decode_stats_msg(result, latency_ms, stages, image_header))
+    msg = msg_from(Detection2DArray, result, header=image_header,
+                   stats=decode_stats_msg(result, latency_ms, stages, image_header))
     if result.valid:
-        msg.detections = [Detection2D(label=b.label, score=float(b.score), x_min=float(b.x_min), y_min=float(b.y_min),
-                                      x_max=float(b.x_max), y_max=float(b.y_max)) for b in result.boxes]
+        msg.detections = [msg_from(Detection2D, box) for box in result.boxes]
     return msg
 
 
