@@ -2,13 +2,6 @@
 
 Old items are replaced, never queued, so a slow model always works on the newest frame and
 the latency never grows with the backlog.
-
-    slot = LatestSlot()
-    slot.put(frame)                 # in a subscription callback; True if an unread item was dropped
-    item = slot.take(timeout_s=0.1) # in the worker; None on timeout or after close()
-
-    worker = LatestWorker(process_frame, on_error, name="worker")
-    worker.start(); worker.slot.put(frame); worker.request_stop(); worker.join(timeout_s=2.0)
 """
 from __future__ import annotations
 
@@ -39,21 +32,11 @@ class LatestSlot(Generic[T]):
             item, self._item = self._item, None
             return item
 
-    def clear(self) -> bool:
-        """Drop the stored item; returns True when there was one."""
-        with self._cond:
-            had, self._item = self._item is not None, None
-            return had
-
     def close(self) -> None:
         """Wake any waiting ``take`` (it returns what is stored, or None)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-    def reopen(self) -> None:
-        with self._cond:
-            self._closed = False
 
 
 class LatestWorker(Generic[T]):
@@ -70,9 +53,8 @@ class LatestWorker(Generic[T]):
         self._abandoned: threading.Thread | None = None     # stopped, still inside ``process``
 
     def start(self) -> None:
-        """Start a thread on an empty slot."""
-        self.slot.clear()
-        self.slot.reopen()
+        """Start a thread on a new, empty slot."""
+        self.slot = LatestSlot()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
         self._thread.start()

@@ -54,9 +54,6 @@ def test_slot_wakes_a_waiting_worker_and_close_releases_it():
     slot.close()
     worker.join(2.0)
     assert not worker.is_alive() and got[-1] is None
-    slot.reopen()
-    slot.put("x")
-    assert slot.clear() is True and slot.take(0.0) is None
 
 
 def test_worker_processes_the_newest_survives_errors_and_stops():
@@ -82,6 +79,12 @@ def test_worker_processes_the_newest_survives_errors_and_stops():
     release.set()
     assert wait_until(lambda: not worker.still_running())
     assert done == ["a", "slow"] and errors == ["bad"]
+    worker.slot.put("left over")                 # a restart begins on an empty slot, open again
+    worker.start()
+    worker.slot.put("b")
+    assert wait_until(lambda: "b" in done) and "left over" not in done
+    worker.request_stop()
+    assert worker.join(1.0)
 
 
 def wait_until(condition, timeout_s: float = 5.0) -> bool:
