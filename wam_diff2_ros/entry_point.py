@@ -1,15 +1,11 @@
 """The nodes' console entry points (``wam-diff2-planner``, ``-controller``, ``-localization``); the tools'
-(``wam-diff2-ros``, :mod:`.tools.cli`) check the ROS 2 libraries with :func:`import_node_module` too.
+(:mod:`.tools.cli`) check the ROS 2 libraries with :func:`import_node_module` too.
 
-Before a node starts: ``-h`` / ``--help`` print the node's usage and documentation and
-``--version`` the package's version, both without importing rclpy (arguments after
-``--ros-args`` belong to ROS and are left alone); then the ROS 2 libraries are checked, and
-where they cannot load (rclpy missing, the package's messages not built or not found, their
-typesupport libraries not on the library path: what happens with only ``.venv/bin/activate``
-sourced) the entry point stops with one line saying what to source instead of a traceback;
-so it does where a Python library the node imports is missing (torch in an interpreter without
-the pip requirements). Then the node module's ``main()`` runs with the command line unchanged
-(rclpy reads it).
+``-h`` / ``--help`` (the node module's docstring) and ``--version`` answer without importing rclpy
+(arguments after ``--ros-args`` are ROS's). Where the ROS 2 libraries cannot load (rclpy missing, the
+messages not built, their typesupport libraries not on the library path: only ``.venv/bin/activate``
+sourced) or a Python library the node imports is missing, one line says what to source or install
+instead of a traceback. Then the node module's ``main()`` runs with the command line unchanged.
 """
 from __future__ import annotations
 

@@ -4,9 +4,6 @@ carla_msgs and derived_object_msgs come with a CARLA ROS bridge install and tf2_
 (here: built from the upstream interface packages by scripts/build_ros_interfaces.sh). A node that needs
 one for a setting names the ``*_ERROR`` in its configuration error instead of failing to import; the
 planner simply has no ``~/input/objects`` without derived_object_msgs.
-
-    from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
-    message_class("derived_object_msgs/msg/ObjectArray")     # None where that package is not installed
 """
 from __future__ import annotations
 

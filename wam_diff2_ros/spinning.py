@@ -1,12 +1,5 @@
 """Spin a node's executor until Ctrl-C or an external shutdown, both of which end it quietly.
 
-    executor.add_node(node)
-    spin_until_shutdown(executor)      # returns on Ctrl-C / rclpy.shutdown(); a real error raises
-
-    def main(args=None) -> int:        # a node's main(): init, spin, tear down
-        run_node(ControllerNode, args)
-        return 0
-
 rclpy's SIGINT handler shuts the context down at once, from the signal, while the executor may
 be building its next wait set; that one then raises ``RCLError`` ("the given context is not
 valid") instead of ``ExternalShutdownException``. After a shutdown that is the shutdown, not an
@@ -29,6 +22,7 @@ T = TypeVar("T")
 
 
 def spin_until_shutdown(executor: Executor) -> None:
+    """Returns on Ctrl-C or rclpy.shutdown(); a real error raises."""
     try:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):

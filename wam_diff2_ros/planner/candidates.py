@@ -1,18 +1,8 @@
-"""The planner's candidate selection inputs: the tracked objects and the online scene of a frame.
-
-With ``candidates.count`` N > 1 the node decodes N plans per frame and publishes the one the online PDM
-score rates best (``wam_diff2_core.candidate_selection``). The scene comes from what the node has at the
-frame: the ego state, the route (``~/input/route``, in the odometry frame) and the newest
-``derived_object_msgs/ObjectArray`` on ``~/input/objects`` (carla-ros-bridge's ``objects``, ``topics.carla_topics``),
-each object moved on at its velocity. The objects input exists where ``derived_object_msgs`` imports (built
-by ``scripts/build_ros_interfaces.sh``; a ROS 2 distribution's ``ros-<distro>-derived-object-msgs``); an
-objects message in another frame than the odometry, or older than ``OBJECTS_MAX_AGE_S`` at the frame,
-is not used (the frame is scored without agents, ``last_objects_used`` false in the diagnostics).
-
-    inputs = CandidateInputs(node_lock)
-    inputs.on_objects(msg)                                       # the subscription's callback
-    scene = inputs.scene(frame_inputs, tracker, settings)        # OnlineScene for policy.step(..., scene=scene)
-    stats = candidate_stats(out)                                 # diagnostics: candidates, valid, PDMS
+"""The planner's candidate selection inputs (README: candidate selection): the online scene a frame's
+``candidates.count`` plans are scored in, from the ego state, the route (``~/input/route``, in the odometry
+frame) and the newest ``derived_object_msgs/ObjectArray`` on ``~/input/objects`` (where that package imports),
+each object moved on at its velocity. An objects message in another frame than the odometry, or older than
+``OBJECTS_MAX_AGE_S`` at the frame, is not used (``last_objects_used`` false in the diagnostics).
 """
 from __future__ import annotations
 
@@ -39,8 +29,6 @@ class CandidateInputs:
             self.received += 1
 
     def scene(self, inputs: FrameInputs, tracker: FrameInputTracker, settings: CandidateSettings) -> OnlineScene:
-        """The scene at ``inputs``' stamp: the ego from the odometry, the route when it is in the odometry
-        frame, the objects when their message is in that frame and recent (module docstring)."""
         ego = inputs.odometry
         odom_frame = tracker.odometry_frame
         route = tracker.route_xy

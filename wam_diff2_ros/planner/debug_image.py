@@ -1,9 +1,5 @@
 """The planner's debug image (~/debug/image) as pure functions: the plan projected into the frame,
-the boxes and a status line drawn on a copy of it.
-
-    camera = debug_camera(width, height, camera_info_camera, horizontal_fov_deg=90.0)
-    canvas = plan_debug_image(rgb, plan, detections, status_line("left", "route", plan), camera, mount)
-"""
+the boxes and a status line drawn on a copy of it."""
 from __future__ import annotations
 
 import numpy as np

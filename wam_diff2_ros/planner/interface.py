@@ -1,8 +1,5 @@
 """The planner node's interface: its topics (private names, remapped by launch files), their types and
-QoS. Light to import (no model code), for the node, launch helpers and tests.
-
-    node.create_subscription(INPUT_TYPES["command"], INPUT_TOPICS["command"], on_command, input_qos("command"))
-"""
+QoS. Light to import (no model code), for the node, launch helpers and tests."""
 from __future__ import annotations
 
 from nav_msgs.msg import Odometry, Path
@@ -33,8 +30,7 @@ LARGE_RAW_FRAME_BYTES = 500_000
 # reliable keeps all: lockstep counts images, so none may be lost on the wire or overwritten in a
 # reader queue while the callbacks wait for the GIL (the callback only hands the newest to the worker)
 IMAGE_QOS = {"best_effort": qos_profile_sensor_data, "reliable": KEEP_ALL_QOS}
-# The node's topics (private names, remapped by launch files) and input types; the objects input only where
-# derived_object_msgs imports.
+# the objects input only where derived_object_msgs imports
 INPUT_TOPICS = {"image": "~/input/image", "image_compressed": "~/input/image/compressed",
                 "camera_info": "~/input/camera_info", "odometry": "~/input/odometry", "route": "~/input/route",
                 "command": "~/input/command", "objects": "~/input/objects"}

@@ -1,19 +1,10 @@
-"""The planner as the launch files start it: its shared launch arguments and its LifecycleNode, once.
+"""The planner as the launch files start it: its shared launch arguments and its LifecycleNode, once
+(``launch`` / ``launch_ros`` are imported only inside the functions that build launch actions).
 
-    # in a launch file (launch / launch_ros are imported only when these run, so the rest of the
-    # package and its tests do without them)
-    from wam_diff2_ros.planner.launching import declare_planner_arguments, launch_argument, planner_node, \\
-        planner_parameters
-    LaunchDescription([*declare_planner_arguments(share),
-                       planner_node(planner_parameters(launch_argument, {"use_sim_time": True}))])
-
-The shared arguments are ``namespace``, ``model_path``, ``params_file``, ``device`` and
-``image_reliability``; the last two default to the parameter table's defaults
-(``wam_diff2_core/params/planner.py``, the same as ``config/planner.yaml``). The node's parameters
-are ``params_file`` first, then the dict :func:`planner_parameters` returns (so ``device`` and
-``image_reliability`` given at launch override the params file). :func:`planner_parameters` and
-:func:`two_planners` and :func:`bridge_remappings` are plain data given a function from argument name to value, so a test starts
-nodes with exactly what a launch file gives them.
+The node's parameters are ``params_file`` first, then :func:`planner_parameters` (so ``device`` and
+``image_reliability`` given at launch override the file). :func:`planner_parameters`, :func:`two_planners`
+and :func:`bridge_remappings` are plain data given a function from argument name to value, so a test
+starts nodes with exactly what a launch file gives them.
 """
 from __future__ import annotations
 
@@ -78,7 +69,6 @@ def bridge_remappings(argument: Callable[[str], Any],
 
 # ----------------------------------------------------------------------------- launch actions
 def launch_argument(name: str):
-    """``LaunchConfiguration(name)``: the value of a launch argument."""
     from launch.substitutions import LaunchConfiguration
     return LaunchConfiguration(name)
 

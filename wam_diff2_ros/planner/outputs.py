@@ -1,8 +1,5 @@
 """The messages of one decoded frame, as a pure function of the frame and the settings.
 
-    for name, message in frame_messages(image_header, rgb, inputs, ego_frame, odom_frame, out, settings, camera):
-        publishers[name].publish(message)       # names: interface.OUTPUT_TOPICS
-
 In publishing order: the trajectory (valid or not), the plan's paths and Autoware trajectory, the
 boxes, the markers and the debug image. The timing outputs (``processing_ms``, ``latency_ms``,
 ``stage_times``) are the node's: they measure this.

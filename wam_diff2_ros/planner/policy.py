@@ -1,12 +1,6 @@
-"""The planner's configure step: the policy loaded from its settings, its fast path checked and warmed up, timed.
-
-    load = PolicyLoad()
-    policy = load_policy(values, node.get_logger(), load)   # raises on any failure
-    load.fast_path_check, load.times_s["load_s"], load.camera_rig
-    node.get_logger().info(f"configured: {describe_policy(policy, model_path)} ({load.describe_times()})")
-
-``load`` is filled in as the steps run, so a failed configure still reports how far it came.
-"""
+"""The planner's configure step: the policy loaded from its parameter values, its fast path checked and
+warmed up, timed. :class:`PolicyLoad` is filled in as the steps run, so a failed configure still reports how
+far it came."""
 from __future__ import annotations
 
 import gc
@@ -23,8 +17,6 @@ from .settings import policy_arguments
 
 @dataclass
 class PolicyLoad:
-    """What the last configure found: the checkpoint's camera block, the fast-path check, its times."""
-
     camera_rig: Any = None                   # the loaded checkpoint's camera block, if any
     fast_path_check: str = "not run"         # the warm-up check of the fast path (check_fast_path)
     times_s: dict[str, float] = field(default_factory=dict)   # configure_s and its parts (seconds)
