@@ -58,6 +58,7 @@ def static_forward_kernels(decoder, inputs, block_size: int = 32) -> dict[str, d
     AR, Block-``block_size``, the fused commit + step): the whole forward, and per layer (the forward over the
     first two layers minus the forward over the first one) and outside the layers (embedding, final norm, LM
     head, the step's shared attention masks), eagerly (a CUDA graph replays the same kernels)."""
+    from ..decoding.layer_ops import ops
     from ..decoding.step import forward_step
     from .timing import step_shapes
 
@@ -68,11 +69,11 @@ def static_forward_kernels(decoder, inputs, block_size: int = 32) -> dict[str, d
     for label, _, segments in step_shapes(block_size):
         buf = decoder.plan_step(state, segments)
         buf.tokens.fill_(decoder.config.mask_token_id)
-        total = count_kernels(lambda: forward_step(text, cache, attention, buf))
+        total = count_kernels(lambda: forward_step(text.with_layers(text.num_layers, ops), cache, attention, buf))
         row = {"total": total.total, "ops": dict(total.ops)}
         if text.num_layers >= 2:
-            one = count_kernels(lambda: forward_step(text.with_layers(1), cache, attention, buf)).total
-            two = count_kernels(lambda: forward_step(text.with_layers(2), cache, attention, buf)).total
+            one = count_kernels(lambda: forward_step(text.with_layers(1, ops), cache, attention, buf)).total
+            two = count_kernels(lambda: forward_step(text.with_layers(2, ops), cache, attention, buf)).total
             row.update(per_layer=two - one, outside=2 * one - two)
         counts[label] = row
     return counts

@@ -25,8 +25,6 @@ from torch.nn import functional as F
 from .kv_cache import StaticKVCache
 from .layer_ops import LayerKernels
 
-ops = torch.ops.wam_diff2
-
 
 def pack_linears(owner: torch.nn.Module, name: str, linears: Sequence[torch.nn.Module]) -> torch.Tensor | None:
     """One weight [sum of outputs, inputs] whose row blocks are ``linears``' weights, which are re-pointed at
@@ -97,7 +95,7 @@ class QwenTextForward:
         lm = model.model.language_model
         self.embed_tokens, self.norm, self.rotary_emb, self.lm_head = lm.embed_tokens, lm.norm, lm.rotary_emb, model.lm_head
         cfg = lm.config
-        self.kernels = kernels
+        self.kernels, self.ops = kernels, kernels.ops
         self.layers = [FusedLayer.of(layer) for layer in lm.layers]
         self.num_layers = len(self.layers)
         self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -112,10 +110,11 @@ class QwenTextForward:
             raise RuntimeError("the model's projection weights were moved or replaced after this decoder was made "
                                "(model.to(...), or parameters assigned anew): make a new decoder")
 
-    def with_layers(self, count: int) -> "QwenTextForward":
-        """The same forward over the first ``count`` layers (a kernel count per layer compares 1 and 2)."""
+    def with_layers(self, count: int, ops=None) -> "QwenTextForward":
+        """The same forward over the first ``count`` layers, calling ``ops`` (a kernel count per layer compares 1
+        and 2 layers, through the operators: torch.ops.wam_diff2)."""
         other = object.__new__(QwenTextForward)
-        other.__dict__.update(self.__dict__, layers=self.layers[:count], num_layers=count)
+        other.__dict__.update(self.__dict__, layers=self.layers[:count], num_layers=count, ops=ops or self.ops)
         return other
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,7 +128,7 @@ class QwenTextForward:
         Each layer stores its K/V at (``rows``, ``slots``) [N, Q] of ``cache`` before ``attend(layer, attn_module,
         q)`` ([N, H, Q, D] -> [N, Q, H, D]) reads them. ``deepstack``: (visual position mask, per-layer features)."""
         n, length = hidden.shape[:2]
-        triton = self.kernels.triton
+        ops, triton = self.ops, self.kernels.triton
         delta = None                # the last MLP output, added to ``hidden`` by the next norm
         for i, layer in enumerate(self.layers):
             if delta is None:
@@ -147,7 +146,7 @@ class QwenTextForward:
             out = attend(i, attn, q)                                                  # [N, Q, H, D]
             x, hidden = ops.add_rms_norm(attn.o_proj(out.reshape(n, length, -1)), hidden, layer.post_norm,
                                          layer.eps, triton)
-            delta = self._mlp(layer, x, triton)
+            delta = self._mlp(layer, x, ops, triton)
             if deepstack is not None and deepstack[1] is not None and i < len(deepstack[1]):
                 hidden = _add_deepstack(hidden + delta, deepstack[0], deepstack[1][i])
                 delta = None
@@ -158,7 +157,7 @@ class QwenTextForward:
                                 triton)[0]
 
     @staticmethod
-    def _mlp(layer: FusedLayer, x: torch.Tensor, triton: bool) -> torch.Tensor:
+    def _mlp(layer: FusedLayer, x: torch.Tensor, ops, triton: bool) -> torch.Tensor:
         mlp = layer.mlp
         if not layer.silu:
             return mlp(x)
