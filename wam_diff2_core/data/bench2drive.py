@@ -41,15 +41,15 @@ import gzip
 import json
 import math
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from ..geometry import command_from_road_option, world_to_ego
-from ..outputs.parsing import format_waypoints
-from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S, format_planning_prompt
+from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
+from .samples import dump_json_list, planning_sample
 
 FRAME_RATE_HZ = 10.0                     # Bench2Drive's recording rate
 CAMERA = "rgb_front"
@@ -88,12 +88,11 @@ class ClipReport:
     clip: str
     frames: int = 0
     samples: int = 0
-    problems: list[dict[str, str]] = field(default_factory=list)    # {frame, file, reason}
     actors: int = 0                                                  # boxes other than the ego, over all frames
+    problems: list[dict[str, str]] = field(default_factory=list)    # {frame, file, reason}
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"clip": self.clip, "frames": self.frames, "samples": self.samples, "actors": self.actors,
-                "problems": self.problems}
+    def problem(self, frame: int, path: Path, reason: str) -> None:
+        self.problems.append({"frame": f"{frame:05d}", "file": str(path), "reason": reason})
 
 
 def find_clips(src: Path) -> list[Path]:
@@ -149,17 +148,15 @@ def convert_clip(clip: Path, name: str, out: Path, frame_rate_hz: float = FRAME_
             annos[i] = _read_anno(anno_path)
             report.actors += sum(1 for b in annos[i].get("bounding_boxes", []) if b.get("class") != "ego_vehicle")
         except FileNotFoundError:
-            report.problems.append({"frame": f"{i:05d}", "file": str(anno_path), "reason": "missing"})
+            report.problem(i, anno_path, "missing")
         except (OSError, EOFError, ValueError, TypeError, KeyError, IndexError) as exc:
-            report.problems.append({"frame": f"{i:05d}", "file": str(anno_path), "reason": f"unreadable: {exc}"})
+            report.problem(i, anno_path, f"unreadable: {exc}")
         if not image_path.is_file():
-            report.problems.append({"frame": f"{i:05d}", "file": str(image_path), "reason": "missing"})
+            report.problem(i, image_path, "missing")
+        elif image_path.read_bytes()[:2] != b"\xff\xd8":
+            report.problem(i, image_path, "not a JPEG")
         else:
-            data = image_path.read_bytes()
-            if data[:2] != b"\xff\xd8":
-                report.problems.append({"frame": f"{i:05d}", "file": str(image_path), "reason": "not a JPEG"})
-            else:
-                images[i] = image_path
+            images[i] = image_path
     samples = []
     for i in ids:
         on_frame()
@@ -174,11 +171,8 @@ def convert_clip(clip: Path, name: str, out: Path, frame_rate_hz: float = FRAME_
         rel = f"images/{name}/{i:05d}.jpg"
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(images[i], out / rel)
-        samples.append({"id": f"b2d-{name}-f{i:05d}-plan", "datasource": DATASOURCE, "task": "plan", "image": [rel],
-                        "conversations": [
-                            {"from": "human", "value": format_planning_prompt(
-                                command, (float(annos[i]["speed"]), 0.0), acceleration)},
-                            {"from": "gpt", "value": format_waypoints(waypoints)}]})
+        samples.append(planning_sample(f"b2d-{name}-f{i:05d}-plan", DATASOURCE, rel, command,
+                                       (float(annos[i]["speed"]), 0.0), acceleration, waypoints))
     report.samples = len(samples)
     return samples, report
 
@@ -214,13 +208,12 @@ def convert(src: str | Path, out: str | Path, *, frame_rate_hz: float = FRAME_RA
             # the part file last: its presence marks the clip as done for --resume
             atomic_write_text(out / "parts" / f"{names[clip]}.jsonl",
                               "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples))
-            reports[names[clip]] = report.as_dict()
+            reports[names[clip]] = asdict(report)
             atomic_write_json(report_path, {"src": str(src), "clips": reports})
     all_samples = []
     for clip in clips:
         part = out / "parts" / f"{names[clip]}.jsonl"
         all_samples += [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
-    from .samples import dump_json_list
     dump_json_list(out / "samples.json", all_samples)
     summary = {"src": str(src), "clips": reports, "samples": len(all_samples),
                "frames": sum(r["frames"] for r in reports.values()),

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..images import DEFAULT_LIMITS, TOO_LARGE, ImageError, ImageLimits, load_rgb
-from ..outputs.prompts import IMAGE_PLACEHOLDER
+from ..outputs.parsing import format_waypoints
+from ..outputs.prompts import IMAGE_PLACEHOLDER, format_planning_prompt
 
 ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
 ALLOW_ABSOLUTE_IMAGE_PATHS = False        # the default of every entry point's flag / setting
@@ -277,6 +278,19 @@ def iter_samples(path: str | Path, data_root: str | Path = ".", *,
 def _json_type(value: Any) -> str:
     return {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
             type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def make_sample(sample_id: str, datasource: str, task: str, image_path: str, prompt: str, answer: str) -> dict:
+    """One sample in the authors' format (one image, one question, one answer), with its ``task``."""
+    return {"id": sample_id, "datasource": datasource, "task": task, "image": [image_path],
+            "conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": answer}]}
+
+
+def planning_sample(sample_id: str, datasource: str, image_path: str, command: str, velocity, acceleration,
+                    waypoints) -> dict:
+    """A planning sample: the NAVSIM prompt for this telemetry, answered with ``waypoints`` [8, 2] (ego frame)."""
+    return make_sample(sample_id, datasource, "plan", image_path,
+                       format_planning_prompt(command, velocity, acceleration), format_waypoints(waypoints))
 
 
 def dump_json_list(path: str | Path, items: list[dict]) -> None:

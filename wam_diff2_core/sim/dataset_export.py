@@ -1,31 +1,22 @@
-"""Export demo-world episodes: a training/evaluation set in the seed's JSON format, and rosbag2 bags.
+"""Export demo-world episodes: a training/evaluation set in the seed's JSON format, rosbag2 bags and
+Bench2Drive clips, written atomically (the folder's layout: sim/README.md, "Exports"). Episodes are split by
+episode, never by frame: the last ``round(episodes * val_fraction)`` (at least one of two or more) validate.
 
     from wam_diff2_core.sim.dataset_export import ExportSettings, export
     manifest = export("data/synth", ExportSettings(episodes=8, seed=0))
-
-Layout of the output folder (written atomically: it appears complete or not at all)::
-
-    manifest.json            settings, camera, topics, splits, counts, timings; written last
-    train.json, val.json     samples (JSON lists): planning, detection, question answering
-    frames.jsonl             per-frame ground truth (pose, motion, command, waypoints, boxes, QA, stamps)
-    images/eNNNN/FFFFF.jpg   camera frames (RGB), referenced relative to the folder
-    bags/mcap/eNNNN/         one rosbag2 recording per episode (see episode_bags.py), and/or
-    bags/sqlite3/eNNNN/
-
-Episodes are split by episode, never by frame: the last ``round(episodes * val_fraction)``
-episodes (at least one when there are two or more) are validation.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import platform
 import re
 import sys
 import time
 import typing
+from collections import Counter
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -34,9 +25,8 @@ import cv2
 import numpy as np
 
 from ..data.bench2drive import FRAME_RATE_HZ as B2D_FRAME_RATE_HZ
-from ..data.samples import dump_json_list
-from ..outputs.parsing import format_waypoints
-from ..outputs.prompts import COMMANDS, format_detection_prompt, format_planning_prompt
+from ..data.samples import dump_json_list, make_sample, planning_sample
+from ..outputs.prompts import COMMANDS, format_detection_prompt
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE
 from ..utils.atomic import atomic_directory
 from .bench2drive_clips import B2DClipWriter
@@ -44,12 +34,11 @@ from .episode_bags import STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
 from .episode import EpisodeSettings, simulate_episode
 from .truth import QUESTIONS, vqa_prompt
 
-log = logging.getLogger(__name__)
-
 DEFAULT_FORMATS = ("json",) + STORAGES
 FORMATS = DEFAULT_FORMATS + ("b2d",)       # b2d: each episode as a Bench2Drive clip (bench2drive_clips.py)
 DATASOURCE = "WamDiff2Synth"
 MANIFEST_FORMAT = "wam-diff2-synth/1"
+CAMERA_KEYS = ("width", "height", "fx", "fy", "cx", "cy")     # a frame's and the manifest's camera, in this order
 
 
 @dataclass(frozen=True)
@@ -113,9 +102,8 @@ class EpisodeResult:
     split: str
     samples: list[dict]
     frames: list[dict]
-    bags: list[str]
     seconds: float
-    bag_counts: dict[str, dict[str, int]]
+    bag_counts: dict[str, dict[str, int]]     # per bag (its path under the root): messages per topic
 
 
 def sample_stem(seed: int, episode: int, frame: int) -> str:
@@ -160,19 +148,6 @@ def settings_from_manifest(manifest: dict) -> ExportSettings:
     return _from_dict(ExportSettings, manifest["settings"], "manifest settings")
 
 
-def make_sample(sample_id: str, task: str, image_path: str, prompt: str, answer: str) -> dict:
-    """One sample in the authors' format (one image, one question, one answer)."""
-    return {"id": sample_id, "datasource": DATASOURCE, "task": task, "image": [image_path],
-            "conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": answer}]}
-
-
-def planning_sample(sample_id: str, image_path: str, command: str, velocity, acceleration,
-                    waypoints: np.ndarray) -> dict:
-    """A planning sample: the NAVSIM prompt for this telemetry, answered with ``waypoints`` [8, 2]."""
-    return make_sample(sample_id, "plan", image_path, format_planning_prompt(command, velocity, acceleration),
-                       format_waypoints(waypoints))
-
-
 def encode_image(rgb: np.ndarray, settings: ExportSettings) -> bytes:
     """[H, W, 3] RGB as PNG or JPEG bytes (``settings.image_format``, ``jpeg_quality``)."""
     bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
@@ -192,9 +167,10 @@ def frame_samples(truth, image_path: str, width: int, height: int, settings: Exp
     acceleration = truth.acceleration_estimated if settings.prompt_acceleration == "estimated" else truth.acceleration
 
     def sample(task: str, prompt: str, answer: str) -> dict:
-        return make_sample(f"{stem}-{task}", task, image_path, prompt, answer)
+        return make_sample(f"{stem}-{task}", DATASOURCE, task, image_path, prompt, answer)
 
-    out = [planning_sample(f"{stem}-plan", image_path, truth.command, velocity, acceleration, truth.waypoints)]
+    out = [planning_sample(f"{stem}-plan", DATASOURCE, image_path, truth.command, velocity, acceleration,
+                           truth.waypoints)]
     if settings.detection:
         out.append(sample("detect", format_detection_prompt(), json.dumps(truth.qwen_boxes(width, height))))
     if settings.vqa_per_frame:
@@ -229,60 +205,51 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
     cv2.setNumThreads(1)   # parallelism comes from episodes, not from OpenCV's pool
     es = settings.episode
     episode = simulate_episode(settings.seed, index, es)
-    camera = episode.renderer.camera
+    camera, track = episode.renderer.camera, episode.track
     ep_dir = f"e{index:04d}"
     if "json" in settings.formats:
         (root / "images" / ep_dir).mkdir(parents=True, exist_ok=True)
-    writers = [EpisodeBagWriter(root / "bags" / storage / ep_dir, storage, role=settings.role, camera=camera,
-                                mount=es.camera.mount, command_topic=settings.command_topic)
-               for storage in STORAGES if storage in settings.formats]
-    for w in writers:
-        w.path.parent.mkdir(parents=True, exist_ok=True)
-        w.__enter__()
     clip = B2DClipWriter(root / "b2d" / f"WamDiff2Synth_seed{settings.seed}_e{index:04d}", episode, settings) \
         if "b2d" in settings.formats else None
     samples, records = [], []
-    tick_ns = int(round(es.dt_s * 1e9))
-    start_ns = int(round(es.start_time_s * 1e9))
-    track = episode.track
-    try:
+    tick_ns, start_ns = int(round(es.dt_s * 1e9)), int(round(es.start_time_s * 1e9))
+    frame_ticks, frames = {es.frame_tick(i) for i in range(es.frames)}, episode.frames()
+    with ExitStack() as stack:
+        writers = [stack.enter_context(EpisodeBagWriter(root / "bags" / storage / ep_dir, storage, role=settings.role,
+                                                        camera=camera, mount=es.camera.mount,
+                                                        command_topic=settings.command_topic))
+                   for storage in STORAGES if storage in settings.formats]
         for w in writers:
             w.write_route(start_ns, episode.road.lane.resampled(2.0))
-        frame_iter = episode.frames()
-        next_frame = 0
         for tick in range(es.total_ticks):
             stamp_ns = start_ns + tick * tick_ns
             for w in writers:
                 w.write_tick(stamp_ns, track.pose(tick), float(track.speed[tick]), float(track.yaw_rate[tick]))
                 w.write_objects(stamp_ns, episode.traffic[tick])
-            if next_frame < es.frames and tick == es.frame_tick(next_frame):
-                frame = next(frame_iter)
-                truth = frame.truth
-                for w in writers:
-                    w.write_frame(stamp_ns, frame.rgb, truth.command)
-                image_path = f"images/{ep_dir}/{truth.frame:05d}.{settings.image_format}"
-                sampled = "json" in settings.formats and truth.command in settings.commands
-                record = truth.record(camera.width, camera.height)
-                record.update(split=split, stamp_ns=stamp_ns, image=image_path if sampled else None,
-                              camera={"width": camera.width, "height": camera.height, "fx": camera.fx,
-                                      "fy": camera.fy, "cx": camera.cx, "cy": camera.cy})
-                records.append(record)
-                encoded = encode_image(frame.rgb, settings) if sampled or clip is not None else None
-                if clip is not None:
-                    clip.write_frame(truth, encoded)
-                if sampled:
-                    (root / image_path).write_bytes(encoded)
-                    samples.extend(frame_samples(truth, image_path, camera.width, camera.height, settings))
-                    if split == "train" and truth.frame in episode.recoveries:
-                        samples.append(_recovery_sample(root, episode, truth, settings))
-                next_frame += 1
-                if on_frame is not None:
-                    on_frame()
-    finally:
-        for w in writers:
-            w.__exit__(None, None, None)
-    return EpisodeResult(index, split, samples, records, [str(w.path.relative_to(root)) for w in writers],
-                         time.perf_counter() - start, {str(w.path.relative_to(root)): dict(w.counts) for w in writers})
+            if tick not in frame_ticks:
+                continue
+            frame = next(frames)
+            truth = frame.truth
+            for w in writers:
+                w.write_frame(stamp_ns, frame.rgb, truth.command)
+            image_path = f"images/{ep_dir}/{truth.frame:05d}.{settings.image_format}"
+            sampled = "json" in settings.formats and truth.command in settings.commands
+            record = truth.record(camera.width, camera.height)
+            record.update(split=split, stamp_ns=stamp_ns, image=image_path if sampled else None,
+                          camera={k: getattr(camera, k) for k in CAMERA_KEYS})
+            records.append(record)
+            encoded = encode_image(frame.rgb, settings) if sampled or clip is not None else None
+            if clip is not None:
+                clip.write_frame(truth, encoded)
+            if sampled:
+                (root / image_path).write_bytes(encoded)
+                samples.extend(frame_samples(truth, image_path, camera.width, camera.height, settings))
+                if split == "train" and truth.frame in episode.recoveries:
+                    samples.append(_recovery_sample(root, episode, truth, settings))
+            if on_frame is not None:
+                on_frame()
+    return EpisodeResult(index, split, samples, records, time.perf_counter() - start,
+                         {str(w.path.relative_to(root)): dict(w.counts) for w in writers})
 
 
 def _export_episode_job(args) -> EpisodeResult:
@@ -329,11 +296,7 @@ def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = F
                 dump_json_list(tmp / f"{split}.json", samples)
                 counts[f"{split}_samples"] = len(samples)
                 counts[f"{split}_frames"] = sum(len(r.frames) for r in results if r.split == split)
-            tasks: dict[str, int] = {}
-            for r in results:
-                for s in r.samples:
-                    tasks[s["task"]] = tasks.get(s["task"], 0) + 1
-            counts["samples_by_task"] = tasks
+            counts["samples_by_task"] = dict(Counter(s["task"] for r in results for s in r.samples))
         with open(tmp / "frames.jsonl", "w") as f:
             for r in results:
                 for record in r.frames:
@@ -349,13 +312,13 @@ def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = F
             "splits": {"train": [i for i in splits if splits[i] == "train"], "val": sorted(val)},
             "formats": list(settings.formats),
             "counts": counts,
-            "camera": {"width": camera.width, "height": camera.height, "fx": camera.fx, "fy": camera.fy,
-                       "cx": camera.cx, "cy": camera.cy, "horizontal_fov_deg": es.camera.horizontal_fov_deg,
-                       "mount": asdict(es.camera.mount), "ego_frame": "rear axle, x forward, y left, z up"},
+            "camera": {**{k: getattr(camera, k) for k in CAMERA_KEYS},
+                       "horizontal_fov_deg": es.camera.horizontal_fov_deg, "mount": asdict(es.camera.mount),
+                       "ego_frame": "rear axle, x forward, y left, z up"},
             "timing": {"dt_s": es.dt_s, "frame_stride": es.frame_stride, "warmup_ticks": es.warmup_ticks,
                        "start_time_s": es.start_time_s, "waypoint_interval_s": 0.5, "num_waypoints": 8},
             "prompt_acceleration": settings.prompt_acceleration,
-            "bags": {r.index: r.bag_counts for r in results} if any(r.bags for r in results) else {},
+            "bags": {r.index: r.bag_counts for r in results} if any(r.bag_counts for r in results) else {},
             "topics": {key: {"name": name, "type": TOPIC_TYPES[key]} for key, name in topic_names(settings.role, settings.command_topic).items()},
             "settings": asdict(settings),
             "wall_time_s": round(time.perf_counter() - started, 3),

@@ -1,7 +1,7 @@
 """rosbag2 recordings of demo-world episodes that look like carla-ros-bridge recordings (the topics, their
-order within a tick, the image last, and their frames: sim/README.md, "Exports"), written with the pure-Python ``rosbags``
-library in ``mcap`` or ``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). The ego frame (``hero``) is
-the **rear axle**, the origin of the waypoints' ego frame, not CARLA's box centre.
+order within a tick, the image last, and their frames: sim/README.md, "Exports"), written with the pure-Python
+``rosbags`` library in ``mcap`` or ``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). The ego frame
+(``hero``) is the **rear axle**, the origin of the waypoints' ego frame, not CARLA's box centre.
 
     with EpisodeBagWriter(path, "mcap", role="hero", camera=camera, mount=mount) as writer:
         writer.write_route(stamp_ns, lane_points)
@@ -89,6 +89,7 @@ class EpisodeBagWriter:
             return Qos(QosHistory.KEEP_LAST, depth, QosReliability.RELIABLE, durability, infinite, infinite,
                        QosLiveliness.AUTOMATIC, infinite, False)
 
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.writer.open()
         for key, msgtype in TOPIC_TYPES.items():
             offered = qos(1, QosDurability.TRANSIENT_LOCAL) if key == "route" else qos(10, QosDurability.VOLATILE)

@@ -11,19 +11,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..control import Plan
-from ..data.samples import dump_json_list
+from ..data.samples import dump_json_list, planning_sample
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
-from .dataset_export import ExportSettings, encode_image, planning_sample
+from .dataset_export import DATASOURCE, ExportSettings, encode_image
 from .route_runs import RouteRun
 
 
 class ExpertLabels:
-    """DAgger's data: wraps a planner and keeps every frame it is asked about, labelled with the demo
-    world's expert drive from that state, i.e. the states the planner's own driving leads to (off the
-    expert's path, slowed down, stopped), as planning samples in the authors' format under ``root``
-    (images/rNNNN/TTTTTT.jpg, and train.json once :meth:`write` is called). Train on them to teach a
-    model to recover from its own mistakes (Ross et al., DAgger); collect on routes other than the
-    evaluation ones."""
+    """Wraps a planner and keeps every frame it is asked about (the states its own driving leads to: off the
+    expert's path, slowed down, stopped) with the expert's drive from there, under ``root``
+    (images/rNNNN/TTTTTT.jpg; train.json on :meth:`write`); collect on routes other than the evaluation ones."""
 
     def __init__(self, planner: Callable[[RouteRun], Plan], root: str | Path):
         self.planner, self.root = planner, Path(root)
@@ -37,7 +34,8 @@ class ExpertLabels:
         (self.root / image_path).write_bytes(encode_image(run.render(), self.image))
         expert = run.world.expert_future(NUM_WAYPOINTS, WAYPOINT_DT_S)
         self.samples.append(planning_sample(f"closed-loop-s{run.settings.seed}-r{run.index:04d}-t{run.tick:06d}",
-                                            image_path, run.command(), (run.speed, 0.0), run.acceleration, expert))
+                                            DATASOURCE, image_path, run.command(), (run.speed, 0.0),
+                                            run.acceleration, expert))
         return self.planner(run)
 
     def write(self) -> Path:
