@@ -1,12 +1,7 @@
-"""The front camera of the demo world: a pinhole camera that renders what the geometry says.
-
-The ground is a bird's-eye texture of the episode's roads (asphalt, lane markings, stop
-lines, grass) drawn once per episode. Because the camera is rigid on the ego, every ground
-pixel sees a fixed point of the ego frame (ray-plane intersection, computed once); per frame
-those points move to the map frame with the ego pose and are looked up in the texture with
-``cv2.remap`` (from a coarser mip level where a pixel covers several texels, which keeps
-far lane markings from flickering). Vehicles are drawn over it by ``vehicle_projection.VehicleProjector``
-(3-D boxes filled far to near, with a vehicle-id buffer that gives occlusion-aware 2-D boxes).
+"""The front camera of the demo world: a pinhole camera that renders what the geometry says (how:
+sim/README.md, "The camera"). The ground is looked up in a bird's-eye texture of the roads from points fixed
+in the ego frame (the camera is rigid on the ego); vehicles are drawn over it by
+``vehicle_projection.VehicleProjector``, with a vehicle-id buffer that gives occlusion-aware 2-D boxes.
 
     >>> import numpy as np
     >>> from .road import Straight, RoadSettings, build_road
@@ -15,10 +10,6 @@ far lane markings from flickering). Vehicles are drawn over it by ``vehicle_proj
     >>> frame = renderer.render(road.lane.pose_at(5.0), [])
     >>> frame.rgb.shape, frame.rgb.dtype
     ((90, 160, 3), dtype('uint8'))
-
-Coordinates: map and ego frames are REP-103 (x forward, y left, z up); pixel (u, v) has u
-right, v down and integer values at pixel centres (OpenCV); a pixel box ``[x0, y0, x1, y1]``
-uses pixel edges, so the pixel in column j spans [j, j + 1).
 """
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""The closed loop without ROS: a planner called in-process on every N-th tick and the controller
-node's ``WaypointController`` turning its newest plan into control every tick; fast, for tests and
-sweeps (``wam-diff2 closed-loop``). ``wam_diff2_ros.tools.dds_closed_loop`` drives the same
-:class:`~.route_runs.RouteRun` with the nodes over DDS.
+"""The closed loop without ROS: a planner called in-process on every N-th tick and the controller node's
+``WaypointController`` turning its newest plan into control every tick; fast, for tests and sweeps
+(``wam-diff2 closed-loop``). The ROS tools drive the same :class:`~.route_runs.RouteRun` over DDS.
 
     run = RouteRun(index=0, settings=ClosedLoopSettings(route_length_m=200.0))
     result = drive_direct(run, ExpertOracle(), demo_world_gains(), lockstep_n=10)
     result.driving_score, result.route_completion, result.termination
-
-**Controller gains**: :func:`demo_world_gains` scales TransFuser's steering gains for the demo
-car's smaller maximum wheel angle (see there); both closed-loop commands use it by default.
 """
 from __future__ import annotations
 

@@ -6,18 +6,11 @@
     >>> len(frames), frames[0].rgb.shape, frames[0].truth.waypoints.shape
     (3, (90, 160, 3), (8, 2))
 
-Two passes. :func:`simulate_episode` steps the world at 20 Hz from tick 0 through the last
-frame plus the 4 s planning horizon, storing the ego state and the traffic at
-every tick (cheap). :meth:`Episode.frames` then renders each frame and derives its ground
-truth, so the future waypoints are the simulated future of the expert, not a prediction.
-
-Timeline: ``warmup_ticks`` (default 1 s) run before the first frame so the ego is moving and
-the acceleration estimate has history; frame i is tick ``warmup_ticks + i * frame_stride``;
-the track continues 80 ticks (4 s) after the last frame. Tick k is stamped
-``start_time_s + k * dt_s``.
-
-Everything is drawn from ``numpy.random.default_rng([seed, index])`` in a fixed order, so an
-episode is a pure function of (seed, index, settings).
+Two passes: :func:`simulate_episode` steps the world from tick 0 to the last frame plus the 4 s horizon,
+storing the ego and the traffic at every tick; :meth:`Episode.frames` then renders each frame and derives its
+ground truth, so the future waypoints are the expert's simulated future (the timeline: sim/README.md). All is
+drawn from ``numpy.random.default_rng([seed, index])`` in a fixed order: an episode is a pure function of
+(seed, index, settings).
 """
 from __future__ import annotations
 
@@ -40,16 +33,10 @@ from .world import VehicleBox, World, WorldSettings
 
 @dataclass(frozen=True)
 class RecoverySettings:
-    """Recovery samples: a share of the frames also gets a copy seen from a displaced ego (sideways
-    offset and heading error, uniform within the limits) whose future is the expert's drive back to
-    the lane from there, so a model trained on them learns to correct its own drift in closed loop.
-    The episode itself is not changed (a separate random stream).
-
-    A copy may also change the ego's speed: to a standstill (``standstill_probability``: the
-    expert's start from rest, or its wait behind a stopped vehicle) or to a uniform share of it
-    (``slow_probability``: the expert's speed-up back to its cruise). A model trained only on the
-    expert's own speeds learns that standing still continues (the inertia problem of behaviour
-    cloning); its prompt then carries the new speed and zero acceleration."""
+    """Recovery samples (sim/README.md): a ``fraction`` of the frames also gets a copy seen from a displaced
+    ego (offset and heading error uniform within the limits; a separate random stream), answered with the
+    expert's drive back from there; its speed changed to zero (``standstill_probability``) or to a uniform
+    share (``slow_probability``), its prompt then carries that speed and zero acceleration."""
     fraction: float = 0.0
     max_offset_m: float = 1.0
     max_yaw_deg: float = 10.0

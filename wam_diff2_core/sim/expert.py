@@ -1,9 +1,6 @@
-"""The expert that drives the ego and so defines the ground-truth future.
-
-Lateral: pure pursuit on the ego lane centre, with a look-ahead distance that grows with
-speed. Longitudinal: track the highest speed from which every curve ahead can be taken at a
-comfortable lateral acceleration (:func:`anticipated_speed_limit`), and never exceed what IDM
-allows behind the vehicle ahead; the result is clipped to comfort limits and jerk-limited.
+"""The expert that drives the ego and so defines the ground-truth future: pure pursuit on the ego lane centre,
+and the highest speed from which every curve ahead can be taken (:func:`anticipated_speed_limit`), never
+above what IDM allows behind the vehicle ahead, clipped to comfort limits and jerk-limited.
 
     >>> from .road import Straight, RoadSettings, build_road
     >>> lane = build_road([Straight(100.0)], RoadSettings()).lane

@@ -1,20 +1,11 @@
-"""Road geometry of the demo world: one route road with curves and intersections, side-road stubs.
-
-A route is built from pieces laid end to end: ``Straight(length_m)``, ``Curve(radius_m,
-angle_deg)`` (positive angle turns left) and ``Crossing(turn)`` (a four-way intersection
-where the route turns ``left``, ``right`` or goes ``straight``). The road has one lane per
-direction (right-hand traffic): the ego lane lies ``lane_width_m / 2`` right of the
-centreline, the oncoming lane as far left.
+"""Road geometry of the demo world: one route road of pieces laid end to end (``Straight(length_m)``,
+``Curve(radius_m, angle_deg)``, + turns left, and four-way ``Crossing(turn)``), with side-road stubs. One lane
+per direction (right-hand traffic): the ego lane ``lane_width_m / 2`` right of the centreline, the oncoming
+lane as far left. The crossings' geometry: sim/README.md, "The world".
 
     >>> road = build_road([Straight(30.0), Crossing("left"), Straight(40.0)], RoadSettings())
     >>> [c.turn for c in road.crossings], round(road.lane.length)
     (['left'], 85)
-
-Intersection geometry (``a`` = half size of the square box = lane width + corner radius):
-the road centreline crosses the box straight (length 2a) or on a quarter circle of radius
-``a``; offset by half a lane, the ego lane turns right on radius ``a - w/2`` and left on
-``a + w/2``, entering and leaving the box at its edges. The two arms the route does not use
-are drawn as straight stubs of ``stub_length_m`` (with their own lanes and stop lines).
 """
 from __future__ import annotations
 

@@ -3,11 +3,6 @@
 
     result = drive_direct(run, ExpertOracle(), demo_world_gains())
     result = drive_direct(run, PolicyPlanner(DrivingPolicy.from_checkpoint(CKPT)), demo_world_gains())
-
-**The oracle** (:class:`ExpertOracle`) is *not a planner*: it reads the simulator's state and
-answers with the demo world's expert future (the ground truth the demo model is trained on).
-It exists to test the control + simulation loop, and to bound what a perfect planner would
-score with this controller.
 """
 from __future__ import annotations
 
@@ -21,11 +16,9 @@ from .route_runs import RouteRun
 
 
 class ExpertOracle:
-    """An ORACLE, not a planner: the demo world's expert future from the simulator's state.
-
-    For testing the control + simulation loop (and as the upper bound of a perfect planner
-    with this controller); a real planner only ever sees the camera, the ego state and the
-    command."""
+    """An ORACLE, not a planner: the demo world's expert future (the demo model's ground truth) from the
+    simulator's state, to test the control + simulation loop and bound what a perfect planner would score
+    with this controller; a real planner only ever sees the camera, the ego state and the command."""
 
     name = "oracle"
 

@@ -1,37 +1,15 @@
 """One closed-loop route of the demo world: its world, camera, command, route messages and score. ROS-free.
 
-    settings = ClosedLoopSettings(route_length_m=200.0)
-    run = RouteRun(index=0, settings=settings)                 # route (seed, index) of the demo world
+    run = RouteRun(index=0, settings=ClosedLoopSettings(route_length_m=200.0))
     while not run.done:
         run.apply(control)                                     # one control per tick (CARLA's fields)
     run.result().driving_score
 
-:class:`RouteRun` owns one route's world (``wam_diff2_core.sim.World``), camera and scoring;
-a loop feeds it one control per tick. Two loops use it: ``sim.direct_loop.drive_direct`` (the
-planner called in-process; ``wam-diff2 closed-loop``) and ``wam_diff2_ros.tools.dds_closed_loop``
-(the same world behind carla-ros-bridge topics, with the planner node and the controller node over
-DDS; ``wam-diff2-ros closed-loop``). The planners of the direct loop are in ``sim.route_planners``,
-the summaries and plots over routes in ``sim.route_report``.
-
-**Routes.** Route ``i`` is the demo world ``World.generate(default_rng([seed, i]))`` (the
-synth generator; ``sim.protocol.DEFAULT_ROUTE_SEED`` by default, disjoint from the training drives' seed
-and the demo drive's), driven from the ego's start for ``route_length_m`` along the ego lane.
-Traffic is off unless asked for. Tick k is stamped ``start_time_s + k x 50 ms``.
-
-**Scoring** (leaderboard-like, documented here because the demo world is not CARLA):
-
-- *Route completion* RC: progress along the route / route length, in [0, 1], where distance
-  driven with a wheel outside the ego lane (``World.status().off_lane``) does not count (the
-  leaderboard's off-road rule).
-- *Infraction penalty* IP: 0.60 per collision with a vehicle (the leaderboard's factor; one
-  event per vehicle touched), multiplied. Lane departures (entering ``off_lane``) are counted
-  and reported; they cost through RC only.
-- *Driving score* DS = RC x IP. *Success*: the route completed with no collision and no lane
-  departure.
-- A route ends when it is completed, when the ego is farther than ``max_lateral_offset_m``
-  from the lane centre (off the road: "route_deviation"), when it made no progress for
-  ``blocked_timeout_s`` ("agent_blocked"), or at ``timeout_s`` ("route_timeout", default
-  route length / 2 m/s + 10 s).
+A loop feeds it one control per tick: ``sim.direct_loop.drive_direct`` (the planner in-process) or
+``wam_diff2_ros.tools`` (the nodes over DDS). Route ``i`` is the demo world ``World.generate(default_rng([seed,
+i]))`` driven from the ego's start for ``route_length_m`` along the ego lane, traffic off unless asked for.
+The score is leaderboard-like, and ``RouteResult.termination`` says how the route ended (docs/carla.md,
+"Score"): route completion without the distance driven off the ego lane, x 0.60 per vehicle collision.
 """
 from __future__ import annotations
 
@@ -57,7 +35,6 @@ from .world import World, WorldSettings
 
 COLLISION_PENALTY = 0.60          # leaderboard: collision with a vehicle
 COMMAND_SOURCES = ("world", "route")
-TERMINATIONS = ("completed", "route_timeout", "agent_blocked", "route_deviation")
 
 
 @dataclass(frozen=True)

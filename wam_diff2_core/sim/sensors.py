@@ -1,22 +1,15 @@
-"""The demo world's GNSS, IMU and speedometer, as the leaderboard's SENSORS track gives them; and a benchmark
-of the odometry filter on them against the demo world's truth.
+"""The demo world's GNSS, IMU and speedometer, as the leaderboard's SENSORS track gives them (the quantities
+carla-ros-bridge's messages carry); and a benchmark of the odometry filter on them against the truth.
 
     sensors = DemoSensors(DEMO_NOISE, GeoReference(), np.random.default_rng(0))
     reading = sensors.read(world.ego)           # latitude / longitude, IMU, speed of this tick
 
     python -m wam_diff2_core.sim.sensors --routes 10     # filter error vs truth on the default routes: median, p95
 
-Measurement models (the carla-ros-bridge's messages carry the same quantities):
-
-- **GNSS** (``sensor_msgs/NavSatFix``): the ego's rear-axle position (the odometry's origin)
-  through :meth:`GeoReference.to_geo` (CARLA's projection), plus white noise on latitude and
-  longitude (the leaderboard's 5e-6 deg, about 0.56 m at the equator).
-- **IMU** (``sensor_msgs/Imu``): orientation = the heading (CARLA reports the sensor's exact
-  orientation; the demo adds ``compass_rad`` of noise so that the filter is not handed the
-  truth), gyro z = the yaw rate over the step, accelerometer = (dv/dt, v x yaw rate, g), each
-  with the leaderboard's noise.
-- **Speedometer** (``std_msgs/Float32``): the speed, plus ``speed_mps`` of noise (CARLA's is
-  exact), never negative.
+GNSS: the rear axle (the odometry's origin) through :meth:`GeoReference.to_geo` (CARLA's projection). IMU:
+orientation = the heading, gyro z = the yaw rate, accelerometer = (dv/dt, v x yaw rate, g). Speedometer: the
+speed, never negative. White noise on each: the leaderboard's where CARLA has noise; where CARLA is exact
+(orientation, speed) a little (``DEMO_NOISE``), so the filter is not handed the truth.
 """
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Ground-truth rules that are more than geometry: the route command and the question/answer pairs.
-
-**Command rule** (:func:`route_command`): if the ego has not yet left the next intersection
-and its entry lies within ``crossing_distance_m`` (default 60 m, enough to brake from the
-fastest cruise speed to the turn speed), the command is what the route does there (left /
-straight / right). Otherwise it is :func:`wam_diff2_core.geometry.command_from_route` on the
-route ahead with its default settings (heading change >= 30 deg within 30 m, or a lateral
-offset >= 2 m, is a turn): the same rule the planner node applies to a ``nav_msgs/Path``,
-so sharp curves read as left/right and gentle ones as straight.
+"""Ground-truth rules that are more than geometry: the route command (:func:`route_command`, the rule:
+sim/README.md, "Command rule") and the question/answer pairs.
 
     >>> from .road import Straight, Crossing, RoadSettings, build_road
     >>> road = build_road([Straight(80.0), Crossing("right"), Straight(50.0)], RoadSettings())

@@ -1,20 +1,15 @@
 """Vehicle models of the demo world: the ego's kinematic bicycle, traffic on lanes, IDM, speed limits.
 
-The ego is a kinematic bicycle referenced at the **rear axle** (the ego frame origin, as in
-NAVSIM): with steering angle delta and wheelbase L the path curvature is tan(delta) / L, so a
-constant steering angle drives a circle of radius L / tan(delta). One step integrates the
-arc exactly for the step's constant curvature and acceleration.
+The ego is a kinematic bicycle referenced at the **rear axle** (the ego frame origin, as in NAVSIM); one step
+integrates the arc of the step's constant curvature tan(delta) / L and acceleration exactly. It is driven by
+an :class:`Actuation` (acceleration and steering angle, + left: the expert's) or CARLA's
+:class:`VehicleControl` (steer + **right**), mapped by :meth:`KinematicBicycle.actuation_from_control`.
 
     >>> model = KinematicBicycle(BicycleParams(wheelbase_m=2.8))
     >>> state = EgoState(x=0.0, y=0.0, yaw=0.0, speed=10.0)
     >>> state = model.step(state, Actuation(acceleration_mps2=0.0, steer_angle_rad=0.0), 0.05)
     >>> round(state.x, 3), state.y
     (0.5, 0.0)
-
-Two ways to drive it: :class:`Actuation` (longitudinal acceleration and a steering angle,
-REP-103 sign: + turns left; what the expert outputs) or CARLA's :class:`VehicleControl`
-(throttle, steer in [-1, 1] with **+ turning right** as in CARLA, brake), converted by
-:meth:`KinematicBicycle.actuation_from_control` with a documented first-order map.
 """
 from __future__ import annotations
 

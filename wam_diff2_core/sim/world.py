@@ -8,11 +8,8 @@
     >>> world.tick, round(world.time_s, 2)
     (3, 0.15)
 
-Everything random is drawn in :meth:`World.generate` from the generator passed in, so a
-world is a pure function of its seed; stepping is deterministic. Traffic moves on rails
-along its lane (Intelligent Driver Model behind the vehicle ahead, slowing for curves,
-scripted slow-downs and stops); it reacts to the ego only as a vehicle ahead in the same
-lane, never by steering.
+Everything random is drawn in :meth:`World.generate` from the generator passed in; stepping is
+deterministic. Traffic moves on rails (IDM, sim/README.md) and sees the ego only as a vehicle ahead in its lane.
 """
 from __future__ import annotations
 
