@@ -185,10 +185,11 @@ def resolve_layer_kernels(setting: str, device: torch.device, dtype: torch.dtype
     return LayerKernels(True, "layer_kernels auto: Triton (self-check passed)")
 
 
+@cache
 def self_check(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     """Every op once through Triton and once through torch on small random inputs of this device and dtype
-    (compiling the kernels, seconds the first time in a process, then cached by Triton on disk): None when they
-    agree to the dtype's rounding, else what went wrong. Run by ``auto`` before it picks Triton."""
+    (compiling the kernels, seconds the first time, then cached by Triton on disk): None when they agree to the
+    dtype's rounding, else what went wrong. Run by ``auto`` before it picks Triton, once per process and case."""
     try:
         gen = torch.Generator(device=device).manual_seed(0)
         return next((f"{name}: {problem}" for name, problem in
