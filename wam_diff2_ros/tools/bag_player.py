@@ -1,28 +1,20 @@
-"""Play a rosbag2 bag over DDS with its recorded timing, for machines without ``ros2 bag``.
+"""``wam-diff2-ros replay`` (options: :mod:`.cli`): a rosbag2 bag played over DDS with its recorded timing.
 
-    wam-diff2-ros replay BAG [--rate 1.0] [--clock] [--topics T ...] [--delay-s 1.0]
-    wam-diff2-ros replay BAG --clock --wait-for-planner --record OUT_BAG   # + record what the planner answers
-
-Like ``ros2 bag play [--clock]`` (options: :mod:`.cli`): every message is published as recorded (the CDR
+Like ``ros2 bag play [--clock]``: every message is published as recorded (the CDR
 bytes) at ``start + (t_log - t_first) / rate`` wall time; ``--clock`` publishes the bag's time on
 ``/clock`` (at ``--clock-hz`` and right before each message) in place of a recorded ``/clock``. QoS per
 topic: the reliability and durability the bag recorded, else reliable keep last 100, latched for routes,
 ``/tf_static``, camera info and status topics (and ``--latched``). Topics whose type has no Python
-message package here are skipped with a warning (an error when named in ``--topics``).
-
-Messages published before a subscriber is matched are lost: ``--wait-for-subscribers TOPIC ...`` holds
-the start until each has a subscriber, then waits ``--delay-s``; ``--wait-for-planner`` until the
-planner's latched status says READY. ``--record OUT_BAG`` (:mod:`.recorder`) records ``--record-topics``
-(default: the planner's trajectory, detections and status) once each has a publisher, each message
-logged at the playback time of its arrival (the /clock value with ``--clock``), for ``--record-grace-s``
-(2 s) of wall time after the last played message; an error or Ctrl-C leaves nothing at ``OUT_BAG``.
+message package here are skipped with a warning (an error when named in ``--topics``). Messages published
+before a subscriber is matched are lost, hence ``--wait-for-subscribers`` and ``--wait-for-planner``;
+``--record`` (:mod:`.recorder`): README, replaying a bag. An error or Ctrl-C leaves nothing at ``--record``.
 """
 from __future__ import annotations
 
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -130,11 +122,9 @@ class ReplaySummary:
     published: dict[str, int] = field(default_factory=dict)
     skipped_topics: dict[str, str] = field(default_factory=dict)
     unacknowledged_topics: list[str] = field(default_factory=list)   # reliable readers that did not ack in time
-    clock_messages: int = 0
     bag_seconds: float = 0.0
     wall_seconds: float = 0.0
     recorded: dict[str, int] = field(default_factory=dict)       # --record: messages per recorded topic
-    recorded_types: dict[str, str] = field(default_factory=dict)
     record_path: str | None = None
 
 
@@ -142,7 +132,6 @@ class BagPlayer:
     """Publishes one bag's messages from ``node`` with their recorded timing."""
 
     def __init__(self, node: Node, bag_path, options: ReplayOptions):
-        options.check()
         self.node, self.options = node, options
         self.bag = Bag(bag_path)
         self.summary = ReplaySummary()
@@ -249,7 +238,6 @@ class BagPlayer:
     def _publish_clock(self, t_ns: int) -> None:
         if self.clock_publisher is not None:
             self.clock_publisher.publish(Clock(clock=ns_to_stamp(t_ns)))
-            self.summary.clock_messages += 1
 
     def play(self) -> ReplaySummary:
         try:
@@ -257,7 +245,6 @@ class BagPlayer:
             if self.recorder is not None:
                 self._stop_spinning()
                 summary.recorded = self.recorder.counts
-                summary.recorded_types = dict(self.recorder.writer.topics)
                 summary.record_path = str(self.recorder.finish())
             return summary
         finally:
@@ -324,16 +311,9 @@ class BagPlayer:
 
 # ----------------------------------------------------------------------------- command line
 def options_from_args(args) -> ReplayOptions:
-    return ReplayOptions(rate=args.rate, clock=args.clock, clock_hz=args.clock_hz, topics=tuple(args.topics),
-                         latched=tuple(args.latched), delay_s=args.delay_s, start_offset_s=args.start_offset,
-                         playback_duration_s=args.playback_duration,
-                         wait_for_subscribers=tuple(args.wait_for_subscribers), wait_timeout_s=args.wait_timeout_s,
-                         wait_for_planner=args.wait_for_planner, planner_node=args.planner_node, record=args.record,
-                         record_topics=(tuple(args.record_topics) if args.record_topics
-                                        else planner_record_topics(args.planner_node)),
-                         record_storage=args.record_storage or ReplayOptions.record_storage,
-                         record_grace_s=ReplayOptions.record_grace_s if args.record_grace_s is None
-                         else args.record_grace_s, overwrite=args.overwrite)
+    """The options by their argparse names; those left unset (None) at their defaults."""
+    given = {f.name: getattr(args, f.name) for f in fields(ReplayOptions) if getattr(args, f.name) is not None}
+    return ReplayOptions(**{**given, "record_topics": args.record_topics or planner_record_topics(args.planner_node)})
 
 
 def run(args) -> int:

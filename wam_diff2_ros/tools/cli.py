@@ -52,8 +52,9 @@ def add_replay_arguments(p) -> None:
     p.add_argument("--planner-node", default="/wam_diff2_planner", metavar="NODE",
                    help="the planner's full node name, for --wait-for-planner and the default --record-topics "
                         "(default /wam_diff2_planner)")
-    p.add_argument("--start-offset", type=float, default=0.0, metavar="S", help="skip the bag's first S seconds")
-    p.add_argument("--playback-duration", type=float, default=None, metavar="S",
+    p.add_argument("--start-offset", dest="start_offset_s", type=float, default=0.0, metavar="S",
+                   help="skip the bag's first S seconds")
+    p.add_argument("--playback-duration", dest="playback_duration_s", type=float, default=None, metavar="S",
                    help="stop after S seconds of bag time")
     r = p.add_argument_group("recording what comes back (e.g. the planner's answers)")
     r.add_argument("--record", metavar="OUT_BAG", default=None,
