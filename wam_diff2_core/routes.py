@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .geometry import ROAD_OPTION_COMMANDS, RouteCommandSettings, command_from_route, road_option_name
+from .geometry import ROAD_OPTIONS  # noqa: F401  (the ROS tools import it from here)
 from .utils.fields import setting
 
 # Options that name a maneuver (rules 1 and 2); LANEFOLLOW and VOID do not.

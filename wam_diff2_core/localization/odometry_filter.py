@@ -8,24 +8,14 @@
     if ekf.ready:
         ekf.state.x, ekf.state.y, ekf.state.yaw, ekf.state.speed, ekf.covariance    # [4, 4]
 
-**The filter** is an extended Kalman filter over ``[x, y, yaw, v]`` (the pose of the GNSS
-antenna in the map frame, heading, speed along the heading). The IMU drives the prediction
-(yaw rate from the gyro, longitudinal acceleration from the accelerometer, a unicycle moving
-along its heading over the midpoint yaw); GNSS positions, the IMU's orientation (CARLA's IMU
-reports the sensor's orientation: a compass) and the speedometer are measurements. Each
-measurement first predicts the state to its own stamp with the newest IMU inputs; a
-measurement older than the filter's time by more than ``max_lag_s`` is refused (counted). A
-gap longer than ``max_gap_s`` restarts the filter (a simulator reset). The filter is
-``ready`` once it has had a position, a heading and a speed since it (re)started.
-
-Measurements are checked before they touch the state (``measurements.py``: a refused one leaves the
-state as it was and says why in ``refusal``, counted in ``counts["refused_<code>"]``). A fix farther
-from the prediction than ``gnss_gate_sigma`` (Mahalanobis distance, the prediction's and the fix's
-covariance together) is refused too; when fixes have been refused that way for ``gnss_reacquire_s``
-(a real jump: a teleported ego, a position that drifted while fixes were missing), the next one places
-the position again, as the first fix does, so the gate never locks the filter out. Should the state or
-its covariance ever become non-finite all the same, the filter restarts (``counts["restarts_non_finite"]``)
-rather than hand it on: what ``state`` holds is always finite.
+An extended Kalman filter over ``[x, y, yaw, v]`` (docs/carla.md, "the localization node"): the IMU drives the
+prediction (a unicycle along the midpoint yaw), GNSS positions, the IMU's orientation (CARLA's IMU reports the
+sensor's: a compass) and the speedometer are measurements, each predicted to its own stamp first. It is
+``ready`` once it has had a position, a heading and a speed since it (re)started (a gap over ``max_gap_s``).
+A measurement is checked before it touches the state (``measurements.py``); a refused one leaves the state
+as it was and says why in ``refusal`` (``counts["refused_<code>"]``). Fixes beyond the ``gnss_gate_sigma``
+gate are refused until ``gnss_reacquire_s`` of them place the position again, so the gate never locks the
+filter out; a state that stops being finite restarts the filter: what ``state`` holds is always finite.
 """
 from __future__ import annotations
 
@@ -113,7 +103,6 @@ class OdometryFilter:
         self.has_position = self.has_heading = self.has_speed = False
         self.gate_refused_since: float | None = None         # stamp of the first of the fixes the gate refuses in a row
         self.gate_refused_in_row = 0
-        self.gate_distance: float | None = None              # Mahalanobis distance of the newest fix past the first
 
     @property
     def ready(self) -> bool:
@@ -211,13 +200,13 @@ class OdometryFilter:
         r = np.eye(2) * self.settings.gnss_stddev_m ** 2 if covariance is None else gnss_noise(covariance)
         self._advance(t)
         if not self.has_position:                        # the first fix places the filter
-            self._place(x, y, r)
+            self._place([X, Y], (x, y), r, "a GNSS fix")
+            self.has_position = True
             return
-        h = np.zeros((2, 4))
-        h[0, X] = h[1, Y] = 1.0
+        h = np.eye(4)[[X, Y]]
         innovation = np.array([x - self.state.x, y - self.state.y])
         s = h @ self.covariance @ h.T + r
-        distance = self.gate_distance = math.sqrt(max(0.0, float(innovation @ np.linalg.solve(s, innovation))))
+        distance = math.sqrt(max(0.0, float(innovation @ np.linalg.solve(s, innovation))))
         st = self.settings
         if distance > st.gnss_gate_sigma:
             if self.gate_refused_since is None:
@@ -228,20 +217,21 @@ class OdometryFilter:
                 raise MeasurementRefused("gate", f"the fix is {distance:.1f} sigma (Mahalanobis) from the prediction, "
                                                  f"beyond gnss_gate_sigma {st.gnss_gate_sigma:g} "
                                                  f"({self.gate_refused_in_row} in a row)")
-            self._place(x, y, r)                         # refused for gnss_reacquire_s: a real jump, follow it
+            self._place([X, Y], (x, y), r, "a GNSS fix")   # refused for gnss_reacquire_s: a real jump, follow it
             self.counts["gnss_reacquired"] += 1
         else:
             self._update(h, innovation, r, "a GNSS fix")
         self.gate_refused_since, self.gate_refused_in_row = None, 0
 
-    def _place(self, x: float, y: float, r: np.ndarray) -> None:
-        """The position at the fix, with its covariance and no correlation with heading or speed."""
-        covariance = self.covariance.copy()
-        covariance[:2, :] = 0.0
-        covariance[:, :2] = 0.0
-        covariance[:2, :2] = r
-        self._commit(np.array([x, y, self.state.yaw, self.state.speed]), covariance, "a GNSS fix")
-        self.has_position = True
+    def _place(self, index: list[int], values, r: np.ndarray, what: str) -> None:
+        """The state at ``index`` set to ``values`` (a first measurement, or a jump followed) with covariance ``r``
+        and no correlation with the rest."""
+        x, covariance = self._x, self.covariance.copy()
+        x[index] = values
+        covariance[index, :] = 0.0
+        covariance[:, index] = 0.0
+        covariance[np.ix_(index, index)] = r
+        self._commit(x, covariance, what)
 
     def imu(self, t: float, yaw: float | None, yaw_rate: float, acceleration: float,
             yaw_variance: float | None = None) -> bool:
@@ -265,16 +255,11 @@ class OdometryFilter:
         if yaw is None:
             return
         if not self.has_heading:
-            covariance = self.covariance.copy()
-            covariance[YAW, :] = 0.0
-            covariance[:, YAW] = 0.0
-            covariance[YAW, YAW] = var
-            self._commit(np.array([self.state.x, self.state.y, yaw, self.state.speed]), covariance, "an IMU heading")
+            self._place([YAW], (yaw,), np.array([[var]]), "an IMU heading")
             self.has_heading = True
         else:
-            h = np.zeros((1, 4))
-            h[0, YAW] = 1.0
-            self._update(h, np.array([wrap_angle(yaw - self.state.yaw)]), np.array([[var]]), "an IMU heading")
+            self._update(np.eye(4)[[YAW]], np.array([wrap_angle(yaw - self.state.yaw)]), np.array([[var]]),
+                         "an IMU heading")
 
     def speed(self, t: float, speed: float) -> bool:
         """A speedometer reading (m/s, its magnitude: the filter's speed is never negative). False: refused
@@ -285,10 +270,8 @@ class OdometryFilter:
         t = finite("stamp", t, "stamp")
         speed = bounded("speed", speed, self.settings.max_speed_mps, "max_speed_mps", "speed")
         self._advance(t)
-        h = np.zeros((1, 4))
-        h[0, V] = 1.0
-        self._update(h, np.array([abs(speed) - self.state.speed]), np.array([[self.settings.speed_stddev_mps ** 2]]),
-                     "a speed")
+        self._update(np.eye(4)[[V]], np.array([abs(speed) - self.state.speed]),
+                     np.array([[self.settings.speed_stddev_mps ** 2]]), "a speed")
         self.has_speed = True
 
     def yaw_rate_variance(self) -> float:
