@@ -81,7 +81,7 @@ def print_stage_table(results: list[dict[str, Any]]) -> None:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     from ..evaluation.metrics import WAYPOINT_TIMES_S
-    from ..evaluation.report_plots import pyplot
+    from ..evaluation.report_plots import no_data, pyplot, save
 
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.0), dpi=100)
@@ -105,16 +105,14 @@ def plot(result: dict[str, Any], path: Path) -> None:
     if drawn:
         ax1.legend(fontsize=8)
     else:
-        ax1.text(0.5, 0.5, "no parsed answers to score", ha="center", va="center", transform=ax1.transAxes)
+        no_data(ax1, "no parsed answers to score")
     labels = [c["label"] for c in configs]
     ax2.barh(labels, [c["ms_per_token"] or 0.0 for c in configs])
     ax2.invert_yaxis()
     ax2.set_xlabel("ms per token (median, prefill excluded)")
     ax2.set_title("Decoding cost per configuration")
     ax2.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path)
 
 
 COLUMNS = [("label", "config", ""), ("tokens_per_forward", "tok/fwd", ".2f"),

@@ -15,12 +15,15 @@ from typing import Any
 PACKAGE = "wam_diff2_ros"
 
 
+def installed_msg_dirs(package: str) -> list[Path]:
+    """``share/<package>/msg`` under every prefix on ``AMENT_PREFIX_PATH``, in its order (they need not exist)."""
+    return [Path(prefix) / "share" / package / "msg" for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)
+            if prefix]
+
+
 def package_msg_dir() -> Path | None:
     """This package's ``msg/`` folder: the source tree, else an installed ``share/<pkg>/msg``."""
-    candidates = [Path(__file__).resolve().parents[2] / "msg"]
-    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
-        if prefix:
-            candidates.append(Path(prefix) / "share" / PACKAGE / "msg")
+    candidates = [Path(__file__).resolve().parents[2] / "msg", *installed_msg_dirs(PACKAGE)]
     return next((c for c in candidates if c.is_dir() and any(c.glob("*.msg"))), None)
 
 

@@ -6,17 +6,16 @@ definitions come from the installed package, for writing; a recorded bag carries
 """
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..candidate_selection import BOX, object_ground_box
 from ..frame_inputs import stamp_ns
+from . import bag_messages as msg
+from .bag_types import installed_msg_dirs
 
 OBJECT_TYPE = "derived_object_msgs/msg/Object"
 OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
@@ -26,22 +25,13 @@ LABELS = {code: label for label, code in CLASSIFICATION.items()}   # Object.CLAS
 UNKNOWN_LABEL = "unknown"                                  # another classification
 
 
-def installed_msg_dir(package: str = "derived_object_msgs") -> Path | None:
-    """``share/<package>/msg`` of the first prefix on ``AMENT_PREFIX_PATH`` that has it, or None."""
-    for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)):
-        folder = Path(prefix) / "share" / package / "msg"
-        if folder.is_dir():
-            return folder
-    return None
-
-
 @lru_cache(maxsize=1)
 def object_types() -> dict[str, Any]:
     """``Object`` and ``ObjectArray`` from the installed package's ``.msg`` files, as a rosbags types dict
     (register into a typestore). Raises LookupError naming what to install when the package is absent."""
     from rosbags.typesys import get_types_from_msg
 
-    folder = installed_msg_dir()
+    folder = next((d for d in installed_msg_dirs("derived_object_msgs") if d.is_dir()), None)
     if folder is None:
         raise LookupError("derived_object_msgs is not on AMENT_PREFIX_PATH (no share/derived_object_msgs/msg): "
                           "source scripts/env.sh after scripts/build_ros_interfaces.sh, or on a ROS 2 "
@@ -109,22 +99,15 @@ def object_array_msg(types: dict[str, type], header, objects: Sequence[dict[str,
     """An ``ObjectArray`` of ``objects`` (dicts: id, label, x, y, z, yaw, length_m, width_m,
     height_m, vx, vy in the header's frame) from a typestore's classes ``types``."""
     t = types
-    vec = t["geometry_msgs/msg/Vector3"]
-    out = []
-    for o in objects:
-        yaw = float(o["yaw"])
-        pose = t["geometry_msgs/msg/Pose"](
-            position=t["geometry_msgs/msg/Point"](x=float(o["x"]), y=float(o["y"]), z=float(o["z"])),
-            orientation=t["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2)))
-        twist = t["geometry_msgs/msg/Twist"](linear=vec(x=float(o["vx"]), y=float(o["vy"]), z=0.0),
-                                             angular=vec(x=0.0, y=0.0, z=0.0))
-        accel = t["geometry_msgs/msg/Accel"](linear=vec(x=0.0, y=0.0, z=0.0), angular=vec(x=0.0, y=0.0, z=0.0))
-        shape = t["shape_msgs/msg/SolidPrimitive"](
+    zero = msg.vector(t, 0.0, 0.0, 0.0)
+    no_polygon = t["geometry_msgs/msg/Polygon"](points=[])
+    return t[OBJECT_ARRAY_TYPE](header=header, objects=[t[OBJECT_TYPE](
+        header=header, id=int(o["id"]), detection_level=1, object_classified=True,
+        pose=msg.pose(t, o["x"], o["y"], o["yaw"], o["z"]),
+        twist=t["geometry_msgs/msg/Twist"](linear=msg.vector(t, o["vx"], o["vy"], 0.0), angular=zero),
+        accel=t["geometry_msgs/msg/Accel"](linear=zero, angular=zero), polygon=no_polygon,
+        shape=t["shape_msgs/msg/SolidPrimitive"](
             type=BOX, dimensions=np.array([o["length_m"], o["width_m"], o["height_m"]], dtype=np.float64),
-            polygon=t["geometry_msgs/msg/Polygon"](points=[]))
-        out.append(t[OBJECT_TYPE](header=header, id=int(o["id"]), detection_level=1, object_classified=True,
-                                  pose=pose, twist=twist, accel=accel,
-                                  polygon=t["geometry_msgs/msg/Polygon"](points=[]), shape=shape,
-                                  classification=CLASSIFICATION.get(o["label"], 0), classification_certainty=255,
-                                  classification_age=1))
-    return t[OBJECT_ARRAY_TYPE](header=header, objects=out)
+            polygon=no_polygon),
+        classification=CLASSIFICATION.get(o["label"], 0), classification_certainty=255, classification_age=1)
+        for o in objects])

@@ -122,18 +122,18 @@ def horizon_key(h: float) -> str:
     return f"{h:g}s"
 
 
+STEPS = {horizon_key(h): int(round(h / WAYPOINT_DT_S)) for h in HORIZONS_S}   # horizon -> waypoints up to it
+
+
 def trajectory_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[str, Any]:
     """L2 in both conventions, ADE, FDE and the per-waypoint curve from [frames, 8] errors."""
     e = np.asarray(errors, dtype=np.float64).reshape(-1, NUM_WAYPOINTS)
     if len(e) == 0:
-        none = {horizon_key(h): None for h in HORIZONS_S}
+        none = dict.fromkeys(STEPS)
         return {"frames": 0, "l2_at_t": dict(none), "l2_avg_to_t": dict(none), "l2_at_t_mean_1_3s": None,
                 "l2_avg_to_t_mean_1_3s": None, "ade": None, "fde": None, "per_waypoint": [None] * NUM_WAYPOINTS}
-    at_t, avg_to_t = {}, {}
-    for h in HORIZONS_S:
-        k = int(round(h / WAYPOINT_DT_S))
-        at_t[horizon_key(h)] = float(e[:, k - 1].mean())
-        avg_to_t[horizon_key(h)] = float(e[:, :k].mean(axis=1).mean())
+    at_t = {h: float(e[:, k - 1].mean()) for h, k in STEPS.items()}
+    avg_to_t = {h: float(e[:, :k].mean(axis=1).mean()) for h, k in STEPS.items()}
     first3 = [horizon_key(h) for h in HORIZONS_S if h <= 3.0]
     return {"frames": int(len(e)), "l2_at_t": at_t, "l2_avg_to_t": avg_to_t,
             "l2_at_t_mean_1_3s": float(np.mean([at_t[k] for k in first3])),
@@ -145,7 +145,7 @@ def trajectory_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[s
 def speed_error_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[str, Any]:
     """Mean and median absolute speed error (m/s) at 1-4 s from [frames, 8] per-waypoint speed errors."""
     e = np.asarray(errors, dtype=np.float64).reshape(-1, NUM_WAYPOINTS)
-    columns = {horizon_key(h): e[:, int(round(h / WAYPOINT_DT_S)) - 1] for h in HORIZONS_S}
+    columns = {h: e[:, k - 1] for h, k in STEPS.items()}
     return {"frames": int(len(e)),
             "mean_at_t": {k: float(v.mean()) if len(e) else None for k, v in columns.items()},
             "p50_at_t": {k: float(np.percentile(v, 50)) if len(e) else None for k, v in columns.items()}}
@@ -156,13 +156,12 @@ def collision_metrics(flags: Sequence[Sequence[bool | None]]) -> dict[str, Any]:
     conventions (:data:`COLLISION_CONVENTIONS`); each rate over the frames whose flags are known up to t."""
     rows = [list(f) for f in flags]
     at_t, avg_to_t, frames_at = {}, {}, {}
-    for h in HORIZONS_S:
-        k = int(round(h / WAYPOINT_DT_S))
+    for h, k in STEPS.items():
         known_at = [r[k - 1] for r in rows if r[k - 1] is not None]
         known_to = [r[:k] for r in rows if all(v is not None for v in r[:k])]
-        at_t[horizon_key(h)] = float(np.mean(known_at)) if known_at else None
-        avg_to_t[horizon_key(h)] = float(np.mean([np.mean(r) for r in known_to])) if known_to else None
-        frames_at[horizon_key(h)] = len(known_at)
+        at_t[h] = float(np.mean(known_at)) if known_at else None
+        avg_to_t[h] = float(np.mean([np.mean(r) for r in known_to])) if known_to else None
+        frames_at[h] = len(known_at)
     return {"frames": len(rows), "frames_known_at_t": frames_at, "at_t": at_t, "avg_to_t": avg_to_t,
             "frames_colliding": sum(1 for r in rows if any(v for v in r if v is not None))}
 
@@ -196,9 +195,8 @@ def distribution(values: Iterable[float], percentiles: Sequence[int] = LATENCY_P
 def group_summary(frames: Sequence[FrameResult]) -> dict[str, Any]:
     valid = [f for f in frames if f.valid and f.predicted is not None]
     n, n_valid = len(frames), len(valid)
-    forwards = [f.stats.get("forwards") for f in frames if f.stats.get("forwards") is not None]
-    tokens = [f.stats.get("tokens") for f in frames if f.stats.get("tokens") is not None]
-    steps = [f.stats.get("denoise_steps") for f in frames if f.stats.get("denoise_steps") is not None]
+    forwards, tokens, steps = ([f.stats[k] for f in frames if f.stats.get(k) is not None]
+                               for k in ("forwards", "tokens", "denoise_steps"))
     return {
         "frames": n,
         "valid": n_valid,

@@ -23,6 +23,16 @@ def pyplot():
     return plt
 
 
+def save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    pyplot().close(fig)
+
+
+def no_data(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+
+
 def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path, baseline: bool = True) -> None:
     """Mean error per waypoint (the exposure-bias curve) for each run, with the CV baseline."""
     plt = pyplot()
@@ -48,10 +58,8 @@ def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path, baseline: boo
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     else:
-        ax.text(0.5, 0.5, "no valid plans to score", ha="center", va="center", transform=ax.transAxes)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        no_data(ax, "no valid plans to score")
+    save(fig, path)
 
 
 def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
@@ -74,9 +82,7 @@ def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
     axes[0].set_ylabel("collision rate (%)")
     axes[0].legend(fontsize=8)
     fig.suptitle("Planned ego box overlapping another agent", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_detection(scores: dict[str, Any], path: Path) -> None:
@@ -95,9 +101,7 @@ def plot_detection(scores: dict[str, Any], path: Path) -> None:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"The node's boxes against the bag's objects ({scores['images']} frames)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path)
 
 
 def sample_frames(frames: Sequence[FrameResult], n: int) -> list[FrameResult]:
@@ -143,9 +147,7 @@ def plot_bev_samples(frames: Sequence[FrameResult], path: Path, n: int = 6) -> N
         axes.flat[0].set_axis_on()
         axes.flat[0].text(0.5, 0.5, "no evaluated frames", ha="center", va="center")
     fig.suptitle("Predicted vs recorded future (ego frame, metres; forward is up)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_error_histogram(frames: Sequence[FrameResult], path: Path) -> None:
@@ -163,11 +165,9 @@ def plot_error_histogram(frames: Sequence[FrameResult], path: Path) -> None:
             ax.hist(model, bins=bins, alpha=0.6, color="tab:green", label="model")
             ax.legend(fontsize=8)
         else:
-            ax.text(0.5, 0.5, "no valid plans to score", ha="center", va="center", transform=ax.transAxes)
+            no_data(ax, "no valid plans to score")
         ax.set_xlabel(name)
         ax.set_ylabel("frames")
         ax.grid(alpha=0.3)
     fig.suptitle(f"Per-frame errors over {len(valid)} frames with a valid plan", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path)
