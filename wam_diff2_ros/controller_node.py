@@ -4,47 +4,26 @@
     ros2 run wam_diff2_ros wam-diff2-controller --ros-args --params-file config/controller.yaml   # ROS install
     ros2 launch wam_diff2_ros leaderboard.launch.py model_path:=/path/to/checkpoint              # with the planner
 
-The planner (``wam-diff2-planner``) is slow and, in lockstep mode, plans on every N-th camera
-tick; CARLA's leaderboard wants a control for *every* tick within 1.0 s wall time, stamped with
-that tick's sim time. This node is the fast half of that split, and the agent-side glue. Its topics:
-:func:`wam_diff2_core.topics.controller_topics` of ``role_name`` and ``planner_name``, named here by
-their keys there.
+The fast half of the planner / controller split: CARLA's leaderboard wants a control for every tick within
+1.0 s of wall time, stamped with that tick's sim time, while the planner is slow and, in lockstep mode, plans
+on every N-th camera tick. Topics: :func:`wam_diff2_core.topics.controller_topics` of ``role_name`` and
+``planner_name``, named here by their keys there. docs/carla.md (4. The controller) describes it in full,
+with its ``/diagnostics`` and measurements.
 
-- **Control every tick** (``tick_source``): ``odometry`` (default) answers each odometry message
-  (carla-ros-bridge stamps it with the tick's sim time, and it is what the control needs);
-  ``clock`` answers each ``/clock`` message with the newest odometry (no older than
-  ``odometry_timeout_s``). One control per tick stamp: a repeated stamp is not answered again
-  (the leaderboard ignores repeats). The control is
-  :meth:`wam_diff2_core.control.WaypointController.step` on the newest trajectory (TransFuser's
-  rules; the plan shifted by the ego motion since its stamp); a missing, invalid or stale
-  (``control.plan_timeout_s``) plan, or missing/unusable odometry, gives a full brake with the
-  wheels straight, and the reason in the message. It never accelerates on an invalid plan.
-- **Outputs**: the package's ``VehicleControl`` on ``~/output/control`` and, for
-  ``control_consumer`` carla (the default: CARLA / the leaderboard),
-  ``carla_msgs/CarlaEgoVehicleControl`` on ``carla_control`` (the bridge's); both stamped
-  with the tick's sim time. ``control_consumer`` vehicle_control: the simulator applies
-  ``~/output/control`` (the demo world's closed loop).
-- **Leaderboard handshake**: once the planner's latched status (``/<planner>/status``) says
-  READY (model loaded and warmed up) *and* the controller can publish the message its consumer
-  applies, a latched ``std_msgs/Bool`` True on ``leaderboard_status``, once. Never False: the
-  leaderboard's agent starts on *any* message. For carla without ``carla_msgs`` importable the
-  controller cannot publish CARLA's control: it sends no READY (the leaderboard would tick
-  with no control at all) and reports ERROR on ``/diagnostics``, naming why.
-- **Route -> command**: a ``nav_msgs/Path`` on ``route`` or, when
-  ``carla_msgs`` is importable, a ``carla_msgs/CarlaRoute`` (with RoadOptions) on
-  ``carla_route``, tracked by :class:`wam_diff2_core.routes.RouteTracker`
-  (progress memory + hysteresis); the command goes to the planner's ``input/command`` each tick.
-- **Pacing** (``pacing`` hold, the default): the planner plans on every N-th image and the
-  leaderboard waits up to 1.0 s for each tick's control, so on the tick after a planning frame
-  the controller holds its control until the plan for that frame arrives (at most
-  ``pacing_max_hold_wall_s``, then it brakes and counts ``pacing_timeouts``): the car follows the
-  plan of frame k from tick k + 1 whatever the GPU, the repo's lockstep semantics on the
-  leaderboard's path, so scores measure the model and reproduce across machines. ``newest``
-  answers at once with the newest plan (a slow planner's plans go stale: stale-plan braking).
-- **Deadlines** in ``/diagnostics``: plans received / valid / late (arrived more than
-  ``plan_deadline_s`` of sim time after their image), controls per fallback reason (a stale plan
-  is a missed deadline the fallback covered), ticks whose own processing exceeded
-  ``tick_deadline_wall_s`` of wall time.
+- **Control every tick** (``tick_source``: each odometry message, or each ``/clock`` with the newest
+  odometry; a repeated stamp is not answered again): :class:`wam_diff2_core.control.WaypointController` on
+  the newest trajectory. A missing, invalid or stale plan, or unusable odometry, gives a full brake with the
+  reason in the message: it never accelerates on an invalid plan.
+- **Outputs**: ``VehicleControl`` on ``~/output/control`` and, for ``control_consumer`` carla (the default),
+  ``carla_msgs/CarlaEgoVehicleControl`` on ``carla_control``; both stamped with the tick's sim time.
+- **Leaderboard handshake**: once the planner's latched status says READY *and* the controller can publish
+  what its consumer applies, a latched ``std_msgs/Bool`` True on ``leaderboard_status``, once (never False:
+  the leaderboard's agent starts on any message). Without carla_msgs for carla: no READY, an ERROR.
+- **Route -> command**: a ``nav_msgs/Path`` on ``route`` or a ``carla_msgs/CarlaRoute`` on ``carla_route``,
+  tracked by :class:`wam_diff2_core.routes.RouteTracker`; the command to the planner each tick.
+- **Pacing** (``hold``, the default): the tick after a planning frame is answered once that frame's plan has
+  arrived (at most ``pacing_max_hold_wall_s``, then a brake), so scores measure the model whatever the GPU;
+  ``newest`` answers at once with the newest plan.
 
 Callbacks run on one thread (a SingleThreadedExecutor): the control math is a few hundred
 microseconds, and one thread keeps "newest plan" and "this tick" consistent.
@@ -71,11 +50,11 @@ from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.geometry import TIME_RESET_S
 from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS, SPECS_BY_NAME, gains_from,
                                               route_settings_from, validate_values)
-from wam_diff2_core.routes import RouteTracker, route_from_carla_route_msg, route_from_path_msg
+from wam_diff2_core.routes import RouteTracker
 from wam_diff2_core.topics import CONTROLLER_NODE, controller_topics
 
 from .conversions import MAX_COORDINATE_M, EgoOdometry, ego_from_odometry, msg_from, ns_to_stamp, \
-    plan_from_trajectory, well_formed_stamp
+    plan_from_trajectory, route_from_msg, well_formed_stamp
 from .diagnostics import ControllerState, controller_diagnostic_status, publish_periodically
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs
@@ -137,9 +116,9 @@ class ControllerNode(Node):
         if values["tick_source"] == "clock":
             self.create_subscription(ClockMsg, t["clock"], self._on_clock, CLOCK_SUBSCRIPTION_QOS)
         if values["route.publish_command"]:
-            self.create_subscription(Path, t["route"], self._on_path_route, LATCHED_QOS)
+            self.create_subscription(Path, t["route"], self._on_route, LATCHED_QOS)
             if carla_msgs is not None and hasattr(carla_msgs, "CarlaRoute"):
-                self.create_subscription(carla_msgs.CarlaRoute, t["carla_route"], self._on_carla_route, LATCHED_QOS)
+                self.create_subscription(carla_msgs.CarlaRoute, t["carla_route"], self._on_route, LATCHED_QOS)
         self.publish_diagnostics = publish_periodically(self, t["diagnostics"], values["diagnostics_period_s"],
                                                         self.diagnostic_status)
         if self._config_errors:
@@ -206,32 +185,19 @@ class ControllerNode(Node):
             self.state.ready_sent = True
             self.get_logger().info(f"planner READY: published True on {self.topics['leaderboard_status']}")
 
-    def _on_path_route(self, msg: Path) -> None:
-        self._set_route(route_from_path_msg(msg), None, "Path")
-
-    def _on_carla_route(self, msg) -> None:
+    def _on_route(self, msg) -> None:
         try:
-            points, options = route_from_carla_route_msg(msg)
-        except ValueError as exc:
-            self._refuse_route(str(exc))
-            return
-        self._set_route(points, options, "CarlaRoute")
-
-    def _set_route(self, points: np.ndarray, options, kind: str) -> None:
-        if len(points) and np.abs(points).max() > MAX_COORDINATE_M:      # NaN: set_route names it
-            self._refuse_route(f"route has points beyond +-{MAX_COORDINATE_M:g} m")
-            return
-        try:
+            points, options = route_from_msg(msg)
+            if len(points) and np.abs(points).max() > MAX_COORDINATE_M:      # NaN: set_route names it
+                raise ValueError(f"route has points beyond +-{MAX_COORDINATE_M:g} m")
             self.route.set_route(points, options)
         except ValueError as exc:
-            self._refuse_route(str(exc))
+            self.counts["routes_refused"] += 1
+            self.get_logger().warning(f"route refused, keeping the previous one: {exc}")
             return
         self.counts["routes_received"] += 1
-        self.get_logger().info(f"route ({kind}): {len(self.route.points)} points, {self.route.length_m:.0f} m")
-
-    def _refuse_route(self, why: str) -> None:
-        self.counts["routes_refused"] += 1
-        self.get_logger().warning(f"route refused, keeping the previous one: {why}")
+        self.get_logger().info(f"route ({type(msg).__name__}): {len(self.route.points)} points, "
+                               f"{self.route.length_m:.0f} m")
 
     def _on_odometry(self, msg: Odometry) -> None:
         if not well_formed_stamp(msg.header.stamp):          # no tick to answer: its stamp names none

@@ -4,54 +4,26 @@
     ros2 run wam_diff2_ros wam-diff2-localization --ros-args -p role_name:=hero -p geo.lat_ref_deg:=42.0
     ros2 launch wam_diff2_ros leaderboard.launch.py model_path:=/path/to/checkpoint     # with planner + controller
 
-The leaderboard's SENSORS track allows GNSS, IMU and a speedometer but not the bridge's
-ground-truth odometry pseudo-sensor, while the planner and the controller read
-``nav_msgs/Odometry``. This node fills the gap with
-:class:`wam_diff2_core.localization.odometry_filter.OdometryFilter` (an EKF over x, y, heading, speed):
+The SENSORS track allows GNSS, IMU and a speedometer but not the bridge's ground-truth odometry, while the
+planner and the controller read ``nav_msgs/Odometry``: this node fills the gap with
+:class:`wam_diff2_core.localization.odometry_filter.OdometryFilter` (an EKF over x, y, heading, speed).
+Topics: :func:`wam_diff2_core.topics.localization_topics` of ``role_name`` and the sensor ids, named here by
+their keys there. docs/carla.md (2. The agent: odometry on the leaderboard) describes it in full.
 
-Topics: :func:`wam_diff2_core.topics.localization_topics` of ``role_name`` and the sensor ids (the bridge's
-names, under its namespace for the ego role), named here by their keys there.
-
-- in: ``gnss`` (``sensor_msgs/NavSatFix``: latitude / longitude -> metres in
-  the map frame with CARLA's projection around ``geo.lat_ref_deg`` / ``geo.lon_ref_deg``, the
-  town's OpenDRIVE georeference, CARLA's 42.0 / 2.0 by default; the agent solves it per route),
-  ``imu`` (``sensor_msgs/Imu``: orientation -> heading, angular_velocity.z and
-  linear_acceleration.x drive the prediction), ``speedometer`` (m/s:
-  ``carla_msgs/CarlaSpeedometer`` as the Leaderboard 2.0 bridge publishes it, or ``std_msgs/Float32``
-  with ``speedometer_type``); sensor-data QoS. The route (``carla_msgs/CarlaRoute`` on
-  ``global_plan``, ``nav_msgs/Path`` on ``waypoints``; latched) only for the start check below.
-- GNSS status: the bridge never sets ``NavSatFix.status``, so its fixes carry the message's
-  default, ``STATUS_UNKNOWN`` (-2) on Jazzy / Kilted, 0 on older distributions: a fix with a finite
-  latitude / longitude and any status but ``STATUS_NO_FIX`` (-1) is used. A receiver that knows it
-  has no fix says ``STATUS_NO_FIX``, and those fixes are refused (counted ``gnss_refused_no_fix``).
-- The speedometer type is a parameter, not detected: the leaderboard starts this node and the
-  bridge together, and with Fast DDS discovery a publisher may be seen only after the first ticks
-  (or, with the bridge restarted, never before the node subscribed), so a type chosen from the
-  graph at start-up would be a guess. The graph is checked instead: a publisher of another type on
-  the speedometer topic is an ERROR on ``/diagnostics`` naming that type and the parameter.
-- Route start check: the first fix after a route arrives farther than
-  ``route_start_max_distance_m`` from the route's first point (leaderboard routes start at the
-  ego) is an ERROR on ``/diagnostics`` with the distance: a wrong georeference puts the odometry
-  kilometres from the route, which the controller would otherwise follow silently as "off route".
-- out: ``odometry`` (``nav_msgs/Odometry``, frame ``map_frame_id``, child
-  ``child_frame_id`` or the role name, twist in the child frame; the topic the planner and
-  the controller read), one per IMU message once the filter has a position, a heading and a speed,
-  stamped like that IMU message (in CARLA's synchronous mode: the tick; should a tick's GNSS
-  arrive after its IMU while the filter still waits for its first fix or speed, on that GNSS or speed). Pose covariance
-  x / y / yaw and twist covariance v / yaw rate from the filter; z, roll, pitch and the
-  sideways / vertical rates are not estimated (variance ``UNOBSERVED_VARIANCE``).
-- out, with ``publish_tf``: the same pose as the transform ``map_frame_id`` -> child frame on ``/tf``
-  (``tf2_msgs/TFMessage``, one per odometry, same stamp; the leaderboard launch file turns it on).
-- Hostile inputs: every message is checked before it touches the filter (latitude / longitude,
-  covariances, quaternion, rates, acceleration, speed: finite and in range; stamps not too late), a
-  refused one counted per sensor and reason (``gnss_refused_gate``, ``imu_refused_rate``, ...) with a
-  throttled WARN naming the value. Fixes farther from the prediction than ``filter.gnss_gate_sigma``
-  are refused (a WARN while they keep coming; after ``filter.gnss_reacquire_s`` of them the position
-  follows the fix). A filter state that stops being finite is never published: the filter restarts
-  and ``/diagnostics`` says why.
-- ``/diagnostics``: measurements used / refused, filter restarts, the position, heading and speed
-  standard deviation (OK only when they are finite), each sensor's age against the newest (stale,
-  a WARN, beyond ``sensor_timeout_s``), the first fix's distance to the route start.
+- In (sensor-data QoS): ``gnss`` (``sensor_msgs/NavSatFix``, metres with CARLA's projection around
+  ``geo.lat_ref_deg`` / ``geo.lon_ref_deg``; any status but ``STATUS_NO_FIX`` is used, as the bridge never
+  sets it), ``imu`` (``sensor_msgs/Imu``) and ``speedometer`` (``carla_msgs/CarlaSpeedometer`` or
+  ``std_msgs/Float32``, by ``speedometer_type``: a parameter, since the bridge's publisher may be discovered
+  only after the first ticks; a publisher of another type is an ERROR on ``/diagnostics``). The route
+  (``global_plan`` / ``waypoints``, latched) only for the start check: a first fix farther than
+  ``route_start_max_distance_m`` from its first point is an ERROR (a wrong georeference).
+- Out: ``odometry`` (frame ``map_frame_id``, child ``child_frame_id`` or the role name, twist in the child
+  frame), one per IMU message once the filter has a position, a heading and a speed, stamped like it; with
+  ``publish_tf`` the same pose on ``/tf``.
+- Hostile inputs: every message is checked before it touches the filter, a refused one counted per sensor
+  and reason with a throttled WARN; fixes beyond ``filter.gnss_gate_sigma`` are refused (until
+  ``filter.gnss_reacquire_s`` of them); a state that stops being finite is never published (the filter
+  restarts and ``/diagnostics`` says why).
 """
 from __future__ import annotations
 
@@ -74,10 +46,10 @@ from wam_diff2_core.localization.georeference import GeoReference
 from wam_diff2_core.localization.measurements import MeasurementRefused, heading_from_quaternion
 from wam_diff2_core.localization.odometry_filter import LocalizationSettings, OdometryFilter
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
-from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 from wam_diff2_core.topics import LOCALIZATION_NODE, localization_topics
 
-from .conversions import gnss_covariance, ns_to_stamp, odometry_message, transform_message, well_formed_stamp
+from .conversions import (gnss_covariance, ns_to_stamp, odometry_message, route_from_msg, transform_message,
+                          well_formed_stamp)
 from .diagnostics import (GATE_WARN_IN_ROW, LocalizationState, localization_diagnostic_status,
                           publish_periodically)
 from .optional_msgs import CARLA_MSGS_ERROR, TF2_MSGS_ERROR, TFMessage, carla_msgs
@@ -150,9 +122,9 @@ class LocalizationNode(Node):
                                          qos_profile_sensor_data)
         else:
             self.create_subscription(Float32, t["speedometer"], self._on_float_speed, qos_profile_sensor_data)
-        self.create_subscription(Path, t["route"], self._on_path_route, LATCHED_QOS)
+        self.create_subscription(Path, t["route"], self._on_route, LATCHED_QOS)
         if carla_msgs is not None:
-            self.create_subscription(carla_msgs.CarlaRoute, t["carla_route"], self._on_carla_route, LATCHED_QOS)
+            self.create_subscription(carla_msgs.CarlaRoute, t["carla_route"], self._on_route, LATCHED_QOS)
         self.publish_diagnostics = publish_periodically(self, t["diagnostics"], values["diagnostics_period_s"],
                                                         self.diagnostic_status)
         if self._config_errors:
@@ -221,18 +193,11 @@ class LocalizationNode(Node):
         if used and self._last_imu_ns is not None:    # this tick's IMU came first, before the filter was ready
             self._publish(ns_to_stamp(self._last_imu_ns))
 
-    def _on_path_route(self, msg: Path) -> None:
-        self._set_route(route_from_path_msg(msg))
-
-    def _on_carla_route(self, msg) -> None:
+    def _on_route(self, msg) -> None:
         try:
-            points, _ = route_from_carla_route_msg(msg)
+            points, _ = route_from_msg(msg)
         except ValueError:                             # an unknown road option: the controller reports it
-            self.counts["routes_refused"] += 1
-            return
-        self._set_route(points)
-
-    def _set_route(self, points: np.ndarray) -> None:
+            points = np.zeros((0, 2))
         if len(points) == 0 or not np.isfinite(points[0]).all():
             self.counts["routes_refused"] += 1
             return
