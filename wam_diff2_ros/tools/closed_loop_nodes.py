@@ -1,8 +1,5 @@
 """What ``wam-diff2-ros closed-loop`` runs and each node's arguments: its own parameters and remappings, or,
 ``bridge``, what ``launch/leaderboard.launch.py`` gives the nodes for the Leaderboard 2.0 agent's arguments.
-
-    launched = launched_nodes(settings, folder) if settings.bridge else {}
-    ControllerNode(context=context, **node_arguments(CONTROLLER_NODE, settings, launched))
 """
 from __future__ import annotations
 
@@ -55,12 +52,9 @@ class RosLoopSettings:
                                              # odometry estimated and command_source route, as the SENSORS track)
 
     def __post_init__(self):
-        if self.planner not in PLANNERS:
-            raise ValueError(f"planner: {self.planner!r} is not one of {', '.join(PLANNERS)}")
-        if self.odometry not in ODOMETRY_SOURCES:
-            raise ValueError(f"odometry: {self.odometry!r} is not one of {', '.join(ODOMETRY_SOURCES)}")
-        if self.timing not in TIMINGS:
-            raise ValueError(f"timing: {self.timing!r} is not one of {', '.join(TIMINGS)}")
+        for name, choices in (("planner", PLANNERS), ("odometry", ODOMETRY_SOURCES), ("timing", TIMINGS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name}: {getattr(self, name)!r} is not one of {', '.join(choices)}")
         if self.planner != "oracle" and not self.model_path:
             raise ValueError("model_path: empty; the planner needs a checkpoint (or use planner='oracle')")
         if self.lockstep_n < 1:

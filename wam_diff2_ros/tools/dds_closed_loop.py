@@ -1,23 +1,13 @@
-"""The demo world behind carla-ros-bridge topics, driven by the planner and controller nodes over DDS
-(``wam-diff2-ros closed-loop``).
+"""``wam-diff2-ros closed-loop``: the demo world behind carla-ros-bridge topics (:mod:`.simulator_bridge`),
+driven by the planner, controller (and, odometry estimated, localization) nodes over DDS, each with its
+arguments from :mod:`.closed_loop_nodes` (docs/carla.md, 5. Closed loop without CARLA).
 
-    with RosClosedLoop(RosLoopSettings(planner="inprocess", model_path="ckpt/")) as loop:
-        result = loop.run_route(RouteRun(0, ClosedLoopSettings()))
-
-In one DDS domain: the simulator (:mod:`.simulator_bridge`), the controller, with ``odometry="estimated"``
-the localization node (each tick's estimate scored against the truth), and the planner in lockstep mode
-(in this process, as ``wam-diff2-planner`` in a subprocess, or ``"oracle"``: the simulator publishes the
-expert's future as the plan), each with its arguments from :mod:`.closed_loop_nodes`. Like the
-leaderboard, the loop starts after the latched ``leaderboard_status`` True (and, unlike it, once every
-topic is matched at both ends: a lost image would shift the lockstep planner's count), then waits up to
-``control_timeout_s`` (1.0 s) of wall time for each tick's control (none: the empty control) and
-applies it. ``bridge``: the Leaderboard 2.0 bridge's and agent's topics and messages, the nodes as
-``launch/leaderboard.launch.py`` starts them.
-
-Timing: ``lockstep`` waits, on each planning tick, for that tick's trajectory before the world
-moves on (results do not depend on how fast the model runs here); ``leaderboard`` waits only
-for the control, as the leaderboard does, and ticks no faster than ``realtime_factor`` x real
-time, so a slow planner's plans arrive late and go stale (and the controller brakes).
+Like the leaderboard, the loop starts after the latched ``leaderboard_status`` True (and, unlike it, once
+every topic is matched at both ends: a lost image would shift the lockstep planner's count), then waits up
+to ``control_timeout_s`` of wall time for each tick's control (none: the empty control) and applies it.
+Timing ``lockstep`` also waits for each planning tick's trajectory (results do not depend on how fast the
+model runs); ``leaderboard`` ticks no faster than ``realtime_factor`` x real time, so a slow planner's plans
+go stale.
 """
 from __future__ import annotations
 

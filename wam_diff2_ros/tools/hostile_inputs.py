@@ -1,9 +1,5 @@
 """Hostile inputs for the localization node and the controller node, over real DDS: a fuzz.
 
-    ctx = rclpy.Context(); rclpy.init(context=ctx, domain_id=42)
-    report = fuzz_localization(ctx, messages=400, seed=0)     # or fuzz_controller(...)
-    report.problems()                                         # [] when nothing broke
-
 Each run spins the real node in this process (a callback that raises is reported, not lost) and a probe
 that plays the bridge, the simulator and the planner: phase after phase, good ticks of the demo world's
 expert and hostile ones (:mod:`.hostile_messages`), bursts (a message sent 3 to 15 times without

@@ -1,9 +1,6 @@
 """What the fuzz of :mod:`.hostile_inputs` sends: good and hostile phases over the demo world's expert drive,
 its good messages, and those messages spoiled, from one seeded generator (the same seed, the same messages).
 
-    phases, s = Phases(rng), Spoiler(rng)
-    spoiled = spoil_odometry(s, odometry_message(phases.run, phases.tick_ns, role), *phases.stamps)
-
 A spoiled field may be NaN, +-inf, +-1e308, -0.0, the smallest subnormal, a random magnitude from 1e-30 to
 1e308; quaternions zero or not unit, covariances negative or huge, enums out of range, strings junk; stamps
 back (a little, or by hours), repeated, ahead, at the ends of ``int32`` or with ``nanosec`` beyond a second.

@@ -1,9 +1,5 @@
-"""``wam-diff2-ros replay --record``: topics that come back recorded into a new rosbag2 bag, as received (CDR).
-
-    recorder = TopicRecorder(node, "out_bag", ["/wam_diff2_planner/output/trajectory"], clock_ns=player.playback_ns)
-    recorder.discover()          # subscribes to the topics that have a publisher now; returns those still pending
-    recorder.finish()            # the bag renamed into place (abort(): nothing there)
-"""
+"""``wam-diff2-ros replay --record``: topics that come back recorded into a new rosbag2 bag, as received (CDR);
+:meth:`TopicRecorder.finish` renames the bag into place, :meth:`TopicRecorder.abort` leaves nothing there."""
 from __future__ import annotations
 
 import threading
@@ -28,8 +24,8 @@ class RecordError(Exception):
     """A topic cannot be recorded; the message says why."""
 
 
-def _publishers_qos(infos) -> tuple[str | None, bool, bool, str | None]:
-    """(type, reliable, transient local, conflict) for the publishers of one topic.
+def _publishers_qos(topic: str, infos) -> tuple[str, bool, bool]:
+    """(type, reliable, transient local) for the publishers of ``topic``; RecordError where they disagree on the type.
 
     A reliable subscription does not match a best-effort publisher and a transient-local one does
     not match a volatile publisher, so either is chosen only when every publisher offers it
@@ -37,10 +33,10 @@ def _publishers_qos(infos) -> tuple[str | None, bool, bool, str | None]:
     """
     types = sorted({i.topic_type for i in infos})
     if len(types) > 1:
-        return None, False, False, f"publishers disagree on the type ({', '.join(types)})"
+        raise RecordError(f"--record-topics {topic}: publishers disagree on the type ({', '.join(types)})")
     reliable = all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
     latched = all(i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
-    return types[0], reliable, latched, None
+    return types[0], reliable, latched
 
 
 class TopicRecorder:
@@ -63,9 +59,7 @@ class TopicRecorder:
             infos = self.node.get_publishers_info_by_topic(topic)
             if not infos:
                 continue
-            msgtype, reliable, latched, conflict = _publishers_qos(infos)
-            if conflict:
-                raise RecordError(f"--record-topics {topic}: {conflict}")
+            msgtype, reliable, latched = _publishers_qos(topic, infos)
             cls = message_class(msgtype)
             if cls is None:
                 raise RecordError(f"--record-topics {topic}: no Python message package for {msgtype} is "

@@ -1,11 +1,6 @@
 """The closed loop's simulator node: the demo world's DDS face as carla-ros-bridge (and, ``bridge``, the
 Leaderboard 2.0 bridge and agent) show CARLA, and the messages it publishes (the hostile-input fuzz sends them too).
 
-    sim = SimulatorNode("hero", odometry="estimated", bridge=True, context=context)
-    sim.publish_route(run)
-    sim.publish_tick(run, command=None, camera=True, sensors=route_sensors(seed, index, DEMO_NOISE))
-    control = sim.take("control", run.stamp_ns, timeout_s=1.0)      # None: none came in time
-
 Per tick: ``/clock``, odometry (frame ``map``, child ``<role>``, twist in the child frame) or, estimated,
 GNSS / speedometer / IMU (with noise; each in its frame ``<role>/<id>``, reliable depth 10, the GNSS
 status unset, the IMU orientation from the compass), the command, the camera's ``camera_info`` and
