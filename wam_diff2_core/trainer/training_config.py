@@ -114,6 +114,11 @@ class TrainSection:
     device: str = setting("auto", "auto picks cuda, then npu, then cpu", choices=DEVICES)
     mixed_precision: str = setting("auto", "bf16 autocast; auto = bf16 where the device supports it",
                                    choices=MIXED_PRECISION)
+    tf32: bool = setting(False, "CUDA: float32 matrix products outside autocast in TF32 (torch's matmul "
+                                "fp32_precision); ignored on other devices")
+    time_limit_s: float = setting(0.0, "stop after this many seconds of training steps in this process (setup and "
+                                       "saving not counted) and write final/ with the steps done, the schedule cut "
+                                       "short; 0 = no limit (a curriculum: each stage its own)", low=0.0)
     find_unused_parameters: bool = setting(False, "DDP: set when some parameters get no gradient "
                                                   "(for example text-only batches)")
 

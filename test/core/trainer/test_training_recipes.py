@@ -20,6 +20,7 @@ from wam_diff2_core.trainer.evaluate import validation_loss
 from wam_diff2_core.trainer.losses import LossSettings
 from wam_diff2_core.trainer.optim import VISION_TOWER, part_of
 from wam_diff2_core.trainer.recipes import DistillRecipe, FinetuneRecipe, run_stage
+from wam_diff2_core.trainer.recipes.finetune import apply_tf32
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 
@@ -282,6 +283,34 @@ def test_existing_run_needs_resume_and_a_finished_run_is_kept(tiny_checkpoint, d
         run_stage(cfg)
     assert run_stage(cfg, resume=True) == final               # finished: nothing to do
     assert (final / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_time_limit_stops_at_a_step_and_writes_final_with_the_steps_done(tiny_checkpoint, data_file, tmp_path):
+    """train.time_limit_s: the run stops after the step during which the limit passed, writes final/ (the model
+    of that step, loadable), marks the last metrics line, saves no resumable checkpoint it would only delete."""
+    out = tmp_path / "limited"
+    cfg = shipped("block4", tiny_checkpoint, data_file, out, **{"train.time_limit_s": 1e-6, "output.save_every_steps": 1})
+    final = run_stage(cfg)
+    records = read_metrics(out)
+    assert [r["step"] for r in records] == [1] and records[0]["stopped_at_time_limit_s"] == 1e-6
+    assert checkpoint_dirs(out) == [] and read_diffusion_file(final)["block_size"] == 4
+    load_checkpoint(final, device="cpu", dtype="float32")
+    assert run_stage(cfg, resume=True) == final               # a stopped run is a finished one
+    unlimited = read_metrics(run_stage(cfg.replace(**{"train.time_limit_s": 0.0, "train.max_steps": 2,
+                                                      "output.dir": str(tmp_path / "unlimited")})).parent)
+    assert [r["step"] for r in unlimited] == [1, 2] and not any("stopped_at_time_limit_s" in r for r in unlimited)
+
+
+def test_tf32_is_set_for_cuda_only_and_only_when_asked():
+    matmul = torch.backends.cuda.matmul          # a module-like object: monkeypatch cannot restore its flags
+    attribute = "fp32_precision" if hasattr(matmul, "fp32_precision") else "allow_tf32"
+    before = getattr(matmul, attribute)
+    try:
+        assert not apply_tf32(False, "cuda") and not apply_tf32(True, "cpu")
+        assert getattr(matmul, attribute) == before
+        assert apply_tf32(True, "cuda") and getattr(matmul, attribute) in ("tf32", True)
+    finally:
+        setattr(matmul, attribute, before)
 
 
 def test_checkpoint_write_is_atomic(tiny_checkpoint, data_file, tmp_path, monkeypatch):

@@ -75,6 +75,22 @@ def resolve_train_device(setting: str) -> str:
     return resolve_device(setting).type
 
 
+def apply_tf32(enabled: bool, device: str) -> bool:
+    """``train.tf32``: float32 matrix products on CUDA in TF32 (process-wide, as torch's flag is). Returns whether
+    it was applied: only when asked for and on CUDA (TF32 is a CUDA tensor-core format)."""
+    if not enabled:
+        return False
+    if device != "cuda":
+        log.warning("train.tf32: ignored on %s (TF32 is a CUDA format)", device)
+        return False
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):          # torch >= 2.9; mixing it with allow_tf32 is an error there
+        matmul.fp32_precision = "tf32"
+    else:
+        matmul.allow_tf32 = True
+    return True
+
+
 class FinetuneRecipe:
     """Masked-diffusion finetuning at one block size (B = 1: causal next-token training)."""
 
@@ -96,6 +112,7 @@ class FinetuneRecipe:
 
         cfg = self.cfg
         device = resolve_train_device(cfg.train.device)
+        apply_tf32(cfg.train.tf32, device)
         state = PartialState(cpu=device == "cpu")          # joins the process group (torchrun / accelerate launch)
         if state.is_main_process:                           # one run writes output.dir at a time
             self.run_lock = RunLock(self.run_dir / RUN_LOCK, "run folder").acquire()
@@ -326,7 +343,8 @@ class FinetuneRecipe:
                    desc=f"{cfg.recipe} B={self.block_size}", dynamic_ncols=True)
         started = time.perf_counter()
         first_loss = last_loss = None
-        while self.step < self.total_steps:
+        out_of_time = False
+        while self.step < self.total_steps and not out_of_time:
             t0 = time.perf_counter()
             micro_batches = [next(batches) for _ in range(self.plan.accumulation_steps)]
             result = self.backward_step(self.step, micro_batches)
@@ -343,20 +361,40 @@ class FinetuneRecipe:
             record.update(self.extra_metrics(result))
             if result.skipped:
                 record["skipped"] = result.skipped
-            if self.step % cfg.output.log_every_steps == 0 or self.step == self.total_steps:
+            out_of_time = self.step < self.total_steps and self._time_is_up(started)
+            if out_of_time:
+                record["stopped_at_time_limit_s"] = cfg.train.time_limit_s
+            if self.step % cfg.output.log_every_steps == 0 or self.step == self.total_steps or out_of_time:
                 self.metrics.write(record)
             bar.set_postfix(loss=f"{result.loss:.4f}", samples_s=f"{record['samples_per_s']:.1f}",
                             tok_s=f"{record['tokens_per_s']:.0f}")
             bar.update(1)
             if cfg.output.save_every_steps and self.step % cfg.output.save_every_steps == 0 \
-                    and self.step < self.total_steps:
+                    and self.step < self.total_steps and not out_of_time:
                 self.save_checkpoint()
         bar.close()
+        if out_of_time and acc.is_main_process:
+            log.warning("%s: train.time_limit_s %g s reached at step %d of %d; final/ holds the model of step %d "
+                        "(its learning-rate schedule cut short)", self.run_dir, cfg.train.time_limit_s, self.step,
+                        self.total_steps, self.step)
         self.save_final()
         if acc.is_main_process:
-            log.info("%s: %d steps in %.1f s, loss %.4f -> %.4f; wrote %s", self.run_dir, self.total_steps,
+            log.info("%s: %d steps in %.1f s, loss %.4f -> %.4f; wrote %s", self.run_dir, self.step,
                      time.perf_counter() - started, first_loss or float("nan"), last_loss or float("nan"), final)
         return final
+
+    def _time_is_up(self, started: float) -> bool:
+        """Whether ``train.time_limit_s`` has passed since ``started``; every process takes the main one's answer
+        (their clocks differ by a step at most, and all must stop at the same step)."""
+        limit = self.cfg.train.time_limit_s
+        if not limit:
+            return False
+        acc = self.accelerator
+        up = time.perf_counter() - started >= limit
+        if acc.num_processes > 1:
+            flag = torch.tensor([float(up and acc.is_main_process)], device=acc.device)
+            up = bool(acc.reduce(flag, reduction="sum").item())
+        return up
 
     def extra_metrics(self, result: StepResult) -> dict[str, Any]:
         return {}
