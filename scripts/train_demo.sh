@@ -5,12 +5,18 @@
 # standstill and slowed-down copies of every frame) -> a longer B = 32 refinement on fresh scenes
 # -> a DAgger round (the model's own drive, labelled by the expert) -> bf16 copies. Every step
 # is skipped when its output exists and training steps resume, so an interrupted run continues
-# where it stopped.
+# where it stopped, also in a later session on the same machine: the run state lives in the user's
+# cache, ~/.cache/wam-diff2/runs/demo (wam_diff2_core/utils/cache_dirs.py: WAM_DIFF2_CACHE or
+# WAM_DIFF2_RUNS move it; RUNS= names the folder itself), not in the work tree.
 #   make train-demo            (CPU: about 3.5 h on 2 cores; on a GPU add --train.device auto)
-#   RUNS=runs/demo bash scripts/train_demo.sh [extra wam-diff2 train overrides]
+#   RUNS=/path/to/run bash scripts/train_demo.sh [extra wam-diff2 train overrides]
+# The same recipe's GPU counterpart, in one device call: scripts/train_device.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=${RUNS:-runs/demo}
+runs=${RUNS:-$(python -m wam_diff2_core.utils.cache_dirs runs demo)}
+echo "train_demo: run state in $runs"
+[ -n "${RUNS:-}" ] || [ ! -d runs/demo ] || [ -d "$runs" ] || echo "train_demo: runs/demo (an earlier run in the" \
+  "work tree) is not continued; RUNS=runs/demo continues it" >&2
 models=${MODELS:-models}
 data="--data.train_file $runs/data/train.json --data.data_root $runs/data"
 overrides=("$@")
