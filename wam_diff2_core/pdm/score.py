@@ -35,7 +35,7 @@ centre line (NAVSIM: the route's lane centre line).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -87,9 +87,7 @@ class PdmResult:
                         self.collision_time_s, self.ttc_time_s, self.comfort, self.rollout)
 
     def as_dict(self) -> dict:
-        keys = ("nc", "dac", "ttc", "ep", "c", "pdms", "progress_m", "reference_progress_m", "collision_time_s",
-                "ttc_time_s", "comfort")
-        return {k: getattr(self, k) for k in keys}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rollout"}
 
 
 def _relative_angle(pose: tuple[float, float, float], point: np.ndarray) -> float:
@@ -135,20 +133,8 @@ def _progress_along(line: np.ndarray, point: np.ndarray) -> float:
     return float(np.concatenate([[0.0], np.cumsum(length)])[i] + t[i] * length[i])
 
 
-@dataclass(frozen=True)
-class _Scored:
-    nc: float
-    dac: float
-    ttc: float
-    c: float
-    progress_m: float
-    collision_time_s: float | None
-    ttc_time_s: float | None
-    comfort: dict[str, bool]
-    rollout: EgoRollout
-
-
-def _score_rollout(rollout: EgoRollout, scene: PdmScene, vehicle: Vehicle) -> _Scored:
+def _score_rollout(rollout: EgoRollout, scene: PdmScene, vehicle: Vehicle) -> PdmResult:
+    """The tracked ego's sub-scores (EP and PDMS against a reference of 0: :meth:`PdmResult.with_reference`)."""
     corners = vehicle.corners(rollout.x, rollout.y, rollout.heading)           # [41, 4, 2]
     off_road, straddling = _ego_areas(corners, scene)
     in_intersection = scene.intersections.contains(np.stack([rollout.x, rollout.y], axis=1))
@@ -204,16 +190,15 @@ def _score_rollout(rollout: EgoRollout, scene: PdmScene, vehicle: Vehicle) -> _S
     centres = vehicle.centres(rollout.x, rollout.y, rollout.heading)
     progress = max(0.0, _progress_along(scene.centreline, centres[-1]) - _progress_along(scene.centreline, centres[0]))
     comfort = comfort_checks(rollout)
-    return _Scored(nc, dac, ttc, 1.0 if all(comfort.values()) else 0.0, progress,
-                   None if collision_step is None else collision_step * SIM_DT_S,
-                   None if ttc_step is None else ttc_step * SIM_DT_S, comfort, rollout)
+    return _combine(nc, dac, ttc, 1.0 if all(comfort.values()) else 0.0, progress, 0.0,
+                    None if collision_step is None else collision_step * SIM_DT_S,
+                    None if ttc_step is None else ttc_step * SIM_DT_S, comfort, rollout)
 
 
 def reference_progress(reference_plan, ego: EgoStart, scene: PdmScene, vehicle: Vehicle = Vehicle()) -> float:
     """A rule-based reference planner's plan scored as NAVSIM scores PDM-Closed's: its progress (m)
     x its NC x its DAC, the ``reference_progress_m`` of :func:`pdm_score`."""
-    scored = _score_rollout(track_plan(reference_plan, ego, vehicle), scene, vehicle)
-    return scored.progress_m * scored.nc * scored.dac
+    return _score_rollout(track_plan(reference_plan, ego, vehicle), scene, vehicle).weighted_progress_m
 
 
 def pdm_score(plan, ego: EgoStart, scene: PdmScene, reference_progress_m: float,
@@ -223,9 +208,7 @@ def pdm_score(plan, ego: EgoStart, scene: PdmScene, reference_progress_m: float,
     is not 8 finite waypoints or a reference progress that is negative or not finite."""
     if not (math.isfinite(reference_progress_m) and reference_progress_m >= 0):
         raise ValueError(f"reference_progress_m must be finite and >= 0, got {reference_progress_m}")
-    scored = _score_rollout(track_plan(plan, ego, vehicle), scene, vehicle)
-    return _combine(scored.nc, scored.dac, scored.ttc, scored.c, scored.progress_m, float(reference_progress_m),
-                    scored.collision_time_s, scored.ttc_time_s, scored.comfort, scored.rollout)
+    return _score_rollout(track_plan(plan, ego, vehicle), scene, vehicle).with_reference(reference_progress_m)
 
 
 def _combine(nc: float, dac: float, ttc: float, c: float, progress_m: float, reference_progress_m: float,
