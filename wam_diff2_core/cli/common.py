@@ -14,6 +14,17 @@ from ..config import DECODING_FIELDS, add_threads_argument, DEFAULT_PARSE_RETRY,
 log = logging.getLogger(__name__)
 
 
+def _field_flag(parser, f: dataclasses.Field, help_suffix: str, flag: str = "", **kwargs) -> None:
+    """One flag for settings field ``f``: its type (a switch for a bool), choices and help (+ ``help_suffix``);
+    ``kwargs`` (dest, default) override the field's name and default."""
+    if field_type(f) is bool:
+        kwargs.update(action=argparse.BooleanOptionalAction)
+    else:
+        kwargs.update(type=field_type(f), choices=f.metadata["choices"])
+    parser.add_argument(flag or "--" + f.name.replace("_", "-"), **{"dest": f.name, "default": f.default, **kwargs},
+                        help=f.metadata["help"] + help_suffix)
+
+
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """``--block-size`` ... ``--max-new-tokens``: one flag per DecodingSettings field.
 
@@ -21,11 +32,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """
     group = parser.add_argument_group("decoding (default: the checkpoint's diffusion_config.json, then "
                                       "the paper's Block-32 settings)")
-    for name, f in DECODING_FIELDS.items():
-        meta = f.metadata
-        kind = field_type(f)
-        group.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
-                           choices=meta["choices"], help=f"{meta['help']} (default {f.default!r})")
+    for f in DECODING_FIELDS.values():
+        _field_flag(group, f, f" (default {f.default!r})", default=None)
 
 
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,9 +58,8 @@ def add_candidate_arguments(parser) -> None:
     from ..candidate_selection import CandidateSettings
 
     for f in dataclasses.fields(CandidateSettings):
-        parser.add_argument(CANDIDATE_FLAGS[f.name], dest=_candidate_dest(f.name), type=field_type(f),
-                            default=f.default, choices=f.metadata["choices"],
-                            help=f"{f.metadata['help']} (the planner's candidates.{f.name}; default {f.default})")
+        _field_flag(parser, f, f" (the planner's candidates.{f.name}; default {f.default})", CANDIDATE_FLAGS[f.name],
+                    dest=_candidate_dest(f.name))
 
 
 def _candidate_dest(name: str) -> str:
@@ -79,24 +86,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     add_threads_argument(group)
     add_quantization_argument(group)
     for name, f in ENGINE_FIELDS.items():
-        if name in ("cpu_threads", "quantization"):
-            continue
-        meta = f.metadata
-        kind = field_type(f)
-        flag = "--" + name.replace("_", "-")
-        if kind is bool:
-            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=f.default,
-                               help=meta["help"])
-        else:
-            group.add_argument(flag, dest=name, type=kind, default=f.default, choices=meta["choices"],
-                               help=f"{meta['help']} (default {f.default!r})")
+        if name not in ("cpu_threads", "quantization"):
+            _field_flag(group, f, "" if field_type(f) is bool else f" (default {f.default!r})")
 
 
 def add_quantization_argument(parser) -> None:
     """``--quantization``: the planner node's ``engine.quantization``, for every command that runs a model."""
     f = ENGINE_FIELDS["quantization"]
-    parser.add_argument("--quantization", dest="quantization", default=f.default, choices=f.metadata["choices"],
-                        help=f"{f.metadata['help']} (default {f.default})")
+    _field_flag(parser, f, f" (default {f.default})")
 
 
 def apply_threads(args: argparse.Namespace) -> int:
@@ -116,8 +113,7 @@ def add_image_limit_arguments(parser: argparse.ArgumentParser) -> None:
     from ..images import ImageLimits
 
     for f in dataclasses.fields(ImageLimits):
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=int, default=None,
-                            help=f"{f.metadata['help']} (default {f.default})")
+        _field_flag(parser, f, f" (default {f.default})", default=None)
 
 
 def image_limits(args: argparse.Namespace):
