@@ -1,24 +1,18 @@
-"""Choose among N candidate plans by their PDM score (NAVSIM v1, :mod:`~wam_diff2_core.pdm.score`), online.
+"""Choose among N candidate plans by their PDM score (NAVSIM v1, :mod:`~wam_diff2_core.pdm.score`), online
+(wam_diff2_ros/README.md, "Candidate selection"): the planner decodes N plans of a frame in one batch and
+keeps the one scored best against a scene built only from what it knows then (no recorded future, no map):
 
-The planner decodes N candidate plans of one frame in one batch (:class:`~wam_diff2_core.policy.DrivingPolicy`,
-``candidates``) and keeps the one this module scores best. The scene is built only from what a planner
-knows at that moment, never from ground truth (no recorded future, no map):
+- **the ego**: its speed, longitudinal acceleration and the steering angle of its yaw rate (0 below
+  :data:`STEERING_MIN_SPEED_MPS`), the demo world's car;
+- **the drivable area**: a ``lane_width_m`` corridor around the route (:func:`corridor_line`), along which
+  progress is measured; without a route, a square :data:`NO_ROUTE_HALF_SIZE_M` around the ego (DAC never
+  fails) and progress along the ego's heading;
+- **agents**: the tracked objects moved on at constant velocity from their message's stamp;
+- **the reference progress** (EP's denominator, ``progress_reference``): ``best``, the best progress x NC x DAC
+  among the candidates (as PDM-Closed scores its proposals), or ``first``, the greedy row 1's (``best`` when it
+  did not parse or offers none): a candidate then gains only by being safer or smoother, not faster.
 
-- **the ego**: its speed and longitudinal acceleration along its heading, the steering angle from its yaw
-  rate (kinematic bicycle; 0 below :data:`STEERING_MIN_SPEED_MPS`), the demo world's car;
-- **the drivable area**: a corridor ``lane_width_m`` wide around the route's centre line (:func:`corridor_line`,
-  from :data:`CORRIDOR_BEHIND_M` behind the ego to :data:`CORRIDOR_AHEAD_M` ahead, going on straight past the
-  route's ends); progress is measured along that line. Without a route the area is unknown: a square
-  :data:`NO_ROUTE_HALF_SIZE_M` around the ego (DAC never fails) and progress along the ego's heading;
-- **agents**: the tracked objects, each moved on at its measured velocity (constant velocity, heading kept)
-  from its message's stamp, every 0.1 s for 5 s; none when no objects are known;
-- **the reference progress** (EP's denominator; ``progress_reference``): ``best``, the best progress x NC x DAC
-  among the candidates themselves, as PDM-Closed scores its own proposals (there is no reference planner
-  online), or ``first``, row 1's (the greedy plan's; ``best`` when row 1 did not parse or offers no progress x
-  NC x DAC: it collides or leaves the corridor): a candidate then gains nothing by planning more progress than
-  the greedy plan, only by being safer or smoother.
-
-The best candidate has the highest PDMS, the earliest one on ties (row 1, the greedy decode, wins a tie).
+The highest PDMS wins, the earliest candidate on ties (row 1, the greedy decode).
 
     scene = online_scene(ego_xy=(x, y), ego_yaw=yaw, speed_mps=v, acceleration_mps2=a, yaw_rate_rps=w,
                          route_xy=route, objects=[TrackedObject(x=..., y=..., yaw=..., vx=..., vy=...)])

@@ -144,19 +144,13 @@ class FrameTruth:
     leader: Leader | None
     leader_label: str | None
     qa: dict[str, str]                           # question key -> answer
-    speed_in_2s: float
-    heading_change_4s: float
 
     def qwen_boxes(self, width: int, height: int) -> list[dict]:
         """Grounding answers: ``bbox_2d`` on the 0..1000 scale, left to right."""
-        out = []
-        for b in self.boxes:
-            x0, y0, x1, y1 = b.box
-            scale = int(BOX_SCALE)
-            scaled = [int(round(x0 / width * scale)), int(round(y0 / height * scale)),
-                      int(round(x1 / width * scale)), int(round(y1 / height * scale))]
-            out.append({"bbox_2d": [min(max(v, 0), scale) for v in scaled], "label": b.label})
-        return out
+        scale = int(BOX_SCALE)
+        return [{"bbox_2d": [min(max(int(round(v / size * scale)), 0), scale)
+                             for v, size in zip(b.box, (width, height, width, height))], "label": b.label}
+                for b in self.boxes]
 
     def record(self, width: int, height: int) -> dict:
         """JSON-ready ground truth."""
@@ -222,15 +216,13 @@ class Episode:
         labels = {v.id: v.label for v in self.snapshots[frame]}
         visible_ids = {b.id for b in boxes}
         leader_label = labels.get(leader.vehicle_id) if leader is not None else None
-        later = tick + int(round(2.0 / st.dt_s))
-        heading_change = float(tr.yaw[tick + st.horizon_ticks] - tr.yaw[tick])
-        speed_in_2s = float(tr.speed[later])
         visible_leader = leader is not None and leader.vehicle_id in visible_ids
         qa = {
             "lead": answer_lead(leader_label if visible_leader else None, leader.gap_m if visible_leader else None),
             "road": answer_road(self.road, float(tr.lane_s[tick])),
             "count": answer_count(len(boxes)),
-            "action": answer_action(float(tr.speed[tick]), speed_in_2s, heading_change),
+            "action": answer_action(float(tr.speed[tick]), float(tr.speed[tick + int(round(2.0 / st.dt_s))]),
+                                    float(tr.yaw[tick + st.horizon_ticks] - tr.yaw[tick])),
         }
         assert set(qa) == set(QUESTIONS)
         return FrameTruth(
@@ -241,7 +233,7 @@ class Episode:
             yaw_rate=float(tr.yaw_rate[tick]), steer_angle=float(tr.steer_angle[tick]),
             lane_s=float(tr.lane_s[tick]), command=command, command_source=source,
             waypoints=self.future_waypoints(tick), boxes=boxes, box_lanes=lanes, leader=leader,
-            leader_label=leader_label, qa=qa, speed_in_2s=speed_in_2s, heading_change_4s=heading_change)
+            leader_label=leader_label, qa=qa)
 
     def render(self, frame: int):
         tick = self.settings.frame_tick(frame)
@@ -278,7 +270,7 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
     renderer = Renderer(world.road, settings.camera, palette, rng)
     n = settings.total_ticks
     frame_of_tick = {settings.frame_tick(i): i for i in range(settings.frames)}
-    cols = {k: np.zeros(n) for k in ("x", "y", "yaw", "speed", "acceleration", "yaw_rate", "steer_angle", "lane_s")}
+    egos, lane_s = [], np.zeros(n)
     snapshots: list[list[VehicleBox]] = [[] for _ in range(settings.frames)]
     traffic: list[list[VehicleBox]] = []
     leaders: list[Leader | None] = [None] * settings.frames
@@ -291,10 +283,8 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
         if tick > 0:
             world.step()
         ego = world.ego
-        for k, value in (("x", ego.x), ("y", ego.y), ("yaw", ego.yaw), ("speed", ego.speed),
-                         ("acceleration", ego.acceleration), ("yaw_rate", ego.yaw_rate),
-                         ("steer_angle", ego.steer_angle), ("lane_s", world.lane_s)):
-            cols[k][tick] = value
+        egos.append(ego)
+        lane_s[tick] = world.lane_s
         accel_est[tick] = estimator.update(float(stamps[tick]), ego.speed, 0.0, ego.yaw_rate)
         traffic.append(world.vehicle_boxes())
         if tick in frame_of_tick:
@@ -302,7 +292,9 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
             leaders[frame_of_tick[tick]] = world.leader()
             if recovery_rng.random() < settings.recovery.fraction:
                 recoveries[frame_of_tick[tick]] = _recovery(world, recovery_rng, settings.recovery)
-    track = EgoTrack(stamp_s=stamps, accel_estimated=accel_est, **cols)
+    track = EgoTrack(stamp_s=stamps, accel_estimated=accel_est, lane_s=lane_s,
+                     **{k: np.array([getattr(e, k) for e in egos], dtype=np.float64)
+                        for k in ("x", "y", "yaw", "speed", "acceleration", "yaw_rate", "steer_angle")})
     return Episode(seed, index, settings, world.road, palette, track, snapshots, leaders, renderer, recoveries,
                    traffic)
 
