@@ -53,24 +53,12 @@ class PlannerInputs:
         self._odometry_arrived = threading.Condition(self._lock)
         self._tracker = FrameInputTracker(settings)
         self.camera: PinholeCamera | None = None          # the camera received on camera_info, if any
-        self._image_index = 0
         self.candidates = CandidateInputs(self._lock)   # the objects and the scene candidates are scored in
 
     def update_settings(self, settings: InputSettings) -> None:
         """Applies from the next message and frame."""
         with self._lock:
             self._tracker.update_settings(settings)
-
-    def next_image_index(self) -> int:
-        """The index of an image since the count restarted (lockstep keeps every Nth)."""
-        with self._lock:
-            index = self._image_index
-            self._image_index += 1
-            return index
-
-    def restart_image_count(self) -> None:
-        with self._lock:
-            self._image_index = 0
 
     # the callbacks' stores raise InputSkip for a message they refuse
     def on_odometry(self, msg) -> bool:

@@ -18,6 +18,7 @@ this file's pieces beside it: wam_diff2_ros/planner/README.md.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -81,6 +82,7 @@ class PlannerNode(LifecycleNode):
         self._lifecycle = "unconfigured"
         self._model_state, self._model_message = PlannerStatus.UNCONFIGURED, "waiting for configure"
         self._image_qos_warned = False
+        self._image_count = itertools.count()    # images since activation or a mode change: lockstep keeps every Nth
         # the worker decodes the newest image message of its slot, one at a time
         self._worker: LatestWorker[Any] = LatestWorker(self._process, self._frame_failed, name="wam_diff2_worker")
 
@@ -105,7 +107,7 @@ class PlannerNode(LifecycleNode):
 
     def _subscribe_inputs(self, settings: PlannerSettings) -> dict[str, Any]:
         image = "image_compressed" if settings["image_transport"] == "compressed" else "image"
-        callbacks = {image: self._on_image, "odometry": self._on_odometry,
+        callbacks = {image: self._on_image, "odometry": self._storing(self._store_odometry, "odometry_received"),
                      "route": self._storing(self._inputs.on_route, "routes_received"),
                      "command": self._storing(self._inputs.on_command, "commands_received"),
                      "camera_info": self._on_camera_info, "objects": self._inputs.candidates.on_objects}
@@ -128,7 +130,7 @@ class PlannerNode(LifecycleNode):
         self._monitor.warn_throttle_s = settings["warn_throttle_s"]
         self._inputs.update_settings(settings.inputs)      # from the next message / frame
         if any(p.name in ("mode", "lockstep_every_n_images") for p in changed):
-            self._inputs.restart_image_count()
+            self._image_count = itertools.count()
 
     # ------------------------------------------------------------------ lifecycle
     def _autostart(self) -> None:
@@ -167,7 +169,7 @@ class PlannerNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         result = super().on_activate(state)       # enables the lifecycle publishers
-        self._inputs.restart_image_count()
+        self._image_count = itertools.count()
         self._worker.start()
         self._active = True
         self._lifecycle = "active"
@@ -221,7 +223,7 @@ class PlannerNode(LifecycleNode):
         self._check_image_qos(msg, settings)
         if not self._active:
             return
-        index = self._inputs.next_image_index()
+        index = next(self._image_count)
         if settings["mode"] == "lockstep" and index % settings["lockstep_every_n_images"] != 0:
             self._monitor.count("images_skipped_lockstep")
             return
@@ -235,17 +237,12 @@ class PlannerNode(LifecycleNode):
             self._image_qos_warned = True
             self.get_logger().warning(warning)
 
-    def _on_odometry(self, msg: Odometry) -> None:
-        try:
-            restarted = self._inputs.on_odometry(msg)
-        except InputSkip as skip:
-            self._monitor.skip_input(skip)
-            return
-        self._monitor.count("odometry_received")
-        if restarted:
+    def _store_odometry(self, msg: Odometry) -> bool:
+        if self._inputs.on_odometry(msg):              # its time went back
             self._monitor.count("odometry_time_resets")
             self._monitor.warn("odometry_time_reset", "odometry time went back by more than "
                                f"{TIME_RESET_S} s (a replay or simulator restarted): ego history restarted")
+        return True
 
     def _storing(self, store: Callable[[Any], bool], counter: str) -> Callable[[Any], None]:
         """A callback that stores a message, counted as ``counter`` where ``store`` takes it (an InputSkip: a skip)."""
