@@ -36,7 +36,7 @@ from ..localization_node import LocalizationNode
 from ..msg import PlannerStatus
 from ..spinning import SpinThread, wait_until
 from .closed_loop_nodes import RosLoopSettings, launched_nodes, node_arguments
-from .simulator_bridge import SimulatorNode
+from .simulator_bridge import SimulatorNode, plan_message
 
 READY_REORDER_S = 0.05
 
@@ -247,7 +247,7 @@ class RosClosedLoop:
                                    abs(wrap_angle(yaw_from_quaternion(o.x, o.y, o.z, o.w) - ego.yaw))))
             if oracle is not None and planning:          # the oracle plans on the tick's state, after the control
                 plan = oracle(run)
-                sim.publish_oracle_plan(stamp, plan.waypoints, frame)
+                sim.oracle_plan_pub.publish(plan_message(stamp, plan.waypoints, frame, "oracle"))
                 run.count_plan(plan)
             if planning and (st.timing == "lockstep" or oracle is not None):
                 # the tick's plan must reach the controller before the next tick (lockstep)

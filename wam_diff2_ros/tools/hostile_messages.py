@@ -12,7 +12,7 @@ import math
 from typing import Any, Callable
 
 import numpy as np
-from geometry_msgs.msg import Pose, PoseStamped
+from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry, Path
 from sensor_msgs.msg import NavSatFix
 from std_msgs.msg import Header
@@ -22,7 +22,7 @@ from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
 from wam_diff2_core.sim.route_runs import ClosedLoopSettings, RouteRun
 from wam_diff2_core.sim.sensors import DemoSensors
 
-from ..conversions import ns_to_stamp
+from ..conversions import ns_to_stamp, pose_msg
 from ..msg import Trajectory, TrajectoryPoint
 from ..optional_msgs import carla_msgs
 from .simulator_bridge import plan_message, sensor_messages
@@ -155,20 +155,12 @@ def route_points(s: Spoiler, start_xy: tuple[float, float], yaw: float) -> list[
 
 
 def path_msg(points: list[tuple[float, float]], frame_id: str = "map") -> Path:
-    path = Path(header=Header(frame_id=frame_id))
-    for x, y in points:
-        pose = PoseStamped(header=path.header)
-        pose.pose.position.x, pose.pose.position.y, pose.pose.orientation.w = x, y, 1.0
-        path.poses.append(pose)
-    return path
+    header = Header(frame_id=frame_id)
+    return Path(header=header, poses=[PoseStamped(header=header, pose=pose_msg(x, y, 0.0)) for x, y in points])
 
 
 def carla_route_msg(s: Spoiler, points: list[tuple[float, float]]):
-    poses = []
-    for x, y in points:
-        pose = Pose()
-        pose.position.x, pose.position.y = x, y
-        poses.append(pose)
+    poses = [pose_msg(x, y, 0.0) for x, y in points]
     options = [s.integer(4, -128, 127) for _ in points]
     if s.chance(0.2):
         options = options[:-1]                                             # one option short

@@ -247,6 +247,3 @@ class SimulatorNode(Node):
             info, image = camera_messages(run, header)
             self.info_pub.publish(info)
             self.image_pub.publish(image)
-
-    def publish_oracle_plan(self, stamp: int, waypoints, frame_id: str) -> None:
-        self.oracle_plan_pub.publish(plan_message(stamp, waypoints, frame_id, "oracle"))
