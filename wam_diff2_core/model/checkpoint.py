@@ -247,11 +247,16 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
         raise ConfigError(f"quantization: {path} is stored quantized as {stored['method']} and cannot load as "
                           f"{quantization}; export the float checkpoint with --quantize {quantization} instead")
     dev = resolve_device(device)
-    if stored is not None:
-        torch_dtype = _stored_dtype(path, stored, dtype)
-        model = _load_quantized_model(path, model_config, stored["method"], torch_dtype, attn_implementation)
+    if stored is not None:      # it runs in the dtype its scales were written in (``auto`` picks it)
+        from .quantization import build_without_weights, load_quantized, warn_if_cpu
+
+        torch_dtype = DTYPES[stored["dtype"]]
+        if dtype != "auto" and resolve_dtype(dtype, torch.device("cpu")) != torch_dtype:
+            raise ConfigError(f"dtype: {path} is quantized with {stored['dtype']} scales; load it with dtype "
+                              f"{stored['dtype']} or auto (or export the float checkpoint again in {dtype})")
+        model = build_without_weights(model_config, torch_dtype, attn_implementation)
+        log.info("loaded stored %s", load_quantized(model, path, stored["method"]).describe())
         model.to(dev).eval()
-        from .quantization import warn_if_cpu
         warn_if_cpu(stored["method"], dev)
         log.info("loaded %s (%s, %s, stored quantized as %s); decoding: %s", path, dev,
                  str(torch_dtype).replace("torch.", ""), stored["method"], diffusion.describe())
@@ -290,21 +295,3 @@ def stored_quantization(path: Path) -> dict | None:
         raise CheckpointError(f"{where}: quantization.dtype must be float32, bfloat16 or float16, "
                               f"got {block.get('dtype')!r}")
     return block
-
-
-def _stored_dtype(path: Path, stored: dict, dtype: str) -> torch.dtype:
-    """A quantized checkpoint runs in the dtype its scales were written in (``auto`` picks it)."""
-    written = DTYPES[stored["dtype"]]
-    if dtype != "auto" and resolve_dtype(dtype, torch.device("cpu")) != written:
-        raise ConfigError(f"dtype: {path} is quantized with {stored['dtype']} scales; load it with dtype "
-                          f"{stored['dtype']} or auto (or export the float checkpoint again in {dtype})")
-    return written
-
-
-def _load_quantized_model(path: Path, model_config, method: str, torch_dtype: torch.dtype, attn_implementation: str):
-    from .quantization import build_without_weights, load_quantized
-
-    model = build_without_weights(model_config, torch_dtype, attn_implementation)
-    report = load_quantized(model, path, method)
-    log.info("loaded stored %s", report.describe())
-    return model

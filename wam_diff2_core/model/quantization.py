@@ -1,34 +1,18 @@
-"""Weight quantization of the language model's linear layers (torchao), at load or from a quantized checkpoint.
+"""Weight quantization of the language model's linear layers (torchao), at load or from a quantized checkpoint
+(the methods, what is quantized and why, measured: docs/decoding.md, "Quantized weights").
 
     from wam_diff2_core.model.quantization import quantize_language_model
     report = quantize_language_model(loaded.model, "int8")     # in place, once, at load
     report.describe()    # the demo model: int8: 28 linear layers of the language model, 9.4 MB -> 2.4 MB of weights
 
-Methods (``engine.quantization``, ``--quantization``):
-
-- ``none``          float weights (the default);
-- ``int8``          weight-only int8, one scale per output row (torchao ``Int8WeightOnlyConfig``);
-- ``int4``          weight-only int4, one scale and zero point per group of :data:`INT4_GROUP_SIZE` inputs
-                    (torchao ``IntxWeightOnlyConfig(int4)``). torchao's packed int4 kernels need CUDA (tinygemm)
-                    or the ``mslk`` package; this format runs everywhere and keeps each int4 value in an int8
-                    byte, so it has int4's rounding but int8's size in memory;
-- ``int8-dynamic``  int8 weights and per-token int8 activations (``Int8DynamicActivationInt8WeightConfig``).
-
-What is quantized: the decoder layers' linear layers (q/k/v/o projections and the MLP) by the method, which
-a denoise forward reads in full every step; and, under every method, the LM head and the token embedding as
-weight-only int8 with one scale per row (:func:`quantize_embedding_and_head`). A row of the LM head is a
-token's row of the embedding table, so a tied model (the 2B shape) keeps *one* int8 table for both, and the
-embedding lookup dequantizes only the rows it gathers (:class:`Int8RowEmbedding`), the head computes its logits
-by chunks of rows (:class:`Int8ChunkedLinear`): neither makes a float copy of the table. The vision tower runs once
-per frame and is compute-bound: it stays float (docs/decoding.md, "Quantized weights": the measurements
-behind both choices).
-
-torchao is optional (``pip install .[quant]``, pinned in requirements/core.txt): a missing torchao is an
-error only when a method other than ``none`` is asked for. Quantized checkpoints (``wam-diff2 export
---quantize``) store the quantized tensors flattened into plain tensors plus JSON metadata in safetensors
-(torchao's own safetensors support; no pickles) and load without quantizing again (:func:`load_quantized`),
-into a model built without weights (:func:`build_without_weights`): no full-precision copy of a quantized
-tensor exists while loading.
+``engine.quantization``: ``int8`` (weight-only, a scale per output row), ``int4`` (weight-only, a scale and
+zero point per :data:`INT4_GROUP_SIZE` inputs, torchao's portable format: int4 rounding at int8's size) or
+``int8-dynamic`` (int8 weights and per-token int8 activations) for the decoder layers' linear layers; under
+each, the LM head and token embedding int8 with a scale per row, one table when tied, never copied to float
+(:class:`Int8RowEmbedding`, :class:`Int8ChunkedLinear`). The vision tower stays float. torchao is optional: its
+absence is an error only for a method other than ``none``. Quantized checkpoints store torchao's flattened
+tensors in safetensors (no pickles) and load without quantizing again into a model built without weights
+(:func:`load_quantized`, :func:`build_without_weights`): no full-precision copy exists while loading.
 """
 from __future__ import annotations
 
