@@ -174,10 +174,6 @@ class VehicleProjector:
         ids = np.full((self.camera.height, self.camera.width), -1, np.int32)
         return self.draw(img, ids, pose, vehicles)
 
-    def ego_to_optical(self, points_ego: np.ndarray) -> np.ndarray:
-        """[N, 3] ego-frame points -> [N, 3] optical-frame points."""
-        return (points_ego - self.camera_in_ego) @ self.optical_from_ego.T
-
     def project(self, points_optical: np.ndarray) -> np.ndarray:
         """[N, 3] optical points (z > 0) -> [N, 2] pixels."""
         cam = self.camera

@@ -1,16 +1,7 @@
-"""The planner node's parameters: one table of specs, from which everything else is derived.
-
-Descriptors (description, range, read-only), validation on set, the defaults in
-``config/planner.yaml``, the README's parameter table and the evaluator's node-parameter names
-(``wam-diff2 eval-bag --params-file``) all come from :data:`SPECS`; the decoding parameters
-(``decoding.*``) are derived from ``wam_diff2_core.config.DECODING_FIELDS`` so their defaults,
-ranges and help text exist in one place only.
-
-Each parameter is applied at one of three moments:
-  ``live``       at the next frame (decoding settings, timeouts, camera model, ...);
-  ``configure``  when the model is loaded: changes are rejected while a model is loaded
-                 (cleanup the node, set, configure again);
-  ``start``      read once when the node starts (read-only).
+"""The planner node's parameters: one table of specs, from which everything else is derived (descriptors,
+validation on set, ``config/planner.yaml``, the README's table, the evaluator's node-parameter names). The
+``decoding.*`` and other shared settings derive from the core's settings dataclasses, so their defaults, ranges
+and help exist in one place; when each is applied (``live``, ``configure``, ``start``): :class:`.spec.ParamSpec`.
 """
 from __future__ import annotations
 
@@ -171,7 +162,7 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
     except ValueError as exc:
         errors.append(ParamError(("detection_every_n_frames", "tasks"), str(exc)))
     try:
-        decoding_settings(values)
+        DecodingSettings().replace(**decoding_overrides(values))
     except ConfigError as exc:
         errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(DECODING_PREFIX)),
                                  f"{DECODING_PREFIX}{exc}"))
@@ -181,11 +172,6 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
         errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(ENGINE_PREFIX)),
                                  f"{ENGINE_PREFIX}{exc}"))
     return errors
-
-
-def decoding_settings(values: Mapping[str, Any]) -> DecodingSettings:
-    """The ``decoding.*`` values as validated core settings (raises ConfigError)."""
-    return DecodingSettings().replace(**decoding_overrides(values))
 
 
 def engine_settings(values: Mapping[str, Any]) -> EngineSettings:
