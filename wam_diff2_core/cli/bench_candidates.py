@@ -1,21 +1,16 @@
 """``wam-diff2 bench --data SYNTH/val.json --candidates N``: the PDM score with and without candidate selection.
 
-On a demo-world data set (a ``wam-diff2 synth`` folder: its frames can be simulated again) each planning
-sample is decoded once more with N plan candidates, as the planner node decodes them
-(``policy.candidate_rows``: row 1 with the diffusion model's own decoding settings, rows 2..N sampled at
-``--candidate-temperature`` / ``--candidate-top-p`` from generators seeded ``--candidate-seed`` + row, one
-shared prefill). The candidate kept is the one the online scene of the frame scores best
-(``sim.pdm_scenes.frame_online_scene``: the ego state, a ``--lane-width-m`` corridor around the route, the
-traffic at the frame moved on at constant velocity: what the node has, never the recorded future). Both
-row 1 (what N = 1 publishes: it decodes as it would alone) and the kept candidate are then scored by the
-data set's PDM score (the world's road, recorded traffic and expert), so the two figures are paired: the
-same samples, the same first row. An answer that does not parse scores 0, as in the PDM table; with no
-candidate parsing the frame keeps row 1 (the node's invalid plan).
+On a demo-world data set each planning sample is decoded once more with N plan candidates, as the planner
+node decodes them (``policy.candidate_rows``: row 1 with the model's own settings, rows 2..N sampled, one
+shared prefill); the candidate the frame's online scene scores best (what the node has: ego state, route
+corridor, traffic moved on at constant velocity) is kept. Row 1 (what N = 1 publishes) and the kept candidate
+are then scored by the data set's PDM score, so the two figures are paired; an unparsed answer scores 0.
 
     wam-diff2 bench --model B32 --data data/synth/val.json --tasks planning --candidates 4 --out bench/
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..candidate_selection import CandidateSettings
@@ -58,10 +53,8 @@ def summarize(rows: list[dict[str, Any]], candidates: CandidateSettings, label: 
 
     pairs = np.array([[r["pdms_without"], r["pdms_with"]] for r in rows]).reshape(-1, 2)      # [n, 2]
     difference = pairs[:, 1] - pairs[:, 0]
-    return {"label": label, "candidates": candidates.count, "temperature": candidates.temperature,
-            "top_p": candidates.top_p, "seed": candidates.seed, "lane_width_m": candidates.lane_width_m,
-            "progress_reference": candidates.progress_reference,
-            "samples": len(rows), "pdms_without": float(pairs[:, 0].mean()) if len(rows) else None,
+    return {"label": label, "candidates": candidates.count,
+            **{k: v for k, v in dataclasses.asdict(candidates).items() if k != "count"}, "samples": len(rows), "pdms_without": float(pairs[:, 0].mean()) if len(rows) else None,
             "pdms_with": float(pairs[:, 1].mean()) if len(rows) else None,
             "difference": float(difference.mean()) if len(rows) else None,
             "difference_interval": bootstrap_interval(difference, np.mean) if len(rows) else None,

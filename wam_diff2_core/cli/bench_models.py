@@ -1,32 +1,13 @@
 """``wam-diff2 bench --model CKPT --data SAMPLES.json``: AR vs block diffusion on planning and grounding samples.
 
 One run, side by side: the AR model (``--ar-model``, default ``--model`` decoded at B = 1) and the
-diffusion model at each ``--block-sizes`` (threshold 0.9) and at B = 32 for each ``--thresholds``.
-Per configuration, medians over the samples of: tokens per forward (answer tokens / forwards after
-the prefill, commits included), forwards per answer, ms per token and tokens per second (decoding
-time = denoise + commit phases, **prefill excluded**; the prefill and the whole call are reported
-separately), and over the samples whose answer parses: L2 at 4 s (median and mean) and the
-per-waypoint mean L2 curve, against the sample's ground-truth answer (parsed); parse failures count
-every sample.
-
-Grounding samples (a prompt that asks for ``bbox_2d`` boxes, such as ``synth``'s detection samples) are
-decoded under the same configurations and scored apart from the planning ones: COCO AP@[.5:.95], AP50,
-AP75, AR@1/10/100 and AP per class by pycocotools (``evaluation/detection.py``: ranking, ties and what
-is counted), the answers and the sample's ground-truth answer both mapped onto the sample's image in
-pixels; an answer that does not parse is a parse failure and scores no box. Their decoding speed
-(tokens per forward, ms per token) is reported separately, as their answers are longer and more
-regular than waypoints. Other samples are skipped (``skipped`` in bench.json, with the reason).
-
-On a demo-world data set (``wam-diff2 synth``'s folder: a ``manifest.json`` beside the samples file),
-each configuration also gets NAVSIM v1's PDM score (``pdm_score.py``) and its sub-scores, means over
-the planning samples seen from the ego: each sample's episode is simulated again and its frame scored
-against the world's road and traffic, the expert as the reference planner (``sim/pdm_scenes.py``); an
-answer that does not parse scores PDMS 0 (the sub-scores are over the parsed ones). The
-constant-velocity baseline is scored alike. With ``--candidates N`` the diffusion model's answers with and
-without candidate selection are scored side by side on the same samples (``bench_candidates.py``).
-
-Writes ``bench.json`` and ``bench.png`` (per-waypoint error of AR vs Block-32, the exposure-bias
-figure, and ms/token per configuration) into ``--out``, atomically.
+diffusion model at each ``--block-sizes`` (threshold 0.9) and at B = 32 for each ``--thresholds``
+(``benchmark/model_comparison.py`` measures; the tables' notes say what each figure is over). Planning
+answers are scored by L2 against the sample's answer; grounding answers (``bbox_2d`` prompts) by COCO AP
+(``evaluation/detection.py``); on a ``wam-diff2 synth`` data set every configuration also gets the PDM
+score, and ``--candidates N`` the selection comparison (``bench_candidates.py``). Other samples are
+``skipped`` in bench.json. Writes ``bench.json`` and ``bench.png`` (per-waypoint error of AR vs Block-32,
+ms/token per configuration) into ``--out``, atomically.
 """
 from __future__ import annotations
 
@@ -150,15 +131,14 @@ def print_grounding_tables(results: list[dict[str, Any]]) -> None:
           "ground-truth boxes (unparsed answers score no box; boxes rank by the decoder's confidence in their "
           "coordinates; vehicles: " + "/".join(coco["vehicles"]["classes"]) + " as one class); tok/fwd and "
           "ms/token: medians over these answers")
-    print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in rows], GROUNDING_COLUMNS))
+    print(format_table(rows, GROUNDING_COLUMNS))
     classes = [c for c, v in coco["per_class"].items() if v["truth"]]
     if classes:
         print("\nAP@[.5:.95] per class (ground-truth boxes): "
               + ", ".join(f"{c} ({coco['per_class'][c]['truth']})" for c in classes))
         per_class = [{"label": r["label"], **{c: r["grounding"]["coco"]["per_class"][c]["ap"] for c in classes}}
                      for r in results]
-        print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in per_class],
-                           [("label", "config", ""), *((c, c, ".3f") for c in classes)]))
+        print(format_table(per_class, [("label", "config", ""), *((c, c, ".3f") for c in classes)]))
 
 
 def run(args) -> int:
@@ -230,7 +210,7 @@ def run(args) -> int:
         columns = COLUMNS + ([("ap", "AP", ".3f"), ("ap50", "AP50", ".3f")] if grounding else [])
         table = [{**r, **({"ap": r["grounding"]["coco"]["ap"], "ap50": r["grounding"]["coco"]["ap50"]}
                           if grounding else {})} for r in results]
-        print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in table], columns))
+        print(format_table(table, columns))
     if baseline["samples"]:
         print(f"constant-velocity baseline ({baseline['samples']} samples): L2@4s median "
               f"{baseline['l2_4s_median']:.3f} m, mean {baseline['l2_4s_mean']:.3f} m; /AR and /CV: the row's "
@@ -241,8 +221,7 @@ def run(args) -> int:
     if results[0]["pdm_samples"]:
         print(f"\nPDM score (NAVSIM v1; demo world, the expert as reference) over {results[0]['pdm_samples']} "
               "samples: PDMS mean (an unparsed answer scores 0), sub-scores over the parsed answers")
-        print(format_table([{k: "-" if v is None else v for k, v in r.items()} for r in results + [baseline]],
-                           pdm_columns()))
+        print(format_table(results + [baseline], pdm_columns()))
     if selection is not None:
         bench_candidates.print_selection(selection)
     print_stage_table(results)

@@ -112,19 +112,6 @@ def print_summary(out: str, batch, summary: dict[str, Any], notes: Sequence[str]
     print(f"wrote {out}/summary.json" + (f" and {summary['routes']} bird's-eye plots" if batch.plots else "") + wrote)
 
 
-def policy_planner(args, engine, candidates=None):
-    """The planner node's policy, from the model and decoding options; ``candidates``: its CandidateSettings
-    (None: one plan per frame, no selection)."""
-    from ..policy import DrivingPolicy
-    from ..sim.route_planners import PolicyPlanner
-    from .common import decoding_overrides
-    return PolicyPlanner(DrivingPolicy.from_checkpoint(
-        args.model, device=args.device, dtype=args.dtype, overrides=decoding_overrides(args),
-        min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-        **({} if args.parse_retry is None else {"parse_retry": args.parse_retry}), engine=engine,
-        candidates=candidates))
-
-
 def run(args) -> int:
     from ..candidate_selection import CandidateSettings
     from ..config import ConfigError
@@ -132,9 +119,9 @@ def run(args) -> int:
     from ..sim.expert_labels import ExpertLabels
     from ..sim.protocol import check_training_route_seed
     from ..sim.route_batch import drive_routes, write_summary
-    from ..sim.route_planners import ExpertOracle
+    from ..sim.route_planners import ExpertOracle, PolicyPlanner
     from ..utils.atomic import atomic_directory
-    from .common import candidate_settings
+    from .common import candidate_settings, driving_policy
 
     batch = route_batch(args)
     candidates = candidate_settings(args)
@@ -148,7 +135,8 @@ def run(args) -> int:
             raise ConfigError(f"--expert-labels: {exc}") from None
     wrote = ""
     with atomic_directory(args.out, overwrite=args.overwrite) as out:
-        planner = ExpertOracle() if args.oracle else policy_planner(args, batch.engine, candidates)
+        planner = ExpertOracle() if args.oracle else PolicyPlanner(driving_policy(args, batch.engine,
+                                                                                    candidates=candidates))
         if args.expert_labels:
             planner = labels = ExpertLabels(planner, out / "expert_labels")
         results = drive_routes(batch, out, lambda r: drive_direct(r, planner, batch.gains, batch.lockstep_n))

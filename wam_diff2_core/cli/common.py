@@ -40,6 +40,18 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in DECODING_FIELDS if getattr(args, name, None) is not None}
 
 
+def driving_policy(args: argparse.Namespace, engine: EngineSettings, **kwargs):
+    """The planner node's policy from the model (:func:`add_model_arguments`), decoding and ``--parse-retry``
+    options; ``kwargs``: DrivingPolicy.from_checkpoint's others."""
+    from ..policy import DrivingPolicy
+
+    if args.parse_retry is not None:
+        kwargs["parse_retry"] = args.parse_retry
+    return DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
+                                         overrides=decoding_overrides(args), min_pixels=args.min_pixels,
+                                         max_pixels=args.max_pixels, engine=engine, **kwargs)
+
+
 def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parse-retry", default=None, choices=PARSE_RETRIES,
                         help="decode an answer that does not parse once more with this remasking strategy before "
@@ -156,10 +168,10 @@ def cpu_name() -> str:
 
 
 def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    """``rows`` as an aligned text table; ``columns``: (key, title, float format)."""
+    """``rows`` as an aligned text table; ``columns``: (key, title, float format); None prints as "-"."""
     header = [title for _, title, _ in columns]
-    body = [[format(r[key], fmt) if isinstance(r[key], float) else str(r[key]) for key, _, fmt in columns]
-            for r in rows]
+    body = [["-" if r[key] is None else format(r[key], fmt) if isinstance(r[key], float) else str(r[key])
+             for key, _, fmt in columns] for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
              "  ".join("-" * w for w in widths)]

@@ -42,7 +42,7 @@ from ..params import planner as node_params
 from ..params.parameter_file import read_node_params
 from ..topics import DEFAULT_CAMERA, DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE, carla_namespace, carla_topics
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
-                     add_quantization_argument, decoding_overrides, image_limits)
+                     add_quantization_argument, decoding_overrides, driving_policy, image_limits)
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
@@ -230,14 +230,10 @@ def _evaluate(args) -> int:
     else:
         from ..config import EngineSettings
         from ..evaluation.runner import evaluate_bags
-        from ..policy import DrivingPolicy
 
-        extra = {k: getattr(args, k) for k in ("max_waypoint_abs_m", "parse_retry") if getattr(args, k) is not None}
-        engine = EngineSettings(cpu_threads=args.cpu_threads, quantization=args.quantization).validated()
-        policy = DrivingPolicy.from_checkpoint(args.model, device=args.device, dtype=args.dtype,
-                                               overrides=decoding_overrides(args), tasks=("plan",),
-                                               min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                                               engine=engine, **extra)
+        extra = {} if args.max_waypoint_abs_m is None else {"max_waypoint_abs_m": args.max_waypoint_abs_m}
+        policy = driving_policy(args, EngineSettings(cpu_threads=args.cpu_threads, quantization=args.quantization)
+                                .validated(), tasks=("plan",), **extra)
         run = evaluate_bags(args.bags, policy, settings, progress=not args.no_progress, plans=plans)
         model = _model_info(policy, args)
     record = _record(args, run)

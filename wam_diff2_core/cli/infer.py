@@ -78,6 +78,7 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
+    from ..config import ConfigError
     from ..data.samples import Sample, SampleError, iter_samples, load_images
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint
@@ -97,8 +98,7 @@ def run(args) -> int:
         limits = image_limits(args)
     except ValueError as exc:
         name, _, why = str(exc).partition(": ")
-        print(f"wam-diff2 infer: error: --{name.replace('_', '-')}: {why}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"--{name.replace('_', '-')}: {why}") from None
     output = Path(args.output)
     with _output_lock(output, rank, world):      # one run writes OUTPUT (and its partial files) at a time
         data_root = Path(args.data_root) if args.data_root else Path(args.input).parent
@@ -106,8 +106,7 @@ def run(args) -> int:
             items = list(iter_samples(args.input, data_root,      # Sample, or the SampleError of a record
                                       allow_absolute_paths=args.allow_absolute_image_paths))
         except ValueError as exc:         # the file as a whole: unreadable, or a JSON list that does not parse
-            print(f"wam-diff2 infer: error: --input: {exc}", file=sys.stderr)
-            return 2
+            raise ConfigError(f"--input: {exc}") from None
         refused = [s for s in items if isinstance(s, SampleError)]
         if refused and rank == 0:
             for exc in refused:
@@ -136,8 +135,7 @@ def run(args) -> int:
         try:  # a bad pixel budget is the run's error, not every sample's
             pixel_size(args.min_pixels, args.max_pixels, loaded.processor.image_processor.size)
         except ValueError as exc:
-            print(f"wam-diff2 infer: error: --min-pixels/--max-pixels: {exc}", file=sys.stderr)
-            return 2
+            raise ConfigError(f"--min-pixels/--max-pixels: {exc}") from None
         decoder = make_decoder(loaded.model, loaded.config, engine=engine)
         tokenizer = loaded.tokenizer
         todo = [(i, s) for i, s in shard if s.id not in done]

@@ -183,11 +183,9 @@ def run(args) -> int:
     ms = {side: statistics.median(r[side]["ms"] for r in rows) for side in models}
     print(f"median ms per answer (prefill + decoding): float {ms['float']:.1f}, {args.quantization} "
           f"{ms['quantized']:.1f}")
-    table = [{"metric": c.metric, "float": "-" if c.reference is None else f"{c.reference:.4f}",
-              "quantized": "-" if c.quantized is None else f"{c.quantized:.4f}",
-              "result": {True: "pass", False: "FAIL", None: "not gated"}[c.passed], "detail": c.detail} for c in checks]
-    print(format_table(table, [("metric", "metric", ""), ("float", "float", ""), ("quantized", args.quantization, ""),
-                               ("result", "result", ""), ("detail", "detail", "")]))
+    table = [{**asdict(c), "result": {True: "pass", False: "FAIL", None: "not gated"}[c.passed]} for c in checks]
+    print(format_table(table, [("metric", "metric", ""), ("reference", "float", ".4f"),
+                               ("quantized", args.quantization, ".4f"), ("result", "result", ""), ("detail", "detail", "")]))
     if args.json:
         Path(args.json).write_text(json.dumps({
             "model": str(args.model), "quantization": args.quantization, "data": str(args.data),

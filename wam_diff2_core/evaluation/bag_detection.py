@@ -11,7 +11,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..frame_inputs import stamp_ns
 from ..geometry import CameraMount, PinholeCamera, yaw_from_quaternion
 from ..outputs.parsing import Box, BoxParse, ParseError
 from ..vehicle_projection import VehicleProjector
@@ -51,8 +50,7 @@ def camera_projector(bag: Bag, plan) -> VehicleProjector:
         raise BagError(f"{bag.path}: no camera_info: the camera's intrinsics are needed to score boxes")
     k, frame = plan.camera["k"], plan.camera["frame_id"]
     camera = PinholeCamera(k[0], k[4], k[2], k[5], int(plan.camera["width"]), int(plan.camera["height"]))
-    tf_topics = sorted(t for t, m in bag.topic_types.items() if m == TF_TYPE and t.endswith("tf_static")) + \
-        sorted(t for t, m in bag.topic_types.items() if m == TF_TYPE and not t.endswith("tf_static"))
+    tf_topics = sorted((t for t, m in bag.topic_types.items() if m == TF_TYPE), key=lambda t: (not t.endswith("tf_static"), t))
     for _, _, msg in bag.messages(tf_topics):
         if isinstance(msg, Undecodable):
             continue
@@ -73,15 +71,7 @@ def bag_detection_images(source: str | Path, plan, predictions: str | Path,
         topic = detections_topic(pb)
         if topic is None:
             return None, []
-        answers: dict[int, Any] = {}
-        for _, _, msg in pb.messages([topic]):
-            counts["messages"] += 1
-            if isinstance(msg, Undecodable):
-                counts["undecodable"] += 1
-            elif stamp_ns(msg.header.stamp) in answers:
-                counts["duplicate"] += 1
-            else:
-                answers[stamp_ns(msg.header.stamp)] = msg
+        answers = pb.by_stamp(topic, counts)
     images, objects = [], plan.objects
     with Bag(source) as bag:
         projector = camera_projector(bag, plan)

@@ -294,14 +294,9 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
             inputs = tracker.inputs_at(t_ns)
             ground_truth = trajectory.future_waypoints(t_ns)
             recorded_speeds = trajectory.future_speeds(t_ns)
-        except ImageError as exc:
-            plan.skipped[f"image_{exc.code}"] += 1
-            continue
-        except InputSkip as skip:
-            plan.skipped[skip.code] += 1
-            continue
-        except NoFuture as nf:
-            plan.excluded[nf.code] += 1
+        except (ImageError, InputSkip, NoFuture) as exc:     # skipped; no 4 s of recorded future: excluded
+            (plan.excluded if isinstance(exc, NoFuture) else plan.skipped)[
+                f"image_{exc.code}" if isinstance(exc, ImageError) else exc.code] += 1
             continue
         plan.command_sources[inputs.command_source] += 1
         planned = PlannedFrame(index, t_ns, bag_time_ns, inputs, ground_truth,

@@ -9,10 +9,12 @@ is a :class:`BagError` naming the bag and the reason.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from ..frame_inputs import stamp_ns
 from ..topics import DEFAULT_CAMERA, DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, carla_topics
 from .bag_types import default_types, types_from_connection
 
@@ -179,6 +181,20 @@ class Bag:
             except Exception as exc:  # a message whose bytes do not match its type: a counted skip
                 msg = Undecodable(f"{msgtype} does not deserialize ({error_text(exc)})")
             yield topic, bag_time_ns, msg
+
+    def by_stamp(self, topic: str, counts: Counter) -> dict[int, Any]:
+        """``topic``'s messages by header stamp, the first of each; ``counts`` gets ``messages``, ``undecodable``
+        and ``duplicate`` (a later message of a stamp already seen)."""
+        found: dict[int, Any] = {}
+        for _, _, msg in self.messages([topic]):
+            counts["messages"] += 1
+            if isinstance(msg, Undecodable):
+                counts["undecodable"] += 1
+            elif stamp_ns(msg.header.stamp) in found:
+                counts["duplicate"] += 1
+            else:
+                found[stamp_ns(msg.header.stamp)] = msg
+        return found
 
     def info(self) -> dict[str, Any]:
         return {"path": str(self.path), "storage": self.storage, "messages": self.message_count,

@@ -15,11 +15,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..frame_inputs import stamp_ns
 from ..outputs.prompts import NUM_WAYPOINTS
 from .bag_plan import (DECODE_STATS_KEYS, PREDICTION_COUNTS, STAGE_FIELDS, BagPlan, BagRun, EvalRun, EvalSettings,
                        PlannedFrame, plan_bags, with_scores)
-from .bags import Bag, BagError, Undecodable
+from .bags import Bag, BagError
 from .ground_truth import WAYPOINT_OFFSETS_NS, is_finite_waypoints
 from .metrics import FrameResult
 from .record import TRAJECTORY_TYPE
@@ -93,20 +92,10 @@ def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str 
     """Score the trajectories recorded in ``predictions_path`` on ``plan``'s frames; a planned frame without one
     is skipped as ``not_published``, and every message is counted (:data:`PREDICTION_COUNTS`, README.md)."""
     counts = Counter({k: 0 for k in PREDICTION_COUNTS})
-    by_stamp: dict[int, Any] = {}
     with Bag(predictions_path) as pb:
         topic = trajectory_topic(pb, topic)
         info = {"path": str(pb.path), "storage": pb.storage, "topic": topic}
-        for _, _, msg in pb.messages([topic]):
-            counts["messages"] += 1
-            if isinstance(msg, Undecodable):
-                counts["undecodable"] += 1
-                continue
-            t_ns = stamp_ns(msg.header.stamp)
-            if t_ns in by_stamp:
-                counts["duplicate"] += 1
-                continue
-            by_stamp[t_ns] = msg
+        by_stamp = pb.by_stamp(topic, counts)
     run = BagRun(plan)
     bag_name = plan.bag["path"]
     planned_stamps = set()
