@@ -3,14 +3,22 @@
 # A held-out demo-world drive (sim/protocol.py's DEMO_DRIVE_SEED, never trained on) is generated as a carla-ros-bridge-like
 # bag, played with /clock (wam-diff2-ros replay) into the planner node running on sim time, and what
 # the node published is recorded and scored against the recorded drive (wam-diff2 eval-bag
-# --predictions): L2 at 1-4 s beside the constant-velocity baseline, decode statistics, latency.
-#   make demo [MODEL=ckpt] [FRAMES=120] [RATE=1.0] [OUT=outputs/demo] [CANDIDATES=1]
+# --predictions): L2 at 1-4 s beside the constant-velocity baseline, decode statistics, latency, and the
+# COCO AP of the boxes the node published against what the camera saw of the bag's objects.
+#   make demo [MODEL=ckpt] [FRAMES=120] [RATE=1.0] [OUT=outputs/demo] [CANDIDATES=1] [DETECT_EVERY=10]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-outputs/demo}
 model=${MODEL:-models/wam-diff2-demo-b32}
 frames=${FRAMES:-120}
 rate=${RATE:-1.0}
+# Boxes: the detect prompt rides in the plan's decode (the planner's tasks both) on every DETECT_EVERY-th frame;
+# 0 = plans only. Every 10th frame keeps the mean frame within 1.5x of planning alone on 2 cores with the shipped
+# Block-32 model, whose detect answers (it was trained on planning only) cost ~5x a plan (wam_diff2_ros/README.md).
+detect_every=${DETECT_EVERY:-10}
+[[ "$detect_every" =~ ^[0-9]+$ ]] || { echo "demo.sh: DETECT_EVERY must be a whole number (0 = no boxes), got '$detect_every'" >&2; exit 2; }
+if [ "$detect_every" -eq 0 ]; then tasks=(-p tasks:=plan); else
+  tasks=(-p tasks:=both -p detection_every_n_frames:="$detect_every"); fi
 mkdir -p "$out"
 bag=$out/drive_f$frames/bags/mcap/e0000
 [ -d "$bag" ] || wam-diff2 synth "$out/drive_f$frames" --episodes 1 --frames "$frames" --frame-stride 5 \
@@ -24,7 +32,7 @@ while read -r name topic; do remaps+=(-r "~/input/$name:=$topic"); done <<< "$br
 # engine.cpu_threads 1: torch's default (one per core) spin-waits against the node's executor
 # threads and the player on a 2-core machine and made each plan ~40x slower (16 s instead of 0.4 s).
 wam-diff2-planner --ros-args --params-file config/planner.yaml -p model_path:="$model" -p use_sim_time:=true \
-  -p engine.cpu_threads:="${PLANNER_THREADS:-1}" -p candidates.count:="${CANDIDATES:-1}" \
+  -p engine.cpu_threads:="${PLANNER_THREADS:-1}" -p candidates.count:="${CANDIDATES:-1}" "${tasks[@]}" \
   "${remaps[@]}" > "$out/planner.log" 2>&1 &
 planner=$!
 # As ros2 launch does: SIGINT, then SIGTERM after 10 s, then SIGKILL (a node has once been seen

@@ -80,6 +80,13 @@ def test_demo_script_drives_the_node_over_dds_and_scores_what_it_published(tmp_p
     counts = metrics["counts"]
     assert counts["evaluated"] >= 3 and counts["valid"] == counts["evaluated"]
     assert "L2" in proc.stdout and str(tmp_path / "demo" / "eval") in proc.stdout
+    # boxes on every 10th frame it answers (DETECT_EVERY), scored by COCO AP from what the node published; the
+    # demo models were trained on planning only, so their detect answers do not parse (AP 0: docs/limits.md)
+    detection = metrics["detection"]
+    assert detection["counts"]["messages"] >= 1 and detection["counts"]["matched"] == detection["counts"]["messages"]
+    assert detection["scores"]["truth_boxes"] > 0 and detection["scores"]["ap"] is not None
+    assert re.search(r"the node's boxes: \d+ frames scored of \d+ messages; COCO AP \d\.\d{3}", proc.stdout), \
+        proc.stdout[-3000:]
     # the bag's other vehicles go out as derived_object_msgs (the planner's ~/input/objects is remapped to them)
     published = re.search(r"published \d+ messages \((.*?)\)", proc.stdout)
     assert published and re.search(r"/carla/ego_vehicle/objects [1-9]", published.group(1)), proc.stdout[-3000:]
@@ -87,6 +94,14 @@ def test_demo_script_drives_the_node_over_dds_and_scores_what_it_published(tmp_p
     planner_log = (tmp_path / "demo" / "planner.log").read_text()
     expected = "block_size=32" if name == "block32" else "block_size=1"
     assert f"decoding settings: {expected}" in planner_log, planner_log[-2000:]
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "2.5"])
+def test_demo_script_refuses_a_detect_every_that_is_not_a_whole_number(tmp_path, value):
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh")], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, OUT=str(tmp_path / "demo"), DETECT_EVERY=value))
+    assert proc.returncode == 2 and f"DETECT_EVERY must be a whole number (0 = no boxes), got '{value}'" in proc.stderr
+    assert not (tmp_path / "demo").exists()
 
 
 def test_demo_model_completes_a_short_route_in_closed_loop():
