@@ -272,10 +272,8 @@ def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: 
     o = msg.pose.pose.orientation
     o.x, o.y, o.z, o.w = quaternion_from_yaw(s.yaw)
     pose_cov = np.diag([0.0, 0.0, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, 0.0])  # [6, 6]
-    index = {X: 0, Y: 1, YAW: 5}                      # filter state -> (x, y, z, roll, pitch, yaw)
-    for a, i in index.items():
-        for b, j in index.items():
-            pose_cov[i, j] = p[a, b]
+    # filter state X, Y, YAW -> (x, y, z, roll, pitch, yaw) rows and columns 0, 1, 5
+    pose_cov[np.ix_([0, 1, 5], [0, 1, 5])] = p[np.ix_([X, Y, YAW], [X, Y, YAW])]
     msg.pose.covariance = pose_cov.ravel().tolist()
     msg.twist.twist.linear.x = s.speed                # child frame: along the heading
     msg.twist.twist.angular.z = s.yaw_rate

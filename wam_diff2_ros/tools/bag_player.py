@@ -106,8 +106,6 @@ class ReplayOptions:
             return
         if not self.record_grace_s >= 0:
             raise ReplayError(f"--record-grace-s must be >= 0, got {self.record_grace_s}")
-        if self.record_storage not in ("mcap", "sqlite3"):
-            raise ReplayError(f"--record-storage must be mcap or sqlite3, got {self.record_storage!r}")
         if not self.record_topics:
             raise ReplayError("--record-topics: name at least one topic")
         bad = [t for t in self.record_topics if not t.startswith("/")]

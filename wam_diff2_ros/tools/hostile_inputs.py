@@ -125,15 +125,12 @@ class _Probe(Node):
             if status.level == DiagnosticStatus.OK and not all(math.isfinite(float(v)) for v in stddev):
                 self.report.bad_diagnostics += 1
 
-    def outputs_since(self, count: int) -> list[Any]:
-        with self.lock:
-            return self.outputs[count:]
-
     def answer(self, seen: int, stamp: int, spinner: SpinThread, kind: type = object):
         """The first output after the ``seen`` first ones stamped ``stamp`` (a ``kind``), waited for up to 0.5 s."""
         def find():
-            return next((m for m in self.outputs_since(seen)
-                         if isinstance(m, kind) and stamp_ns(m.header.stamp) == stamp), None)
+            with self.lock:
+                return next((m for m in self.outputs[seen:]
+                             if isinstance(m, kind) and stamp_ns(m.header.stamp) == stamp), None)
         _wait(lambda: find() is not None, spinner, 0.5)
         return find()
 

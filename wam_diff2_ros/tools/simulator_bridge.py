@@ -205,16 +205,12 @@ class SimulatorNode(Node):
         with self._cond:
             if msg.state == PlannerStatus.READY and self.planner_ready_at is None:
                 self.planner_ready_at = time.monotonic()
+            self._cond.notify_all()
 
     def wait(self, predicate, timeout_s: float):
-        deadline = time.monotonic() + timeout_s
+        """``predicate()`` once true (its value), or its value after ``timeout_s``; every change it reads notifies."""
         with self._cond:
-            while True:
-                value = predicate()
-                remaining = deadline - time.monotonic()
-                if value or remaining <= 0:
-                    return value
-                self._cond.wait(min(remaining, 0.5))
+            return self._cond.wait_for(predicate, timeout_s)
 
     # ---- publishing
     def publish_route(self, run: RouteRun) -> None:
