@@ -62,7 +62,7 @@ def print_stage_table(results: list[dict[str, Any]]) -> None:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     from ..evaluation.metrics import WAYPOINT_TIMES_S
-    from ..evaluation.report_plots import no_data, pyplot, save
+    from ..evaluation.report_plots import per_waypoint_axes, pyplot, save
 
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.0), dpi=100)
@@ -78,15 +78,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         if c is not None and c["per_waypoint"][0] is not None:
             ax1.plot(WAYPOINT_TIMES_S, c["per_waypoint"], style, label=f"{c['label']} ({c['parsed']} parsed)")
             drawn = True
-    ax1.set_xlabel("time ahead (s)")
-    ax1.set_ylabel("mean L2 error (m)")
-    ax1.set_title("Per-waypoint error: AR vs Block-32 (exposure bias)")
-    ax1.set_xticks(WAYPOINT_TIMES_S)
-    ax1.grid(alpha=0.3)
-    if drawn:
-        ax1.legend(fontsize=8)
-    else:
-        no_data(ax1, "no parsed answers to score")
+    per_waypoint_axes(ax1, "Per-waypoint error: AR vs Block-32 (exposure bias)", drawn, "no parsed answers to score")
     labels = [c["label"] for c in configs]
     ax2.barh(labels, [c["ms_per_token"] or 0.0 for c in configs])
     ax2.invert_yaxis()

@@ -2,28 +2,15 @@
 
     wam-diff2 closed-loop --model CKPT --routes 10 --out runs/cl                  # policy + controller, no ROS
     wam-diff2 closed-loop --oracle --routes 3 --out /tmp/cl_oracle                 # test the loop, no model
+    wam-diff2 closed-loop --model CKPT --traffic --routes 10 --candidates 4 --out runs/cl_n4
     wam-diff2 closed-loop --model CKPT --seed 5000 --routes 20 --expert-labels --out runs/dagger
 
-This loop calls the planner node's policy and the controller node's controller in one process,
-without ROS (``wam_diff2_core.sim.direct_loop``). The same routes driven by the planner and
-controller nodes over DDS: ``wam-diff2-ros closed-loop`` (the ROS package's tools, same options
-plus the ROS ones). ``--oracle`` replaces the planner by the demo world's expert future (an oracle
-that reads the simulator: it tests the control + simulation loop and bounds what this controller
-can do).
-
-With ``--candidates N`` (N > 1) the policy decodes N plan candidates per planning tick and drives the
-one the online PDM score rates best (``sim.pdm_scenes.world_online_scene``: the published route with a
-``--lane-width-m`` corridor, the world's vehicles now moving on at constant velocity; what the planner
-node has behind the bridge), so route completion and collisions can be compared with and without
-selection on the same routes:
-
-    wam-diff2 closed-loop --model CKPT --traffic --routes 10 --out runs/cl_n1
-    wam-diff2 closed-loop --model CKPT --traffic --routes 10 --candidates 4 --out runs/cl_n4
-
-Writes OUT/summary.json (settings, candidate settings among them; per-route results, with the mean
-number of candidates that parsed per plan when N > 1; the summary) and OUT/route_NNN.png (bird's-eye
-view per route). Scoring (route completion, infraction penalty, driving score) is documented
-in ``wam_diff2_core/sim/route_runs.py``.
+The planner node's policy and the controller node's controller in one process, without ROS
+(``sim/direct_loop.py``; over DDS: ``wam-diff2-ros closed-loop``, the same options plus the ROS ones).
+``--oracle`` plans with the demo world's expert future (it tests the control + simulation loop).
+``--candidates N`` drives the one of N plan candidates the online PDM score rates best, as the planner
+node does (docs/carla.md). Writes OUT/summary.json (settings, per-route results, the summary; scoring:
+``sim/route_runs.py``) and OUT/route_NNN.png (bird's-eye view per route).
 """
 from __future__ import annotations
 

@@ -6,24 +6,13 @@
     wam-diff2 eval-bag --compare eval_ar/ eval_b32/ --out eval_compare/
     wam-diff2 eval-bag run.mcap --predictions node_out --out eval_node/     # score what a node published
 
-For each camera frame (every N-th with --every) the odometry at its stamp and the newest route /
-command received give the policy's inputs, exactly as the planner node derives them;
-``DrivingPolicy.step`` plans; the 8 waypoints are compared with the recorded ego positions at
-+0.5 ... +4.0 s (interpolated, ego frame at the frame time), and the speed of the plan's speed
-profile (what the node publishes on ~/output/autoware_trajectory) with the recorded speed at those
-times. Frames without 4 s of recorded future are excluded and counted. OUT gets metrics.json,
-frames.jsonl, report.md and PNG plots, written atomically. Topics default to carla-ros-bridge's
-names for --role.
-
-With --predictions NODE_BAG no model runs: the wam_diff2_ros/msg/Trajectory messages a planner
-node published while the bag was replayed (``wam-diff2-ros replay BAG --record NODE_BAG``) are matched
-to the frames by stamp (the node stamps each output with its input image's stamp) and scored the
-same way; frames the node did not answer are skipped as ``not_published``.
-
-With an objects topic in the bag, each frame's plan, the constant-velocity baseline and the recorded
-drive also get NAVSIM v1's PDM score and its sub-scores (``evaluation/bag_pdm.py``): the recorded
-objects as agents, a --lane-width-m corridor around the route (or the recorded drive) as the drivable
-area, the recorded drive as the reference planner.
+Each camera frame's inputs come from the recorded messages exactly as the planner node derives them;
+``DrivingPolicy.step`` plans (or, with --predictions NODE_BAG, the Trajectory a node published for the
+frame during ``wam-diff2-ros replay BAG --record NODE_BAG`` is matched by stamp), and the plan is scored
+against the recorded drive at +0.5 ... +4.0 s beside the constant-velocity baseline: L2, its speed
+profile's speed error and, with an objects topic, the collision rate and NAVSIM v1's PDM score. OUT
+gets metrics.json, frames.jsonl, report.md and plots, written atomically. Topics default to
+carla-ros-bridge's names for --role. Details: wam_diff2_core/evaluation/README.md.
 """
 from __future__ import annotations
 
@@ -77,18 +66,16 @@ def add_arguments(p) -> None:
     t = p.add_argument_group(f"topics (default: carla-ros-bridge names under {carla_namespace('ROLE')})")
     t.add_argument("--role", default=DEFAULT_ROLE, help=f"carla-ros-bridge role name (default {DEFAULT_ROLE})")
     t.add_argument("--camera", default=DEFAULT_CAMERA, help=f"camera sensor id (default {DEFAULT_CAMERA})")
-    t.add_argument("--image-topic", default=None, help="sensor_msgs/Image or CompressedImage "
-                                                       f"(default {bridge['image']})")
-    t.add_argument("--odometry-topic", default=None, help=f"nav_msgs/Odometry (default {bridge['odometry']})")
-    t.add_argument("--route-topic", default=None, help=f"nav_msgs/Path route (default {bridge['route']}; used "
-                                                       "when the bag has it)")
-    t.add_argument("--command-topic", default=None, help="std_msgs/String command, overrides the route (default "
-                                                         f"{DEFAULT_COMMAND_TOPIC}, the node's input; used "
-                                                         "when the bag has it)")
-    t.add_argument("--objects-topic", default=None, help="derived_object_msgs/ObjectArray of the other agents, for "
-                   f"the collision rate and the PDM score (default {bridge['objects']}; used when present)")
-    t.add_argument("--camera-info-topic", default=None, help="sensor_msgs/CameraInfo (default "
-                                                             f"{bridge['camera_info']}; informational)")
+    for role, what, default, note in (
+            ("image", "sensor_msgs/Image or CompressedImage", bridge["image"], ""),
+            ("odometry", "nav_msgs/Odometry", bridge["odometry"], ""),
+            ("route", "nav_msgs/Path route", bridge["route"], "; used when the bag has it"),
+            ("command", "std_msgs/String command, overrides the route", DEFAULT_COMMAND_TOPIC + ", the node's input",
+             "; used when the bag has it"),
+            ("objects", "derived_object_msgs/ObjectArray of the other agents, for the collision rate and the PDM score",
+             bridge["objects"], "; used when present"),
+            ("camera_info", "sensor_msgs/CameraInfo", bridge["camera_info"], "; informational")):
+        t.add_argument(f"--{role.replace('_', '-')}-topic", default=None, help=f"{what} (default {default}{note})")
 
     i = p.add_argument_group("inputs, as the planner node derives them (default: --params-file, then the node's "
                              "defaults)")

@@ -208,16 +208,10 @@ def _output_lock(output: Path, rank: int, world: int):
 
     from ..utils.run_lock import RunLock
 
-    lock = RunLock(output.with_name(output.name + ".lock"), "output") if rank == 0 else None
-    if lock is not None:
-        lock.acquire()
-    try:
+    with RunLock(output.with_name(output.name + ".lock"), "output") if rank == 0 else contextlib.nullcontext():
         if world > 1:
             torch.distributed.barrier()
         yield
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def _error_record(exc) -> dict:

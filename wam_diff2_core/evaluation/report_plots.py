@@ -50,16 +50,18 @@ def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path, baseline: boo
                         label="constant velocity" + (f" ({name} frames)" if len(runs) > 1 else ""))
                 if len(runs) == 1:
                     break
+    per_waypoint_axes(ax, "Per-waypoint mean error", bool(ax.get_legend_handles_labels()[0]), "no valid plans to score")
+    save(fig, path)
+
+
+def per_waypoint_axes(ax, title: str, drawn: bool, empty: str) -> None:
+    """Labels, ticks and grid of a per-waypoint error plot; its legend, or ``empty`` when nothing was ``drawn``."""
     ax.set_xlabel("time ahead (s)")
     ax.set_ylabel("mean L2 error (m)")
-    ax.set_title("Per-waypoint mean error")
-    ax.set_xticks(t)
+    ax.set_title(title)
+    ax.set_xticks(WAYPOINT_TIMES_S)
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    else:
-        no_data(ax, "no valid plans to score")
-    save(fig, path)
+    ax.legend(fontsize=8) if drawn else no_data(ax, empty)
 
 
 def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
