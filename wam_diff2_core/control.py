@@ -1,19 +1,11 @@
-"""Waypoints -> vehicle control, as TransFuser / TCP do for 0.5 s waypoints. ROS-free.
+"""Waypoints -> vehicle control, as TransFuser / TCP do for 0.5 s waypoints (the rules: docs/carla.md, "The
+controller"). ROS-free. The plan is followed as it stands *now*: its waypoints are moved into the current ego
+frame with the ego poses at its stamp and now, and resampled at now + 0.5 s and + 1.0 s. CARLA's steer is
+positive to the right; the ego frame (REP-103) has y to the left. A missing, invalid or stale plan gives a
+full brake with the wheels straight: the controller never accelerates on it.
 
     ctl = WaypointController()
     control = ctl.step(plan, ego_pose_now, speed_mps, now_s)     # VehicleControl(throttle, steer, brake, ...)
-
-Rules (the CARLA leaderboard agents' convention, docs/carla.md): desired speed = 2 x the length of the segment between the
-first two waypoints (they are 0.5 s apart); brake when the desired speed is below
-``brake_speed_mps`` or the speed is above ``brake_ratio`` x desired; otherwise throttle from a
-PID on the speed error (error clipped to ``clip_delta_mps``), capped at ``max_throttle``;
-steering from a PID on the angle to the mean of the first two waypoints. CARLA's steer is
-positive to the right; our ego frame (REP-103) has y to the left.
-
-The plan is followed as it stands *now*: its waypoints (ego frame at the plan stamp) are moved
-into the current ego frame with the ego poses at both times, and resampled at
-now + 0.5 s and now + 1.0 s. A missing, invalid or stale plan (older than ``plan_timeout_s``)
-gives a full brake with the wheels straight: the controller never accelerates on it.
 """
 from __future__ import annotations
 

@@ -1,24 +1,15 @@
-"""The authors' sample format (JSON list or JSONL), as read by inference and training.
+"""The authors' sample format (JSON list or JSONL), as read by inference and training (docs/checkpoints.md).
 
     {"id": "43eb...", "datasource": "Navsim", "image": ["relative/path.jpg"],
      "conversations": [{"from": "human", "value": "... <image> ..."}, {"from": "gpt", "value": "2.26,-0.17,..."}]}
 
-``<image>`` placeholders in a turn are replaced by the sample's images in order; image paths
-are relative to a data root. Roles: human -> user, gpt -> assistant, system -> system.
-
-Image paths stay inside the data root: one that is absolute or leaves the root through ``..`` is
-refused when the record is parsed, from the text alone, so the error is the same whether such a
-file exists or not (a samples file cannot probe the disk). ``allow_absolute_paths`` (the
-``--allow-absolute-image-paths`` flag, ``data.allow_absolute_image_paths`` in training) lets
-absolute paths through. The check is on the path as written: a symlink under the data root is
-followed wherever it points (datasets link image folders to other disks; whoever can place
-links in the root chose what it holds).
-
-Hostile data never stops a run: every record that cannot be used (a JSONL line that is not
-JSON, a value that is not an object, a field of the wrong type, an id that is not unique in its
-file, an image that is missing, undecodable or over the :class:`~wam_diff2_core.images.ImageLimits`)
-becomes its own :class:`SampleError`, naming the sample and its line. Only a file that cannot be
-read at all, or a JSON list that does not parse as a whole, is an error for the whole file.
+``<image>`` placeholders are replaced by the sample's images in order. Image paths are relative to a data root
+and stay inside it: one that is absolute (unless ``allow_absolute_paths``) or leaves it through ``..`` is
+refused from the text alone, so the error is the same whether such a file exists or not; a symlink under the
+root is followed. Hostile data never stops a run: each unusable record (not JSON, a wrong field, an id not
+unique in its file, an image missing, undecodable or over the :class:`~wam_diff2_core.images.ImageLimits`) is
+its own :class:`SampleError` naming the sample and its line; only an unreadable file, or a JSON list that does
+not parse as a whole, fails the whole file.
 
     for item in iter_samples("eval.jsonl", data_root="data/"):
         if isinstance(item, SampleError): print(item)          # sample #3 (line 4): invalid JSON (...)

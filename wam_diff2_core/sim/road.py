@@ -16,6 +16,8 @@ from typing import Sequence, Union
 
 import numpy as np
 
+from ..geometry import box_corners
+
 TURNS = ("left", "straight", "right")
 
 
@@ -174,10 +176,7 @@ class Intersection:
 
     def corners(self) -> np.ndarray:
         """[4, 2] box corners."""
-        c, s = math.cos(self.heading_in), math.sin(self.heading_in)
-        a = self.half_size_m
-        local = np.array([[a, a], [-a, a], [-a, -a], [a, -a]])
-        return local @ np.array([[c, s], [-s, c]]) + self.centre
+        return box_corners(*self.centre, self.heading_in, 2 * self.half_size_m, 2 * self.half_size_m)
 
 
 @dataclass

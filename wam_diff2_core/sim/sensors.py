@@ -79,12 +79,15 @@ def pose_errors(ekf: OdometryFilter, ego: EgoState) -> tuple[float, float]:
     return math.hypot(s.x - ego.x, s.y - ego.y), abs(wrap_angle(s.yaw - ego.yaw))
 
 
+def _spread(name: str, values) -> dict[str, float]:
+    """``<name>_median_<unit>`` and ``<name>_p95_<unit>`` of ``values`` (``name``: ``what_unit``)."""
+    what, unit = name.rsplit("_", 1)
+    return {f"{what}_median_{unit}": float(np.median(values)), f"{what}_p95_{unit}": float(np.percentile(values, 95))}
+
+
 def error_summary(position_m, heading_rad) -> dict[str, float]:
-    position_m, heading_deg = np.asarray(position_m), np.degrees(np.asarray(heading_rad))
-    return {"ticks": int(position_m.size),
-            "position_median_m": float(np.median(position_m)), "position_p95_m": float(np.percentile(position_m, 95)),
-            "heading_median_deg": float(np.median(heading_deg)),
-            "heading_p95_deg": float(np.percentile(heading_deg, 95))}
+    return {"ticks": int(np.asarray(position_m).size), **_spread("position_m", np.asarray(position_m)),
+            **_spread("heading_deg", np.degrees(np.asarray(heading_rad)))}
 
 
 def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, traffic: bool = True,
@@ -111,12 +114,7 @@ def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, t
                 gx, gy = reference.to_local(reading.latitude_deg, reading.longitude_deg)
                 raw.append(math.hypot(gx - run.world.ego.x, gy - run.world.ego.y))
             run.world.step()                                   # the expert drives
-    summary = error_summary(position, heading)
-    summary["speed_median_mps"] = float(np.median(speed))
-    summary["speed_p95_mps"] = float(np.percentile(speed, 95))
-    summary["gnss_raw_median_m"] = float(np.median(raw))
-    summary["gnss_raw_p95_m"] = float(np.percentile(raw, 95))
-    return summary
+    return {**error_summary(position, heading), **_spread("speed_mps", speed), **_spread("gnss_raw_m", raw)}
 
 
 def main(argv: list[str] | None = None) -> int:
