@@ -56,7 +56,7 @@ from wam_diff2_core.utils.cache_dirs import run_dir  # noqa: E402
 
 STAGES = ("synth", "init", "vision", "ar", "curriculum", "distill", "score")
 # seconds per stage on the GPU machine; they add up to within CALL_BUDGET_S (guesses until a device run measures)
-BOUNDS_S = {"synth": 45, "init": 15, "vision": 60, "ar": 150, "curriculum": 110, "distill": 50, "score": 70}
+BOUNDS_S = {"synth": 45, "init": 15, "vision": 60, "ar": 140, "curriculum": 100, "distill": 50, "score": 90}
 CALL_BUDGET_S = 540              # a device call runs 10 minutes at most; its start and transfers take ~30 s
 RETURN_LIMIT_BYTES = 64 << 20    # what a device call brings back from $OUT
 TAR_NAME, SUMMARY_NAME = "device_train.tar.gz", "summary.txt"
