@@ -25,8 +25,7 @@ from ..frame_inputs import FrameInputs, FrameInputTracker, InputSettings, InputS
 from ..profiling import StageTimes
 from ..speed_profile import ProfileLimits, measured_speed
 from .bag_pdm import DEFAULT_LANE_WIDTH_M, BagPdmInputs, bag_pdm_inputs, check_lane_width
-from .bags import (CAMERA_INFO_TYPES, COMMAND_TYPES, IMAGE_TYPES, OBJECTS_TYPES, ODOMETRY_TYPES, ROUTE_TYPES, Bag,
-                  BagError, BagTopics, Undecodable)
+from .bags import Bag, BagError, BagTopics, Undecodable
 from .collision import EgoFootprint, collision_flags, counted, obstacles_along
 from .derived_objects import ObjectTrack, objects_from_msg
 from .ground_truth import EgoTrajectory, NoFuture, constant_velocity_waypoints
@@ -40,6 +39,10 @@ ZERO_STAMP = "zero_stamp"
 DUPLICATE_STAMP = "duplicate_stamp"
 TIME_BACKWARDS = "time_backwards"
 
+TOPIC_TYPES = {"image": ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"),
+               "odometry": ("nav_msgs/msg/Odometry",), "route": ("nav_msgs/msg/Path",),
+               "command": ("std_msgs/msg/String",), "camera info": ("sensor_msgs/msg/CameraInfo",),
+               "objects": ("derived_object_msgs/msg/ObjectArray",)}     # topic role -> the types it may have
 PREDICTION_COUNTS = ("messages", "matched", "unscored_frame", "unmatched_stamp", "duplicate", "undecodable",
                      "command_differs")   # --predictions: the recorded outputs' counts
 STAGE_FIELDS = tuple(f.name for f in dataclasses.fields(StageTimes))
@@ -170,20 +173,14 @@ class EvalRun:
 # ----------------------------------------------------------------------------- pass 1
 def _check_topics(bag: Bag, settings: EvalSettings) -> dict[str, str]:
     """role -> topic of the topics this bag provides; BagError for what is missing or mistyped."""
-    t = settings.topics
-    used = {"image": t.image, "odometry": t.odometry}
-    bag.require_topic(t.image, IMAGE_TYPES, "image")
-    bag.require_topic(t.odometry, ODOMETRY_TYPES, "odometry")
-    for role, topic, types in (("route", t.route, ROUTE_TYPES), ("command", t.command, COMMAND_TYPES),
-                               ("camera info", t.camera_info, CAMERA_INFO_TYPES),
-                               ("objects", t.objects, OBJECTS_TYPES)):
-        if topic and (topic in bag.topic_types or role in settings.required):
-            bag.require_topic(topic, types, role)
+    t, used = settings.topics, {}
+    for role, topic in ((k.replace("_", " "), v) for k, v in dataclasses.asdict(settings.topics).items()):
+        if role in ("image", "odometry") or topic and (topic in bag.topic_types or role in settings.required):
+            bag.require_topic(topic, TOPIC_TYPES[role], role)
             used[role] = topic
-    if bag.topic_counts.get(t.image, 0) == 0:
-        raise BagError(f"{bag.path}: the image topic {t.image!r} has no messages")
-    if bag.topic_counts.get(t.odometry, 0) == 0:
-        raise BagError(f"{bag.path}: the odometry topic {t.odometry!r} has no messages")
+    for role in ("image", "odometry"):
+        if bag.topic_counts.get(used[role], 0) == 0:
+            raise BagError(f"{bag.path}: the {role} topic {used[role]!r} has no messages")
     if ("route" not in used and "command" not in used) and settings.inputs.default_command is None:
         raise BagError(f"{bag.path}: neither the route topic {t.route!r} nor the command topic {t.command!r} is in "
                        "the bag, so no frame has a command; name one (--route-topic / --command-topic) or give "

@@ -20,13 +20,6 @@ from .bag_types import default_types, types_from_connection
 
 STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
 
-IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
-ODOMETRY_TYPES = ("nav_msgs/msg/Odometry",)
-ROUTE_TYPES = ("nav_msgs/msg/Path",)
-COMMAND_TYPES = ("std_msgs/msg/String",)
-CAMERA_INFO_TYPES = ("sensor_msgs/msg/CameraInfo",)
-OBJECTS_TYPES = ("derived_object_msgs/msg/ObjectArray",)
-
 
 class BagError(Exception):
     """A bag cannot be used as asked; the message says which bag and why."""

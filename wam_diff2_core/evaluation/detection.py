@@ -70,8 +70,10 @@ def _checked(images: Sequence[DetectionImage]) -> list[DetectionImage]:
     return list(images)
 
 
-def _xywh(box: Box) -> list[float]:
-    return [float(box.x_min), float(box.y_min), float(box.x_max - box.x_min), float(box.y_max - box.y_min)]
+def _annotation(box: Box, annotation_id: int, image_id: int, category: dict[str, int]) -> dict[str, Any]:
+    x, y, w, h = float(box.x_min), float(box.y_min), float(box.x_max - box.x_min), float(box.y_max - box.y_min)
+    return {"id": annotation_id, "image_id": image_id, "category_id": category[box.label], "bbox": [x, y, w, h],
+            "area": w * h, "iscrowd": 0}
 
 
 def _coco(images: list[dict], categories: list[dict], annotations: list[dict]):
@@ -115,13 +117,9 @@ def detection_scores(images: Sequence[DetectionImage]) -> dict[str, Any]:
     truth, predicted = [], []
     for n, image in enumerate(images, start=1):
         for box in image.truth:          # ids from 1: pycocotools takes a match to id 0 for no match
-            xywh = _xywh(box)
-            truth.append({"id": len(truth) + 1, "image_id": n, "category_id": category[box.label], "bbox": xywh,
-                          "area": xywh[2] * xywh[3], "iscrowd": 0})
+            truth.append(_annotation(box, len(truth) + 1, n, category))
         for box in image.answer.boxes if image.answer.ok else ():
-            xywh = _xywh(box)
-            predicted.append({"id": len(predicted) + 1, "image_id": n, "category_id": category[box.label],
-                              "bbox": xywh, "area": xywh[2] * xywh[3], "iscrowd": 0, "score": float(box.score)})
+            predicted.append({**_annotation(box, len(predicted) + 1, n, category), "score": float(box.score)})
     out: dict[str, Any] = {
         "library": library_version(), "images": len(images), "truth_boxes": len(truth),
         "predicted_boxes": len(predicted),
