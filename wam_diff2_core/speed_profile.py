@@ -87,11 +87,10 @@ def speed_profile(waypoints, measured_speed_mps: float, limits: ProfileLimits = 
         raise ValueError("waypoints: not finite (NaN or inf)")
     if not (np.isfinite(measured_speed_mps) and measured_speed_mps >= 0):
         raise ValueError(f"measured_speed_mps: must be finite and >= 0, got {measured_speed_mps!r}")
-    points = np.vstack([np.zeros((1, 2)), plan])
-    path = _Path.through(points)
+    path = _Path.through(np.vstack([np.zeros((1, 2)), plan]))
     step = limits.step_s
     t = np.arange(0.0, len(plan) * waypoint_dt_s + step / 2, step)
-    planned = _planned_speed(points, waypoint_dt_s, t)
+    planned = planned_speeds(plan, waypoint_dt_s, t)
 
     speed = np.empty_like(t)
     s = np.zeros_like(t)
@@ -110,24 +109,19 @@ def speed_profile(waypoints, measured_speed_mps: float, limits: ProfileLimits = 
     return SpeedProfile(t=t, x=x, y=y, heading=heading, speed=speed, accel=accel, heading_rate=heading_rate)
 
 
-def planned_speeds(waypoints, waypoint_dt_s: float = WAYPOINT_DT_S) -> np.ndarray:
-    """The plan's own speed at each waypoint [K] (m/s): the slope of its progress along the path (the
-    monotone cubic of the module doc), before any limit: the model's speed intent."""
-    plan = np.asarray(waypoints, dtype=np.float64)
-    points = np.vstack([np.zeros((1, 2)), plan])
-    return _planned_speed(points, waypoint_dt_s, np.arange(1, len(points)) * waypoint_dt_s)
+def planned_speeds(waypoints, waypoint_dt_s: float = WAYPOINT_DT_S, at: np.ndarray | None = None) -> np.ndarray:
+    """The plan's own speed (m/s) at the times ``at`` (default: each waypoint's): the slope of its progress along
+    the path (the monotone cubic of the module doc), before any limit: the model's speed intent."""
+    points = np.vstack([np.zeros((1, 2)), np.asarray(waypoints, dtype=np.float64)])
+    times = np.arange(len(points)) * waypoint_dt_s
+    progress = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(points, axis=0), axis=1))])
+    return _monotone_slope(times, progress, times[1:] if at is None else at)
 
 
 def waypoint_states(waypoints, waypoint_dt_s: float = WAYPOINT_DT_S) -> tuple[np.ndarray, np.ndarray]:
     """(heading, speed) [K] at each waypoint as the package's own ``TrajectoryPoint`` carries them: the
     direction from the previous point (``geometry.path_headings``) and :func:`planned_speeds`."""
     return path_headings(waypoints), planned_speeds(waypoints, waypoint_dt_s)
-
-
-def _planned_speed(points: np.ndarray, dt: float, at: np.ndarray) -> np.ndarray:
-    times = np.arange(len(points)) * dt
-    progress = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(points, axis=0), axis=1))])
-    return _monotone_slope(times, progress, at)
 
 
 @dataclass(frozen=True)

@@ -246,10 +246,6 @@ def _finite_number(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _has_score(obj: dict) -> bool:
-    return "score" in obj or "confidence" in obj
-
-
 def _read_object(obj: object) -> tuple[str, float, list[float]] | None:
     """(label, score, [x1, y1, x2, y2] on the 0..1000 scale), or None if malformed."""
     if not isinstance(obj, dict):
@@ -309,7 +305,7 @@ def parse_boxes(text: str | None, source_size: tuple[int, int],
             malformed += 1
             continue
         label, score, (x1, y1, x2, y2) = parsed
-        if char_confidence is not None and not _has_score(obj):
+        if char_confidence is not None and "score" not in obj and "confidence" not in obj:
             score = span_confidence(text, char_confidence, spans[k] if spans else (0, len(text)))
         xs = sorted(min(max(x0 + v / BOX_SCALE * crop_w, 0.0), width) for v in (x1, x2))
         ys = sorted(min(max(y0 + v / BOX_SCALE * crop_h, 0.0), height) for v in (y1, y2))

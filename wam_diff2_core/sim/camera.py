@@ -13,6 +13,7 @@ in the ego frame (the camera is rigid on the ego); vehicles are drawn over it by
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -226,16 +227,12 @@ class Renderer:
                             len(self.texture.levels) - 1).astype(int)
         haze_w = np.where(is_ground, 1.0 - np.exp(-np.where(is_ground, distance, 0.0) / st.haze_distance_m), 1.0)
         haze = np.asarray(self.palette.haze, np.float32)
-        ground_rows = np.flatnonzero(is_ground.any(axis=1))
         self._bands = []
-        start = 0
-        while start < len(ground_rows):
-            end = start
-            while end + 1 < len(ground_rows) and ground_rows[end + 1] == ground_rows[end] + 1 and \
-                    row_level[ground_rows[end + 1]] == row_level[ground_rows[start]]:
-                end += 1
-            r0, r1 = int(ground_rows[start]), int(ground_rows[end]) + 1
-            band = slice(r0, r1)
+        # runs of consecutive ground rows at one mip level (the key is constant along such a run)
+        for _, run in itertools.groupby(enumerate(np.flatnonzero(is_ground.any(axis=1))),
+                                        key=lambda item: (row_level[item[1]], item[1] - item[0])):
+            rows = [r for _, r in run]
+            r0, band = int(rows[0]), slice(int(rows[0]), int(rows[-1]) + 1)
             keep = is_ground[band]
             weight = haze_w[band].astype(np.float32)[..., None]                   # [rows, W, 1]
             self._bands.append(dict(
@@ -244,7 +241,6 @@ class Renderer:
                 ey=np.where(keep, ground[band, :, 1], 0.0).astype(np.float32),
                 scale=1.0 - weight, offset=weight * haze,                          # colour = tex * scale + offset
                 sky=None if keep.all() else ~keep))                                # not ground: keep the background
-            start = end + 1
 
     # -------------------------------------------------------------- per frame
     def render(self, ego_pose: Sequence[float], vehicles: Sequence[VehicleBox]) -> Rendering:
