@@ -1,12 +1,9 @@
-"""The front camera a checkpoint expects: image size, horizontal field of view and where it sits on the car.
-
-A model sees images like those it was trained on only if the simulator's camera is that camera. The rig
-comes from the checkpoint's ``diffusion_config.json`` (a ``camera`` block, written by whoever trained it),
-else from a named preset (:data:`PRESETS`, chosen by parameter or ``WAM_DIFF2_CAMERA``). The leaderboard
-agent's ``sensors()`` and the planner's ``camera.*`` parameters (its debug image) read the same rig.
-
-Position in the vehicle's frame as CARLA places sensors: relative to the vehicle's origin, x forward,
-y left (REP-103; CARLA's own y points right), z up, metres; pitch in degrees, positive looking down.
+"""The front camera a checkpoint expects: image size, horizontal field of view and where it sits on the car (a
+model sees images like its training images only through that camera): the checkpoint's ``diffusion_config.json``
+``camera`` block, else a named preset (:data:`PRESETS`, by parameter or ``WAM_DIFF2_CAMERA``), read by the
+leaderboard agent's ``sensors()`` and the planner's ``camera.*`` parameters. Positions as CARLA places sensors:
+from the vehicle's origin, x forward, y left (REP-103; CARLA's y points right), z up, metres; pitch in degrees,
+positive looking down.
 
     rig = rig_for_checkpoint("models/wam-diff2-demo-b32")          # its camera block
     rig = rig_for_checkpoint("/ckpt/without/block", preset="b2d")  # Bench2Drive's front camera

@@ -1,17 +1,13 @@
-"""Vehicles as the demo world's camera sees them: 3-D boxes (body, windows, lights, tyres) clipped at
-the near plane, projected with a pinhole camera and filled far to near (painter's algorithm), with a
-vehicle-id buffer drawn alongside that gives occlusion-aware 2-D boxes (:class:`PixelBox`).
-
-One derivation of a vehicle's image box for everything that needs one: the demo world's renderer
-(``sim/camera.py``: its images and detection labels) and the detection ground truth of a bag's object
-boxes (``evaluation/detection_truth.py``), so the two cannot drift apart.
+"""Vehicles as the demo world's camera sees them: 3-D boxes (body, windows, lights, tyres) clipped at the near
+plane, projected and filled far to near (painter's algorithm), with a vehicle-id buffer drawn alongside that
+gives occlusion-aware 2-D boxes (:class:`PixelBox`): the one derivation behind the demo world's images and
+labels and the detection truth of a bag's object boxes.
 
     projector = VehicleProjector(camera, mount)
     boxes = projector.boxes((x, y, yaw), vehicles)          # what the camera sees of them, left to right
 
-Coordinates: map and ego frames are REP-103 (x forward, y left, z up); pixel (u, v) has u right,
-v down and integer values at pixel centres (OpenCV); a pixel box ``[x0, y0, x1, y1]`` uses pixel
-edges, so the pixel in column j spans [j, j + 1).
+Map and ego frames are REP-103; pixel (u, v) has u right, v down and integer values at pixel centres (OpenCV);
+a pixel box ``[x0, y0, x1, y1]`` uses pixel edges, so the pixel in column j spans [j, j + 1).
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """Bench2Drive drives -> the authors' planning samples (``wam-diff2 convert-data bench2drive SRC OUT``).
 
-Bench2Drive (Jia et al., NeurIPS 2024) publishes one folder per route clip, recorded at 10 Hz:
-
-    SRC/<clip>/camera/rgb_front/00000.jpg     the front camera (1600 x 900 JPEG)
-    SRC/<clip>/anno/00000.json.gz             the frame's annotation (gzip-compressed JSON)
-
-(``SRC`` may also be a single clip folder.) What is read from an annotation, all in CARLA's
-**left-handed** world frame (x forward along the map's x, y to the right, z up; yaw clockwise
-seen from above), as the dataset records it from the CARLA API:
+Bench2Drive (Jia et al., NeurIPS 2024) publishes one folder per route clip (``SRC`` may be one), at 10 Hz:
+``<clip>/camera/rgb_front/00000.jpg`` (1600 x 900) and ``<clip>/anno/00000.json.gz``. Read from an
+annotation, in CARLA's **left-handed** world frame (y to the right, yaw clockwise from above):
 
 | key | meaning here |
 |---|---|
@@ -18,22 +13,14 @@ seen from above), as the dataset records it from the CARLA API:
 | ``command_near`` | the route's RoadOption at the nearby waypoint (1 LEFT, 2 RIGHT, 3 STRAIGHT, 4 LANEFOLLOW, 5/6 lane changes, -1 VOID) |
 | ``bounding_boxes`` | actors: ``class``, ``id``, ``location``, ``rotation`` (degrees, yaw last), ``extent`` (half sizes), ... (counted in the report; not turned into samples yet) |
 
-Per frame with 4 s of later frames, one planning sample in the authors' format (as
-``sim/dataset_export.py`` writes them): the NAVSIM prompt from the ego speed (velocity = (speed, 0)
-in the ego frame), the acceleration rotated into the ego frame and the command; the answer is the
-8 positions of the frames 0.5 ... 4.0 s later, in the ego frame of the frame (REP-103: x forward, y
-left, so CARLA's y is negated). The image is copied byte for byte to ``OUT/images/<clip>/NNNNN.jpg``.
-
-Output (``OUT/samples.json`` is rewritten from the per-clip parts at the end of every run):
-
-    OUT/samples.json              all samples (JSON list)
-    OUT/parts/<clip>.jsonl        one clip's samples, written when the clip is done (resume skips it)
-    OUT/report.json               per clip: frames, samples, and every missing or unreadable file with the reason
-    OUT/images/<clip>/NNNNN.jpg
-
-A missing or unreadable image or annotation never stops the run: that frame (and the samples
-whose future it is part of) is left out and named in the report. ``--resume`` keeps the clips
-already converted; without it an existing OUT is refused (``--overwrite`` replaces it).
+Per frame with 4 s of later frames, one planning sample (as the synth export writes them): the NAVSIM prompt
+from the speed (velocity (speed, 0)), the acceleration in the ego frame and the command, answered with the 8
+positions 0.5 ... 4.0 s later in the frame's ego frame (REP-103: CARLA's y negated); the image is copied byte
+for byte. Output: ``OUT/samples.json`` (all, rewritten every run), ``OUT/parts/<clip>.jsonl`` (a clip's,
+written when it is done: ``--resume`` skips it), ``OUT/report.json`` (per clip: frames, samples and every
+missing or unreadable file with the reason; such a frame, and the samples whose future it is part of, are
+left out, never stopping the run), ``OUT/images/<clip>/NNNNN.jpg``. Without ``--resume`` an existing OUT is
+refused (``--overwrite`` replaces it).
 """
 from __future__ import annotations
 

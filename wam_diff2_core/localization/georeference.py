@@ -1,15 +1,9 @@
-"""GNSS -> local metres, as CARLA's GNSS sensor projects them.
-
-CARLA's GNSS sensor turns a world location into latitude / longitude
-with a Mercator projection scaled to the map's reference latitude (``cos(lat_ref)``, the earth's
-equatorial radius 6378137 m), around the reference latitude / longitude in the town's OpenDRIVE
-header; CARLA and the leaderboard use 42.0 / 2.0 where the header names none (every town they
-ship), which is :class:`GeoReference`'s default. A route's own reference can be solved from one
-point known in both frames (:meth:`GeoReference.solve`, as Bench2Drive agents do with the first
-point of the leaderboard's global plan). The public CARLA agents (TransFuser's ``convert_gps_to_carla``,
-Roach's ``gps2xyz``) invert that projection; :class:`GeoReference` does the same, in the ROS map
-frame the carla-ros-bridge uses (CARLA's world frame with y flipped: x east, y north), so the
-result lies in the frame of the bridge's odometry and of the leaderboard's route.
+"""GNSS -> local metres, as CARLA's GNSS sensor projects them: a Mercator projection scaled to the reference
+latitude (``cos(lat_ref)``, the equatorial radius 6378137 m) around the town's OpenDRIVE georeference
+(CARLA's and the leaderboard's 42.0 / 2.0 where the header names none: :class:`GeoReference`'s default),
+inverted as the public CARLA agents do, in the ROS map frame of carla-ros-bridge (CARLA's with y flipped: x
+east, y north), the frame of the bridge's odometry and the leaderboard's route. A route's own reference is
+solved from one point known in both frames (:meth:`GeoReference.solve`, the global plan's first point).
 
     ref = GeoReference()                                     # CARLA's default georeference, 42.0 / 2.0
     x, y = ref.to_local(lat, lon)                            # NavSatFix -> metres in the map frame

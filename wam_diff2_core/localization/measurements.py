@@ -1,15 +1,10 @@
-"""The sensors' measurements before the filter uses them: their noise, and the checks that refuse a
-hostile one (:class:`MeasurementRefused`, with a reason code).
-
-Every measurement is checked before it touches the filter's state: stamps and values finite, speed,
-yaw rate and acceleration within the settings' ``max_*`` figures, variances within [``MIN_VARIANCE``,
-``MAX_VARIANCE``] and a GNSS covariance positive definite. A refused one raises
-:class:`MeasurementRefused` with a reason code (the filter counts it and keeps it as its ``refusal``).
+"""The sensors' measurements before the filter uses them: their noise, and the checks that refuse a hostile
+one (finite stamps and values, the settings' ``max_*`` figures, variances within [``MIN_VARIANCE``,
+``MAX_VARIANCE``], a positive definite GNSS covariance) with :class:`MeasurementRefused` and a reason code.
 
 Noise defaults (:data:`LEADERBOARD_NOISE`) are the leaderboard's own sensor settings
-(``leaderboard/autoagents/agent_wrapper.py``: GNSS latitude / longitude standard deviation
-5e-6 deg, about 0.56 m; accelerometer 0.001 m/s^2, gyro 0.001 rad/s); the speedometer and the
-IMU's orientation are exact in CARLA, so their filter defaults are small model-error figures.
+(``leaderboard/autoagents/agent_wrapper.py``: GNSS 5e-6 deg, about 0.56 m; accelerometer 0.001 m/s^2, gyro
+0.001 rad/s); CARLA's speedometer and IMU orientation are exact.
 """
 from __future__ import annotations
 

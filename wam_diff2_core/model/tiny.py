@@ -1,10 +1,7 @@
-"""Tiny Qwen3-VL checkpoints built from code, for tests and smoke runs (no download).
-
-The directory is an ordinary Hugging Face checkpoint: config, safetensors weights, a
-byte-level BPE tokenizer trained here with Qwen's digit-splitting pre-tokenizer and Qwen's
-special tokens plus ``<|mask|>``, a chat template, image and video processors, and the
-diffusion settings file. It loads through :func:`wam_diff2_core.model.load_checkpoint`
-exactly like a real checkpoint.
+"""Tiny Qwen3-VL checkpoints built from code, for tests and smoke runs (no download): an ordinary Hugging Face
+checkpoint (config, safetensors weights, a byte-level BPE tokenizer trained here with Qwen's pre-tokenizer and
+special tokens plus ``<|mask|>``, a chat template, image and video processors, the diffusion settings) that
+loads through :func:`wam_diff2_core.model.load_checkpoint` like a real one.
 
     wam-diff2 tiny-checkpoint /tmp/tiny --seed 0
 """

@@ -1,10 +1,6 @@
-"""The controller node's parameters (``wam-diff2-controller``): one table of specs.
-
-The node declares them (``wam_diff2_ros.parameters``), ``config/controller.yaml`` and the table in
-docs/carla.md are generated from them (``python -m wam_diff2_core.params --write``); the gains
-(``control.*``) derive from :class:`wam_diff2_core.control.ControllerGains` and the route settings
-(``route.*``) from :class:`wam_diff2_core.routes.RouteTrackerSettings`, whose fields hold their defaults,
-help and ranges.
+"""The controller node's parameters (``wam-diff2-controller``): one table of specs, from which the node's
+declarations, ``config/controller.yaml`` and the table in docs/carla.md come; ``control.*`` derive from
+:class:`~wam_diff2_core.control.ControllerGains`, ``route.*`` from :class:`~wam_diff2_core.routes.RouteTrackerSettings`.
 """
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The localization node's parameters (``wam-diff2-localization``): one table of specs.
-
-The node declares them (``wam_diff2_ros.parameters``) and the table in docs/carla.md is generated
-from them (``python -m wam_diff2_core.params --write``); the filter settings (``filter.*``) derive
-from :class:`wam_diff2_core.localization.odometry_filter.LocalizationSettings`.
+"""The localization node's parameters (``wam-diff2-localization``): one table of specs (the node declares them,
+docs/carla.md's table is generated from them); ``filter.*`` derive from ``LocalizationSettings``.
 """
 from __future__ import annotations
 

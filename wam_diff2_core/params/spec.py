@@ -1,11 +1,8 @@
-"""One parameter system: a spec per parameter (name, type, default, range or choices, when it
-applies, help with its unit), one validator, and the generated YAML / README tables / JSON schemas.
-
-The nodes declare their ROS parameters from these specs (``wam_diff2_ros.parameters``: descriptors
-with the ranges), the evaluator names the planner's parameters from them, and
-``python -m wam_diff2_core.params --write`` regenerates the YAML files in config/, the README
-tables and the JSON schemas in schema/ (as Autoware keeps beside its parameter files; a test checks
-the checked-in ones match, and validates the YAML files against the schemas).
+"""One parameter system: a spec per parameter (name, type, default, range or choices, when it applies, help with
+its unit), one validator, and the generated YAML / README tables / JSON schemas. The nodes declare their ROS
+parameters from these specs, the evaluator names the planner's from them, and ``python -m wam_diff2_core.params
+--write`` regenerates config/*.yaml, the README tables and schema/ (as Autoware keeps beside its parameter
+files; a test checks the checked-in ones match and validates the YAML files against the schemas).
 """
 from __future__ import annotations
 

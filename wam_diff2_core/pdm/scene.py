@@ -1,13 +1,8 @@
 """What a plan is scored against (NAVSIM v1's PDM score, :mod:`.score`): the ego at the plan's stamp,
-non-reactive agents as boxes over time, the drivable area, lanes, intersections and the route's centre
-line, all in the ego frame at the plan's stamp (rear axle, x forward, y left, metres).
-
-The geometry comes from the caller, not a map: the drivable area and the lanes are polygons or
-corridors (a centre line + a width, :meth:`Area.corridor`) instead of nuPlan map layers. The ego is
-the demo world's car (:data:`~wam_diff2_core.geometry.DEMO_EGO_BOX`, wheelbase 2.8 m) instead of
-nuPlan's Chrysler Pacifica; any :class:`~wam_diff2_core.geometry.VehicleBox` and wheelbase can be
-given. Agents are boxes every :data:`SIM_DT_S` for 5 s (NAVSIM's observation horizon); an agent's
-speed at t = 0 comes from its first two positions.
+non-reactive agents as boxes every :data:`SIM_DT_S` for 5 s (an agent's speed at t = 0 from its first two),
+the drivable area, lanes, intersections and the route's centre line, all in the ego frame at the plan's stamp
+(rear axle, x forward, y left, metres). The geometry comes from the caller as polygons or corridors (a centre
+line + a width, :meth:`Area.corridor`), not a map; the ego is any box and wheelbase (default the demo car's).
 
     scene = PdmScene(centreline=np.array([[-50.0, 0.0], [200.0, 0.0]]),
                      drivable=Area.corridor([[-50.0, 0.0], [200.0, 0.0]], width_m=7.0),

@@ -15,19 +15,16 @@ non-reactive agents (oriented boxes over time), a drivable area and the route's 
 
     PDMS = NC x DAC x (5 EP + 5 TTC + 2 C) / 12
 
-At-fault collisions (NAVSIM's ``get_collision_type``): with the ego stopped (<= 0.05 m/s) none is;
-with the agent stopped (its speed at t = 0 <= 0.05 m/s), a front hit (the ego's front edge touches
-it) or a lateral hit while the ego straddles lanes or is off the drivable area, it is; a hit from
-behind (the agent's centre more than 150 deg off the ego's heading) is not. An agent once touched
-without fault, or overlapping the ego already at t = 0, is ignored for NC and TTC afterwards. TTC's
-"ahead" is the angle from the ego's pose now to the agent's centre 0 ... 0.9 s later (NAVSIM's rule,
-kept: a car closing fast from behind can count as ahead once it would pass the ego's rear axle).
+At-fault collisions (NAVSIM's ``get_collision_type``): none with the ego stopped (<= 0.05 m/s); with the agent
+stopped (its speed at t = 0 <= 0.05 m/s), a front hit (the ego's front edge) or a lateral hit while the ego
+straddles lanes or is off the drivable area, it is; a hit from behind (the agent's centre more than 150 deg off
+the ego's heading) is not. An agent touched without fault, or overlapping the ego at t = 0, is ignored for NC
+and TTC afterwards. TTC's "ahead" is the angle from the ego's pose now to the agent's centre 0 ... 0.9 s later
+(NAVSIM's rule, kept: a car closing fast from behind can count as ahead once it would pass the rear axle).
 
-The reference differs from NAVSIM's: there it is PDM-Closed's trajectory; here it is any rule-based
-planner's progress (x its NC x DAC), given as ``reference_progress_m`` (:func:`reference_progress`
-scores a reference plan through this same pipeline). With no lanes in the scene the ego never
-"straddles lanes", with no intersections it is never in one; progress is measured along the given
-centre line (NAVSIM: the route's lane centre line).
+Unlike NAVSIM, the reference is any rule-based planner's progress x NC x DAC (``reference_progress_m``;
+:func:`reference_progress` scores a reference plan through this pipeline), and the lanes, intersections and
+centre line are the scene's (none given: the ego never straddles lanes, is never in an intersection).
 
     result = pdm_score(plan, EgoStart(speed_mps=8.0), scene, reference_progress_m=32.0)
     result.pdms, result.nc, result.as_dict()

@@ -1,19 +1,9 @@
-"""The ego driving a plan for 4 s, as NAVSIM v1 simulates it (``pdm_simulator.py``) before scoring it.
-
-The plan (8 waypoints at 0.5 ... 4.0 s in the ego frame), with the ego's pose at t = 0 in front and a
-heading per waypoint (:func:`plan_headings`), is interpolated to 0.1 s; a regularised least-squares
-fit gives its speed and curvature profiles (nuPlan's: "jerk" penalty 1e-4 as nuPlan builds it, on the
-accelerations themselves, see :func:`speed_and_curvature_profiles`; curvature-rate penalty 1e-2); an
-LQR tracker (longitudinal: speed error 1 s ahead; lateral: lateral / heading error and steering angle
-over a 10-step horizon; below 0.2 m/s a proportional stopping controller) commands acceleration and
-steering rate to a kinematic bicycle at the rear axle (Euler steps, 0.2 s / 0.05 s first-order lags on
-acceleration / steering, steering <= 60 deg). Its state carries no lateral acceleration (NAVSIM's
-neither).
-
-Headings differ from NAVSIM's: the model's plans have none (NAVSIM's carry one per pose), so each
-waypoint gets the path's tangent estimated from the chords around it (:func:`plan_headings`). The
-chord into a waypoint alone lags the tangent by half a step's turn, and NAVSIM's tracker, which weighs
-heading error 10 x lateral error, then cuts the demo world's tight crossing turns off the road.
+"""The ego driving a plan for 4 s, as NAVSIM v1 simulates it (``pdm_simulator.py``) before scoring it: the plan,
+the ego at t = 0 in front and a heading per waypoint (:func:`plan_headings`), interpolated to 0.1 s; nuPlan's
+regularised least-squares speed / curvature profiles (:func:`speed_and_curvature_profiles`); NAVSIM's LQR
+tracker commanding acceleration and steering rate to a kinematic bicycle at the rear axle (Euler steps,
+first-order lags, steering <= 60 deg; no lateral acceleration, as NAVSIM's). The constants are NAVSIM's,
+named with their source; evaluation/README.md, "PDM score", says where this differs (the headings).
 
     rollout = track_plan(plan, EgoStart(speed_mps=8.0))          # EgoRollout, [41] per field
 """
