@@ -1,21 +1,14 @@
-"""The driving policy: RGB frame + ego state + command -> waypoints and/or boxes + statistics.
-
-The ROS planner node and the offline bag evaluator both call :meth:`DrivingPolicy.step`, so
-offline numbers are the node's numbers. No ROS here.
+"""The driving policy: RGB frame + ego state + command -> waypoints and/or boxes + statistics. The ROS planner
+node and the offline bag evaluator both call :meth:`DrivingPolicy.step`, so offline numbers are the node's.
 
     policy = DrivingPolicy.from_checkpoint("ckpt/", tasks=("plan",))
     out = policy.step(frame_rgb, EgoMotion(velocity=(4.66, -0.09), acceleration=(0.17, -1.53)), "right")
     out.plan.waypoints      # [8, 2] metres, ego frame (x forward, y left), or None when invalid
 
-An answer that does not parse is decoded once more with ``parse_retry`` (a remasking strategy;
-default left to right) before it counts as invalid: the parallel fill of a block can leave
-malformed numbers (``10.0,,4.80``) that a sequential fill of the same model does not. Both
-decodes' cost is in ``stats`` (``stats.retries`` = 1), the answer is the retry's.
-
-The decoder is the device's fast path by default (``implementation: auto``); :meth:`check_fast_path`
-makes it prove itself on the warm-up prompt against the plain decoder and falls back to plain when the
-tokens disagree beyond :data:`~wam_diff2_core.config.FAST_PATH_MIN_AGREEMENT` (the node calls it at
-configure).
+An answer that does not parse is decoded once more with ``parse_retry`` (a remasking strategy, default left to
+right: a block's parallel fill can leave malformed numbers, ``10.0,,4.80``, that a sequential fill does not);
+both decodes' cost is in ``stats`` (``stats.retries`` = 1), the answer is the retry's. The fast path proves
+itself at configure (:meth:`check_fast_path`; docs/decoding.md).
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ deterministic by seed. Its modules and rules: README.md in this folder.
     for frame in episode.frames():
         frame.rgb, frame.truth.waypoints, frame.truth.command     # the camera, the expert's future, the command
 """
+# ruff: noqa: F401  (the imports are the package's names)
 from .camera import CameraSettings, Palette, PixelBox, Renderer, Rendering
 from .episode import Episode, EpisodeSettings, RecoverySettings, Frame, FrameTruth, make_world, simulate_episode
 from .expert import ExpertDriver, ExpertSettings, Leader
@@ -13,11 +14,3 @@ from .road import Crossing, Curve, Path2D, RoadMap, RoadSettings, RouteSettings,
 from .truth import CommandSettings, route_command
 from .vehicles import Actuation, BicycleParams, EgoState, KinematicBicycle, VehicleControl
 from .world import EgoStatus, VehicleBox, World, WorldSettings
-
-__all__ = [
-    "Actuation", "BicycleParams", "CameraSettings", "CommandSettings", "Crossing", "Curve", "EgoState", "EgoStatus",
-    "Episode", "EpisodeSettings", "RecoverySettings", "ExpertDriver", "ExpertSettings", "Frame", "FrameTruth", "KinematicBicycle",
-    "Leader", "Palette", "Path2D", "PixelBox", "Renderer", "Rendering", "RoadMap", "RoadSettings", "RouteSettings",
-    "Straight", "VehicleBox", "VehicleControl", "World", "WorldSettings", "build_road", "generate_road", "make_world",
-    "route_command", "simulate_episode",
-]
