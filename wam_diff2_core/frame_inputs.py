@@ -117,12 +117,8 @@ ROUTE_COMMANDS = ("", "auto", "route")
 
 
 class FrameInputTracker:
-    """Stores the newest inputs and answers "what does the policy get for an image at stamp t".
-
-    Routes and commands are taken as received; odometry in stamp order (see :meth:`on_odometry`).
-    ``max_samples`` bounds the odometry history (the offline evaluator keeps all of it).
-    Not thread-safe: a caller with several threads holds one lock around every call.
-    """
+    """Stores the newest inputs and answers "what does the policy get for an image at stamp t"; odometry is
+    kept in stamp order (:meth:`on_odometry`), at most ``max_samples``. Not thread-safe: hold one lock around it."""
 
     def __init__(self, settings: InputSettings | None = None, max_samples: int = 400):
         self.settings = settings or InputSettings()
@@ -150,16 +146,11 @@ class FrameInputTracker:
     def on_odometry(self, msg) -> EgoSample:
         """Add one odometry sample (InputSkip when it is unusable or out of order).
 
-        A stamp at or before the newest one is refused (ODOMETRY_OUT_OF_ORDER), unless it lies
-        more than ``TIME_RESET_S`` back: then the odometry history and the acceleration estimate
-        start over from it. Why, for both a live vehicle and a replayed bag: a slightly late or
-        repeated sample carries nothing the history lacks, and sorting it in would restart the
-        acceleration estimate (time going back) and differentiate across the wrong pair of
-        samples, so the ego state given to the model would jump; a large jump back is a new run
-        (``ros2 bag play --loop``, a replay or simulator restarted), after which refusing every
-        sample until the clock passed the old newest stamp would leave the node with stale
-        odometry - no plans - for as long as the first run lasted. The offline evaluator stops
-        with an error at such a jump before it gets here (one run per bag).
+        A stamp at or before the newest is refused (ODOMETRY_OUT_OF_ORDER) unless more than ``TIME_RESET_S``
+        back, when history and acceleration estimate start over. Why: a late or repeated sample adds nothing,
+        and sorting it in would differentiate across the wrong pair of samples (the ego state would jump); a
+        large jump back is a new run (a replay or simulator restarted), and refusing it would leave the node
+        without plans for as long as the first run lasted.
         """
         t_ns = stamp_ns(msg.header.stamp)
         p, q = msg.pose.pose.position, msg.pose.pose.orientation

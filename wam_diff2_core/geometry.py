@@ -53,10 +53,8 @@ def road_option_name(value) -> str:
 
 
 def command_from_road_option(value: str) -> str:
-    """``left|straight|right``, a RoadOption name (``LEFT``, ``RoadOption.LANEFOLLOW``) or number.
-
-    Raises ``ValueError`` naming the accepted forms when ``value`` is none of them.
-    """
+    """``left|straight|right``, a RoadOption name (``LEFT``, ``RoadOption.LANEFOLLOW``) or number; ValueError
+    naming the accepted forms for anything else."""
     text = str(value).strip()
     if text.lower() in COMMANDS:
         return text.lower()
@@ -410,10 +408,8 @@ class CameraMount:
 
 def project_ego_points(points_ego: np.ndarray, camera: PinholeCamera, mount: CameraMount,
                        min_depth_m: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    """[N, 3] ego-frame points -> ([N, 2] pixel (u right, v down), [N] in front of the camera).
-
-    Points behind the camera (or nearer than ``min_depth_m``) get NaN pixels and False.
-    """
+    """[N, 3] ego-frame points -> ([N, 2] pixel (u right, v down), [N] in front of the camera); points behind
+    the camera (or nearer than ``min_depth_m``) get NaN pixels and False."""
     points = np.asarray(points_ego, dtype=np.float64).reshape(-1, 3)
     body = (points - np.array([mount.x_m, mount.y_m, mount.z_m])) @ mount.rotation()   # [N, 3]
     # camera body (x fwd, y left, z up) -> optical (x right, y down, z forward)

@@ -214,11 +214,8 @@ BOX_COLOUR = (255, 200, 0)
 
 def draw_debug_image(rgb: np.ndarray, path_px: np.ndarray | None, boxes: Sequence = (),
                      lines: Sequence[str] = (), valid: bool = True) -> np.ndarray:
-    """A copy of ``rgb`` with the projected path, the boxes and a few lines of text drawn.
-
-    ``path_px``: [N, 2] pixels (NaN rows = not visible), the ego origin's projection first when
-    wanted. ``boxes``: objects with ``label``, ``score``, ``x_min`` ... ``y_max`` in pixels.
-    """
+    """A copy of ``rgb`` with the projected path (``path_px`` [N, 2] pixels, NaN rows not visible), the boxes
+    (``label``, ``score``, ``x_min`` ... ``y_max`` in pixels) and a few lines of text drawn."""
     import cv2
 
     canvas = np.ascontiguousarray(rgb.copy())

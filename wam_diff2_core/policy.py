@@ -265,11 +265,9 @@ class DrivingPolicy:
             self.decoder.warmup([rows], settings=settings)
 
     def check_fast_path(self) -> str | None:
-        """Decode the warm-up prompts with this policy's decoder and with the plain one (the reference), at most
-        STARTUP_BLOCKS blocks each (startup_settings).
-        If their tokens agree at fewer positions than FAST_PATH_MIN_AGREEMENT[dtype] (1.0 in float32),
-        switch this policy to the plain decoder and return a diagnostic naming the divergence (or the
-        error, when the fast path cannot run here); None when they agree (or the decoder is plain)."""
+        """Decode the warm-up prompts (startup_settings) with this policy's decoder and the plain one; where their
+        tokens agree at fewer positions than FAST_PATH_MIN_AGREEMENT[dtype], or the fast path fails, switch to the
+        plain decoder and return a diagnostic saying why; None when they agree (or the decoder is plain)."""
         if self.engine.implementation == "plain":
             return None
         image, prompts = self._warmup_prompts()

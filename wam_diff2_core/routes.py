@@ -79,11 +79,8 @@ class RouteTracker:
 
     # ------------------------------------------------------------------ route
     def set_route(self, points_xy: np.ndarray, road_options: Sequence[Any] | None = None) -> None:
-        """A new route (progress starts over). Repeated points are dropped (with their options).
-
-        Raises ValueError for fewer than 2 distinct points, non-finite points, or options that are
-        not RoadOptions or do not match the points one to one.
-        """
+        """A new route (progress starts over), repeated points dropped with their options. ValueError for fewer
+        than 2 distinct points, non-finite ones, or options that are not RoadOptions one to one with them."""
         points = np.asarray(points_xy, dtype=np.float64).reshape(-1, 2)
         if not np.isfinite(points).all():
             bad = int((~np.isfinite(points)).any(1).sum())
@@ -219,11 +216,8 @@ def route_from_path_msg(msg) -> np.ndarray:
 
 
 def route_from_carla_route_msg(msg) -> tuple[np.ndarray, list[str]]:
-    """``carla_msgs/CarlaRoute`` (``poses``: geometry_msgs/Pose[], ``road_options``) -> (points, options).
-
-    Poses given as PoseStamped are accepted too; the leaderboard publishes the route in the
-    bridge's ``map`` frame (the odometry's).
-    """
+    """``carla_msgs/CarlaRoute`` (``poses``: Pose[] or PoseStamped[], ``road_options``) -> (points, options),
+    in the bridge's ``map`` frame (the odometry's)."""
     poses = [getattr(p, "pose", p) for p in msg.poses]
     points = np.array([[float(p.position.x), float(p.position.y)] for p in poses], dtype=np.float64).reshape(-1, 2)
     # uint8[] arrives as array('B') or bytes, int8[] as array('b'), names as str: list() gives items

@@ -27,11 +27,9 @@ def save_checkpoint(model, processor, out: str | Path, **save_kwargs) -> None:
 
 
 def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat16", quantize: str = "none") -> Path:
-    """Write ``dst``: ``src`` with its weights cast to ``dtype`` (for shipping a trained model);
-    tokenizer, processor and ``diffusion_config.json`` (when present) are copied unchanged.
-    ``quantize`` (int8, int4, int8-dynamic): the language model's linear layers are quantized and stored
-    as torchao writes them to safetensors (plain tensors + JSON metadata), the method and dtype in
-    ``diffusion_config.json``'s ``quantization`` block; loading rebuilds them without quantizing again."""
+    """Write ``dst``: ``src`` with its weights cast to ``dtype``, the rest unchanged; ``quantize``: the language
+    model quantized and stored as torchao writes it (model/quantization.py), the method and dtype in
+    ``diffusion_config.json``'s ``quantization`` block."""
     src = Path(src)
     loaded = load_checkpoint(src, device="cpu", dtype=dtype, quantization=quantize)
     with atomic_directory(dst) as tmp:

@@ -200,9 +200,8 @@ def reference_progress(reference_plan, ego: EgoStart, scene: PdmScene, vehicle: 
 
 def pdm_score(plan, ego: EgoStart, scene: PdmScene, reference_progress_m: float,
               vehicle: Vehicle = Vehicle()) -> PdmResult:
-    """Track ``plan`` [8, 2] for 4 s and score it (module docstring). ``reference_progress_m``: the
-    reference planner's progress x its NC x DAC (:func:`reference_progress`). ValueError on a plan that
-    is not 8 finite waypoints or a reference progress that is negative or not finite."""
+    """Track ``plan`` [8, 2] for 4 s and score it against ``reference_progress_m`` (:func:`reference_progress`);
+    ValueError on a plan that is not 8 finite waypoints or a reference progress not finite and >= 0."""
     if not (math.isfinite(reference_progress_m) and reference_progress_m >= 0):
         raise ValueError(f"reference_progress_m must be finite and >= 0, got {reference_progress_m}")
     return _score_rollout(track_plan(plan, ego, vehicle), scene, vehicle).with_reference(reference_progress_m)

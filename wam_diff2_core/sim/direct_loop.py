@@ -21,10 +21,8 @@ CARLA_MAX_STEER_RAD = math.radians(70.0)   # CARLA wheel physics: default max_st
 
 def drive_direct(run: RouteRun, planner: Callable[[RouteRun], Plan], gains: ControllerGains | None = None,
                  lockstep_n: int = 10, on_tick: Callable[[RouteRun], None] | None = None) -> RouteResult:
-    """The loop without ROS, ordered as the ROS loop in lockstep timing: at each tick the
-    controller (the controller node's ``WaypointController``) answers with the newest plan so
-    far; on every ``lockstep_n``-th tick the planner then plans on that tick's camera frame, and
-    its plan is followed from the next tick on; the world integrates the control."""
+    """Ordered as the ROS loop in lockstep timing: each tick the controller answers with the newest plan so far;
+    every ``lockstep_n``-th tick the planner then plans on that tick's frame, followed from the next tick on."""
     if lockstep_n < 1:
         raise ValueError(f"lockstep_n: must be >= 1, got {lockstep_n}")
     controller = WaypointController(gains)
@@ -42,14 +40,9 @@ def drive_direct(run: RouteRun, planner: Callable[[RouteRun], Plan], gains: Cont
 
 
 def demo_world_gains(gains: ControllerGains | None = None, steer_gain_scale: float | None = None) -> ControllerGains:
-    """TransFuser's gains with the steering PID scaled for the demo world's vehicle.
-
-    CARLA maps steer 1.0 to its vehicles' maximum front-wheel angle (the wheel physics'
-    ``max_steer_angle``, 70 degrees by default); the demo world's bicycle maps it to
-    ``BicycleParams.max_steer_rad`` (0.6 rad, 34 degrees). Scaling the three steering gains by
-    the ratio (about 2.04) gives the PID the wheel-angle response it was tuned for; unscaled, it
-    under-steers through the crossings' 9.25 m left turns.
-    """
+    """TransFuser's gains with the steering PID scaled by CARLA's maximum wheel angle over the demo car's (70 deg
+    / 0.6 rad, about 2.04): the wheel-angle response it was tuned for (docs/carla.md, "Steering gains in the
+    demo world"); unscaled, it under-steers through the crossings' 9.25 m left turns."""
     gains = gains or ControllerGains()
     scale = steer_gain_scale if steer_gain_scale is not None else CARLA_MAX_STEER_RAD / BicycleParams().max_steer_rad
     return replace(gains, turn_kp=gains.turn_kp * scale, turn_ki=gains.turn_ki * scale, turn_kd=gains.turn_kd * scale)

@@ -130,10 +130,9 @@ ROUTE_SPACING_M = 1.0      # the online route: the ego lane's centre line, a poi
 
 
 def frame_online_scene(episode: Episode, frame: int, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene:
-    """What candidate selection scores the plans of ``frame`` against (``candidate_selection.online_scene``):
-    the ego's pose, speed, estimated longitudinal acceleration (the prompt's) and yaw rate, the route (the ego
-    lane's centre line) with a ``lane_width_m`` corridor, and the traffic at the frame as tracked objects moving
-    on at constant velocity; nothing of the recorded future (the node's inputs behind the bridge)."""
+    """What candidate selection scores the plans of ``frame`` against (``candidate_selection.online_scene``): the
+    ego, its estimated acceleration (the prompt's), the ego lane as the route, the traffic at the frame as tracked
+    objects; nothing of the recorded future (what the node has behind the bridge)."""
     tick, track = _frame_tick(episode, frame), episode.track
     x, y, yaw = track.pose(tick)
     return online_scene((x, y), yaw, float(track.speed[tick]), float(track.accel_estimated[tick, 0]),
@@ -157,9 +156,8 @@ def tracked_objects(boxes: list[VehicleBox]) -> list[TrackedObject]:
 
 
 def world_pdm_inputs(world: World) -> FramePdmInputs:
-    """The PDM-score inputs of a live world now (the closed loop): the traffic and the expert's drive from a
-    rollout of a copy of the world (:meth:`World.expert_rollout`, non-reactive to the plan scored); the world
-    is unchanged."""
+    """The PDM-score inputs of a live world now: the traffic and the expert's drive from a rollout of a copy of
+    the world (:meth:`World.expert_rollout`, non-reactive to the plan scored)."""
     every = _samples_every(world.settings.dt_s)
     waypoint_every = round(WAYPOINT_DT_S / world.settings.dt_s)
     samples, expert = [world.vehicle_boxes()], []
@@ -184,9 +182,8 @@ def score_frame_plan(episode: Episode, frame: int, plan, inputs: FramePdmInputs 
 
 
 class DataSetPdm:
-    """PDM scores of a demo-world data set's planning samples (a ``wam-diff2 synth`` folder): its
-    manifest says how its episodes were simulated, so each sample's episode is simulated again
-    (deterministic) and the sample's frame scored as :func:`score_frame_plan` scores it.
+    """PDM scores of a ``wam-diff2 synth`` folder's planning samples: each sample's episode is simulated again
+    from the manifest's settings and its frame scored as :func:`score_frame_plan` scores it.
 
         pdm = DataSetPdm.for_data("data/synth/val.json")       # None: not a synth data set
         pdm.score("synth0-e0007-f00040-plan", waypoints)        # PdmResult, or None (not such a sample)

@@ -23,11 +23,8 @@ TURNS = ("left", "straight", "right")
 
 # ----------------------------------------------------------------------------- polylines
 class Path2D:
-    """A dense polyline with arc length, headings and curvature; the lanes vehicles follow.
-
-    ``points`` [N, 2] metres; ``headings`` [N] radians (the tangent at each point; computed
-    from the points when not given). ``s`` [N] is the arc length from the first point.
-    """
+    """A dense polyline, the lanes vehicles follow: ``points`` [N, 2] metres, ``headings`` [N] radians (the
+    tangents; from the points when not given), arc length ``s`` [N] and curvature [N]."""
 
     def __init__(self, points: np.ndarray, headings: np.ndarray | None = None):
         points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
@@ -93,11 +90,8 @@ class Path2D:
 
     def project(self, xy: Sequence[float], s_hint: float | None = None,
                 window_m: tuple[float, float] = (-20.0, 40.0)) -> tuple[float, float]:
-        """(s, lateral) of the closest point to ``xy``; lateral is + left of the path.
-
-        With ``s_hint`` only segments within ``window_m`` of it are searched, so a route that
-        comes back near itself cannot capture a vehicle from the wrong stretch.
-        """
+        """(s, lateral + left) of the closest point to ``xy``; with ``s_hint`` only within ``window_m`` of it (a
+        route that comes back near itself cannot capture a vehicle from the wrong stretch)."""
         p = np.asarray(xy, dtype=np.float64)
         lo, hi = 0, len(self.points) - 1
         if s_hint is not None:

@@ -27,10 +27,8 @@ class ExpertOracle:
 
 
 class PolicyPlanner:
-    """The driving policy (``wam_diff2_core.policy.DrivingPolicy``) as the planner node calls it. With
-    plan candidates (``policy.candidates.count`` > 1) they are scored against the route's online scene
-    (``pdm_scenes.world_online_scene``: the route corridor and the world's vehicles at constant velocity)
-    and the number that parsed is counted on the route (``RouteRun.valid_candidates``)."""
+    """The driving policy as the planner node calls it; plan candidates are scored against the route's online
+    scene (``pdm_scenes.world_online_scene``), the number that parsed counted in ``RouteRun.valid_candidates``."""
 
     name = "policy"
 

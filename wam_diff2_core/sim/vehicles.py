@@ -138,11 +138,8 @@ class IdmParams:
 
 def idm_acceleration(speed: float, desired_speed: float, gap_m: float | None, leader_speed: float,
                      p: IdmParams) -> float:
-    """IDM acceleration; ``gap_m`` bumper to bumper (None: free road).
-
-    A desired speed of (about) zero means "stop": the free-road term then brakes comfortably
-    to standstill instead of IDM's unbounded -(v / v0)^4.
-    """
+    """IDM acceleration; ``gap_m`` bumper to bumper (None: free road). A desired speed of (about) zero means
+    "stop": the free-road term brakes comfortably to standstill instead of IDM's unbounded -(v / v0)^4."""
     if desired_speed <= 0.05:
         free = -min(p.comfort_decel_mps2, speed / 0.5)
     else:
