@@ -53,7 +53,7 @@ sources=$(du -sb "$ROS_WHEELS/src" | cut -f1)
 gpu_size=0
 [ -d "$GPU_WHEELS" ] && gpu_size=$(du -sb "$GPU_WHEELS" | cut -f1)
 total=$((ros_size + gpu_size))
-printf 'device_ros_wheels: %s: %d bytes (%.1f MiB; the interface sources %d bytes); with %s/ (%d bytes): %d bytes (%.1f MiB) of the %d MiB a call carries\n' \
+printf 'device_ros_wheels: %s/ holds %d bytes (%.1f MiB; the interface sources %d bytes); with %s/ (%d bytes): %d bytes (%.1f MiB) of the %d MiB a call carries\n' \
     "$ROS_WHEELS" "$ros_size" "$(echo "$ros_size / 1048576" | bc -l)" "$sources" "$GPU_WHEELS" "$gpu_size" "$total" \
     "$(echo "$total / 1048576" | bc -l)" $((LIMIT >> 20))
 if [ "$total" -gt "$LIMIT" ]; then
