@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..config import EOS_TOKEN, MASK_TOKEN, DecodingSettings, write_diffusion_file
+from .shapes import rope_parameters
 
 # Qwen2/3's pre-tokenizer: single digits, letters runs, punctuation runs, whitespace rules.
 QWEN_PRETOKENIZE_PATTERN = (
@@ -135,9 +136,7 @@ def build_config(tokenizer, *, hidden_size: int = 128, layers: int = 2, vision_d
             num_hidden_layers=layers, num_attention_heads=heads,
             num_key_value_heads=max(1, heads // 2), head_dim=head_dim,
             max_position_embeddings=8192, rms_norm_eps=1e-6,
-            rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0,
-                             "mrope_section": [24, 20, 20] if qwen_layout else [6, 5, 5],
-                             "mrope_interleaved": True},
+            rope_parameters=rope_parameters((24, 20, 20) if qwen_layout else (6, 5, 5)),
         ),
         vision_config=dict(
             depth=vision_depth, hidden_size=vision_hidden_size, intermediate_size=2 * vision_hidden_size,
