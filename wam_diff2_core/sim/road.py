@@ -246,12 +246,11 @@ def build_road(pieces: Sequence[Piece], settings: RoadSettings, start_xy: Sequen
             if piece.length_m <= 0:
                 raise ValueError(f"Straight.length_m must be > 0, got {piece.length_m}")
             p, h = _straight_points(x, y, yaw, piece.length_m, sp)
-            flag = False
         elif isinstance(piece, Curve):
             if piece.radius_m <= settings.lane_width_m or piece.angle_deg == 0:
                 raise ValueError(f"Curve needs radius_m > lane width and a non-zero angle, got {piece}")
             p, h = _arc_points(x, y, yaw, piece.radius_m, math.radians(piece.angle_deg), sp)
-            flag = False
+            curve_spans.append((i_start, i_start + len(p), piece))
         elif isinstance(piece, Crossing):
             if piece.turn not in TURNS:
                 raise ValueError(f"Crossing.turn must be one of {TURNS}, got {piece.turn!r}")
@@ -264,17 +263,12 @@ def build_road(pieces: Sequence[Piece], settings: RoadSettings, start_xy: Sequen
             arms = [yaw, yaw + math.pi / 2, yaw - math.pi / 2]
             unused = [arm for arm in arms if abs(math.remainder(arm - out_yaw, 2 * math.pi)) > 1e-6]
             crossings.append(Intersection(centre, yaw, a, piece.turn, arms_unused=unused))
-            flag = True
+            crossing_spans.append((i_start, i_start + len(p)))
         else:
             raise TypeError(f"unknown road piece {piece!r}")
         pts.append(p)
         heads.append(h)
-        inside.append(np.full(len(p), flag))
-        i_end = i_start + len(p)
-        if isinstance(piece, Crossing):
-            crossing_spans.append((i_start, i_end))
-        elif isinstance(piece, Curve):
-            curve_spans.append((i_start, i_end, piece))
+        inside.append(np.full(len(p), isinstance(piece, Crossing)))
         x, y, yaw = float(p[-1, 0]), float(p[-1, 1]), float(h[-1])
 
     centreline = Path2D(np.concatenate(pts), np.concatenate(heads))
