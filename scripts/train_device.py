@@ -51,7 +51,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))          # the GPU image has the checkout, not an installed package
 
+from wam_diff2_core.benchmark.model_comparison import DEFAULT_THRESHOLD, SWEEP_BLOCK  # noqa: E402
 from wam_diff2_core.sim.protocol import SELECTION  # noqa: E402
+from wam_diff2_core.trainer.training_config import MIXED_PRECISION, TrainSection  # noqa: E402
 from wam_diff2_core.utils.cache_dirs import run_dir  # noqa: E402
 
 STAGES = ("synth", "init", "vision", "ar", "curriculum", "distill", "score")
@@ -94,9 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--ar-steps", type=int, default=None)
     g.add_argument("--block-steps", type=int, default=None, help="steps of each curriculum block size")
     g.add_argument("--distill-steps", type=int, default=None)
-    g.add_argument("--mixed-precision", default="auto", choices=("auto", "bf16", "no"),
+    g.add_argument("--mixed-precision", default=TrainSection.mixed_precision, choices=MIXED_PRECISION,
                    help="train.mixed_precision (auto: bf16 autocast on CUDA)")
-    g.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=False,
+    g.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=TrainSection.tf32,
                    help="train.tf32: float32 matrix products outside autocast in TF32 (CUDA)")
     g.add_argument("--num-workers", type=int, default=None,
                    help="data.num_workers: processes reading images and tokenising (default: 8 on cuda, 0 on cpu)")
@@ -202,12 +204,13 @@ def plan(args: argparse.Namespace) -> list[Stage]:
     def export(src: Path, name: str) -> Command:
         return Command(["export", str(src), str(models / name), "--dtype", "bfloat16"], models / name, needs=(src,))
 
-    from wam_diff2_core.benchmark.model_comparison import DEFAULT_THRESHOLD, SWEEP_BLOCK
     scores = runs / "scores" / "-".join(args.score_tasks)
-    bench = ["--log-level", "WARNING", "bench", "--model", str(models / MODELS["b32"]), "--ar-model", str(models / MODELS["ar"]),
-             "--data", str(data / SELECTION.samples), "--every", str(args.score_every), "--tasks", *args.score_tasks,
-             "--block-sizes", str(SWEEP_BLOCK), "--thresholds", str(DEFAULT_THRESHOLD), "--device", args.device,
-             "--out", str(scores), "--overwrite"] + (["--limit", str(args.score_limit)] if args.score_limit else [])
+    bench = ["--log-level", "WARNING", "bench", "--model", str(models / MODELS["b32"]),
+             "--ar-model", str(models / MODELS["ar"]), "--data", str(data / SELECTION.samples),
+             "--every", str(args.score_every), "--tasks", *args.score_tasks, "--block-sizes", str(SWEEP_BLOCK),
+             "--thresholds", str(DEFAULT_THRESHOLD), "--device", args.device, "--out", str(scores), "--overwrite"]
+    if args.score_limit:
+        bench += ["--limit", str(args.score_limit)]
     block4, block32 = runs / "curriculum" / "block4" / "final", runs / "curriculum" / "block32" / "final"
     return [
         Stage("synth", [Command(["synth", str(data), *synth, "--formats", "json", "--vqa-per-frame", "0",
@@ -217,7 +220,8 @@ def plan(args: argparse.Namespace) -> list[Stage]:
                                 "--hidden-size", str(args.hidden_size), "--layers", str(args.layers),
                                 "--vision-depth", str(args.vision_depth),
                                 "--vision-hidden-size", str(args.vision_hidden_size)], runs / "init")]),
-        Stage("vision", [train("vision", runs / "init", runs / "vision", args.vision_steps, runs / "vision" / "final")]),
+        Stage("vision", [train("vision", runs / "init", runs / "vision", args.vision_steps,
+                               runs / "vision" / "final")]),
         Stage("ar", [train("ar", runs / "vision" / "final", runs / "ar", args.ar_steps, runs / "ar" / "final"),
                      export(runs / "ar" / "final", MODELS["ar"])]),
         Stage("curriculum", [Command(["convert", str(runs / "ar" / "final"), str(runs / "init_diffusion"),
@@ -257,13 +261,17 @@ class Runner:
         for stage in stages:
             if stage.name not in self.args.stages:
                 continue
-            ok = self.run_stage(stage)
+            started = time.monotonic()
+            try:
+                ok = self.run_stage(stage)
+            except (SystemExit, KeyboardInterrupt):     # SIGTERM / Ctrl-C: the stage's processes are gone
+                self.fail(stage.name, started, "INTERRUPTED")
+                self.pack()
+                raise
             self.pack()
             if not ok:
                 break
-        self.pack()
-        summary = self.summary()
-        print(summary, end="")
+        print(self.summary(), end="")
         return 0 if not self.problems else 1
 
     def run_stage(self, stage: Stage) -> bool:
@@ -305,29 +313,24 @@ class Runner:
         return False
 
     def call(self, stage: str, argv: list[str], timeout_s: float) -> int | None:
-        """Exit status of ``wam-diff2 ARGV`` run as its own process group, its output appended to the stage's log;
-        None when stopped at ``timeout_s`` (the group is terminated, then killed)."""
+        """Exit status of ``wam-diff2 ARGV`` run as its own process group (in this session, so whatever ends the
+        call ends it too), its output appended to the stage's log; None when stopped at ``timeout_s`` (the group
+        is terminated, then killed). Interrupted itself (SIGTERM, Ctrl-C), this kills the group first."""
         command = [sys.executable, "-m", "wam_diff2_core.cli", *argv]
         with open(self.logs / f"{stage}.log", "a") as log:
             log.write(f"$ wam-diff2 {shlex.join(argv)}\n")
             log.flush()
             proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    process_group=0)
             try:
                 return proc.wait(timeout=max(timeout_s, 0.1))
             except subprocess.TimeoutExpired:
-                for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-                    try:
-                        os.killpg(proc.pid, sig)
-                    except ProcessLookupError:
-                        break
-                    try:
-                        proc.wait(timeout=grace)
-                        break
-                    except subprocess.TimeoutExpired:
-                        continue
+                _stop_group(proc, signal.SIGTERM)
                 log.write(f"stopped at the stage's bound ({timeout_s:.0f} s left when it started)\n")
                 return None
+            except BaseException:
+                _stop_group(proc, signal.SIGKILL)
+                raise
 
     def check_model_size(self) -> str | None:
         """Two bf16 exports of the initial model must come back with the rest (64 MiB a call)."""
@@ -399,6 +402,20 @@ class Runner:
         return "\n".join(out) + "\n"
 
 
+def _stop_group(proc: subprocess.Popen, first: signal.Signals) -> None:
+    """``first`` to the process group of ``proc``, SIGKILL after 5 s if it is still there."""
+    for sig in (first, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5.0)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _natural(path: Path) -> tuple:
     """Sort key: a run before its sub-runs, block4 before block16."""
     return len(path.parts), [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
@@ -406,6 +423,7 @@ def _natural(path: Path) -> tuple:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # a stopped call ends the stage's processes too
     return Runner(args).run(plan(args))
 
 

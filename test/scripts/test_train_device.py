@@ -7,9 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -104,6 +107,38 @@ def test_cpu_twin_trains_every_stage_returns_what_was_done_and_resumes_without_r
     assert grounding["samples"] == 0 and grounding["grounding_samples"] == 2
     assert [c["grounding"]["coco"]["truth_boxes"] for c in grounding["configurations"]] == [
         c["grounding"]["coco"]["truth_boxes"] for c in bench["configurations"]]       # the same drives again
+
+
+def test_a_stopped_call_ends_the_stage_it_was_in_and_packs_what_was_done(tmp_path):
+    """SIGTERM to the runner (a device call's end): the running stage's processes are killed with it (no training
+    left behind on the machine), its status says INTERRUPTED and OUT holds what was done."""
+    env = {**os.environ, "WAM_DIFF2_CACHE": str(tmp_path / "cache"), "OUT": str(tmp_path / "out"),
+           "OMP_NUM_THREADS": "1"}
+    runs = tmp_path / "cache" / "runs" / "device-demo"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), *TOY, "--stages", "synth", "init", "--bounds", CPU_BOUNDS],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("== init"):
+                break
+        time.sleep(1.0)                     # tiny-checkpoint has started (it takes several seconds)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143
+    status = (runs / "status.txt").read_text()
+    assert "synth: done after" in status and "init: INTERRUPTED" in status, status
+    left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline(p) and str(runs) in _cmdline(p)]
+    assert left == [], [_cmdline(p) for p in left]
+    assert "init: INTERRUPTED" in _packed(tmp_path)["status.txt"].decode()
+
+
+def _cmdline(proc_dir) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _load_script():
