@@ -212,8 +212,7 @@ class FrameInputTracker:
         return sample
 
     def command_for(self, sample: EgoSample) -> tuple[str, str, tuple[str, str] | None]:
-        """(command, source, why the default): the command topic, else the route, else the default
-        (else InputSkip)."""
+        """(command, source, why the default): the command topic, else the route, else the default, else InputSkip."""
         if self.command is not None:
             return self.command, "command", None
         reason = (NO_COMMAND, "no command received and no route")

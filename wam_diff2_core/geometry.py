@@ -130,8 +130,7 @@ DEMO_EGO_WHEELBASE_M = 2.8                                                    # 
 
 
 def box_corners(x: float, y: float, yaw: float, length_m: float, width_m: float) -> np.ndarray:
-    """[4, 2] corners of a box on the ground centred at (x, y) facing ``yaw``, counter-clockwise
-    from front left."""
+    """[4, 2] corners of a ground box centred at (x, y) facing ``yaw``, counter-clockwise from front left."""
     c, s = math.cos(yaw), math.sin(yaw)
     hl, hw = length_m / 2, width_m / 2
     local = np.array([[hl, hw], [-hl, hw], [-hl, -hw], [hl, -hw]])

@@ -59,8 +59,7 @@ class StageTimes:
         return sum(getattr(self, f"{s}_ms") for s in STAGES)
 
     def add_decode(self, stats, vision_ms: float) -> None:
-        """Add one ``decoder.generate`` call: its phases (``DecodeStats`` of the batch call) and the
-        vision tower's time measured inside its prefill."""
+        """Add one ``decoder.generate`` call's phases (``stats``) and the vision time measured inside its prefill."""
         self.vision_ms += vision_ms
         self.prefill_ms += max(0.0, stats.prefill_ms - vision_ms)
         self.denoise_ms += stats.denoise_ms
@@ -201,8 +200,7 @@ def stage_summary(stages: Sequence[dict[str, Any] | StageTimes]) -> dict[str, An
 
 
 def stage_table(summary: dict[str, Any], indent: str = "  ", total_label: str = STAGE_LABELS["total"]) -> list[str]:
-    """The console table of :func:`stage_summary`: one row per stage with p50 / p95 / mean ms and its
-    share of the p50 total, then the memory peak."""
+    """The console table of :func:`stage_summary`: p50 / p95 / mean ms and share of the p50 total, memory peak."""
     ms = summary["ms"]
     total = ms["total"]["p50"] or 0.0
     lines = [f"{indent}{'stage (ms)':<18}{'p50':>9}{'p95':>9}{'mean':>9}{'share':>8}"]

@@ -121,8 +121,7 @@ class RouteTracker:
 
     # ------------------------------------------------------------------ per tick
     def update(self, ego_xy: Sequence[float], ego_yaw: float, stamp_s: float) -> str | None:
-        """The command for the ego at ``ego_xy`` / ``ego_yaw`` (route frame) at ``stamp_s``;
-        None without a route or when off it."""
+        """The command at ``ego_xy`` / ``ego_yaw`` (route frame) at ``stamp_s``; None without a route or off it."""
         if self.points is None:
             return None
         located = self._localise(np.asarray(ego_xy, dtype=np.float64))

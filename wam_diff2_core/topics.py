@@ -31,8 +31,7 @@ def carla_namespace(role: str = DEFAULT_ROLE) -> str:
 
 
 def carla_topics(role: str = DEFAULT_ROLE, camera: str = DEFAULT_CAMERA) -> dict[str, str]:
-    """carla-ros-bridge's topics of an ego ``role``: odometry, other agents (``objects``), route
-    (``waypoints``), camera image and info."""
+    """carla-ros-bridge's topics of an ego ``role``: odometry, objects, route (``waypoints``), camera."""
     base = carla_namespace(role)
     return {"odometry": f"{base}/odometry", "objects": f"{base}/objects", "route": f"{base}/waypoints",
             "camera_info": f"{base}/{camera}/camera_info", "image": f"{base}/{camera}/image"}

@@ -163,8 +163,7 @@ def _json_list_records(path: Path, text: str) -> list[Record]:
 
 
 def _sample_id(raw: dict[str, Any], index: int) -> str:
-    """The record's id ("#N", its 1-based position, when it has none); a SampleError when it is not
-    a string or integer."""
+    """The record's id ("#N", its 1-based position, when it has none); SampleError for a bad one."""
     if "id" not in raw:
         return f"#{index + 1}"
     value = raw["id"]
@@ -174,8 +173,7 @@ def _sample_id(raw: dict[str, Any], index: int) -> str:
 
 
 def outside_root(path: str, allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS) -> bool:
-    """Whether an image path as written in a sample would be read from outside its data root
-    (decided from the text alone: nothing on disk is looked at)."""
+    """Whether an image path would be read from outside its data root (from the text alone: no disk access)."""
     if os.path.isabs(path):
         return not allow_absolute_paths
     return os.path.normpath(path).split(os.sep)[0] == os.pardir

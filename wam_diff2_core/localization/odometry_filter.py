@@ -224,8 +224,7 @@ class OdometryFilter:
         self.gate_refused_since, self.gate_refused_in_row = None, 0
 
     def _place(self, index: list[int], values, r: np.ndarray, what: str) -> None:
-        """The state at ``index`` set to ``values`` (a first measurement, or a jump followed) with covariance ``r``
-        and no correlation with the rest."""
+        """The state at ``index`` set to ``values`` with covariance ``r``, uncorrelated with the rest."""
         x, covariance = self._x, self.covariance.copy()
         x[index] = values
         covariance[index, :] = 0.0
@@ -262,8 +261,7 @@ class OdometryFilter:
                          "an IMU heading")
 
     def speed(self, t: float, speed: float) -> bool:
-        """A speedometer reading (m/s, its magnitude: the filter's speed is never negative). False: refused
-        (``refusal`` says why)."""
+        """A speedometer reading (m/s; its magnitude is used). False: refused (``refusal`` says why)."""
         return self._measure("speed", self._speed, t, speed)
 
     def _speed(self, t: float, speed: float) -> None:

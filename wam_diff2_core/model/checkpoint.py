@@ -282,8 +282,7 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
 
 
 def stored_quantization(path: Path) -> dict | None:
-    """The ``quantization`` block of a quantized checkpoint's diffusion_config.json (``method``, ``dtype``),
-    checked; None for a float checkpoint."""
+    """A quantized checkpoint's ``quantization`` block (``method``, ``dtype``), checked; None for a float one."""
     block = read_diffusion_file(path).get("quantization")
     if block is None:
         return None

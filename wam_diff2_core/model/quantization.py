@@ -173,8 +173,7 @@ def quantize_embedding_and_head(model) -> tuple[int, int]:
 
 
 def quantize_language_model(model, method: str) -> QuantizationReport:
-    """Quantize a Qwen3-VL model in place (``none``: nothing): the decoder layers' linear layers by ``method``,
-    the LM head and token embedding to int8 (module doc)."""
+    """Quantize a Qwen3-VL model in place by ``method`` (``none``: nothing), as the module doc says."""
     if method not in QUANTIZATIONS:
         raise ConfigError(f"quantization: {method!r} is not one of {', '.join(QUANTIZATIONS)}")
     if method == "none":

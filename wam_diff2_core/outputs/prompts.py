@@ -52,8 +52,7 @@ def check_detection_every(every_n_frames: int, tasks: Sequence[str]) -> None:
 
 
 def is_grounding_prompt(text: str) -> bool:
-    """Whether a prompt asks for 2-D boxes: it names ``bbox_2d``, as :data:`DETECTION_TEMPLATE` and
-    Qwen3-VL's grounding prompts do."""
+    """Whether a prompt asks for 2-D boxes (names ``bbox_2d``, as Qwen3-VL's grounding prompts do)."""
     return GROUNDING_KEY in (text or "")
 
 

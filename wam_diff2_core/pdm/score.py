@@ -193,8 +193,7 @@ def _score_rollout(rollout: EgoRollout, scene: PdmScene, vehicle: Vehicle) -> Pd
 
 
 def reference_progress(reference_plan, ego: EgoStart, scene: PdmScene, vehicle: Vehicle = Vehicle()) -> float:
-    """A rule-based reference planner's plan scored as NAVSIM scores PDM-Closed's: its progress (m)
-    x its NC x its DAC, the ``reference_progress_m`` of :func:`pdm_score`."""
+    """A rule-based reference plan's progress (m) x NC x DAC (``reference_progress_m``), as NAVSIM's PDM-Closed's."""
     return _score_rollout(track_plan(reference_plan, ego, vehicle), scene, vehicle).weighted_progress_m
 
 

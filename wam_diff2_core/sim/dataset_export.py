@@ -182,8 +182,7 @@ def frame_samples(truth, image_path: str, width: int, height: int, settings: Exp
 
 
 def _recovery_sample(root: Path, episode, truth, settings: ExportSettings) -> dict:
-    """The frame's planning sample seen from the displaced ego (training split only: held-out
-    frames stay what a vehicle sees)."""
+    """The frame's planning sample seen from the displaced ego (training split only)."""
     recovery = episode.recoveries[truth.frame]
     image_path = f"images/e{truth.episode:04d}/{truth.frame:05d}r.{settings.image_format}"
     (root / image_path).write_bytes(encode_image(episode.render_recovery(truth.frame).rgb, settings))

@@ -28,8 +28,7 @@ BAG_VERSION = 9
 
 
 def topic_names(role: str, command_topic: str = DEFAULT_COMMAND_TOPIC) -> dict[str, str]:
-    """carla-ros-bridge topic names for an ego ``role``, plus the planner node's command input
-    (the evaluator's and the replay launch file's default command topic)."""
+    """carla-ros-bridge topic names for an ego ``role``, plus the planner node's command input."""
     carla = carla_topics(role)
     return {"clock": "/clock", "tf": "/tf", "odometry": carla["odometry"], "objects": carla["objects"],
             "route": carla["route"], "command": command_topic, "camera_info": carla["camera_info"],

@@ -149,8 +149,7 @@ def world_online_scene(run, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> Onlin
 
 
 def tracked_objects(boxes: list[VehicleBox]) -> list[TrackedObject]:
-    """The demo world's vehicles (map frame) as candidate selection's tracked objects: measured now, moving at
-    their speed along their heading."""
+    """The demo world's vehicles (map frame) as tracked objects, measured now, moving along their heading."""
     return [TrackedObject(v.x, v.y, v.yaw, v.speed * math.cos(v.yaw), v.speed * math.sin(v.yaw), v.length_m,
                           v.width_m, name=f"{v.label} {v.id}") for v in boxes]
 
@@ -235,8 +234,7 @@ class DataSetPdm:
         return self._episodes[index]
 
     def online_scene(self, sample_id: str, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene | None:
-        """The candidate-selection scene of a planning sample's frame (:func:`frame_online_scene`); None
-        for an id this data set did not write."""
+        """:func:`frame_online_scene` of a planning sample's frame; None for an id this data set did not write."""
         where = self._frame_of(sample_id)
         return None if where is None else frame_online_scene(*where, lane_width_m)
 

@@ -30,8 +30,7 @@ class ScoringSet:
     routes_per_seed: int = 10
 
     def shell(self) -> str:
-        """Bash assignments of the set (``eval`` them): data, samples, synth (an array), every, route_seeds,
-        routes."""
+        """Bash assignments of the set (``eval`` them): data, samples, synth (an array), every, route_seeds, routes."""
         values = {"data": self.data, "samples": f"{self.data}/{self.samples}", "every": str(self.every),
                   "route_seeds": " ".join(map(str, self.route_seeds)), "routes": str(self.routes_per_seed)}
         lines = [f"{k}={shlex.quote(v)}" for k, v in values.items()]

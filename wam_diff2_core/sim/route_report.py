@@ -75,8 +75,7 @@ def summary_line(summary: dict[str, Any]) -> str:
 
 
 def plot_route(run: RouteRun, path: str | Path) -> None:
-    """Bird's-eye view: the road, the route, the ego's track coloured by speed, fallback ticks,
-    lane departures and collisions."""
+    """Bird's-eye view: road, route, the ego's track by speed, fallback ticks, lane departures, collisions."""
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
