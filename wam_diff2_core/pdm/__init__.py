@@ -1,9 +1,5 @@
-"""NAVSIM v1's PDM score of a plan, ROS-free: the scene a plan is scored against (``scene``), the ego
-tracking it for 4 s (``tracking``), the comfort checks (``comfort``) and the sub-scores and their
-aggregate (``score``). Below the policy, so the planner can score its own candidates too.
+"""NAVSIM v1's PDM score of a plan, ROS-free, below the policy so the planner can score its own candidates too
+(the modules: README.md in this folder).
 
-    from wam_diff2_core.pdm.scene import Area, AgentTrack, EgoStart, PdmScene
-    from wam_diff2_core.pdm.score import pdm_score
-
-    result = pdm_score(plan, EgoStart(speed_mps=8.0), scene, reference_progress_m=32.0)
+    result = pdm_score(plan, EgoStart(speed_mps=8.0), scene, reference_progress_m=32.0)    # pdm.score, pdm.scene
 """

@@ -1,15 +1,11 @@
 """The demo world's scoring protocol, in one place: which seeds train, which choose, which report.
 
-Every seed of the demo world belongs to one purpose (models/README.md, "Protocol"):
+models/README.md, "Protocol", says what each set is for; ``scripts/score_demo.sh`` reads its sets from here, the
+closed loop's default routes are the selection set's first seed, ``closed-loop --expert-labels`` refuses the
+held-out seeds.
 
-- training: ``wam-diff2 synth`` seeds and closed-loop label routes the demo models learn from;
-- selection: every choice (model variant, stage, threshold, schedule) looks here and only here;
-- report: the published figures; nothing trained or chosen on it.
-
-``scripts/score_demo.sh`` reads its sets from here (``python -m wam_diff2_core.sim.protocol --shell SET``),
-the closed loop's default routes are the selection set's first seed, and ``closed-loop --expert-labels``
-(training labels) refuses the held-out seeds. ``--seed demo-drive`` prints the held-out drive's seed that the
-demo, the benches and the examples plan on.
+    python -m wam_diff2_core.sim.protocol --shell report      # a set as bash assignments
+    python -m wam_diff2_core.sim.protocol --seed demo-drive   # the held-out drive the demo, benches and examples use
 """
 from __future__ import annotations
 
