@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..benchmark.model_comparison import DEFAULT_THRESHOLD, SWEEP_BLOCK, TASKS
+from ..evaluation.metrics import PDM_SUBSCORES, WAYPOINT_TIMES_S
 
 
 def add_arguments(p) -> None:
@@ -61,7 +62,6 @@ def print_stage_table(results: list[dict[str, Any]]) -> None:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    from ..evaluation.metrics import WAYPOINT_TIMES_S
     from ..evaluation.report_plots import per_waypoint_axes, pyplot, save
 
     plt = pyplot()
@@ -97,12 +97,8 @@ COLUMNS = [("label", "config", ""), ("tokens_per_forward", "tok/fwd", ".2f"),
            ("pdms", "PDMS", ".3f")]
 
 
-def pdm_columns() -> list[tuple[str, str, str]]:
-    """The PDM table's columns: PDMS and each sub-score (metrics.PDM_SUBSCORES)."""
-    from ..evaluation.metrics import PDM_SUBSCORES
-
-    return [("label", "config", ""), ("pdm_samples", "samples", ""), ("pdms", "PDMS", ".3f"),
-            *((k, k.upper(), ".3f") for k in PDM_SUBSCORES)]
+PDM_COLUMNS = [("label", "config", ""), ("pdm_samples", "samples", ""), ("pdms", "PDMS", ".3f"),
+               *((k, k.upper(), ".3f") for k in PDM_SUBSCORES)]
 
 
 GROUNDING_COLUMNS = [("label", "config", ""), ("samples", "samples", ""), ("parse_failures", "parse fail", ""),
@@ -213,7 +209,7 @@ def run(args) -> int:
     if results[0]["pdm_samples"]:
         print(f"\nPDM score (NAVSIM v1; demo world, the expert as reference) over {results[0]['pdm_samples']} "
               "samples: PDMS mean (an unparsed answer scores 0), sub-scores over the parsed answers")
-        print(format_table(results + [baseline], pdm_columns()))
+        print(format_table(results + [baseline], PDM_COLUMNS))
     if selection is not None:
         bench_candidates.print_selection(selection)
     print_stage_table(results)

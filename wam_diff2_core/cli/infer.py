@@ -51,11 +51,7 @@ def _parser_for(sample, mode: str) -> str:
     if mode != "auto":
         return mode
     prompt = json.dumps(sample.raw.get("conversations", ""))
-    if "waypoints" in prompt:
-        return "waypoints"
-    if "bbox_2d" in prompt:
-        return "boxes"
-    return "none"
+    return "waypoints" if "waypoints" in prompt else "boxes" if "bbox_2d" in prompt else "none"
 
 
 def _parsed_fields(text: str, sample, images, mode: str, char_confidence=lambda: None) -> dict:

@@ -105,12 +105,10 @@ def settings_from_args(args):
         world = WorldSettings(route=RouteSettings(mirror_turns=args.mirror_turns))
         episode = EpisodeSettings(frames=args.frames, frame_stride=args.frame_stride, traffic=args.traffic,
                                   world=world, camera=camera, recovery=recovery)
-        extra = {} if args.command_topic is None else {"command_topic": args.command_topic}
-        return ExportSettings(episodes=args.episodes, seed=args.seed, episode=episode, formats=args.formats,
-                              val_fraction=args.val_fraction, role=args.role, image_format=args.image_format,
-                              vqa_per_frame=args.vqa_per_frame, detection=args.detection, workers=args.workers,
-                              prompt_acceleration=args.prompt_acceleration, commands=tuple(args.commands),
-                              **extra)
+        given = {k: getattr(args, k) for k in ("episodes", "seed", "formats", "val_fraction", "role", "image_format",
+                                               "vqa_per_frame", "detection", "workers", "prompt_acceleration",
+                                               "command_topic") if getattr(args, k) is not None}
+        return ExportSettings(episode=episode, commands=tuple(args.commands), **given)
     except ValueError as exc:   # the settings' own checks name the field
         raise ConfigError(str(exc)) from exc
 

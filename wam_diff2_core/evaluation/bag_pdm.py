@@ -48,16 +48,14 @@ def _agents(track: ObjectTrack, t_ns: int, origin: np.ndarray, yaw: float) -> li
         for snapshot in snapshots:
             hit = None if snapshot is None else np.flatnonzero(snapshot.ids == oid)
             rows.append(None if hit is None or not len(hit) else snapshot.boxes[hit[0], :3])
-        known = [k for k, row in enumerate(rows) if row is not None]
-        velocity = np.zeros(2)
+        velocity, last = np.zeros(2), None        # last: the latest recorded box before k
         for k in range(OBSERVATION_SAMPLES):
-            if rows[k] is not None:
-                before = [j for j in known if j < k]
-                if before:
-                    velocity = (rows[k][:2] - rows[before[-1]][:2]) / ((k - before[-1]) * SIM_DT_S)
+            if rows[k] is None:
+                rows[k] = np.array([*(rows[last][:2] + velocity * (k - last) * SIM_DT_S), rows[last][2]])
                 continue
-            last = max(j for j in known if j < k)
-            rows[k] = np.array([*(rows[last][:2] + velocity * (k - last) * SIM_DT_S), rows[last][2]])
+            if last is not None:
+                velocity = (rows[k][:2] - rows[last][:2]) / ((k - last) * SIM_DT_S)
+            last = k
         boxes = np.array(rows)
         agents.append(AgentTrack(xy=world_to_ego(boxes[:, :2], origin, yaw), yaw=boxes[:, 2] - yaw,
                                  length_m=float(first[3]), width_m=float(first[4]), kind="vehicle",

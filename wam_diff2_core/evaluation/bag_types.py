@@ -7,18 +7,13 @@ the definitions a bag stores per connection.
 """
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .derived_objects import installed_msg_dirs, object_types
+
 PACKAGE = "wam_diff2_ros"
-
-
-def installed_msg_dirs(package: str) -> list[Path]:
-    """``share/<package>/msg`` under every prefix on ``AMENT_PREFIX_PATH``, in its order (they need not exist)."""
-    return [Path(prefix) / "share" / package / "msg" for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)
-            if prefix]
 
 
 def package_msg_dir() -> Path | None:
@@ -33,7 +28,6 @@ def default_types() -> dict[str, Any]:
     :mod:`.derived_objects`) and this package's, as a rosbags types dict."""
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-    from .derived_objects import object_types
 
     types = dict(get_typestore(Stores.ROS2_KILTED).fielddefs)
     try:

@@ -59,16 +59,11 @@ def write_bag(path: str | Path, topics: dict[str, str], messages: Iterable[tuple
 class BagStreamWriter:
     """A new rosbag2 bag written message by message, atomically, from any thread.
 
-    The bag grows in a hidden sibling folder (``.NAME.partial-*``) and appears at ``path`` only
-    on :meth:`close`; :meth:`abort` (or an exception inside a ``with`` block, Ctrl-C included)
-    removes it, so a reader never finds a half-written bag at ``path``. Messages are stored as
-    given (CDR bytes unchanged, or a rosbags message serialized with ``typestore``); each topic's
-    message definition comes from ``typestore`` (default: Kilted's and this package's types).
-
-    The storage is touched only by one writer thread the object owns (sqlite3 connections must
-    stay in the thread that made them), so every method may be called from any thread:
-    :meth:`write` queues the message (a storage error surfaces at :meth:`close`), the others wait
-    for the writer thread.
+    The bag grows in a hidden sibling folder (``.NAME.partial-*``) and appears at ``path`` only on
+    :meth:`close`; :meth:`abort` (or an exception inside a ``with`` block, Ctrl-C included) removes it.
+    Only one writer thread the object owns touches the storage (sqlite3 connections must stay in the
+    thread that made them): :meth:`write` queues the message (a storage error surfaces at :meth:`close`),
+    the other methods wait for that thread.
 
         with BagStreamWriter("out_bag", storage="mcap") as w:
             w.add_topic("/planner/output/trajectory", "wam_diff2_ros/msg/Trajectory")

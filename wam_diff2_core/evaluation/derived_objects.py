@@ -6,8 +6,10 @@ definitions come from the installed package, for writing; a recorded bag carries
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -15,7 +17,6 @@ import numpy as np
 from ..candidate_selection import BOX, object_ground_box
 from ..frame_inputs import stamp_ns
 from . import bag_messages as msg
-from .bag_types import installed_msg_dirs
 
 OBJECT_TYPE = "derived_object_msgs/msg/Object"
 OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
@@ -23,6 +24,12 @@ OBJECT_ARRAY_TYPE = "derived_object_msgs/msg/ObjectArray"
 CLASSIFICATION = {"car": 6, "truck": 7, "bus": 9}        # demo-world labels -> Object.CLASSIFICATION_*
 LABELS = {code: label for label, code in CLASSIFICATION.items()}   # Object.CLASSIFICATION_* -> label
 UNKNOWN_LABEL = "unknown"                                  # another classification
+
+
+def installed_msg_dirs(package: str) -> list[Path]:
+    """``share/<package>/msg`` under every prefix on ``AMENT_PREFIX_PATH``, in its order (they need not exist)."""
+    return [Path(prefix) / "share" / package / "msg" for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)
+            if prefix]
 
 
 @lru_cache(maxsize=1)

@@ -51,8 +51,8 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
         else:
             predicted = xy
     s = msg.stats
-    stats = {k: getattr(s, k, 0) for k in DECODE_STATS_KEYS}    # 0: a bag recorded before a field existed
-    stats = {k: (float(v) if k.endswith("_ms") else int(v)) for k, v in stats.items()}
+    # 0: a bag recorded before a field existed
+    stats = {k: (float if k.endswith("_ms") else int)(getattr(s, k, 0)) for k in DECODE_STATS_KEYS}
     decoded = stats["forwards"] > 0 or stats["tokens"] > 0 or float(s.latency_ms) > 0
     published_stages = getattr(s, "stages", None)         # absent in bags recorded before StageTimes existed
     stages = None
