@@ -49,7 +49,8 @@ PACING_ROUTES=${PACING_ROUTES:-10}
 PACING_ROUTE_M=${PACING_ROUTE_M:-60}
 PACING_CHUNK=${PACING_CHUNK:-2}
 PACING_JOBS=${PACING_JOBS:-10}
-DOMAIN_BASE=${DOMAIN_BASE:-150}           # node parts on DOMAIN_BASE, +1; the pacing runs from DOMAIN_BASE + 10
+DOMAIN_BASE=${DOMAIN_BASE:-150}           # the node parts' DDS domains: DOMAIN_BASE and DOMAIN_BASE + 1
+PACING_DOMAIN=${PACING_DOMAIN:-$((DOMAIN_BASE + 10))}   # the pacing runs': from PACING_DOMAIN, one per process
 PARTS=${PARTS:-"prefix:15 msgs:75 node-random:160 node-demo:95 pacing:125"}
 RESERVE_S=10                              # kept for the summary and the last pack
 RAW=$(mktemp -d)
@@ -81,7 +82,7 @@ part_command() {        # the command of part $1, its rows and log in $RAW
         msgs) echo "$PY scripts/ros_prefix.py build $ROS_PREFIX . $ROS_WHEELS/src/ros_environment $ROS_WHEELS/src/carla_msgs $ROS_WHEELS/src/tf2_msgs" ;;
         node-random) echo "$PY scripts/node_rate.py --random $RANDOM_SHAPE --device $DEVICE --size $NODE_SIZE --rate-hz $NODE_RATE_HZ --duration-s $NODE_DURATION_S --threads $NODE_THREADS --domain-id $DOMAIN_BASE --out $RAW/node-random.jsonl" ;;
         node-demo) echo "$PY scripts/node_rate.py --model $DEMO_MODEL --device $DEVICE --size $NODE_SIZE --rate-hz $NODE_RATE_HZ --duration-s $NODE_DURATION_S --threads $NODE_THREADS --domain-id $((DOMAIN_BASE + 1)) --out $RAW/node-demo.jsonl${DEMO_PARAMS:+$(printf ' --param %s' $DEMO_PARAMS)}" ;;
-        pacing) echo "$PY scripts/pacing_runs.py --model $DEMO_MODEL --device $DEVICE --routes $PACING_ROUTES --route-length-m $PACING_ROUTE_M --chunk $PACING_CHUNK --jobs $PACING_JOBS --domain-base $((DOMAIN_BASE + 10)) --out $RAW/pacing" ;;
+        pacing) echo "$PY scripts/pacing_runs.py --model $DEMO_MODEL --device $DEVICE --routes $PACING_ROUTES --route-length-m $PACING_ROUTE_M --chunk $PACING_CHUNK --jobs $PACING_JOBS --domain-base $PACING_DOMAIN --out $RAW/pacing" ;;
         *) return 1 ;;
     esac
 }
