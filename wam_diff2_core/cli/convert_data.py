@@ -10,7 +10,6 @@ command; 8 waypoints at 0.5 s in the ego frame). Missing or unreadable files are
 """
 from __future__ import annotations
 
-import sys
 
 HELP = "convert a public data set (bench2drive) into planning samples"
 
@@ -26,6 +25,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from ..config import ConfigError
     from ..data import bench2drive
 
     try:
@@ -33,8 +33,7 @@ def run(args) -> int:
                                       frame_rate_hz=args.frame_rate_hz or bench2drive.FRAME_RATE_HZ,
                                       progress=not args.no_progress)
     except ValueError as exc:
-        print(f"wam-diff2 convert-data: error: {exc}", file=sys.stderr)
-        return 2
+        raise ConfigError(str(exc)) from None
     print(f"convert-data bench2drive: {summary['samples']} planning samples from {summary['frames']} frames of "
           f"{len(summary['clips'])} clips ({summary['skipped_clips_done_before']} converted before); "
           f"{summary['problems']} missing or unreadable files (listed in {args.out}/report.json) -> "

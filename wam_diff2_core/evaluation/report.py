@@ -56,7 +56,7 @@ def write_run_report(out_dir: str | Path, run, *, model: dict[str, Any], command
     frames = run.frames
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         (tmp / "frames.jsonl").write_text("".join(json.dumps(f.as_record()) + "\n" for f in frames))
-        plot_per_waypoint({label or "model": metrics}, tmp / PLOTS["per_waypoint"], baseline=True)
+        plot_per_waypoint({label or "model": metrics}, tmp / PLOTS["per_waypoint"])
         plot_bev_samples(frames, tmp / PLOTS["bev"], bev_samples)
         plot_error_histogram(frames, tmp / PLOTS["histogram"])
         if metrics["overall"]["collision"] is not None:
@@ -139,7 +139,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
               "common_valid_frames": paired, "speed_profile": speed, "collision": collision, "pdm": pdm,
               "complete": True}
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
-        plot_per_waypoint({na: ma, nb: mb}, tmp / "per_waypoint_compare.png", baseline=True)
+        plot_per_waypoint({na: ma, nb: mb}, tmp / "per_waypoint_compare.png")
         if collision is not None:
             plot_collision_rates({**collision["runs"]}, tmp / "collision_compare.png")
         (tmp / "compare.md").write_text(render_compare(result, na, nb, ma, mb))

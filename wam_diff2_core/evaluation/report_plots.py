@@ -33,7 +33,7 @@ def no_data(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
 
 
-def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path, baseline: bool = True) -> None:
+def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path) -> None:
     """Mean error per waypoint (the exposure-bias curve) for each run, with the CV baseline."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
@@ -42,14 +42,11 @@ def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path, baseline: boo
         curve = m["overall"]["model"]["per_waypoint"]
         if curve[0] is not None:
             ax.plot(t, curve, marker="o", label=f"{name} ({m['overall']['valid']} frames)")
-    if baseline:
-        for name, m in runs.items():
-            curve = m["overall"]["constant_velocity"]["per_waypoint"]
-            if curve[0] is not None:
-                ax.plot(t, curve, linestyle="--", color="grey",
-                        label="constant velocity" + (f" ({name} frames)" if len(runs) > 1 else ""))
-                if len(runs) == 1:
-                    break
+    for name, m in runs.items():
+        curve = m["overall"]["constant_velocity"]["per_waypoint"]
+        if curve[0] is not None:
+            ax.plot(t, curve, linestyle="--", color="grey",
+                    label="constant velocity" + (f" ({name} frames)" if len(runs) > 1 else ""))
     per_waypoint_axes(ax, "Per-waypoint mean error", bool(ax.get_legend_handles_labels()[0]), "no valid plans to score")
     save(fig, path)
 
