@@ -51,7 +51,7 @@ PACING_CHUNK=${PACING_CHUNK:-2}
 PACING_JOBS=${PACING_JOBS:-10}
 DOMAIN_BASE=${DOMAIN_BASE:-150}           # the node parts' DDS domains: DOMAIN_BASE and DOMAIN_BASE + 1
 PACING_DOMAIN=${PACING_DOMAIN:-$((DOMAIN_BASE + 10))}   # the pacing runs': from PACING_DOMAIN, one per process
-PARTS=${PARTS:-"prefix:15 msgs:75 node-random:160 node-demo:95 pacing:125"}
+PARTS=${PARTS:-"prefix:10 msgs:70 node-random:175 node-demo:90 pacing:120"}
 RESERVE_S=10                              # kept for the summary and the last pack
 RAW=$(mktemp -d)
 mkdir -p "$OUT_DIR"
@@ -74,6 +74,7 @@ has_ros() { "$PY" -c "import rclpy, wam_diff2_ros.msg, carla_msgs.msg, tf2_msgs.
     echo "device_ros: $(date -u +%FT%TZ), device $DEVICE, $("$PY" --version 2>&1), project $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     "$PY" -c "import torch, numpy; print(f'torch {torch.__version__}, numpy {numpy.__version__}')" 2>&1
+    echo "nproc $(nproc); /dev/shm (Fast DDS's shared memory): $(df -h /dev/shm 2>/dev/null | awk 'NR == 2 {print $2 " size, " $4 " free"}')"
 } | tee "$RAW/machine.txt"
 
 part_command() {        # the command of part $1, its rows and log in $RAW

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from pacing_runs import figures, markdown
 
 P50_TARGET_MS = 60.0              # the 2B shape at 1080p and 10 Hz
@@ -47,9 +49,12 @@ def node_lines(raw: Path, device: str) -> tuple[list[str], list[str]]:
         start = (rows.get("start") or [{}])[0]
         summary = (rows.get("summary") or [None])[0]
         name = start.get("label") or path.stem
-        if summary is None:
+        if summary is None:          # stopped at its bound: the plans it had received
             frames = rows.get("frame", [])
-            table.append(f"| {name} | stopped before its summary ({len(frames)} trajectories received) | | | | | "
+            latency = [f["latency_ms"] for f in frames]
+            p50, p95 = (float(np.percentile(latency, q)) for q in (50, 95)) if latency else (None, None)
+            table.append(f"| {name} | stopped before its summary: {len(frames)} plans received | {fmt(p50)} / "
+                         f"{fmt(p95)} | | | {sum(f['valid'] for f in frames)} | "
                          f"{fmt(start.get('configure_to_active_s'), '.1f')} | | |")
             continue
         s = summary

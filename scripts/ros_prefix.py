@@ -172,6 +172,10 @@ def build_one(folder: Path, prefix: Path, jobs: int) -> tuple[str, float]:
 
 def build(prefix: Path, folders: list[Path]) -> int:
     t0 = time.perf_counter()
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not header.is_file():          # the messages' Python bindings are C extensions of this Python
+        raise SystemExit(f"ros_prefix: {header} is missing: the messages' Python bindings cannot be built for "
+                         f"{sys.executable} (install its development headers, e.g. python3-dev)")
     packages = {package_name(f)[0]: f for f in folders}
     waiting = {name: package_name(f)[1] & set(packages) for name, f in packages.items()}
     jobs = os.cpu_count() or 2

@@ -211,8 +211,12 @@ def test_the_targets_are_set_against_the_figures_on_cuda(tmp_path, capsys):
                "dropped_keep_latest": 9, "skipped": 1, "lost_on_wire": 0, "unaccounted": 0, "valid_plans": 0,
                "peak_memory_mb": 5200.0, "memory_kind": "cuda_allocated", "gpu_process_mb": 6100.0}
     (tmp_path / "node-random.jsonl").write_text(json.dumps(start) + "\n" + json.dumps(summary) + "\n")
+    stopped = [{"row": "start", "label": "wam-diff2-demo-b32", "configure_to_active_s": 12.0}] + [
+        {"row": "frame", "latency_ms": ms, "valid": True} for ms in (40.0, 30.0, 50.0)]    # no summary: cut short
+    (tmp_path / "node-demo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stopped))
     assert device_ros_summary.main([str(tmp_path), "--device", "cuda"]) == 0
     text = capsys.readouterr().out
+    assert "| wam-diff2-demo-b32 | stopped before its summary: 3 plans received | 40 / 49 | | | 3 | 12.0 |" in text
     assert "| random 2b | 600 x 1920x1080 at 10 Hz | 52 / 70 | 40 | 590 / 9 / 1 / 0 / 0 |" in text
     assert "random 2b: p50 52 ms (target <= 60): met" in text
     assert "random 2b: no frame dropped beyond keep-latest: NOT met" in text       # one frame skipped
