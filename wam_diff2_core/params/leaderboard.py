@@ -55,6 +55,11 @@ class NodeSpec:
     condition: Arg | None = None               # started only when this boolean argument is true
 
 
+# the front camera in the planner's ego frame (the rear axle: the odometry's origin), for its debug image; the
+# agent sets them from the checkpoint's camera rig (wam_diff2_core/camera_rig.py): (launch argument, parameter)
+CAMERA_ARGUMENTS = (("camera_fov_deg", "camera.horizontal_fov_deg"), ("camera_x_m", "camera.x_m"),
+                    ("camera_y_m", "camera.y_m"), ("camera_z_m", "camera.z_m"),
+                    ("camera_pitch_deg", "camera.pitch_deg"))
 ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("model_path", None, "checkpoint directory (Qwen3-VL or WAM-Diff2)"),
     LaunchArgument("role_name", ROLE_NAME, "CARLA ego role name (leaderboard: hero)"),
@@ -75,12 +80,7 @@ ARGUMENTS: tuple[LaunchArgument, ...] = (
                    "the town's georeference latitude (OpenDRIVE header; degrees)"),
     LaunchArgument("lon_ref_deg", str(LOCALIZATION_DEFAULTS["geo.lon_ref_deg"]),
                    "the town's georeference longitude (degrees)"),
-    # the front camera in the planner's ego frame (the rear axle: the odometry's origin), for its debug image;
-    # the agent sets them from the checkpoint's camera rig (wam_diff2_core/camera_rig.py)
-    *(LaunchArgument(arg, str(PLANNER_DEFAULTS[param]), f"the planner's {param}")
-      for arg, param in (("camera_fov_deg", "camera.horizontal_fov_deg"), ("camera_x_m", "camera.x_m"),
-                         ("camera_y_m", "camera.y_m"), ("camera_z_m", "camera.z_m"),
-                         ("camera_pitch_deg", "camera.pitch_deg"))),
+    *(LaunchArgument(arg, str(PLANNER_DEFAULTS[param]), f"the planner's {param}") for arg, param in CAMERA_ARGUMENTS),
 )
 ARGUMENTS_BY_NAME = {a.name: a for a in ARGUMENTS}
 
@@ -110,11 +110,7 @@ NODES: tuple[NodeSpec, ...] = (
         # the bridge publishes its camera reliable; on best effort most raw frames of more than
         # ~0.5 MB never arrive over Fast DDS (wam_diff2_ros/README.md, image QoS)
         "image_reliability": "reliable",
-        "camera.horizontal_fov_deg": Arg("camera_fov_deg", float),
-        "camera.x_m": Arg("camera_x_m", float),
-        "camera.y_m": Arg("camera_y_m", float),
-        "camera.z_m": Arg("camera_z_m", float),
-        "camera.pitch_deg": Arg("camera_pitch_deg", float),
+        **{param: Arg(arg, float) for arg, param in CAMERA_ARGUMENTS},
     }, remappings=(
         *((f"~/input/{name}", carla_topic_parts(name, _ROLE, _CAMERA)) for name in ("image", "camera_info", "odometry")),
         # no route remap: the controller sends the route's command to ~/input/command
