@@ -218,10 +218,9 @@ class OnlineScene:
     vehicle: Vehicle = Vehicle()
 
     def near_agents(self, plans: Sequence[np.ndarray | None]) -> tuple[AgentTrack, ...]:
-        """The agents that can touch any of ``plans``: those whose boxes come within reach of a plan's line
-        (from the ego through its waypoints) at any time: half their diagonal + the ego's diagonal + how far
-        TTC projects the ego (0.9 s at the plan's top speed) + :data:`TRACKING_MARGIN_M`. The others cannot
-        overlap the ego or its TTC projections, so leaving them out changes no score (only its cost)."""
+        """The agents whose boxes come within reach of a plan's line (from the ego through its waypoints): half their
+        diagonal + the ego's + the TTC projection (0.9 s at the plan's top speed) + :data:`TRACKING_MARGIN_M`;
+        the others cannot touch the ego or its projections, so leaving them out changes no score."""
         lines = [np.vstack([[0.0, 0.0], np.asarray(p, dtype=np.float64)]) for p in plans if p is not None]
         if not lines:
             return ()

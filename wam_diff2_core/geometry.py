@@ -276,13 +276,9 @@ class EgoSample:
 
 
 class AccelerationEstimator:
-    """Ego-frame acceleration from ego-frame velocities, low-pass filtered.
-
-    The ego frame rotates, so a_body = dv_body/dt + omega x v_body; the second term is the
-    centripetal part a turning car feels (NAVSIM's acceleration includes it). A first-order
-    filter with ``time_constant_s`` smooths the differentiated signal. Gaps longer than
-    ``max_gap_s`` or time going backwards (a bag restarting) reset the estimate to zero.
-    """
+    """Ego-frame acceleration from ego-frame velocities: a_body = dv_body/dt + omega x v_body (the centripetal part
+    a turning car feels; NAVSIM's includes it), first-order low-pass over ``time_constant_s``. A gap over
+    ``max_gap_s`` or time going backwards (a bag restarting) resets it to zero."""
 
     def __init__(self, time_constant_s: float = 0.5, max_gap_s: float = 1.0):
         self.time_constant_s = time_constant_s

@@ -192,11 +192,9 @@ class DrivingPolicy:
 
     def _decode(self, prompts: Mapping[str, str], image, settings, generator, stages: StageTimes,
                 candidates: int = 1) -> tuple[dict[str, TaskResult], list[TaskResult]]:
-        """One batched decode of ``{task: prompt}`` on one image, each answer parsed; its stage
-        times are added to ``stages``. ``candidates`` > 1: the plan prompt takes that many rows (the
-        first with ``settings``, the others sampled, :func:`candidate_rows`). Returns ({task: the first
-        row's answer}, every plan row's answer). Each prompt (and its image) is prefilled once, whatever
-        the rows that continue it."""
+        """One batched decode of ``{task: prompt}`` on one image (each prompt prefilled once), each answer parsed,
+        its stage times added to ``stages``; the plan takes ``candidates`` rows (:func:`candidate_rows`).
+        Returns ({task: the first row's answer}, every plan row's answer)."""
         tasks = list(prompts)
         rows = [task for task in tasks for _ in range(candidates if task == "plan" else 1)]
         t = time.perf_counter()
@@ -251,10 +249,8 @@ class DrivingPolicy:
         return s.replace(max_new_tokens=min(s.max_new_tokens, STARTUP_BLOCKS * s.block_size))
 
     def warmup(self) -> None:
-        """One decode (startup_settings) on a grey frame so the first real frame does not pay one-off costs:
-        processor, vision encoder, prefill, denoise steps, commits, parsing; with CUDA graphs or a compiled
-        forward, also capture / compile every step shape for this policy's batch (one row per task) in every
-        key-span bucket, so nothing is captured or compiled while driving."""
+        """One decode (startup_settings) on a grey frame so the first real frame pays no one-off costs; with CUDA
+        graphs or a compiled forward also every step shape of this policy's batch, captured / compiled now."""
         image, prompts = self._warmup_prompts()
         self._decode(dict(zip(self.tasks, prompts)), image, self.startup_settings(), None, StageTimes(),
                      self.candidates.count)

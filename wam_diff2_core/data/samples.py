@@ -236,10 +236,8 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def iter_samples(path: str | Path, data_root: str | Path = ".", *,
                  allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS) -> Iterator[Sample | SampleError]:
-    """Every record as a Sample, or the SampleError that says why it is unusable (with its line).
-
-    Ids must be unique in a file (predictions and reports are keyed by id): every record of an id
-    that appears more than once is refused, naming all its lines, before any is used."""
+    """Every record as a Sample, or the SampleError that says why it is unusable; every record of an id that
+    appears more than once is refused, naming all its lines (predictions and reports are keyed by id)."""
     records = read_records(path)
     places: dict[str, list[str]] = defaultdict(list)     # id -> where each record of it is
     for rec in records:

@@ -59,13 +59,10 @@ class GeoReference:
 
     @classmethod
     def solve(cls, lat_deg: float, lon_deg: float, x: float, y: float) -> "GeoReference":
-        """The reference under which the map-frame point (``x`` east, ``y`` north, metres: CARLA's x, -y)
-        reads ``lat_deg`` / ``lon_deg``: the inverse of :meth:`to_local` for one point known in both frames
-        (the first point of the leaderboard's GNSS and world global plans).
-
-        The Mercator scale depends on the reference latitude being solved for, so this iterates on
-        it (a fixed point: each step changes the scale by about ``y / R``; a few steps reach float
-        precision). Raises ValueError naming the bad input (non-finite, or no latitude in range)."""
+        """The reference under which the map-frame point (``x`` east, ``y`` north, metres) reads ``lat_deg`` /
+        ``lon_deg``: :meth:`to_local` inverted for one point known in both frames. The Mercator scale depends on
+        the latitude solved for, so this iterates to its fixed point (a few steps reach float precision).
+        ValueError naming the bad input (non-finite, or no latitude in range)."""
         for name, value in (("lat_deg", lat_deg), ("lon_deg", lon_deg), ("x", x), ("y", y)):
             if not math.isfinite(value):
                 raise ValueError(f"{name}: {value!r} is not a finite number")

@@ -23,8 +23,9 @@ VISION_2B = VISION["2b"]
 
 
 def random_model_config(shape: str | dict, *, vision: dict | None = None, token_ids: dict | None = None):
-    """(Qwen3VLConfig, DiffusionConfig) of :func:`build_random_model`'s model, without building it (a loader
-    that fills a model built without weights needs only these)."""
+    """(Qwen3VLConfig, DiffusionConfig) of :func:`build_random_model`'s model, without building it. ``vision``: the
+    vision tower's dimensions (default a minimal one); ``token_ids``: image / video / vision start and end ids
+    (``image_token_id`` ...; default the last rows of the vocabulary)."""
     from transformers import Qwen3VLConfig
 
     from ..config import DecodingSettings, DiffusionConfig
@@ -50,14 +51,10 @@ def random_model_config(shape: str | dict, *, vision: dict | None = None, token_
 
 def build_random_model(shape: str | dict, device, dtype, seed: int, logit_scale: float, *,
                        vision: dict | None = None, token_ids: dict | None = None):
-    """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape (a
-    name of :data:`SHAPES` or such a dict).
-
-    Logits are scaled by ``logit_scale`` through the final norm's weight, not the LM head: with tied
-    embeddings (the 2B shape) scaling the LM head would scale the input embeddings too, and the
-    random model would no longer have a trained model's spread of confidences. ``vision``: the vision
-    tower's dimensions (default a minimal one); ``token_ids``: image / video / vision start and end ids
-    of a tokenizer (``image_token_id`` ...; default the last rows of the vocabulary)."""
+    """(Qwen3VLForConditionalGeneration with random weights, DiffusionConfig) in a Qwen3-VL shape (a name of
+    :data:`SHAPES` or such a dict); ``vision``, ``token_ids``: as :func:`random_model_config`. Logits are scaled
+    by ``logit_scale`` through the final norm's weight, not the LM head: with tied embeddings (the 2B shape) that
+    would scale the input embeddings too, and lose a trained model's spread of confidences."""
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 

@@ -16,10 +16,8 @@ from .checkpoint import load_checkpoint
 
 
 def save_checkpoint(model, processor, out: str | Path, **save_kwargs) -> None:
-    """``save_pretrained`` of model and processor, plus the fields transformers 4.57 (the authors'
-    version) needs to load the same files: ``rope_scaling`` / ``rope_theta`` beside 5.x's
-    ``rope_parameters``, and the tokenizer's extra special tokens as ``additional_special_tokens``
-    (4.57 reads ``extra_special_tokens`` as a mapping). transformers 5.x loads both forms alike."""
+    """``save_pretrained`` of model and processor, plus what transformers 4.57 (the authors') needs to load them
+    (:func:`add_legacy_fields`); transformers 5.x loads both forms alike."""
     out = Path(out)
     model.save_pretrained(out, **save_kwargs)
     processor.save_pretrained(out)
@@ -66,7 +64,8 @@ def _diffusion_payload(config: DiffusionConfig) -> dict:
 
 
 def add_legacy_fields(out: str | Path) -> None:
-    """The 4.57-readable fields of :func:`save_checkpoint`, added to a saved directory in place."""
+    """Add to a saved directory, in place, ``rope_scaling`` / ``rope_theta`` beside 5.x's ``rope_parameters`` and
+    the tokenizer's extra special tokens as ``additional_special_tokens`` (4.57 reads the 5.x list as a mapping)."""
     out = Path(out)
     config_path = out / "config.json"
     config = json.loads(config_path.read_text())

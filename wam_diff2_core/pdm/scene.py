@@ -183,12 +183,9 @@ class Area:
 
 @dataclass(frozen=True)
 class PdmScene:
-    """What the plan is scored against, in the ego frame at the plan's stamp.
-
-    ``centreline`` [N, 2]: the route's centre line (progress is measured along it, in its point order);
-    ``drivable``: the drivable area; ``agents``: the other road users and objects; ``lanes``: lane
-    areas (an ego box with corners in two lanes and wholly in none "straddles lanes": lateral hits are
-    then its fault); ``intersections``: where TTC counts agents beside the ego too."""
+    """What the plan is scored against, in the ego frame at its stamp: ``centreline`` [N, 2] (progress along it,
+    in its point order), ``drivable``, ``agents``, ``lanes`` (an ego box with corners in two lanes and wholly in
+    none "straddles lanes": lateral hits are then its fault), ``intersections`` (TTC counts agents beside too)."""
 
     centreline: np.ndarray
     drivable: Area

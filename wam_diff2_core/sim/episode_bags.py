@@ -137,9 +137,8 @@ class EpisodeBagWriter:
                                                        yaw_rate))
 
     def write_objects(self, stamp_ns: int, vehicles: Sequence) -> None:
-        """The other vehicles of one tick as carla-ros-bridge's ``ObjectArray`` (frame map): box
-        centre at half height, yaw, [length, width, height], velocity in the map frame. ``vehicles``:
-        ``World.vehicle_boxes()`` (``sim.world.VehicleBox``)."""
+        """``World.vehicle_boxes()`` of one tick as carla-ros-bridge's ``ObjectArray`` (frame map): box centre at half
+        height, yaw, [length, width, height], velocity in the map frame."""
         objects = [{"id": v.id, "label": v.label, "x": v.x, "y": v.y, "z": v.height_m / 2, "yaw": v.yaw,
                     "length_m": v.length_m, "width_m": v.width_m, "height_m": v.height_m,
                     "vx": v.speed * math.cos(v.yaw), "vy": v.speed * math.sin(v.yaw)} for v in vehicles]

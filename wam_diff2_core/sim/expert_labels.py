@@ -18,8 +18,7 @@ from .route_runs import RouteRun
 
 
 class ExpertLabels:
-    """Wraps a planner and keeps every frame it is asked about (the states its own driving leads to: off the
-    expert's path, slowed down, stopped) with the expert's drive from there, under ``root``
+    """Wraps a planner and keeps every frame it is asked about with the expert's drive from there, under ``root``
     (images/rNNNN/TTTTTT.jpg; train.json on :meth:`write`); collect on routes other than the evaluation ones."""
 
     def __init__(self, planner: Callable[[RouteRun], Plan], root: str | Path):

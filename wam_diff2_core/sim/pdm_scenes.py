@@ -130,9 +130,8 @@ ROUTE_SPACING_M = 1.0      # the online route: the ego lane's centre line, a poi
 
 
 def frame_online_scene(episode: Episode, frame: int, lane_width_m: float = DEFAULT_LANE_WIDTH_M) -> OnlineScene:
-    """What candidate selection scores the plans of ``frame`` against (``candidate_selection.online_scene``): the
-    ego, its estimated acceleration (the prompt's), the ego lane as the route, the traffic at the frame as tracked
-    objects; nothing of the recorded future (what the node has behind the bridge)."""
+    """What candidate selection scores ``frame``'s plans against (``candidate_selection.online_scene``): the ego,
+    the ego lane as route, the traffic as tracked objects; nothing of the recorded future (as the node has it)."""
     tick, track = _frame_tick(episode, frame), episode.track
     x, y, yaw = track.pose(tick)
     return online_scene((x, y), yaw, float(track.speed[tick]), float(track.accel_estimated[tick, 0]),

@@ -79,9 +79,8 @@ class Path2D:
         return x0 + w * (x1 - x0), y0 + w * (y1 - y0), h0 + w * (h1 - h0)
 
     def speed_profile(self, lateral_accel_mps2: float, decel_mps2: float) -> np.ndarray:
-        """[N] suffix minimum of v_j^2 + 2 b s_j with v_j^2 = a_lat / |curvature_j| (cached):
-        the speed from which every curve from point i on can be taken after braking at b is
-        sqrt(profile[i] - 2 b s)."""
+        """[N] suffix minimum of v_j^2 + 2 b s_j, v_j^2 = a_lat / |curvature_j| (cached): every curve from point
+        i on can be taken after braking at b from sqrt(profile[i] - 2 b s)."""
         key = (lateral_accel_mps2, decel_mps2)
         if key not in self._profiles:
             value = lateral_accel_mps2 / np.maximum(np.abs(self.curvature), 1e-6) + 2.0 * decel_mps2 * self.s

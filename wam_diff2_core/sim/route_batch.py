@@ -20,9 +20,8 @@ from .route_runs import ClosedLoopSettings, RouteResult, RouteRun
 
 @dataclass(frozen=True)
 class RouteBatch:
-    """Routes ``first_route`` .. ``first_route + routes - 1`` under world ``settings``, the controller's ``gains``
-    and the ``engine``, planning every ``lockstep_n``-th tick; ``planner``: ``"oracle"`` or the checkpoint path
-    (recorded in the summary). The commands' defaults are their options' (``cli.closed_loop``)."""
+    """Routes ``first_route`` .. ``first_route + routes - 1`` planned every ``lockstep_n``-th tick; ``planner``:
+    ``"oracle"`` or the checkpoint path (recorded in the summary)."""
     settings: ClosedLoopSettings
     gains: ControllerGains
     engine: EngineSettings

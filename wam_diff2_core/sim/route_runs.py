@@ -196,9 +196,8 @@ class RouteRun:
         return lane.interpolate(np.append(s, end))[0]
 
     def route_with_options(self, spacing_m: float = 2.0) -> tuple[np.ndarray, list[str]]:
-        """The route as a CarlaRoute would carry it: points and a RoadOption each (LEFT / RIGHT /
-        STRAIGHT from a crossing's entry to its exit, LANEFOLLOW elsewhere), the crossing entries
-        and exits included as points."""
+        """The route as a CarlaRoute carries it: points (the crossings' entries and exits among them), a RoadOption
+        each (the turn from a crossing's entry to its exit, LANEFOLLOW elsewhere)."""
         lane = self.world.road.lane
         end = min(lane.length, self.end_s + self.settings.command.crossing_distance_m)
         stations = set(np.arange(0.0, end, spacing_m).tolist()) | {end}

@@ -153,9 +153,8 @@ def idm_acceleration(speed: float, desired_speed: float, gap_m: float | None, le
 
 def anticipated_speed_limit(path: Path2D, s: float, cruise_mps: float, lateral_accel_mps2: float,
                             decel_mps2: float) -> float:
-    """The highest speed now from which every curve ahead can be taken at ``lateral_accel_mps2``
-    after braking at ``decel_mps2``: min_j sqrt(v_j^2 + 2 b d_j) over path points j ahead,
-    v_j = sqrt(a_lat / |curvature_j|), capped at ``cruise_mps``."""
+    """The highest speed now from which every curve ahead can be taken at ``lateral_accel_mps2`` after braking at
+    ``decel_mps2`` (:meth:`Path2D.speed_profile`), capped at ``cruise_mps``."""
     profile = path.speed_profile(lateral_accel_mps2, decel_mps2)
     i = bisect.bisect_left(path._s_list, s)
     if i >= len(profile):

@@ -91,9 +91,8 @@ class World:
         self.time_s = 0.0
 
     def expert_future(self, num_waypoints: int, interval_s: float, ego: EgoState | None = None) -> np.ndarray:
-        """[num_waypoints, 2] the expert's positions every ``interval_s`` from now, in the ego frame
-        now; from ``ego`` instead of the world's ego when given (a perturbed start: the expert's
-        recovery). The world is unchanged (:meth:`expert_rollout`)."""
+        """[num_waypoints, 2] the expert's positions every ``interval_s`` from now (from ``ego`` when given: a
+        recovery), in the ego frame now; the world is unchanged (:meth:`expert_rollout`)."""
         every = int(round(interval_s / self.settings.dt_s))
         points = []
 
@@ -193,9 +192,8 @@ class World:
 
     def step(self, control: VehicleControl | None = None, *, actuation: Actuation | None = None,
              ego_override: EgoState | None = None) -> None:
-        """Advance one tick. The ego takes at most one of: a CARLA-style ``control``, a physical
-        ``actuation``, or an ``ego_override`` (its next state, e.g. from a log); with none of
-        them the expert drives. Traffic decides on the state at the start of the tick."""
+        """Advance one tick: the ego takes a ``control``, an ``actuation`` or an ``ego_override`` (its next state),
+        at most one; with none the expert drives. Traffic decides on the state at the start of the tick."""
         given = [c is not None for c in (control, actuation, ego_override)]
         if sum(given) > 1:
             raise ValueError("World.step takes at most one of control, actuation, ego_override")
