@@ -16,21 +16,15 @@ Only bad *arguments* (a non-positive image size, a degenerate crop) raise ``Valu
     >>> found.boxes[0]
     Box(label='car', score=1.0, x_min=192.0, y_min=216.0, x_max=960.0, y_max=648.0)
 
-Planning answers: ``x1,y1,...,x8,y8``, ego frame (x forward, y left), metres,
-one waypoint every 0.5 s. Each comma-separated field, after stripping whitespace, must be a
-plain decimal number: ``[+-]digits[.digits][e[+-]digits]`` in ASCII digits. ``nan``/``inf``
-are recognised only to report them as ``non_finite``; ``.5``, ``5.``, ``1_000``, hex and
-non-ASCII digits are ``not_a_number``. One trailing period (the model ending a sentence) and
-surrounding whitespace are accepted; a trailing comma leaves an empty field and is rejected.
-Checks run in this order, the first failure is reported: empty, not_a_number, wrong_count,
-non_finite (including overflow such as ``1e999``), out_of_range.
+Planning answers: ``x1,y1,...,x8,y8``, ego frame (x forward, y left), metres, one waypoint every 0.5 s. Each
+field, stripped, must be a plain decimal ``[+-]digits[.digits][e[+-]digits]`` in ASCII digits (``nan`` / ``inf``
+only to report them as ``non_finite``; ``.5``, ``5.``, ``1_000``, hex, non-ASCII digits: ``not_a_number``); one
+trailing period is accepted, a trailing comma is an empty field. The first failing check is reported, in this
+order: empty, not_a_number, wrong_count, non_finite (overflow such as ``1e999`` too), out_of_range.
 
-Detection answers follow Qwen3-VL grounding: a JSON list of objects (or one object) with
-``"bbox_2d": [x1, y1, x2, y2]`` on a 0..1000 scale of the image the model saw and a
-``"label"``; ``"score"`` or ``"confidence"`` is optional (default 1.0, or, given the decoder's
-per-character confidences, the geometric mean of those of the box's ``bbox_2d`` digits: how sure
-the decoder was of where it put the box). The JSON may sit in a ```` ```json ```` fence and have
-text around it.
+Detection answers follow Qwen3-VL grounding: a JSON list of objects (or one object), possibly in a
+```` ```json ```` fence with text around it, with ``"bbox_2d": [x1, y1, x2, y2]`` on a 0..1000 scale of the image
+the model saw, a ``"label"`` and optionally a ``"score"`` or ``"confidence"`` (:func:`parse_boxes`).
 """
 from __future__ import annotations
 
@@ -271,10 +265,9 @@ def parse_boxes(text: str | None, source_size: tuple[int, int],
     ``source_size`` is (width, height) of the source image; ``crop`` is (x0, y0, w, h), the
     region of it the model saw (None: the whole image). A model coordinate v maps to
     x0 + v / 1000 * w (and likewise for y), which also undoes any resize of that region.
-    Boxes are corner-ordered, clipped to the image, and dropped if no area remains.
-    ``char_confidence``: per character of ``text``, the decoder's confidence in the token it belongs to
-    (:func:`char_confidences`); a box without a score of its own then scores :func:`span_confidence` of
-    its object, the whole answer's where the objects cannot be located.
+    Boxes are corner-ordered, clipped to the image, and dropped if no area remains. A box without a score of its
+    own scores 1.0, or with ``char_confidence`` (per character of ``text``, :func:`char_confidences`)
+    :func:`span_confidence` of its object (the whole answer's where the objects cannot be located).
     """
     width, height = (float(v) for v in source_size)
     if not (math.isfinite(width) and math.isfinite(height) and width > 0 and height > 0):
