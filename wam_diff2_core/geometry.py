@@ -166,15 +166,11 @@ class RouteCommandSettings:
 
 def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: float,
                        settings: RouteCommandSettings) -> str | None:
-    """``left|straight|right`` from the route geometry ahead of the ego; None when off the route.
-
-    ``route_xy``: [N, 2] route points in the same frame as the ego pose. The route is entered at
-    the point closest to the ego; the heading change accumulated over the next
-    ``lookahead_m`` of route decides a turn (left when counter-clockwise). Below the turn angle,
-    a sideways offset of at least ``lateral_offset_m`` at the look-ahead end (a lane change, a
-    fork) also counts; smaller offsets (lane-centring wiggles) stay ``straight``. A route that
-    ends within a metre ahead is ``straight``. The ego's heading is not used, only its position:
-    the route's own direction is the reference, so a heading error does not flip the command.
+    """``left|straight|right`` from the route ``route_xy`` [N, 2] ahead of the ego (same frame); None off it. From
+    the route point closest to the ego, the heading change over ``lookahead_m`` decides a turn (left when
+    counter-clockwise); below the turn angle, a sideways offset of ``lateral_offset_m`` at the look-ahead end (a
+    lane change, a fork) does; a route ending within a metre is ``straight``. Only the ego's position is used,
+    not its heading: the route's own direction is the reference, so a heading error does not flip the command.
     """
     pts = world_to_ego(route_xy, ego_xy, ego_yaw)
     if len(pts) == 0 or not np.isfinite(pts).all():

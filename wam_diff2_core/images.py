@@ -1,13 +1,8 @@
-"""Camera frames in, RGB arrays out (and a debug drawing back): no ROS, no cv_bridge.
-
-The model sees RGB. Cameras send ``bgra8`` (CARLA), ``bgr8``, ``rgb8``, ``rgba8`` or ``mono8``
-rows, possibly padded (``step`` > width x channels), or JPEG/PNG bytes. Every check a raw
-frame can fail has an error code, so a node can count skipped frames by cause.
-
-Every image loader (``infer`` and training samples, the planner node, ``eval-bag``) refuses an
-image larger than :class:`ImageLimits` from its header, before a pixel is decoded: a hostile
-20000 x 20000 PNG (48 KB on disk, 1.2 GB decoded) is an error for that image, never a crash
-or an exhausted machine.
+"""Camera frames in, RGB arrays out (and a debug drawing back): no ROS, no cv_bridge. Cameras send ``bgra8``
+(CARLA), ``bgr8``, ``rgb8``, ``rgba8`` or ``mono8`` rows, possibly padded, or JPEG/PNG bytes; every check a raw
+frame can fail has an error code, so a node counts skipped frames by cause. Every image loader refuses an image
+over :class:`ImageLimits` from its header, before a pixel is decoded: a hostile 20000 x 20000 PNG (48 KB on
+disk, 1.2 GB decoded) is an error for that image, never a crash.
 
     >>> row = bytes([10, 20, 30, 255]) + bytes(2)                     # one bgra8 pixel + 2 padding bytes
     >>> image_to_rgb(row * 2, height=2, width=1, encoding="bgra8", step=6).tolist()
@@ -62,13 +57,9 @@ class ImageError(ValueError):
 
 @dataclass(frozen=True)
 class ImageLimits:
-    """The largest image any loader decodes; the one place these defaults live (the ``infer`` /
-    ``eval-bag`` flags, the training ``data.*`` settings and the node's ``image.*`` parameters
-    are derived from them). Checked from the header, before decoding.
-
-    Decoded bytes: width x height x the bytes per pixel of the decoded frame (the source's own,
-    e.g. 4 for RGBA or 2 for 16-bit grey, at least the 3 of the RGB copy; a raw frame: its
-    ``step`` x ``height`` bytes when that is more).
+    """The largest image any loader decodes, checked from the header (the one place these defaults live: the
+    flags, ``data.*`` and ``image.*`` derive from them). Decoded bytes: width x height x the decoded frame's bytes
+    per pixel (the source's own, at least the 3 of the RGB copy; a raw frame: ``step`` x ``height`` if more).
 
     >>> ImageLimits(max_decoded_pixels=1000).check(40, 30, 3, "x.png")
     Traceback (most recent call last):

@@ -204,10 +204,7 @@ class RouteRun:
         spans = [(c.lane_s_entry, c.lane_s_exit, c.turn.upper()) for c in self.world.road.crossings]
         stations |= {s for a, b, _ in spans for s in (a, b) if s < end}
         stations = np.array(sorted(stations))
-        options = []
-        for s in stations:
-            inside = [turn for a, b, turn in spans if a <= s < b]
-            options.append(inside[0] if inside else "LANEFOLLOW")
+        options = [next((turn for a, b, turn in spans if a <= s < b), "LANEFOLLOW") for s in stations]
         return lane.interpolate(stations)[0], options
 
     # ------------------------------------------------------------------ one tick
