@@ -142,7 +142,6 @@ class FrameInputTracker:
         self.settings = settings
         self._estimator.time_constant_s = settings.acceleration_time_constant_s
 
-    # -- inputs
     def on_odometry(self, msg) -> EgoSample:
         """Add one odometry sample (InputSkip when it is unusable or out of order).
 
@@ -200,7 +199,6 @@ class FrameInputTracker:
         self.command, self.command_text = command, text
         return command
 
-    # -- per frame
     def odometry_at(self, t_ns: int) -> EgoSample:
         """The ego state at ``t_ns`` (InputSkip when no odometry is within ``odometry_timeout_s``)."""
         if len(self.history) == 0:

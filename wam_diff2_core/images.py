@@ -197,7 +197,6 @@ def compressed_to_rgb(data, limits: ImageLimits = DEFAULT_LIMITS) -> np.ndarray:
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
-# ----------------------------------------------------------------------------- debug drawing
 PLAN_COLOUR = (0, 255, 0)       # RGB
 INVALID_COLOUR = (255, 0, 0)
 BOX_COLOUR = (255, 200, 0)

@@ -77,7 +77,6 @@ class RouteTracker:
         self.options: list[str] | None = None      # [N] RoadOption names, None for a Path route
         self.clear_progress()
 
-    # ------------------------------------------------------------------ route
     def set_route(self, points_xy: np.ndarray, road_options: Sequence[Any] | None = None) -> None:
         """A new route (progress starts over), repeated points dropped with their options. ValueError for fewer
         than 2 distinct points, non-finite ones, or options that are not RoadOptions one to one with them."""
@@ -119,7 +118,6 @@ class RouteTracker:
             return 0.0
         return min(1.0, self.progress_m / self.length_m)
 
-    # ------------------------------------------------------------------ per tick
     def update(self, ego_xy: Sequence[float], ego_yaw: float, stamp_s: float) -> str | None:
         """The command at ``ego_xy`` / ``ego_yaw`` (route frame) at ``stamp_s``; None without a route or off it."""
         if self.points is None:

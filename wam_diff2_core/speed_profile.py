@@ -1,20 +1,18 @@
 """A drivable trajectory from a plan: the waypoints (one every ``WAYPOINT_DT_S``, ego frame) and the ego's
-measured speed -> a point every ``step_s`` from t = 0 (at the ego, at the measured speed) to the plan's
-horizon, each with position, heading, longitudinal speed, acceleration and heading rate: what Autoware's
+measured speed -> a point every ``step_s`` from t = 0 (the ego, at the measured speed) to the plan's horizon,
+with position, heading, longitudinal speed, acceleration and heading rate: what Autoware's
 ``autoware_planning_msgs/Trajectory`` and path followers consume.
 
-1. **path**: the ego (0, 0) and the waypoints, each point closer than ``MIN_SEGMENT_M`` to the last kept
-   one dropped (a plan that stands still is a path of one point), parameterised by arc length;
-2. **planned speed**: the plan's progress s(t_k) at t_k = 0, 0.5, ..., 4.0 s, interpolated by a monotone
-   cubic (Fritsch-Carlson): its derivative is the planned speed, never negative and without overshoot;
+1. **path**: the ego (0, 0) and the waypoints (one closer than ``MIN_SEGMENT_M`` to the last kept dropped), by
+   arc length;
+2. **planned speed**: the derivative of the plan's progress at 0, 0.5, ..., 4.0 s interpolated by a monotone
+   cubic (Fritsch-Carlson): never negative, no overshoot;
 3. **speed**: from the measured speed, each step moves toward the planned speed within the limits
-   (acceleration, deceleration, top speed, lateral acceleration on the path's curvature, speed >= 0), so
-   the first point has the measured speed and no step breaks the acceleration limits. Where they
-   conflict the deceleration limit wins (an ego too fast for the curve ahead decelerates at the limit,
-   above the lateral limit for those steps), and a plan that stops closer than the ego can brake
-   continues past its last waypoint along the last heading;
-4. **points**: s(t) integrates the speed (trapezoid) and is placed on the path; the heading is the path's
-   tangent, interpolated between segment headings, and the heading rate its time derivative.
+   (acceleration, deceleration, top speed, lateral acceleration on the path's curvature, >= 0); where they
+   conflict the deceleration limit wins, and a plan that stops closer than the ego can brake continues past
+   its last waypoint along the last heading;
+4. **points**: s(t) integrates the speed (trapezoid) on the path; the heading is the path's tangent, the
+   heading rate its time derivative.
 
     profile = speed_profile(plan_xy, measured_speed(ego.vx))     # SpeedProfile of numpy arrays
     profile.t, profile.x, profile.speed, profile.accel, profile.heading_rate

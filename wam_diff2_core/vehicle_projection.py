@@ -43,7 +43,6 @@ class PixelBox:
     distance_m: float                               # camera to the nearest point of the footprint
 
 
-# ----------------------------------------------------------------------------- vehicles
 def _box_faces(length: float, width: float, height: float) -> dict[str, np.ndarray]:
     hl, hw, h = length / 2, width / 2, height
     return {

@@ -43,7 +43,6 @@ CAMERA = "rgb_front"
 DATASOURCE = "Bench2Drive"
 
 
-# ----------------------------------------------------------------------------- conventions
 def pose_from_anno(anno: dict[str, Any]) -> tuple[float, float, float]:
     """(x, y, yaw) in a right-handed world frame (CARLA's y negated; yaw counter-clockwise)."""
     carla_yaw = float(anno["theta"]) - math.pi / 2
@@ -69,7 +68,6 @@ def anno_acceleration(forward: float, left: float, yaw: float) -> list[float]:
     return [float(ax), float(-ay), 0.0]
 
 
-# ----------------------------------------------------------------------------- conversion
 @dataclass
 class ClipReport:
     clip: str

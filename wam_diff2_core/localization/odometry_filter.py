@@ -123,7 +123,6 @@ class OdometryFilter:
         self.reset()
         self.last_restart = why
 
-    # ------------------------------------------------------------------ time
     def _advance(self, t: float) -> None:
         """Predict to ``t``; raises MeasurementRefused (``late``) when the measurement is too old to use."""
         st = self.settings
@@ -189,7 +188,6 @@ class OdometryFilter:
         self.counts[kind] += 1
         return True
 
-    # ------------------------------------------------------------------ measurements
     def gnss(self, t: float, x: float, y: float, covariance: np.ndarray | None = None) -> bool:
         """A GNSS position in the map frame (metres); ``covariance`` [2, 2] or None for the settings' figure.
         False: refused (``refusal`` says why)."""

@@ -83,9 +83,7 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-# torchao's CPU path dequantizes the weights at every call, so on a CPU quantization saves memory and costs time
-# (docs/decoding.md, "Quantized weights", has the timings); a board's GPU reads the int8 bytes directly: that is
-# where it is for.
+# a board's GPU reads the int8 bytes directly: that is where quantization is for
 CPU_NOTE = ("on CPU the quantized linear layers are slower than float32 (torchao dequantizes at every call; "
             "docs/decoding.md, Quantized weights): this saves memory, not time")
 
@@ -204,7 +202,6 @@ def quantized_weights(model) -> dict[str, torch.Tensor]:
     return weights
 
 
-# ----------------------------------------------------------------------------- quantized checkpoints
 def save_quantized_weights(model, out: Path) -> Path:
     """The model's state dict in safetensors, quantized tensors flattened by torchao into plain tensors
     plus JSON metadata (no pickles). A tied LM head is left out (the config ties it again at load)."""

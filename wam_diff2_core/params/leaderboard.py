@@ -134,9 +134,8 @@ def default_value(argument: LaunchArgument, share: str) -> str | None:
 
 
 def launch_values(given: Mapping[str, str], share: str | None = None) -> dict[str, str]:
-    """Every launch argument's value: ``given`` over the defaults (``share``: the package's share directory,
-    needed for a parameter file not given). Raises ValueError naming an unknown argument or a required one
-    not given."""
+    """Every launch argument's value: ``given`` over the defaults (a parameter file's needs ``share``, the package's
+    share directory); ValueError naming an unknown argument or a required one not given."""
     unknown = sorted(set(given) - set(ARGUMENTS_BY_NAME))
     if unknown:
         raise ValueError(f"unknown launch argument(s) {unknown}; leaderboard.launch.py has {sorted(ARGUMENTS_BY_NAME)}")
@@ -224,17 +223,15 @@ def model_path_from(environ: Mapping[str, str], demo_path: str) -> tuple[str, st
 
 
 def save_directory(environ: Mapping[str, str], path_to_conf_file: str) -> str | None:
-    """Where Bench2Drive wants this route's files: ``$SAVE_PATH/<save_name>``, the save name being the last
-    ``+`` field Bench2Drive's evaluator appends to the agent config; None outside Bench2Drive (no SAVE_PATH or no
-    save name)."""
+    """Where Bench2Drive wants this route's files: ``$SAVE_PATH/<save_name>``, the last ``+`` field its evaluator
+    appends to the agent config; None outside Bench2Drive."""
     root, fields = environ.get(SAVE_PATH_ENV, ""), str(path_to_conf_file).split("+")
     return os.path.join(root, fields[-1]) if root and len(fields) > 1 and fields[-1] else None
 
 
 class MetricLog:
-    """Bench2Drive's ``metric_info.json``: per step, the ego's acceleration, angular velocity, forward and right
-    vectors, location and rotation (its evaluator's ``get_metric_info()``), keyed by the step number, as its
-    efficiency and smoothness tool reads them. Written atomically every ``every`` steps and on :meth:`write`."""
+    """Bench2Drive's ``metric_info.json``: its evaluator's ``get_metric_info()`` per step, keyed by the step, as its
+    efficiency and smoothness tool reads it; written atomically every ``every`` steps and on :meth:`write`."""
 
     def __init__(self, directory: str, every: int = 100):
         self.path = os.path.join(directory, METRIC_INFO_FILE)

@@ -121,7 +121,6 @@ def settings_from(settings: type[Settings], values: Mapping[str, Any], prefix: s
                        for f in fields(settings)})
 
 
-# ----------------------------------------------------------------------------- generated docs
 def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -241,7 +241,6 @@ class Renderer:
                 scale=1.0 - weight, offset=weight * haze,                          # colour = tex * scale + offset
                 sky=None if keep.all() else ~keep))                                # not ground: keep the background
 
-    # -------------------------------------------------------------- per frame
     def render(self, ego_pose: Sequence[float], vehicles: Sequence[VehicleBox]) -> Rendering:
         """Render from the ego pose (x, y, yaw of the rear axle, map frame) with these vehicles."""
         x, y, yaw = (float(v) for v in ego_pose)

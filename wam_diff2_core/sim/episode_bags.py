@@ -78,7 +78,6 @@ class EpisodeBagWriter:
         self._msg = self.typestore.types
         self.counts = {key: 0 for key in TOPIC_TYPES}
 
-    # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "EpisodeBagWriter":
         from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 
@@ -100,7 +99,6 @@ class EpisodeBagWriter:
         # rosbags writes metadata.yaml on close; after an error the caller discards the folder
         self.writer.close()
 
-    # ------------------------------------------------------------------ messages
     def _write(self, key: str, stamp_ns: int, msg) -> None:
         data = self.typestore.serialize_cdr(msg, TOPIC_TYPES[key])
         self.writer.write(self.connections[key], stamp_ns, data)

@@ -147,7 +147,6 @@ class RouteRun:
         self._wall0 = time.perf_counter()
         self.observe()
 
-    # ------------------------------------------------------------------ what a sensor sees
     @property
     def tick(self) -> int:
         return self.world.tick
@@ -207,7 +206,6 @@ class RouteRun:
         options = [next((turn for a, b, turn in spans if a <= s < b), "LANEFOLLOW") for s in stations]
         return lane.interpolate(stations)[0], options
 
-    # ------------------------------------------------------------------ one tick
     def apply(self, control: ControlLike) -> None:
         """Integrate one control (CARLA convention) and score the tick."""
         if self.done:

@@ -39,7 +39,6 @@ def route_command(road: RoadMap, lane_s: float, pose: Sequence[float], settings:
     return (command or "straight"), "route"
 
 
-# ----------------------------------------------------------------------------- questions
 QUESTIONS = {
     "lead": "Is there a vehicle ahead in the ego lane?",
     "road": "What is the road ahead like?",

@@ -120,7 +120,6 @@ class World:
             self.ego, self.lane_s, self.tick, self.time_s, self.traffic = saved
         return start
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def generate(cls, rng: np.random.Generator, settings: WorldSettings, duration_s: float,
                  horizon_s: float = 4.0) -> "World":
@@ -146,7 +145,6 @@ class World:
         traffic = _spawn_traffic(rng, road, settings, cruise, duration_s) if settings.traffic.enabled else []
         return cls(road, ego, traffic, settings, expert)
 
-    # ------------------------------------------------------------------ queries
     def ego_box(self) -> VehicleBox:
         p = self.settings.ego
         c = p.centre_from_axle_m
@@ -186,7 +184,6 @@ class World:
         hit = next((b.id for b in self.vehicle_boxes() if boxes_overlap(ego_corners, b.corners())), None)
         return EgoStatus(s, s / lane.length, lateral, heading_error, off_lane, hit)
 
-    # ------------------------------------------------------------------ stepping
     def expert_actuation(self) -> Actuation:
         return self.expert.act(self.ego, self.lane_s, self.leader(), self.settings.dt_s)
 
