@@ -73,17 +73,14 @@ class Sample:
     def answer(self) -> str | None:
         """The last assistant answer (the ground truth), if any."""
         last = self._last_answer_index()
-        return None if last is None else _text_of(self.messages[last])
+        return None if last is None else "".join(item["text"] for item in self.messages[last]["content"]
+                                                 if item["type"] == "text")
 
     def _last_answer_index(self) -> int | None:
         for i in range(len(self.messages) - 1, -1, -1):
             if self.messages[i]["role"] == "assistant":
                 return i
         return None
-
-
-def _text_of(message: dict[str, Any]) -> str:
-    return "".join(item["text"] for item in message["content"] if item["type"] == "text")
 
 
 @dataclass(frozen=True)

@@ -187,9 +187,7 @@ def candidate_settings(values: Mapping[str, Any]) -> CandidateSettings:
 
 def input_settings(values: Mapping[str, Any]) -> InputSettings:
     """The input parameters as the core's settings (the offline evaluator's ``--params-file`` reads the same)."""
-    return InputSettings(odometry_timeout_s=values["odometry_timeout_s"],
-                         acceleration_time_constant_s=values["acceleration_time_constant_s"],
-                         default_command=values["default_command"],
+    return InputSettings(**{f.name: values[f.name] for f in fields(InputSettings) if f.name != "route"},
                          route=settings_from(RouteCommandSettings, values, ROUTE_PREFIX))
 
 

@@ -184,9 +184,6 @@ class World:
         hit = next((b.id for b in self.vehicle_boxes() if boxes_overlap(ego_corners, b.corners())), None)
         return EgoStatus(s, s / lane.length, lateral, heading_error, off_lane, hit)
 
-    def expert_actuation(self) -> Actuation:
-        return self.expert.act(self.ego, self.lane_s, self.leader(), self.settings.dt_s)
-
     def step(self, control: VehicleControl | None = None, *, actuation: Actuation | None = None,
              ego_override: EgoState | None = None) -> None:
         """Advance one tick: the ego takes a ``control``, an ``actuation`` or an ``ego_override`` (its next state),
@@ -202,7 +199,7 @@ class World:
             if control is not None:
                 actuation = self.model.actuation_from_control(control, self.ego.speed)
             elif actuation is None:
-                actuation = self.expert_actuation()
+                actuation = self.expert.act(self.ego, self.lane_s, self.leader(), dt)
             self.ego = self.model.step(self.ego, actuation, dt)
         self.lane_s = self.road.lane.project((self.ego.x, self.ego.y), self.lane_s)[0]
         self._move_traffic(traffic_accel, dt)
