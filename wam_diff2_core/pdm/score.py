@@ -110,15 +110,11 @@ def _ego_areas(corners: np.ndarray, scene: PdmScene) -> tuple[np.ndarray, np.nda
     return off_road, straddling
 
 
-def _near(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether the circles around two boxes [4, 2] meet (a cheap test before the exact one)."""
+def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two boxes [4, 2] overlap: their circles meet (a cheap test first), then the exact test."""
     ca, cb = a.mean(axis=0), b.mean(axis=0)
     ra, rb = np.hypot(*(a - ca).T).max(), np.hypot(*(b - cb).T).max()
-    return float(np.hypot(*(ca - cb))) <= ra + rb
-
-
-def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
-    return _near(a, b) and boxes_overlap(a, b)
+    return float(np.hypot(*(ca - cb))) <= ra + rb and boxes_overlap(a, b)
 
 
 def _progress_along(line: np.ndarray, point: np.ndarray) -> float:
