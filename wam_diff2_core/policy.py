@@ -308,17 +308,10 @@ def candidate_rows(rows: Sequence[str], settings, candidates: CandidateSettings,
 def token_agreement(fast: Sequence[Sequence[int]], plain: Sequence[Sequence[int]]):
     """(positions that agree, positions compared, first difference (answer, position, fast id, plain id)).
     Each answer pair is compared over the longer one; a missing token counts as a difference."""
-    same = total = 0
-    first = None
-    for row, (a, b) in enumerate(zip(fast, plain)):
-        for position in range(max(len(a), len(b))):
-            x = a[position] if position < len(a) else None
-            y = b[position] if position < len(b) else None
-            total += 1
-            same += x == y
-            if x != y and first is None:
-                first = (row, position, x, y)
-    return same, total, first
+    pairs = [(row, i, a[i] if i < len(a) else None, b[i] if i < len(b) else None)
+             for row, (a, b) in enumerate(zip(fast, plain)) for i in range(max(len(a), len(b)))]
+    differ = [p for p in pairs if p[2] != p[3]]
+    return len(pairs) - len(differ), len(pairs), differ[0] if differ else None
 
 
 def describe_engine(engine: EngineSettings) -> str:
