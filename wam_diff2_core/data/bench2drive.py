@@ -88,12 +88,8 @@ def find_clips(src: Path) -> list[Path]:
 
 
 def _frame_ids(clip: Path) -> list[int]:
-    ids = set()
-    for p in list((clip / "anno").glob("*.json.gz")) + list((clip / "camera" / CAMERA).glob("*.jpg")):
-        stem = p.name.split(".")[0]
-        if stem.isdigit():
-            ids.add(int(stem))
-    return sorted(ids)
+    paths = list((clip / "anno").glob("*.json.gz")) + list((clip / "camera" / CAMERA).glob("*.jpg"))
+    return sorted({int(stem) for stem in (p.name.split(".")[0] for p in paths) if stem.isdigit()})
 
 
 def _read_anno(path: Path) -> dict[str, Any]:

@@ -77,10 +77,7 @@ class Sample:
                                                  if item["type"] == "text")
 
     def _last_answer_index(self) -> int | None:
-        for i in range(len(self.messages) - 1, -1, -1):
-            if self.messages[i]["role"] == "assistant":
-                return i
-        return None
+        return next((i for i in range(len(self.messages) - 1, -1, -1) if self.messages[i]["role"] == "assistant"), None)
 
 
 @dataclass(frozen=True)

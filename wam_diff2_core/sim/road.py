@@ -203,10 +203,7 @@ class RoadMap:
 
     def next_crossing(self, lane_s: float) -> Intersection | None:
         """The first intersection the ego has not left yet."""
-        for c in self.crossings:
-            if c.lane_s_exit > lane_s:
-                return c
-        return None
+        return next((c for c in self.crossings if c.lane_s_exit > lane_s), None)
 
 
 def _arc_points(x: float, y: float, yaw: float, radius: float, angle: float, spacing: float):

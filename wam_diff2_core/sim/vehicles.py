@@ -186,11 +186,7 @@ class TrafficVehicle:
     acceleration: float = 0.0
 
     def desired_speed(self, time_s: float) -> float:
-        factor = 1.0
-        for e in self.events:
-            if e.start_s <= time_s < e.end_s:
-                factor = min(factor, e.factor)
-        return self.cruise_mps * factor
+        return self.cruise_mps * min([1.0] + [e.factor for e in self.events if e.start_s <= time_s < e.end_s])
 
     @property
     def braking(self) -> bool:

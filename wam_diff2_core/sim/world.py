@@ -154,24 +154,16 @@ class World:
 
     def vehicle_boxes(self) -> list[VehicleBox]:
         """Every traffic vehicle as a box (the ego excluded)."""
-        out = []
-        for v in self.traffic:
-            x, y, yaw = self.lanes[v.path_name].pose_at(v.s)
-            out.append(VehicleBox(v.id, v.shape.label, x, y, yaw, v.shape.length_m, v.shape.width_m,
-                                  v.shape.height_m, v.colour, v.braking, v.path_name, v.speed))
-        return out
+        return [VehicleBox(v.id, v.shape.label, *self.lanes[v.path_name].pose_at(v.s), v.shape.length_m,
+                           v.shape.width_m, v.shape.height_m, v.colour, v.braking, v.path_name, v.speed)
+                for v in self.traffic]
 
     def leader(self) -> Leader | None:
         """The nearest traffic vehicle ahead of the ego in the ego lane."""
         front = self.lane_s + self.settings.ego.front_from_axle_m
-        best = None
-        for v in self.traffic:
-            if v.path_name != "lane":
-                continue
-            gap = v.s - v.shape.length_m / 2 - front
-            if v.s > self.lane_s and (best is None or gap < best.gap_m):
-                best = Leader(v.id, gap, v.speed)
-        return best
+        ahead = [Leader(v.id, v.s - v.shape.length_m / 2 - front, v.speed) for v in self.traffic
+                 if v.path_name == "lane" and v.s > self.lane_s]
+        return min(ahead, key=lambda leader: leader.gap_m, default=None)
 
     def status(self) -> EgoStatus:
         lane = self.road.lane
