@@ -233,13 +233,11 @@ class OnlineScene:
             at = np.linspace(0.0, s[-1], max(2, int(s[-1] / 0.5) + 2))
             dense.append(np.stack([np.interp(at, s, line[:, 0]), np.interp(at, s, line[:, 1])], axis=1))
         points = np.vstack(dense)                                                   # [P, 2]
-        reach = math.hypot(self.vehicle.box.length_m, self.vehicle.box.width_m) + TTC_PROJECTION_STEPS[-1] * SIM_DT_S * top_speed + TRACKING_MARGIN_M
-        near = []
-        for agent in self.scene.agents:
-            gap = np.hypot(*(agent.xy[:, None, :] - points[None]).transpose(2, 0, 1)).min()
-            if gap <= reach + 0.5 * math.hypot(agent.length_m, agent.width_m):
-                near.append(agent)
-        return tuple(near)
+        reach = (math.hypot(self.vehicle.box.length_m, self.vehicle.box.width_m)
+                 + TTC_PROJECTION_STEPS[-1] * SIM_DT_S * top_speed + TRACKING_MARGIN_M)
+        return tuple(agent for agent in self.scene.agents
+                     if np.hypot(*(agent.xy[:, None, :] - points[None]).transpose(2, 0, 1)).min()
+                     <= reach + 0.5 * math.hypot(agent.length_m, agent.width_m))
 
     def score_all(self, plans: Sequence[np.ndarray | None],
                   progress_reference: str = DEFAULT_PROGRESS_REFERENCE) -> tuple[PdmResult | None, ...]:

@@ -183,13 +183,9 @@ class VehicleProjector:
         cam = self.camera
         ego_from_map = np.array([[c, s, 0.0], [-s, c, 0.0], [0.0, 0.0, 1.0]])
         camera_map = np.array([x, y, 0.0]) + ego_from_map.T @ self.camera_in_ego
-        order = []
-        for v in vehicles:
-            corners = v.corners()
-            nearest = float(np.min(np.hypot(corners[:, 0] - camera_map[0], corners[:, 1] - camera_map[1])))
-            if nearest < 150.0:
-                order.append((nearest, v))
-        order.sort(key=lambda item: -item[0])          # far first: nearer vehicles paint over farther ones
+        nearest = [(float(np.min(np.hypot(*(v.corners() - camera_map[:2]).T))), v) for v in vehicles]
+        # far first: nearer vehicles paint over farther ones
+        order = sorted([(d, v) for d, v in nearest if d < 150.0], key=lambda item: -item[0])
         drawn = []
         for distance, v in order:
             cv_, sv = math.cos(v.yaw), math.sin(v.yaw)
