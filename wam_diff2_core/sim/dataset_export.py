@@ -297,9 +297,7 @@ def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = F
                 counts[f"{split}_frames"] = sum(len(r.frames) for r in results if r.split == split)
             counts["samples_by_task"] = dict(Counter(s["task"] for r in results for s in r.samples))
         with open(tmp / "frames.jsonl", "w") as f:
-            for r in results:
-                for record in r.frames:
-                    f.write(json.dumps(record) + "\n")
+            f.writelines(json.dumps(record) + "\n" for r in results for record in r.frames)
         camera = es.camera.camera()
         manifest = {
             "format": MANIFEST_FORMAT,

@@ -269,32 +269,27 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
     palette = Palette.random(rng)
     renderer = Renderer(world.road, settings.camera, palette, rng)
     n = settings.total_ticks
-    frame_of_tick = {settings.frame_tick(i): i for i in range(settings.frames)}
-    egos, lane_s = [], np.zeros(n)
-    snapshots: list[list[VehicleBox]] = [[] for _ in range(settings.frames)]
-    traffic: list[list[VehicleBox]] = []
-    leaders: list[Leader | None] = [None] * settings.frames
+    frame_ticks = {settings.frame_tick(i) for i in range(settings.frames)}
+    egos, lane_s, accel_est, traffic, leaders = [], [], [], [], []
     estimator = AccelerationEstimator(time_constant_s=settings.estimator_time_constant_s)
-    accel_est = np.zeros((n, 2))
     stamps = settings.start_time_s + np.arange(n) * settings.dt_s
     recovery_rng = np.random.default_rng([seed, index, 2])
     recoveries: dict[int, Recovery] = {}
     for tick in range(n):
         if tick > 0:
             world.step()
-        ego = world.ego
-        egos.append(ego)
-        lane_s[tick] = world.lane_s
-        accel_est[tick] = estimator.update(float(stamps[tick]), ego.speed, 0.0, ego.yaw_rate)
+        egos.append(world.ego)
+        lane_s.append(world.lane_s)
+        accel_est.append(estimator.update(float(stamps[tick]), world.ego.speed, 0.0, world.ego.yaw_rate))
         traffic.append(world.vehicle_boxes())
-        if tick in frame_of_tick:
-            snapshots[frame_of_tick[tick]] = traffic[-1]
-            leaders[frame_of_tick[tick]] = world.leader()
+        if tick in frame_ticks:                 # the frames come in tick order
+            leaders.append(world.leader())
             if recovery_rng.random() < settings.recovery.fraction:
-                recoveries[frame_of_tick[tick]] = _recovery(world, recovery_rng, settings.recovery)
-    track = EgoTrack(stamp_s=stamps, accel_estimated=accel_est, lane_s=lane_s,
+                recoveries[len(leaders) - 1] = _recovery(world, recovery_rng, settings.recovery)
+    track = EgoTrack(stamp_s=stamps, accel_estimated=np.array(accel_est), lane_s=np.array(lane_s),
                      **{k: np.array([getattr(e, k) for e in egos], dtype=np.float64)
                         for k in ("x", "y", "yaw", "speed", "acceleration", "yaw_rate", "steer_angle")})
+    snapshots = [traffic[settings.frame_tick(i)] for i in range(settings.frames)]
     return Episode(seed, index, settings, world.road, palette, track, snapshots, leaders, renderer, recoveries,
                    traffic)
 
