@@ -32,7 +32,7 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 
 from wam_diff2_core.cli import main  # noqa: E402
-from wam_diff2_core.evaluation.scenes import circle_scene, write_scene_bag  # noqa: E402
+from test.support.scenes import circle_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.msg import PlannerStatus, Trajectory  # noqa: E402
 from test.support.ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
 

@@ -23,7 +23,7 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 
 from wam_diff2_core.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bags import Bag  # noqa: E402
-from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag  # noqa: E402
+from test.support.scenes import straight_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.tools.bag_player import DEFAULT_RECORD_TOPICS, PLANNER_NODE  # noqa: E402
 from test.support.ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
 

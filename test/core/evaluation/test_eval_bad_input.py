@@ -16,7 +16,7 @@ from test.support.scripted_policy import ScriptedPolicy
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_types import default_typestore
 from wam_diff2_core.evaluation.bag_writer import write_bag
-from wam_diff2_core.evaluation.scenes import scene_messages, scene_topic_types, straight_scene, \
+from test.support.scenes import scene_messages, scene_topic_types, straight_scene, \
     write_scene_bag
 
 ODOM, IMAGE = "/carla/ego_vehicle/odometry", "/carla/ego_vehicle/rgb_front/image"

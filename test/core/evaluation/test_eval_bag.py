@@ -21,7 +21,7 @@ from wam_diff2_core.evaluation.record import record_predictions
 from wam_diff2_core.evaluation.report import compare_runs, load_run, write_run_report
 from wam_diff2_core.evaluation.bag_plan import EvalSettings
 from wam_diff2_core.evaluation.runner import evaluate_bags
-from wam_diff2_core.evaluation.scenes import (START_NS, accelerating_scene, circle_scene, frame_image, scene_messages,
+from test.support.scenes import (START_NS, accelerating_scene, circle_scene, frame_image, scene_messages,
                                               scene_topic_types, straight_scene, write_scene_bag)
 from wam_diff2_core.geometry import ego_to_world
 

@@ -34,7 +34,7 @@ from wam_diff2_core.evaluation.report import compare_runs, write_run_report
 from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
 from wam_diff2_core.evaluation.predictions import evaluate_predictions
 from wam_diff2_core.evaluation.runner import evaluate_bags
-from wam_diff2_core.evaluation.scenes import circle_scene, straight_scene, write_scene_bag
+from test.support.scenes import circle_scene, straight_scene, write_scene_bag
 
 SPEED, ORIGIN = 8.0, (10.0, -5.0)
 T = np.arange(1, 9) * 0.5

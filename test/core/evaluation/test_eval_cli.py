@@ -14,7 +14,7 @@ import pytest
 from test.support import REPO_ROOT as REPO
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bags import Bag
-from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag
+from test.support.scenes import straight_scene, write_scene_bag
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -21,7 +21,7 @@ from wam_diff2_core.evaluation.metrics import collision_metrics, summarize
 from wam_diff2_core.evaluation.report import compare_runs, write_run_report
 from wam_diff2_core.evaluation.bag_plan import EvalSettings
 from wam_diff2_core.evaluation.runner import evaluate_bags
-from wam_diff2_core.evaluation.scenes import straight_scene, write_scene_bag
+from test.support.scenes import straight_scene, write_scene_bag
 
 SPEED = 8.0
 ORIGIN = (10.0, -5.0)

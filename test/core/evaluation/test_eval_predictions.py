@@ -20,7 +20,7 @@ from wam_diff2_core.evaluation.bag_writer import BagStreamWriter, write_bag
 from wam_diff2_core.evaluation.bags import Bag
 from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
 from wam_diff2_core.evaluation.predictions import NOT_PUBLISHED, evaluate_predictions
-from wam_diff2_core.evaluation.scenes import START_NS, straight_scene, write_scene_bag
+from test.support.scenes import START_NS, straight_scene, write_scene_bag
 
 K = np.arange(1, 9)
 

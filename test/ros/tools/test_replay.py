@@ -20,7 +20,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 from wam_diff2_ros.tools.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bag_types import default_typestore  # noqa: E402
 from wam_diff2_core.evaluation.bag_writer import write_bag  # noqa: E402
-from wam_diff2_core.evaluation.scenes import scene_messages, scene_topic_types, straight_scene, \
+from test.support.scenes import scene_messages, scene_topic_types, straight_scene, \
     write_scene_bag  # noqa: E402
 from test.support.ros_helpers import unique_domain_id  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Small carla-ros-bridge-like bags from analytic ego motions, with exactly known ground truth (the
-evaluator's and the replay tool's tests and smoke runs): a ``bgra8`` camera (+ camera_info), odometry
+evaluator's and the replay tool's tests): a ``bgra8`` camera (+ camera_info), odometry
 (frame ``map``, twist in the child frame ``ROLE``), optionally a latched route, commands and other agents
 (``ObjectArray`` at the odometry rate), every message logged at its header stamp.
 
@@ -15,12 +15,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..topics import DEFAULT_ROLE
-from . import bag_messages as msg
-from .bag_types import default_typestore
-from .bag_writer import write_bag
-from .bags import BagTopics
-from .derived_objects import OBJECT_ARRAY_TYPE, object_array_msg
+from wam_diff2_core.evaluation import bag_messages as msg
+from wam_diff2_core.evaluation.bag_types import default_typestore
+from wam_diff2_core.evaluation.bag_writer import write_bag
+from wam_diff2_core.evaluation.bags import BagTopics
+from wam_diff2_core.evaluation.derived_objects import OBJECT_ARRAY_TYPE, object_array_msg
+from wam_diff2_core.topics import DEFAULT_ROLE
 
 START_NS = 1_000 * 1_000_000_000        # scenes start at t = 1000 s (a zero stamp means "unstamped")
 
