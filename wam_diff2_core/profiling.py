@@ -162,12 +162,10 @@ class PeakMemory:
 
 def timed_decode(decoder, tokenizer, inputs, stages: StageTimes, settings=None, *, generators=None,
                  greedy_rows: Sequence[int] = (), prompt_rows: Sequence[int] | None = None):
-    """One ``decoder.generate`` call of a batch (``prompt_rows``: the decoders' shared-prefill rows), its answers detokenised: (the decode output, the answer
-    texts in row order). Adds to ``stages`` the vision tower's time (measured inside the prefill), the
-    decoder's prefill / denoise / commit phases (the batch call's, alike in every row) and the
-    detokenising (``parse_ms``; the caller's parsing of the texts adds to it). The policy's step,
-    ``wam-diff2 infer`` and ``wam-diff2 bench --data`` decode through here, so their stage tables
-    measure the same thing."""
+    """One ``decoder.generate`` call of a batch (``prompt_rows``: the shared-prefill rows) and its answers
+    detokenised: (the decode output, the texts in row order); adds the vision, prefill, denoise, commit and
+    detokenising (``parse_ms``) times to ``stages``. The policy, ``infer`` and ``bench --data`` decode through
+    here, so their stage tables measure the same thing."""
     with VisionTimer(decoder.model, decoder.device) as vision:
         decoded = decoder.generate(inputs, settings, generators=generators, greedy_rows=greedy_rows,
                                    prompt_rows=prompt_rows)

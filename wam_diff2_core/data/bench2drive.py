@@ -191,10 +191,8 @@ def convert(src: str | Path, out: str | Path, *, frame_rate_hz: float = FRAME_RA
                               "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples))
             reports[names[clip]] = asdict(report)
             atomic_write_json(report_path, {"src": str(src), "clips": reports})
-    all_samples = []
-    for clip in clips:
-        part = out / "parts" / f"{names[clip]}.jsonl"
-        all_samples += [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
+    all_samples = [json.loads(line) for clip in clips
+                   for line in (out / "parts" / f"{names[clip]}.jsonl").read_text().splitlines() if line.strip()]
     dump_json_list(out / "samples.json", all_samples)
     summary = {"src": str(src), "clips": reports, "samples": len(all_samples),
                "frames": sum(r["frames"] for r in reports.values()),

@@ -222,11 +222,9 @@ def load_processor(path: str | Path):
 def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "auto",
                     overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa",
                     quantization: str = "none") -> LoadedModel:
-    """Load model + processor and resolve the decoding config (``overrides`` > the checkpoint's
-    diffusion_config.json > its format's default; None values are unset). ``path``: a directory
-    or a cached hub id. ``quantization`` (EngineSettings.quantization): the language model's linear
-    layers are quantized once, here; a quantized checkpoint (``wam-diff2 export --quantize``) loads as
-    stored, without quantizing again."""
+    """Load model + processor from a directory or a cached hub id and resolve the decoding config (``overrides``
+    > diffusion_config.json > the format's default; None values are unset). ``quantization``: applied once, here;
+    a quantized checkpoint (``wam-diff2 export --quantize``) loads as stored."""
     from safetensors import SafetensorError
     from transformers import Qwen3VLForConditionalGeneration
 

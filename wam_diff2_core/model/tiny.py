@@ -170,11 +170,9 @@ def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, *, block_size: int
 
 def build_qwen_layout_checkpoint(out_dir: str | Path, seed: int = 0, *, label: str = "wam_diff2",
                                  mask_token_id: int | None = 151671, hidden_size: int = 64) -> Path:
-    """A tiny checkpoint with the **real Qwen3-VL id layout**, as the authors ship WAM-Diff2: a
-    151936-row embedding and LM head, the specials at their real ids, no ``<|mask|>`` in the
-    tokenizer, no diffusion_config.json. ``label``: ``wam_diff2`` (the authors' model_type names)
-    or ``qwen3_vl``; ``mask_token_id`` is written to config.json when not None (the authors'
-    field; their code defaults it to 151671)."""
+    """A tiny checkpoint with the **real Qwen3-VL id layout**, as the authors ship WAM-Diff2: 151936 rows, the
+    specials at their real ids, no ``<|mask|>``, no diffusion_config.json. ``label``: ``wam_diff2`` (the authors'
+    model_type names) or ``qwen3_vl``; ``mask_token_id``: the authors' config.json field (None: not written)."""
     import json
 
     out = Path(out_dir)
