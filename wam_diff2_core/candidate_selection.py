@@ -51,10 +51,8 @@ TRACKING_MARGIN_M = 5.0        # the tracked ego stays this close to its plan's 
 
 @dataclass(frozen=True)
 class CandidateSettings:
-    """How many candidate plans a frame decodes and how rows 2..N sample (row 1 decodes with the decoding
-    settings: greedy by default); ``seed``: rows 2..N draw from generators seeded ``seed + row`` each frame;
-    ``lane_width_m``: the online drivable corridor's width around the route; ``progress_reference``: EP's
-    reference among the candidates (:data:`PROGRESS_REFERENCES`). ``count`` 1: no selection."""
+    """How many candidate plans a frame decodes (1: no selection) and how rows 2..N sample (row 1 decodes with the
+    decoding settings), the online corridor's width and EP's reference among the candidates (the fields' help)."""
 
     count: int = setting(1, "plan candidates per frame, decoded in one batch: the first with the decoding settings "
                          "(greedy), the others sampled (candidates.temperature / top_p); the one the online PDM score "
@@ -97,9 +95,8 @@ def check_progress_reference(progress_reference: str) -> str:
 
 
 def corridor_line(points: np.ndarray, anchor: int, yaw: float) -> np.ndarray:
-    """The stretch of the polyline ``points`` [N, 2] from :data:`CORRIDOR_BEHIND_M` before point ``anchor``
-    to :data:`CORRIDOR_AHEAD_M` after it, thinned to points :data:`CORRIDOR_SPACING_M` apart; where the
-    polyline ends sooner (a recording's or a route's ends) it goes on straight along its first / last
+    """``points`` [N, 2] from :data:`CORRIDOR_BEHIND_M` before point ``anchor`` to :data:`CORRIDOR_AHEAD_M` after,
+    thinned to :data:`CORRIDOR_SPACING_M`; where it ends sooner it goes on straight along its first / last
     segment (along ``yaw``, the ego's heading, where the stretch has no length: a drive standing still)."""
     s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(points, axis=0).T))])
     window = (s >= s[anchor] - CORRIDOR_BEHIND_M) & (s <= s[anchor] + CORRIDOR_AHEAD_M)

@@ -294,10 +294,9 @@ class DrivingPolicy:
 
 
 def candidate_rows(rows: Sequence[str], settings, candidates: CandidateSettings, device):
-    """(settings, generators, greedy rows) of a decode whose ``rows`` (a task per row) hold plan candidates:
-    the plan's first row and every other task's row decode greedily when ``settings`` are greedy (else they
-    sample with the candidate settings too); the other plan rows sample at the candidate temperature / top-p,
-    each from its own generator seeded ``candidates.seed + row``. The policy's rows, and the bench's."""
+    """(settings, generators, greedy rows) of a decode whose ``rows`` (a task per row) hold plan candidates: the
+    first plan row and other tasks' rows greedy when ``settings`` are; the other rows sample at the candidate
+    temperature / top-p, each from a generator seeded ``candidates.seed + row``. The policy's rows, and the bench's."""
     first_plan = rows.index("plan")
     greedy = tuple(i for i, task in enumerate(rows) if task != "plan" or i == first_plan) \
         if settings.temperature == 0.0 else ()

@@ -129,9 +129,8 @@ class RouteTracker:
         return self._hold(candidate, self.progress_m, stamp_s)
 
     def _project(self, xy: np.ndarray, lo: int, hi: int, earliest_within_m: float | None = None) -> tuple[float, float]:
-        """(arc length, distance) of the closest point on segments lo .. hi-1; with
-        ``earliest_within_m``, the closest point of the earliest run of segments within that
-        distance (when there is one)."""
+        """(arc length, distance) of the closest point on segments lo .. hi-1; with ``earliest_within_m``, on the
+        earliest run of segments within that distance (when there is one)."""
         a, d = self.points[lo:hi], np.diff(self.points[lo:hi + 1], axis=0)
         length = self._seg_len[lo:hi]
         t = np.clip(((xy - a) * d).sum(1) / length**2, 0.0, 1.0)

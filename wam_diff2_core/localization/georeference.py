@@ -45,10 +45,9 @@ class GeoReference:
                 math.log(math.tan(math.radians(90.0 + lat_deg) / 2.0)) * self._scale_m)
 
     def to_local(self, lat_deg: float, lon_deg: float) -> tuple[float, float]:
-        """(x east, y north) metres in the ROS map frame (CARLA's x, -y). Raises MeasurementRefused
-        (``position``) for a latitude outside (-90, 90) degrees (the projection has no value at the poles) or a
-        longitude outside [-360, 360] (the projection does not wrap: east of a reference near 180 it reads
-        above 180), or one that is not finite."""
+        """(x east, y north) metres in the ROS map frame (CARLA's x, -y). MeasurementRefused (``position``) for a
+        latitude outside (-90, 90) (no value at the poles), a longitude outside [-360, 360] (it does not wrap: east
+        of a reference near 180 reads above 180), or one not finite."""
         if not -90.0 < float(lat_deg) < 90.0:
             raise MeasurementRefused("position", f"latitude {lat_deg!r} is not in (-90, 90) degrees")
         if not -360.0 <= float(lon_deg) <= 360.0:

@@ -96,10 +96,9 @@ def _nested(f: Field) -> type | None:
 
 def field_specs(prefix: str, settings: type, apply: str = LIVE, *, note: str = "", unset: bool = False,
                 **bounds: float) -> tuple[ParamSpec, ...]:
-    """A spec per field of the dataclass ``settings`` (a nested settings' fields in its place), named ``prefix``
-    + the field's name, from the field (``wam_diff2_core.utils.fields.setting``): its default, and its help
-    (+ ``note``), choices and range (``bounds``: a low / high where the field has none). ``unset``: unset by
-    default, the field's default documented."""
+    """A spec per field of the dataclass ``settings`` (a nested settings' fields in its place) named ``prefix`` +
+    its name, from the field's ``setting``: default, help (+ ``note``), choices and range (``bounds``: a low /
+    high where the field has none). ``unset``: unset by default, the field's default documented."""
     specs: list[ParamSpec] = []
     for f in fields(settings):
         if _nested(f):
@@ -183,10 +182,8 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", 
 
 
 def json_schema(specs: Iterable[ParamSpec], node: str, title: str) -> dict[str, Any]:
-    """A JSON Schema (draft-07) of a ROS parameter file for ``node``, in the layout Autoware uses:
-    ``/**: ros__parameters:`` holding the parameters nested on the dots, each with its type, default,
-    range or choices and description; every parameter with a default is required, one unset by default
-    is optional (the checkpoint's value applies)."""
+    """A JSON Schema (draft-07) of a ROS parameter file for ``node``, as Autoware lays them out: ``/**:
+    ros__parameters:`` with the parameters nested on the dots; those with a default required, unset ones not."""
     tree: dict[str, Any] = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
     for spec in specs:
         *groups, leaf = spec.name.split(".")

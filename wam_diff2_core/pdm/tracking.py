@@ -61,10 +61,8 @@ def check_plan(plan) -> np.ndarray:
 
 
 def plan_headings(plan: np.ndarray) -> np.ndarray:
-    """[8] a heading for each waypoint (the model gives none): the path's tangent, estimated as the mean
-    direction of the chords before and after it (the origin, heading 0, before the first), the last one
-    turned on by half the last change of chord direction; exact on a straight line and on a circular
-    arc. A repeated point keeps the heading before it."""
+    """[8] a heading per waypoint (the model gives none): the mean direction of the chords before and after it (the
+    origin, heading 0, before the first; the last turned on by half the last change), exact on lines and arcs."""
     chords = np.unwrap(path_headings(plan))                                   # [8] direction into each waypoint
     headings = np.empty(NUM_WAYPOINTS)
     headings[:-1] = (chords[:-1] + chords[1:]) / 2.0
@@ -73,9 +71,8 @@ def plan_headings(plan: np.ndarray) -> np.ndarray:
 
 
 def reference_poses(plan: np.ndarray) -> np.ndarray:
-    """[41, 3] (x, y, heading) every 0.1 s: the ego at the origin (heading 0), then the waypoints
-    (:func:`plan_headings`), interpolated linearly (heading unwrapped), as NAVSIM interpolates a plan
-    before tracking it."""
+    """[41, 3] (x, y, heading) every 0.1 s from the ego at the origin through the waypoints (:func:`plan_headings`),
+    linearly (heading unwrapped), as NAVSIM interpolates a plan before tracking it."""
     points = np.vstack([[0.0, 0.0], plan])                                    # [9, 2]
     headings = np.unwrap(np.concatenate([[0.0], plan_headings(plan)]))        # [9]
     times = np.arange(NUM_WAYPOINTS + 1) * WAYPOINT_DT_S
