@@ -74,7 +74,7 @@ has_ros() { "$PY" -c "import rclpy, wam_diff2_ros.msg, carla_msgs.msg, tf2_msgs.
     echo "device_ros: $(date -u +%FT%TZ), device $DEVICE, $("$PY" --version 2>&1), project $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     "$PY" -c "import torch, numpy; print(f'torch {torch.__version__}, numpy {numpy.__version__}')" 2>&1
-    echo "nproc $(nproc); /dev/shm (Fast DDS's shared memory): $(df -h /dev/shm 2>/dev/null | awk 'NR == 2 {print $2 " size, " $4 " free"}')"
+    echo "cores $(env -u OMP_NUM_THREADS nproc); /dev/shm (Fast DDS's shared memory): $(df -h /dev/shm 2>/dev/null | awk 'NR == 2 {print $2 " size, " $4 " free"}')"
 } | tee "$RAW/machine.txt"
 
 part_command() {        # the command of part $1, its rows and log in $RAW

@@ -8,7 +8,7 @@ decode p50, where the frames went (planned, dropped by keep-latest, skipped, los
 configure -> active, peak memory. Pacing (scripts/pacing_runs.py, pacing/): route completion per slowdown, per route
 and paired. On CUDA each figure is set against the issue's H200 targets: the 2B shape's p50 at most 60 ms, no frame
 dropped beyond the keep-latest policy, configure -> active at most 60 s, and the same route completion at full
-speed and 3x slower within the paired interval. Exit status 1 when no part left a figure.
+speed and 3x slower within the paired interval.
 """
 from __future__ import annotations
 
@@ -99,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                            f"points: {'met (0 inside)' if lo <= 0.0 <= hi else 'NOT met'}")
     if targets:
         print("\nTargets (H200):\n" + "\n".join(targets))
-    figures_found = len(table) > 2 or bool(pacing and pacing["sides"])
-    return 0 if figures_found else 1
+    return 0
 
 
 if __name__ == "__main__":

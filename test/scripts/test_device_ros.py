@@ -221,4 +221,5 @@ def test_the_targets_are_set_against_the_figures_on_cuda(tmp_path, capsys):
     assert "random 2b: p50 52 ms (target <= 60): met" in text
     assert "random 2b: no frame dropped beyond keep-latest: NOT met" in text       # one frame skipped
     assert "random 2b: configure -> active 75.0 s (target <= 60): NOT met" in text
-    assert device_ros_summary.main([str(tmp_path / "nothing"), "--device", "cuda"]) == 1
+    assert device_ros_summary.main([str(tmp_path / "nothing"), "--device", "cuda"]) == 0       # parts decide
+    assert "Targets" not in capsys.readouterr().out
