@@ -85,9 +85,8 @@ def frame_mismatch(rig: CameraRig, width: int, height: int) -> str | None:
 
 
 def planner_camera_arguments(rig: CameraRig, centre_from_axle_m: float) -> dict[str, str]:
-    """The leaderboard launch's camera arguments (``params/leaderboard.py``) for ``rig``: the planner's
-    ``camera.*`` are in its ego frame, whose origin is the rear axle, ``centre_from_axle_m`` behind the
-    vehicle's origin."""
+    """The leaderboard launch's camera arguments for ``rig``, in the planner's ego frame (the rear axle,
+    ``centre_from_axle_m`` behind the vehicle's origin)."""
     return {"camera_fov_deg": str(rig.fov_deg), "camera_x_m": str(rig.x_m + centre_from_axle_m),
             "camera_y_m": str(rig.y_m), "camera_z_m": str(rig.z_m), "camera_pitch_deg": str(rig.pitch_deg)}
 

@@ -173,9 +173,8 @@ def object_ground_box(obj) -> tuple[float, float, float, float, float, float] | 
 
 
 def tracked_objects_from_msg(msg, t_ns: int) -> list[TrackedObject]:
-    """The objects of an ``ObjectArray`` (carla-ros-bridge's: pose and twist in the message's frame) as
-    :class:`TrackedObject` for a frame at ``t_ns``; objects without a usable box or with a non-finite
-    velocity are left out."""
+    """An ``ObjectArray``'s objects (pose and twist in its frame) as :class:`TrackedObject` for a frame at ``t_ns``,
+    those without a usable box or a finite velocity left out."""
     age_s = (int(t_ns) - stamp_ns(msg.header.stamp)) / NS_PER_S
     objects = []
     for obj in msg.objects:

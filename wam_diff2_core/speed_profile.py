@@ -68,9 +68,8 @@ class SpeedProfile:
 
 
 def measured_speed(forward_velocity_mps: float) -> float:
-    """The speed a profile starts from: the ego's forward velocity (the odometry twist in the ego frame, as
-    :class:`~wam_diff2_core.frame_inputs.FrameInputTracker` reads it), 0 while it rolls backwards (the
-    profile drives forward only). The planner node and the bag evaluator both take it from here."""
+    """The speed a profile starts from (the planner node's and the bag evaluator's): the ego's forward velocity
+    (the odometry twist in the ego frame), 0 while it rolls backwards (the profile drives forward only)."""
     return max(float(forward_velocity_mps), 0.0)
 
 

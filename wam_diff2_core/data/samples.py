@@ -95,9 +95,8 @@ class Record:
 
 
 def read_records(path: str | Path) -> list[Record]:
-    """A JSON list, or JSONL (one object per line): every record with its line. A JSONL line that is
-    not JSON is a Record with an ``error``; a JSON list that does not parse is a ValueError (its
-    records cannot be told apart), naming the file and line."""
+    """Every record of a JSON list or JSONL file with its line; a JSONL line that is not JSON is a Record with an
+    ``error``, a JSON list that does not parse a ValueError naming the file and line."""
     path = Path(path)
     try:
         data = path.read_bytes()

@@ -24,8 +24,7 @@ QUATERNION_NORM_TOLERANCE = 0.01       # |norm - 1| a message's orientation may 
 
 class MeasurementRefused(ValueError):
     """A measurement the filter does not use: ``code`` (a counter name: ``late``, ``stamp``, ``position``,
-    ``covariance``, ``gate``, ``orientation``, ``rate``, ``acceleration``, ``speed``) and a message naming the
-    offending value."""
+    ``covariance``, ``gate``, ``orientation``, ``rate``, ``acceleration``, ``speed``), a message naming the value."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)

@@ -29,9 +29,8 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def rank_device(device: str, local_rank: int) -> str:
-    """The device of one rank of a multi-process run (torchrun): accelerator ``local_rank``, made the
-    process's current device (without it every rank's kernels and allocations land on device 0).
-    ``cpu`` stays ``cpu``; an explicit index (``cuda:1``) is kept as given."""
+    """Accelerator ``local_rank`` of a torchrun run, made the process's current device (else every rank lands on
+    device 0); ``cpu`` stays ``cpu``, an explicit index (``cuda:1``) is kept."""
     kind = resolve_device(device).type
     if kind == "cpu":
         return "cpu"

@@ -199,9 +199,8 @@ def _element_spans(text: str, i: int, count: int) -> list[tuple[int, int]] | Non
 
 
 def char_confidences(pieces: Sequence[str], confidences: Sequence[float], text: str) -> list[float] | None:
-    """Per character of ``text``, the confidence of the answer token it comes from: ``pieces`` are the
-    tokens decoded one by one, ``confidences`` the decoder's per token (DecodeOutput.confidences). None
-    when the pieces do not spell ``text`` (a character split across tokens) or the counts differ."""
+    """Per character of ``text``, the confidence of the token (``pieces``: tokens decoded one by one) it comes from;
+    None when the pieces do not spell ``text`` or the counts differ."""
     if len(pieces) != len(confidences) or "".join(pieces) != text:
         return None
     return [float(c) for piece, c in zip(pieces, confidences) for _ in piece]
@@ -218,9 +217,8 @@ def token_char_confidences(tokenizer, token_ids: Sequence[int], confidences: Seq
 
 
 def span_confidence(text: str, char_confidence: Sequence[float], span: tuple[int, int]) -> float:
-    """The geometric mean of the confidences of the digits of the ``bbox_2d`` list in ``text[span]`` (the
-    decoder's own certainty of where it put the box; every digit if the span has no such list), 1.0
-    without digits."""
+    """The geometric mean of the confidences of the ``bbox_2d`` digits in ``text[span]`` (every digit's without such a
+    list): how sure the decoder was of where it put the box; 1.0 without digits."""
     found = _BBOX_LIST.search(text, *span)
     first, end = found.span(1) if found else span
     values = [char_confidence[i] for i in range(first, end) if text[i].isdigit()]

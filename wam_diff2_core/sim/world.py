@@ -105,8 +105,7 @@ class World:
 
     def expert_rollout(self, ticks: int, visit: Callable[[int], None], ego: EgoState | None = None) -> EgoState:
         """Step a copy of the moving state ``ticks`` times with the expert driving (from ``ego`` when given),
-        calling ``visit(k)`` after step k (1 ... ticks) to read the world, then put the state back, so the
-        world is unchanged (traffic included: its future is deterministic). Returns the ego it started from."""
+        calling ``visit(k)`` after step k, then put the state back (traffic too); returns the start ego."""
         saved = (self.ego, self.lane_s, self.tick, self.time_s, self.traffic)
         self.traffic = [replace(v) for v in self.traffic]
         if ego is not None:
