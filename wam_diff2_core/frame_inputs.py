@@ -145,12 +145,10 @@ class FrameInputTracker:
     def on_odometry(self, msg) -> EgoSample:
         """Add one odometry sample (InputSkip when it is unusable or out of order).
 
-        A stamp at or before the newest is refused (ODOMETRY_OUT_OF_ORDER) unless more than ``TIME_RESET_S``
-        back, when history and acceleration estimate start over. Why: a late or repeated sample adds nothing,
-        and sorting it in would differentiate across the wrong pair of samples (the ego state would jump); a
-        large jump back is a new run (a replay or simulator restarted), and refusing it would leave the node
-        without plans for as long as the first run lasted.
-        """
+        A stamp at or before the newest is refused (ODOMETRY_OUT_OF_ORDER) unless more than ``TIME_RESET_S`` back,
+        when history and estimate start over: a late sample adds nothing and would differentiate across the wrong
+        pair (the ego state would jump); a large jump back is a new run (a replay or simulator restarted), and
+        refusing it would leave the node without plans for as long as the first run lasted."""
         t_ns = stamp_ns(msg.header.stamp)
         p, q = msg.pose.pose.position, msg.pose.pose.orientation
         lin, ang = msg.twist.twist.linear, msg.twist.twist.angular

@@ -77,12 +77,9 @@ class EpisodeSettings:
     recovery: RecoverySettings = field(default_factory=RecoverySettings)
 
     def __post_init__(self):
-        if self.frames < 1:
-            raise ValueError(f"frames must be >= 1, got {self.frames}")
-        if self.frame_stride < 1:
-            raise ValueError(f"frame_stride must be >= 1, got {self.frame_stride}")
-        if self.warmup_ticks < 0:
-            raise ValueError(f"warmup_ticks must be >= 0, got {self.warmup_ticks}")
+        for name, low in (("frames", 1), ("frame_stride", 1), ("warmup_ticks", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
 
     @property
     def dt_s(self) -> float:

@@ -180,8 +180,7 @@ def score_frame_plan(episode: Episode, frame: int, plan, inputs: FramePdmInputs 
 
 
 class DataSetPdm:
-    """PDM scores of a ``wam-diff2 synth`` folder's planning samples: each sample's episode is simulated again
-    from the manifest's settings and its frame scored as :func:`score_frame_plan` scores it.
+    """PDM scores of a ``wam-diff2 synth`` folder's planning samples, each frame's episode simulated again.
 
         pdm = DataSetPdm.for_data("data/synth/val.json")       # None: not a synth data set
         pdm.score("synth0-e0007-f00040-plan", waypoints)        # PdmResult, or None (not such a sample)

@@ -247,17 +247,14 @@ def _random_shape(rng: np.random.Generator):
     return VEHICLE_SHAPES[names[int(rng.choice(len(names), p=np.array(list(TRAFFIC_MIX.values()))))]]
 
 
-def _random_colour(rng: np.random.Generator) -> tuple[int, int, int]:
-    return CAR_COLOURS[int(rng.integers(len(CAR_COLOURS)))]
-
-
 def _spawn_traffic(rng: np.random.Generator, road: RoadMap, settings: WorldSettings, ego_cruise: float,
                    duration_s: float) -> list[TrafficVehicle]:
     st = settings.traffic
     vehicles: list[TrafficVehicle] = []
 
-    def add(**kw) -> None:
-        vehicles.append(TrafficVehicle(id=len(vehicles) + 1, **kw))
+    def add(**kw) -> None:          # a colour drawn for each vehicle as it is added
+        colour = CAR_COLOURS[int(rng.integers(len(CAR_COLOURS)))]
+        vehicles.append(TrafficVehicle(id=len(vehicles) + 1, colour=colour, **kw))
 
     # vehicles ahead in the ego lane
     ego_front = settings.start_lane_s_m + settings.ego.front_from_axle_m
@@ -275,8 +272,7 @@ def _spawn_traffic(rng: np.random.Generator, road: RoadMap, settings: WorldSetti
                 factor = float(rng.choice([0.0, 0.0, 0.3, 0.6]))
                 events = (SpeedEvent(start, start + float(rng.uniform(2.0, 7.0)), factor),)
             speed = min(cruise, anticipated_speed_limit(road.lane, s, cruise, st.lateral_accel_mps2, 2.0))
-            add(shape=shape, colour=_random_colour(rng), path_name="lane", s=s, speed=speed, cruise_mps=cruise,
-                events=events)
+            add(shape=shape, path_name="lane", s=s, speed=speed, cruise_mps=cruise, events=events)
             s_rear = s + shape.length_m / 2 + float(rng.uniform(*st.lead_spacing_m))
 
     # oncoming traffic along the whole route
@@ -286,7 +282,7 @@ def _spawn_traffic(rng: np.random.Generator, road: RoadMap, settings: WorldSetti
         shape = _random_shape(rng)
         cruise = ego_cruise * float(rng.uniform(0.7, 1.1))
         speed = min(cruise, anticipated_speed_limit(oncoming, s, cruise, st.lateral_accel_mps2, 2.0))
-        add(shape=shape, colour=_random_colour(rng), path_name="oncoming", s=s, speed=speed, cruise_mps=cruise)
+        add(shape=shape, path_name="oncoming", s=s, speed=speed, cruise_mps=cruise)
         s += shape.length_m + float(rng.uniform(*st.oncoming_spacing_m))
 
     # queues waiting at the stop lines of side roads
@@ -296,8 +292,8 @@ def _spawn_traffic(rng: np.random.Generator, road: RoadMap, settings: WorldSetti
         s_front = towards.length - 1.5
         for _ in range(int(rng.integers(1, 3))):
             shape = _random_shape(rng)
-            add(shape=shape, colour=_random_colour(rng), path_name=f"side{i}_in", s=s_front - shape.length_m / 2,
-                speed=0.0, cruise_mps=0.0, parked=True)
+            add(shape=shape, path_name=f"side{i}_in", s=s_front - shape.length_m / 2, speed=0.0, cruise_mps=0.0,
+                parked=True)
             s_front -= shape.length_m + float(rng.uniform(1.5, 4.0))
     return vehicles
 
