@@ -104,9 +104,8 @@ def _pil_bytes_per_pixel(mode: str) -> int:
 @contextmanager
 def open_image(source: str | Path | IO[bytes], limits: ImageLimits = DEFAULT_LIMITS,
                what: str | None = None) -> Iterator["PIL.Image.Image"]:  # noqa: F821
-    """A PIL image whose header was read and whose size is within ``limits``; no pixel decoded yet
-    (PIL opens lazily). ImageError: UNREADABLE (a file that does not open), DECODE_FAILED (not an
-    image PIL reads), TOO_LARGE (over ``limits``, or over PIL's own decompression-bomb limit)."""
+    """A PIL image whose header was read (no pixel decoded yet) and whose size is within ``limits``. ImageError:
+    UNREADABLE, DECODE_FAILED (not an image PIL reads), TOO_LARGE (over ``limits`` or PIL's own bomb limit)."""
     from PIL import Image, UnidentifiedImageError
 
     what = what or str(source)

@@ -72,10 +72,9 @@ def _corpus(rng: random.Random, n: int = 3000) -> list[str]:
 
 
 def build_tokenizer(seed: int = 0, vocab_size: int = 1000, with_mask: bool = True, qwen_layout: bool = False):
-    """Train a byte-level BPE tokenizer with Qwen's pre-tokenizer and special tokens
-    (plus ``<|mask|>`` unless ``with_mask`` is False, as in a stock Qwen3-VL tokenizer).
-    ``qwen_layout``: the BPE part is padded with never-produced tokens to Qwen's 151643 entries,
-    so every special token sits at its real Qwen3-VL id."""
+    """A byte-level BPE tokenizer with Qwen's pre-tokenizer and special tokens (plus ``<|mask|>`` unless not
+    ``with_mask``, as in stock Qwen3-VL); ``qwen_layout``: padded to Qwen's 151643 BPE entries, so every special
+    token sits at its real Qwen3-VL id."""
     import json
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast

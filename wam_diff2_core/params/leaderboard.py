@@ -210,8 +210,7 @@ def evaluator_environment(carla_port: int) -> dict[str, str]:
 
 def model_path_from(environ: Mapping[str, str], demo_path: str) -> tuple[str, str]:
     """(checkpoint directory, where it came from): ``$WAM_DIFF2_MODEL_PATH`` (``demo``: ``demo_path``), else
-    ``$TEAM_CONFIG`` (a directory, or Bench2Drive's ``<checkpoint>+...`` form: its first field). Raises ValueError
-    when neither is set (the demo model only when asked for)."""
+    ``$TEAM_CONFIG``'s first ``+`` field (Bench2Drive's form); ValueError when neither is set."""
     path = environ.get(MODEL_PATH_ENV, "").strip()
     if path:
         return (demo_path, f"{MODEL_PATH_ENV}=demo") if path == DEMO_MODEL_NAME else (path, MODEL_PATH_ENV)

@@ -27,11 +27,10 @@ YAW_WINDOW = 5                               # _approximate_derivatives' default
 
 
 def _local_polynomial(y: np.ndarray, window: int, order: int, deriv: int, dt: float) -> np.ndarray:
-    """[N] Savitzky-Golay as scipy's ``savgol_filter(mode="interp")`` computes it: the ``deriv``-th
-    derivative of a degree-``order`` least-squares polynomial over ``window`` samples (at most N). Inside,
-    the window is centred on sample i (an even window covers i - w/2 + 1 ... i + w/2 and is read half a
-    sample after i, at its centre); within half a window of either end, the first / last window's fit is
-    read at sample i itself."""
+    """[N] Savitzky-Golay as scipy's ``savgol_filter(mode="interp")`` computes it: the ``deriv``-th derivative of
+    a degree-``order`` least-squares polynomial over ``window`` samples (at most N), centred on sample i (an even
+    window, i - w/2 + 1 ... i + w/2, read half a sample after i); within half a window of either end, the first /
+    last window's fit read at sample i itself."""
     n = len(y)
     window = min(window, n)
     half, centre = window // 2, (window - 1) / 2.0
