@@ -1,25 +1,8 @@
-"""The diffusion objective's inputs: noise schedule, training sequence, mask, labels, positions.
-
-Exactly as training/README.md, The objective. Per sample, with the response padded with EOS to a
-multiple of B (L tokens, N = L / B blocks):
-
-    sequence   prefix (P) || clean response (L) || noisy response (L)
-    noise      u_i ~ U(0,1) clamped to [min_ratio, 1], t_i = (u_i + i) / N, permuted over the
-               blocks; each token of block i is masked independently when rand <= t_i
-    labels     at a masked noisy position, the clean token at the same position (no shift),
-               weighted 1 / t_i and divided by L
-    positions  Qwen3-VL MRoPE ids for the prefix; response offset j uses next_position + j on
-               all three axes, for the clean and the noisy copy alike
-    attention  prefix: block-causal from position 0 (block id = pos // B); clean block k: the
-               prefix and clean blocks <= k; noisy block k: the prefix, clean blocks < k and
-               itself. Clean blocks never see noisy ones (the reference's leak), so their K/V
-               are what inference caches.
-
-B = 1 is causal next-token training: ``prefix || response``, the hidden state at position
-p predicts the token at p + 1, every response token counts with weight 1 / R.
-
-Noise is drawn from a generator seeded by (seed, stream position, round), so a sample's
-noise does not depend on the batch it lands in, the number of processes, or a resume.
+"""The diffusion objective's inputs, exactly as training/README.md, The objective: per sample
+``prefix (P) || clean response (L) || noisy response (L)`` with the response EOS-padded to a multiple
+of B, its noise, labels, MRoPE positions and block-causal mask (B = 1: ``prefix || response``, causal
+next-token training). Noise comes from a generator seeded by (seed, stream position, round), so it
+does not depend on the batch a sample lands in, the number of processes, or a resume.
 
     batch = build_batch(examples, block_size=8, mask_token_id=mask, eos_token_id=eos,
                         rope_index=model.model.get_rope_index, seed=42)
@@ -111,7 +94,6 @@ def training_attention_mask(layout: Layout, block_size: int) -> torch.Tensor:
 class TrainingBatch:
     """One micro-batch, ready for a forward. Targets are flat indices into [N x T]."""
 
-    ids: list[str]                      # sample ids
     input_ids: torch.Tensor             # [N, T]
     attention_mask: torch.Tensor        # [N, 1, T, T] bool, the student's block size
     position_ids: torch.Tensor          # [3, N, T]
@@ -133,10 +115,6 @@ class TrainingBatch:
         return 0 if self.placeholder_target else int(self.target_ids.numel())
 
     @property
-    def num_samples(self) -> int:
-        return len(self.ids)
-
-    @property
     def num_tokens(self) -> int:
         copies = 2 if self.layout.with_noisy_copy else 1
         return int((self.layout.prefix_lengths + copies * self.layout.response_lengths).sum())
@@ -150,9 +128,10 @@ class TrainingBatch:
         return training_attention_mask(self.layout, block_size)
 
     def to(self, device: torch.device) -> "TrainingBatch":
-        for name in ("input_ids", "attention_mask", "position_ids", "mm_token_type_ids", "target_index",
-                     "target_ids", "ce_weight", "kd_weight", "target_sample", "ar_predecessor_index", "mask_ratio"):
-            setattr(self, name, getattr(self, name).to(device))
+        """Every tensor field and the vision inputs on ``device`` (the layout stays on the CPU)."""
+        for name, value in list(vars(self).items()):
+            if torch.is_tensor(value):
+                setattr(self, name, value.to(device))
         self.vision = {k: v.to(device) for k, v in self.vision.items()}
         return self
 
@@ -221,57 +200,43 @@ def build_batch(examples: Sequence[Example], *, block_size: int, mask_token_id: 
     input_ids = torch.full((n, seq_len), eos_token_id, dtype=torch.long)
     mm = torch.zeros((n, seq_len), dtype=torch.long)
     position_ids = torch.zeros((3, n, seq_len), dtype=torch.long)
-    target_index, target_ids, ce_w, kd_w, sample_of, pred_index, ratio_of = [], [], [], [], [], [], []
+    targets = []    # per sample: (index, id, ce weight, kd weight, sample, AR predecessor index, mask ratio)
     for i, e in enumerate(examples):
-        p, ell = int(p_len[i]), int(l_len[i])
+        p, ell, row = int(p_len[i]), int(l_len[i]), i * seq_len
         clean = torch.full((ell,), eos_token_id, dtype=torch.long)   # EOS padding
         clean[:e.response_ids.shape[0]] = e.response_ids
         input_ids[i, :p] = e.prefix_ids
         input_ids[i, p:p + ell] = clean
         mm[i, :p] = e.mm_token_type_ids
         position_ids[:, i, :p] = prefix_pos[i]
-        next_position = int(prefix_pos[i].max()) + 1
-        response_pos = next_position + torch.arange(ell)
+        response_pos = int(prefix_pos[i].max()) + 1 + torch.arange(ell)
         position_ids[:, i, p:p + ell] = response_pos
-        row = i * seq_len
-        if ar:
-            # hidden state at p - 1 + j predicts response token j
-            idx = torch.arange(ell)
-            target_index.append(row + p - 1 + idx)
-            target_ids.append(clean)
-            ce_w.append(torch.full((ell,), 1.0 / ell))
-            kd_w.append(torch.full((ell,), 1.0 / ell))
-            ratio_of.append(torch.ones(ell))
-            pred_index.append(row + p - 1 + idx)
+        if ar:      # the hidden state at p - 1 + j predicts response token j
+            j, first, ratio, ce_w = torch.arange(ell), p - 1, torch.ones(ell), torch.full((ell,), 1.0 / ell)
         else:
-            g = noise_generator(seed, e.position, noise_round)
-            noisy, masked, ratios = noise_response(clean, block_size, mask_token_id, g, min_ratio)
+            noisy, masked, ratios = noise_response(clean, block_size, mask_token_id,
+                                                   noise_generator(seed, e.position, noise_round), min_ratio)
             input_ids[i, p + ell:p + 2 * ell] = noisy
             position_ids[:, i, p + ell:p + 2 * ell] = response_pos       # the clean copy's ids
             j = masked.nonzero().squeeze(1)
-            target_index.append(row + p + ell + j)
-            target_ids.append(clean[j])
-            ce_w.append(1.0 / (ratios[j] * ell))
-            kd_w.append(torch.full((j.numel(),), 1.0 / ell))
-            ratio_of.append(ratios[j])
-            pred_index.append(row + p - 1 + j)                            # clean token j - 1 (or last prompt token)
-        sample_of.append(torch.full((target_ids[-1].numel(),), i, dtype=torch.long))
-    placeholder = sum(t.numel() for t in target_ids) == 0
+            first, ratio = p + ell, ratios[j]
+            ce_w = 1.0 / (ratio * ell)
+        # the AR predecessor of response token j is clean token j - 1 (or the last prompt token)
+        targets.append((row + first + j, clean[j], ce_w, torch.full((j.numel(),), 1.0 / ell),
+                        torch.full((j.numel(),), i, dtype=torch.long), row + p - 1 + j, ratio))
+    placeholder = sum(t[1].numel() for t in targets) == 0
     if placeholder:
         # Nothing was masked: one zero-weight target keeps the LM head in the backward, which
         # DDP needs from every process.
         p, ell = int(p_len[0]), int(l_len[0])
-        first = p + ell if not ar else p - 1
-        target_index, target_ids = [torch.tensor([first])], [input_ids[0, p:p + 1]]
-        ce_w, kd_w, sample_of = [torch.zeros(1)], [torch.zeros(1)], [torch.zeros(1, dtype=torch.long)]
-        pred_index, ratio_of = [torch.tensor([p - 1])], [torch.ones(1)]
+        targets = [(torch.tensor([p + ell if not ar else p - 1]), input_ids[0, p:p + 1], torch.zeros(1),
+                    torch.zeros(1), torch.zeros(1, dtype=torch.long), torch.tensor([p - 1]), torch.ones(1))]
+    index, ids, ce_w, kd_w, sample, predecessor, ratio = (torch.cat(column) for column in zip(*targets))
     return TrainingBatch(
-        ids=[e.id for e in examples],
-        input_ids=input_ids, attention_mask=training_attention_mask(layout, block_size),
-        position_ids=position_ids, mm_token_type_ids=mm, vision=concat_vision(examples), layout=layout,
-        block_size=block_size, target_index=torch.cat(target_index).long(), target_ids=torch.cat(target_ids).long(),
-        ce_weight=torch.cat(ce_w).float(), kd_weight=torch.cat(kd_w).float(), target_sample=torch.cat(sample_of),
-        ar_predecessor_index=torch.cat(pred_index).long(), mask_ratio=torch.cat(ratio_of).float(),
+        input_ids=input_ids, attention_mask=training_attention_mask(layout, block_size), position_ids=position_ids,
+        mm_token_type_ids=mm, vision=concat_vision(examples), layout=layout, block_size=block_size,
+        target_index=index.long(), target_ids=ids.long(), ce_weight=ce_w.float(), kd_weight=kd_w.float(),
+        target_sample=sample, ar_predecessor_index=predecessor.long(), mask_ratio=ratio.float(),
         placeholder_target=placeholder)
 
 

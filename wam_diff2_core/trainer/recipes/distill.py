@@ -1,20 +1,11 @@
-"""Distillation recipe: a frozen teacher guides the student on the student's noisy batch.
+"""Distillation recipe: a frozen teacher guides the student on the student's noisy batch
+(training/README.md, The objective: Distillation, on-policy and rho_K).
 
     wam-diff2 train --config training/distill_blockwise.yaml     # small-block teacher -> larger-block student
     wam-diff2 train --config training/distill_modelwise.yaml     # large teacher -> small student
 
-Both models read the same ``prefix || clean || noisy`` sequences; each uses its **own** block
-size for its attention mask (``distill.teacher_block_size``; the reference forces B_t = B_s / 2).
-Responses are padded to a multiple of lcm(B_s, B_t) so both block grids fit. At every masked
-noisy position the loss compares the student's distribution with the teacher's (JSD with
-beta, forward or reverse KL, at temperature tau, x tau^2), mixed with the 1/t-weighted CE by
-``kd_ratio`` (losses.py). An AR teacher (B_t = 1) gives its next-token distribution for the
-same token: the logits at the clean token before it.
-
-On-policy: every ``generate_interval`` steps the student's decoder answers the step's prompts;
-those answers replace the ground truth and are noised again.
-
-Logged per step: ``kd``, ``ce`` and ``top{K}_overlap`` (rho_K on masked positions).
+Both models read the same sequences, each under its own block size's mask, so responses are padded to a
+multiple of lcm(B_s, B_t). Logged per step: ``kd``, ``ce`` and ``top{K}_overlap``.
 """
 from __future__ import annotations
 
@@ -26,7 +17,7 @@ import torch
 
 from ...config import ConfigError
 from ..training_data import Example, padded_length, prompt_batch
-from ..losses import LossSettings, teacher_hidden_states
+from ..losses import DiffusionObjective, LossSettings, teacher_hidden_states
 from ..noise import TrainingBatch, lcm
 from .finetune import FinetuneRecipe, StepResult
 
@@ -35,6 +26,8 @@ log = logging.getLogger(__name__)
 
 class DistillRecipe(FinetuneRecipe):
     """Student (``model.path``, ``diffusion.block_size``) + frozen teacher (``distill.teacher_path``)."""
+
+    reports_overlap = True
 
     def setup_extra(self) -> None:
         from ...model.checkpoint import load_checkpoint
@@ -67,14 +60,13 @@ class DistillRecipe(FinetuneRecipe):
                                   f"{s_val} (both must see the same image tokens)")
         log.info("teacher %s (B_t = %d, %s) -> student B_s = %d, loss %s", cfg.teacher_path,
                  self.teacher_block_size, dtype, self.block_size, cfg.loss)
+        self.pad_multiple = lcm(self.block_size, self.teacher_block_size)
 
-    def _pad_multiple(self) -> int:
-        return lcm(self.block_size, self.teacher_block_size)
-
-    def loss_settings(self) -> LossSettings:
+    def build_objective(self) -> torch.nn.Module:
         d = self.cfg.distill
-        return LossSettings(chunk_size=self.cfg.loss.chunk_size, kd_loss=d.loss, beta=d.beta,
-                            temperature=d.temperature, kd_ratio=d.kd_ratio, overlap_k=d.overlap_k)
+        return DiffusionObjective(self.hf_model, LossSettings(
+            chunk_size=self.cfg.loss.chunk_size, kd_loss=d.loss, beta=d.beta, temperature=d.temperature,
+            kd_ratio=d.kd_ratio, overlap_k=d.overlap_k))
 
     def loss_inputs(self, batch: TrainingBatch) -> dict[str, Any]:
         with self.accelerator.autocast():
@@ -113,9 +105,6 @@ class DistillRecipe(FinetuneRecipe):
                 for e, seq in zip(examples, out.sequences)]
 
     # ------------------------------------------------------------------ logging
-    def reports_overlap(self) -> bool:
-        return True
-
     def extra_metrics(self, result: StepResult) -> dict[str, Any]:
         d = self.cfg.distill
         return {"kd": result.kd, f"top{d.overlap_k}_overlap": result.overlap,

@@ -2,23 +2,17 @@
 
     wam-diff2 train --config training/block4.yaml --data.train_file train.json
 
-setup -> train -> cleanup, like a torchtune recipe. One optimizer step:
-
-1. take this process's ``accum`` micro-batches of the step (data.py fixes which samples);
-2. noise and lay them out (noise.py); count the samples of the global batch over processes;
-3. per micro-batch: forward the student and its loss in one module (so DDP / FSDP / DeepSpeed
-   see the whole graph), scale so the global batch's gradient is the mean over its samples,
-   backward (gradients sync on the last micro-batch only);
-4. clip, AdamW step, scheduler step; log; every ``output.save_every_steps`` write a resumable
-   checkpoint, at the end ``final/``.
-
-The distillation recipe (distill.py) extends this one with a teacher.
+setup -> train -> cleanup, like a torchtune recipe. One optimizer step runs this process's micro-batches
+(training_data.py fixes which samples, noise.py lays them out) through the student and its loss as one module,
+so DDP / FSDP / DeepSpeed see the whole graph, each scaled so the step's gradient is the mean over the global
+batch's samples; then clip, AdamW and the schedule. distill.py and vision.py extend it through the hooks.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,7 +27,7 @@ from ...model.prompt_encoding import pixel_size
 from ...utils.atomic import atomic_write_text
 from ...utils.run_lock import RUN_LOCK, RunLock
 from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
-                             latest_checkpoint, prune_checkpoints, publish, read_progress, step_dir_name,
+                             latest_checkpoint, partial_path, prune_checkpoints, publish, read_progress, step_dir_name,
                              write_progress)
 from ..training_config import TrainingConfig, check_required, dump_yaml, parse_mix
 from ..trainer_state import load_trainer_state, refuse_pickles, save_trainer_state
@@ -63,16 +57,8 @@ class StepResult:
 def resolve_mixed_precision(setting: str, device: str) -> str:
     if setting != "auto":
         return setting
-    if device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return "bf16"
-    if device == "npu":
-        return "bf16"
-    return "no"
-
-
-def resolve_train_device(setting: str) -> str:
-    from ...model.devices import resolve_device
-    return resolve_device(setting).type
+    bf16 = device == "npu" or (device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return "bf16" if bf16 else "no"
 
 
 def apply_tf32(enabled: bool, device: str) -> bool:
@@ -94,6 +80,8 @@ def apply_tf32(enabled: bool, device: str) -> bool:
 class FinetuneRecipe:
     """Masked-diffusion finetuning at one block size (B = 1: causal next-token training)."""
 
+    reports_overlap = False         # StepResult.overlap: rho_K, measured with a teacher
+
     def __init__(self, cfg: TrainingConfig, *, resume: bool = False):
         check_required(cfg)
         self.cfg = cfg
@@ -102,7 +90,6 @@ class FinetuneRecipe:
         self.block_size = cfg.diffusion.block_size
         self.step = 0
         self.finished = False
-        self._placeholder_example: Example | None = None
         self.run_lock: RunLock | None = None
 
     # ------------------------------------------------------------------ setup
@@ -110,8 +97,10 @@ class FinetuneRecipe:
         from accelerate import Accelerator, PartialState
         from accelerate.utils import DistributedDataParallelKwargs, DistributedType
 
+        from ...model.devices import resolve_device
+
         cfg = self.cfg
-        device = resolve_train_device(cfg.train.device)
+        device = resolve_device(cfg.train.device).type
         apply_tf32(cfg.train.tf32, device)
         state = PartialState(cpu=device == "cpu")          # joins the process group (torchrun / accelerate launch)
         if state.is_main_process:                           # one run writes output.dir at a time
@@ -137,9 +126,9 @@ class FinetuneRecipe:
             return
         init_path = resume_from or Path(cfg.model.path)
         torch.manual_seed(cfg.train.seed)
-        self.hf_model, self.processor, self.diffusion = self._load_student(init_path, device)
+        self.hf_model, self.processor, self.diffusion = self._load_student(init_path)
+        self.pad_multiple = self.block_size         # responses are padded to this multiple (distill: lcm(B_s, B_t))
         self.setup_extra()
-        self.pad_multiple = self._pad_multiple()
         self.dataset = SampleDataset(
             cfg.data.train_file, self.processor, eos_token_id=self.diffusion.eos_token_id,
             data_root=cfg.data.data_root, mix=parse_mix(cfg.data.mix), min_pixels=cfg.data.min_pixels,
@@ -152,8 +141,7 @@ class FinetuneRecipe:
                                        cfg.train.max_steps)
 
         if cfg.model.freeze_vision_tower:
-            frozen = freeze_vision_tower(self.hf_model)
-            log.info("froze %d vision-tower tensors", frozen)
+            log.info("froze %d vision-tower tensors", freeze_vision_tower(self.hf_model))
         if cfg.model.activation_checkpointing:
             kwargs = {"use_reentrant": False}
             if hasattr(self.hf_model, "activation_checkpointing_enable"):       # transformers >= 5.2x
@@ -186,7 +174,7 @@ class FinetuneRecipe:
         acc.wait_for_everyone()
 
     def setup_extra(self) -> None:
-        """Hook for the distillation recipe (teacher); nothing here."""
+        """Hook: more setup after the student is loaded (the distillation recipe's teacher)."""
 
     def keep_sample(self, sample) -> bool:
         """Hook: whether a sample of the data is trained on (the vision recipe keeps grounding samples)."""
@@ -194,7 +182,7 @@ class FinetuneRecipe:
 
     def build_objective(self) -> torch.nn.Module:
         """Hook: the module Accelerate wraps, the student and its loss."""
-        return DiffusionObjective(self.hf_model, self.loss_settings())
+        return DiffusionObjective(self.hf_model, LossSettings(chunk_size=self.cfg.loss.chunk_size, kd_ratio=0.0))
 
     def save_extra_state(self, trainer_state: Path) -> None:
         """Hook: what a resumable checkpoint needs beyond the model, optimizer and scheduler (nothing here)."""
@@ -202,32 +190,26 @@ class FinetuneRecipe:
     def load_extra_state(self, trainer_state: Path) -> None:
         """Hook: read back what :meth:`save_extra_state` wrote (nothing here)."""
 
-    def loss_settings(self) -> LossSettings:
-        return LossSettings(chunk_size=self.cfg.loss.chunk_size, kd_ratio=0.0)
-
-    def _pad_multiple(self) -> int:
-        return self.block_size
-
     def _check_run_dir(self) -> Path | None:
-        if self.resume:
-            refuse_pickles(self.run_dir)
-        if (self.run_dir / FINAL).exists() and self.resume:
+        """The checkpoint to resume from (None: start from ``model.path``); a finished run sets ``finished``."""
+        if not self.resume:
+            if has_run(self.run_dir):
+                raise ConfigError(f"output.dir: {self.run_dir} already holds a run; pass --resume to continue it "
+                                  "or choose another directory")
+            return None
+        refuse_pickles(self.run_dir)
+        if (self.run_dir / FINAL).exists():
             log.info("%s is already finished", self.run_dir / FINAL)
             self.finished = True
             return None
-        if self.resume:
-            found = latest_checkpoint(self.run_dir)
-            if found is None:
-                log.warning("--resume: no checkpoint in %s yet; starting from model.path", self.run_dir)
-                if self.accelerator.is_main_process and (self.run_dir / METRICS).exists():
-                    (self.run_dir / METRICS).unlink()
-            return found
-        if has_run(self.run_dir):
-            raise ConfigError(f"output.dir: {self.run_dir} already holds a run; pass --resume to continue it "
-                              "or choose another directory")
-        return None
+        found = latest_checkpoint(self.run_dir)
+        if found is None:
+            log.warning("--resume: no checkpoint in %s yet; starting from model.path", self.run_dir)
+            if self.accelerator.is_main_process:
+                (self.run_dir / METRICS).unlink(missing_ok=True)
+        return found
 
-    def _load_student(self, path: Path, device: str):
+    def _load_student(self, path: Path):
         from accelerate.utils import DistributedType
 
         from ...model.checkpoint import load_checkpoint
@@ -261,19 +243,15 @@ class FinetuneRecipe:
         return {"target_index": batch.target_index, "target_ids": batch.target_ids, "ce_weight": batch.ce_weight,
                 **batch.model_inputs()}
 
-    def _placeholder(self) -> Example:
+    @cached_property
+    def placeholder(self) -> Example:
         """Some valid example, for a micro-batch whose samples were all rejected: it still has to
         take part in the (synchronised) backward, with zero weight."""
-        if self._placeholder_example is None:
-            for i in range(len(self.dataset)):
-                item = self.dataset[i]
-                if isinstance(item, Example):
-                    item.position = 0
-                    self._placeholder_example = item
-                    break
-            else:
-                raise ConfigError(f"data.train_file: no sample of {self.cfg.data.train_file} can be encoded")
-        return self._placeholder_example
+        for item in map(self.dataset.__getitem__, range(len(self.dataset))):
+            if isinstance(item, Example):
+                item.position = 0
+                return item
+        raise ConfigError(f"data.train_file: no sample of {self.cfg.data.train_file} can be encoded")
 
     def backward_step(self, step: int, micro_batches: Sequence[Sequence[Example | SampleError]]) -> StepResult:
         """Forward and backward every micro-batch of one optimizer step; gradients are left in place."""
@@ -298,30 +276,24 @@ class FinetuneRecipe:
             if examples:
                 examples, noise_round = self.prepare_examples(step, examples)
             else:
-                examples, weight = [self._placeholder()], 0.0
+                examples, weight = [self.placeholder], 0.0
             batch = self.make_batch(examples, noise_round=noise_round).to(device)
             with acc.accumulate(self.module):
                 out = self.module(**self.loss_inputs(batch))
                 acc.backward(out["total"] * weight)
             if weight:
-                sums += torch.stack([out["total"].detach().float(), out["ce"].float(), out["kd"].float(),
-                                     out["overlap"].float(), torch.tensor(float(batch.num_targets), device=device),
-                                     torch.tensor(float(batch.num_tokens), device=device)])
+                sums += torch.stack([out[k].detach().float() for k in ("total", "ce", "kd", "overlap")]
+                                    + [torch.tensor(float(n), device=device) for n in (batch.num_targets, batch.num_tokens)])
         assert acc.sync_gradients, "the last micro-batch of a step must synchronise gradients"
         sums = acc.reduce(sums, reduction="sum")
         n = max(global_samples, 1.0)
         return StepResult(step=step, loss=float(sums[0]) / n, ce=float(sums[1]) / n, kd=float(sums[2]) / n,
-                          overlap=float(sums[3] / sums[4]) if self.reports_overlap() and sums[4] > 0 else None,
+                          overlap=float(sums[3] / sums[4]) if self.reports_overlap and sums[4] > 0 else None,
                           samples=int(global_samples), tokens=int(sums[5]), targets=int(sums[4]), skipped=skipped)
-
-    def reports_overlap(self) -> bool:
-        return False
 
     def apply_update(self, result: StepResult) -> None:
         """Clip, AdamW step, scheduler step (after :meth:`backward_step`)."""
-        acc = self.accelerator
-        max_norm = self.cfg.optim.max_grad_norm or float("inf")
-        norm = acc.clip_grad_norm_(self.module.parameters(), max_norm)
+        norm = self.accelerator.clip_grad_norm_(self.module.parameters(), self.cfg.optim.max_grad_norm or float("inf"))
         result.grad_norm = None if norm is None else float(norm)
         result.lr = self.scheduler.get_last_lr()[0]
         if result.samples:
@@ -337,17 +309,16 @@ class FinetuneRecipe:
         if self.finished:
             return final
         acc, cfg = self.accelerator, self.cfg
-        loader = make_loader(self.dataset, self.order, self.plan, self.step, self.total_steps, cfg.data.num_workers)
-        batches = iter(loader)
+        batches = iter(make_loader(self.dataset, self.order, self.plan, self.step, self.total_steps,
+                                   cfg.data.num_workers))
         bar = tqdm(total=self.total_steps, initial=self.step, disable=not acc.is_local_main_process,
                    desc=f"{cfg.recipe} B={self.block_size}", dynamic_ncols=True)
         started = time.perf_counter()
         first_loss = last_loss = None
-        out_of_time = False
-        while self.step < self.total_steps and not out_of_time:
+        out_of_time, stopping = False, self.step >= self.total_steps
+        while not stopping:
             t0 = time.perf_counter()
-            micro_batches = [next(batches) for _ in range(self.plan.accumulation_steps)]
-            result = self.backward_step(self.step, micro_batches)
+            result = self.backward_step(self.step, [next(batches) for _ in range(self.plan.accumulation_steps)])
             self.apply_update(result)
             self.step += 1
             elapsed = time.perf_counter() - t0
@@ -357,27 +328,26 @@ class FinetuneRecipe:
                       "loss": result.loss, "ce": result.ce, "lr": result.lr, "grad_norm": result.grad_norm,
                       "samples": result.samples, "tokens": result.tokens, "masked_tokens": result.targets,
                       "samples_per_s": result.samples / elapsed, "tokens_per_s": result.tokens / elapsed,
-                      "block_size": self.block_size}
-            record.update(self.extra_metrics(result))
+                      "block_size": self.block_size, **self.extra_metrics(result)}
             if result.skipped:
                 record["skipped"] = result.skipped
             out_of_time = self.step < self.total_steps and self._time_is_up(started)
+            stopping = out_of_time or self.step == self.total_steps
             if out_of_time:
                 record["stopped_at_time_limit_s"] = cfg.train.time_limit_s
-            if self.step % cfg.output.log_every_steps == 0 or self.step == self.total_steps or out_of_time:
+            if self.step % cfg.output.log_every_steps == 0 or stopping:
                 self.metrics.write(record)
             bar.set_postfix(loss=f"{result.loss:.4f}", samples_s=f"{record['samples_per_s']:.1f}",
                             tok_s=f"{record['tokens_per_s']:.0f}")
             bar.update(1)
-            if cfg.output.save_every_steps and self.step % cfg.output.save_every_steps == 0 \
-                    and self.step < self.total_steps and not out_of_time:
+            if cfg.output.save_every_steps and self.step % cfg.output.save_every_steps == 0 and not stopping:
                 self.save_checkpoint()
         bar.close()
         if out_of_time and acc.is_main_process:
             log.warning("%s: train.time_limit_s %g s reached at step %d of %d; final/ holds the model of step %d "
                         "(its learning-rate schedule cut short)", self.run_dir, cfg.train.time_limit_s, self.step,
                         self.total_steps, self.step)
-        self.save_final()
+        self.save_checkpoint(resumable=False)
         if acc.is_main_process:
             log.info("%s: %d steps in %.1f s, loss %.4f -> %.4f; wrote %s", self.run_dir, self.step,
                      time.perf_counter() - started, first_loss or float("nan"), last_loss or float("nan"), final)
@@ -415,35 +385,28 @@ class FinetuneRecipe:
                                      eos_token_id=self.diffusion.eos_token_id, decoding=self.diffusion.settings,
                                      camera=rig.as_dict() if rig is not None else None)
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, resumable: bool = True) -> Path:
+        """``checkpoints/step-N/`` (resumable: + trainer state), else ``final/``; written under its partial name
+        and renamed into place when whole. Every process must call."""
         acc = self.accelerator
-        final = self.run_dir / CHECKPOINTS / step_dir_name(self.step)
-        tmp = begin_partial(final) if acc.is_main_process else None
+        final = self.run_dir / CHECKPOINTS / step_dir_name(self.step) if resumable else self.run_dir / FINAL
+        if acc.is_main_process:
+            begin_partial(final)
         acc.wait_for_everyone()
-        tmp = tmp or final.with_name(f".{final.name}.partial")
+        tmp = partial_path(final)
         self._write_hf(tmp)
-        save_trainer_state(tmp / TRAINER_STATE, self.optimizer, self.scheduler, process_index=acc.process_index,
-                           main=acc.is_main_process, device=acc.device)
-        self.save_extra_state(tmp / TRAINER_STATE)
+        if resumable:
+            save_trainer_state(tmp / TRAINER_STATE, self.optimizer, self.scheduler, process_index=acc.process_index,
+                               main=acc.is_main_process, device=acc.device)
+            self.save_extra_state(tmp / TRAINER_STATE)
         acc.wait_for_everyone()
         if acc.is_main_process:
-            write_progress(tmp, {"step": self.step, "total_steps": self.total_steps, "accelerator_step": acc.step,
-                                 "global_batch_size": self.plan.global_batch_size, "block_size": self.block_size})
+            if resumable:
+                write_progress(tmp, {"step": self.step, "total_steps": self.total_steps, "accelerator_step": acc.step,
+                                     "global_batch_size": self.plan.global_batch_size, "block_size": self.block_size})
             publish(tmp, final)
-            prune_checkpoints(self.run_dir, self.cfg.output.keep_last)
-        acc.wait_for_everyone()
-        return final
-
-    def save_final(self) -> Path:
-        acc = self.accelerator
-        final = self.run_dir / FINAL
-        tmp = begin_partial(final) if acc.is_main_process else None
-        acc.wait_for_everyone()
-        tmp = tmp or final.with_name(f".{final.name}.partial")
-        self._write_hf(tmp)
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            publish(tmp, final)
+            if resumable:
+                prune_checkpoints(self.run_dir, self.cfg.output.keep_last)
         acc.wait_for_everyone()
         return final
 
