@@ -1,20 +1,8 @@
-"""Run directories, atomic checkpoints and the metrics file.
+"""Run directories (``config.yaml``, ``metrics.jsonl``, ``checkpoints/step-N/``, ``final/``), atomic
+checkpoints and the metrics file; what each holds and why a killed run, resume or prune never leaves a
+checkpoint that looks whole but is not: training/README.md, Outputs.
 
-    RUN_DIR/
-      config.yaml                 the resolved training config
-      metrics.jsonl               one JSON object per logged step (appended)
-      checkpoints/step-000500/    a Hugging Face checkpoint + trainer_state/ (optimizer,
-                                  scheduler, RNG, progress.json) for --resume
-      final/                      the stage's output: a Hugging Face checkpoint that
-                                  `wam-diff2 infer` and the node load directly
-
-Every checkpoint directory is written under a hidden ``.NAME.partial`` sibling and renamed
-into place only when complete (rename is atomic), so a killed run never leaves a directory
-with a final name that is not whole; resume ignores partial directories. ``progress.json``,
-written last, lists every file of the checkpoint: a checkpoint counts as complete only while
-all of them exist, and resume takes the newest complete one. Pruning renames a checkpoint out
-of the ``step-N`` names first (``.step-N.pruned``, atomic) and only then deletes its files, so
-a kill mid-prune never leaves a half-deleted checkpoint that looks whole.
+    tmp = begin_partial(final); ...; write_progress(tmp, {"step": 500}); publish(tmp, final)
 """
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS
-from .training_data import Example, SampleDataset
-from .losses import DiffusionObjective, LossSettings, teacher_hidden_states
+from .training_data import SampleDataset
+from .losses import DiffusionObjective, LossSettings, objective_inputs
 from .noise import build_batch, lcm
 
 
@@ -42,11 +42,9 @@ def validation_loss(loaded, data_file: str | Path, *, block_size: int, data_root
                             data_root=data_root, min_pixels=min_pixels, max_pixels=max_pixels,
                             block_size=block_size, pad_multiple=pad_multiple, on_error="fail",
                             allow_absolute_paths=allow_absolute_paths)
-    examples: list[Example] = []
-    for i in range(len(dataset) if limit is None else min(limit, len(dataset))):
-        example = dataset[i]
+    examples = [dataset[i] for i in range(len(dataset) if limit is None else min(limit, len(dataset)))]
+    for i, example in enumerate(examples):
         example.position = i
-        examples.append(example)
     objective = DiffusionObjective(loaded.model, settings)
     was_training = loaded.model.training
     loaded.model.eval()
@@ -59,12 +57,7 @@ def validation_loss(loaded, data_file: str | Path, *, block_size: int, data_root
                                     eos_token_id=loaded.config.eos_token_id,
                                     rope_index=loaded.model.model.get_rope_index, seed=seed,
                                     pad_multiple=pad_multiple, noise_round=noise_round).to(loaded.device)
-                extra = {}
-                if teacher is not None:
-                    extra = {"teacher_hidden": teacher_hidden_states(teacher, batch, teacher_block_size),
-                             "teacher_head": teacher.lm_head, "kd_weight": batch.kd_weight}
-                out = objective(target_index=batch.target_index, target_ids=batch.target_ids,
-                                ce_weight=batch.ce_weight, **batch.model_inputs(), **extra)
+                out = objective(**objective_inputs(batch, teacher, teacher_block_size))
                 sums += torch.tensor([float(out["total"]), float(out["ce"]), float(out["kd"]),
                                       float(out["overlap"]), batch.num_targets], dtype=torch.float64)
     finally:

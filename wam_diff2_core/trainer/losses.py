@@ -1,27 +1,19 @@
-"""The training objective: the student's forward and its loss (``DiffusionObjective``, what the recipes
-and the evaluation run), a teacher's hidden states (``teacher_hidden_states``), and the losses on the
-positions that count, chunked so that full-vocabulary logits exist for at most
+"""The training objective (training/README.md, The objective): the student's forward and its loss
+(``DiffusionObjective``, what the recipes and the evaluation run), a teacher's hidden states, and the
+losses on the positions that count, chunked so that full-vocabulary logits exist for at most
 ``chunk_size`` positions at a time (in the forward and, by recomputation, in the backward).
 
     terms = objective(hidden, lm_head, targets, ce_weight, settings=LossSettings(chunk_size=1024))
 
-Every position carries its own weight, which already holds the spec's averaging (1 / t for
-the CE, 1 / L per sample, 1 / samples of the global batch), so each term is a weighted sum:
-
-    CE  = sum_p w_p * (-log softmax(z_p)[y_p])
-    KD  = tau^2 * sum_p v_p * D(P_p, Q_p),  P = softmax(student / tau), Q = softmax(teacher / tau)
-    total = (1 - kd_ratio) CE + kd_ratio KD
-
-D is the JSD with mixture weight beta (M = beta Q + (1 - beta) P;
-JSD = beta KL(Q || M) + (1 - beta) KL(P || M)), forward KL(Q || P) or reverse KL(P || Q).
-The top-K overlap rho_K (share of the teacher's top-K tokens in the student's top-K) is
-counted on the same chunks, without gradient.
+Every position carries its own weight, which already holds the averaging (1 / t for the CE, 1 / L
+per sample, 1 / samples of the global batch), so CE = sum_p w_p CE_p, KD = tau^2 sum_p v_p D(P_p, Q_p)
+and total = (1 - kd_ratio) CE + kd_ratio KD. rho_K is counted on the same chunks, without gradient.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -116,23 +108,17 @@ def objective(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor]
         zero = hidden.sum() * 0.0        # keeps the graph connected (every process must call backward)
         return LossTerms(total=zero, ce=zero.detach(), kd=zero.detach(), overlap=zero.detach())
     if not chunked:
-        total, ce, kd, overlap = _chunk_terms(hidden, head, targets, ce_weight, teacher_hidden, teacher_head,
-                                              kd_weight, settings)
-        return LossTerms(total=total, ce=ce, kd=kd, overlap=overlap)
-    totals, ces, kds, overlaps = [], [], [], []
+        return LossTerms(*_chunk_terms(hidden, head, targets, ce_weight, teacher_hidden, teacher_head, kd_weight,
+                                       settings))
+    chunks = []
     for start in range(0, hidden.shape[0], settings.chunk_size):
         sl = slice(start, start + settings.chunk_size)
         t_hidden = teacher_hidden[sl] if teacher_hidden is not None else None
         t_weight = kd_weight[sl] if kd_weight is not None else None
         # Recompute the chunk's logits in backward instead of keeping [M, V] of activations.
-        total, ce, kd, overlap = checkpoint(_chunk_terms, hidden[sl], head, targets[sl], ce_weight[sl], t_hidden,
-                                            teacher_head, t_weight, settings, use_reentrant=False)
-        totals.append(total)
-        ces.append(ce)
-        kds.append(kd)
-        overlaps.append(overlap)
-    return LossTerms(total=torch.stack(totals).sum(), ce=torch.stack(ces).sum(), kd=torch.stack(kds).sum(),
-                     overlap=torch.stack(overlaps).sum())
+        chunks.append(checkpoint(_chunk_terms, hidden[sl], head, targets[sl], ce_weight[sl], t_hidden,
+                                 teacher_head, t_weight, settings, use_reentrant=False))
+    return LossTerms(*(torch.stack(column).sum() for column in zip(*chunks)))
 
 
 class DiffusionObjective(torch.nn.Module):
@@ -155,9 +141,18 @@ class DiffusionObjective(torch.nn.Module):
                                mm_token_type_ids=mm_token_type_ids, pixel_values=pixel_values,
                                image_grid_thw=image_grid_thw, use_cache=False)
         hidden = out.last_hidden_state.flatten(0, 1)[target_index]        # [M, H]: only positions that count
-        terms = objective(hidden, self.model.lm_head, target_ids, ce_weight, self.settings,
-                          teacher_hidden=teacher_hidden, teacher_head=teacher_head, kd_weight=kd_weight)
-        return {"total": terms.total, "ce": terms.ce, "kd": terms.kd, "overlap": terms.overlap}
+        return vars(objective(hidden, self.model.lm_head, target_ids, ce_weight, self.settings,
+                              teacher_hidden=teacher_hidden, teacher_head=teacher_head, kd_weight=kd_weight))
+
+
+def objective_inputs(batch: TrainingBatch, teacher=None, teacher_block_size: int = 0) -> dict[str, Any]:
+    """:class:`DiffusionObjective`'s arguments for ``batch``; with a teacher, its hidden states at the targets."""
+    inputs = {"target_index": batch.target_index, "target_ids": batch.target_ids, "ce_weight": batch.ce_weight,
+              **batch.model_inputs()}
+    if teacher is not None:
+        inputs.update(teacher_hidden=teacher_hidden_states(teacher, batch, teacher_block_size),
+                      teacher_head=teacher.lm_head, kd_weight=batch.kd_weight)
+    return inputs
 
 
 @torch.no_grad()

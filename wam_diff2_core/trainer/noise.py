@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .training_data import Example, concat_vision, padded_length
+from .training_data import Example, concat_vision, pad_prefixes, padded_length
 
 PREFIX, CLEAN, NOISY, PAD = 0, 1, 2, 3   # segments of a training row
 
@@ -146,14 +146,7 @@ RopeIndex = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 def prefix_positions(examples: Sequence[Example], rope_index: RopeIndex) -> list[torch.Tensor]:
     """MRoPE ids of each prefix, [3, P_i] each, from Qwen3-VL's ``get_rope_index``."""
-    width = max(e.prefix_length for e in examples)
-    ids = torch.zeros((len(examples), width), dtype=torch.long)
-    mm = torch.zeros_like(ids)
-    valid = torch.zeros_like(ids)
-    for i, e in enumerate(examples):
-        ids[i, :e.prefix_length] = e.prefix_ids
-        mm[i, :e.prefix_length] = e.mm_token_type_ids
-        valid[i, :e.prefix_length] = 1
+    ids, valid, mm = pad_prefixes(examples, 0, left=False)
     vision = concat_vision(examples)
     device = _device_of(rope_index)
     with torch.no_grad():

@@ -1,13 +1,6 @@
 """AdamW with per-part learning rates, and the warm-up + cosine schedule (training/README.md, The optimizer).
-
-Parameter groups: language model + LM head (``optim.lr``), vision merger + DeepStack mergers
-(``optim.merger_lr``), vision tower (``optim.vision_lr``); each split into a decayed group and
-a group without weight decay (norms, biases, ``nn.Embedding`` tables and every other 1-D
-tensor). Frozen parameters are left out.
-
-Schedule (factor of each group's lr, per optimizer step s of S): warm-up from
-``warmup_start_factor`` over W = min(warmup_max_steps, warmup_fraction x S) steps, then a
-cosine from 1 to ``final_lr_factor``.
+Each part (``part_of``) is split into a decayed group and one without weight decay; frozen parameters
+are left out.
 
     optimizer = build_optimizer(model, cfg.optim); scheduler = build_scheduler(optimizer, 1000, cfg.optim)
 """
@@ -48,12 +41,10 @@ def no_decay_names(model: torch.nn.Module) -> set[str]:
 
 def freeze_vision_tower(model: torch.nn.Module) -> int:
     """Stop training the vision tower (not the mergers). Returns the number of frozen tensors."""
-    frozen = 0
-    for name, param in model.named_parameters():
-        if part_of(name) == VISION_TOWER:
-            param.requires_grad_(False)
-            frozen += 1
-    return frozen
+    tower = [param for name, param in model.named_parameters() if part_of(name) == VISION_TOWER]
+    for param in tower:
+        param.requires_grad_(False)
+    return len(tower)
 
 
 def parameter_groups(model: torch.nn.Module, cfg: OptimSection) -> list[dict]:
@@ -65,11 +56,8 @@ def parameter_groups(model: torch.nn.Module, cfg: OptimSection) -> list[dict]:
             continue
         key = (part_of(name), name not in skip_decay)
         groups.setdefault(key, []).append(param)
-    out = []
-    for (part, decay), params in sorted(groups.items()):
-        out.append({"params": params, "lr": lrs[part], "weight_decay": cfg.weight_decay if decay else 0.0,
-                    "name": f"{part}{'' if decay else '_no_decay'}"})
-    return out
+    return [{"params": params, "lr": lrs[part], "weight_decay": cfg.weight_decay if decay else 0.0,
+             "name": f"{part}{'' if decay else '_no_decay'}"} for (part, decay), params in sorted(groups.items())]
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimSection) -> torch.optim.AdamW:

@@ -9,10 +9,8 @@
       scheduler.json          the learning-rate scheduler's state_dict
       rng-<process>.safetensors   Python, NumPy, torch CPU and accelerator RNG states of one process
 
-Accelerate's ``save_state`` / ``load_state`` pickled the scheduler, the RNG states and the
-optimizer and unpickled them with ``weights_only=False``: a pickle planted in a run folder ran
-code on resume. Nothing here unpickles, and :func:`refuse_pickles` stops a resume from a run
-folder that holds a pickle at all (naming it), so none lies in wait for another tool.
+Nothing here unpickles (a pickle planted in a run folder would run code on resume), and
+:func:`refuse_pickles` stops a resume from a run folder that holds one at all, naming it.
 The data position needs no state: it is the step number (progress.json).
 """
 from __future__ import annotations
@@ -49,13 +47,12 @@ def _json_text(value: Any, what: str) -> str:
 
 
 def save_trainer_state(out: Path, optimizer, scheduler, *, process_index: int, main: bool,
-                       device: torch.device) -> list[Path]:
+                       device: torch.device) -> None:
     """Write this process's part of the resume state into ``out`` (every process must call:
     the main one writes optimizer and scheduler, identical on every process under DDP; each
-    writes its own RNG states). Returns the files written."""
+    writes its own RNG states)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    written = []
     if main:
         state = optimizer.state_dict()
         tensors, other = {}, {}
@@ -69,7 +66,6 @@ def save_trainer_state(out: Path, optimizer, scheduler, *, process_index: int, m
         (out / OPTIMIZER_JSON).write_text(_json_text({"param_groups": state["param_groups"], "state": other},
                                                      "optimizer state"))
         (out / SCHEDULER_JSON).write_text(_json_text(scheduler.state_dict(), "scheduler state"))
-        written += [out / OPTIMIZER_TENSORS, out / OPTIMIZER_JSON, out / SCHEDULER_JSON]
     version, mt_state, gauss_next = random.getstate()
     kind, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
     tensors = {"python": torch.tensor(mt_state, dtype=torch.int64),
@@ -81,8 +77,6 @@ def save_trainer_state(out: Path, optimizer, scheduler, *, process_index: int, m
     meta = {"python_version": version, "python_gauss_next": gauss_next, "numpy_kind": kind, "numpy_pos": int(np_pos),
             "numpy_has_gauss": int(np_has_gauss), "numpy_cached_gaussian": float(np_cached)}
     save_file(tensors, str(out / rng_file(process_index)), metadata={"rng": json.dumps(meta)})
-    written.append(out / rng_file(process_index))
-    return written
 
 
 def load_trainer_state(src: Path, optimizer, scheduler, *, process_index: int, device: torch.device) -> None:

@@ -177,12 +177,9 @@ class TrainingConfig:
     output: OutputSection = field(default_factory=OutputSection)
     curriculum: CurriculumSection = field(default_factory=CurriculumSection)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     def replace(self, **dotted: Any) -> "TrainingConfig":
         """A copy with ``{"section.key": value}`` applied and validated."""
-        data = self.to_dict()
+        data = dataclasses.asdict(self)
         for key, value in dotted.items():
             _assign(data, key, value)
         return config_from_dict(data)
@@ -190,10 +187,6 @@ class TrainingConfig:
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(TrainingConfig)
                              if f.default_factory is not dataclasses.MISSING}
-
-
-def _field_type(cls: type, name: str) -> Any:
-    return typing.get_type_hints(cls)[name]
 
 
 def _check(where: str, f: dataclasses.Field, value: Any, expected: type) -> Any:
@@ -226,7 +219,7 @@ def _build(cls: type, values: Any, section: str = ""):
             raise ConfigError(f"unknown setting {where}{key} (known{' in ' + section if section else ''}: "
                               f"{', '.join(known)})")
     return cls(**{k: _build(SECTIONS[k], v, k) if not section and k in SECTIONS
-                  else _check(where + k, known[k], v, _field_type(cls, k)) for k, v in values.items()})
+                  else _check(where + k, known[k], v, typing.get_type_hints(cls)[k]) for k, v in values.items()})
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainingConfig:
@@ -347,24 +340,12 @@ def load_training_config(path: str | Path | None, overrides: Sequence[str] | Map
 
 
 def dump_yaml(cfg: TrainingConfig) -> str:
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-
-
-def describe_settings() -> list[tuple[str, Any, str]]:
-    """(dotted name, default, help) for every setting: the README table is checked against it."""
-    rows = []
-    for f in dataclasses.fields(TrainingConfig):
-        if f.name in SECTIONS:
-            for g in dataclasses.fields(SECTIONS[f.name]):
-                default = g.default if g.default is not dataclasses.MISSING else g.default_factory()
-                rows.append((f"{f.name}.{g.name}", default, g.metadata["help"]))
-        else:
-            rows.append((f.name, f.default, f.metadata["help"]))
-    return rows
+    return yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False)
 
 
 def settings_table() -> str:
-    """The Markdown settings table of training/README.md (a test keeps the README in sync)."""
+    """The Markdown settings table of training/README.md, every setting's default and help (a test keeps the
+    README in sync)."""
     def show(value: Any) -> str:
         if value == "":
             return "required"
@@ -373,5 +354,11 @@ def settings_table() -> str:
         return f'`"{value}"`' if isinstance(value, str) else f"`{value!r}`"
 
     lines = ["| setting | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{name}` | {show(default)} | {help} |" for name, default, help in describe_settings()]
+    defaults = dataclasses.asdict(TrainingConfig())
+    for f in dataclasses.fields(TrainingConfig):
+        if f.name in SECTIONS:
+            lines += [f"| `{f.name}.{g.name}` | {show(defaults[f.name][g.name])} | {g.metadata['help']} |"
+                      for g in dataclasses.fields(SECTIONS[f.name])]
+        else:
+            lines.append(f"| `{f.name}` | {show(defaults[f.name])} | {f.metadata['help']} |")
     return "\n".join(lines) + "\n"

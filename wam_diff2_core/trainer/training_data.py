@@ -1,15 +1,5 @@
-"""Training data: samples in the authors' format -> tokenised examples -> a deterministic stream.
-
-An :class:`Example` is one sample tokenised with the chat template (no generation prompt):
-the **prefix** is every token up to and including the last ``<|im_start|>assistant\\n``, the
-**response** the tokens after it through the first EOS inclusive (training/README.md, Data).
-The prefix is exactly the prompt that :func:`wam_diff2_core.model.prompt_encoding.encode_prompts`
-gives the decoder at inference.
-
-Malformed records (a broken JSONL line, a value that is not an object, wrong field types, an id
-used twice), missing or undecodable images and images over ``data.max_decoded_pixels`` /
-``data.max_decoded_bytes`` are reported with their id and line and either skipped
-(``data.on_error: skip``) or raise (``fail``); they are never trained on.
+"""Training data: samples in the authors' format -> tokenised examples (prefix and response, and what is
+skipped or fails: training/README.md, Data) -> a deterministic stream.
 
 Order: samples form an endless stream, epoch after epoch, each epoch a seeded permutation.
 Optimizer step ``s`` consumes stream positions ``[s G, (s + 1) G)`` (G = global batch), split
@@ -30,6 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from ..config import ConfigError
 from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS, Sample, SampleError, iter_samples, load_images
 from ..images import DEFAULT_LIMITS, ImageLimits
 from ..model.prompt_encoding import pixel_size
@@ -139,7 +130,6 @@ class SampleDataset(torch.utils.data.Dataset):
         try:
             items = list(iter_samples(path, data_root, allow_absolute_paths=self.allow_absolute_paths))
         except ValueError as exc:      # the file as a whole (unreadable, a JSON list that does not parse)
-            from ..config import ConfigError
             raise ConfigError(f"{setting}: {exc}") from None
         for item in items:
             if isinstance(item, Sample):
@@ -154,7 +144,6 @@ class SampleDataset(torch.utils.data.Dataset):
                 left_out += 1
         rejected = self.rejected[rejected:]
         if not samples:
-            from ..config import ConfigError
             raise ConfigError(f"{setting}: {path} has no usable sample ({len(rejected)} rejected"
                               + (f", {left_out} not of the kind this recipe trains on)" if left_out else ")"))
         if rejected:
@@ -220,7 +209,6 @@ class BatchPlan:
     def __post_init__(self):
         per_step = self.micro_batch_size * self.num_processes
         if self.global_batch_size % per_step:
-            from ..config import ConfigError
             raise ConfigError(
                 f"train.global_batch_size: {self.global_batch_size} is not a multiple of train.micro_batch_size "
                 f"x processes ({self.micro_batch_size} x {self.num_processes})")
@@ -266,16 +254,11 @@ class StepBatches(torch.utils.data.Sampler):
         return (self.total_steps - self.start_step) * self.plan.accumulation_steps
 
 
-def keep_list(items):
-    """DataLoader collate: keep the examples (and errors) as a list; batching happens in noise.py."""
-    return list(items)
-
-
 def make_loader(dataset: SampleDataset, order: DataOrder, plan: BatchPlan, start_step: int, total_steps: int,
                 num_workers: int = 0) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(StreamDataset(dataset, order),
                                        batch_sampler=StepBatches(plan, start_step, total_steps),
-                                       collate_fn=keep_list, num_workers=num_workers,
+                                       collate_fn=list, num_workers=num_workers,    # batching: noise.py
                                        persistent_workers=False)
 
 
@@ -285,19 +268,21 @@ def total_steps(num_samples: int, epochs: float, global_batch_size: int, max_ste
     return max(1, math.ceil(epochs * num_samples / global_batch_size))
 
 
+def pad_prefixes(examples: Sequence[Example], pad_id: int, *, left: bool) -> tuple[torch.Tensor, ...]:
+    """The prefixes padded to the longest: (ids, 1 at a token, mm_token_type_ids), [N, longest P] each."""
+    width = max(e.prefix_length for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    mask, mm = torch.zeros_like(ids), torch.zeros_like(ids)
+    for i, e in enumerate(examples):
+        cols = slice(width - e.prefix_length, width) if left else slice(0, e.prefix_length)
+        ids[i, cols], mask[i, cols], mm[i, cols] = e.prefix_ids, 1, e.mm_token_type_ids
+    return ids, mask, mm
+
+
 def prompt_batch(examples: Sequence[Example], pad_token_id: int) -> dict[str, torch.Tensor]:
     """The examples' prefixes as a left-padded processor batch (what the decoder takes)."""
-    width = max(e.prefix_length for e in examples)
-    ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    mm = torch.zeros((len(examples), width), dtype=torch.long)
-    for i, e in enumerate(examples):
-        ids[i, width - e.prefix_length:] = e.prefix_ids
-        mask[i, width - e.prefix_length:] = 1
-        mm[i, width - e.prefix_length:] = e.mm_token_type_ids
-    out = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": mm}
-    out.update(concat_vision(examples))
-    return out
+    ids, mask, mm = pad_prefixes(examples, pad_token_id, left=True)
+    return {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": mm, **concat_vision(examples)}
 
 
 def concat_vision(examples: Sequence[Example]) -> dict[str, torch.Tensor]:

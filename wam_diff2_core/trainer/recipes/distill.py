@@ -17,7 +17,7 @@ import torch
 
 from ...config import ConfigError
 from ..training_data import Example, padded_length, prompt_batch
-from ..losses import DiffusionObjective, LossSettings, teacher_hidden_states
+from ..losses import DiffusionObjective, LossSettings, objective_inputs
 from ..noise import TrainingBatch, lcm
 from .finetune import FinetuneRecipe, StepResult
 
@@ -69,10 +69,8 @@ class DistillRecipe(FinetuneRecipe):
             kd_ratio=d.kd_ratio, overlap_k=d.overlap_k))
 
     def loss_inputs(self, batch: TrainingBatch) -> dict[str, Any]:
-        with self.accelerator.autocast():
-            hidden = teacher_hidden_states(self.teacher, batch, self.teacher_block_size)
-        return {**super().loss_inputs(batch), "teacher_hidden": hidden, "teacher_head": self.teacher.lm_head,
-                "kd_weight": batch.kd_weight}
+        with self.accelerator.autocast():        # the teacher's forward
+            return objective_inputs(batch, self.teacher, self.teacher_block_size)
 
     # ------------------------------------------------------------------ on-policy
     def prepare_examples(self, step: int, examples: list[Example]) -> tuple[list[Example], int]:

@@ -32,7 +32,7 @@ from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, Metrics
 from ..training_config import TrainingConfig, check_required, dump_yaml, parse_mix
 from ..trainer_state import load_trainer_state, refuse_pickles, save_trainer_state
 from ..training_data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
-from ..losses import DiffusionObjective, LossSettings
+from ..losses import DiffusionObjective, LossSettings, objective_inputs
 from ..noise import TrainingBatch, build_batch
 from ..optim import build_optimizer, build_scheduler, freeze_vision_tower
 
@@ -240,8 +240,7 @@ class FinetuneRecipe:
         return examples, 0
 
     def loss_inputs(self, batch: TrainingBatch) -> dict[str, Any]:
-        return {"target_index": batch.target_index, "target_ids": batch.target_ids, "ce_weight": batch.ce_weight,
-                **batch.model_inputs()}
+        return objective_inputs(batch)
 
     @cached_property
     def placeholder(self) -> Example:

@@ -1,18 +1,14 @@
-"""Vision warm-up recipe: the vision tower learns where the objects are before the language model reads it.
+"""Vision warm-up recipe: the vision tower learns where the objects are before the language model reads it
+(why: training/README.md, A vision tower built from code).
 
     wam-diff2 train --config training/demo/vision.yaml --model.path runs/demo/init
 
-The paper's model starts from Qwen3-VL, whose vision tower comes pretrained. The demo models are built
-from code, and a tower trained only through the answer tokens learned a prior of box positions, not to
-localise (docs/model_card.md, detection). This stage trains the tower, patch embedding through the
-merger, with a dense head on the merged visual tokens, as a one-stage detector (YOLO / CenterNet) does:
-for each cell of the token grid, whether a labelled box's centre lies in it (logistic loss, positives
-weighted :data:`POSITIVE_WEIGHT`), and for those cells that box (centre offset within the cell, log
-width and height of the image; smooth L1). Where two centres share a cell the larger box is the target.
-
-Only grounding samples are used (their answers are the labels: ``bbox_2d`` on the 0..1000 scale of the
-image); other samples are left out when the data is read. The language model and the DeepStack mergers
-are frozen (this objective does not reach them). The head is training-only: ``final/`` is the model with
+The tower, patch embedding through the merger, trains with a dense head on the merged visual tokens, as a
+one-stage detector (YOLO / CenterNet) does: for each cell of the token grid, whether a labelled box's centre
+lies in it (logistic loss, positives weighted :data:`POSITIVE_WEIGHT`), and for those cells that box (centre
+offset within the cell, log width and height of the image; smooth L1). Where two centres share a cell the
+larger box is the target. Only grounding samples are used (their ``bbox_2d`` answers are the labels); the
+language model and the DeepStack mergers are frozen. The head is training-only: ``final/`` is the model with
 its tower trained and nothing else changed; a resumable checkpoint keeps the head in its trainer state.
 """
 from __future__ import annotations
@@ -69,8 +65,7 @@ class VisionBatch:
     box: torch.Tensor                   # [cells, 4]
 
     def to(self, device) -> "VisionBatch":
-        return VisionBatch(*(t.to(device) for t in (self.pixel_values, self.image_grid_thw, self.objectness,
-                                                      self.box)))
+        return VisionBatch(**{name: t.to(device) for name, t in vars(self).items()})
 
     @property
     def num_targets(self) -> int:
@@ -138,8 +133,7 @@ class VisionRecipe(FinetuneRecipe):
                            torch.cat([e.image_grid_thw for e in examples]), torch.cat(objectness), torch.cat(box))
 
     def loss_inputs(self, batch: VisionBatch) -> dict[str, Any]:
-        return {"pixel_values": batch.pixel_values, "image_grid_thw": batch.image_grid_thw,
-                "objectness": batch.objectness, "box": batch.box}
+        return dict(vars(batch))          # VisionObjective.forward's arguments
 
     def extra_metrics(self, result) -> dict[str, Any]:
         return {"objectness": result.ce, "box": result.kd}
