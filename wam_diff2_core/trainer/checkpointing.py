@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..utils.atomic import atomic_write_text
+
 CHECKPOINTS = "checkpoints"
 FINAL = "final"
 METRICS = "metrics.jsonl"
@@ -43,39 +45,29 @@ def begin_partial(final: Path) -> Path:
 
 def publish(tmp: Path, final: Path) -> None:
     """Rename a complete ``tmp`` to ``final`` (replacing an older ``final``)."""
-    _fsync_tree(tmp)
-    if final.exists():
-        old = final.with_name(f".{final.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(final)
-    _fsync_dir(final.parent)
-
-
-def _fsync_tree(root: Path) -> None:
-    for path in root.rglob("*"):
+    for path in tmp.rglob("*"):
         if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync(path)
+    old = final.with_name(f".{final.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    _fsync(final.parent, folder=True)
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: Path, *, folder: bool = False) -> None:
+    """Flush a file to disk; a folder's entries too where the system can (no error where it cannot)."""
     try:
         fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        if not folder:
+            raise
 
 
 def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
@@ -130,7 +122,7 @@ def remove_checkpoint(path: Path) -> None:
     doomed = path.with_name(f".{path.name}{PRUNED}")
     shutil.rmtree(doomed, ignore_errors=True)
     path.rename(doomed)
-    _fsync_dir(path.parent)
+    _fsync(path.parent, folder=True)
     shutil.rmtree(doomed, ignore_errors=True)
 
 
@@ -151,28 +143,17 @@ def write_progress(checkpoint: Path, progress: dict[str, Any]) -> None:
     target.write_text(json.dumps({**progress, FILES: files}, indent=2) + "\n")
 
 
-class MetricsLog:
-    """Appends one JSON line per record to RUN_DIR/metrics.jsonl (main process only)."""
+def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with (Path(run_dir) / METRICS).open("a") as f:
+        f.write(json.dumps(record) + "\n")
 
-    def __init__(self, path: Path, enabled: bool = True):
-        self.path = Path(path)
-        self.enabled = enabled
 
-    def truncate_after(self, step: int) -> None:
-        """On resume: drop records of steps the resumed run will redo."""
-        if not self.enabled or not self.path.exists():
-            return
-        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
-        from ..utils.atomic import atomic_write_text
-        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
-
-    def write(self, record: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
+def truncate_metrics(run_dir: Path, step: int) -> None:
+    """On resume: drop the records of the steps the resumed run will redo."""
+    path = Path(run_dir) / METRICS
+    if path.exists():
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in read_metrics(path) if r.get("step", 0) <= step))
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -158,13 +158,11 @@ def prefix_positions(examples: Sequence[Example], rope_index: RopeIndex) -> list
 
 
 def _device_of(rope_index: RopeIndex) -> torch.device:
-    owner = getattr(rope_index, "__self__", None)
-    if owner is not None:
-        try:
-            return next(owner.parameters()).device
-        except (AttributeError, StopIteration):
-            pass
-    return torch.device("cpu")
+    """Where the model that ``rope_index`` is a method of lives (the CPU for a plain function)."""
+    try:
+        return next(rope_index.__self__.parameters()).device
+    except (AttributeError, StopIteration):
+        return torch.device("cpu")
 
 
 def build_batch(examples: Sequence[Example], *, block_size: int, mask_token_id: int | None, eos_token_id: int,

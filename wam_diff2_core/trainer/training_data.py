@@ -72,10 +72,8 @@ def encode_sample(processor, sample: Sample, images: Sequence[Any], *, eos_token
     if not any(m["role"] == "assistant" for m in sample.messages):
         raise sample.error("no 'gpt' turn to learn from")
     text = processor.apply_chat_template(sample.messages, tokenize=False, add_generation_prompt=False)
-    kwargs: dict[str, Any] = {}
     size = pixel_size(min_pixels, max_pixels)
-    if size is not None and images:
-        kwargs["size"] = size
+    kwargs = {"size": size} if size is not None and images else {}
     try:
         enc = processor(text=[text], images=list(images) or None, return_tensors="pt", **kwargs)
     except (ValueError, RuntimeError) as exc:
@@ -126,35 +124,30 @@ class SampleDataset(torch.utils.data.Dataset):
             self.samples += self._read(f"data.mix[{i}]", file, file.parent) * times
 
     def _read(self, setting: str, path: str | Path, data_root: str | Path) -> list[Sample]:
-        samples, rejected, left_out = [], len(self.rejected), 0
+        samples, rejected, left_out = [], [], 0
         try:
             items = list(iter_samples(path, data_root, allow_absolute_paths=self.allow_absolute_paths))
         except ValueError as exc:      # the file as a whole (unreadable, a JSON list that does not parse)
             raise ConfigError(f"{setting}: {exc}") from None
         for item in items:
-            if isinstance(item, Sample):
-                missing = [p for p in item.image_paths if not p.is_file()]
-                item = item.error(f"image not found: {missing[0]}") if missing else item
+            if isinstance(item, Sample) and (missing := [p for p in item.image_paths if not p.is_file()]):
+                item = item.error(f"image not found: {missing[0]}")
             if isinstance(item, SampleError):
-                self._reject(item)
-                continue
-            if self.keep is None or self.keep(item):
+                if self.on_error == "fail":
+                    raise item
+                log.warning("skipping %s", item)
+                rejected.append(item)
+            elif self.keep is None or self.keep(item):
                 samples.append(item)
             else:
                 left_out += 1
-        rejected = self.rejected[rejected:]
+        self.rejected += rejected
         if not samples:
             raise ConfigError(f"{setting}: {path} has no usable sample ({len(rejected)} rejected"
                               + (f", {left_out} not of the kind this recipe trains on)" if left_out else ")"))
         if rejected:
             log.warning("%s: %d sample(s) skipped, first: %s", path, len(rejected), rejected[0])
         return samples
-
-    def _reject(self, exc: SampleError) -> None:
-        if self.on_error == "fail":
-            raise exc
-        log.warning("skipping %s", exc)
-        self.rejected.append(exc)
 
     def __len__(self) -> int:
         return len(self.samples)

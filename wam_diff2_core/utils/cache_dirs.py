@@ -23,24 +23,15 @@ RUNS_ENV = "WAM_DIFF2_RUNS"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def _set(environ: Mapping[str, str], name: str) -> str | None:
-    value = environ.get(name, "")
-    return value or None
-
-
 def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
     """The cache root (module docstring), absolute."""
-    root = _set(environ, CACHE_ENV)
-    if root is None:
-        xdg = _set(environ, "XDG_CACHE_HOME")
-        root = str(Path(xdg) / "wam-diff2") if xdg else str(Path(environ.get("HOME") or Path.home()) / ".cache"
-                                                                / "wam-diff2")
-    return Path(root).expanduser().absolute()
+    cache = environ.get("XDG_CACHE_HOME") or Path(environ.get("HOME") or Path.home()) / ".cache"
+    return Path(environ.get(CACHE_ENV) or Path(cache) / "wam-diff2").expanduser().absolute()
 
 
 def runs_root(environ: Mapping[str, str] = os.environ) -> Path:
     """The folder that holds every run folder: ``$WAM_DIFF2_RUNS``, else ``<cache root>/runs``."""
-    runs = _set(environ, RUNS_ENV)
+    runs = environ.get(RUNS_ENV)
     return Path(runs).expanduser().absolute() if runs else cache_root(environ) / "runs"
 
 

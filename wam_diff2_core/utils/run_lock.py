@@ -3,13 +3,11 @@
     with RunLock(run_dir / RUN_LOCK):          # train: output.dir/.lock; infer: OUTPUT.lock
         ...                                    # a second run fails fast, naming this process
 
-The lock file holds the holder's PID and host. The kernel drops a ``flock`` when its process
-ends however it ends, so a crashed run leaves at most a file whose lock is free: the next run
-takes it over and logs the dead holder's PID. A run that finds the lock held stops at once with
-a :class:`RunLocked` error naming the holder (two trainers in one folder raced the checkpoint
-pruning; two ``infer`` runs appended to one partial file). On release the file is removed while
-still locked, and a taker checks that the file it locked is still the one at the path, so a
-release and a take-over never leave two holders.
+The lock file holds the holder's PID and host. The kernel drops a ``flock`` when its process ends
+however it ends, so the next run takes over a crashed run's lock (logging its PID); a run that finds
+the lock held stops at once with a :class:`RunLocked` error naming the holder. On release the file is
+removed while still locked, and a taker checks that the file it locked is still the one at the path,
+so a release and a take-over never leave two holders.
 """
 from __future__ import annotations
 

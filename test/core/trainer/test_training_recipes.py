@@ -20,7 +20,7 @@ from wam_diff2_core.trainer.evaluate import validation_loss
 from wam_diff2_core.trainer.losses import LossSettings
 from wam_diff2_core.trainer.optim import VISION_TOWER, part_of
 from wam_diff2_core.trainer.recipes import DistillRecipe, FinetuneRecipe, run_stage
-from wam_diff2_core.trainer.recipes.finetune import apply_tf32
+from wam_diff2_core.trainer.devices import apply_tf32
 from wam_diff2_core.trainer.tiny_data import write_tiny_dataset
 
 

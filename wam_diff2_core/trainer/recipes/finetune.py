@@ -26,9 +26,10 @@ from ...model.saving import save_checkpoint
 from ...model.prompt_encoding import pixel_size
 from ...utils.atomic import atomic_write_text
 from ...utils.run_lock import RUN_LOCK, RunLock
-from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, MetricsLog, begin_partial, has_run,
+from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, append_metrics, begin_partial, has_run,
                              latest_checkpoint, partial_path, prune_checkpoints, publish, read_progress, step_dir_name,
-                             write_progress)
+                             truncate_metrics, write_progress)
+from ..devices import apply_tf32, make_accelerator
 from ..training_config import TrainingConfig, check_required, dump_yaml, parse_mix
 from ..trainer_state import load_trainer_state, refuse_pickles, save_trainer_state
 from ..training_data import BatchPlan, DataOrder, Example, SampleDataset, make_loader, total_steps
@@ -54,29 +55,6 @@ class StepResult:
     lr: float | None = None
 
 
-def resolve_mixed_precision(setting: str, device: str) -> str:
-    if setting != "auto":
-        return setting
-    bf16 = device == "npu" or (device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    return "bf16" if bf16 else "no"
-
-
-def apply_tf32(enabled: bool, device: str) -> bool:
-    """``train.tf32``: float32 matrix products on CUDA in TF32 (process-wide, as torch's flag is). Returns whether
-    it was applied: only when asked for and on CUDA (TF32 is a CUDA tensor-core format)."""
-    if not enabled:
-        return False
-    if device != "cuda":
-        log.warning("train.tf32: ignored on %s (TF32 is a CUDA format)", device)
-        return False
-    matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):          # torch >= 2.9; mixing it with allow_tf32 is an error there
-        matmul.fp32_precision = "tf32"
-    else:
-        matmul.allow_tf32 = True
-    return True
-
-
 class FinetuneRecipe:
     """Masked-diffusion finetuning at one block size (B = 1: causal next-token training)."""
 
@@ -94,8 +72,8 @@ class FinetuneRecipe:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        from accelerate import Accelerator, PartialState
-        from accelerate.utils import DistributedDataParallelKwargs, DistributedType
+        from accelerate import PartialState
+        from accelerate.utils import DistributedType
 
         from ...model.devices import resolve_device
 
@@ -107,14 +85,7 @@ class FinetuneRecipe:
             self.run_lock = RunLock(self.run_dir / RUN_LOCK, "run folder").acquire()
         self.plan = BatchPlan(cfg.train.global_batch_size, cfg.train.micro_batch_size, state.num_processes,
                               state.process_index)
-        self.accelerator = Accelerator(
-            cpu=device == "cpu", mixed_precision=resolve_mixed_precision(cfg.train.mixed_precision, device),
-            gradient_accumulation_steps=self.plan.accumulation_steps,
-            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.train.find_unused_parameters)])
-        acc = self.accelerator
-        if acc.distributed_type == DistributedType.DEEPSPEED:
-            # no DataLoader goes through prepare(), so DeepSpeed cannot infer its micro-batch
-            acc.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.train.micro_batch_size
+        self.accelerator = acc = make_accelerator(cfg, device, self.plan)
         if acc.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP) and (
                 cfg.output.save_every_steps or self.resume):
             raise ConfigError(f"output.save_every_steps: resumable checkpoints (and --resume) are supported with "
@@ -165,12 +136,11 @@ class FinetuneRecipe:
                 log.warning("resuming with %s total steps (the checkpoint planned %s)", self.total_steps,
                             progress.get("total_steps"))
             log.info("resumed %s at step %d", resume_from, self.step)
-        self.metrics = MetricsLog(self.run_dir / METRICS, enabled=acc.is_main_process)
         if acc.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
             if resume_from is not None:
-                self.metrics.truncate_after(self.step)
+                truncate_metrics(self.run_dir, self.step)
         acc.wait_for_everyone()
 
     def setup_extra(self) -> None:
@@ -334,8 +304,8 @@ class FinetuneRecipe:
             stopping = out_of_time or self.step == self.total_steps
             if out_of_time:
                 record["stopped_at_time_limit_s"] = cfg.train.time_limit_s
-            if self.step % cfg.output.log_every_steps == 0 or stopping:
-                self.metrics.write(record)
+            if acc.is_main_process and (self.step % cfg.output.log_every_steps == 0 or stopping):
+                append_metrics(self.run_dir, record)
             bar.set_postfix(loss=f"{result.loss:.4f}", samples_s=f"{record['samples_per_s']:.1f}",
                             tok_s=f"{record['tokens_per_s']:.0f}")
             bar.update(1)
