@@ -6,6 +6,7 @@ checkpoint that looks whole but is not: training/README.md, Outputs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -127,8 +128,7 @@ def remove_checkpoint(path: Path) -> None:
 
 
 def has_run(run_dir: Path) -> bool:
-    run_dir = Path(run_dir)
-    return any((run_dir / name).exists() for name in (METRICS, CHECKPOINTS, FINAL))
+    return any((Path(run_dir) / name).exists() for name in (METRICS, CHECKPOINTS, FINAL))
 
 
 def read_progress(checkpoint: Path) -> dict[str, Any]:
@@ -157,17 +157,11 @@ def truncate_metrics(run_dir: Path, step: int) -> None:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if path.is_dir():
-        path = path / METRICS
+    path = Path(path) / METRICS if Path(path).is_dir() else Path(path)
     records = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill: the step is redone after resume
+    for line in filter(None, map(str.strip, path.read_text().splitlines())):
+        with contextlib.suppress(json.JSONDecodeError):   # a line cut by a kill: the step is redone after resume
+            records.append(json.loads(line))
     return records
 
 

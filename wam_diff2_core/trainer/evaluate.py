@@ -34,7 +34,7 @@ def validation_loss(loaded, data_file: str | Path, *, block_size: int, data_root
                     seed: int = 1234, micro_batch_size: int = 8, teacher=None, teacher_block_size: int = 0,
                     settings: LossSettings | None = None, limit: int | None = None,
                     allow_absolute_paths: bool = ALLOW_ABSOLUTE_IMAGE_PATHS) -> ValidationResult:
-    """Mean per-sample loss (spec averaging) over ``rounds`` fixed noise draws (of the first
+    """Mean per-sample loss (the objective's averaging) over ``rounds`` fixed noise draws (of the first
     ``limit`` samples, default all)."""
     settings = settings or LossSettings(kd_ratio=1.0 if teacher is not None else 0.0)
     pad_multiple = lcm(block_size, teacher_block_size) if teacher is not None and block_size > 1 else block_size

@@ -110,9 +110,8 @@ def load_trainer_state(src: Path, optimizer, scheduler, *, process_index: int, d
                          meta["numpy_has_gauss"], meta["numpy_cached_gaussian"]))
     torch.set_rng_state(tensors["torch"])
     if device.type != "cpu":
-        saved = [tensors[k] for k in sorted((k for k in tensors if k.startswith(f"{device.type}.")),
-                                            key=lambda k: int(k.split(".")[1]))]
-        getattr(torch, device.type).set_rng_state_all(saved)
+        count = sum(key.startswith(f"{device.type}.") for key in tensors)
+        getattr(torch, device.type).set_rng_state_all([tensors[f"{device.type}.{i}"] for i in range(count)])
 
 
 def is_pickle(path: Path) -> bool:

@@ -279,8 +279,7 @@ def _assign(data: dict, dotted: str, value: Any) -> None:
     section, key = parts
     if section not in SECTIONS:
         raise ConfigError(f"unknown setting {dotted} (sections: {', '.join(SECTIONS)})")
-    data.setdefault(section, {})
-    if data[section] is None:
+    if data.get(section) is None:
         data[section] = {}
     data[section][key] = value
 

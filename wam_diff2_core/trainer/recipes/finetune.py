@@ -344,8 +344,7 @@ class FinetuneRecipe:
         acc = self.accelerator
         state = acc.get_state_dict(self.module)            # gathers shards under ZeRO-3 / FSDP
         if acc.is_main_process:
-            prefix = "model."
-            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            state = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
             save_checkpoint(self.hf_model, self.processor, out, state_dict=state, is_main_process=True)
             if self.diffusion.mask_token_id is not None:
                 # the camera the model was trained with stays with it (the leaderboard agent reads it)

@@ -86,25 +86,20 @@ class VisionObjective(torch.nn.Module):
         width = model.model.visual.config.out_hidden_size
         self.head = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, 5))
 
-    def scores(self, pixel_values, image_grid_thw) -> torch.Tensor:
-        """[cells of every image, 5]: objectness logit, dx, dy, log w, log h."""
+    def forward(self, pixel_values, image_grid_thw, objectness, box) -> dict[str, torch.Tensor]:
         visual = self.model.model.visual
         out = visual(pixel_values.to(self.model.dtype), grid_thw=image_grid_thw)
         tokens = out.pooler_output if getattr(out, "pooler_output", None) is not None else out[0]
-        return self.head(tokens.float())
-
-    def forward(self, pixel_values, image_grid_thw, objectness, box) -> dict[str, torch.Tensor]:
-        scores = self.scores(pixel_values, image_grid_thw)
-        merge = self.model.model.visual.spatial_merge_size
-        cells = (image_grid_thw.prod(-1) // merge**2).tolist()
+        scores = self.head(tokens.float())        # [cells of every image, 5]: objectness logit, dx, dy, log w, log h
+        cells = (image_grid_thw.prod(-1) // visual.spatial_merge_size**2).tolist()
         weight = torch.tensor(POSITIVE_WEIGHT, device=scores.device)
         obj_sum = box_sum = scores.new_zeros(())
         for s, o, b in zip(scores.split(cells), objectness.split(cells), box.split(cells)):
             obj_sum = obj_sum + F.binary_cross_entropy_with_logits(s[:, 0], o, pos_weight=weight)
             if o.any():
                 box_sum = box_sum + F.smooth_l1_loss(s[o.bool(), 1:], b[o.bool()])
-        zero = scores.new_zeros(())
-        return {"total": obj_sum + box_sum, "ce": obj_sum.detach(), "kd": box_sum.detach(), "overlap": zero}
+        return {"total": obj_sum + box_sum, "ce": obj_sum.detach(), "kd": box_sum.detach(),
+                "overlap": scores.new_zeros(())}
 
 
 class VisionRecipe(FinetuneRecipe):
