@@ -29,14 +29,10 @@ def part_of(name: str) -> str:
 
 def no_decay_names(model: torch.nn.Module) -> set[str]:
     """Norms, biases, embedding tables and every other tensor with fewer than 2 dimensions."""
-    names = set()
-    for module_name, module in model.named_modules():
-        for param_name, param in module.named_parameters(recurse=False):
-            full = f"{module_name}.{param_name}" if module_name else param_name
-            if (param.ndim < 2 or isinstance(module, torch.nn.Embedding) or "norm" in module_name.split(".")[-1].lower()
-                    or param_name == "bias"):
-                names.add(full)
-    return names
+    return {f"{module_name}.{name}" if module_name else name
+            for module_name, module in model.named_modules() for name, param in module.named_parameters(recurse=False)
+            if param.ndim < 2 or isinstance(module, torch.nn.Embedding) or name == "bias"
+            or "norm" in module_name.split(".")[-1].lower()}
 
 
 def freeze_vision_tower(model: torch.nn.Module) -> int:
@@ -52,10 +48,8 @@ def parameter_groups(model: torch.nn.Module, cfg: OptimSection) -> list[dict]:
     skip_decay = no_decay_names(model)
     groups: dict[tuple[str, bool], list] = {}
     for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        key = (part_of(name), name not in skip_decay)
-        groups.setdefault(key, []).append(param)
+        if param.requires_grad:
+            groups.setdefault((part_of(name), name not in skip_decay), []).append(param)
     return [{"params": params, "lr": lrs[part], "weight_decay": cfg.weight_decay if decay else 0.0,
              "name": f"{part}{'' if decay else '_no_decay'}"} for (part, decay), params in sorted(groups.items())]
 

@@ -55,10 +55,6 @@ def write_tiny_dataset(out_dir: str | Path, num_samples: int = 4, seed: int = 0,
     for rec in records:
         pixels = (rng.random((*image_size, 3)) * 255).astype("uint8")
         Image.fromarray(pixels).save(out / rec["image"][0])
-    if jsonl:
-        path = out / "train.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    else:
-        path = out / "train.json"
-        path.write_text(json.dumps(records, indent=1))
+    path = out / ("train.jsonl" if jsonl else "train.json")
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) if jsonl else json.dumps(records, indent=1))
     return path
