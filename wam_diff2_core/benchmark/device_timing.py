@@ -76,7 +76,7 @@ class Rows:
 
 def eager_twin(variant: str) -> str:
     """The eager, uncompiled variant a graphed one is compared with (graphs / eager)."""
-    return variant.removesuffix("-graph").replace("-compiled", "")
+    return variant.removesuffix("-emulated").removesuffix("-graph").replace("-compiled", "")
 
 
 def _timed_variants(model, config, device, names) -> dict:
@@ -91,23 +91,31 @@ def _timed_variants(model, config, device, names) -> dict:
 
 def forward_rows(model, config, device, variants: dict, check: DeviceCheck, rows: Rows,
                  bandwidth: float | None = None) -> list[dict]:
-    """Block-32 and AR forwards of ``variants`` (graphed ones warmed first), each with its kernels and, for a
-    graphed one, graphs / eager against its eager twin when that was timed too."""
+    """Block-32 and AR forwards of ``variants``: graphed ones warmed first (a row each with its seconds), then
+    the timings (graphs / eager against the eager twin when it was timed too), saved before the kernels are
+    counted (a row each: ``kernels_of``); returns the timing rows with their kernels."""
     from .kernel_count import add_kernel_counts
 
     bench = check.bench()
     for name, decoder in variants.items():
         if "-graph" in name:
+            t0 = time.perf_counter()
             decoder.warmup(batch_sizes=(1,), prompt_tokens=check.prompt_length,
                            settings=config.settings.replace(block_size=32))
+            rows.add({"warmup_of": name, "seconds": time.perf_counter() - t0})
     timed = [r for r in time_forwards(variants, model, config, bench, device, bandwidth or measure_bandwidth(device))
              if r["queries"] <= 32]
-    add_kernel_counts(timed, variants, config, bench, device)
     ms = {(r["variant"], r["step"]): r["ms"] for r in timed}
     for r in timed:
         eager = ms.get((eager_twin(r["variant"]), r["step"]))
         r["graph_speedup"] = eager / r["ms"] if "-graph" in r["variant"] and eager else "-"
-        rows.add(r)
+        uncompiled = ms.get((r["variant"].replace("-compiled", ""), r["step"]))
+        r["x_uncompiled"] = r["ms"] / uncompiled if "-compiled" in r["variant"] and uncompiled else "-"
+        rows.add(dict(r))
+    add_kernel_counts(timed, variants, config, bench, device)
+    for r in timed:
+        rows.add({"kernels_of": r["variant"], "step": r["step"], "kernels": r["kernels"],
+                  "layer_kernels": r["layer_kernels"]})
     return timed
 
 
@@ -324,7 +332,7 @@ def check_quantized(device, dtype, check: DeviceCheck, method: str, rows: Rows,
     config = config.with_settings(block_size=32)
     names = [v for v in available_variants(device) if v != "plain" and "flashinfer" not in v and "-compiled" not in v]
     variants = _timed_variants(model, config, device, names)
-    before = {(r["variant"], r["step"]): r["ms"] for r in unquantized}
+    before = {(r["variant"], r["step"]): r["ms"] for r in unquantized if "ms" in r}
     timed = forward_rows(model, config, device, variants, check, Rows("scratch"))
     for r in timed:
         r["x_unquantized"] = r["ms"] / before[(r["variant"], r["step"])] if (r["variant"], r["step"]) in before else "-"

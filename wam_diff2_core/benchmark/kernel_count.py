@@ -1,14 +1,15 @@
 """Kernels per forward, counted on any device: the operators one forward dispatches (a ``TorchDispatchMode``),
 views and allocations left out.
 
-Each counted operator launches one kernel on CUDA: a matmul one cuBLAS call, SDPA one attention kernel, each
-of layer_ops.py's fused ops one Triton kernel whichever implementation runs (an op is one operator to the
-dispatcher; its torch implementation's inner ops are not seen). So a count on CPU is the count a GPU launches,
-up to a layout copy one device makes and another does not; at ~4.5 us a kernel in a CUDA graph on the H200,
-the count times that is a floor on a forward's time that the memory floor does not show. ``verify-device`` and
-``bench`` print it per variant; test/core/decoding/test_kernel_budget.py bounds it for the default fast path.
+Each counted operator launches one kernel on CUDA: a matmul one cuBLAS call, SDPA one attention kernel, each of
+layer_ops.py's fused ops, counted as its operator (``ops=layer_ops.ops``), the one Triton kernel it launches. So
+a count on CPU is the count a GPU with the Triton ops launches, up to a layout copy one device makes and another
+does not; at ~4.5 us a kernel in a CUDA graph on the H200, it is a floor on a forward's time that the memory floor
+does not show. By default a count is of what the decoder really calls (with the torch layer ops, each of their
+aten ops). ``verify-device`` and ``bench`` print it per variant; test/core/decoding/test_kernel_budget.py bounds
+the default fast path.
 
-    counts = static_forward_kernels(decoder, inputs, block_size=32)    # {"AR": {...}, "Block-32": {...}}
+    counts = static_forward_kernels(decoder, inputs, block_size=32)    # {"AR": {...}, "Block-32": {...}, ...}
 """
 from __future__ import annotations
 
@@ -53,24 +54,26 @@ def count_kernels(fn: Callable[[], object]) -> KernelCount:
     return counted
 
 
-def static_forward_kernels(decoder, inputs, block_size: int = 32) -> dict[str, dict]:
+def static_forward_kernels(decoder, inputs, block_size: int = 32, ops=None) -> dict[str, dict]:
     """Kernels of one static-decoder forward after the prompt ``inputs``, per step shape (timing.step_shapes:
     AR, Block-``block_size``, the fused commit + step): the whole forward, and per layer (the forward over the
     first two layers minus the forward over the first one) and outside the layers (embedding, final norm, LM
-    head, the step's shared attention masks), eagerly (a CUDA graph replays the same kernels)."""
-    from ..decoding.layer_ops import ops
+    head, the step's shared attention masks), eagerly (a CUDA graph replays the same kernels). ``ops``: the layer
+    ops to count through, by default those the decoder calls (with the torch implementation, each of their aten
+    ops); ``layer_ops.ops`` counts each fused op as the one kernel the Triton implementation launches."""
     from ..decoding.step import forward_step
     from .timing import step_shapes
 
     with torch.no_grad():
         state = decoder.begin(inputs, block_size, answer_slots=2 * block_size)
     text, cache, attention = decoder.text, state.run.cache, decoder.attention
+    ops = ops or text.ops
     counts = {}
     for label, _, segments in step_shapes(block_size):
         buf = decoder.plan_step(state, segments)
         buf.tokens.fill_(decoder.config.mask_token_id)
         total = count_kernels(lambda: forward_step(text.with_layers(text.num_layers, ops), cache, attention, buf))
-        row = {"total": total.total, "ops": dict(total.ops)}
+        row = {"total": total.total, "ops": dict(total.ops), "layer_kernels": decoder.layer_kernels.name}
         if text.num_layers >= 2:
             one = count_kernels(lambda: forward_step(text.with_layers(1, ops), cache, attention, buf)).total
             two = count_kernels(lambda: forward_step(text.with_layers(2, ops), cache, attention, buf)).total
@@ -90,7 +93,8 @@ def plain_forward_kernels(decoder, inputs, block_size: int, mask_id: int) -> dic
 
 def add_kernel_counts(rows: list[dict], variants: dict, config, bench, device) -> None:
     """Each forward row of timing.time_forwards gets ``kernels``: what one forward of its variant and step launches
-    ("-" for a compiled forward, whose kernels Inductor generates, and where a variant cannot be counted)."""
+    ("-" for a compiled forward, whose kernels Inductor generates, and where a variant cannot be counted), and
+    ``layer_kernels``: the static decoder's layer ops (triton or torch)."""
     from .variants import random_prompt
 
     counted: dict[tuple, object] = {}
@@ -108,3 +112,4 @@ def add_kernel_counts(rows: list[dict], variants: dict, config, bench, device) -
                 counted[key] = {label: c["total"] for label, c in
                                 static_forward_kernels(decoder, inputs, bench.block_size).items()}
         row["kernels"] = counted[key].get(row["step"], "-")
+        row["layer_kernels"] = getattr(getattr(variants[name], "layer_kernels", None), "name", "-")

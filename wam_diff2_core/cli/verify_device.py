@@ -79,21 +79,32 @@ def summary_rows(parts: dict[str, list[dict]]) -> list[dict]:
     from ..benchmark.kernel_count import FORWARD_TARGET
 
     rows = []
+    skipped = {part: r["skipped"] for part, part_rows in parts.items() if part != "quant"
+               for r in part_rows if "skipped" in r}
+    parts = {part: [r for r in part_rows if part == "quant" or "skipped" not in r] for part, part_rows in parts.items()}
+    for part in ("forward", "compiled", "quant"):        # each forward row with its kernels, counted after the timings
+        kernels = {(r["kernels_of"], r["step"]): r for r in parts.get(part, []) if "kernels_of" in r}
+        parts[part] = [{**r, **{k: kernels[(r["variant"], r["step"])][k] for k in ("kernels", "layer_kernels")}}
+                       if "ms" in r and (r["variant"], r["step"]) in kernels else r
+                       for r in parts.get(part, []) if "kernels_of" not in r]
 
     def add(what, value, target=None, met=None):
         rows.append({"what": what, "value": value, "target": target or "-",
                      "met": "-" if met is None else ("yes" if met else "NO")})
 
     def forward(r, prefix=""):
-        graphed = "-graph" in r["variant"]
+        graphed = r["variant"].endswith("-graph")           # real CUDA graphs (not the emulated ones)
         target = TARGETS["x_floor_compiled" if "-compiled" in r["variant"] else "x_floor"]
+        layer_ops = f", layer ops {r['layer_kernels']}" if r.get("layer_kernels", "-") != "-" else ""
         add(f"{prefix}{r['variant']} {r['step']} forward", f"{r['ms']:.3f} ms = {r['x_floor']:.2f}x floor "
-            f"{r['floor_ms']:.3f}, {r.get('kernels', '-')} kernels", f"<= {target}x floor" if graphed else None,
-            r["x_floor"] <= target if graphed else None)
+            f"{r['floor_ms']:.3f}, {r.get('kernels', '-')} kernels{layer_ops}",
+            f"<= {target}x floor" if graphed else None, r["x_floor"] <= target if graphed else None)
         if r["variant"] != "plain" and isinstance(r.get("kernels"), int) and r["step"] == "Block-32":
             add(f"{prefix}{r['variant']} Block-32 kernels", str(r["kernels"]), f"<= {FORWARD_TARGET}",
                 r["kernels"] <= FORWARD_TARGET)
-        if graphed and r.get("graph_speedup", "-") != "-":
+        if r.get("x_uncompiled", "-") != "-":
+            add(f"{prefix}{r['variant']} {r['step']} compiled / uncompiled", f"{r['x_uncompiled']:.2f}x")
+        if "-graph" in r["variant"] and r.get("graph_speedup", "-") != "-":
             add(f"{prefix}{r['variant']} {r['step']} graphs / eager", f"{r['graph_speedup']:.2f}x",
                 f">= {TARGETS['graph_speedup']}x", r["graph_speedup"] >= TARGETS["graph_speedup"])
 
@@ -102,6 +113,11 @@ def summary_rows(parts: dict[str, list[dict]]) -> list[dict]:
         add(label, f"{len(token_rows) - len(bad)}/{len(token_rows)} rows agree",
             "float32 identical, bf16 no clear flip, no graph fallback", not bad)
 
+    for part, why in skipped.items():
+        add(part, f"skipped: {why}")
+    for r in parts.get("forward", []) + parts.get("compiled", []):
+        if "warmup_of" in r:
+            add(f"{r['warmup_of']} warm-up (graphs captured)", f"{r['seconds']:.1f} s")
     if parts.get("probe"):
         bad = [r["what"] for r in parts["probe"] if r["ok"] == "NO"]
         add("probe", f"{len(parts['probe']) - len(bad)}/{len(parts['probe'])} rows ok" + (f" (NO: {bad})" if bad else ""),
@@ -109,7 +125,7 @@ def summary_rows(parts: dict[str, list[dict]]) -> list[dict]:
     if parts.get("tokens"):
         tokens("fast tokens vs plain", parts["tokens"])
     for r in parts.get("forward", []):
-        if r["variant"] != "plain" or "kernels" in r:
+        if "ms" in r:
             forward(r)
     sweep = [r for r in parts.get("decode", []) if "interval" in r]
     if sweep:
@@ -153,7 +169,7 @@ def summary_rows(parts: dict[str, list[dict]]) -> list[dict]:
         for r in compiled:
             if "ms" in r and "-compiled" in r["variant"]:
                 forward(r)
-            if "seconds" in r:
+            if "check" in r:
                 add(f"compiled: {r['check']}", f"{r['seconds']:.0f} s")
     quant = parts.get("quant", [])
     for method in dict.fromkeys(r["method"] for r in quant):

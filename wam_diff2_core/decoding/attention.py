@@ -159,6 +159,9 @@ def grouped_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.
     where they are instead of being copied G times (transformers' ``repeat_kv`` under a mask)."""
     n, heads, queries, dim = q.shape
     kv_heads = k.shape[1]
-    q = q.reshape(n, kv_heads, heads // kv_heads * queries, dim)
+    groups = heads // kv_heads
+    q = q.reshape(n, kv_heads, groups * queries, dim)
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=0.0, scale=scale)
-    return out.reshape(n, heads, queries, dim).transpose(1, 2).contiguous()
+    # [N, KVH, G * Q, D] -> [N, Q, KVH * G, D]: one copy whichever layout the kernel wrote (memory-efficient
+    # attention writes [N, G * Q, KVH, D])
+    return out.view(n, kv_heads, groups, queries, dim).permute(0, 3, 1, 2, 4).reshape(n, queries, heads, dim)

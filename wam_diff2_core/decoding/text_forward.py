@@ -26,6 +26,9 @@ from .kv_cache import StaticKVCache
 from .layer_ops import LayerKernels
 
 
+QKV, GATE_UP = "_wam_diff2_qkv", "_wam_diff2_gate_up"     # the packed tensors' attribute names on the modules
+
+
 def pack_linears(owner: torch.nn.Module, name: str, linears: Sequence[torch.nn.Module]) -> torch.Tensor | None:
     """One weight [sum of outputs, inputs] whose row blocks are ``linears``' weights, which are re-pointed at
     those blocks (kept on ``owner`` as attribute ``name``, and reused by the next decoder of the same model).
@@ -79,8 +82,8 @@ class FusedLayer:
         silu = isinstance(mlp.act_fn, torch.nn.SiLU) or type(mlp.act_fn).__name__ == "SiLUActivation"
         return cls(attn, mlp, layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
                    attn.q_norm.weight, attn.k_norm.weight, layer.input_layernorm.variance_epsilon,
-                   pack_linears(attn, "_wam_diff2_qkv", [attn.q_proj, attn.k_proj, attn.v_proj]),
-                   pack_linears(mlp, "_wam_diff2_gate_up", [mlp.gate_proj, mlp.up_proj]) if silu else None, silu)
+                   pack_linears(attn, QKV, [attn.q_proj, attn.k_proj, attn.v_proj]),
+                   pack_linears(mlp, GATE_UP, [mlp.gate_proj, mlp.up_proj]) if silu else None, silu)
 
     def current(self) -> bool:
         a, m = self.attn, self.mlp
@@ -105,8 +108,13 @@ class QwenTextForward:
 
     def check_weights(self) -> None:
         """Raise if the model's projection weights left the packed tensors (moved or replaced after this
-        forward was made): its packed matmuls (and any CUDA graph) would read stale weights."""
+        forward was made): its packed matmuls (and any CUDA graph) would read stale weights. The stale packed
+        tensors are dropped from the model's modules, so they go with this forward."""
         if not all(layer.current() for layer in self.layers):
+            for layer in self.layers:
+                for module, name, packed in ((layer.attn, QKV, layer.qkv), (layer.mlp, GATE_UP, layer.gate_up)):
+                    if module.__dict__.get(name) is packed:
+                        del module.__dict__[name]
             raise RuntimeError("the model's projection weights were moved or replaced after this decoder was made "
                                "(model.to(...), or parameters assigned anew): make a new decoder")
 

@@ -20,7 +20,7 @@ import triton.language as tl
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, queries, stride_xn, stride_xq, stride_rn, stride_rq,
                      width, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
-    token = tl.program_id(0)
+    token = tl.program_id(0).to(tl.int64)      # int64 offsets: a long prefill's tensors pass 2**31 elements
     n, q = token // queries, token % queries
     cols = tl.arange(0, BLOCK)
     inside = cols < width
@@ -42,7 +42,7 @@ def _qk_norm_rope_store_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin
                                stride_kq, stride_vn, stride_vq, stride_cn, stride_cq, cache_row_stride,
                                cache_slot_stride, eps, HALF: tl.constexpr):
     """Program (token, head): heads [0, H) are query heads, [H, H + KVH) key heads (each also moves its V head)."""
-    token, head = tl.program_id(0), tl.program_id(1)
+    token, head = tl.program_id(0).to(tl.int64), tl.program_id(1)
     n, q = token // queries, token % queries
     dtype = q_out_ptr.dtype.element_ty
     lo = tl.arange(0, HALF)
@@ -83,7 +83,7 @@ def _qk_norm_rope_store_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin
 @triton.jit
 def _swiglu_kernel(g_ptr, u_ptr, out_ptr, queries, stride_gn, stride_gq, stride_un, stride_uq, width,
                    BLOCK: tl.constexpr):
-    token, part = tl.program_id(0), tl.program_id(1)
+    token, part = tl.program_id(0).to(tl.int64), tl.program_id(1)
     n, q = token // queries, token % queries
     cols = part * BLOCK + tl.arange(0, BLOCK)
     inside = cols < width
@@ -98,9 +98,19 @@ def _warps(block: int) -> int:
     return max(1, min(8, block // 256))
 
 
+def _rows_of(*tensors: torch.Tensor) -> None:
+    """The layout the kernels assume: [N, Q, width] with a unit stride along width (the strides of N and Q are
+    passed)."""
+    for t in tensors:
+        if t.dim() != 3 or t.stride(2) != 1:
+            raise ValueError(f"triton_kernels: a [N, Q, width] tensor with a unit last stride, got shape "
+                             f"{tuple(t.shape)} strides {t.stride()}")
+
+
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
     """RMSNorm of ``residual + x`` (of ``x`` when ``residual`` is None): (normed, the sum or None)."""
+    _rows_of(x, *([residual] if residual is not None else []), weight.view(1, 1, -1))
     n, queries, width = x.shape
     out = torch.empty((n, queries, width), dtype=x.dtype, device=x.device)
     total = torch.empty_like(out) if residual is not None else None
@@ -118,6 +128,10 @@ def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
                        slots: torch.Tensor) -> torch.Tensor:
     """q, k, v [N, Q, heads * D] -> q normed and rotated [N, H, Q, D]; k normed and rotated and v stored at
     (rows, slots) [N, Q] of the layer's caches [rows, slots, KVH, D]."""
+    _rows_of(q, k, v, cos, sin)
+    if cos.stride() != sin.stride() or k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1:
+        raise ValueError("triton_kernels.qk_norm_rope_store: cos and sin, and the K and V caches, must share strides "
+                         f"(got {cos.stride()} / {sin.stride()}, {k_cache.stride()} / {v_cache.stride()})")
     n, queries, _ = q.shape
     dim = q_weight.shape[0]
     heads, kv_heads = q.shape[2] // dim, k.shape[2] // dim
@@ -132,6 +146,7 @@ def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """SiLU(gate) * up, [N, Q, width]."""
+    _rows_of(gate, up)
     n, queries, width = gate.shape
     out = torch.empty((n, queries, width), dtype=gate.dtype, device=gate.device)
     block = min(1024, triton.next_power_of_2(width))

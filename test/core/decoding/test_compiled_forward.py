@@ -45,11 +45,13 @@ def test_the_step_forward_traces_as_one_graph(tiny_model):
     torch._dynamo.reset()
 
 
-def test_compiled_forward_gives_the_eager_static_tokens_also_under_emulated_graphs(tiny_model):
+def test_compiled_forward_gives_the_eager_static_tokens_also_under_emulated_graphs(tiny_model, monkeypatch):
     """float32, Block-8 greedy over three blocks: the compiled forward (no graphs, then inside emulated
     graphs: each replay reruns the compiled forward on the captured buffers) gives the eager static
     decoder's tokens, call after call; every forward went through Inductor's code (one compiled graph, no
-    break, no fallback)."""
+    break, no fallback). The SDPA pin is set for CPU here (to CPU's own choice of kernels), so the compiled
+    graph traces the pin inside the attention step as it does on CUDA."""
+    monkeypatch.setitem(attention_module.SDPA_STEP_BACKENDS, "cpu", (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH))
     cfg = tiny_model.config
     settings = _settings(cfg)
     batch = encode(tiny_model.processor, [1])

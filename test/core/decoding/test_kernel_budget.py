@@ -1,7 +1,7 @@
 """The kernel budget of the default fast path, checked on CPU (benchmark/kernel_count.py): a step's forward
 dispatches at most LAYER_BUDGET kernels per layer, so a 2B forward (28 layers) stays within FORWARD_TARGET, and
-a change that adds kernels to a layer fails here without a GPU. The count is the same with the Triton kernels
-(one operator per fused op either way)."""
+a change that adds kernels to a layer fails here without a GPU. Each fused layer op is counted as its operator,
+the one kernel the Triton implementation launches (the default on CUDA)."""
 from __future__ import annotations
 
 import torch
@@ -11,13 +11,14 @@ from wam_diff2_core.benchmark.kernel_count import (FORWARD_TARGET, LAYER_BUDGET,
                                                    static_forward_kernels)
 from wam_diff2_core.decoding import make_decoder
 from wam_diff2_core.decoding.decoder import BlockDiffusionDecoder
+from wam_diff2_core.decoding.layer_ops import ops
 
 
 def test_default_fast_path_kernels_per_layer_and_per_2b_forward(tiny_model):
     m = tiny_model
     batch = encode(m.processor, [1])
     decoder = make_decoder(m.model, m.config)                         # the default: auto
-    counts = static_forward_kernels(decoder, batch, block_size=32)
+    counts = static_forward_kernels(decoder, batch, block_size=32, ops=ops)      # as the Triton ops launch them
     for label in ("AR", "Block-32"):
         row = counts[label]
         budget = LAYER_BUDGET["AR" if label == "AR" else "Block"]
