@@ -3,7 +3,8 @@
 # 300 s in all (the bounds below add up to 285 s; a part stopped at its bound gets 5 s more to die); then the
 # one table. On the lent GPU image as it is (system
 # python3 3.12 with torch, transformers, pytest): nothing is installed; the wheels in ${WHEELS:-gpu_wheels}/
-# (bash scripts/gpu_wheels.sh here first; the call carries that folder) are unpacked onto PYTHONPATH.
+# (bash scripts/gpu_wheels.sh here first; the call carries that folder) are unpacked onto PYTHONPATH
+# (scripts/device_parts.sh: what this and scripts/device_ros.sh share).
 #
 #   scripts/device_check.sh                                         # on the GPU machine: the 2B shape, bf16
 #   DEVICE=cpu SHAPE=tiny scripts/device_check.sh --prompt-length 64 ...   # its CPU twin (CI: test/scripts/test_device_check.py)
@@ -22,41 +23,23 @@ PY=${PYTHON:-python3}
 OUT_DIR=${OUT:-device_check_out}
 DEVICE=${DEVICE:-cuda}
 SHAPE=${SHAPE:-2b}
-WHEELS=${WHEELS:-gpu_wheels}
 PARTS=${PARTS:-"probe:15 tests:40 tokens:45 forward:40 decode:20 frame:40 profile:25 compiled:40 quant:20"}
 RAW=$(mktemp -d)
 mkdir -p "$OUT_DIR"
-if compgen -G "$WHEELS/*.whl" > /dev/null; then
-    extra=$(mktemp -d)
-    for wheel in "$WHEELS"/*.whl; do
-        "$PY" -m zipfile -e "$wheel" "$extra" || { echo "device_check: cannot unpack $wheel" >&2; exit 2; }
-    done
-    echo "device_check: wheels from $WHEELS on PYTHONPATH ($(ls "$WHEELS" | tr '\n' ' '))"
-fi
-export PYTHONPATH="$PWD${extra:+:$extra}${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+. scripts/device_parts.sh
+device_wheels "${WHEELS:-gpu_wheels}"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 status=0
 for entry in $PARTS; do
     part=${entry%%:*} bound=${entry##*:}
-    echo "== $part (at most $bound s)"
-    start=$SECONDS
     if [ "$part" = tests ]; then
-        timeout -k 5 "$bound" "$PY" -m pytest -q -m gpu -p no:cacheprovider test/core/decoding/test_graph_emulation.py \
-            test/core/decoding/test_static_decoder.py test/core/decoding/test_layer_ops.py > "$RAW/tests.log" 2>&1
+        run_part tests "$bound" "$OUT_DIR/device_check.tar.gz" "$PY" -m pytest -q -m gpu -p no:cacheprovider \
+            test/core/decoding/test_graph_emulation.py test/core/decoding/test_static_decoder.py \
+            test/core/decoding/test_layer_ops.py
     else
-        timeout -k 5 "$bound" "$PY" -m wam_diff2_core.cli verify-device --device "$DEVICE" --shape "$SHAPE" \
-            --parts "$part" --out "$RAW" "$@" > "$RAW/$part.log" 2>&1
+        run_part "$part" "$bound" "$OUT_DIR/device_check.tar.gz" "$PY" -m wam_diff2_core.cli verify-device \
+            --device "$DEVICE" --shape "$SHAPE" --parts "$part" --out "$RAW" "$@"
     fi
-    rc=$?
-    case $rc in
-        0) result=passed ;;
-        124|137) result="STOPPED at its bound" ;;
-        *) result="FAILED (exit $rc)" ;;
-    esac
-    [ $rc -eq 0 ] || status=1
-    echo "$part: $result after $((SECONDS - start)) s" | tee -a "$RAW/status.txt"
-    tail -n 4 "$RAW/$part.log"
-    tar czf "$OUT_DIR/device_check.tar.gz" -C "$RAW" .
 done
 "$PY" -m wam_diff2_core.cli verify-device --summary "$RAW" > "$RAW/summary.txt" 2>&1 || status=1
 cat "$RAW/status.txt" >> "$RAW/summary.txt"

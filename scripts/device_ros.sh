@@ -55,13 +55,8 @@ PARTS=${PARTS:-"prefix:10 msgs:70 node-random:175 node-demo:90 pacing:120"}
 RESERVE_S=10                              # kept for the summary and the last pack
 RAW=$(mktemp -d)
 mkdir -p "$OUT_DIR"
-if compgen -G "$WHEELS/*.whl" > /dev/null; then        # the project's other device wheels (pure Python)
-    extra=$(mktemp -d)
-    for wheel in "$WHEELS"/*.whl; do
-        "$PY" -m zipfile -e "$wheel" "$extra" || { echo "device_ros: cannot unpack $wheel" >&2; exit 2; }
-    done
-fi
-export PYTHONPATH="$PWD${extra:+:$extra}${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+. scripts/device_parts.sh
+device_wheels "$WHEELS"                   # the project's other device wheels (pure Python)
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
 use_prefix() {          # the prefix's paths, the checkout still first on PYTHONPATH
@@ -103,22 +98,10 @@ for entry in $PARTS; do
         echo "$part: skipped (this Python already imports rclpy and the messages)" | tee -a "$RAW/status.txt"
         continue
     fi
-    echo "== $part (at most $bound s)"
-    start=$SECONDS
     # shellcheck disable=SC2086  # the command's words
-    timeout -k 5 "$bound" $cmd > "$RAW/$part.log" 2>&1
-    rc=$?
-    case $rc in
-        0) result=passed ;;
-        124|137) result="STOPPED at its bound" ;;
-        *) result="FAILED (exit $rc)" ;;
-    esac
-    [ $rc -eq 0 ] || status=1
+    run_part "$part" "$bound" "$OUT_DIR/device_ros.tar.gz" $cmd
     [ "$part" = prefix ] && [ -f "$ROS_PREFIX/env.sh" ] && use_prefix
     [ "$part" = msgs ] && cp "$ROS_PREFIX"/build/*.log "$RAW/" 2> /dev/null
-    echo "$part: $result after $((SECONDS - start)) s" | tee -a "$RAW/status.txt"
-    tail -n 4 "$RAW/$part.log"
-    tar czf "$OUT_DIR/device_ros.tar.gz" -C "$RAW" .
 done
 "$PY" scripts/device_ros_summary.py "$RAW" --device "$DEVICE" > "$RAW/summary.txt" 2>&1 || status=1
 cat "$RAW/status.txt" >> "$RAW/summary.txt"
