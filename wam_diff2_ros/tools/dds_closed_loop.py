@@ -11,6 +11,7 @@ go stale.
 """
 from __future__ import annotations
 
+import gc
 import math
 import os
 import subprocess
@@ -201,7 +202,11 @@ class RosClosedLoop:
             self._process = None
         if self.context is not None:
             rclpy.shutdown(context=self.context)
-            self.context = None
+            # the nodes and the context sit in reference cycles, and until those are collected the context's DDS
+            # participant lives on and the graph still lists the loop's nodes (a stale wam_diff2_planner whose
+            # services never answer) to whatever runs next on this domain: collect them now
+            self.context = self.sim = self.controller = self.localization = self.planner_node = None
+            gc.collect()
         if self._files is not None:
             self._files.cleanup()
             self._files = None
