@@ -435,6 +435,8 @@ def test_set_parameters_service_rejects_and_live_values_apply(probe, planner):
 
 def test_an_image_ahead_of_its_odometry_waits_for_it_up_to_odometry_wait_s(probe, planner):
     """The probe's odometry stream is stamped now; an image stamped 0.3 s ahead needs 0.3 s of it."""
+    changed = ("odometry_wait_s", "image_timeout_s", "odometry_timeout_s")
+    before = [Parameter(name, value=planner.get_parameter(name).value) for name in changed]
     try:
         assert planner.set_parameters([Parameter("odometry_wait_s", value=2.0)])[0].successful
         expired = probe.counter(DIAG, "odometry_wait_expired")
@@ -452,8 +454,7 @@ def test_an_image_ahead_of_its_odometry_waits_for_it_up_to_odometry_wait_s(probe
         answer_for(probe, stamp)                                 # planned at once with the newest odometry
         wait_counter(probe, "odometry_wait_expired", expired + 1)
     finally:
-        planner.set_parameters([Parameter(name, value=params.DEFAULTS[name])
-                                for name in ("odometry_wait_s", "image_timeout_s", "odometry_timeout_s")])
+        planner.set_parameters(before)                         # the fixture's values, not the defaults
 
 
 def test_lockstep_mode_plans_on_every_nth_image(probe, planner):
