@@ -179,9 +179,7 @@ class DrivingPolicy:
                 again.stats = results[task].stats.then_retried(again.stats)
                 results[task] = again
         latency_ms = (time.perf_counter() - t0) * 1e3
-        stages.total_ms = latency_ms
-        stages.other_ms = max(0.0, latency_ms - stages.stage_sum_ms)
-        stages.peak_memory_mb = memory.peak_mb()
+        stages.finish(latency_ms, memory)
         return PolicyOutput(command=command, plan=results.get("plan"), detections=results.get("detect"),
                             latency_ms=latency_ms, stages=stages, candidates=count, selection=selection,
                             plan_candidates=tuple(plans) if count > 1 else ())

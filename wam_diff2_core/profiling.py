@@ -65,6 +65,11 @@ class StageTimes:
         self.denoise_ms += stats.denoise_ms
         self.commit_ms += stats.commit_ms
 
+    def finish(self, total_ms: float, memory: "PeakMemory") -> None:
+        """Close the frame: its ``total_ms``, what no stage holds (``other_ms``) and the memory peak."""
+        self.total_ms, self.other_ms = total_ms, max(0.0, total_ms - self.stage_sum_ms)
+        self.peak_memory_mb = memory.peak_mb()
+
     def with_conversion(self, image_ms: float) -> "StageTimes":
         """This step's stages plus the caller's image conversion before it (frame -> trajectory)."""
         return dataclasses.replace(self, image_ms=self.image_ms + image_ms, total_ms=self.total_ms + image_ms)
@@ -125,10 +130,7 @@ class PeakMemory:
 
     def __init__(self, device):
         self.device = device
-        if device.type in ("cuda", "npu"):
-            self.kind = f"{device.type}_allocated"
-        else:
-            self.kind = "rss"
+        self.kind = f"{device.type}_allocated" if device.type in ("cuda", "npu") else "rss"
 
     def reset(self) -> None:
         import torch
