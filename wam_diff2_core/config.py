@@ -367,10 +367,9 @@ def _resolve_mask_id(stored: Mapping[str, Any], tokenizer, model_config, vocab_s
                      needed: bool) -> tuple[int | None, str]:
     """The MASK id and its source: config.json ``mask_token_id`` (the authors' field) > our settings
     file > ``<|mask|>`` in the tokenizer > the authors' fixed row on the real Qwen id layout."""
-    text_config = getattr(model_config, "text_config", None)
     in_config = getattr(model_config, "mask_token_id", None)
-    if in_config is None and text_config is not None:
-        in_config = getattr(text_config, "mask_token_id", None)
+    if in_config is None:
+        in_config = getattr(getattr(model_config, "text_config", None), "mask_token_id", None)
     in_file = stored.get("mask_token_id")
     if in_config is not None:
         if in_file is not None and int(in_file) != int(in_config):

@@ -141,8 +141,7 @@ def shift_plan(plan: Plan, plan_pose: Pose2D, now_pose: Pose2D, elapsed_s: float
     times = WAYPOINT_DT_S * np.arange(len(plan.waypoints) + 1)                  # 0 = the ego at stamp
     path = np.vstack([[0.0, 0.0], plan.waypoints])
     local = now_pose.to_local(plan_pose.to_world(path))
-    query = elapsed_s + np.array([WAYPOINT_DT_S, 2 * WAYPOINT_DT_S])
-    query = np.minimum(query, times[-1])
+    query = np.minimum(elapsed_s + np.array([WAYPOINT_DT_S, 2 * WAYPOINT_DT_S]), times[-1])
     return np.stack([np.interp(query, times, local[:, 0]), np.interp(query, times, local[:, 1])], axis=1)
 
 
@@ -150,8 +149,7 @@ class WaypointController:
     """Turns the newest plan into control every tick; brakes when there is no usable plan."""
 
     def __init__(self, gains: ControllerGains | None = None):
-        self.gains = gains or ControllerGains()
-        g = self.gains
+        g = self.gains = gains or ControllerGains()
         self.turn = PID(g.turn_kp, g.turn_ki, g.turn_kd, g.turn_window)
         self.speed = PID(g.speed_kp, g.speed_ki, g.speed_kd, g.speed_window)
         self.poses = PoseHistory()
@@ -180,6 +178,4 @@ class WaypointController:
         aim = wp.mean(axis=0)
         angle = math.degrees(math.atan2(-aim[1], aim[0])) / 90.0                 # + = right (CARLA)
         steer = float(np.clip(self.turn.step(angle), -1.0, 1.0))
-        if brake:
-            return VehicleControl(throttle=0.0, steer=steer, brake=1.0)
-        return VehicleControl(throttle=throttle, steer=steer, brake=0.0)
+        return VehicleControl(throttle=0.0 if brake else throttle, steer=steer, brake=1.0 if brake else 0.0)

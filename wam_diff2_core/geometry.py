@@ -1,6 +1,5 @@
 """Ego-frame geometry for the driving stack: commands from routes, ego state, projections.
 
-Everything here is plain numpy (no ROS), so the planner node and offline tools share it.
 Frames follow REP-103: the ego frame has x forward, y left, z up; yaw is counter-clockwise.
 
     >>> route = np.array([[0.0, 0.0], [10.0, 0.0], [20.0, 0.0], [20.0, 10.0], [20.0, 20.0]])
@@ -21,15 +20,12 @@ import numpy as np
 from .outputs.prompts import COMMANDS
 from .utils.fields import setting
 
-# CARLA's RoadOption (agents.navigation.local_planner) as the leaderboard publishes it, mapped
-# onto the three NAVSIM commands: lane following and VOID drive straight on, lane changes
-# count as turns to that side.
+# CARLA's RoadOption (agents.navigation.local_planner) as the leaderboard publishes it, mapped onto the three
+# NAVSIM commands: lane following and VOID drive straight on, lane changes count as turns to that side.
 ROAD_OPTIONS = {"VOID": -1, "LEFT": 1, "RIGHT": 2, "STRAIGHT": 3, "LANEFOLLOW": 4,
                 "CHANGELANELEFT": 5, "CHANGELANERIGHT": 6}
 ROAD_OPTION_COMMANDS = {"VOID": "straight", "LEFT": "left", "RIGHT": "right", "STRAIGHT": "straight",
                         "LANEFOLLOW": "straight", "CHANGELANELEFT": "left", "CHANGELANERIGHT": "right"}
-
-
 _OPTION_BY_CODE = {code: name for name, code in ROAD_OPTIONS.items()}
 
 
@@ -40,8 +36,7 @@ def road_option_name(value) -> str:
     if isinstance(name, str) and name.upper() in ROAD_OPTIONS:
         return name.upper()
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        code = int(value)
-        code = -1 if code == 255 else code
+        code = -1 if int(value) == 255 else int(value)
         if code in _OPTION_BY_CODE:
             return _OPTION_BY_CODE[code]
     text = str(value).strip().upper()
@@ -277,8 +272,7 @@ class AccelerationEstimator:
     ``max_gap_s`` or time going backwards (a bag restarting) resets it to zero."""
 
     def __init__(self, time_constant_s: float = 0.5, max_gap_s: float = 1.0):
-        self.time_constant_s = time_constant_s
-        self.max_gap_s = max_gap_s
+        self.time_constant_s, self.max_gap_s = time_constant_s, max_gap_s
         self.reset()
 
     def reset(self) -> None:

@@ -94,10 +94,8 @@ def speed_profile(waypoints, measured_speed_mps: float, limits: ProfileLimits = 
     speed[0] = min(float(measured_speed_mps), limits.max_speed_mps)
     for i in range(1, len(t)):
         ceiling = min(limits.max_speed_mps, path.curve_speed(s[i - 1], limits.max_lateral_accel_mps2))
-        target = min(planned[i], ceiling)
-        speed[i] = float(np.clip(target, speed[i - 1] - limits.max_decel_mps2 * step,
-                                 speed[i - 1] + limits.max_accel_mps2 * step))
-        speed[i] = max(speed[i], 0.0)
+        speed[i] = max(float(np.clip(min(planned[i], ceiling), speed[i - 1] - limits.max_decel_mps2 * step,
+                                     speed[i - 1] + limits.max_accel_mps2 * step)), 0.0)
         s[i] = s[i - 1] + 0.5 * (speed[i - 1] + speed[i]) * step
     x, y, heading = path.place(s)
     accel = np.append(np.diff(speed) / step, 0.0)
@@ -147,13 +145,6 @@ class _Path:
         curvature = np.abs(np.diff(headings) / np.maximum(np.diff(mids), 1e-6)) if len(headings) > 1 else np.zeros(0)
         return cls(xy, s, headings, mids, curvature)
 
-    def heading_at(self, s: np.ndarray) -> np.ndarray:
-        """The tangent at arc length ``s``: segment headings interpolated between segment midpoints (the
-        first and last segments' headings held beyond them)."""
-        if len(self.headings) == 1:
-            return np.full_like(s, self.headings[0])
-        return np.interp(s, self.mids, self.headings)
-
     def curve_speed(self, s: float, max_lateral: float) -> float:
         """The highest speed at arc length ``s`` whose lateral acceleration stays <= ``max_lateral``."""
         if len(self.curvature) == 0:
@@ -163,14 +154,16 @@ class _Path:
         return np.inf if k < 1e-9 else float(np.sqrt(max_lateral / k))
 
     def place(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Positions and headings at arc lengths ``s`` (past the end: straight on, last heading)."""
+        """Positions and headings at arc lengths ``s`` (past the end: straight on, last heading); the heading is
+        the segments' interpolated between their midpoints (the first and last segments' held beyond them)."""
         within = np.minimum(s, self.s[-1])
         if len(self.xy) > 1:
             x, y = np.interp(within, self.s, self.xy[:, 0]), np.interp(within, self.s, self.xy[:, 1])
         else:
             x, y = np.full_like(s, self.xy[0, 0]), np.full_like(s, self.xy[0, 1])
         beyond, last = s - within, self.headings[-1]
-        return x + beyond * np.cos(last), y + beyond * np.sin(last), self.heading_at(s)
+        heading = np.full_like(s, last) if len(self.headings) == 1 else np.interp(s, self.mids, self.headings)
+        return x + beyond * np.cos(last), y + beyond * np.sin(last), heading
 
 
 def _monotone_slope(xs: np.ndarray, ys: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -179,11 +172,10 @@ def _monotone_slope(xs: np.ndarray, ys: np.ndarray, at: np.ndarray) -> np.ndarra
     h = np.diff(xs)
     delta = np.diff(ys) / h
     slopes = np.zeros_like(ys)
-    if len(xs) > 2:
-        for k in range(1, len(xs) - 1):
-            if delta[k - 1] * delta[k] > 0:
-                w1, w2 = 2 * h[k] + h[k - 1], h[k] + 2 * h[k - 1]
-                slopes[k] = (w1 + w2) / (w1 / delta[k - 1] + w2 / delta[k])
+    for k in range(1, len(xs) - 1):
+        if delta[k - 1] * delta[k] > 0:
+            w1, w2 = 2 * h[k] + h[k - 1], h[k] + 2 * h[k - 1]
+            slopes[k] = (w1 + w2) / (w1 / delta[k - 1] + w2 / delta[k])
     slopes[0], slopes[-1] = delta[0], delta[-1]
     index = np.clip(np.searchsorted(xs, at, side="right") - 1, 0, len(h) - 1)
     u = (at - xs[index]) / h[index]
