@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
-from geometry_msgs.msg import Point, Pose, PoseStamped, TransformStamped
+from geometry_msgs.msg import Point, Pose, PoseStamped, Quaternion, TransformStamped, Vector3
 from nav_msgs.msg import Odometry, Path
 from sensor_msgs.msg import CameraInfo, Image, NavSatFix
 from std_msgs.msg import ColorRGBA, Header
@@ -183,11 +183,8 @@ def plan_paths(stamp_ns: int, ego_frame: str, waypoints_ego: np.ndarray, odom_fr
 
 
 def pose_msg(x: float, y: float, yaw: float) -> Pose:
-    pose = Pose()
-    pose.position.x, pose.position.y = x, y
     qx, qy, qz, qw = quaternion_from_yaw(yaw)
-    pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w = qx, qy, qz, qw
-    return pose
+    return Pose(position=Point(x=x, y=y), orientation=Quaternion(x=qx, y=qy, z=qz, w=qw))
 
 
 def trajectory_msg(stamp_ns: int, ego_frame: str, command: str, result: TaskResult, latency_ms: float,
@@ -268,9 +265,7 @@ def odometry_message(ekf: OdometryFilter, stamp, frame_id: str, child_frame_id: 
     ``UNOBSERVED_VARIANCE`` for what a 2-D filter does not estimate (z, roll, pitch, sideways / vertical rates)."""
     s, p = ekf.state, ekf.covariance
     msg = Odometry(header=Header(stamp=stamp, frame_id=frame_id), child_frame_id=child_frame_id)
-    msg.pose.pose.position.x, msg.pose.pose.position.y = s.x, s.y
-    o = msg.pose.pose.orientation
-    o.x, o.y, o.z, o.w = quaternion_from_yaw(s.yaw)
+    msg.pose.pose = pose_msg(s.x, s.y, s.yaw)
     pose_cov = np.diag([0.0, 0.0, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, UNOBSERVED_VARIANCE, 0.0])  # [6, 6]
     # filter state X, Y, YAW -> (x, y, z, roll, pitch, yaw) rows and columns 0, 1, 5
     pose_cov[np.ix_([0, 1, 5], [0, 1, 5])] = p[np.ix_([X, Y, YAW], [X, Y, YAW])]
@@ -286,8 +281,7 @@ def transform_message(odometry: Odometry):
     """The odometry's pose as one TFMessage: header.frame_id -> child_frame_id, at its stamp."""
     pose = odometry.pose.pose
     t = TransformStamped(header=odometry.header, child_frame_id=odometry.child_frame_id)
-    t.transform.translation.x, t.transform.translation.y = pose.position.x, pose.position.y
-    t.transform.translation.z = pose.position.z
+    t.transform.translation = Vector3(x=pose.position.x, y=pose.position.y, z=pose.position.z)
     t.transform.rotation = pose.orientation
     return TFMessage(transforms=[t])
 

@@ -48,23 +48,18 @@ def declare_all(node, specs: Iterable[ParamSpec]) -> dict[str, str]:
     declared with its default and the refusal is returned ({name: reason}), so configure can
     fail with that reason while the node stays up to report it.
     """
+    from rclpy.parameter import Parameter
+
     rejected: dict[str, str] = {}
     for spec in specs:
-        initial = spec.default if spec.default is not None else _ros_type(spec.kind)
+        # no default: declared statically typed and unset
+        initial = spec.default if spec.default is not None else Parameter.Type.from_parameter_value(spec.kind())
         try:
             node.declare_parameter(spec.name, initial, descriptor(spec))
         except Exception as exc:  # rclpy raises several exception types for a refused override
             node.declare_parameter(spec.name, initial, descriptor(spec), ignore_override=True)
             rejected[spec.name] = f"{spec.name}: the given value was refused ({exc})"
     return rejected
-
-
-def _ros_type(kind: type):
-    """The rclpy type of a parameter declared without a value (statically typed, unset)."""
-    from rclpy.parameter import Parameter
-
-    return {bool: Parameter.Type.BOOL, int: Parameter.Type.INTEGER, float: Parameter.Type.DOUBLE,
-            str: Parameter.Type.STRING}[kind]
 
 
 def read_all(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
