@@ -15,7 +15,8 @@ from .bags import BagError, error_text
 STORAGES = ("mcap", "sqlite3")
 
 
-def _writer(path: Path, storage: str):
+def new_writer(path: Path, storage: str):
+    """An unopened rosbags writer of bag format version 9 (ROS 2 Kilted); BagError for an unknown storage."""
     from rosbags.rosbag2 import StoragePlugin, Writer
 
     if storage not in STORAGES:
@@ -23,7 +24,7 @@ def _writer(path: Path, storage: str):
     return Writer(path, version=9, storage_plugin=StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3)
 
 
-def _offered_qos(latched: bool, reliable: bool = True, depth: int = 100) -> list:
+def offered_qos(latched: bool, reliable: bool = True, depth: int = 100) -> list:
     """One offered QoS profile: keep-last ``depth`` (1 when latched: transient local), reliable or best effort."""
     from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 
@@ -47,9 +48,9 @@ def write_bag(path: str | Path, topics: dict[str, str], messages: Iterable[tuple
     """
     store = typestore or default_typestore()
     latched = set(latched)
-    with _writer(Path(path), storage) as writer:
+    with new_writer(Path(path), storage) as writer:
         conns = {topic: writer.add_connection(topic, msgtype, typestore=store,
-                                              offered_qos_profiles=_offered_qos(True) if topic in latched else [])
+                                              offered_qos_profiles=offered_qos(True) if topic in latched else [])
                  for topic, msgtype in topics.items()}
         for topic, bag_time_ns, msg in messages:
             writer.write(conns[topic], int(bag_time_ns), _cdr(msg, store, topics[topic]))
@@ -108,7 +109,7 @@ class BagStreamWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.partial-", dir=self.path.parent))
         try:
-            self._writer = _writer(self._tmp / self.path.name, self.storage)
+            self._writer = new_writer(self._tmp / self.path.name, self.storage)
             self._writer.open()
         except BaseException:
             self._discard()
@@ -172,7 +173,7 @@ class BagStreamWriter:
                 raise BagError(f"{topic}: no message definition for {msgtype} is known here, so it cannot be "
                                "recorded")
             self._conns[topic] = self._call(self._writer.add_connection, topic, msgtype, typestore=self.typestore,
-                                            offered_qos_profiles=_offered_qos(latched, reliable))
+                                            offered_qos_profiles=offered_qos(latched, reliable))
             self.topics[topic] = msgtype
             self.counts[topic] = 0
 

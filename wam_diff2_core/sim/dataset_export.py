@@ -26,11 +26,12 @@ import numpy as np
 
 from ..data.bench2drive import FRAME_RATE_HZ as B2D_FRAME_RATE_HZ
 from ..data.samples import dump_json_list, make_sample, planning_sample
+from ..evaluation.bag_writer import STORAGES
 from ..outputs.prompts import COMMANDS, format_detection_prompt
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE
 from ..utils.atomic import atomic_directory
 from .bench2drive_clips import B2DClipWriter
-from .episode_bags import STORAGES, TOPIC_TYPES, EpisodeBagWriter, topic_names
+from .episode_bags import TOPIC_TYPES, EpisodeBagWriter, topic_names
 from .episode import EpisodeSettings, simulate_episode
 from .truth import QUESTIONS, vqa_prompt
 

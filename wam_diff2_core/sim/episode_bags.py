@@ -1,6 +1,6 @@
 """rosbag2 recordings of demo-world episodes that look like carla-ros-bridge recordings (the topics, their
-order within a tick, the image last, and their frames: sim/README.md, "Exports"), written with the pure-Python
-``rosbags`` library in ``mcap`` or ``sqlite3`` storage, bag format version 9 (ROS 2 Kilted). The ego frame
+order within a tick, the image last, and their frames: sim/README.md, "Exports"), written with
+:mod:`~wam_diff2_core.evaluation.bag_writer`'s rosbags writer (``mcap`` or ``sqlite3``). The ego frame
 (``hero``) is the **rear axle**, the origin of the waypoints' ego frame, not CARLA's box centre.
 
     with EpisodeBagWriter(path, "mcap", role="hero", camera=camera, mount=mount) as writer:
@@ -19,12 +19,10 @@ import cv2
 import numpy as np
 
 from ..evaluation import bag_messages as msg
+from ..evaluation.bag_writer import new_writer, offered_qos
 from ..evaluation.derived_objects import OBJECT_ARRAY_TYPE, object_array_msg, object_types
 from ..topics import DEFAULT_COMMAND_TOPIC, carla_topics
 from ..geometry import CameraMount, PinholeCamera, quaternion_from_yaw
-
-STORAGES = ("mcap", "sqlite3")
-BAG_VERSION = 9
 
 
 def topic_names(role: str, command_topic: str = DEFAULT_COMMAND_TOPIC) -> dict[str, str]:
@@ -61,38 +59,26 @@ class EpisodeBagWriter:
 
     def __init__(self, path: str | Path, storage: str, *, role: str, camera: PinholeCamera, mount: CameraMount,
                  command_topic: str = DEFAULT_COMMAND_TOPIC):
-        from rosbags.rosbag2 import StoragePlugin, Writer
         from rosbags.typesys import Stores, get_typestore
 
-        if storage not in STORAGES:
-            raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}")
         self.path = Path(path)
         self.role, self.camera, self.mount = role, camera, mount
         self.frames = {"map": "map", "ego": role, "camera": f"{role}/rgb_front"}
         self.typestore = get_typestore(Stores.ROS2_KILTED)
         self.typestore.register(object_types())     # carla-ros-bridge's derived_object_msgs, as installed
-        self.writer = Writer(self.path, version=BAG_VERSION,
-                             storage_plugin=StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3)
+        self.writer = new_writer(self.path, storage)
         self.topics = topic_names(role, command_topic)
         self.connections = {}
         self._msg = self.typestore.types
         self.counts = {key: 0 for key in TOPIC_TYPES}
 
     def __enter__(self) -> "EpisodeBagWriter":
-        from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
-
-        infinite = QosTime(2147483647, 4294967295)   # what rosbag2 records for "no limit"
-
-        def qos(depth: int, durability) -> Qos:
-            return Qos(QosHistory.KEEP_LAST, depth, QosReliability.RELIABLE, durability, infinite, infinite,
-                       QosLiveliness.AUTOMATIC, infinite, False)
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.writer.open()
-        for key, msgtype in TOPIC_TYPES.items():
-            offered = qos(1, QosDurability.TRANSIENT_LOCAL) if key == "route" else qos(10, QosDurability.VOLATILE)
-            self.connections[key] = self.writer.add_connection(self.topics[key], msgtype, typestore=self.typestore,
-                                                               offered_qos_profiles=[offered])
+        for key, msgtype in TOPIC_TYPES.items():     # the route latched, as carla-ros-bridge publishes it
+            self.connections[key] = self.writer.add_connection(
+                self.topics[key], msgtype, typestore=self.typestore,
+                offered_qos_profiles=offered_qos(latched=key == "route", depth=10))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
