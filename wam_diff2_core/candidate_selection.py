@@ -161,8 +161,7 @@ def object_ground_box(obj) -> tuple[float, float, float, float, float, float] | 
     if obj.shape.type == BOX and len(dims) >= 2:
         length, width, height = dims[0], dims[1], dims[2] if len(dims) >= 3 else math.nan
     elif obj.shape.type == CYLINDER and len(dims) >= 2:
-        length = width = 2.0 * dims[1]
-        height = dims[0]
+        length, width, height = 2.0 * dims[1], 2.0 * dims[1], dims[0]
     else:
         return None
     p, q = obj.pose.position, obj.pose.orientation

@@ -150,9 +150,8 @@ ENGINE_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fi
 
 
 def default_cpu_threads() -> tuple[int, str]:
-    """What ``cpu_threads: 0`` means, and where it comes from: OMP_NUM_THREADS when set (the user's
-    process-wide choice), else the CPUs this process may run on (its affinity: taskset, a
-    container's cpuset), not the machine's core count."""
+    """(threads, where from) of ``cpu_threads: 0``: OMP_NUM_THREADS when set, else the CPUs this process may
+    run on (its affinity: taskset, a container's cpuset), not the machine's core count."""
     try:
         requested = int(os.environ.get("OMP_NUM_THREADS", ""))
     except ValueError:
@@ -173,9 +172,8 @@ def add_threads_argument(parser) -> None:
 
 
 def apply_cpu_threads(cpu_threads: int) -> int:
-    """Set torch's intra-op threads to ``cpu_threads`` (0: :func:`default_cpu_threads`) and log it;
-    returns the number. Process-wide, as torch allows; called by DrivingPolicy (the node, eval-bag,
-    closed-loop) and by every other command that runs a model (cli/common.py apply_threads)."""
+    """Set torch's intra-op threads to ``cpu_threads`` (0: :func:`default_cpu_threads`), process-wide as torch
+    allows, and log it; returns the number."""
     import torch
 
     cpu_threads = EngineSettings().replace(cpu_threads=cpu_threads).cpu_threads      # validated

@@ -123,9 +123,7 @@ class DrivingPolicy:
 
     def update_settings(self, **overrides: Any) -> None:
         """Change decoding settings (validated) for the following steps; ids stay the checkpoint's."""
-        config = self.loaded.config.with_settings(**overrides)
-        self.loaded.config = config
-        self.decoder.config = config
+        self.loaded.config = self.decoder.config = self.loaded.config.with_settings(**overrides)
 
     def _conversation(self, text: str) -> list[dict[str, Any]]:
         before, after = text.split(IMAGE_PLACEHOLDER, 1)

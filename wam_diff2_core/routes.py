@@ -122,11 +122,9 @@ class RouteTracker:
         """The command at ``ego_xy`` / ``ego_yaw`` (route frame) at ``stamp_s``; None without a route or off it."""
         if self.points is None:
             return None
-        located = self._localise(np.asarray(ego_xy, dtype=np.float64))
-        if located is None:
+        if self._localise(np.asarray(ego_xy, dtype=np.float64)) is None:
             return None
-        candidate = self._candidate(self.progress_m, ego_xy, ego_yaw)
-        return self._hold(candidate, self.progress_m, stamp_s)
+        return self._hold(self._candidate(self.progress_m, ego_xy, ego_yaw), self.progress_m, stamp_s)
 
     def _project(self, xy: np.ndarray, lo: int, hi: int, earliest_within_m: float | None = None) -> tuple[float, float]:
         """(arc length, distance) of the closest point on segments lo .. hi-1; with ``earliest_within_m``, on the

@@ -75,8 +75,7 @@ class GeoReference:
             if not -85.0 < new < 85.0:
                 raise ValueError(f"y: {y!r} m north of the point puts the reference latitude at {new:.3f} degrees, "
                                  "outside (-85, 85): the point's map coordinates do not fit its GNSS reading")
-            done = abs(new - lat_ref) < 1e-13
-            lat_ref = new
+            done, lat_ref = abs(new - lat_ref) < 1e-13, new
             if done:
                 break
         lon_ref = lon_deg - math.degrees(x / (math.cos(math.radians(lat_ref)) * EARTH_RADIUS_EQUA_M))

@@ -248,11 +248,8 @@ def _read_object(obj: object) -> tuple[str, float, list[float]] | None:
     corners = [_finite_number(v) for v in bbox]
     if any(c is None for c in corners):
         return None
-    raw_score = obj.get("score", obj.get("confidence", 1.0))
-    score = _finite_number(raw_score)
-    if score is None:
-        return None
-    return label.strip(), score, corners
+    score = _finite_number(obj.get("score", obj.get("confidence", 1.0)))
+    return None if score is None else (label.strip(), score, corners)
 
 
 def parse_boxes(text: str | None, source_size: tuple[int, int],

@@ -93,9 +93,7 @@ NODES: tuple[NodeSpec, ...] = (
     NodeSpec("wam-diff2-localization", LOCALIZATION_NODE, condition=Arg("localization", bool), parameters={
         "role_name": _ROLE,
         "use_sim_time": True,
-        "gnss_id": Arg("gnss_id"),
-        "imu_id": Arg("imu_id"),
-        "speedometer_id": Arg("speedometer_id"),
+        **{name: Arg(name) for name in ("gnss_id", "imu_id", "speedometer_id")},
         "geo.lat_ref_deg": Arg("lat_ref_deg", float),
         "geo.lon_ref_deg": Arg("lon_ref_deg", float),
         "publish_tf": True,                 # the leaderboard publishes no TF: map -> <role> from the estimate

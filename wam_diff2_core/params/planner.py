@@ -167,7 +167,7 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
         errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(DECODING_PREFIX)),
                                  f"{DECODING_PREFIX}{exc}"))
     try:
-        engine_settings({k: v for k, v in {**DEFAULTS, **values}.items() if k.startswith(ENGINE_PREFIX)})
+        engine_settings({**DEFAULTS, **values})
     except ConfigError as exc:
         errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(ENGINE_PREFIX)),
                                  f"{ENGINE_PREFIX}{exc}"))

@@ -189,10 +189,8 @@ def json_schema(specs: Iterable[ParamSpec], node: str, title: str) -> dict[str, 
         *groups, leaf = spec.name.split(".")
         node_schema, path = tree, [tree]
         for group in groups:
-            if group not in node_schema["properties"]:
-                node_schema["properties"][group] = {"type": "object", "properties": {}, "required": [],
-                                                    "additionalProperties": False}
-            node_schema = node_schema["properties"][group]
+            node_schema = node_schema["properties"].setdefault(group, {"type": "object", "properties": {},
+                                                                       "required": [], "additionalProperties": False})
             path.append(node_schema)
         if spec.default is not None:            # its groups are required too
             for parent, group in zip(path, groups):

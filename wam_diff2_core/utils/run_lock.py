@@ -69,10 +69,7 @@ class RunLock:
     def release(self) -> None:
         if self._fd is None:
             return
-        try:
-            self.path.unlink()           # still locked: nobody can take it between unlink and unlock
-        except FileNotFoundError:
-            pass
+        self.path.unlink(missing_ok=True)   # still locked: nobody can take it between unlink and unlock
         os.close(self._fd)               # closing drops the flock
         self._fd = None
 
