@@ -146,11 +146,9 @@ class ControllerNode(Node):
         return SetParametersResult(successful=not errors, reason="; ".join(errors))
 
     def _after_set_parameters(self, changed: list) -> None:
-        values = dict(self._values)
-        values.update({p.name: p.value for p in changed if p.name in SPECS_BY_NAME})
+        self._values = values = {**self._values, **{p.name: p.value for p in changed if p.name in SPECS_BY_NAME}}
         names = {p.name for p in changed}
         self._config_errors = [e for e in self._config_errors if e.split(":")[0] not in names]
-        self._values = values
         if any(n.startswith(GAINS_PREFIX) for n in names):
             self.controller = WaypointController(gains_from(self._usable(values)))   # PID state starts over
         if any(n.startswith(ROUTE_PREFIX) for n in names):

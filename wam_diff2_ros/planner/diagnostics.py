@@ -71,21 +71,6 @@ class PlannerSnapshot:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _problems(snapshot: PlannerSnapshot, settings: PlannerSettings) -> list[str]:
-    """What keeps an active planner from OK."""
-    problems = []
-    timeout_s = settings["image_timeout_s"]
-    for what, ns in (("image", snapshot.image_ns), ("odometry", snapshot.odometry_ns)):
-        if ns is None or (snapshot.now_ns - ns) / NS_PER_S > timeout_s:
-            problems.append(f"no fresh {what}")
-    last_plan = snapshot.last_plan
-    if last_plan is not None and not last_plan.valid:
-        problems.append(f"last plan invalid ({last_plan.invalid_reason[:80]})")
-    if snapshot.fast_path_check.startswith(FAST_PATH_FELL_BACK):
-        problems.append("fast path fell back to the plain decoder")
-    return problems
-
-
 def diagnostic_values(snapshot: PlannerSnapshot, settings: PlannerSettings) -> dict[str, str]:
     """The status's key/value table (wam_diff2_ros/README.md lists the keys)."""
     def age(ns):
@@ -127,7 +112,13 @@ def diagnostic_values(snapshot: PlannerSnapshot, settings: PlannerSettings) -> d
 def planner_diagnostic_status(node_name: str, snapshot: PlannerSnapshot, settings: PlannerSettings) -> DiagnosticStatus:
     """ERROR after a failed configure, WARN while not active or with a problem (no fresh input, an
     invalid last plan, a fast path that fell back), else OK."""
-    problems = _problems(snapshot, settings)
+    problems = [f"no fresh {what}" for what, ns in (("image", snapshot.image_ns), ("odometry", snapshot.odometry_ns))
+                if ns is None or (snapshot.now_ns - ns) / NS_PER_S > settings["image_timeout_s"]]
+    last_plan = snapshot.last_plan
+    if last_plan is not None and not last_plan.valid:
+        problems.append(f"last plan invalid ({last_plan.invalid_reason[:80]})")
+    if snapshot.fast_path_check.startswith(FAST_PATH_FELL_BACK):
+        problems.append("fast path fell back to the plain decoder")
     if snapshot.model_state == PlannerStatus.ERROR:
         level, summary = DiagnosticStatus.ERROR, f"model error: {snapshot.model_message}"
     elif not snapshot.active:

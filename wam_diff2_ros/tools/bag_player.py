@@ -159,10 +159,17 @@ class BagPlayer:
                    if t not in self.publishers and not (t == "/clock" and self.clock_publisher is not None)]
         if unknown:
             raise ReplayError(f"--wait-for-subscribers: {', '.join(unknown)} is not played")
+        self.recorder: TopicRecorder | None = None
         if options.record is not None:
             record = Path(options.record).resolve()
             if record == self.bag.path.resolve() or record in self.bag.path.resolve().parents:
                 raise ReplayError(f"--record {options.record} is the bag being played")
+            try:
+                self.recorder = TopicRecorder(node, options.record, options.record_topics,
+                                              storage=options.record_storage, overwrite=options.overwrite,
+                                              clock_ns=self.playback_ns)
+            except BagError as exc:
+                raise ReplayError(f"--record: {exc}") from None
         # playback time: the bag's time base, advancing at `rate` once the first message is due
         self.start_ns = self.bag.start_ns + int(options.start_offset_s * 1e9)
         self._wall0: float | None = None
@@ -170,14 +177,6 @@ class BagPlayer:
         if options.wait_for_planner:
             self.status_topic = options.planner_node.rstrip("/") + "/status"
             node.create_subscription(PlannerStatus, self.status_topic, self._on_planner_status, LATCHED_QOS)
-        self.recorder: TopicRecorder | None = None
-        if options.record is not None:
-            try:
-                self.recorder = TopicRecorder(node, options.record, options.record_topics,
-                                              storage=options.record_storage, overwrite=options.overwrite,
-                                              clock_ns=self.playback_ns)
-            except BagError as exc:
-                raise ReplayError(f"--record: {exc}") from None
         self._spinner: SpinThread | None = None
 
     def playback_ns(self) -> int:
@@ -317,13 +316,11 @@ def options_from_args(args) -> ReplayOptions:
 def run(args) -> int:
     """Play ``args.bag``; 0 when done, 2 with a one-line error for a bag or option that cannot be played."""
     ros_args = ["--ros-args", *args.ros_args] if args.ros_args is not None else None
-    if args.record is None and (args.record_topics or args.record_grace_s is not None
-                                or args.record_storage is not None):
-        print("wam-diff2-ros replay: error: --record-topics, --record-grace-s and --record-storage need --record "
-              "OUT_BAG", file=sys.stderr)
-        return 2
-    options = options_from_args(args)
     try:
+        if args.record is None and (args.record_topics or args.record_grace_s is not None
+                                    or args.record_storage is not None):
+            raise ReplayError("--record-topics, --record-grace-s and --record-storage need --record OUT_BAG")
+        options = options_from_args(args)
         options.check()
     except ReplayError as exc:
         print(f"wam-diff2-ros replay: error: {exc}", file=sys.stderr)

@@ -299,9 +299,7 @@ class RosClosedLoop:
 
     def planner_counts(self) -> dict[str, int]:
         """The in-process planner's counters so far (images received, processed, ...); {} otherwise."""
-        if self.planner_node is None:
-            return {}
-        return self.planner_node.counts()
+        return {} if self.planner_node is None else self.planner_node.counts()
 
 
 # ----------------------------------------------------------------------------- command line

@@ -238,43 +238,40 @@ def fuzz_localization(context, messages: int, seed: int, role: str = "fuzz_loc")
             kind = "carla_route" if s.chance(0.5) else "route"
             send(pubs[kind], [carla_route_msg(s, points) if kind == "carla_route" else path_msg(points)], True)
 
-    _play(report, node, probe, pubs, s, messages, ("gnss", "imu", "speed"), play_tick,
-          lambda phases, spinner, send: _localization_recovery(report, node, probe, pubs, phases, sensors, topics,
-                                                              spinner, send),
+    def recover(phases: Phases, spinner: SpinThread, send: _Sender) -> None:
+        """Good ticks again (after a good route from the ego); the last RECOVERY_CHECKED_TICKS must each give finite
+        odometry stamped with the tick within RECOVERY_POSITION_M of the truth, and /diagnostics OK at the end."""
+        send(pubs["route"], [route_ahead(phases.run)], False)
+        errors: list[float] = []
+        for _ in range(RECOVERY_TICKS):
+            if spinner.error:
+                break
+            good, ego, stamp = sensor_tick(phases, sensors, topics), phases.run.world.ego, phases.tick_ns
+            seen = len(probe.outputs)
+            for kind in ("gnss", "speed", "imu"):
+                send(pubs[kind], [good[kind]], False)
+            odometry = probe.answer(seen, stamp, spinner)
+            if odometry is None:
+                errors.append(math.inf)
+            else:
+                p, o = odometry.pose.pose.position, odometry.pose.pose.orientation
+                error = math.hypot(p.x - ego.x, p.y - ego.y)
+                right = not _odometry_problem(odometry) and error < RECOVERY_POSITION_M \
+                    and abs(wrap_angle(yaw_from_quaternion(o.x, o.y, o.z, o.w) - ego.yaw)) < 0.1
+                errors.append(0.0 if right else error)
+            phases.step()
+        status = node.diagnostic_status()
+        _recovery_verdict(report, [e == 0.0 for e in errors], status.level == DiagnosticStatus.OK,
+                          f"position errors (m, inf: no odometry) of the good ticks: {np.round(errors, 2).tolist()}; "
+                          f"/diagnostics at the end: {status.message}")
+
+    _play(report, node, probe, pubs, s, messages, ("gnss", "imu", "speed"), play_tick, recover,
           handled=lambda: sum(v for k, v in node.counts.items()
                               if k.endswith(("_used", "_refused")) or k.startswith("routes_")))
     report.refused = {k: v for k, v in sorted(node.counts.items()) if "refused" in k}
     report.refused.update({f"filter_{k}": v for k, v in node.ekf.counts.items()
                            if k.startswith(("restarts", "gnss_reacquired"))})
     return report
-
-
-def _localization_recovery(report, node, probe, pubs, phases, sensors, topics, spinner, send) -> None:
-    """Good ticks again (after a good route from the ego); the last RECOVERY_CHECKED_TICKS must each give finite
-    odometry stamped with the tick within RECOVERY_POSITION_M of the truth, and /diagnostics OK at the end."""
-    send(pubs["route"], [route_ahead(phases.run)], False)
-    errors: list[float] = []
-    for _ in range(RECOVERY_TICKS):
-        if spinner.error:
-            break
-        good, ego, stamp = sensor_tick(phases, sensors, topics), phases.run.world.ego, phases.tick_ns
-        seen = len(probe.outputs)
-        for kind in ("gnss", "speed", "imu"):
-            send(pubs[kind], [good[kind]], False)
-        odometry = probe.answer(seen, stamp, spinner)
-        if odometry is None:
-            errors.append(math.inf)
-        else:
-            p, o = odometry.pose.pose.position, odometry.pose.pose.orientation
-            error = math.hypot(p.x - ego.x, p.y - ego.y)
-            right = not _odometry_problem(odometry) and error < RECOVERY_POSITION_M \
-                and abs(wrap_angle(yaw_from_quaternion(o.x, o.y, o.z, o.w) - ego.yaw)) < 0.1
-            errors.append(0.0 if right else error)
-        phases.step()
-    status = node.diagnostic_status()
-    _recovery_verdict(report, [e == 0.0 for e in errors], status.level == DiagnosticStatus.OK,
-                      f"position errors (m, inf: no odometry) of the good ticks: {np.round(errors, 2).tolist()}; "
-                      f"/diagnostics at the end: {status.message}")
 
 
 def _recovery_verdict(report: FuzzReport, right: list[bool], final_ok: bool, detail: str) -> None:
@@ -342,32 +339,29 @@ def fuzz_controller(context, messages: int, seed: int, role: str = "fuzz_ctl") -
             copies = int(rng.integers(3, 16)) if s.chance(0.05) else 1              # a burst
             send(pubs[kind], [spoil(s, good, *phases.stamps) for _ in range(copies)], True)
 
-    _play(report, node, probe, pubs, s, messages, ("odometry", "trajectory"), play_tick,
-          lambda phases, spinner, send: _controller_recovery(probe, pubs, phases, spinner, send, report, role),
+    def recover(phases: Phases, spinner: SpinThread, send: _Sender) -> None:
+        """Good inputs again: a good route from the ego, the planner READY, a fresh plan every 5 ticks; the last
+        RECOVERY_CHECKED_TICKS ticks must each be answered by a control that follows the plan."""
+        send(pubs["route"], [route_ahead(phases.run)], False)
+        send(pubs["status"], [PlannerStatus(state=PlannerStatus.READY)], False, counted=False)
+        right, reasons = [], []
+        for tick in range(RECOVERY_TICKS):
+            if spinner.error:
+                break
+            run, stamp = phases.run, phases.tick_ns
+            if tick % 5 == 0:
+                send(pubs["trajectory"], [expert_plan(run, stamp)], False)
+            seen = len(probe.outputs)
+            send(pubs["odometry"], [odometry_message(run, stamp, role)], False)
+            control = probe.answer(seen, stamp, spinner, VehicleControl)
+            reasons.append("no control" if control is None else control.reason or "plan")
+            right.append(control is not None and control.source == VehicleControl.SOURCE_PLAN
+                         and not _control_problem(control))
+            phases.step()
+        _recovery_verdict(report, right, True, f"controls of the good ticks: {reasons}")
+
+    _play(report, node, probe, pubs, s, messages, ("odometry", "trajectory"), play_tick, recover,
           handled=lambda: sum(node.counts[k] for k in handled_keys))
     report.refused = {k: v for k, v in sorted(node.counts.items())
                       if k.startswith(("fallback_", "plans_", "routes_", "ticks_", "time_resets", "odometry_"))}
     return report
-
-
-def _controller_recovery(probe, pubs, phases, spinner, send, report, role) -> None:
-    """Good inputs again: a good route from the ego, the planner READY, a fresh plan every 5 ticks; the last
-    RECOVERY_CHECKED_TICKS ticks must each be answered by a control that follows the plan."""
-    send(pubs["route"], [route_ahead(phases.run)], False)
-    send(pubs["status"], [PlannerStatus(state=PlannerStatus.READY)], False, counted=False)
-    right, reasons = [], []
-    for tick in range(RECOVERY_TICKS):
-        if spinner.error:
-            break
-        run, stamp = phases.run, phases.tick_ns
-        if tick % 5 == 0:
-            send(pubs["trajectory"], [expert_plan(run, stamp)], False)
-        seen = len(probe.outputs)
-        send(pubs["odometry"], [odometry_message(run, stamp, role)], False)
-        control = probe.answer(seen, stamp, spinner, VehicleControl)
-        reasons.append("no control" if control is None else control.reason or "plan")
-        right.append(control is not None and control.source == VehicleControl.SOURCE_PLAN
-                     and not _control_problem(control))
-        phases.step()
-    _recovery_verdict(report, right, True, f"controls of the good ticks: {reasons}")
-

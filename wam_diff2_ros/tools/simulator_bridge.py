@@ -127,9 +127,8 @@ class SimulatorNode(Node):
         self.role, self.bridge, self.estimated = role, bridge, odometry == "estimated"
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        # what arrived, by stamp, until taken: "control", "carla_control", "estimate", "trajectory"
-        self.received: dict[str, dict[int, Any]] = {"control": {}, "carla_control": {}, "estimate": {},
-                                                    "trajectory": {}}
+        self.received: dict[str, dict[int, Any]] = {      # what arrived, by kind and stamp, until taken
+            kind: {} for kind in ("control", "carla_control", "estimate", "trajectory")}
         self.ready_at: float | None = None          # wall time of the leaderboard status True
         self.planner_ready_at: float | None = None  # wall time the planner's READY was seen
         self.planner_diagnostics: dict[str, str] = {}   # the planner's newest /diagnostics key/values
