@@ -23,6 +23,7 @@ LOCALIZATION_NODE = "wam_diff2_localization"              # the localization nod
 DEFAULT_COMMAND_TOPIC = f"/{PLANNER_NODE}/input/command"  # the planner node's command input
 CARLA_NAMESPACE = "/carla"                                # carla-ros-bridge's topics: /carla/<role>/...
 DEFAULT_CAMERA = "rgb_front"                              # the front camera's sensor id
+DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_SPEEDOMETER = "gnss", "imu", "speedometer"   # the localization sensors' ids
 
 
 def carla_namespace(role: str = DEFAULT_ROLE) -> str:
@@ -55,8 +56,8 @@ def controller_topics(role: str = DEFAULT_ROLE, planner: str = PLANNER_NODE) -> 
     }
 
 
-def localization_topics(role: str = DEFAULT_ROLE, gnss_id: str = "gnss", imu_id: str = "imu",
-                        speedometer_id: str = "speedometer") -> dict[str, str]:
+def localization_topics(role: str = DEFAULT_ROLE, gnss_id: str = DEFAULT_GNSS, imu_id: str = DEFAULT_IMU,
+                        speedometer_id: str = DEFAULT_SPEEDOMETER) -> dict[str, str]:
     """Every topic the localization node uses, for a CARLA ego ``role`` and its sensors' ids."""
     carla, routes = carla_namespace(role), controller_topics(role)
     return {"gnss": f"{carla}/{gnss_id}", "imu": f"{carla}/{imu_id}", "speedometer": f"{carla}/{speedometer_id}",

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .prompts import round_2dp
+from .prompts import NUM_WAYPOINTS, round_2dp
 
 DEFAULT_MAX_WAYPOINT_ABS_M = 200.0   # an answer with a waypoint coordinate beyond this (metres) is invalid
 
@@ -112,7 +112,8 @@ def _waypoint_error(code: str, message: str) -> WaypointParse:
     return WaypointParse(waypoints=None, error=ParseError(code, message))
 
 
-def parse_waypoints(text: str | None, num_waypoints: int = 8, max_abs_m: float = 200.0) -> WaypointParse:
+def parse_waypoints(text: str | None, num_waypoints: int = NUM_WAYPOINTS,
+                    max_abs_m: float = DEFAULT_MAX_WAYPOINT_ABS_M) -> WaypointParse:
     """Parse a planning answer ``x1,y1,...,xN,yN`` into an [N, 2] array; never raises on ``text``."""
     if num_waypoints < 1:
         raise ValueError(f"num_waypoints must be >= 1, got {num_waypoints}")

@@ -15,13 +15,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..topics import DEFAULT_CAMERA, CONTROLLER_NODE, LOCALIZATION_NODE, PLANNER_NODE, carla_topic_parts
+from ..topics import (DEFAULT_CAMERA, DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_SPEEDOMETER, CONTROLLER_NODE, LOCALIZATION_NODE,
+                      PLANNER_NODE, carla_topic_parts)
+from .controller import DEFAULTS as CONTROLLER_DEFAULTS
 from .localization import DEFAULTS as LOCALIZATION_DEFAULTS
 from .planner import DEFAULTS as PLANNER_DEFAULTS
 
 PACKAGE = "wam_diff2_ros"
 ROLE_NAME = "hero"                                     # the leaderboard's ego role
-CAMERA_ID, GNSS_ID, IMU_ID, SPEEDOMETER_ID = DEFAULT_CAMERA, "gnss", "imu", "speedometer"
+CAMERA_ID, GNSS_ID, IMU_ID, SPEEDOMETER_ID = DEFAULT_CAMERA, DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_SPEEDOMETER
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,11 @@ ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("model_path", None, "checkpoint directory (Qwen3-VL or WAM-Diff2)"),
     LaunchArgument("role_name", ROLE_NAME, "CARLA ego role name (leaderboard: hero)"),
     LaunchArgument("camera_id", CAMERA_ID, "front camera sensor id"),
-    LaunchArgument("lockstep_n", "10", "plan on every N-th camera tick (10 at 20 Hz: 2 Hz, one plan per 0.5 s)"),
+    LaunchArgument("lockstep_n", str(PLANNER_DEFAULTS["lockstep_every_n_images"]), "plan on every N-th camera tick (10 at 20 Hz: 2 Hz, one plan per 0.5 s)"),
     LaunchArgument("fixed_delta_seconds", "0.05", "simulator tick (seconds)"),
-    LaunchArgument("tick_source", "odometry",
+    LaunchArgument("tick_source", CONTROLLER_DEFAULTS["tick_source"],
                    "controller tick: odometry (each odometry message) | clock (each /clock)"),
-    LaunchArgument("device", "auto", "planner device: auto, cpu, cuda[:N]"),
+    LaunchArgument("device", PLANNER_DEFAULTS["device"], "planner device: auto, cpu, cuda[:N]"),
     LaunchArgument("planner_params_file", ("config", "planner.yaml"), "the planner's parameter file"),
     LaunchArgument("controller_params_file", ("config", "controller.yaml"), "the controller's parameter file"),
     LaunchArgument("localization", "true", "true: odometry from GNSS + IMU + speedometer (SENSORS track); "

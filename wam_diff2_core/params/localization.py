@@ -8,7 +8,7 @@ from typing import Any
 
 from ..localization.georeference import GeoReference
 from ..localization.odometry_filter import LocalizationSettings
-from ..topics import DEFAULT_ROLE, carla_namespace, localization_topics
+from ..topics import DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_ROLE, DEFAULT_SPEEDOMETER, carla_namespace, localization_topics
 from .spec import LIVE, START, ParamSpec, by_name, defaults, field_specs
 
 NODE = "wam_diff2_localization"
@@ -20,9 +20,9 @@ FILTER_PREFIX = "filter."
 _SENSOR_TOPICS = localization_topics("<role_name>", "<gnss_id>", "<imu_id>", "<speedometer_id>")
 SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("role_name", DEFAULT_ROLE, f"CARLA ego role name: topics {carla_namespace('<role_name>')}/...", START),
-    ParamSpec("gnss_id", "gnss", f"GNSS sensor id: sensor_msgs/NavSatFix on {_SENSOR_TOPICS['gnss']}", START),
-    ParamSpec("imu_id", "imu", f"IMU sensor id: sensor_msgs/Imu on {_SENSOR_TOPICS['imu']}", START),
-    ParamSpec("speedometer_id", "speedometer", f"speedometer id: the speed (m/s) on {_SENSOR_TOPICS['speedometer']}",
+    ParamSpec("gnss_id", DEFAULT_GNSS, f"GNSS sensor id: sensor_msgs/NavSatFix on {_SENSOR_TOPICS['gnss']}", START),
+    ParamSpec("imu_id", DEFAULT_IMU, f"IMU sensor id: sensor_msgs/Imu on {_SENSOR_TOPICS['imu']}", START),
+    ParamSpec("speedometer_id", DEFAULT_SPEEDOMETER, f"speedometer id: the speed (m/s) on {_SENSOR_TOPICS['speedometer']}",
               START),
     ParamSpec("speedometer_type", SPEEDOMETER_TYPES[0], "message type on the speedometer topic: the Leaderboard 2.0 "
               "bridge's carla_msgs/CarlaSpeedometer (field speed), or std_msgs/Float32 (field data); a publisher "
