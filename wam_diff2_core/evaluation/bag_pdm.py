@@ -13,8 +13,8 @@ import numpy as np
 
 from ..candidate_selection import DEFAULT_LANE_WIDTH_M, check_lane_width, corridor_line, ego_start
 from ..geometry import VehicleBox, world_to_ego, wrap_angle
-from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
-from ..pdm.score import PdmResult, pdm_score, reference_progress
+from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, PdmScene, Vehicle
+from ..pdm.score import PdmInputs, reference_progress
 from .collision import EgoFootprint
 from .derived_objects import ObjectTrack
 from .ground_truth import EgoTrajectory
@@ -23,18 +23,10 @@ AREA_ROUTE, AREA_RECORDED_DRIVE = "route", "recorded_drive"     # where a frame'
 
 
 @dataclass(frozen=True)
-class BagPdmInputs:
-    """What :func:`~wam_diff2_core.pdm.score.pdm_score` needs for one bag frame, and where its corridor came from."""
+class BagPdmInputs(PdmInputs):
+    """A bag frame's PDM-score inputs and where its corridor came from."""
 
-    scene: PdmScene
-    ego: EgoStart
-    vehicle: Vehicle
-    reference_progress_m: float
     area: str                  # AREA_ROUTE | AREA_RECORDED_DRIVE
-
-    def score(self, plan) -> PdmResult:
-        """The PDM score of ``plan`` [8, 2] (ego frame) at this frame."""
-        return pdm_score(plan, self.ego, self.scene, self.reference_progress_m, self.vehicle)
 
 
 def _agents(track: ObjectTrack, t_ns: int, origin: np.ndarray, yaw: float) -> list[AgentTrack] | None:

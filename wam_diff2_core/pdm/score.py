@@ -87,6 +87,20 @@ class PdmResult:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rollout"}
 
 
+@dataclass(frozen=True)
+class PdmInputs:
+    """Everything :func:`pdm_score` needs of one frame besides the plan."""
+
+    scene: PdmScene
+    ego: EgoStart
+    vehicle: Vehicle
+    reference_progress_m: float
+
+    def score(self, plan) -> PdmResult:
+        """The PDM score of ``plan`` [8, 2] (ego frame) at this frame."""
+        return pdm_score(plan, self.ego, self.scene, self.reference_progress_m, self.vehicle)
+
+
 def _relative_angle(pose: tuple[float, float, float], point: np.ndarray) -> float:
     """Angle (rad) between the pose's heading and the direction to ``point``; NaN when they coincide
     (nuPlan divides by the distance: such an agent is neither ahead nor behind)."""

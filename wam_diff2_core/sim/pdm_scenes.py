@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from ..candidate_selection import DEFAULT_LANE_WIDTH_M, OnlineScene, TrackedObje
 from ..geometry import VehicleBox as EgoBox
 from ..geometry import world_to_ego
 from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
-from ..pdm.score import PdmResult, pdm_score, reference_progress
+from ..pdm.score import PdmInputs, PdmResult, reference_progress
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 from .episode import Episode
 from .road import RoadMap
@@ -30,20 +29,6 @@ from .world import VehicleBox, World
 
 ROUTE_BEHIND_M = 30.0      # route kept behind the ego (progress is clipped at 0 anyway)
 ROUTE_AHEAD_M = 200.0      # ... and ahead: more than 4 s at the world's top cruise speed, plus the ego's length
-
-
-@dataclass(frozen=True)
-class FramePdmInputs:
-    """What :func:`~wam_diff2_core.pdm.score.pdm_score` needs for one frame."""
-
-    scene: PdmScene
-    ego: EgoStart
-    vehicle: Vehicle
-    reference_progress_m: float
-
-    def score(self, plan) -> PdmResult:
-        """The PDM score of ``plan`` [8, 2] (ego frame) at this frame."""
-        return pdm_score(plan, self.ego, self.scene, self.reference_progress_m, self.vehicle)
 
 
 def _samples_every(dt_s: float) -> int:
@@ -78,7 +63,7 @@ def _agent_tracks(samples: list[list[VehicleBox]], origin: np.ndarray, yaw: floa
 
 
 def _inputs(road: RoadMap, pose: tuple[float, float, float], lane_s: float, samples: list[list[VehicleBox]],
-            ego: EgoStart, ego_params: BicycleParams, expert_future: np.ndarray) -> FramePdmInputs:
+            ego: EgoStart, ego_params: BicycleParams, expert_future: np.ndarray) -> PdmInputs:
     """The PDM-score inputs at a pose of the ego on ``road`` (module docstring): ``samples`` the traffic
     every :data:`SIM_DT_S` from now, ``expert_future`` [8, 2] the reference planner's drive (ego frame)."""
     x, y, yaw = pose
@@ -105,7 +90,7 @@ def _inputs(road: RoadMap, pose: tuple[float, float, float], lane_s: float, samp
     vehicle = Vehicle(EgoBox(ego_params.length_m, ego_params.width_m, ego_params.rear_overhang_m),
                       ego_params.wheelbase_m)
     reference = reference_progress(expert_future, ego, scene, vehicle)
-    return FramePdmInputs(scene, ego, vehicle, reference)
+    return PdmInputs(scene, ego, vehicle, reference)
 
 
 def _frame_tick(episode: Episode, frame: int) -> int:
@@ -114,7 +99,7 @@ def _frame_tick(episode: Episode, frame: int) -> int:
     return episode.settings.frame_tick(frame)
 
 
-def frame_pdm_inputs(episode: Episode, frame: int) -> FramePdmInputs:
+def frame_pdm_inputs(episode: Episode, frame: int) -> PdmInputs:
     """The PDM-score inputs of a recorded ``frame`` (module docstring); ValueError for a frame the episode lacks."""
     tick = _frame_tick(episode, frame)
     every = _samples_every(episode.settings.dt_s)
@@ -153,7 +138,7 @@ def tracked_objects(boxes: list[VehicleBox]) -> list[TrackedObject]:
                           v.width_m, name=f"{v.label} {v.id}") for v in boxes]
 
 
-def world_pdm_inputs(world: World) -> FramePdmInputs:
+def world_pdm_inputs(world: World) -> PdmInputs:
     """The PDM-score inputs of a live world now: the traffic and the expert's drive from a rollout of a copy of
     the world (:meth:`World.expert_rollout`, non-reactive to the plan scored)."""
     every = _samples_every(world.settings.dt_s)
@@ -173,7 +158,7 @@ def world_pdm_inputs(world: World) -> FramePdmInputs:
                    world_to_ego(np.array(expert), pose[:2], pose[2]))
 
 
-def score_frame_plan(episode: Episode, frame: int, plan, inputs: FramePdmInputs | None = None) -> PdmResult:
+def score_frame_plan(episode: Episode, frame: int, plan, inputs: PdmInputs | None = None) -> PdmResult:
     """The PDM score of ``plan`` [8, 2] (ego frame) at ``frame``; ``inputs`` reuses a frame's inputs
     (several plans of one frame: the scene and the reference are built once)."""
     return (inputs or frame_pdm_inputs(episode, frame)).score(plan)
@@ -196,7 +181,7 @@ class DataSetPdm:
             raise ValueError(f"{path}: {exc}") from exc
         self.keep_episodes = keep_episodes
         self._episodes: dict[int, Episode] = {}                     # the latest few, by episode index
-        self._inputs: dict[str, FramePdmInputs | None] = {}
+        self._inputs: dict[str, PdmInputs | None] = {}
 
     @classmethod
     def for_data(cls, data: str | Path) -> "DataSetPdm | None":
@@ -214,7 +199,7 @@ class DataSetPdm:
             return None
         return self._episode(where[1]), where[2]
 
-    def inputs(self, sample_id: str) -> FramePdmInputs | None:
+    def inputs(self, sample_id: str) -> PdmInputs | None:
         """The frame's inputs of a planning sample of this data set (None: an id it did not write)."""
         if sample_id not in self._inputs:
             where = self._frame_of(sample_id)
