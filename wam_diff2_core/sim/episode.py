@@ -254,11 +254,8 @@ def episode_rng(seed: int, index: int) -> np.random.Generator:
 def make_world(seed: int, index: int, settings: EpisodeSettings) -> tuple[World, np.random.Generator]:
     """The episode's world at tick 0 and the generator positioned after it (for the palette)."""
     rng = episode_rng(seed, index)
-    world_settings = settings.world
-    if not settings.traffic:
-        world_settings = replace(world_settings, traffic=replace(world_settings.traffic, enabled=False))
-    duration = settings.total_ticks * settings.dt_s
-    return World.generate(rng, world_settings, duration_s=duration, horizon_s=0.0), rng
+    world_settings = settings.world.with_traffic(settings.traffic)
+    return World.generate(rng, world_settings, duration_s=settings.total_ticks * settings.dt_s, horizon_s=0.0), rng
 
 
 def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeSettings()) -> Episode:

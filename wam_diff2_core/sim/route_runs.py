@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -109,9 +109,7 @@ class RouteRun:
 
     def __init__(self, index: int, settings: ClosedLoopSettings = ClosedLoopSettings()):
         self.index, self.settings = index, settings
-        world_settings = settings.world
-        if not settings.traffic:
-            world_settings = replace(world_settings, traffic=replace(world_settings.traffic, enabled=False))
+        world_settings = settings.world.with_traffic(settings.traffic)
         rng = episode_rng(settings.seed, index)
         slowest = world_settings.cruise_speed_mps[0]
         # a road long enough for the route at any cruise speed (plus the world's view margin)

@@ -107,12 +107,7 @@ class KinematicBicycle:
         accel = float(np.clip(actuation.acceleration_mps2, -p.max_decel_mps2, p.max_accel_mps2))
         steer = float(np.clip(actuation.steer_angle_rad, -p.max_steer_rad, p.max_steer_rad))
         v0 = state.speed
-        v1 = v0 + accel * dt
-        if v1 < 0.0:                     # braking to a stop within the step: no reversing
-            distance = v0 * v0 / (2.0 * -accel) if accel < 0 else 0.0
-            v1 = 0.0
-        else:
-            distance = 0.5 * (v0 + v1) * dt
+        distance, v1 = speed_step(v0, accel, dt)
         curvature = math.tan(steer) / p.wheelbase_m
         dyaw = curvature * distance
         if abs(dyaw) < 1e-9:
@@ -126,6 +121,15 @@ class KinematicBicycle:
 
 
 # ----------------------------------------------------------------------------- longitudinal
+def speed_step(speed: float, accel: float, dt: float) -> tuple[float, float]:
+    """(distance, speed) after ``dt`` s at ``accel`` from ``speed``: braking to a stop within the step stops
+    there (no reversing)."""
+    end = speed + accel * dt
+    if end < 0.0:
+        return (speed * speed / (2.0 * -accel) if accel < 0 else 0.0), 0.0
+    return 0.5 * (speed + end) * dt, end
+
+
 @dataclass(frozen=True)
 class IdmParams:
     """Intelligent Driver Model (Treiber et al. 2000) car-following."""

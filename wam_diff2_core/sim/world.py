@@ -26,7 +26,7 @@ from .expert import ExpertDriver, ExpertSettings, Leader
 from .road import Path2D, RoadMap, RoadSettings, RouteSettings, generate_road
 from .vehicles import (VEHICLE_SHAPES, TRAFFIC_MIX, Actuation, BicycleParams, EgoState, IdmParams,
                        KinematicBicycle, SpeedEvent, TrafficVehicle, VehicleControl,
-                       anticipated_speed_limit, idm_acceleration)
+                       anticipated_speed_limit, idm_acceleration, speed_step)
 
 EGO_ID = 0
 CAR_COLOURS = ((200, 30, 30), (30, 60, 170), (235, 235, 235), (25, 25, 28), (150, 150, 155),
@@ -60,6 +60,9 @@ class WorldSettings:
     start_lane_s_m: float = 8.0
     view_margin_m: float = 160.0          # road beyond the last position the ego reaches
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
+
+    def with_traffic(self, enabled: bool) -> "WorldSettings":
+        return self if enabled else replace(self, traffic=replace(self.traffic, enabled=False))
 
 
 @dataclass(frozen=True)
@@ -228,12 +231,7 @@ class World:
         kept = []
         for v, a in zip(self.traffic, accel):
             if not v.parked:
-                speed = v.speed + a * dt
-                if speed < 0.0:
-                    distance = v.speed * v.speed / (-2.0 * a) if a < 0 else 0.0
-                    speed = 0.0
-                else:
-                    distance = 0.5 * (v.speed + speed) * dt
+                distance, speed = speed_step(v.speed, a, dt)
                 v.s, v.acceleration, v.speed = v.s + distance, (speed - v.speed) / dt, speed
                 if v.path_name == "oncoming" and v.s > self.lanes["oncoming"].length:
                     continue    # drove past the route start: leaves the world
