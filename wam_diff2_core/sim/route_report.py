@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..evaluation.metrics import PDM_SUBSCORES
+from ..evaluation.report_plots import pyplot, save
 from .route_runs import RouteResult, RouteRun
 
 
@@ -76,9 +77,7 @@ def summary_line(summary: dict[str, Any]) -> str:
 
 def plot_route(run: RouteRun, path: str | Path) -> None:
     """Bird's-eye view: road, route, the ego's track by speed, fallback ticks, lane departures, collisions."""
-    import matplotlib
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     road, result = run.world.road, run.result()
     w = road.settings.lane_width_m
     fig, ax = plt.subplots(figsize=(7, 7), dpi=110)
@@ -114,6 +113,4 @@ def plot_route(run: RouteRun, path: str | Path) -> None:
     ax.legend(fontsize=7, loc="best")
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path)
