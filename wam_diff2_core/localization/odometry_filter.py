@@ -112,16 +112,16 @@ class OdometryFilter:
 
     @property
     def _x(self) -> np.ndarray:
-        s = self.state
-        return np.array([s.x, s.y, s.yaw, s.speed])
+        return np.array([self.state.x, self.state.y, self.state.yaw, self.state.speed])
 
     def _set(self, x: np.ndarray) -> None:
         s = self.state
         s.x, s.y, s.yaw, s.speed = float(x[X]), float(x[Y]), wrap_angle(float(x[YAW])), max(0.0, float(x[V]))
 
-    def _restart(self, why: str) -> None:
+    def _restart(self, why: str, counter: str) -> None:
         self.reset()
         self.last_restart = why
+        self.counts[counter] += 1
 
     def _advance(self, t: float) -> None:
         """Predict to ``t``; raises MeasurementRefused (``late``) when the measurement is too old to use."""
@@ -131,8 +131,7 @@ class OdometryFilter:
             return
         dt = t - self.t
         if dt > st.max_gap_s or dt < -st.max_gap_s:
-            self._restart(f"a gap of {dt:+.3f} s between stamps (beyond +-max_gap_s {st.max_gap_s:g})")
-            self.counts["restarts"] += 1
+            self._restart(f"a gap of {dt:+.3f} s between stamps (beyond +-max_gap_s {st.max_gap_s:g})", "restarts")
             self.t = t
             return
         if dt < -st.max_lag_s:
@@ -171,8 +170,7 @@ class OdometryFilter:
     def _commit(self, x: np.ndarray, covariance: np.ndarray, what: str) -> None:
         """The new state, or a restart when it is not finite (never handed on: a NaN stays a NaN for ever)."""
         if not (np.isfinite(x).all() and np.isfinite(covariance).all()):
-            self._restart(f"{what} gave a non-finite state")
-            self.counts["restarts_non_finite"] += 1
+            self._restart(f"{what} gave a non-finite state", "restarts_non_finite")
             raise MeasurementRefused("non_finite", self.last_restart + ": the filter restarted")
         self.covariance = covariance
         self._set(x)
@@ -209,8 +207,7 @@ class OdometryFilter:
         if distance > st.gnss_gate_sigma:
             if self.gate_refused_since is None:
                 self.gate_refused_since = t
-            refused_s = t - self.gate_refused_since
-            if refused_s < st.gnss_reacquire_s:
+            if t - self.gate_refused_since < st.gnss_reacquire_s:
                 self.gate_refused_in_row += 1
                 raise MeasurementRefused("gate", f"the fix is {distance:.1f} sigma (Mahalanobis) from the prediction, "
                                                  f"beyond gnss_gate_sigma {st.gnss_gate_sigma:g} "
