@@ -28,7 +28,6 @@ def default_types() -> dict[str, Any]:
     :mod:`.derived_objects`) and this package's, as a rosbags types dict."""
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-
     types = dict(get_typestore(Stores.ROS2_KILTED).fielddefs)
     try:
         types.update(object_types())

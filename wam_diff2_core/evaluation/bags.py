@@ -79,7 +79,7 @@ class Bag:
             self._reader = Reader(self.path)
             self._reader.open()
         except Exception as exc:  # rosbags raises ReaderError, sqlite/apsw errors, OSError, KeyError ...
-            raise BagError(f"{self.path}: cannot open the bag ({error_text(exc)}){_recover_hint(self.path, exc)}") from None
+            raise BagError(f"{self.path}: cannot open the bag ({error_text(exc)}){_recover_hint(self.path)}") from None
         conns = self._reader.connections
         self.storage = _storage_of(self.path)
         self.topic_types: dict[str, str] = {}
@@ -121,9 +121,6 @@ class Bag:
             self._typestore = store
         return self._typestore
 
-    def can_decode(self, msgtype: str) -> bool:
-        return msgtype in self.typestore.fielddefs
-
     def require_topic(self, topic: str, expected_types: Sequence[str], role: str) -> str:
         """The topic's type; BagError naming what is there when it is absent, mistyped or undecodable."""
         if topic not in self.topic_types:
@@ -134,7 +131,7 @@ class Bag:
         if msgtype not in expected_types:
             raise BagError(f"{self.path}: {role} topic {topic!r} has type {msgtype}, expected "
                            f"{' or '.join(expected_types)}")
-        if not self.can_decode(msgtype):
+        if msgtype not in self.typestore.fielddefs:
             why = self._undecodable.get(msgtype, "the bag stores no definition for it and it is not a known type")
             raise BagError(f"{self.path}: cannot decode {msgtype} on {topic!r}: {why}")
         return msgtype
@@ -156,12 +153,12 @@ class Bag:
         except Exception as exc:
             done = sum(read.values())
             raise BagError(f"{self.path}: the bag is truncated or corrupt: reading stopped after {done} messages "
-                           f"({error_text(exc)}){_recover_hint(self.path, exc)}") from None
+                           f"({error_text(exc)}){_recover_hint(self.path)}") from None
         short = {t: (n, self.topic_counts.get(t, 0)) for t, n in read.items() if n < self.topic_counts.get(t, 0)}
         if short:
             detail = ", ".join(f"{t}: {n} of {want}" for t, (n, want) in sorted(short.items()))
             raise BagError(f"{self.path}: the bag is truncated: fewer messages than its index lists ({detail})"
-                           f"{_recover_hint(self.path, None)}")
+                           f"{_recover_hint(self.path)}")
 
     def deserialize(self, data: bytes, msgtype: str):
         return self.typestore.deserialize_cdr(data, msgtype)
@@ -229,7 +226,7 @@ def error_text(exc: BaseException) -> str:
     return text if len(text) < 300 else text[:297] + "..."
 
 
-def _recover_hint(path: Path, exc: BaseException | None) -> str:
+def _recover_hint(path: Path) -> str:
     kind = _storage_of(path) if path.exists() else "unknown"
     if kind == "mcap":
         return "; an mcap file cut off by a killed recorder can be repaired with `mcap recover` or `ros2 bag reindex`"

@@ -14,6 +14,7 @@ import io
 import math
 import numbers
 from dataclasses import dataclass
+from importlib.metadata import version
 from typing import Any, Sequence
 
 import numpy as np
@@ -98,11 +99,6 @@ def _mean_defined(values) -> float | None:
     return float(defined.mean()) if defined.size else None
 
 
-def library_version() -> str:
-    from importlib.metadata import version
-    return f"pycocotools {version('pycocotools')}"
-
-
 def detection_scores(images: Sequence[DetectionImage]) -> dict[str, Any]:
     """pycocotools' COCO scores of the answers against the ground truth (module docstring), JSON-ready:
     counts, ``ap`` / ``ap50`` / ``ap75`` / ``ar1`` / ``ar10`` / ``ar100`` (None where undefined) and
@@ -121,7 +117,7 @@ def detection_scores(images: Sequence[DetectionImage]) -> dict[str, Any]:
         for box in image.answer.boxes if image.answer.ok else ():
             predicted.append({**_annotation(box, len(predicted) + 1, n, category), "score": float(box.score)})
     out: dict[str, Any] = {
-        "library": library_version(), "images": len(images), "truth_boxes": len(truth),
+        "library": f"pycocotools {version('pycocotools')}", "images": len(images), "truth_boxes": len(truth),
         "predicted_boxes": len(predicted),
         "parse_failures": sum(not image.answer.ok for image in images),
         "dropped_objects": sum(image.answer.dropped for image in images),

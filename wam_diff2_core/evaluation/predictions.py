@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..frame_inputs import stamp_ns
 from ..outputs.prompts import NUM_WAYPOINTS
 from .bag_plan import (DECODE_STATS_KEYS, PREDICTION_COUNTS, STAGE_FIELDS, BagPlan, BagRun, EvalRun, EvalSettings,
                        PlannedFrame, plan_bags, with_scores)
@@ -29,10 +30,6 @@ NOT_PUBLISHED = "not_published"     # the node published no trajectory for a pla
 DEFAULT_TRAJECTORY_TOPIC = "/wam_diff2_planner/output/trajectory"   # the planner node's ~/output/trajectory
 
 
-def _duration_ns(d) -> int:
-    return int(d.sec) * 1_000_000_000 + int(d.nanosec)
-
-
 def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameResult:
     """The :class:`FrameResult` of one planned frame from the ``Trajectory`` a node published for it (what is
     read from where: "Scoring what the node published" in this folder's README.md)."""
@@ -42,7 +39,7 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
     if valid:
         points = list(msg.points)
         xy = np.array([[p.x, p.y] for p in points], dtype=np.float64).reshape(-1, 2)
-        offsets = [_duration_ns(p.time_from_start) for p in points]
+        offsets = [stamp_ns(p.time_from_start) for p in points]              # a Duration: a Time's fields
         if len(points) != NUM_WAYPOINTS or not is_finite_waypoints(xy):
             valid, reason = False, f"bad_waypoints: expected finite [{NUM_WAYPOINTS}, 2], got [{len(points)}, 2]"
         elif any(abs(a - b) > 1_000_000 for a, b in zip(offsets, WAYPOINT_OFFSETS_NS)):

@@ -71,7 +71,6 @@ def write_run_report(out_dir: str | Path, run, *, model: dict[str, Any], command
     return metrics
 
 
-
 def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[FrameResult]]:
     """metrics.json and frames of a finished run; ConfigError when the folder is not one."""
     d = Path(run_dir)

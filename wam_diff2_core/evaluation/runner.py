@@ -115,7 +115,3 @@ def evaluate_bags(paths: Sequence[str | Path], policy, settings: EvalSettings | 
             with Bag(path) as bag:
                 runs.append(run_bag(bag, plan, policy, settings, on_frame))
     return EvalRun(settings=settings, bags=runs)
-
-
-# ----------------------------------------------------------------------------- --predictions
-# what happened to each Trajectory message of a predictions bag
