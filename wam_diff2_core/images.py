@@ -94,19 +94,12 @@ class ImageLimits:
 DEFAULT_LIMITS = ImageLimits()
 
 
-def _pil_bytes_per_pixel(mode: str) -> int:
-    from PIL import ImageMode
-
-    descriptor = ImageMode.getmode(mode)
-    return len(descriptor.bands) * int(descriptor.typestr[-1])
-
-
 @contextmanager
 def open_image(source: str | Path | IO[bytes], limits: ImageLimits = DEFAULT_LIMITS,
                what: str | None = None) -> Iterator["PIL.Image.Image"]:  # noqa: F821
     """A PIL image whose header was read (no pixel decoded yet) and whose size is within ``limits``. ImageError:
     UNREADABLE, DECODE_FAILED (not an image PIL reads), TOO_LARGE (over ``limits`` or PIL's own bomb limit)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageMode, UnidentifiedImageError
 
     what = what or str(source)
     try:
@@ -120,7 +113,8 @@ def open_image(source: str | Path | IO[bytes], limits: ImageLimits = DEFAULT_LIM
     except DECODE_ERRORS as exc:
         raise ImageError(DECODE_FAILED, f"{what}: {exc.__class__.__name__}: {exc}") from None
     with image:
-        limits.check(image.width, image.height, _pil_bytes_per_pixel(image.mode), what)
+        mode = ImageMode.getmode(image.mode)
+        limits.check(image.width, image.height, len(mode.bands) * int(mode.typestr[-1]), what)
         yield image
 
 

@@ -156,10 +156,6 @@ def format_waypoints(waypoints: np.ndarray) -> str:
     return ",".join(f"{round_2dp(value):.2f}" for value in waypoints.ravel())
 
 
-def _looks_like_objects(value: object) -> bool:
-    return isinstance(value, dict) or (isinstance(value, list) and all(isinstance(v, dict) for v in value))
-
-
 def _find_json(text: str) -> tuple[bool, object, int]:
     """(found, value, where it starts in ``text``): the fenced block if any, else the whole text, else the
     first object or list of objects that decodes inside the text (not, say, the bbox list of a truncated
@@ -178,7 +174,7 @@ def _find_json(text: str) -> tuple[bool, object, int]:
             value = decoder.raw_decode(body, start)[0]
         except (ValueError, RecursionError):
             continue
-        if _looks_like_objects(value):
+        if isinstance(value, dict) or (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
             return True, value, offset + start
     return False, None, 0
 

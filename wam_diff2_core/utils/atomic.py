@@ -10,15 +10,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
-def _process_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 # tempfile makes private files (0600) and directories (0700); what we publish gets the modes a plain
 # open() / mkdir() would give (read once: reading the umask means setting it, process-wide)
-_UMASK = _process_umask()
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 @contextlib.contextmanager
