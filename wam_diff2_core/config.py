@@ -203,11 +203,16 @@ def _validate_fields(settings) -> None:
 
 
 def check_value(where: str, value: Any, expected: type, meta: Mapping[str, Any]) -> Any:
-    """One setting against its type and its ``choices`` / ``low`` / ``high`` metadata; returns the
-    value (an int where a float is expected becomes a float). Errors start with ``where``."""
+    """One setting against its type (``list``: of strings, a ROS string array) and its ``choices`` / ``low`` /
+    ``high`` metadata; returns the value (an int where a float is expected becomes a float). Errors start with
+    ``where``."""
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
-    if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+    if expected is list:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+    if not ok:
         raise ConfigError(f"{where}: expected {expected.__name__}, got {value!r}")
     if expected is float and not math.isfinite(value):
         raise ConfigError(f"{where}: must be finite, got {value!r}")

@@ -181,7 +181,6 @@ def engine_settings(values: Mapping[str, Any]) -> EngineSettings:
 
 
 def candidate_settings(values: Mapping[str, Any]) -> CandidateSettings:
-    """The ``candidates.*`` values as the policy's :class:`CandidateSettings`."""
     return settings_from(CandidateSettings, values, CANDIDATES_PREFIX)
 
 
@@ -192,12 +191,10 @@ def input_settings(values: Mapping[str, Any]) -> InputSettings:
 
 
 def image_limits(values: Mapping[str, Any]) -> ImageLimits:
-    """The ``image.max_decoded_*`` values as the core's image-size guard."""
     return settings_from(ImageLimits, values, IMAGE_LIMIT_PREFIX)
 
 
 def profile_limits(values: Mapping[str, Any]) -> ProfileLimits:
-    """The speed profile's limits from ``trajectory.*``."""
     return settings_from(ProfileLimits, values, PROFILE_PREFIX)
 
 

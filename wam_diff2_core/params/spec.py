@@ -6,9 +6,10 @@ files; a test checks the checked-in ones match and validates the YAML files agai
 """
 from __future__ import annotations
 
-import math
 from dataclasses import Field, dataclass, fields, is_dataclass
 from typing import Any, Iterable, Mapping, Sequence, TypeVar
+
+from ..config import ConfigError, check_value
 
 LIVE, CONFIGURE, START = "live", "configure", "start"
 APPLY_MOMENTS = (LIVE, CONFIGURE, START)
@@ -57,35 +58,21 @@ def by_name(specs: Iterable[ParamSpec]) -> dict[str, ParamSpec]:
     return {s.name: s for s in specs}
 
 
-def _type_ok(spec: ParamSpec, value: Any) -> bool:
-    if spec.kind is list:
-        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-    if spec.kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if spec.kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, spec.kind)
-
-
 def check_values(specs: Sequence[ParamSpec], values: Mapping[str, Any]) -> list[ParamError]:
-    """Type, choices, finiteness and range of each given value (unknown names and values left
-    unset, None for a spec whose default is None, are ignored); each error names its parameter."""
+    """Each given value against its spec by the settings' validator, :func:`~wam_diff2_core.config.check_value`
+    (an int for a float checked as the int it is; unknown names and values left unset, None for a spec whose
+    default is None, are ignored); each error names its parameter."""
     errors: list[ParamError] = []
     for spec in specs:
-        if spec.name not in values or (values[spec.name] is None and spec.default is None):
+        value = values.get(spec.name)
+        if spec.name not in values or (value is None and spec.default is None):
             continue
-        value = values[spec.name]
-        if not _type_ok(spec, value):
-            errors.append(ParamError((spec.name,), f"{spec.name}: expected {spec.kind.__name__}, got {value!r}"))
-            continue
-        if spec.choices is not None and value not in spec.choices:
-            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is not one of {', '.join(spec.choices)}"))
-        if isinstance(value, float) and not math.isfinite(value):
-            errors.append(ParamError((spec.name,), f"{spec.name}: must be finite, got {value!r}"))
-        elif spec.low is not None and value < spec.low:
-            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is below {spec.low}"))
-        elif spec.high is not None and value > spec.high:
-            errors.append(ParamError((spec.name,), f"{spec.name}: {value!r} is above {spec.high}"))
+        as_int = spec.kind is float and isinstance(value, int) and not isinstance(value, bool)
+        try:
+            check_value(spec.name, value, int if as_int else spec.kind,
+                        {"choices": spec.choices, "low": spec.low, "high": spec.high})
+        except ConfigError as exc:
+            errors.append(ParamError((spec.name,), str(exc)))
     return errors
 
 
