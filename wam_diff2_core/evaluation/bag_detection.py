@@ -26,14 +26,6 @@ COUNTS = ("messages", "matched", "no_objects", "no_pose", "unmatched_stamp", "du
 NOT_ANSWERED = "not_parsed"                     # the node's invalid answer, as a parse error here
 
 
-def detections_topic(bag: Bag) -> str | None:
-    """The predictions bag's Detection2DArray topic: the planner's default, else its only one; None: none."""
-    candidates = sorted(t for t, m in bag.topic_types.items() if m == DETECTIONS_TYPE)
-    if DEFAULT_DETECTIONS_TOPIC in candidates:
-        return DEFAULT_DETECTIONS_TOPIC
-    return candidates[0] if len(candidates) == 1 else None
-
-
 def mount_from_quaternion(translation: Sequence[float], q: Sequence[float]) -> CameraMount:
     """A camera pose on the ego from a transform (translation, quaternion x y z w): R = Rz(yaw) Ry(pitch) Rx(roll)."""
     x, y, z, w = (float(v) for v in q)
@@ -68,7 +60,7 @@ def bag_detection_images(source: str | Path, plan, predictions: str | Path,
     """(topic, the scored images) of one bag's recorded detections; (None, []) when it has none. ``plan``: the
     source bag's ``bag_plan.BagPlan`` (its camera, image stamps, odometry and objects)."""
     with Bag(predictions) as pb:
-        topic = detections_topic(pb)
+        topic = pb.topic_of_type(DETECTIONS_TYPE, DEFAULT_DETECTIONS_TOPIC)
         if topic is None:
             return None, []
         answers = pb.by_stamp(topic, counts)

@@ -121,6 +121,11 @@ class Bag:
             self._typestore = store
         return self._typestore
 
+    def topic_of_type(self, msgtype: str, default: str) -> str | None:
+        """``default`` when it is a ``msgtype`` topic here, else the bag's only ``msgtype`` topic; None: neither."""
+        candidates = sorted(t for t, m in self.topic_types.items() if m == msgtype)
+        return default if default in candidates else (candidates[0] if len(candidates) == 1 else None)
+
     def require_topic(self, topic: str, expected_types: Sequence[str], role: str) -> str:
         """The topic's type; BagError naming what is there when it is absent, mistyped or undecodable."""
         if topic not in self.topic_types:

@@ -68,19 +68,16 @@ def trajectory_topic(bag: Bag, topic: str | None = None) -> str:
     """The Trajectory topic of a predictions bag: ``topic`` when given (it must be there, typed
     ``Trajectory``), else the planner's ``/wam_diff2_planner/output/trajectory``, else the bag's only
     Trajectory topic; BagError naming what is there otherwise."""
-    candidates = sorted(t for t, m in bag.topic_types.items() if m == TRAJECTORY_TYPE)
-    present = ", ".join(f"{t} [{m}]" for t, m in sorted(bag.topic_types.items())) or "none"
     if topic is None:
-        if DEFAULT_TRAJECTORY_TOPIC in candidates:
-            topic = DEFAULT_TRAJECTORY_TOPIC
-        elif len(candidates) == 1:
-            topic = candidates[0]
-        else:
+        topic = bag.topic_of_type(TRAJECTORY_TYPE, DEFAULT_TRAJECTORY_TOPIC)
+        if topic is None:
+            candidates = sorted(t for t, m in bag.topic_types.items() if m == TRAJECTORY_TYPE)
+            present = ", ".join(f"{t} [{m}]" for t, m in sorted(bag.topic_types.items())) or "none"
             raise BagError(f"{bag.path}: " + ("no wam_diff2_ros/msg/Trajectory topic in the predictions bag"
-                                              if not candidates else
-                                              f"several Trajectory topics ({', '.join(candidates)}) and none is "
-                                              f"{DEFAULT_TRAJECTORY_TOPIC}")
-                           + f" (topics: {present}); name one with --trajectory-topic")
+                                                  if not candidates else
+                                                  f"several Trajectory topics ({', '.join(candidates)}) and none is "
+                                                  f"{DEFAULT_TRAJECTORY_TOPIC}")
+                               + f" (topics: {present}); name one with --trajectory-topic")
     bag.require_topic(topic, (TRAJECTORY_TYPE,), "trajectory")
     return topic
 
