@@ -27,7 +27,7 @@ import numpy as np
 from ..data.bench2drive import FRAME_RATE_HZ as B2D_FRAME_RATE_HZ
 from ..data.samples import dump_json_list, make_sample, planning_sample
 from ..evaluation.bag_writer import STORAGES
-from ..outputs.prompts import COMMANDS, format_detection_prompt
+from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S, format_detection_prompt
 from ..topics import DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE
 from ..utils.atomic import atomic_directory
 from .bench2drive_clips import B2DClipWriter
@@ -314,7 +314,7 @@ def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = F
                        "horizontal_fov_deg": es.camera.horizontal_fov_deg, "mount": asdict(es.camera.mount),
                        "ego_frame": "rear axle, x forward, y left, z up"},
             "timing": {"dt_s": es.dt_s, "frame_stride": es.frame_stride, "warmup_ticks": es.warmup_ticks,
-                       "start_time_s": es.start_time_s, "waypoint_interval_s": 0.5, "num_waypoints": 8},
+                       "start_time_s": es.start_time_s, "waypoint_interval_s": WAYPOINT_DT_S, "num_waypoints": NUM_WAYPOINTS},
             "prompt_acceleration": settings.prompt_acceleration,
             "bags": {r.index: r.bag_counts for r in results} if any(r.bag_counts for r in results) else {},
             "topics": {key: {"name": name, "type": TOPIC_TYPES[key]} for key, name in topic_names(settings.role, settings.command_topic).items()},
