@@ -343,8 +343,6 @@ class EgoHistory:
                 return before.interpolate(after, stamp_s)
             return None
         nearest = self._samples[0] if i == 0 else self._samples[-1]
-        if i < len(self._samples) and self._stamps[i] == stamp_s:
-            nearest = self._samples[i]
         return nearest if abs(nearest.stamp_s - stamp_s) <= tolerance_s else None
 
 

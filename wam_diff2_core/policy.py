@@ -235,9 +235,8 @@ class DrivingPolicy:
     def _warmup_prompts(self):
         """The warm-up image (grey, 64 x 64) and its prompts, one per task."""
         from PIL import Image
-        frame = np.full((64, 64, 3), 128, np.uint8)
         prompts = {"plan": format_planning_prompt("straight", (0.0, 0.0), (0.0, 0.0)), "detect": self.detection_prompt}
-        return Image.fromarray(frame), [prompts[task] for task in self.tasks]
+        return Image.fromarray(np.full((64, 64, 3), 128, np.uint8)), [prompts[task] for task in self.tasks]
 
     def startup_settings(self):
         """The decoding settings of the start-up decodes: this policy's, at most STARTUP_BLOCKS blocks long."""
