@@ -204,16 +204,15 @@ class RouteTracker:
 
 # ----------------------------------------------------------------------------- messages (duck-typed)
 def route_from_path_msg(msg) -> np.ndarray:
-    """``nav_msgs/Path`` (a live ROS 2 message or a rosbags one) -> [N, 2] points in its frame."""
-    return np.array([[float(p.pose.position.x), float(p.pose.position.y)] for p in msg.poses],
-                    dtype=np.float64).reshape(-1, 2)
+    """``nav_msgs/Path`` (a live ROS 2 message or a rosbags one; its ``poses``: PoseStamped[], or Pose[]) -> [N, 2]
+    points in its frame."""
+    poses = [getattr(p, "pose", p) for p in msg.poses]
+    return np.array([[float(p.position.x), float(p.position.y)] for p in poses], dtype=np.float64).reshape(-1, 2)
 
 
 def route_from_carla_route_msg(msg) -> tuple[np.ndarray, list[str]]:
     """``carla_msgs/CarlaRoute`` (``poses``: Pose[] or PoseStamped[], ``road_options``) -> (points, options),
     in the bridge's ``map`` frame (the odometry's)."""
-    poses = [getattr(p, "pose", p) for p in msg.poses]
-    points = np.array([[float(p.position.x), float(p.position.y)] for p in poses], dtype=np.float64).reshape(-1, 2)
+    points = route_from_path_msg(msg)
     # uint8[] arrives as array('B') or bytes, int8[] as array('b'), names as str: list() gives items
-    options = [road_option_name(o if isinstance(o, str) else int(o)) for o in list(msg.road_options)]
-    return points, options
+    return points, [road_option_name(o if isinstance(o, str) else int(o)) for o in list(msg.road_options)]
