@@ -54,8 +54,6 @@ def well_formed_stamp(stamp) -> bool:
 
 
 # ----------------------------------------------------------------------------- inputs
-# The planner's odometry, route, command and image messages are read by wam_diff2_core.frame_inputs (shared
-# with the offline evaluator); here: the camera model for the debug image, the controller's plan and odometry.
 def camera_info_to_camera(msg: CameraInfo) -> PinholeCamera:
     """Intrinsics from the K matrix. Raises ValueError when unusable."""
     k = [float(v) for v in msg.k]
@@ -241,15 +239,10 @@ def vision_detections_msg(vision_msgs, image_header: Header, result: TaskResult)
     """vision_msgs/Detection2DArray (4.x layout) from valid boxes; ``vision_msgs`` is its ``msg`` module."""
     out = vision_msgs.Detection2DArray(header=image_header)
     for b in result.boxes if result.valid else ():
-        det = vision_msgs.Detection2D(header=image_header)
-        det.bbox.center.position.x = (b.x_min + b.x_max) / 2.0
-        det.bbox.center.position.y = (b.y_min + b.y_max) / 2.0
-        det.bbox.size_x = float(b.x_max - b.x_min)
-        det.bbox.size_y = float(b.y_max - b.y_min)
-        hypothesis = vision_msgs.ObjectHypothesisWithPose()
-        hypothesis.hypothesis.class_id = b.label
-        hypothesis.hypothesis.score = float(b.score)
-        det.results.append(hypothesis)
+        det = vision_msgs.Detection2D(header=image_header, results=[vision_msgs.ObjectHypothesisWithPose(
+            hypothesis=vision_msgs.ObjectHypothesis(class_id=b.label, score=float(b.score)))])
+        det.bbox.center.position.x, det.bbox.center.position.y = (b.x_min + b.x_max) / 2.0, (b.y_min + b.y_max) / 2.0
+        det.bbox.size_x, det.bbox.size_y = float(b.x_max - b.x_min), float(b.y_max - b.y_min)
         out.detections.append(det)
     return out
 

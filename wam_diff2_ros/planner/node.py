@@ -296,7 +296,10 @@ class PlannerNode(LifecycleNode):
             monitor.command_defaulted(*inputs.default_because)
         ego_frame = settings["ego_frame_id"] or frame.child_frame or DEFAULT_EGO_FRAME
 
-        self._apply_decoding_changes(settings.decoding_overrides)
+        if settings.decoding_overrides != self._policy_overrides:
+            self._policy.update_settings(**settings.decoding_overrides)
+            self._policy_overrides = settings.decoding_overrides
+            self.get_logger().info(f"decoding settings now {self._policy.settings}")
         try:
             out = self._policy.step(rgb, inputs.ego, inputs.command, scene=frame.scene)
             if out.stages is not None:           # frame -> trajectory: the conversion above is its first stage
@@ -310,13 +313,6 @@ class PlannerNode(LifecycleNode):
             return
         if self.context.ok():
             self._publish(msg.header, rgb, frame, ego_frame, out, settings, t_start)
-
-    def _apply_decoding_changes(self, overrides: dict) -> None:
-        if overrides == self._policy_overrides:
-            return
-        self._policy.update_settings(**overrides)
-        self._policy_overrides = overrides
-        self.get_logger().info(f"decoding settings now {self._policy.settings}")
 
     def _publish(self, header: Header, rgb, frame: FrameContext, ego_frame: str, out, settings: PlannerSettings,
                  t_start: float) -> None:

@@ -71,7 +71,6 @@ def add_replay_arguments(p) -> None:
                    help="ROS arguments for the player node (remaps, log level), last on the line")
 
 
-
 def add_closed_loop_arguments(p) -> None:
     from wam_diff2_core.cli.closed_loop import add_route_arguments
     from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS, PACINGS

@@ -1,12 +1,7 @@
 """The closed loop's simulator node: the demo world's DDS face as carla-ros-bridge (and, ``bridge``, the
-Leaderboard 2.0 bridge and agent) show CARLA, and the messages it publishes (the hostile-input fuzz sends them too).
-
-Per tick: ``/clock``, odometry (frame ``map``, child ``<role>``, twist in the child frame) or, estimated,
-GNSS / speedometer / IMU (with noise; each in its frame ``<role>/<id>``, reliable depth 10, the GNSS
-status unset, the IMU orientation from the compass), the command, the camera's ``camera_info`` and
-``image`` (``bgra8``; reliable keep all: the lockstep planner counts images), stamped with the tick's sim
-time; per route the latched route (``nav_msgs/Path``; bridge: ``CarlaRoute`` / ``CarlaGnssRoute``).
-In: the controls, estimates and plans stamped with each tick, the handshake, the planner's status.
+Leaderboard 2.0 bridge and agent) show CARLA, and the messages it publishes (the hostile-input fuzz sends them too):
+per tick (:meth:`SimulatorNode.publish_tick`) stamped with the tick's sim time, the route latched; in: the
+controls, estimates and plans stamped with each tick, the handshake, the planner's status.
 """
 from __future__ import annotations
 
@@ -105,11 +100,10 @@ def route_poses(points: np.ndarray) -> list:
 def camera_messages(run: RouteRun, header: Header) -> tuple[CameraInfo, Image]:
     """The front camera's intrinsics and the tick's frame (``bgra8``, as the bridge's camera)."""
     cam = run.renderer.camera
-    info = CameraInfo(header=header, height=cam.height, width=cam.width, distortion_model="plumb_bob")
-    info.d = [0.0] * 5
-    info.k = [cam.fx, 0.0, cam.cx, 0.0, cam.fy, cam.cy, 0.0, 0.0, 1.0]
-    info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
-    info.p = [cam.fx, 0.0, cam.cx, 0.0, 0.0, cam.fy, cam.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+    info = CameraInfo(header=header, height=cam.height, width=cam.width, distortion_model="plumb_bob", d=[0.0] * 5,
+                      k=[cam.fx, 0.0, cam.cx, 0.0, cam.fy, cam.cy, 0.0, 0.0, 1.0],
+                      r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+                      p=[cam.fx, 0.0, cam.cx, 0.0, 0.0, cam.fy, cam.cy, 0.0, 0.0, 0.0, 1.0, 0.0])
     bgra = cv2.cvtColor(run.render(), cv2.COLOR_RGB2BGRA)
     return info, Image(header=header, height=bgra.shape[0], width=bgra.shape[1], encoding="bgra8", is_bigendian=0,
                        step=4 * bgra.shape[1], data=bgra.tobytes())
