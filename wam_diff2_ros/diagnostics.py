@@ -1,8 +1,5 @@
 """The nodes' /diagnostics: published on a wall-time timer, and the controller's and the localization node's status
 as pure functions of their state (the planner's: planner/diagnostics.py).
-
-    self.publish_diagnostics = publish_periodically(self, "/diagnostics", period_s, self.diagnostic_status)
-    status = controller_diagnostic_status(node.get_name(), node.state, values, config_errors, "", progress_m)
 """
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The nodes' ROS parameters, declared from the core's spec tables (``wam_diff2_core.params``).
-
-Each node passes its table (``wam_diff2_core.params.planner`` / ``.controller`` / ``.localization``):
-:func:`declare_all` declares every spec with an rcl_interfaces descriptor (description, range,
-read-only for ``start`` parameters), :func:`read_all` reads the values back. Defaults, ranges,
-validation, the YAML files and the README tables live with the tables, ROS-free.
+"""The nodes' ROS parameters, declared from the core's spec tables (``wam_diff2_core.params.planner`` /
+``.controller`` / ``.localization``), which hold the defaults, ranges, validation, YAML files and README tables.
 """
 from __future__ import annotations
 

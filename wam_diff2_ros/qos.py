@@ -1,8 +1,5 @@
 """The QoS profiles of the nodes and tools, each defined once here (besides rclpy's ``qos_profile_sensor_data``).
 
-    node.create_publisher(Path, "~/route", LATCHED_QOS)
-    node.create_subscription(Odometry, topic, on_odometry, keep_last_qos(1000, reliable=False))  # as offered
-
 A reliable publisher matches best-effort and reliable subscribers alike; a transient-local one matches
 volatile and transient-local subscribers.
 """

@@ -1,9 +1,7 @@
-"""The planner node's stored inputs: what its subscription callbacks keep and its worker reads at a frame.
+"""The planner node's stored inputs (images apart: the node's slot keeps the newest for its worker).
 
-Odometry, route and command go to the core's :class:`FrameInputTracker`, the tracker the offline
-evaluator uses too, so a frame's inputs are the ones it derives; the camera received on camera_info
-and the candidate selection's objects are kept beside it. Thread-safe: one lock over all of it.
-Image messages are not stored here: the node keeps the newest in a slot for its worker.
+Odometry, route and command go to the core's :class:`FrameInputTracker`, which the offline evaluator
+uses too; camera_info and the candidate selection's objects beside it. Thread-safe: one lock over all of it.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """What the planner node counts and remembers for its diagnostics: counters, rates, throttled warnings,
 the last plan and the recent stage times. Thread-safe: its own lock, held only over its own fields.
-
-Warnings of one cause are logged at most once per ``warn_throttle_s`` (the node sets it when its
-parameter changes); every skipped input is counted, warned or not.
+Every skipped input is counted, warned (at most once per ``warn_throttle_s`` and cause) or not.
 """
 from __future__ import annotations
 

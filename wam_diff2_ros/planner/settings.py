@@ -1,9 +1,6 @@
-"""The planner node's parameter values, with the core settings derived from them.
-
-The node builds a :class:`PlannerSettings` when its values change (at start and on every accepted
-parameter set), never per frame: a frame reads one snapshot, ``settings["mode"]`` a value by its ROS
-name, ``settings.image_limits`` and the other fields the core's settings of those values
-(``wam_diff2_core.params.planner`` holds the table and the conversions the offline evaluator shares).
+"""The planner node's parameter values (``settings["mode"]``) and the core settings derived from them
+(``settings.image_limits``, ...), built when the values change, never per frame: a frame reads one snapshot.
+``wam_diff2_core.params.planner`` holds the table and the conversions the offline evaluator shares.
 """
 from __future__ import annotations
 
