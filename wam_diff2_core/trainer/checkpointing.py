@@ -110,21 +110,17 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
-    """Delete all but the ``keep_last`` newest complete checkpoints (and what a killed prune left)."""
+    """Delete all but the ``keep_last`` newest complete checkpoints (and what a killed prune left). Each is
+    renamed out of the ``step-N`` names first (atomic), then deleted: a kill mid-delete leaves only a hidden
+    ``.step-N.pruned`` directory, which nothing resumes from."""
     for _, path in checkpoint_dirs(run_dir)[:-keep_last]:
-        remove_checkpoint(path)
+        doomed = path.with_name(f".{path.name}{PRUNED}")
+        shutil.rmtree(doomed, ignore_errors=True)
+        path.rename(doomed)
+        _fsync(path.parent, folder=True)
+        shutil.rmtree(doomed, ignore_errors=True)
     for leftover in (Path(run_dir) / CHECKPOINTS).glob(f".step-*{PRUNED}"):
         shutil.rmtree(leftover, ignore_errors=True)
-
-
-def remove_checkpoint(path: Path) -> None:
-    """Rename out of the ``step-N`` names first (atomic), then delete: a kill mid-delete leaves only a
-    hidden ``.step-N.pruned`` directory, which nothing resumes from."""
-    doomed = path.with_name(f".{path.name}{PRUNED}")
-    shutil.rmtree(doomed, ignore_errors=True)
-    path.rename(doomed)
-    _fsync(path.parent, folder=True)
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def has_run(run_dir: Path) -> bool:

@@ -8,6 +8,7 @@ teacher, the loss is the distillation objective of ``settings`` (kd_ratio, diver
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import torch
 from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS
 from .training_data import SampleDataset
 from .losses import DiffusionObjective, LossSettings, objective_inputs
-from .noise import build_batch, lcm
+from .noise import build_batch
 
 
 @dataclass
@@ -37,7 +38,7 @@ def validation_loss(loaded, data_file: str | Path, *, block_size: int, data_root
     """Mean per-sample loss (the objective's averaging) over ``rounds`` fixed noise draws (of the first
     ``limit`` samples, default all)."""
     settings = settings or LossSettings(kd_ratio=1.0 if teacher is not None else 0.0)
-    pad_multiple = lcm(block_size, teacher_block_size) if teacher is not None and block_size > 1 else block_size
+    pad_multiple = math.lcm(block_size, teacher_block_size) if teacher is not None and block_size > 1 else block_size
     dataset = SampleDataset(data_file, loaded.processor, eos_token_id=loaded.config.eos_token_id,
                             data_root=data_root, min_pixels=min_pixels, max_pixels=max_pixels,
                             block_size=block_size, pad_multiple=pad_multiple, on_error="fail",

@@ -96,12 +96,9 @@ def objective(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor]
               ce_weight: torch.Tensor, settings: LossSettings, *, teacher_hidden: torch.Tensor | None = None,
               teacher_head: Callable[[torch.Tensor], torch.Tensor] | None = None,
               kd_weight: torch.Tensor | None = None, chunked: bool = True) -> LossTerms:
-    """Weighted CE (+ KD) over the selected positions.
-
-    hidden: [M, H] student hidden states at the positions that count; targets, ce_weight,
-    kd_weight: [M]; teacher_hidden: [M, H_t]. ``chunked=False`` is the plain path (all M
-    logits at once) the chunked one is tested against.
-    """
+    """Weighted CE (+ KD) over the selected positions. hidden: [M, H] student hidden states at the positions that
+    count; targets, ce_weight, kd_weight: [M]; teacher_hidden: [M, H_t]. ``chunked=False`` is the plain path (all M
+    logits at once) the chunked one is tested against."""
     if teacher_hidden is not None and (teacher_head is None or kd_weight is None):
         raise ValueError("teacher_hidden needs teacher_head and kd_weight")
     if hidden.shape[0] == 0:
@@ -122,10 +119,8 @@ def objective(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor]
 
 
 class DiffusionObjective(torch.nn.Module):
-    """The student and its loss in one forward: what Accelerate wraps (DDP, FSDP, DeepSpeed).
-
-    Returns a dict of scalars: ``total`` (differentiable) and the detached ``ce``, ``kd``,
-    ``overlap`` sums (see losses.py)."""
+    """The student and its loss in one forward: what Accelerate wraps (DDP, FSDP, DeepSpeed). Returns a dict of
+    scalars: ``total`` (differentiable) and the detached ``ce``, ``kd``, ``overlap`` sums."""
 
     def __init__(self, model: torch.nn.Module, settings: LossSettings):
         super().__init__()

@@ -9,7 +9,6 @@ does not depend on the batch a sample lands in, the number of processes, or a re
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -148,21 +147,16 @@ def prefix_positions(examples: Sequence[Example], rope_index: RopeIndex) -> list
     """MRoPE ids of each prefix, [3, P_i] each, from Qwen3-VL's ``get_rope_index``."""
     ids, valid, mm = pad_prefixes(examples, 0, left=False)
     vision = concat_vision(examples)
-    device = _device_of(rope_index)
+    try:        # where the model that ``rope_index`` is a method of lives (the CPU for a plain function)
+        device = next(rope_index.__self__.parameters()).device
+    except (AttributeError, StopIteration):
+        device = torch.device("cpu")
     with torch.no_grad():
         pos, _ = rope_index(ids.to(device), mm_token_type_ids=mm.to(device),
                             image_grid_thw=vision["image_grid_thw"].to(device) if vision else None,
                             attention_mask=valid.to(device))
     pos = pos.cpu()
     return [pos[:, i, :e.prefix_length] for i, e in enumerate(examples)]
-
-
-def _device_of(rope_index: RopeIndex) -> torch.device:
-    """Where the model that ``rope_index`` is a method of lives (the CPU for a plain function)."""
-    try:
-        return next(rope_index.__self__.parameters()).device
-    except (AttributeError, StopIteration):
-        return torch.device("cpu")
 
 
 def build_batch(examples: Sequence[Example], *, block_size: int, mask_token_id: int | None, eos_token_id: int,
@@ -229,7 +223,3 @@ def build_batch(examples: Sequence[Example], *, block_size: int, mask_token_id: 
         target_index=index.long(), target_ids=ids.long(), ce_weight=ce_w.float(), kd_weight=kd_w.float(),
         target_sample=sample, ar_predecessor_index=predecessor.long(), mask_ratio=ratio.float(),
         placeholder_target=placeholder)
-
-
-def lcm(a: int, b: int) -> int:
-    return a * b // math.gcd(a, b)

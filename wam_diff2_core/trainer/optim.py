@@ -43,23 +43,20 @@ def freeze_vision_tower(model: torch.nn.Module) -> int:
     return len(tower)
 
 
-def parameter_groups(model: torch.nn.Module, cfg: OptimSection) -> list[dict]:
+def build_optimizer(model: torch.nn.Module, cfg: OptimSection) -> torch.optim.AdamW:
     lrs = {LANGUAGE_MODEL: cfg.lr, MERGER: cfg.merger_lr, VISION_TOWER: cfg.vision_lr}
     skip_decay = no_decay_names(model)
     groups: dict[tuple[str, bool], list] = {}
     for name, param in model.named_parameters():
         if param.requires_grad:
             groups.setdefault((part_of(name), name not in skip_decay), []).append(param)
-    return [{"params": params, "lr": lrs[part], "weight_decay": cfg.weight_decay if decay else 0.0,
-             "name": f"{part}{'' if decay else '_no_decay'}"} for (part, decay), params in sorted(groups.items())]
-
-
-def build_optimizer(model: torch.nn.Module, cfg: OptimSection) -> torch.optim.AdamW:
-    groups = parameter_groups(model, cfg)
     if not groups:
         from ..config import ConfigError
         raise ConfigError("model: no trainable parameters")
-    return torch.optim.AdamW(groups, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    return torch.optim.AdamW([{"params": params, "lr": lrs[part], "weight_decay": cfg.weight_decay if decay else 0.0,
+                               "name": f"{part}{'' if decay else '_no_decay'}"}
+                              for (part, decay), params in sorted(groups.items())],
+                             betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
 
 
 def warmup_steps(total_steps: int, cfg: OptimSection) -> int:

@@ -287,20 +287,13 @@ def _assign(data: dict, dotted: str, value: Any) -> None:
 def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
     """``--section.key value`` / ``--section.key=value`` pairs; values are parsed as YAML scalars."""
     out: dict[str, Any] = {}
-    i = 0
-    args = list(args)
-    while i < len(args):
-        arg = args[i]
+    args = iter(args)
+    for arg in args:
         if not arg.startswith("--") or len(arg) == 2:
             raise ConfigError(f"unexpected argument {arg!r} (overrides are --section.key value)")
-        if "=" in arg:
-            key, raw = arg[2:].split("=", 1)
-            i += 1
-        else:
-            if i + 1 >= len(args):
-                raise ConfigError(f"{arg}: missing a value")
-            key, raw = arg[2:], args[i + 1]
-            i += 2
+        key, raw = arg[2:].split("=", 1) if "=" in arg else (arg[2:], next(args, None))
+        if raw is None:
+            raise ConfigError(f"{arg}: missing a value")
         try:
             out[key] = _load_yaml(raw) if raw != "" else ""
         except yaml.YAMLError as exc:
@@ -316,11 +309,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections")
-    return data
+    return data or {}
 
 
 def load_training_config(path: str | Path | None, overrides: Sequence[str] | Mapping[str, Any] = ()) -> TrainingConfig:

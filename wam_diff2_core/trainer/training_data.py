@@ -96,10 +96,9 @@ def encode_sample(processor, sample: Sample, images: Sequence[Any], *, eos_token
 
 
 class SampleDataset(torch.utils.data.Dataset):
-    """Samples of one data file, plus ``mix`` files (each ``(file, times)``, its image paths relative
-    to its own directory, its samples ``times`` times), those that ``keep`` accepts (None: all);
-    ``dataset[i]`` is an :class:`Example` or the
-    SampleError that says why sample i cannot be used (with ``on_error="fail"`` it raises instead)."""
+    """Samples of one data file, plus ``mix`` files (each ``(file, times)``, its image paths relative to its own
+    directory, its samples ``times`` times), those that ``keep`` accepts (None: all); ``dataset[i]`` is an
+    :class:`Example` or the SampleError that says why sample i cannot be used (``on_error="fail"``: raised)."""
 
     def __init__(self, path: str | Path, processor, *, eos_token_id: int, data_root: str | Path = ".",
                  mix: Sequence[tuple[Path, int]] = (), min_pixels: int | None = None,
@@ -256,9 +255,7 @@ def make_loader(dataset: SampleDataset, order: DataOrder, plan: BatchPlan, start
 
 
 def total_steps(num_samples: int, epochs: float, global_batch_size: int, max_steps: int = 0) -> int:
-    if max_steps:
-        return max_steps
-    return max(1, math.ceil(epochs * num_samples / global_batch_size))
+    return max_steps or max(1, math.ceil(epochs * num_samples / global_batch_size))
 
 
 def pad_prefixes(examples: Sequence[Example], pad_id: int, *, left: bool) -> tuple[torch.Tensor, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ import torch
 from ...config import ConfigError
 from ..training_data import Example, padded_length, prompt_batch
 from ..losses import DiffusionObjective, LossSettings, objective_inputs
-from ..noise import TrainingBatch, lcm
+from ..noise import TrainingBatch
 from .finetune import FinetuneRecipe, StepResult
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class DistillRecipe(FinetuneRecipe):
                                   f"{s_val} (both must see the same image tokens)")
         log.info("teacher %s (B_t = %d, %s) -> student B_s = %d, loss %s", cfg.teacher_path,
                  self.teacher_block_size, dtype, self.block_size, cfg.loss)
-        self.pad_multiple = lcm(self.block_size, self.teacher_block_size)
+        self.pad_multiple = math.lcm(self.block_size, self.teacher_block_size)
 
     def build_objective(self) -> torch.nn.Module:
         d = self.cfg.distill
@@ -72,7 +73,6 @@ class DistillRecipe(FinetuneRecipe):
         with self.accelerator.autocast():        # the teacher's forward
             return objective_inputs(batch, self.teacher, self.teacher_block_size)
 
-    # ------------------------------------------------------------------ on-policy
     def prepare_examples(self, step: int, examples: list[Example]) -> tuple[list[Example], int]:
         d = self.cfg.distill
         if not d.on_policy or step % d.generate_interval:
@@ -102,7 +102,6 @@ class DistillRecipe(FinetuneRecipe):
         return [dataclasses.replace(e, response_ids=torch.tensor(seq + [eos], dtype=torch.long))
                 for e, seq in zip(examples, out.sequences)]
 
-    # ------------------------------------------------------------------ logging
     def extra_metrics(self, result: StepResult) -> dict[str, Any]:
         d = self.cfg.distill
         return {"kd": result.kd, f"top{d.overlap_k}_overlap": result.overlap,

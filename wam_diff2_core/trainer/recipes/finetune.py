@@ -70,7 +70,6 @@ class FinetuneRecipe:
         self.finished = False
         self.run_lock: RunLock | None = None
 
-    # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         from accelerate import PartialState
         from accelerate.utils import DistributedType
@@ -197,7 +196,6 @@ class FinetuneRecipe:
         loaded.processor.image_processor.size = pixel_size(self.cfg.data.min_pixels, self.cfg.data.max_pixels)
         return loaded.model, loaded.processor, loaded.config
 
-    # ------------------------------------------------------------------ one step
     def make_batch(self, examples: Sequence[Example], noise_round: int = 0) -> TrainingBatch:
         return build_batch(examples, block_size=self.block_size, mask_token_id=self.diffusion.mask_token_id,
                            eos_token_id=self.diffusion.eos_token_id, rope_index=self.hf_model.model.get_rope_index,
@@ -270,7 +268,6 @@ class FinetuneRecipe:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
 
-    # ------------------------------------------------------------------ train
     def train(self) -> Path:
         from tqdm.auto import tqdm
 
@@ -338,7 +335,6 @@ class FinetuneRecipe:
     def extra_metrics(self, result: StepResult) -> dict[str, Any]:
         return {}
 
-    # ------------------------------------------------------------------ checkpoints
     def _write_hf(self, out: Path) -> None:
         """A loadable Hugging Face checkpoint (main process writes; every process must call)."""
         acc = self.accelerator
