@@ -61,14 +61,6 @@ class LoadedModel:
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def hub_cache_dir() -> Path:
-    """The Hugging Face hub cache, read from the environment at call time (HF_HUB_CACHE, HF_HOME)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
 def resolve_checkpoint_path(spec: str | Path) -> Path:
     """A checkpoint directory, or a hub id (``ORG/NAME``) resolved offline in the local Hugging Face
     cache; the error for an id that is not cached says how to download it."""
@@ -78,7 +70,8 @@ def resolve_checkpoint_path(spec: str | Path) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    cache = hub_cache_dir()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(home).expanduser() / "hub")   # read at call time
     try:
         return Path(snapshot_download(str(spec), cache_dir=cache, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError) as exc:
@@ -109,10 +102,8 @@ def count_parameters(model_config) -> int:
 def available_memory(device: torch.device) -> int | None:
     """Bytes free for the weights: MemAvailable on CPU, free device memory on CUDA / NPU."""
     try:
-        if device.type == "cuda":
-            return int(torch.cuda.mem_get_info(device)[0])
-        if device.type == "npu":
-            return int(torch.npu.mem_get_info(device)[0])
+        if device.type in ("cuda", "npu"):
+            return int(getattr(torch, device.type).mem_get_info(device)[0])
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
@@ -252,29 +243,29 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
         if dtype != "auto" and resolve_dtype(dtype, torch.device("cpu")) != torch_dtype:
             raise ConfigError(f"dtype: {path} is quantized with {stored['dtype']} scales; load it with dtype "
                               f"{stored['dtype']} or auto (or export the float checkpoint again in {dtype})")
+        quantization = stored["method"]
         model = build_without_weights(model_config, torch_dtype, attn_implementation)
-        log.info("loaded stored %s", load_quantized(model, path, stored["method"]).describe())
+        log.info("loaded stored %s", load_quantized(model, path, quantization).describe())
         model.to(dev).eval()
-        warn_if_cpu(stored["method"], dev)
-        log.info("loaded %s (%s, %s, stored quantized as %s); decoding: %s", path, dev,
-                 str(torch_dtype).replace("torch.", ""), stored["method"], diffusion.describe())
-        return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev,
-                           dtype=torch_dtype, quantization=stored["method"])
-    parameters = count_parameters(model_config)
-    torch_dtype = resolve_dtype(dtype, dev, parameters)
-    warn_if_too_large(parameters, torch_dtype, dev)
-    try:
-        model = Qwen3VLForConditionalGeneration.from_pretrained(
-            str(path), config=model_config, dtype=torch_dtype, use_safetensors=True,
-            trust_remote_code=False, attn_implementation=attn_implementation)
-    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:
-        raise CheckpointError(f"{path}: cannot load the weights ({exc})") from exc
-    model.to(dev).eval()
-    if quantization != "none":
-        from .quantization import quantize_language_model
-        quantize_language_model(model, quantization)
-    log.info("loaded %s (%s, %s%s); decoding: %s", path, dev, str(torch_dtype).replace("torch.", ""),
-             "" if quantization == "none" else f", {quantization} quantized at load", diffusion.describe())
+        warn_if_cpu(quantization, dev)
+        how = f", stored quantized as {quantization}"
+    else:
+        parameters = count_parameters(model_config)
+        torch_dtype = resolve_dtype(dtype, dev, parameters)
+        warn_if_too_large(parameters, torch_dtype, dev)
+        try:
+            model = Qwen3VLForConditionalGeneration.from_pretrained(
+                str(path), config=model_config, dtype=torch_dtype, use_safetensors=True,
+                trust_remote_code=False, attn_implementation=attn_implementation)
+        except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as exc:
+            raise CheckpointError(f"{path}: cannot load the weights ({exc})") from exc
+        model.to(dev).eval()
+        if quantization != "none":
+            from .quantization import quantize_language_model
+            quantize_language_model(model, quantization)
+        how = "" if quantization == "none" else f", {quantization} quantized at load"
+    log.info("loaded %s (%s, %s%s); decoding: %s", path, dev, str(torch_dtype).replace("torch.", ""), how,
+             diffusion.describe())
     return LoadedModel(model=model, processor=processor, config=diffusion, path=path, device=dev, dtype=torch_dtype,
                        quantization=quantization)
 
