@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from ..config import add_threads_argument
 from .common import (add_candidate_arguments, add_decoding_arguments, add_model_arguments, add_parse_retry_argument,
-                     add_quantization_argument)
+                     add_quantization_argument, config_errors)
 
 HELP = "drive demo-world routes in closed loop (policy + controller, no ROS) and report a driving score"
 
@@ -78,14 +78,12 @@ def route_batch(args):
         raise ConfigError("give exactly one of --model CKPT or --oracle")
     engine = EngineSettings().replace(cpu_threads=args.cpu_threads, quantization=args.quantization)
     overrides = {k: v for k, v in (("seed", args.seed), ("route_length_m", args.route_length_m)) if v is not None}
-    try:
+    with config_errors():
         settings = ClosedLoopSettings(traffic=args.traffic, command_source=args.command_source,
                                       pdm_score=args.pdm_score, **overrides)
         return RouteBatch(settings, demo_world_gains(ControllerGains(), args.steer_gain_scale), engine,
                           planner="oracle" if args.oracle else args.model, first_route=args.first_route,
                           routes=args.routes, lockstep_n=args.lockstep_n, plots=not args.no_plots)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def print_summary(out: str, batch, summary: dict[str, Any], notes: Sequence[str] = (), wrote: str = "") -> None:
@@ -116,10 +114,8 @@ def run(args) -> int:
         raise ConfigError(f"--candidates {candidates.count}: candidate selection needs --model (the oracle plans no "
                           "candidates)")
     if args.expert_labels:
-        try:
+        with config_errors("--expert-labels: "):
             check_training_route_seed(batch.settings.seed)
-        except ValueError as exc:
-            raise ConfigError(f"--expert-labels: {exc}") from None
     wrote = ""
     with atomic_directory(args.out, overwrite=args.overwrite) as out:
         planner = ExpertOracle() if args.oracle else PolicyPlanner(driving_policy(args, batch.engine,

@@ -3,33 +3,43 @@ benchmarks' table printing."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import platform
 from pathlib import Path
 from typing import Any
 
-from ..config import DECODING_FIELDS, add_threads_argument, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, EngineSettings, field_type
+from ..config import (DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, ConfigError, EngineSettings,
+                      add_threads_argument, field_type)
 
 log = logging.getLogger(__name__)
 
 
-def _field_flag(parser, f: dataclasses.Field, help_suffix: str, flag: str = "", **kwargs) -> None:
-    """One flag for settings field ``f``: its type (a switch for a bool), choices and help (+ ``help_suffix``);
-    ``kwargs`` (dest, default) override the field's name and default."""
+@contextlib.contextmanager
+def config_errors(prefix: str = ""):
+    """A ValueError raised inside is the command's ConfigError: ``prefix`` and its message, no traceback."""
+    try:
+        yield
+    except ValueError as exc:
+        raise ConfigError(prefix + str(exc)) from None
+
+
+def _field_flag(parser, f: dataclasses.Field, help_suffix: str, dest: str = "", **kwargs) -> None:
+    """The flag ``--dest`` (default: the field's name) for settings field ``f``: its type (a switch for a bool),
+    choices and help (+ ``help_suffix``); ``kwargs`` (default) override the field's default."""
     if field_type(f) is bool:
         kwargs.update(action=argparse.BooleanOptionalAction)
     else:
         kwargs.update(type=field_type(f), choices=f.metadata["choices"])
-    parser.add_argument(flag or "--" + f.name.replace("_", "-"), **{"dest": f.name, "default": f.default, **kwargs},
+    dest = dest or f.name
+    parser.add_argument("--" + dest.replace("_", "-"), **{"dest": dest, "default": f.default, **kwargs},
                         help=f.metadata["help"] + help_suffix)
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--block-size`` ... ``--max-new-tokens``: one flag per DecodingSettings field.
-
-    Defaults are None so that the checkpoint's diffusion_config.json applies unless a flag is given.
-    """
+    """``--block-size`` ... ``--max-new-tokens``: one flag per DecodingSettings field, None unless given (so the
+    checkpoint's diffusion_config.json applies)."""
     group = parser.add_argument_group("decoding (default: the checkpoint's diffusion_config.json, then "
                                       "the paper's Block-32 settings)")
     for f in DECODING_FIELDS.values():
@@ -58,38 +68,30 @@ def add_parse_retry_argument(parser: argparse.ArgumentParser) -> None:
                              f"it counts as invalid; none = never (default {DEFAULT_PARSE_RETRY})")
 
 
-# the candidate flags: CandidateSettings field -> flag (its help and default: the planner's candidates.* parameter)
-CANDIDATE_FLAGS = {"count": "--candidates", "temperature": "--candidate-temperature", "top_p": "--candidate-top-p",
-                   "seed": "--candidate-seed", "lane_width_m": "--lane-width-m",
-                   "progress_reference": "--candidate-progress-reference"}
+# the candidate flags: CandidateSettings field -> flag dest (its help and default: the planner's candidates.* parameter)
+CANDIDATE_DESTS = {"count": "candidates", "temperature": "candidate_temperature", "top_p": "candidate_top_p",
+                   "seed": "candidate_seed", "lane_width_m": "lane_width_m",
+                   "progress_reference": "candidate_progress_reference"}
 
 
 def add_candidate_arguments(parser) -> None:
-    """The planner's ``candidates.*`` as flags (:data:`CANDIDATE_FLAGS`), for the commands that decode plan
+    """The planner's ``candidates.*`` as flags (:data:`CANDIDATE_DESTS`), for the commands that decode plan
     candidates (``bench --data`` prints PDMS without and with selection, paired; ``closed-loop``)."""
     from ..candidate_selection import CandidateSettings
 
     for f in dataclasses.fields(CandidateSettings):
-        _field_flag(parser, f, f" (the planner's candidates.{f.name}; default {f.default})", CANDIDATE_FLAGS[f.name],
-                    dest=_candidate_dest(f.name))
-
-
-def _candidate_dest(name: str) -> str:
-    return CANDIDATE_FLAGS[name][2:].replace("-", "_")
+        _field_flag(parser, f, f" (the planner's candidates.{f.name}; default {f.default})", CANDIDATE_DESTS[f.name])
 
 
 def candidate_settings(args: argparse.Namespace):
     """The candidate options as CandidateSettings, None for ``--candidates 1`` (no selection); ConfigError
     naming the option that is out of range."""
     from ..candidate_selection import CandidateSettings
-    from ..config import ConfigError
 
     if args.candidates == 1:
         return None
-    try:
-        return CandidateSettings(**{name: getattr(args, _candidate_dest(name)) for name in CANDIDATE_FLAGS})
-    except ValueError as exc:
-        raise ConfigError(f"--candidates / --candidate-*: {exc}") from None
+    with config_errors("--candidates / --candidate-*: "):
+        return CandidateSettings(**{name: getattr(args, dest) for name, dest in CANDIDATE_DESTS.items()})
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

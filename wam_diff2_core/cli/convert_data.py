@@ -25,15 +25,13 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..config import ConfigError
     from ..data import bench2drive
+    from .common import config_errors
 
-    try:
+    with config_errors():
         summary = bench2drive.convert(args.src, args.out, resume=args.resume, overwrite=args.overwrite,
                                       frame_rate_hz=args.frame_rate_hz or bench2drive.FRAME_RATE_HZ,
                                       progress=not args.no_progress)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
     print(f"convert-data bench2drive: {summary['samples']} planning samples from {summary['frames']} frames of "
           f"{len(summary['clips'])} clips ({summary['skipped_clips_done_before']} converted before); "
           f"{summary['problems']} missing or unreadable files (listed in {args.out}/report.json) -> "

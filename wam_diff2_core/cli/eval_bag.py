@@ -31,7 +31,7 @@ from ..params import planner as node_params
 from ..params.parameter_file import read_node_params
 from ..topics import DEFAULT_CAMERA, DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, PLANNER_NODE, carla_namespace, carla_topics
 from .common import (add_decoding_arguments, add_image_limit_arguments, add_model_arguments, add_parse_retry_argument,
-                     add_quantization_argument, decoding_overrides, driving_policy, image_limits)
+                     add_quantization_argument, config_errors, decoding_overrides, driving_policy, image_limits)
 
 HELP = "score the planner open-loop on rosbag2 bags (L2 / ADE / FDE, parse failures, latency) or --compare runs"
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def _settings(args, node: dict) -> EvalSettings:
     if values["default_command"] == NO_DEFAULT_COMMAND:
         values["default_command"] = None
     lane = {} if args.lane_width_m is None else {"lane_width_m": args.lane_width_m}
-    try:
+    with config_errors():
         return EvalSettings(
             topics=BagTopics.carla(args.role, args.camera, **{role: getattr(args, role + "_topic") for role in TOPICS}),
             required=frozenset(role.replace("_", " ") for role in TOPICS[2:] if getattr(args, role + "_topic")),
@@ -149,8 +149,6 @@ def _settings(args, node: dict) -> EvalSettings:
             profile_limits=node_params.given_profile_limits(node, f"--params-file {args.params_file}"),
             image_limits=image_limits(args), every=args.every, max_frames=args.max_frames, max_gap_s=args.max_gap_s,
             **lane)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def _model_info(policy, args) -> dict:
@@ -188,8 +186,7 @@ def _evaluate(args) -> int:
 
     from_node = args.predictions is not None
     if from_node:
-        given = _model_flags_given(args)
-        if given:
+        if given := _model_flags_given(args):
             raise ConfigError(f"--predictions scores what the node published, so no model runs here: drop "
                               f"{', '.join(given)} (the node's own settings made the predictions)")
         if len(args.predictions) != len(args.bags):

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from ..profiling import PeakMemory, StageTimes, stage_summary, stage_table, timed_decode
 from .common import (add_decoding_arguments, add_engine_arguments, add_image_limit_arguments, add_model_arguments,
-                     add_sample_path_arguments, apply_threads, decoding_overrides, engine_settings, image_limits)
+                     add_sample_path_arguments, apply_threads, config_errors, decoding_overrides, engine_settings,
+                     image_limits)
 
 HELP = "decode a JSON/JSONL file of samples and write predictions"
 log = logging.getLogger(__name__)
@@ -47,22 +48,17 @@ def add_arguments(p) -> None:
     add_engine_arguments(p)
 
 
-def _parser_for(sample, mode: str) -> str:
-    if mode != "auto":
-        return mode
-    prompt = json.dumps(sample.raw.get("conversations", ""))
-    return "waypoints" if "waypoints" in prompt else "boxes" if "bbox_2d" in prompt else "none"
-
-
 def _parsed_fields(text: str, sample, images, mode: str, char_confidence=lambda: None) -> dict:
     """The parsed answer's fields; ``char_confidence()``: the answer's per-character confidences (boxes only)."""
     from ..outputs.parsing import parse_boxes, parse_waypoints
 
-    kind = _parser_for(sample, mode)
-    if kind == "waypoints":
+    if mode == "auto":
+        prompt = json.dumps(sample.raw.get("conversations", ""))
+        mode = "waypoints" if "waypoints" in prompt else "boxes" if "bbox_2d" in prompt else "none"
+    if mode == "waypoints":
         r = parse_waypoints(text)
         return {"waypoints": r.waypoints.tolist() if r.ok else None, "parse_error": None if r.ok else str(r.error)}
-    if kind == "boxes":
+    if mode == "boxes":
         if not images:
             return {"boxes": None, "parse_error": "no image to map boxes onto"}
         r = parse_boxes(text, images[0].size, char_confidence=char_confidence())
@@ -98,11 +94,9 @@ def run(args) -> int:
     output = Path(args.output)
     with _output_lock(output, rank, world):      # one run writes OUTPUT (and its partial files) at a time
         data_root = Path(args.data_root) if args.data_root else Path(args.input).parent
-        try:
+        with config_errors("--input: "):    # the file as a whole: unreadable, or a JSON list that does not parse
             items = list(iter_samples(args.input, data_root,      # Sample, or the SampleError of a record
                                       allow_absolute_paths=args.allow_absolute_image_paths))
-        except ValueError as exc:         # the file as a whole: unreadable, or a JSON list that does not parse
-            raise ConfigError(f"--input: {exc}") from None
         refused = [s for s in items if isinstance(s, SampleError)]
         if refused and rank == 0:
             for exc in refused:
@@ -128,10 +122,8 @@ def run(args) -> int:
         engine = engine_settings(args)
         loaded = load_checkpoint(args.model, device=device, dtype=args.dtype, overrides=decoding_overrides(args),
                                  quantization=engine.quantization)
-        try:  # a bad pixel budget is the run's error, not every sample's
+        with config_errors("--min-pixels/--max-pixels: "):  # a bad pixel budget is the run's error, not every sample's
             pixel_size(args.min_pixels, args.max_pixels, loaded.processor.image_processor.size)
-        except ValueError as exc:
-            raise ConfigError(f"--min-pixels/--max-pixels: {exc}") from None
         decoder = make_decoder(loaded.model, loaded.config, engine=engine)
         tokenizer = loaded.tokenizer
         todo = [(i, s) for i, s in shard if s.id not in done]

@@ -28,16 +28,13 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..config import ConfigError
     from ..model.tiny import build_tiny_checkpoint
     from ..utils.atomic import atomic_directory
+    from .common import config_errors
 
     sizes = {k: v for k, v in vars(args).items() if k in ("hidden_size", "layers", "logit_scale", "vision_depth",
                                                             "vision_hidden_size")}
-    try:
-        with atomic_directory(args.out_dir) as tmp:
-            build_tiny_checkpoint(tmp, seed=args.seed, block_size=args.block_size, diffusion=not args.ar, **sizes)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    with config_errors(), atomic_directory(args.out_dir) as tmp:
+        build_tiny_checkpoint(tmp, seed=args.seed, block_size=args.block_size, diffusion=not args.ar, **sizes)
     print(f"wrote {args.out_dir}")
     return 0
