@@ -54,8 +54,7 @@ def frame_from_trajectory(msg, planned: PlannedFrame, bag_name: str) -> FrameRes
     published_stages = getattr(s, "stages", None)         # absent in bags recorded before StageTimes existed
     stages = None
     if decoded and published_stages is not None and float(published_stages.total_ms) > 0:
-        stages = {k: (str(v) if k == "memory_kind" else float(v)) for k, v in
-                  ((f, getattr(published_stages, f)) for f in STAGE_FIELDS)}
+        stages = {f: (str if f == "memory_kind" else float)(getattr(published_stages, f)) for f in STAGE_FIELDS}
     command = str(msg.command) or ins.command
     return planned.result(bag_name, command=command,
                           command_source=ins.command_source if command == ins.command else "node", valid=valid,

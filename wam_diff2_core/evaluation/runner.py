@@ -30,8 +30,7 @@ POLICY_REJECTED = "policy_rejected"
 
 # ----------------------------------------------------------------------------- pass 2
 def _stats_dict(stats) -> dict[str, Any]:
-    if stats is None:
-        return {}
+    """The decode statistics a policy reported ({} for none)."""
     keys = (*DECODE_STATS_KEYS, "commit_forwards")
     return {k: getattr(stats, k) for k in keys if getattr(stats, k, None) is not None}
 
