@@ -60,14 +60,10 @@ class ExpertDriver:
         distance = max(math.hypot(dx, dy), 1e-3)
         return math.atan2(2.0 * self.params.wheelbase_m * math.sin(alpha), distance)
 
-    def target_speed(self, lane_s: float) -> float:
-        st = self.settings
-        return anticipated_speed_limit(self.lane, lane_s, st.cruise_speed_mps, st.lateral_accel_mps2,
-                                       st.planning_decel_mps2)
-
     def acceleration(self, ego: EgoState, lane_s: float, leader: Leader | None, dt: float) -> float:
         st = self.settings
-        allowed = self.target_speed(lane_s)
+        allowed = anticipated_speed_limit(self.lane, lane_s, st.cruise_speed_mps, st.lateral_accel_mps2,
+                                          st.planning_decel_mps2)
         accel = st.speed_gain_per_s * (allowed - ego.speed)
         if leader is not None:
             accel = min(accel, idm_acceleration(ego.speed, allowed, leader.gap_m, leader.speed, st.idm))

@@ -182,8 +182,7 @@ class World:
              ego_override: EgoState | None = None) -> None:
         """Advance one tick: the ego takes a ``control``, an ``actuation`` or an ``ego_override`` (its next state),
         at most one; with none the expert drives. Traffic decides on the state at the start of the tick."""
-        given = [c is not None for c in (control, actuation, ego_override)]
-        if sum(given) > 1:
+        if sum(c is not None for c in (control, actuation, ego_override)) > 1:
             raise ValueError("World.step takes at most one of control, actuation, ego_override")
         dt = self.settings.dt_s
         traffic_accel = self._traffic_accelerations()
