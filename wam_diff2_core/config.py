@@ -40,6 +40,12 @@ class ConfigError(ValueError):
     """A setting or a checkpoint file is wrong; the message names the field or the file."""
 
 
+def refuse_unknown(given, known, what: str) -> None:
+    """ConfigError ``<what> <the names>`` when ``given`` has names ``known`` has not."""
+    if unknown := set(given) - set(known):
+        raise ConfigError(f"{what} {', '.join(sorted(unknown))}")
+
+
 @dataclass(frozen=True)
 class DecodingSettings:
     """User-tunable decoding settings with their defaults (the paper's Block-32 setup)."""
@@ -69,9 +75,7 @@ class DecodingSettings:
         return self
 
     def replace(self, **overrides: Any) -> "DecodingSettings":
-        unknown = set(overrides) - set(DECODING_FIELDS)
-        if unknown:
-            raise ConfigError(f"unknown decoding setting(s): {', '.join(sorted(unknown))}")
+        refuse_unknown(overrides, DECODING_FIELDS, "unknown decoding setting(s):")
         return dataclasses.replace(self, **overrides).validated()
 
 
@@ -140,9 +144,7 @@ class EngineSettings:
         return self
 
     def replace(self, **overrides: Any) -> "EngineSettings":
-        unknown = set(overrides) - set(ENGINE_FIELDS)
-        if unknown:
-            raise ConfigError(f"unknown engine setting(s): {', '.join(sorted(unknown))}")
+        refuse_unknown(overrides, ENGINE_FIELDS, "unknown engine setting(s):")
         return dataclasses.replace(self, **overrides).validated()
 
 
@@ -267,18 +269,14 @@ class DiffusionConfig:
         (:data:`FORMAT_DEFAULTS`) > the package default. Token ids come from the checkpoint."""
         stored = read_diffusion_file(checkpoint_dir) if checkpoint_dir is not None else {}
         from_file = dict(stored.get("decoding", {}))
-        unknown = set(from_file) - set(DECODING_FIELDS)
-        if unknown:
-            raise ConfigError(f"{DIFFUSION_CONFIG_FILE}: unknown decoding key(s) {', '.join(sorted(unknown))}")
+        refuse_unknown(from_file, DECODING_FIELDS, f"{DIFFUSION_CONFIG_FILE}: unknown decoding key(s)")
         if "block_size" in stored:
             from_file["block_size"] = stored["block_size"]
         if checkpoint_format not in FORMAT_DEFAULTS:
             raise ConfigError(f"checkpoint format {checkpoint_format!r} is not one of {', '.join(FORMAT_DEFAULTS)}")
         format_source, format_values = FORMAT_DEFAULTS[checkpoint_format]
         user = {k: v for k, v in (overrides or {}).items() if v is not None}
-        unknown = set(user) - set(DECODING_FIELDS)
-        if unknown:
-            raise ConfigError(f"unknown decoding setting(s): {', '.join(sorted(unknown))}")
+        refuse_unknown(user, DECODING_FIELDS, "unknown decoding setting(s):")
         layers = [(SOURCE_USER, user)] + ([(SOURCE_FILE, from_file)] if stored else [(format_source, format_values)])
         merged: dict[str, Any] = {}
         sources: dict[str, str] = {}
@@ -404,9 +402,7 @@ def read_diffusion_file(checkpoint_dir: str | Path) -> dict:
         raise ConfigError(f"{path}: expected a JSON object")
     # camera: camera_rig.py; quantization: a quantized checkpoint's method (model/quantization.py)
     allowed = {"block_size", "mask_token_id", "eos_token_id", "decoding", "format_version", "camera", "quantization"}
-    unknown = set(data) - allowed
-    if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    refuse_unknown(data, allowed, f"{path}: unknown key(s)")
     return data
 
 
