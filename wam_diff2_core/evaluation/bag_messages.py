@@ -1,6 +1,6 @@
 """ROS messages from plain values, as a typestore's classes (``T``: a rosbags typestore's ``types``, message type
 name -> class): the one place the bags written here (the demo world's, the test scenes', eval-bag's
-predictions) build their headers, poses, odometry and camera messages.
+predictions) build their headers, poses, transforms, odometry and camera messages.
 
     T = default_typestore().types
     odometry(T, header(T, t_ns, "map"), "ego_vehicle", (x, y, yaw), (vx, vy), yaw_rate)
@@ -37,6 +37,13 @@ def pose(T, x: float, y: float, yaw: float, z: float = 0.0):
     """A ``Pose`` at (x, y, z) heading ``yaw`` about z."""
     return T["geometry_msgs/msg/Pose"](position=T["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=float(z)),
                                        orientation=quaternion(T, quaternion_from_yaw(float(yaw))))
+
+
+def transform(T, head, child_frame_id: str, xyz: Sequence[float], q: Sequence[float]):
+    """``geometry_msgs/TransformStamped``: the child frame at ``xyz`` turned by the quaternion ``q`` (x, y, z, w)."""
+    return T["geometry_msgs/msg/TransformStamped"](
+        header=head, child_frame_id=child_frame_id,
+        transform=T["geometry_msgs/msg/Transform"](translation=vector(T, *xyz), rotation=quaternion(T, q)))
 
 
 def odometry(T, head, child_frame_id: str, xy_yaw: Sequence[float], velocity: Sequence[float], yaw_rate: float):

@@ -106,16 +106,10 @@ class EpisodeBagWriter:
         self._write("clock", stamp_ns, m["rosgraph_msgs/msg/Clock"](clock=header.stamp))
         x, y, yaw = (float(v) for v in pose)
         mount = self.mount
-        tf_ego = m["geometry_msgs/msg/TransformStamped"](
-            header=header, child_frame_id=self.frames["ego"],
-            transform=m["geometry_msgs/msg/Transform"](translation=msg.vector(m, x, y, 0.0),
-                                                       rotation=msg.quaternion(m, quaternion_from_yaw(yaw))))
-        tf_camera = m["geometry_msgs/msg/TransformStamped"](
-            header=msg.header(m, stamp_ns, self.frames["ego"]), child_frame_id=self.frames["camera"],
-            transform=m["geometry_msgs/msg/Transform"](
-                translation=msg.vector(m, mount.x_m, mount.y_m, mount.z_m),
-                rotation=msg.quaternion(m, quaternion_from_rpy(*(math.radians(a) for a in
-                                                                 (mount.roll_deg, mount.pitch_deg, mount.yaw_deg))))))
+        tf_ego = msg.transform(m, header, self.frames["ego"], (x, y, 0.0), quaternion_from_yaw(yaw))
+        rpy = (math.radians(a) for a in (mount.roll_deg, mount.pitch_deg, mount.yaw_deg))
+        tf_camera = msg.transform(m, msg.header(m, stamp_ns, self.frames["ego"]), self.frames["camera"],
+                                  (mount.x_m, mount.y_m, mount.z_m), quaternion_from_rpy(*rpy))
         self._write("tf", stamp_ns, m["tf2_msgs/msg/TFMessage"](transforms=[tf_ego, tf_camera]))
         self._write("odometry", stamp_ns, msg.odometry(m, header, self.frames["ego"], (x, y, yaw), (speed, 0.0),
                                                        yaw_rate))
