@@ -11,10 +11,11 @@ before a subscriber is matched are lost, hence ``--wait-for-subscribers`` and ``
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,6 +33,7 @@ from ..msg import PlannerStatus
 from ..optional_msgs import message_class
 from ..qos import DEEP_RELIABLE_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS, keep_last_qos
 from ..spinning import SpinThread
+from .cli import RECORD_GRACE_S, RECORD_STORAGE
 from .recorder import RecordError, TopicRecorder
 
 log = logging.getLogger("wam_diff2.replay")
@@ -71,48 +73,29 @@ def qos_for(topic: str, recorded: Sequence[Any], latched: Sequence[str] = ()) ->
     return LATCHED_QOS if topic.endswith(LATCHED_SUFFIXES) else DEEP_RELIABLE_QOS
 
 
-@dataclass
-class ReplayOptions:
-    rate: float = 1.0
-    clock: bool = False
-    clock_hz: float = 100.0
-    topics: Sequence[str] = ()            # empty: every topic the bag has
-    latched: Sequence[str] = ()
-    delay_s: float = 1.0                  # wall time between creating the publishers and the first message
-    start_offset_s: float = 0.0           # skip this much of the bag's beginning
-    playback_duration_s: float | None = None   # stop after this much bag time
-    wait_for_subscribers: Sequence[str] = ()   # start once each of these topics has a subscriber
-    wait_timeout_s: float = 60.0
-    wait_for_planner: bool = False        # start once the planner's latched status says READY
-    planner_node: str = PLANNER_NODE      # the planner's full node name (--wait-for-planner)
-    record: str | None = None             # record --record-topics into this new bag while playing
-    record_topics: Sequence[str] = DEFAULT_RECORD_TOPICS
-    record_storage: str = "mcap"
-    record_grace_s: float = 2.0           # keep recording this long (wall) after the last played message
-    overwrite: bool = False               # replace an existing --record bag
-
-    def check(self) -> None:
-        if not self.rate > 0:
-            raise ReplayError(f"--rate must be > 0, got {self.rate}")
-        if not self.clock_hz > 0:
-            raise ReplayError(f"--clock-hz must be > 0, got {self.clock_hz}")
-        if self.delay_s < 0 or self.start_offset_s < 0:
-            raise ReplayError("--delay-s and --start-offset must be >= 0")
-        if self.playback_duration_s is not None and self.playback_duration_s <= 0:
-            raise ReplayError(f"--playback-duration must be > 0, got {self.playback_duration_s}")
-        if self.wait_timeout_s <= 0:
-            raise ReplayError(f"--wait-timeout-s must be > 0, got {self.wait_timeout_s}")
-        if self.record is None:
-            return
-        if not self.record_grace_s >= 0:
-            raise ReplayError(f"--record-grace-s must be >= 0, got {self.record_grace_s}")
-        if not self.record_topics:
-            raise ReplayError("--record-topics: name at least one topic")
-        bad = [t for t in self.record_topics if not t.startswith("/")]
-        if bad:
-            raise ReplayError(f"--record-topics: {', '.join(bad)} is not an absolute topic name (/...)")
-        if Path(self.record).exists() and not self.overwrite:
-            raise ReplayError(f"--record {self.record} already exists (use --overwrite to replace it)")
+def check_options(o) -> None:
+    """Raises ReplayError for a ``replay`` option (:func:`.cli.add_replay_arguments`) out of its range."""
+    if not o.rate > 0:
+        raise ReplayError(f"--rate must be > 0, got {o.rate}")
+    if not o.clock_hz > 0:
+        raise ReplayError(f"--clock-hz must be > 0, got {o.clock_hz}")
+    if o.delay_s < 0 or o.start_offset_s < 0:
+        raise ReplayError("--delay-s and --start-offset must be >= 0")
+    if o.playback_duration_s is not None and o.playback_duration_s <= 0:
+        raise ReplayError(f"--playback-duration must be > 0, got {o.playback_duration_s}")
+    if o.wait_timeout_s <= 0:
+        raise ReplayError(f"--wait-timeout-s must be > 0, got {o.wait_timeout_s}")
+    if o.record is None:
+        return
+    if not o.record_grace_s >= 0:
+        raise ReplayError(f"--record-grace-s must be >= 0, got {o.record_grace_s}")
+    if not o.record_topics:
+        raise ReplayError("--record-topics: name at least one topic")
+    bad = [t for t in o.record_topics if not t.startswith("/")]
+    if bad:
+        raise ReplayError(f"--record-topics: {', '.join(bad)} is not an absolute topic name (/...)")
+    if Path(o.record).exists() and not o.overwrite:
+        raise ReplayError(f"--record {o.record} already exists (use --overwrite to replace it)")
 
 
 @dataclass
@@ -127,9 +110,10 @@ class ReplaySummary:
 
 
 class BagPlayer:
-    """Publishes one bag's messages from ``node`` with their recorded timing."""
+    """Publishes one bag's messages from ``node`` with their recorded timing; ``options``: the ``replay`` command's
+    arguments (:func:`.cli.add_replay_arguments`), the ``--record`` ones completed by :func:`run`."""
 
-    def __init__(self, node: Node, bag_path, options: ReplayOptions):
+    def __init__(self, node: Node, bag_path, options: argparse.Namespace):
         self.node, self.options = node, options
         self.bag = Bag(bag_path)
         self.summary = ReplaySummary()
@@ -307,12 +291,6 @@ class BagPlayer:
 
 
 # ----------------------------------------------------------------------------- command line
-def options_from_args(args) -> ReplayOptions:
-    """The options by their argparse names; those left unset (None) at their defaults."""
-    given = {f.name: getattr(args, f.name) for f in fields(ReplayOptions) if getattr(args, f.name) is not None}
-    return ReplayOptions(**{**given, "record_topics": args.record_topics or planner_record_topics(args.planner_node)})
-
-
 def run(args) -> int:
     """Play ``args.bag``; 0 when done, 2 with a one-line error for a bag or option that cannot be played."""
     ros_args = ["--ros-args", *args.ros_args] if args.ros_args is not None else None
@@ -320,8 +298,11 @@ def run(args) -> int:
         if args.record is None and (args.record_topics or args.record_grace_s is not None
                                     or args.record_storage is not None):
             raise ReplayError("--record-topics, --record-grace-s and --record-storage need --record OUT_BAG")
-        options = options_from_args(args)
-        options.check()
+        # the --record options are None unless given: their defaults
+        args.record_topics = args.record_topics or planner_record_topics(args.planner_node)
+        args.record_storage = args.record_storage or RECORD_STORAGE
+        args.record_grace_s = RECORD_GRACE_S if args.record_grace_s is None else args.record_grace_s
+        check_options(args)
     except ReplayError as exc:
         print(f"wam-diff2-ros replay: error: {exc}", file=sys.stderr)
         return 2
@@ -334,12 +315,12 @@ def run(args) -> int:
     player = None
     try:
         node = Node("wam_diff2_replay")
-        player = BagPlayer(node, args.bag, options)
+        player = BagPlayer(node, args.bag, args)
         counts = sum(player.bag.topic_counts.get(t, 0) for t in player.publishers)
         print(f"replay: {player.bag.path} ({player.bag.storage}), {counts} messages on {len(player.publishers)} "
-              f"topics at rate {options.rate}" + (", publishing /clock" if options.clock else ""), flush=True)
-        if options.record is not None:
-            print(f"replay: recording {', '.join(options.record_topics)} into {options.record} "
+              f"topics at rate {args.rate}" + (", publishing /clock" if args.clock else ""), flush=True)
+        if args.record is not None:
+            print(f"replay: recording {', '.join(args.record_topics)} into {args.record} "
                   f"(playback starts once each has a publisher)", flush=True)
         summary = player.play()
         for topic, reason in summary.skipped_topics.items():
@@ -352,7 +333,7 @@ def run(args) -> int:
         if summary.record_path is not None:
             print(f"replay: recorded {sum(summary.recorded.values())} messages "
                   f"({', '.join(f'{t} {n}' for t, n in sorted(summary.recorded.items()))}) into "
-                  f"{summary.record_path} ({options.record_storage}; logged at playback time)", flush=True)
+                  f"{summary.record_path} ({args.record_storage}; logged at playback time)", flush=True)
             for topic, n in sorted(summary.recorded.items()):
                 if n == 0:
                     print(f"replay: note: nothing was received on {topic}", file=sys.stderr)

@@ -30,9 +30,11 @@ REPLAY_HELP = "publish a bag's messages over DDS with their recorded timing (and
 CLOSED_LOOP_HELP = ("drive demo-world routes with the planner and controller nodes over DDS and report a "
                     "driving score")
 PROG = "wam-diff2-ros"
+RECORD_STORAGE, RECORD_GRACE_S = "mcap", 2.0     # replay --record's (None on the command line unless given)
 
 
 def add_replay_arguments(p) -> None:
+    from wam_diff2_core.topics import PLANNER_NODE
     p.add_argument("bag", help="rosbag2 folder, .mcap or .db3 file")
     p.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1.0)")
     p.add_argument("--clock", action="store_true", help="publish /clock from the bag's time (for use_sim_time)")
@@ -49,9 +51,9 @@ def add_replay_arguments(p) -> None:
     p.add_argument("--wait-for-planner", action="store_true",
                    help="also wait until the planner's latched PLANNER_NODE/status says READY (model loaded); an "
                         "ERROR status stops with exit 2")
-    p.add_argument("--planner-node", default="/wam_diff2_planner", metavar="NODE",
+    p.add_argument("--planner-node", default=f"/{PLANNER_NODE}", metavar="NODE",
                    help="the planner's full node name, for --wait-for-planner and the default --record-topics "
-                        "(default /wam_diff2_planner)")
+                        "(default %(default)s)")
     p.add_argument("--start-offset", dest="start_offset_s", type=float, default=0.0, metavar="S",
                    help="skip the bag's first S seconds")
     p.add_argument("--playback-duration", dest="playback_duration_s", type=float, default=None, metavar="S",
@@ -63,9 +65,9 @@ def add_replay_arguments(p) -> None:
                    help="topics to record (default: the planner's NODE/output/trajectory, NODE/output/detections "
                         "and NODE/status, NODE = --planner-node); playback waits (up to --wait-timeout-s) until each "
                         "has a publisher")
-    r.add_argument("--record-storage", default=None, choices=("mcap", "sqlite3"), help="default mcap")
+    r.add_argument("--record-storage", default=None, choices=("mcap", "sqlite3"), help=f"default {RECORD_STORAGE}")
     r.add_argument("--record-grace-s", type=float, default=None, metavar="S",
-                   help="keep recording S seconds (wall) after the last played message (default 2.0)")
+                   help=f"keep recording S seconds (wall) after the last played message (default {RECORD_GRACE_S})")
     r.add_argument("--overwrite", action="store_true", help="replace an existing --record bag")
     p.add_argument("--ros-args", dest="ros_args", nargs="...", default=None,
                    help="ROS arguments for the player node (remaps, log level), last on the line")
