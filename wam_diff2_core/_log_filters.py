@@ -3,8 +3,7 @@
 torchao (imported by transformers when it is installed, as the ``quant`` extra installs it) registers two
 of its enums with torch's pytree; torch 2.14 logs a deprecation warning for each, on every start of every
 entry point. The registration is torchao's and works; the lines say nothing a user can act on. This filter
-drops exactly those records (logger ``torch.utils._pytree``, message about an Enum subclass being natively
-supported), nothing else of that logger. It is installed on the package's first import, before torch.
+drops exactly those records, nothing else of that logger; it is installed on the package's first import, before torch.
 """
 from __future__ import annotations
 

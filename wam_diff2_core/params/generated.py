@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from ..topics import CONTROLLER_NODE, LOCALIZATION_NODE, PLANNER_NODE
 from . import controller, localization, planner
 from .spec import json_schema, markdown_table, yaml_block
 
@@ -19,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 YAML_MARKER = "  ros__parameters:\n"
 TABLE_HEADER = "| name | type | default |"
 TABLES = {"planner": planner, "controller": controller, "localization": localization}
-NODE_NAMES = {"planner": PLANNER_NODE, "controller": CONTROLLER_NODE, "localization": LOCALIZATION_NODE}
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,7 @@ class Generated:
         """``text`` with its generated part rewritten from the table."""
         module: ModuleType = TABLES[self.table]
         if self.path.endswith(".schema.json"):
-            schema = json_schema(module.SPECS, NODE_NAMES[self.table], f"Parameters of the WAM-Diff2 {self.table} node")
+            schema = json_schema(module.SPECS, module.NODE, f"Parameters of the WAM-Diff2 {self.table} node")
             return json.dumps(schema, indent=2) + "\n"
         if self.anchor is None:
             head = text[: text.index(YAML_MARKER) + len(YAML_MARKER)]

@@ -8,10 +8,11 @@ from typing import Any
 
 from ..localization.georeference import GeoReference
 from ..localization.odometry_filter import LocalizationSettings
-from ..topics import DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_ROLE, DEFAULT_SPEEDOMETER, carla_namespace, localization_topics
+from ..topics import (DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_ROLE, DEFAULT_SPEEDOMETER, LOCALIZATION_NODE, carla_namespace,
+                      localization_topics)
 from .spec import LIVE, START, ParamSpec, by_name, defaults, field_specs
 
-NODE = "wam_diff2_localization"
+NODE = LOCALIZATION_NODE
 # What the speedometer topic carries: the Leaderboard 2.0 bridge's type (header + float64 speed), or
 # a bare Float32 (m/s) as some older bridges and recordings have it.
 SPEEDOMETER_TYPES = ("carla_msgs/CarlaSpeedometer", "std_msgs/Float32")
