@@ -86,10 +86,8 @@ class StageTimes:
 def _sync(device) -> None:
     import torch
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "npu":
-        torch.npu.synchronize(device)
+    if device.type in ("cuda", "npu"):          # torch.cuda and torch.npu share this API
+        getattr(torch, device.type).synchronize(device)
 
 
 class VisionTimer:
@@ -135,10 +133,8 @@ class PeakMemory:
     def reset(self) -> None:
         import torch
 
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        elif self.device.type == "npu":
-            torch.npu.reset_peak_memory_stats(self.device)
+        if self.device.type in ("cuda", "npu"):
+            getattr(torch, self.device.type).reset_peak_memory_stats(self.device)
         elif self.kind == "rss":
             try:
                 self.CLEAR_REFS.write_text("5")      # resets the kernel's peak RSS (VmHWM) to the current RSS
@@ -148,10 +144,8 @@ class PeakMemory:
     def peak_mb(self) -> float:
         import torch
 
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        if self.device.type == "npu":
-            return torch.npu.max_memory_allocated(self.device) / 2**20
+        if self.device.type in ("cuda", "npu"):
+            return getattr(torch, self.device.type).max_memory_allocated(self.device) / 2**20
         try:
             for line in self.STATUS.read_text().splitlines():
                 if line.startswith("VmHWM:"):
