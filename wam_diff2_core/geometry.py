@@ -271,7 +271,7 @@ class AccelerationEstimator:
     a turning car feels; NAVSIM's includes it), first-order low-pass over ``time_constant_s``. A gap over
     ``max_gap_s`` or time going backwards (a bag restarting) resets it to zero."""
 
-    def __init__(self, time_constant_s: float = 0.5, max_gap_s: float = 1.0):
+    def __init__(self, time_constant_s: float, max_gap_s: float = 1.0):
         self.time_constant_s, self.max_gap_s = time_constant_s, max_gap_s
         self.reset()
 
@@ -306,7 +306,7 @@ TIME_RESET_S = 1.0
 class EgoHistory:
     """A short, time-ordered buffer of ego samples, queried at image stamps."""
 
-    def __init__(self, max_samples: int = 400):
+    def __init__(self, max_samples: int):
         self.max_samples = max_samples
         self._stamps: list[float] = []
         self._samples: list[EgoSample] = []
