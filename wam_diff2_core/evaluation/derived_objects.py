@@ -89,9 +89,6 @@ class ObjectTrack:
         self.stamps_ns = np.asarray([s.stamp_ns for s in self.snapshots], dtype=np.int64)
         self.max_offset_ns = int(max_offset_ns)
 
-    def __len__(self) -> int:
-        return len(self.snapshots)
-
     def at(self, t_ns: int) -> ObjectSnapshot | None:
         """The snapshot nearest to ``t_ns`` when one is within ``max_offset_ns``, else None."""
         if not len(self.snapshots):

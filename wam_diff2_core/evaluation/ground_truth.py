@@ -47,9 +47,6 @@ class EgoTrajectory:
             raise ValueError("odometry stamps must be strictly increasing")
         self.max_gap_ns = int(round(max_gap_s * 1e9))
 
-    def __len__(self) -> int:
-        return len(self.stamps_ns)
-
     def _bracket(self, t_ns: int) -> tuple[int, float]:
         """(i, w): ``t_ns`` lies the share w in [0, 1) of the way from sample i to sample i + 1 (w = 0: on
         sample i); NoFuture when outside the recording or inside a gap longer than max_gap_s."""
