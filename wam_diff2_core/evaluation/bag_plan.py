@@ -117,8 +117,6 @@ class BagPlan:
     image_stamps: set[int] = field(default_factory=set)         # every non-zero camera stamp (--predictions)
     objects_topic: str | None = None                            # other agents' boxes (collision rate)
     objects: ObjectTrack | None = None                          # ... as read from it
-    footprint: EgoFootprint = field(default_factory=EgoFootprint)
-    profile_limits: ProfileLimits = field(default_factory=ProfileLimits)
 
     def counts(self) -> dict[str, Any]:
         return {"images": self.images, "not_selected": self.not_selected,
@@ -240,7 +238,6 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
         raise BagError(f"{bag.path}: no usable odometry on {odom_topic!r} "
                        f"({dict(plan.input_messages_skipped) or 'no messages'})")
     plan.trajectory = trajectory = EgoTrajectory(stamps, np.array(xy), yaw, max_gap_s=settings.max_gap_s, speed=speed)
-    plan.footprint, plan.profile_limits = settings.footprint, settings.profile_limits
     objects = _read_objects(bag, used.get("objects"), plan) if "objects" in used else None
     if objects is not None:
         plan.objects_topic, plan.objects = used["objects"], objects
@@ -331,8 +328,7 @@ def _read_objects(bag: Bag, topic: str, plan: BagPlan) -> ObjectTrack | None:
     return ObjectTrack(snapshots) if snapshots else None
 
 
-def with_scores(result: FrameResult, planned: PlannedFrame, footprint: EgoFootprint,
-                limits: ProfileLimits = ProfileLimits()) -> FrameResult:
+def with_scores(result: FrameResult, planned: PlannedFrame, settings: EvalSettings) -> FrameResult:
     """``result`` with the speed errors of its plan's speed profile and of the constant-speed baseline,
     and the collision flags and PDM scores of its plan, of the baseline and (PDM) of the recorded drive
     (when the bag has objects; the PDM score where objects lie near the frame's stamp)."""
@@ -342,10 +338,11 @@ def with_scores(result: FrameResult, planned: PlannedFrame, footprint: EgoFootpr
         result.recorded_speeds = planned.recorded_speeds
         result.baseline_speed_errors = np.abs(speed - planned.recorded_speeds)
         if result.predicted is not None:
-            result.speed_errors = profile_speed_errors(result.predicted, speed, planned.recorded_speeds, limits)
+            result.speed_errors = profile_speed_errors(result.predicted, speed, planned.recorded_speeds,
+                                                       settings.profile_limits)
     if planned.obstacles is None:
         return result
-    recorded = planned.recorded_collisions
+    recorded, footprint = planned.recorded_collisions, settings.footprint
     result.recorded_collisions = recorded
     result.baseline_collisions = counted(collision_flags(planned.baseline, planned.obstacles, footprint), recorded)
     if result.predicted is not None:

@@ -81,7 +81,8 @@ def trajectory_topic(bag: Bag, topic: str | None = None) -> str:
     return topic
 
 
-def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str | None = None) -> BagRun:
+def predictions_run_bag(plan: BagPlan, settings: EvalSettings, predictions_path: str | Path,
+                        topic: str | None = None) -> BagRun:
     """Score the trajectories recorded in ``predictions_path`` on ``plan``'s frames; a planned frame without one
     is skipped as ``not_published``, and every message is counted (:data:`PREDICTION_COUNTS`, README.md)."""
     counts = Counter({k: 0 for k in PREDICTION_COUNTS})
@@ -98,8 +99,7 @@ def predictions_run_bag(plan: BagPlan, predictions_path: str | Path, topic: str 
         if msg is None:
             run.skipped_at_run[NOT_PUBLISHED] += 1
             continue
-        frame = with_scores(frame_from_trajectory(msg, planned, bag_name), planned, plan.footprint,
-                            plan.profile_limits)
+        frame = with_scores(frame_from_trajectory(msg, planned, bag_name), planned, settings)
         counts["matched"] += 1
         counts["command_differs"] += frame.command != planned.inputs.command
         run.frames.append(frame)
@@ -125,7 +125,7 @@ def evaluate_predictions(paths: Sequence[str | Path], prediction_paths: Sequence
     plans = plan_bags(paths, settings) if plans is None else plans
     from .bag_detection import score_recorded_detections
 
-    return EvalRun(settings=settings, bags=[predictions_run_bag(plan, pred, topic)
+    return EvalRun(settings=settings, bags=[predictions_run_bag(plan, settings, pred, topic)
                                             for plan, pred in zip(plans, prediction_paths)],
                    detection=score_recorded_detections(paths, plans, prediction_paths))
 

@@ -76,7 +76,7 @@ def run_bag(bag: Bag, plan: BagPlan, policy, settings: EvalSettings,
             try:
                 conversion_ms = (time.perf_counter() - t_convert) * 1e3
                 result = with_scores(run_frame(policy, rgb, planned, plan.bag["path"], conversion_ms), planned,
-                                     plan.footprint, plan.profile_limits)
+                                     settings)
             except ValueError as exc:   # the policy refused the input (e.g. a non-finite ego state)
                 log.warning("frame %d (stamp %d): %s", i, planned.stamp_ns, exc)
                 run.skipped_at_run[POLICY_REJECTED] += 1
