@@ -16,7 +16,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .utils.fields import setting
 
@@ -40,7 +40,7 @@ class ConfigError(ValueError):
     """A setting or a checkpoint file is wrong; the message names the field or the file."""
 
 
-def refuse_unknown(given, known, what: str) -> None:
+def refuse_unknown(given: Iterable[str], known: Iterable[str], what: str) -> None:
     """ConfigError ``<what> <the names>`` when ``given`` has names ``known`` has not."""
     if unknown := set(given) - set(known):
         raise ConfigError(f"{what} {', '.join(sorted(unknown))}")
