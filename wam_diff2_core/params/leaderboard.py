@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..topics import (DEFAULT_CAMERA, DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_SPEEDOMETER, CONTROLLER_NODE, LOCALIZATION_NODE,
-                      PLANNER_NODE, carla_topic_parts)
+from ..topics import (DEFAULT_CAMERA, DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_SPEEDOMETER, CONTROLLER_NODE,
+                      LOCALIZATION_NODE, PLANNER_NODE, carla_topic_parts)
 from .controller import DEFAULTS as CONTROLLER_DEFAULTS
 from .localization import DEFAULTS as LOCALIZATION_DEFAULTS
 from .planner import DEFAULTS as PLANNER_DEFAULTS
@@ -66,7 +66,8 @@ ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("model_path", None, "checkpoint directory (Qwen3-VL or WAM-Diff2)"),
     LaunchArgument("role_name", ROLE_NAME, "CARLA ego role name (leaderboard: hero)"),
     LaunchArgument("camera_id", CAMERA_ID, "front camera sensor id"),
-    LaunchArgument("lockstep_n", str(PLANNER_DEFAULTS["lockstep_every_n_images"]), "plan on every N-th camera tick (10 at 20 Hz: 2 Hz, one plan per 0.5 s)"),
+    LaunchArgument("lockstep_n", str(PLANNER_DEFAULTS["lockstep_every_n_images"]),
+                   "plan on every N-th camera tick (10 at 20 Hz: 2 Hz, one plan per 0.5 s)"),
     LaunchArgument("fixed_delta_seconds", "0.05", "simulator tick (seconds)"),
     LaunchArgument("tick_source", CONTROLLER_DEFAULTS["tick_source"],
                    "controller tick: odometry (each odometry message) | clock (each /clock)"),

@@ -23,8 +23,8 @@ SPECS: tuple[ParamSpec, ...] = (
     ParamSpec("role_name", DEFAULT_ROLE, f"CARLA ego role name: topics {carla_namespace('<role_name>')}/...", START),
     ParamSpec("gnss_id", DEFAULT_GNSS, f"GNSS sensor id: sensor_msgs/NavSatFix on {_SENSOR_TOPICS['gnss']}", START),
     ParamSpec("imu_id", DEFAULT_IMU, f"IMU sensor id: sensor_msgs/Imu on {_SENSOR_TOPICS['imu']}", START),
-    ParamSpec("speedometer_id", DEFAULT_SPEEDOMETER, f"speedometer id: the speed (m/s) on {_SENSOR_TOPICS['speedometer']}",
-              START),
+    ParamSpec("speedometer_id", DEFAULT_SPEEDOMETER,
+              f"speedometer id: the speed (m/s) on {_SENSOR_TOPICS['speedometer']}", START),
     ParamSpec("speedometer_type", SPEEDOMETER_TYPES[0], "message type on the speedometer topic: the Leaderboard 2.0 "
               "bridge's carla_msgs/CarlaSpeedometer (field speed), or std_msgs/Float32 (field data); a publisher "
               "of another type on the topic is an ERROR on /diagnostics", START, choices=SPEEDOMETER_TYPES),
