@@ -77,9 +77,8 @@ def print_selection(result: dict[str, Any]) -> None:
 
     r = result
     print(f"\ncandidate selection ({r['label']}, N = {r['candidates']}, temperature {r['temperature']:g}, top-p "
-          f"{r['top_p']:g}; online scene: route corridor {r['lane_width_m']:g} m, traffic at constant velocity; EP against the "
-          f"{r['progress_reference']} candidate) over "
-          f"{r['samples']} samples, paired")
+          f"{r['top_p']:g}; online scene: route corridor {r['lane_width_m']:g} m, traffic at constant velocity; EP "
+          f"against the {r['progress_reference']} candidate) over {r['samples']} samples, paired")
     if not r["samples"]:
         print("  no planning sample of this data set to score")
         return

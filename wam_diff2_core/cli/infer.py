@@ -147,9 +147,7 @@ def run(args) -> int:
                     memory.reset()
                     stages.memory_kind = memory.kind
                     records += _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages)
-                    stages.total_ms = (time.perf_counter() - t_batch) * 1e3
-                    stages.other_ms = max(0.0, stages.total_ms - stages.stage_sum_ms)
-                    stages.peak_memory_mb = memory.peak_mb()
+                    stages.finish((time.perf_counter() - t_batch) * 1e3, memory)
                     batch_stages.append(stages)
                 for rec in records:
                     sink.write(json.dumps(rec) + "\n")

@@ -155,13 +155,14 @@ def _json_list_records(path: Path, text: str) -> list[Record]:
     return records
 
 
-def _sample_id(raw: dict[str, Any], index: int) -> str:
+def _sample_id(raw: dict[str, Any], index: int, where: str | None, line: int | None) -> str:
     """The record's id ("#N", its 1-based position, when it has none); SampleError for a bad one."""
     if "id" not in raw:
         return f"#{index + 1}"
     value = raw["id"]
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-        raise SampleError(f"#{index + 1}", f"'id' must be a non-empty string or an integer, got {_short(value)}")
+        raise SampleError(f"#{index + 1}", f"'id' must be a non-empty string or an integer, got {_short(value)}",
+                          where, line)
     return str(value)
 
 
@@ -177,10 +178,7 @@ def parse_sample(raw: dict[str, Any], data_root: str | Path = ".", index: int = 
     """Validate one record (``record``: where it is in its file) and turn its conversation into
     processor chat messages. An image path outside the data root is an error (module docstring)."""
     where, line = (record.where, record.line) if record is not None else (None, None)
-    try:
-        sample_id = _sample_id(raw, index)
-    except SampleError as exc:
-        raise SampleError(exc.sample_id, exc.reason, where, line) from None
+    sample_id = _sample_id(raw, index, where, line)
 
     def bad(message: str) -> SampleError:
         return SampleError(sample_id, message, where, line)

@@ -31,7 +31,6 @@ def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat1
     src = Path(src)
     loaded = load_checkpoint(src, device="cpu", dtype=dtype, quantization=quantize)
     with atomic_directory(dst) as tmp:
-        tmp = Path(tmp)
         if loaded.quantization == "none":
             save_checkpoint(loaded.model, loaded.processor, tmp)
             if (src / DIFFUSION_CONFIG_FILE).is_file():

@@ -7,6 +7,7 @@ loads through :func:`wam_diff2_core.model.load_checkpoint` like a real one.
 """
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -75,7 +76,6 @@ def build_tokenizer(seed: int = 0, vocab_size: int = 1000, with_mask: bool = Tru
     """A byte-level BPE tokenizer with Qwen's pre-tokenizer and special tokens (plus ``<|mask|>`` unless not
     ``with_mask``, as in stock Qwen3-VL); ``qwen_layout``: padded to Qwen's 151643 BPE entries, so every special
     token sits at its real Qwen3-VL id."""
-    import json
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -172,8 +172,6 @@ def build_qwen_layout_checkpoint(out_dir: str | Path, seed: int = 0, *, label: s
     """A tiny checkpoint with the **real Qwen3-VL id layout**, as the authors ship WAM-Diff2: 151936 rows, the
     specials at their real ids, no ``<|mask|>``, no diffusion_config.json. ``label``: ``wam_diff2`` (the authors'
     model_type names) or ``qwen3_vl``; ``mask_token_id``: the authors' config.json field (None: not written)."""
-    import json
-
     out = Path(out_dir)
     tokenizer = build_tokenizer(seed, with_mask=False, qwen_layout=True)
     config = build_config(tokenizer, hidden_size=hidden_size, layers=2, qwen_layout=True)
