@@ -86,7 +86,7 @@ class ControllerNode(Node):
         self.state = ControllerState()
         self.counts = self.state.counts
         self._plan: Plan | None = None
-        self._plan_stamp_ns: int | None = None
+        self.plan_stamp_ns: int | None = None       # stamp of the newest plan received (None: none yet)
         self._odometry: EgoOdometry | None = None
         self._tick_index = 0                      # ticks since the start (or a time reset): pacing's frame count
         self._held: tuple[int, int, float] | None = None   # pacing hold: (tick, planning frame, wall start)
@@ -129,11 +129,6 @@ class ControllerNode(Node):
                                f"-> {self._control_pub.topic_name}"
                                + (f" and {t['carla_control']}" if self._carla_pub else ""))
 
-    @property
-    def plan_stamp_ns(self) -> int | None:
-        """Stamp of the newest plan received (None: none yet)."""
-        return self._plan_stamp_ns
-
     # ------------------------------------------------------------------ parameters
     def _usable(self, values: dict) -> dict:
         """``values`` with the refused ones at their defaults."""
@@ -163,11 +158,11 @@ class ControllerNode(Node):
         plan = plan_from_trajectory(msg)
         stamp = stamp_ns(msg.header.stamp)
         self.counts["plans_valid" if plan.valid else "plans_invalid"] += 1
-        if self._plan_stamp_ns is not None and stamp <= self._plan_stamp_ns \
-                and self._plan_stamp_ns - stamp <= TIME_RESET_S * NS_PER_S:
+        if self.plan_stamp_ns is not None and stamp <= self.plan_stamp_ns \
+                and self.plan_stamp_ns - stamp <= TIME_RESET_S * NS_PER_S:
             self.counts["plans_out_of_order"] += 1
             return
-        self._plan, self._plan_stamp_ns = plan, stamp
+        self._plan, self.plan_stamp_ns = plan, stamp
         if self.state.last_tick_ns is not None:
             age = (self.state.last_tick_ns - stamp) / NS_PER_S
             self.state.plan_ages_s.append(age)
@@ -229,7 +224,7 @@ class ControllerNode(Node):
         values = self._values
         if (values["pacing"] == "hold" and last is not None and (index - 1) % values["pacing_every_n_ticks"] == 0
                 and self.state.planner_state == PlannerStatus.READY and not self._config_errors
-                and (self._plan_stamp_ns is None or self._plan_stamp_ns < last)):
+                and (self.plan_stamp_ns is None or self.plan_stamp_ns < last)):
             # the tick after a planning frame (the previous tick) whose plan has not arrived: hold it
             self._held = (tick_ns, last, time.perf_counter())
             self.counts["pacing_holds"] += 1
@@ -290,7 +285,7 @@ class ControllerNode(Node):
 
     def _restart(self) -> None:
         self.controller = WaypointController(self.controller.gains)
-        self._plan = self._plan_stamp_ns = None
+        self._plan = self.plan_stamp_ns = None
         self._tick_index = 0
         if self._held is not None:
             self.destroy_timer(self._hold_timer)
@@ -303,8 +298,8 @@ class ControllerNode(Node):
     def _publish(self, tick_ns: int, control, speed: float, odometry: EgoOdometry | None) -> None:
         frame = self._values["ego_frame_id"] or (odometry.child_frame if odometry else "")
         header = Header(stamp=ns_to_stamp(tick_ns), frame_id=frame)
-        plan_age = math.nan if self._plan_stamp_ns is None else (tick_ns - self._plan_stamp_ns) / NS_PER_S
-        msg = msg_from(VehicleControl, control, header=header, plan_stamp=ns_to_stamp(self._plan_stamp_ns or 0),
+        plan_age = math.nan if self.plan_stamp_ns is None else (tick_ns - self.plan_stamp_ns) / NS_PER_S
+        msg = msg_from(VehicleControl, control, header=header, plan_stamp=ns_to_stamp(self.plan_stamp_ns or 0),
                        source=VehicleControl.SOURCE_FALLBACK if control.reason else VehicleControl.SOURCE_PLAN,
                        plan_age_s=float(plan_age), speed_mps=float(speed))
         self._control_pub.publish(msg)

@@ -7,11 +7,9 @@ waiting) and silence (an input left out for a whole phase), each message waited 
 counters show it handled. Run it with ROS_PYTHON_CHECK_FIELDS=1 (scripts/hostile_inputs.py sets it), so
 that building an output from a hostile value raises, as on Humble.
 
-It checks (``FuzzReport.problems``) that no callback raised; every output was finite and in range
-(odometry: pose, twist, covariances; control: throttle / brake in [0, 1], steer in [-1, 1], no throttle
-on a fallback); ``/diagnostics`` never said OK with a non-finite standard deviation; and good inputs
-after the hostile phases bring right outputs back (odometry within ``RECOVERY_POSITION_M`` of the truth,
-controls following a fresh plan) for the last ``RECOVERY_CHECKED_TICKS`` of ``RECOVERY_TICKS`` ticks.
+It checks (``FuzzReport.problems``) that no callback raised, every output was finite and in range
+(``_odometry_problem``, ``_control_problem``), ``/diagnostics`` never said OK with a non-finite standard
+deviation, and good inputs after the hostile phases bring right outputs back (each fuzz's ``recover``).
 """
 from __future__ import annotations
 
