@@ -123,10 +123,6 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def has_run(run_dir: Path) -> bool:
-    return any((Path(run_dir) / name).exists() for name in (METRICS, CHECKPOINTS, FINAL))
-
-
 def read_progress(checkpoint: Path) -> dict[str, Any]:
     return json.loads((checkpoint / TRAINER_STATE / PROGRESS).read_text())
 

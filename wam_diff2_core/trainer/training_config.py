@@ -45,10 +45,6 @@ _Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:t
                                     list("tTfF"))
 
 
-def _load_yaml(text: str):
-    return yaml.load(text, Loader=_Yaml12Loader)
-
-
 @dataclass
 class ModelSection:
     path: str = setting("", "checkpoint directory to start from (Hugging Face layout)", required=True)
@@ -295,7 +291,7 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
         if raw is None:
             raise ConfigError(f"{arg}: missing a value")
         try:
-            out[key] = _load_yaml(raw) if raw != "" else ""
+            out[key] = yaml.load(raw, Loader=_Yaml12Loader) if raw != "" else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"{key}: cannot parse value {raw!r} ({exc})") from exc
     return out
@@ -304,7 +300,7 @@ def parse_overrides(args: Sequence[str]) -> dict[str, Any]:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        data = _load_yaml(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_Yaml12Loader)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
     except yaml.YAMLError as exc:

@@ -52,13 +52,6 @@ def padded_length(response_length: int, multiple: int) -> int:
     return -(-response_length // multiple) * multiple
 
 
-def sequence_length(prefix_length: int, response_length: int, block_size: int, multiple: int | None = None) -> int:
-    """Training sequence length: ``P + R`` for B = 1, else ``P + 2 L`` (clean and noisy copies)."""
-    if block_size == 1:
-        return prefix_length + response_length
-    return prefix_length + 2 * padded_length(response_length, multiple or block_size)
-
-
 def _find_last(haystack: list[int], needle: list[int]) -> int:
     for start in range(len(haystack) - len(needle), -1, -1):
         if haystack[start:start + len(needle)] == needle:
@@ -157,9 +150,9 @@ class SampleDataset(torch.utils.data.Dataset):
             images = load_images(sample, self.image_limits)
             example = encode_sample(self.processor, sample, images, eos_token_id=self.eos_token_id,
                                     min_pixels=self.min_pixels, max_pixels=self.max_pixels)
-            if self.max_length:
-                length = sequence_length(example.prefix_length, len(example.response_ids), self.block_size,
-                                         self.pad_multiple)
+            if self.max_length:     # the training row: P + R for B = 1, else P + 2 L (clean and noisy copies)
+                r = len(example.response_ids)
+                length = example.prefix_length + (r if self.block_size == 1 else 2 * padded_length(r, self.pad_multiple))
                 if length > self.max_length:
                     raise sample.error(f"{length} tokens is more than data.max_length {self.max_length}")
         except SampleError as exc:

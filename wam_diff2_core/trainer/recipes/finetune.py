@@ -26,7 +26,7 @@ from ...model.saving import save_checkpoint
 from ...model.prompt_encoding import pixel_size
 from ...utils.atomic import atomic_write_text
 from ...utils.run_lock import RUN_LOCK, RunLock
-from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, append_metrics, begin_partial, has_run,
+from ..checkpointing import (CHECKPOINTS, FINAL, METRICS, TRAINER_STATE, append_metrics, begin_partial,
                              latest_checkpoint, partial_path, prune_checkpoints, publish, read_progress, step_dir_name,
                              truncate_metrics, write_progress)
 from ..devices import apply_tf32, make_accelerator
@@ -162,7 +162,7 @@ class FinetuneRecipe:
     def _check_run_dir(self) -> Path | None:
         """The checkpoint to resume from (None: start from ``model.path``); a finished run sets ``finished``."""
         if not self.resume:
-            if has_run(self.run_dir):
+            if any((self.run_dir / name).exists() for name in (METRICS, CHECKPOINTS, FINAL)):
                 raise ConfigError(f"output.dir: {self.run_dir} already holds a run; pass --resume to continue it "
                                   "or choose another directory")
             return None
