@@ -13,11 +13,7 @@ from ..config import DTYPE_ALIASES, DTYPE_NAMES, ConfigError
 def resolve_device(device: str = "auto") -> torch.device:
     """``auto`` picks cuda, then an Ascend npu (torch-npu, imported only then), then cpu."""
     if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if _npu_available():
-            return torch.device("npu")
-        return torch.device("cpu")
+        return torch.device("cuda" if torch.cuda.is_available() else "npu" if _npu_available() else "cpu")
     if device.startswith("npu"):
         if not _npu_available():
             raise ConfigError("device: npu needs torch-npu and Ascend CANN (pip install .[npu])")
@@ -67,10 +63,8 @@ def resolve_dtype(dtype: str, device: torch.device, parameters: int = 0) -> torc
     """``auto``: bfloat16 on accelerators; on CPU float32, or bfloat16 for a model of at least
     :data:`CPU_BF16_MIN_PARAMETERS` parameters when the CPU supports it."""
     if dtype == "auto":
-        if device.type != "cpu":
-            return torch.bfloat16
-        large = parameters >= CPU_BF16_MIN_PARAMETERS
-        return torch.bfloat16 if large and cpu_supports_bf16() else torch.float32
+        bf16 = device.type != "cpu" or (parameters >= CPU_BF16_MIN_PARAMETERS and cpu_supports_bf16())
+        return torch.bfloat16 if bf16 else torch.float32
     if dtype not in DTYPES:
         raise ConfigError(f"dtype: {dtype!r} is not one of auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]
