@@ -162,9 +162,7 @@ def run(args) -> int:
                 return 0
             parts = [output.with_name(output.name + f".rank{r}.partial.jsonl") for r in range(world)]
             for part in parts[1:]:
-                for line in part.read_text().splitlines():
-                    rec = json.loads(line)
-                    done[rec["id"]] = rec
+                done.update((rec["id"], rec) for rec in map(json.loads, part.read_text().splitlines()))
         ordered = [_error_record(s) if isinstance(s, SampleError) else done[s.id] for s in items
                    if isinstance(s, SampleError) or s.id in done]
         if output.suffix == ".jsonl":

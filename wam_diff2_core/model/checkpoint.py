@@ -174,10 +174,9 @@ def check_files(path: Path) -> None:
         missing = sorted(s for s in shards if not (path / s).exists())
         if missing:
             raise CheckpointError(f"{index}: shard file(s) missing: {', '.join(missing)}")
-    if not any((path / f).exists() for f in TOKENIZER_FILES):
-        raise CheckpointError(f"{path}: no tokenizer ({' or '.join(TOKENIZER_FILES)})")
-    if not any((path / f).exists() for f in PROCESSOR_FILES):
-        raise CheckpointError(f"{path}: no image processor config ({' or '.join(PROCESSOR_FILES)})")
+    for what, files in (("tokenizer", TOKENIZER_FILES), ("image processor config", PROCESSOR_FILES)):
+        if not any((path / f).exists() for f in files):
+            raise CheckpointError(f"{path}: no {what} ({' or '.join(files)})")
 
 
 REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json",

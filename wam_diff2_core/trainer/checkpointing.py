@@ -81,8 +81,7 @@ def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
         match = _STEP_DIR.match(child.name)
         if not (match and child.is_dir()):
             continue
-        missing = missing_files(child)
-        if missing:
+        if missing := missing_files(child):
             log.warning("%s is incomplete (%s missing): not resumed from", child, missing)
             continue
         found.append((int(match.group(1)), child))
