@@ -20,7 +20,7 @@ from typing import Any
 
 from ..config import DecodingSettings
 from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS
-from ..profiling import stage_summary, timed_decode
+from ..profiling import PeakMemory, StageTimes, stage_summary, timed_decode
 
 log = logging.getLogger(__name__)
 SWEEP_BLOCK = 32
@@ -214,11 +214,11 @@ def compare(results: list[dict[str, Any]], baseline: dict[str, Any]) -> None:
 
 def timed_answer(decoder, tokenizer, inputs, settings, seed: int, parse, image_ms: float = 0.0,
                  processor_ms: float = 0.0):
-    """(answer text, ``parse(text, tokens)``, DecodeStats, stage times as a dict) of one sample under one
-    configuration (``tokens``: decode_one's answer token ids and confidences, or None; ``image_ms`` /
-    ``processor_ms``: reading and encoding the sample, done once)."""
+    """(answer text, ``parse(text, tokens)``, the row's decode fields: forwards, tokens, prefill_ms, decode_ms
+    (denoise + commit) and stage times as a dict) of one sample under one configuration (``tokens``:
+    decode_one's answer token ids and confidences, or None; ``image_ms`` / ``processor_ms``: reading and
+    encoding the sample, done once)."""
     from ..decoding.sampling import seeded_generators
-    from ..profiling import PeakMemory, StageTimes
 
     memory = PeakMemory(decoder.device)
     memory.reset()
@@ -230,15 +230,9 @@ def timed_answer(decoder, tokenizer, inputs, settings, seed: int, parse, image_m
     parsed = parse(text, tokens)
     t_end = time.perf_counter()
     stages.parse_ms += (t_end - t_parse) * 1e3
-    stages.total_ms = image_ms + processor_ms + (t_end - t0) * 1e3
-    stages.other_ms = max(0.0, stages.total_ms - stages.stage_sum_ms)
-    stages.peak_memory_mb = memory.peak_mb()
-    return text, parsed, s, stages.as_dict()
-
-
-def _decode_fields(s, stages: dict) -> dict[str, Any]:
-    return {"forwards": s.forwards, "tokens": s.tokens, "prefill_ms": s.prefill_ms,
-            "decode_ms": s.denoise_ms + s.commit_ms, "stages": stages}
+    stages.finish(image_ms + processor_ms + (t_end - t0) * 1e3, memory)
+    return text, parsed, {"forwards": s.forwards, "tokens": s.tokens, "prefill_ms": s.prefill_ms,
+                          "decode_ms": s.denoise_ms + s.commit_ms, "stages": stages.as_dict()}
 
 
 def decode_row(decoder, tokenizer, sample_id: str, inputs, truth, settings, seed: int,
@@ -248,12 +242,12 @@ def decode_row(decoder, tokenizer, sample_id: str, inputs, truth, settings, seed
     from ..evaluation.metrics import waypoint_errors
     from ..outputs.parsing import parse_waypoints
 
-    text, plan, s, stages = timed_answer(decoder, tokenizer, inputs, settings, seed,
-                                         lambda answer, _: parse_waypoints(answer), image_ms, processor_ms)
+    text, plan, fields = timed_answer(decoder, tokenizer, inputs, settings, seed,
+                                      lambda answer, _: parse_waypoints(answer), image_ms, processor_ms)
     return {"id": sample_id, "text": text, "parse_error": None if plan.ok else str(plan.error),
             "waypoints": plan.waypoints.tolist() if plan.ok else None,
             "errors": waypoint_errors(plan.waypoints, truth).tolist() if plan.ok else None,
-            **_decode_fields(s, stages)}
+            **fields}
 
 
 def ground_row(decoder, tokenizer, sample_id: str, inputs, image_size: tuple[int, int], settings, seed: int,
@@ -267,9 +261,9 @@ def ground_row(decoder, tokenizer, sample_id: str, inputs, image_size: tuple[int
         confidence = token_char_confidences(tokenizer, *tokens, answer) if tokens else None
         return parse_boxes(answer, image_size, char_confidence=confidence)
 
-    text, found, s, stages = timed_answer(decoder, tokenizer, inputs, settings, seed, parse, image_ms, processor_ms)
+    text, found, fields = timed_answer(decoder, tokenizer, inputs, settings, seed, parse, image_ms, processor_ms)
     row = {"id": sample_id, "text": text, "parse_error": None if found.ok else str(found.error),
-           "boxes": [vars(b) for b in found.boxes], "dropped": found.dropped, **_decode_fields(s, stages)}
+           "boxes": [vars(b) for b in found.boxes], "dropped": found.dropped, **fields}
     return row, found
 
 
@@ -342,22 +336,21 @@ def compare_models(data: SampleSet, models: dict[str, str], *, block_sizes, thre
     from ..model.prompt_encoding import encode_prompts
 
     overrides = {"max_new_tokens": max_new_tokens} if max_new_tokens else None
-    samples, grounding, images, image_ms, truth_boxes = (data.samples, data.grounding, data.images, data.image_ms,
-                                                         data.truth_boxes)
     # every sample the benchmark decodes, planning first: (sample, task, ground truth)
-    work = [*((s, "planning", t) for s, t in samples), *((s, "grounding", truth_boxes[s.id]) for s in grounding)]
+    work = [*((s, "planning", t) for s, t in data.samples),
+            *((s, "grounding", data.truth_boxes[s.id]) for s in data.grounding)]
     loaded_by_path: dict[str, Any] = {}
     runs = []
 
     def decode(r, i: int, seed: int, sample_id: str | None = None):
         """Row (and for grounding, its DetectionImage) of work item ``i`` under run ``r``."""
         sample, task, truth = work[i]
-        common = dict(image_ms=image_ms[sample.id], processor_ms=r.processor_ms[i])
+        common = dict(image_ms=data.image_ms[sample.id], processor_ms=r.processor_ms[i])
         if task == "planning":
             return decode_row(r.decoder, r.loaded.tokenizer, sample_id or sample.id, r.encoded[i], truth,
                               r.settings, seed, **common), None
         row, found = ground_row(r.decoder, r.loaded.tokenizer, sample_id or sample.id, r.encoded[i],
-                                images[sample.id][0].size, r.settings, seed, **common)
+                                data.images[sample.id][0].size, r.settings, seed, **common)
         return row, DetectionImage(sample.id, truth, found)
 
     for label, block, threshold in configurations(block_sizes, thresholds):
@@ -367,7 +360,7 @@ def compare_models(data: SampleSet, models: dict[str, str], *, block_sizes, thre
             encoded, processor_ms = [], []
             for s, _, _ in work:
                 t = time.perf_counter()
-                encoded.append(encode_prompts(loaded.processor, [s.prompt_messages], [images[s.id]],
+                encoded.append(encode_prompts(loaded.processor, [s.prompt_messages], [data.images[s.id]],
                                               min_pixels=min_pixels, max_pixels=max_pixels).to(loaded.device))
                 processor_ms.append((time.perf_counter() - t) * 1e3)
             loaded_by_path[path] = (loaded, make_decoder(loaded.model, loaded.config), encoded, processor_ms)
@@ -379,28 +372,26 @@ def compare_models(data: SampleSet, models: dict[str, str], *, block_sizes, thre
                                                **({} if threshold is None else {"confidence_threshold": threshold})
                                                ).settings
         r = SimpleNamespace(label=label, block=block, threshold=threshold, path=path, loaded=loaded,
-                            decoder=decoder, encoded=encoded, settings=settings, processor_ms=processor_ms)
+                            decoder=decoder, encoded=encoded, settings=settings, processor_ms=processor_ms,
+                            rows=[], ground_rows=[], detections=[])
         decode(r, 0, seed, "warm-up")
         runs.append(r)
-    rows: list[list[dict]] = [[] for _ in runs]
-    ground_rows: list[list[dict]] = [[] for _ in runs]
-    detections: list[list] = [[] for _ in runs]
     for i, (sample, task, _) in enumerate(work):
         log.info("bench sample %d/%d (%s, %s)", i + 1, len(work), task, sample.id)
-        for k, r in enumerate(runs):
+        for r in runs:
             row, detection = decode(r, i, seed + i)
             if detection is None:
-                rows[k].append(row)
+                r.rows.append(row)
             else:
-                ground_rows[k].append(row)
-                detections[k].append(detection)
-    for config_rows in rows:
-        for row in config_rows:
+                r.ground_rows.append(row)
+                r.detections.append(detection)
+    results = []
+    for r in runs:
+        for row in r.rows:
             row["pdm"] = pdm_row(pdm, row["id"], row["waypoints"])
-    results = [summarize(r.label, r.block, r.threshold, str(r.path), config_rows) for r, config_rows in zip(runs, rows)]
-    for result, config_rows, config_detections in zip(results, ground_rows, detections):
-        result["grounding"] = summarize_grounding(config_rows, config_detections)
-    baseline = constant_velocity_baseline(samples, pdm)
+        results.append({**summarize(r.label, r.block, r.threshold, str(r.path), r.rows),
+                        "grounding": summarize_grounding(r.ground_rows, r.detections)})
+    baseline = constant_velocity_baseline(data.samples, pdm)
     compare(results, baseline)
     return Comparison(results=results, baseline=baseline, loaded=next(iter(loaded_by_path.values()))[0],
                       by_path=loaded_by_path)
