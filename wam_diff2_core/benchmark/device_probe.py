@@ -23,8 +23,7 @@ def probe(device) -> tuple[list[dict], bool]:
 
     from ..decoding.attention import SDPA_STEP_BACKENDS, folded_bias, grouped_sdpa, sdpa_step_backends
     from ..decoding.cuda_graphs import HostSyncCheck
-    from ..decoding.sampling import draw_one
-    from ..decoding.sampling import greedy_pick
+    from ..decoding.sampling import draw_one, greedy_pick
 
     rows, ok = [], True
 
@@ -94,7 +93,6 @@ def probe(device) -> tuple[list[dict], bool]:
     except Exception as exc:  # noqa: BLE001 - the row says what failed
         add("token choice under the capture rules", f"{type(exc).__name__}: {exc}", False)
     return rows, ok
-
 
 
 def flashinfer_version() -> str:

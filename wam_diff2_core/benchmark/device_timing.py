@@ -79,6 +79,13 @@ def eager_twin(variant: str) -> str:
     return variant.removesuffix("-emulated").removesuffix("-graph").replace("-compiled", "")
 
 
+def _timed_model(device, dtype, check: DeviceCheck):
+    """(model, config at Block-32): the random model of ``check.shape`` that the parts time."""
+    from ..model.random_model import build_random_model
+    model, config = build_random_model(check.shape, device, dtype, check.seed, 24.0)
+    return model, config.with_settings(block_size=32)
+
+
 def _timed_variants(model, config, device, names) -> dict:
     variants = {}
     for name in names:
@@ -121,10 +128,7 @@ def forward_rows(model, config, device, variants: dict, check: DeviceCheck, rows
 
 def time_block_forwards(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
     """The forward part: the 2B-shaped model's forwards, plain / static eager / static graphed side by side."""
-    from ..model.random_model import build_random_model
-
-    model, config = build_random_model(check.shape, device, dtype, check.seed, 24.0)
-    config = config.with_settings(block_size=32)
+    model, config = _timed_model(device, dtype, check)
     names = [v for v in available_variants(device) if "-compiled" not in v]
     forward_rows(model, config, device, _timed_variants(model, config, device, names), check, rows)
     return True
@@ -135,11 +139,9 @@ def measure_decode(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
     (the last graphed variant, not compiled): tokens per forward and ms per token at each ``mask_check_interval``
     of ``INTERVALS`` (fewer host reads against idle steps); the tokens must not change, and in float32 equal the
     plain decoder's (a last row: the agreement)."""
-    from ..model.random_model import build_random_model
     from ..policy import token_agreement
 
-    model, config = build_random_model(check.shape, device, dtype, check.seed, 24.0)
-    config = config.with_settings(block_size=32)
+    model, config = _timed_model(device, dtype, check)
     name = [v for v in available_variants(device) if v != "plain" and "-compiled" not in v][-1]
     decoder, plain = make_variant(name, model, config), make_variant("plain", model, config)
     inputs = random_prompt(config.vocab_size, 1, check.prompt_length, check.seed + 1, device)
@@ -287,26 +289,18 @@ def _kernel_class(name: str) -> str:
 def measure_compiled(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
     """The compiled part: the compiled forward's token check (Block-32 greedy, single sequences, the compile time
     in its row), then its Block-32 forward in CUDA graphs (emulated off CUDA) beside the uncompiled graphed one."""
-    from ..model.random_model import build_random_model
-
+    compiled = ["static-sdpa-compiled-graph" if device.type == "cuda" else "static-sdpa-compiled-graph-emulated"]
     t0 = time.perf_counter()
-    _, ok = check_tokens(device, False, check.check_tokens, variants=_compiled_variants(device), on_row=rows.add,
+    _, ok = check_tokens(device, False, check.check_tokens, variants=compiled, on_row=rows.add,
                          compile_mode=check.compile_mode)
     rows.add({"check": "token check with compiles", "seconds": time.perf_counter() - t0})
-    model, config = build_random_model(check.shape, device, dtype, check.seed, 24.0)
-    config = config.with_settings(block_size=32)
-    names = _compiled_variants(device) + [v.replace("-compiled", "") for v in _compiled_variants(device)]
-    variants = {}
-    for name in names:
-        variants[name] = make_variant(name, model, config, compile_mode=check.compile_mode)
+    model, config = _timed_model(device, dtype, check)
+    variants = {name: make_variant(name, model, config, compile_mode=check.compile_mode)
+                for name in compiled + [v.replace("-compiled", "") for v in compiled]}
     t0 = time.perf_counter()
     forward_rows(model, config, device, variants, check, rows)
     rows.add({"check": "forward rows with compiles", "seconds": time.perf_counter() - t0})
     return ok
-
-
-def _compiled_variants(device) -> list[str]:
-    return ["static-sdpa-compiled-graph" if device.type == "cuda" else "static-sdpa-compiled-graph-emulated"]
 
 
 def check_quantized(device, dtype, check: DeviceCheck, method: str, rows: Rows,
@@ -317,7 +311,6 @@ def check_quantized(device, dtype, check: DeviceCheck, method: str, rows: Rows,
     may lack it; device_check.sh carries its wheel from gpu_wheels/)."""
     from ..config import ConfigError
     from ..model.quantization import quantize_language_model, require_torchao
-    from ..model.random_model import build_random_model
 
     try:
         require_torchao(method)
@@ -326,10 +319,9 @@ def check_quantized(device, dtype, check: DeviceCheck, method: str, rows: Rows,
         return True
     _, ok = check_tokens(device, False, check.check_tokens, quantization=method,
                          on_row=lambda r: rows.add({"method": method, **r}))
-    model, config = build_random_model(check.shape, device, dtype, check.seed, 24.0)
+    model, config = _timed_model(device, dtype, check)
     report = quantize_language_model(model, method)
     rows.add({"method": method, "weights": report.describe()})
-    config = config.with_settings(block_size=32)
     names = [v for v in available_variants(device) if v != "plain" and "flashinfer" not in v and "-compiled" not in v]
     variants = _timed_variants(model, config, device, names)
     before = {(r["variant"], r["step"]): r["ms"] for r in unquantized if "ms" in r}

@@ -41,10 +41,6 @@ def _time_ms(fn, device) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def _median_ms(fn, device, repeats: int, warmup: int = 2) -> float:
-    return interleaved_times({"x": fn}, device, repeats, warmup)["x"][0]
-
-
 def interleaved_times(fns: dict, device, repeats: int, warmup: int = 2) -> dict:
     """(median, min) ms of each callable, timed round-robin (A B C A B C ...) so that every one sees
     the same machine state: fair side-by-side numbers on a shared or throttling machine."""
@@ -64,7 +60,7 @@ def measure_bandwidth(device) -> float:
     size = (1 << 30) if device.type != "cpu" else (256 << 20)
     src = torch.empty(size, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    ms = _median_ms(lambda: dst.copy_(src), device, repeats=5)
+    ms, _ = interleaved_times({"copy": lambda: dst.copy_(src)}, device, repeats=5)["copy"]
     return 2 * size / (ms / 1e3)
 
 
@@ -83,7 +79,6 @@ def kv_bytes(model, keys: int, batch: int) -> int:
     cfg = model.model.language_model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     return 2 * cfg.num_hidden_layers * batch * keys * cfg.num_key_value_heads * head_dim * model.dtype.itemsize
-
 
 
 def step_shapes(size: int, fused: bool = True) -> list[tuple[str, int, list[tuple[int, int]]]]:
@@ -140,8 +135,7 @@ def per_token(forward_rows: list[dict], bench: ForwardBench) -> list[dict]:
     by_key = {(r["variant"], r["prompt"], r["queries"]): r["ms"] for r in forward_rows}
     for (variant, prompt, queries), ms in by_key.items():
         if queries == 1:
-            ms_token = ms
-            mode = "AR"
+            ms_token, mode = ms, "AR"
         elif queries == size:
             steps = max(1.0, size / tpf)
             if variant == "plain":      # S_b steps + a commit forward of the same shape

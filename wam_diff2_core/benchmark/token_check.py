@@ -99,6 +99,11 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0, quantiza
     dtypes = ("float32",) if device.type == "cpu" else ("float32", "bfloat16")
     batches = check_batches(device)
     rows, ok = [], True
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        if on_row:
+            on_row(row)
     for dtype_name in dtypes:
         model, config = build_random_model(CHECK_SHAPE, device, getattr(torch, dtype_name), seed, 24.0)
         quantize_language_model(model, quantization)
@@ -113,9 +118,7 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0, quantiza
             try:
                 fast = make_variant(name, model, config, compile_mode=compile_mode)
             except Exception as exc:  # noqa: BLE001 - a variant that cannot start is a failed row
-                rows.append(dict(dtype=label, variant=name, case="-", same="-", note=f"FAIL {type(exc).__name__}: {exc}"))
-                if on_row:
-                    on_row(rows[-1])
+                add(dict(dtype=label, variant=name, case="-", same="-", note=f"FAIL {type(exc).__name__}: {exc}"))
                 ok = False
                 continue
             graphs = getattr(fast, "graphs", None) if "-graph" in name else None
@@ -157,8 +160,6 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0, quantiza
                 elif graphs is not None:
                     note = f"{graphs.replays - replays} replays of {len(graphs.graphs)} graphs " + note
                 ok &= passed
-                rows.append(dict(dtype=label, variant=name, case=case, same=f"{same}/{total}", note=note))
-                if on_row:
-                    on_row(rows[-1])
+                add(dict(dtype=label, variant=name, case=case, same=f"{same}/{total}", note=note))
         del model
     return rows, ok
