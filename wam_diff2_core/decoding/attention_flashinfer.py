@@ -24,6 +24,7 @@ against SDPA (CPU tests run its page tables and request layout against a pure-to
 from __future__ import annotations
 
 import functools
+from itertools import accumulate
 
 import torch
 
@@ -38,13 +39,10 @@ def import_flashinfer():
     import (a missing dependency such as ``tvm_ffi``, a library built for another CUDA or torch)."""
     try:
         import flashinfer
-    except ImportError as exc:
-        if getattr(exc, "name", None) == "flashinfer":
+    except Exception as exc:  # noqa: BLE001 - any import-time failure makes the backend unusable
+        if isinstance(exc, ImportError) and getattr(exc, "name", None) == "flashinfer":
             raise ConfigError("attention_backend: flashinfer is not installed (pip install .[gpu], or "
                               "flashinfer-python for this torch/CUDA)") from exc
-        raise ConfigError(f"attention_backend: flashinfer is installed but does not import "
-                          f"({type(exc).__name__}: {exc})") from exc
-    except Exception as exc:  # noqa: BLE001 - any import-time failure makes the backend unusable
         raise ConfigError(f"attention_backend: flashinfer is installed but does not import "
                           f"({type(exc).__name__}: {exc})") from exc
     return flashinfer
@@ -106,7 +104,7 @@ class FlashInferAttention(AttentionBackend):
         lengths, size = plan.lengths, plan.block_size
         if self._prompt_wrapper is None:
             self._prompt_wrapper = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
-        qo_indptr = self._host(_offsets(lengths))
+        qo_indptr = self._host(list(accumulate(lengths, initial=0)))
         kv_indptr, kv_indices, last = self._pages(cache, list(enumerate(lengths)))
         masks = []
         for p in lengths:          # block-causal: query block id >= key block id (ids = pos // B)
@@ -157,7 +155,7 @@ class FlashInferAttention(AttentionBackend):
         rows, queries = buf.tokens.shape
         requests = [(r, buf.kv_lengths[r][j]) for r in range(rows) for j in range(len(buf.segments))]
         sizes = [stop - start for start, stop in buf.segments] * rows
-        qo_indptr = self._host(_offsets(sizes))
+        qo_indptr = self._host(list(accumulate(sizes, initial=0)))
         kv_indptr, kv_indices, last = self._pages(cache, requests)
         wrapper = self._wrapper(buf, cache, len(requests))
         wrapper.plan(qo_indptr, kv_indptr, kv_indices, last, causal=False, **self._plan_kwargs(cache))
@@ -171,14 +169,6 @@ class FlashInferAttention(AttentionBackend):
         flat = q.transpose(1, 2).reshape(rows * queries, heads, dim)
         wrapper = self._wrappers[self._wrapper_key(buf, cache)]
         return wrapper.run(flat, cache.pages(layer)).view(rows, queries, heads, dim)
-
-
-def _offsets(sizes: list[int]) -> list[int]:
-    """[0, s0, s0 + s1, ...]: FlashInfer's indptr of consecutive runs of ``sizes``."""
-    out = [0]
-    for size in sizes:
-        out.append(out[-1] + size)
-    return out
 
 
 def page_table(pages_per_row: int, page_size: int, requests: list[tuple[int, int]]):
