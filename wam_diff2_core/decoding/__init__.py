@@ -17,9 +17,8 @@ def make_decoder(model, config, implementation: str | None = None, *, cuda_graph
 
     ``engine`` (default :class:`EngineSettings`) < keyword overrides (None = keep); ``auto`` is made
     concrete by :func:`resolve_engine`; ``cpu_threads`` is applied here, for every entry point that
-    decodes on CPU. ``plain``:
-    transformers' cache, the reference; ``static``: preallocated KV cache, fused commit, optional
-    CUDA graphs and FlashInfer. Invalid combinations raise ConfigError naming the field.
+    decodes on CPU. ``plain``: transformers' cache, the reference; ``static``: preallocated KV cache,
+    fused commit, optional CUDA graphs and FlashInfer. Invalid combinations raise ConfigError naming the field.
     """
     given = dict(implementation=implementation, cuda_graphs=cuda_graphs, attention_backend=attention_backend,
                  **overrides)
@@ -40,9 +39,9 @@ def resolve_engine(engine: EngineSettings, model) -> EngineSettings:
     every entry point: on CUDA the static decoder with CUDA graphs, and FlashInfer when it imports and
     the weights are bf16/fp16; elsewhere the static decoder, which is also the faster one on CPU
     (README, "Fast decoding": 64 tokens after a 1k prompt, Block-32 250 vs 308 ms, AR 1863 vs 1962 ms
-    of decoding, same tokens). Not measured on an NPU. Settings given
-    with ``auto`` (``cuda_graphs``, ``attention_backend``) are kept (``compile_forward`` keeps SDPA, the
-    backend it compiles); other implementations pass through."""
+    of decoding, same tokens). Not measured on an NPU. Settings given with ``auto`` (``cuda_graphs``,
+    ``attention_backend``) are kept (``compile_forward`` keeps SDPA, the backend it compiles); other
+    implementations pass through."""
     if engine.implementation != "auto":
         return engine
     import torch

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
@@ -48,17 +49,25 @@ def prompt_inputs(model, inputs: Mapping[str, torch.Tensor], device: torch.devic
     return PromptInputs(input_ids, attention_mask, mm_types, vision, positions, next_position)
 
 
-def check_prompt_rows(prompt_rows: Sequence[int] | None, prompts: int) -> list[int] | None:
-    """The prompt each decode row continues, for a batch of ``prompts`` prompts: row i decodes prompt
-    ``prompt_rows[i]`` (several rows may share one, prefilled once). None when every row is its own prompt
-    (None given, or ``0 .. prompts - 1``); ValueError unless every entry indexes the batch."""
-    if prompt_rows is None:
-        return None
-    rows = [int(r) for r in prompt_rows]
-    if not rows or any(r < 0 or r >= prompts for r in rows):
-        raise ValueError(f"prompt_rows: {list(prompt_rows)} must be a non-empty list of prompt indices of the "
-                         f"batch of {prompts}")
-    return None if rows == list(range(prompts)) else rows
+def check_rows(prompts: int, prompt_rows: Sequence[int] | None, generators: Sequence | None,
+               greedy_rows: Sequence[int]) -> tuple[list[int] | None, int, tuple[int, ...]]:
+    """A decode call's rows for a batch of ``prompts`` prompts: (``prompt_rows``, the row count n, ``greedy_rows``
+    sorted and distinct); ValueError naming the argument that is wrong. Row i decodes prompt ``prompt_rows[i]``
+    (several rows may share one, prefilled once); None when every row is its own prompt (None given, or
+    ``0 .. prompts - 1``). ``generators``: None or one per row; ``greedy_rows``: row indices."""
+    if prompt_rows is not None:
+        rows = [int(r) for r in prompt_rows]
+        if not rows or any(r < 0 or r >= prompts for r in rows):
+            raise ValueError(f"prompt_rows: {list(prompt_rows)} must be a non-empty list of prompt indices of the "
+                             f"batch of {prompts}")
+        prompt_rows = None if rows == list(range(prompts)) else rows
+    n = prompts if prompt_rows is None else len(prompt_rows)
+    if generators is not None and len(generators) != n:
+        raise ValueError(f"generators: expected {n}, got {len(generators)}")
+    greedy = tuple(sorted(set(int(r) for r in greedy_rows)))
+    if any(r < 0 or r >= n for r in greedy):
+        raise ValueError(f"greedy_rows: {list(greedy_rows)} must be row indices of the batch of {n}")
+    return prompt_rows, n, greedy
 
 
 @dataclass
@@ -137,26 +146,28 @@ def finish_blocks(answer: list[list[int]], confidences: list[list[float]], stats
 
 
 class PhaseTimer:
+    """Wall time (ms) of a decode call's phases, the device synchronised at each boundary:
+    ``with timer("denoise"): ...`` adds to ``totals["denoise"]``."""
+
     def __init__(self, device: torch.device):
         self.device = device
         self.totals = {"prefill": 0.0, "denoise": 0.0, "commit": 0.0}
 
     def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        elif self.device.type == "npu":
-            torch.npu.synchronize(self.device)
+        if self.device.type in ("cuda", "npu"):          # torch.cuda and torch.npu share this API
+            getattr(torch, self.device.type).synchronize(self.device)
 
-    def __call__(self, phase: str):
-        timer = self
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        self.sync()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sync()
+            self.totals[phase] += (time.perf_counter() - t0) * 1e3
 
-        class _Phase:
-            def __enter__(self):
-                timer.sync()
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.sync()
-                timer.totals[phase] += (time.perf_counter() - self.t0) * 1e3
-
-        return _Phase()
+    def stamp(self, stats: Sequence[DecodeStats]) -> None:
+        """Every sequence's stats take the call's phase times."""
+        for s in stats:
+            s.prefill_ms, s.denoise_ms, s.commit_ms = (self.totals[k] for k in ("prefill", "denoise", "commit"))

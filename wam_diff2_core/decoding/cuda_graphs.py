@@ -230,9 +230,9 @@ class StepGraphs:
         self._stream = None                       # the side stream of every warm-up and capture
         if enabled and not emulate and device.type != "cuda":
             self.reason = f"CUDA graphs need a CUDA device (the model is on {device.type})"
-            log.warning("cuda_graphs: %s; decoding eagerly", self.reason)
         elif enabled and not emulate and not torch.cuda.is_available():
             self.reason = "CUDA is not available"
+        if self.reason:
             log.warning("cuda_graphs: %s; decoding eagerly", self.reason)
         self.enabled = enabled and not self.reason
 

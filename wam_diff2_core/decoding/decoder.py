@@ -26,10 +26,9 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..config import DecodingSettings, DiffusionConfig
-from .common import (DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, finish_blocks, prompt_inputs,
-                     record_block)
+from .common import DecodeOutput, DecodeStats, PhaseTimer, check_rows, finish_blocks, prompt_inputs, record_block
 from .masks import block_query_mask, prompt_block_mask, response_positions
-from .sampling import check_greedy_rows, choose_transfer, device_settings, sample_tokens, transfer_schedule
+from .sampling import choose_transfer, device_settings, sample_tokens, transfer_schedule
 
 @dataclass
 class Prefix:
@@ -53,7 +52,7 @@ class BlockDiffusionDecoder:
     # ---------------------------------------------------------------- prefill
     def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int,
                 prompt_rows: Sequence[int] | None = None) -> Prefix:
-        """One forward over the batch's prompts; with ``prompt_rows`` (check_prompt_rows) the prefix then has
+        """One forward over the batch's prompts; with ``prompt_rows`` (common.check_rows) the prefix then has
         one row per entry, a copy of that prompt's K/V, mask, position and logits."""
         from transformers import DynamicCache
 
@@ -99,11 +98,7 @@ class BlockDiffusionDecoder:
         (None: one sequence per prompt). Every sequence decodes to the tokens it gets alone."""
         settings = device_settings(settings or self.config.settings, self.device.type)
         prompts = inputs["input_ids"].shape[0]
-        prompt_rows = check_prompt_rows(prompt_rows, prompts)
-        n = prompts if prompt_rows is None else len(prompt_rows)
-        if generators is not None and len(generators) != n:
-            raise ValueError(f"generators: expected {n}, got {len(generators)}")
-        greedy_rows = check_greedy_rows(greedy_rows, n)
+        prompt_rows, n, greedy_rows = check_rows(prompts, prompt_rows, generators, greedy_rows)
         timer = PhaseTimer(self.device)
         with timer("prefill"):
             prefix = self.prefill(inputs, settings.block_size, prompt_rows)
@@ -111,9 +106,7 @@ class BlockDiffusionDecoder:
             result = self._generate_ar(prefix, settings, generators, timer, greedy_rows)
         else:
             result = self._generate_blocks(prefix, settings, generators, timer, greedy_rows)
-        for stats in result.stats:
-            stats.prefill_ms, stats.denoise_ms, stats.commit_ms = (
-                timer.totals["prefill"], timer.totals["denoise"], timer.totals["commit"])
+        timer.stamp(result.stats)
         return result
 
     def _generate_blocks(self, prefix: Prefix, settings: DecodingSettings,

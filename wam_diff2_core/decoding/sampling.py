@@ -51,14 +51,6 @@ def bound_generators(own: Sequence[torch.Generator], generators: Sequence[torch.
             theirs.set_state(mine.get_state())
 
 
-def check_greedy_rows(greedy_rows: Sequence[int], n: int) -> tuple[int, ...]:
-    """``greedy_rows`` as a sorted tuple of distinct row indices of a batch of ``n``; ValueError otherwise."""
-    rows = tuple(sorted(set(int(r) for r in greedy_rows)))
-    if any(r < 0 or r >= n for r in rows):
-        raise ValueError(f"greedy_rows: {list(greedy_rows)} must be row indices of the batch of {n}")
-    return rows
-
-
 def draw_one(p: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One index per row of ``p`` [..., V] drawn with probabilities ``p``: ``torch.multinomial(p, 1)``'s
     own rule (the exponential race, argmax p / E with E ~ Exp(1)), the same draws from the same generator

@@ -48,12 +48,11 @@ import torch
 
 from ..config import ConfigError, DecodingSettings, DiffusionConfig, EngineSettings
 from .attention import AttentionBackend, PromptPlan, SdpaAttention
-from .common import (DecodeOutput, DecodeStats, PhaseTimer, check_prompt_rows, finish_blocks, prompt_inputs,
-                     record_block)
+from .common import DecodeOutput, DecodeStats, PhaseTimer, check_rows, finish_blocks, prompt_inputs, record_block
 from .cuda_graphs import KeyedForward, StepGraphs, batch_bucket
 from .kv_cache import StaticKVCache
 from .layer_ops import resolve_layer_kernels
-from .sampling import TokenChoices, check_greedy_rows, device_settings, sample_tokens, transfer_schedule
+from .sampling import TokenChoices, device_settings, sample_tokens, transfer_schedule
 from .step import (ARState, BlockState, QueryGroup, StaticPrefix, StepBuffers, TransferRule, ar_step,
                    compiled_forward_step, forward_step, whole_step)
 from .text_forward import QwenTextForward, text_model_inputs
@@ -121,8 +120,6 @@ class StaticBlockDiffusionDecoder:
         # what CI checks the capture rules and fixed buffers with).
         self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs or graph_emulation, emulate=graph_emulation,
                                  compiles=engine.compile_forward)
-        # ``compile_forward``: every step's forward through torch.compile (step.compiled_forward_step), over the
-        # fixed cache and the batch / span buckets of the graphed path (one compiled graph per step shape).
         self._compiled_forward = compiled_forward_step(engine.compile_mode) if engine.compile_forward else None
         self.attention = make_attention(engine.attention_backend, self.text, self.graphs.enabled)
         # SDPA attends to slots [0, span): the exact span eagerly (bit-exact with the plain path), a
@@ -171,7 +168,7 @@ class StaticBlockDiffusionDecoder:
     def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int, run: _Run,
                 prompt_rows: Sequence[int] | None = None) -> StaticPrefix:
         """The prompts through the text forward, K/V into cache rows [0, prompts); with ``prompt_rows``
-        (check_prompt_rows) row i then holds a copy of prompt ``prompt_rows[i]``'s K/V, mask and position."""
+        (common.check_rows) row i then holds a copy of prompt ``prompt_rows[i]``'s K/V, mask and position."""
         prompt = prompt_inputs(self.model, inputs, self.device)
         embeds, visual_mask, deepstack = text_model_inputs(self.model, prompt.input_ids, prompt.attention_mask,
                                                            prompt.positions, prompt.mm_types, prompt.vision)
@@ -292,11 +289,7 @@ class StaticBlockDiffusionDecoder:
         """Decode a (left-padded) processor batch; the same contract as BlockDiffusionDecoder.generate."""
         settings = device_settings(settings or self.config.settings, self.device.type)
         prompts, length = inputs["input_ids"].shape
-        prompt_rows = check_prompt_rows(prompt_rows, prompts)
-        n = prompts if prompt_rows is None else len(prompt_rows)
-        if generators is not None and len(generators) != n:
-            raise ValueError(f"generators: expected {n}, got {len(generators)}")
-        greedy_rows = check_greedy_rows(greedy_rows, n)
+        prompt_rows, n, greedy_rows = check_rows(prompts, prompt_rows, generators, greedy_rows)
         size = settings.block_size
         answer_slots = settings.max_new_tokens if size == 1 else -(-settings.max_new_tokens // size) * size
         run = self._begin(n, length + answer_slots)
@@ -309,9 +302,7 @@ class StaticBlockDiffusionDecoder:
                 result = self._generate_ar(run, prefix, settings, generators, timer, greedy_rows)
             else:
                 result = self._generate_blocks(run, prefix, settings, generators, timer, greedy_rows)
-        for stats in result.stats:
-            stats.prefill_ms, stats.denoise_ms, stats.commit_ms = (
-                timer.totals["prefill"], timer.totals["denoise"], timer.totals["commit"])
+        timer.stamp(result.stats)
         return result
 
     def _generate_blocks(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
@@ -400,17 +391,15 @@ class StaticBlockDiffusionDecoder:
                                          greedy_rows)
                 self._plan_token(run, prefix, buf, t)
                 self._ar_step(run, prefix, buf, ar, pick)
-        stats = [DecodeStats(block_size=1) for _ in range(n)]
-        sequences, finished, confidences = [], [], []
-        for i, (row, probs) in enumerate(zip(ar.out[:n, :limit].tolist(), ar.conf[:n, :limit].tolist())):
-            end = row.index(eos_id) if eos_id in row else None
-            sequences.append(row if end is None else row[:end])
-            confidences.append(probs if end is None else probs[:end])
-            finished.append(end is not None)
-            produced = limit if end is None else end + 1                  # sampled tokens, EOS included
-            s = stats[i]
-            s.steps_per_block, s.denoise_steps, s.blocks = [1] * produced, produced, produced
-            s.forwards, s.tokens = produced - 1, len(sequences[i])
+        sequences, finished, confidences, stats = [], [], [], []
+        for row, probs in zip(ar.out[:n, :limit].tolist(), ar.conf[:n, :limit].tolist()):
+            end = row.index(eos_id) if eos_id in row else limit
+            sequences.append(row[:end])
+            confidences.append(probs[:end])
+            finished.append(end < limit)
+            produced = min(limit, end + 1)                                # sampled tokens, EOS included
+            stats.append(DecodeStats(block_size=1, forwards=produced - 1, denoise_steps=produced, blocks=produced,
+                                     tokens=end, steps_per_block=[1] * produced))
         return DecodeOutput(sequences=sequences, finished=finished, stats=stats, confidences=confidences)
 
     # ------------------------------------------------------------ warm-up
