@@ -31,6 +31,7 @@ from std_msgs.msg import Bool, Header, String  # noqa: E402
 from wam_diff2_core.control import ControllerGains, Plan, Pose2D, WaypointController  # noqa: E402
 from wam_diff2_core.routes import RouteTrackerSettings  # noqa: E402
 from wam_diff2_core.params import controller as cp  # noqa: E402
+from wam_diff2_core.params.parameter_file import flatten  # noqa: E402
 from wam_diff2_ros import controller_node as cn  # noqa: E402
 from wam_diff2_ros.qos import LATCHED_QOS, LATEST_RELIABLE_QOS  # noqa: E402
 from wam_diff2_core.topics import controller_topics  # noqa: E402
@@ -474,11 +475,7 @@ def test_parameters_derive_from_the_core_settings_and_the_yaml_lists_them_all():
     import yaml
     config = ROOT / "config" / "controller.yaml"
     params = yaml.safe_load(config.read_text())["/**"]["ros__parameters"]
-
-    def flat(d, prefix=""):
-        for k, v in d.items():
-            yield from flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [(prefix + k, v)]
-    assert dict(flat(params)) == {s.name: s.default for s in cp.SPECS}
+    assert flatten(params) == {s.name: s.default for s in cp.SPECS}
 
 
 def test_bad_parameters_keep_the_node_up_braking_and_reporting(context):

@@ -13,6 +13,7 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 
 from wam_diff2_core.config import DECODING_FIELDS  # noqa: E402
 from wam_diff2_core.params import planner as params  # noqa: E402
+from wam_diff2_core.params.parameter_file import flatten  # noqa: E402
 from wam_diff2_core.params.spec import markdown_table  # noqa: E402
 from wam_diff2_ros.planner import launching  # noqa: E402
 from wam_diff2_ros.parameters import read_all  # noqa: E402
@@ -43,16 +44,6 @@ def declared(node) -> dict:
     names = set(node.list_parameters([], 10).names) - BUILTIN
     values = read_all(node, params.SPECS)                # None where declared unset
     return {n: values[n] if n in values else node.get_parameter(n).value for n in names}
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 def test_declared_parameters_are_the_specs_with_their_defaults(declared):

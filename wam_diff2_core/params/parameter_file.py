@@ -1,5 +1,6 @@
 """A ROS 2 parameter YAML read without ROS: the values one node would get, by the node's dotted names
-(what ``wam-diff2 eval-bag --params-file`` applies as the planner node would).
+(what ``wam-diff2 eval-bag --params-file`` applies as the planner node would); ``flatten`` and ``nested``
+turn a file's nested sections into dotted names and back.
 
     values = read_node_params("config/planner.yaml")          # {"route.lookahead_m": 30.0, ...}
 """
@@ -41,4 +42,16 @@ def flatten(d: dict, prefix: str = "") -> dict:
             out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
+    return out
+
+
+def nested(values: dict) -> dict:
+    """Dotted parameter names as a ROS parameter file nests them: ``{"a.b": 1}`` -> ``{"a": {"b": 1}}``."""
+    out: dict = {}
+    for name, value in values.items():
+        *groups, last = name.split(".")
+        level = out
+        for g in groups:
+            level = level.setdefault(g, {})
+        level[last] = value
     return out

@@ -15,6 +15,7 @@ from wam_diff2_core.control import ControllerGains
 from wam_diff2_core.localization.measurements import SensorNoise
 from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS, GAINS_PREFIX
 from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
+from wam_diff2_core.params.parameter_file import nested
 from wam_diff2_core.sim.episode_bags import topic_names
 from wam_diff2_core.sim.sensors import DEMO_NOISE
 from wam_diff2_core.topics import CONTROLLER_NODE, PLANNER_NODE
@@ -127,14 +128,3 @@ def node_arguments(name: str, st: RosLoopSettings, launched: dict[str, Any]) -> 
                          *[a for r in remaps for a in ("-r", r)]],
             "use_global_arguments": False}
 
-
-def nested(values: dict[str, Any]) -> dict[str, Any]:
-    """Dotted parameter names as a ROS parameter file nests them: {"a.b": 1} -> {"a": {"b": 1}}."""
-    out: dict[str, Any] = {}
-    for name, value in values.items():
-        *groups, last = name.split(".")
-        level = out
-        for g in groups:
-            level = level.setdefault(g, {})
-        level[last] = value
-    return out

@@ -19,6 +19,7 @@ import yaml
 
 from test.support import REPO_ROOT as ROOT
 from wam_diff2_core.params import controller, generated, localization, planner
+from wam_diff2_core.params.parameter_file import flatten, nested
 from wam_diff2_core.params.spec import ParamSpec, check_values, markdown_table, yaml_block
 
 TABLES = {"planner": planner, "controller": controller, "localization": localization}
@@ -72,14 +73,11 @@ def test_the_parameter_files_validate_against_their_json_schemas(name):
     jsonschema.Draft7Validator.check_schema(schema)
     params = _parameter_file(name)
     jsonschema.validate(params, schema)
+    values = flatten(params["/**"]["ros__parameters"])
+    assert {"/**": {"ros__parameters": nested(values)}} == params      # flatten and nested undo each other
     ranged = next(s for s in TABLES[name].SPECS if s.high is not None or s.choices is not None)
     for bad in ((ranged.high * 2 + 1) if ranged.choices is None else "not-a-choice", [1, 2]):
-        broken = copy.deepcopy(params)
-        *groups, leaf = ranged.name.split(".")
-        target = broken["/**"]["ros__parameters"]
-        for group in groups:
-            target = target[group]
-        target[leaf] = bad
+        broken = {"/**": {"ros__parameters": nested({**values, ranged.name: bad})}}
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, schema)
     unknown = copy.deepcopy(params)
