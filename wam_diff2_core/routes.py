@@ -210,9 +210,12 @@ def route_from_path_msg(msg) -> np.ndarray:
     return np.array([[float(p.position.x), float(p.position.y)] for p in poses], dtype=np.float64).reshape(-1, 2)
 
 
-def route_from_carla_route_msg(msg) -> tuple[np.ndarray, list[str]]:
-    """``carla_msgs/CarlaRoute`` (``poses``: Pose[] or PoseStamped[], ``road_options``) -> (points, options),
-    in the bridge's ``map`` frame (the odometry's)."""
+def route_from_msg(msg) -> tuple[np.ndarray, list[str] | None]:
+    """A ``nav_msgs/Path`` or a ``carla_msgs/CarlaRoute`` (``poses``: Pose[] or PoseStamped[], ``road_options``) ->
+    (points [N, 2] in its frame, road options or None for a Path); ValueError for road options CARLA does not have.
+    A CarlaRoute is in the bridge's ``map`` frame (the odometry's)."""
     points = route_from_path_msg(msg)
+    if not hasattr(msg, "road_options"):
+        return points, None
     # uint8[] arrives as array('B') or bytes, int8[] as array('b'), names as str: list() gives items
     return points, [road_option_name(o if isinstance(o, str) else int(o)) for o in list(msg.road_options)]

@@ -50,11 +50,11 @@ from wam_diff2_core.frame_inputs import NS_PER_S, stamp_ns
 from wam_diff2_core.geometry import TIME_RESET_S
 from wam_diff2_core.params.controller import (GAINS_PREFIX, ROUTE_PREFIX, SPECS, SPECS_BY_NAME, gains_from,
                                               route_settings_from, validate_values)
-from wam_diff2_core.routes import RouteTracker
+from wam_diff2_core.routes import RouteTracker, route_from_msg
 from wam_diff2_core.topics import CONTROLLER_NODE, controller_topics
 
 from .conversions import MAX_COORDINATE_M, EgoOdometry, ego_from_odometry, msg_from, ns_to_stamp, \
-    plan_from_trajectory, route_from_msg, well_formed_stamp
+    plan_from_trajectory, well_formed_stamp
 from .diagnostics import ControllerState, controller_diagnostic_status, publish_periodically
 from .msg import PlannerStatus, Trajectory, VehicleControl
 from .optional_msgs import CARLA_MSGS_ERROR, carla_msgs

@@ -24,7 +24,6 @@ from wam_diff2_core.localization.odometry_filter import OdometryFilter, V, X, Y,
 from wam_diff2_core.geometry import (EgoSample, PinholeCamera, ego_to_world, path_headings, quaternion_from_yaw,
                                      yaw_from_quaternion)
 from wam_diff2_core.outputs.prompts import WAYPOINT_DT_S
-from wam_diff2_core.routes import route_from_carla_route_msg, route_from_path_msg
 from wam_diff2_core.speed_profile import SpeedProfile, waypoint_states
 
 from .msg import DecodeStats, Detection2D, Detection2DArray, StageTimes, Trajectory, TrajectoryPoint
@@ -115,14 +114,6 @@ def ego_from_odometry(msg) -> EgoOdometry:
     yaw = yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w)) if finite else math.nan
     return EgoOdometry(stamp_ns(msg.header.stamp), Pose2D(float(p.x), float(p.y), yaw), speed if finite else math.nan,
                        str(msg.child_frame_id), finite)
-
-
-def route_from_msg(msg) -> tuple[np.ndarray, list[str] | None]:
-    """A ``nav_msgs/Path`` or a ``carla_msgs/CarlaRoute`` -> (points [N, 2] in its frame, road options or None for
-    a Path); ValueError for road options CARLA does not have."""
-    if hasattr(msg, "road_options"):
-        return route_from_carla_route_msg(msg)
-    return route_from_path_msg(msg), None
 
 
 def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:

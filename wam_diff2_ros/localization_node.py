@@ -46,10 +46,10 @@ from wam_diff2_core.localization.georeference import GeoReference
 from wam_diff2_core.localization.measurements import MeasurementRefused, heading_from_quaternion
 from wam_diff2_core.localization.odometry_filter import LocalizationSettings, OdometryFilter
 from wam_diff2_core.params.localization import FILTER_PREFIX, SPECS, SPECS_BY_NAME, SPEEDOMETER_TYPES, filter_settings
+from wam_diff2_core.routes import route_from_msg
 from wam_diff2_core.topics import LOCALIZATION_NODE, localization_topics
 
-from .conversions import (gnss_covariance, ns_to_stamp, odometry_message, route_from_msg, transform_message,
-                          well_formed_stamp)
+from .conversions import gnss_covariance, ns_to_stamp, odometry_message, transform_message, well_formed_stamp
 from .diagnostics import (GATE_WARN_IN_ROW, LocalizationState, localization_diagnostic_status,
                           publish_periodically)
 from .optional_msgs import CARLA_MSGS_ERROR, TF2_MSGS_ERROR, TFMessage, carla_msgs

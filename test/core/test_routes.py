@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from wam_diff2_core.geometry import RouteCommandSettings, command_from_route
-from wam_diff2_core.routes import (RouteTracker, RouteTrackerSettings, road_option_name, route_from_carla_route_msg,
-                                   route_from_path_msg)
+from wam_diff2_core.routes import RouteTracker, RouteTrackerSettings, road_option_name, route_from_msg
 from wam_diff2_core.sim.truth import CommandSettings
 
 LF, LEFT, RIGHT, STRAIGHT, CLL, CLR, VOID = 4, 1, 2, 3, 5, 6, -1
@@ -262,9 +261,10 @@ def test_the_real_route_messages_are_read():
     poses[1].position.x = 10.0
     carla_route = carla_msgs.CarlaRoute(poses=poses, road_options=[carla_msgs.CarlaRoute.LANEFOLLOW,
                                                                    carla_msgs.CarlaRoute.VOID])
-    points, options = route_from_carla_route_msg(carla_route)
+    points, options = route_from_msg(carla_route)
     assert points.tolist() == [[0.0, 0.0], [10.0, 0.0]] and options == ["LANEFOLLOW", "VOID"]
     path = Path(poses=[PoseStamped(), PoseStamped()])
     path.poses[0].pose.position.x, path.poses[0].pose.position.y = 1.0, 2.0
     path.poses[1].pose.position.x, path.poses[1].pose.position.y = 3.0, 4.0
-    assert route_from_path_msg(path).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    points, options = route_from_msg(path)
+    assert points.tolist() == [[1.0, 2.0], [3.0, 4.0]] and options is None
