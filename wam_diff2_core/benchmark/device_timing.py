@@ -146,7 +146,7 @@ def measure_decode(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
     decoder, plain = make_variant(name, model, config), make_variant("plain", model, config)
     inputs = random_prompt(config.vocab_size, 1, check.prompt_length, check.seed + 1, device)
     base = config.settings.replace(block_size=32, denoising_steps=32, max_new_tokens=check.new_tokens)
-    reference, ok = None, True
+    reference, ok, dtype_name = None, True, str(dtype).removeprefix("torch.")
     for interval in sorted({*INTERVALS, base.mask_check_interval}):
         settings = base.replace(mask_check_interval=interval)
         decoder.generate(inputs, settings)                                       # warm
@@ -155,15 +155,15 @@ def measure_decode(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
         reference = reference if reference is not None else outs[-1].sequences[0]
         same = outs[-1].sequences[0] == reference
         ok &= same
-        rows.add({"variant": name, "dtype": str(dtype).removeprefix("torch."), "interval": interval, "default": interval == base.mask_check_interval,
-                  "same_tokens": same, "tokens": s.tokens, "forwards": s.forwards,
-                  "tokens_per_forward": s.tokens / max(1, s.forwards),
+        rows.add({"variant": name, "dtype": dtype_name, "interval": interval,
+                  "default": interval == base.mask_check_interval, "same_tokens": same, "tokens": s.tokens,
+                  "forwards": s.forwards, "tokens_per_forward": s.tokens / max(1, s.forwards),
                   "ms_per_token": statistics.median(o.stats[0].denoise_ms + o.stats[0].commit_ms for o in outs)
                   / max(1, s.tokens), "prefill_ms": statistics.median(o.stats[0].prefill_ms for o in outs)})
     same, total, _ = token_agreement([reference], plain.generate(inputs, base).sequences)
     agreement = same / max(1, total)
-    rows.add({"variant": name, "dtype": str(dtype).removeprefix("torch."), "plain_agreement": agreement})
-    return ok and (str(dtype) != "torch.float32" or agreement == 1.0)
+    rows.add({"variant": name, "dtype": dtype_name, "plain_agreement": agreement})
+    return ok and (dtype_name != "float32" or agreement == 1.0)
 
 
 def frame_policy(device, dtype, check: DeviceCheck, candidates: int = 1):

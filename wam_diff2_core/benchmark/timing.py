@@ -28,29 +28,24 @@ class ForwardBench:
     new_tokens: int = 64            # tokens per decode in the decode table
 
 
-def _sync(device) -> None:
-    from ..decoding.common import PhaseTimer
-    PhaseTimer(device).sync()
-
-
-def _time_ms(fn, device) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return (time.perf_counter() - t0) * 1e3
-
-
 def interleaved_times(fns: dict, device, repeats: int, warmup: int = 2) -> dict:
     """(median, min) ms of each callable, timed round-robin (A B C A B C ...) so that every one sees
-    the same machine state: fair side-by-side numbers on a shared or throttling machine."""
+    the same machine state: fair side-by-side numbers on a shared or throttling machine. The device is
+    synchronised before and after each timed call."""
+    from ..decoding.common import PhaseTimer
+
+    sync = PhaseTimer(device).sync
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times = {key: [] for key in fns}
     for _ in range(repeats):
         for key, fn in fns.items():
-            times[key].append(_time_ms(fn, device))
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[key].append((time.perf_counter() - t0) * 1e3)
     return {key: (statistics.median(t), min(t)) for key, t in times.items()}
 
 
