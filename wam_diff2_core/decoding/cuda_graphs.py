@@ -7,12 +7,10 @@ buffers (the step's tokens, slots, cos/sin and mask; the prefix's slots, validit
 block; FlashInfer's index buffers) and writes K/V into the one preallocated cache, so replaying is
 exactly the eager step **as long as every tensor the step reads lives at a fixed address across calls**.
 
-Capture rules are checked before capturing, on the warm-up runs: on CUDA under
-``torch.cuda.set_sync_debug_mode("error")``, elsewhere under :class:`HostSyncCheck`. A step that reads the
-device from the host (``.item()``, ``.tolist()``, ``bool(t)``), copies a host value in (``t[idx] = 0.5``,
-``torch.tensor([...])``) or has a data-dependent shape (``nonzero``, boolean-mask indexing) is refused
-with the reason, before a capture could fail half-way (on torch 2.11.0 a failed ``capture_end`` leaves the
-caching allocator believing a capture is under way, so every later capture of the process fails too).
+Capture rules are checked before capturing, on the warm-up runs (:func:`no_host_sync`; the rules:
+:class:`HostSyncCheck`): a step that breaks one is refused with the reason, before a capture could fail
+half-way (on torch 2.11.0 a failed ``capture_end`` leaves the caching allocator believing a capture is under
+way, so every later capture of the process fails too).
 A refused or failed key runs its ``fallback`` from then on (a whole step: a graphed forward and an eager
 token choice), the reason logged once and kept in ``failures``; the caller's stream is restored whatever
 happens.
@@ -28,11 +26,6 @@ shape (Dynamo, Inductor and, on CUDA, autotuning, which synchronises with the ho
 before the warm-up runs, outside the capture rules, its in-place effects put back like theirs; the warm-up
 runs and the capture then run the compiled code (off CUDA, :class:`HostSyncCheck` runs compiled functions
 eagerly, so there the rules see the forward's eager ops; the emulated replays run the compiled code).
-
-A decoder runs every step through :meth:`StepGraphs.run_step`, graphed or eager: a step's forward
-(:class:`KeyedForward`, keyed by what its graph depends on, or not keyed when the call runs eagerly), alone
-or inside a whole step (``whole_step(forward, ...)``, ``ar_step(forward, ...)``), which is one graph when its
-token choice graphs and otherwise an eager step around a graphed forward.
 
 Emulation (``emulate=True``, any device; what CI runs): "capture" is the same warm-up runs under the
 host-sync check, then one more run whose closure and output are kept; a "replay" reruns *that first

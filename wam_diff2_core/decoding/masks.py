@@ -12,11 +12,6 @@ from __future__ import annotations
 import torch
 
 
-def block_ids(positions: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Block id of each (unpadded) token position: ``pos // B``."""
-    return torch.div(positions, block_size, rounding_mode="floor")
-
-
 def first_response_block_id(prompt_length: int, block_size: int) -> int:
     """Response block 0 has block id ceil(P / B): after every (possibly partial) prompt block."""
     return -(-prompt_length // block_size)
@@ -32,7 +27,7 @@ def prompt_block_mask(attention_mask: torch.Tensor, block_size: int) -> torch.Te
     n, t = valid.shape
     pad = t - valid.sum(dim=1, keepdim=True)                        # [N, 1]
     pos = torch.arange(t, device=valid.device).unsqueeze(0) - pad   # unpadded position, [N, T]
-    blk = block_ids(pos.clamp(min=0), block_size)
+    blk = torch.div(pos.clamp(min=0), block_size, rounding_mode="floor")   # block ids
     mask = blk.unsqueeze(2) >= blk.unsqueeze(1)                     # query block >= key block
     mask &= valid.unsqueeze(1) & valid.unsqueeze(2)
     mask |= torch.eye(t, dtype=torch.bool, device=valid.device).unsqueeze(0)

@@ -24,9 +24,8 @@ eager); this file is the loop:
 B = 1 (autoregressive) is the same loop with one token per step (:func:`ar_step`, one graph replay per
 token). With ``engine.compile_forward`` every step's forward is :func:`step.compiled_forward_step`, over the
 graphed path's fixed cache and buckets also without graphs (each step shape compiles once, at warm-up);
-under graphs the compiled forward is what is captured. Every layer is text_forward.py's fused forward
-(packed projections; one op each for add + norm, q/k norm + rotary + K/V write, SiLU * up: Triton kernels on
-CUDA); on CUDA every SDPA step pins the kernels of ``attention.SDPA_STEP_BACKENDS`` itself.
+under graphs the compiled forward is what is captured. Every layer is text_forward.py's fused forward; on
+CUDA every SDPA step pins the kernels of ``attention.SDPA_STEP_BACKENDS`` itself.
 Ascend NPUs run the same code with SDPA, inverse-CDF sampling and NPU synchronisation for timing.
 
     from wam_diff2_core.decoding import make_decoder

@@ -211,9 +211,8 @@ class BlockState:
 
     @classmethod
     def empty(cls, rows: int, size: int, device: torch.device) -> "BlockState":
-        return cls(torch.zeros(rows, size, dtype=torch.long, device=device),
-                   torch.zeros(rows, size, dtype=torch.long, device=device),
-                   torch.zeros(rows, dtype=torch.long, device=device),
+        long = dict(dtype=torch.long, device=device)
+        return cls(torch.zeros(rows, size, **long), torch.zeros(rows, size, **long), torch.zeros(rows, **long),
                    torch.ones(rows, size, device=device), torch.ones(rows, size, device=device))
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
