@@ -126,22 +126,28 @@ def pdm_row(pdm, sample_id: str, waypoints) -> dict[str, Any] | None:
     return pdm_entry(None if waypoints is None else pdm.score(sample_id, waypoints))
 
 
-def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -> dict[str, Any]:
-    """Medians over samples + L2 over the parsed ones (metrics.trajectory_metrics) + the PDM score
-    means where the rows carry them (``pdm``)."""
+def _l2_summary(errors: list) -> dict[str, Any]:
+    """L2 at 4 s (median and mean) and per waypoint over per-sample waypoint errors [[8]]
+    (metrics.trajectory_metrics)."""
     import numpy as np
 
-    from ..evaluation.metrics import pdm_means, trajectory_metrics
+    from ..evaluation.metrics import trajectory_metrics
+
+    traj = trajectory_metrics(np.array(errors) if errors else np.zeros((0, 8)))
+    return {"l2_4s_median": _median(e[-1] for e in errors), "l2_4s_mean": traj["l2_at_t"]["4s"],
+            "per_waypoint": traj["per_waypoint"]}
+
+
+def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -> dict[str, Any]:
+    """Medians over samples + L2 over the parsed ones (:func:`_l2_summary`) + the PDM score
+    means where the rows carry them (``pdm``)."""
+    from ..evaluation.metrics import pdm_means
 
     errors = [r["errors"] for r in rows if r["errors"] is not None]
-    traj = trajectory_metrics(np.array(errors) if errors else np.zeros((0, 8)))
     return {
         "label": label, "block_size": block, "confidence_threshold": threshold, "model": model,
         "samples": len(rows), "parsed": len(errors), "parse_failures": len(rows) - len(errors),
-        **decode_medians(rows),
-        "l2_4s_median": _median(e[-1] for e in errors),
-        "l2_4s_mean": traj["l2_at_t"]["4s"],
-        "per_waypoint": traj["per_waypoint"],
+        **decode_medians(rows), **_l2_summary(errors),
         **pdm_means([r.get("pdm") for r in rows]),
         "per_sample": rows,
     }
@@ -181,10 +187,8 @@ def constant_velocity_baseline(samples, pdm=None) -> dict[str, Any]:
     """L2 of the constant-velocity extrapolation of each sample's prompt velocity (the floor a
     planner must beat), over the samples whose prompt is the planning prompt; its PDM score with
     ``pdm`` (a :class:`~wam_diff2_core.sim.pdm_scenes.DataSetPdm`)."""
-    import numpy as np
-
     from ..evaluation.ground_truth import constant_velocity_waypoints
-    from ..evaluation.metrics import pdm_means, trajectory_metrics, waypoint_errors
+    from ..evaluation.metrics import pdm_means, waypoint_errors
     from ..outputs.prompts import parse_planning_prompt
 
     errors, scores = [], []
@@ -194,9 +198,7 @@ def constant_velocity_baseline(samples, pdm=None) -> dict[str, Any]:
             plan = constant_velocity_waypoints(telemetry[1])
             errors.append(waypoint_errors(plan, truth))
             scores.append(pdm_row(pdm, sample.id, plan))
-    traj = trajectory_metrics(np.array(errors) if errors else np.zeros((0, 8)))
-    return {"label": "CV baseline", "samples": len(errors), "l2_4s_median": _median(e[-1] for e in errors),
-            "l2_4s_mean": traj["l2_at_t"]["4s"], "per_waypoint": traj["per_waypoint"], **pdm_means(scores)}
+    return {"label": "CV baseline", "samples": len(errors), **_l2_summary(errors), **pdm_means(scores)}
 
 
 def compare(results: list[dict[str, Any]], baseline: dict[str, Any]) -> None:
