@@ -265,18 +265,15 @@ class StepGraphs:
         return self.run((*forward.key, *whole), MutatingStep(partial(step, forward, *args), mutable, generators),
                         fallback=partial(step, graphed, *args))
 
-    def _default_generator(self) -> torch.Generator:
-        if self.device.type == "cuda":
-            return torch.cuda.default_generators[self.device.index or 0]
-        return torch.default_generator
-
     def _capture(self, key: Hashable, step: Callable[[], torch.Tensor]) -> _Graph | _Emulated | None:
         # Warm-up runs and the capture repeat the step from the caller's state: each writes the K/V of
         # its tokens into the step's own cache slots, which the replay that follows rewrites; what else
         # the step changes in place (the block, the AR counter, the generators' states) is put back after
         # each of them (an AR step run three times from one state never writes past its own slot).
         mutable, generators = getattr(step, "mutable", ()), tuple(getattr(step, "generators", ()))
-        rngs = [*generators, self._default_generator()]
+        default = (torch.cuda.default_generators[self.device.index or 0] if self.device.type == "cuda"
+                   else torch.default_generator)
+        rngs = [*generators, default]
         saved = [t.clone() for t in mutable]
         saved_rngs = [g.get_state() for g in rngs]
 

@@ -147,13 +147,10 @@ class LayerKernels:
         return ops if self.triton else DIRECT
 
 
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def triton_problem(device: torch.device, head_dim: int) -> str | None:
     """Why the Triton kernels cannot run here (None: they can)."""
-    if device.type != "cuda" and not (device.type == "cpu" and _interpreted()):
+    interpreted = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if device.type != "cuda" and not (device.type == "cpu" and interpreted):
         return f"Triton kernels run on CUDA (or on CPU under TRITON_INTERPRET=1), not on {device.type}"
     if head_dim % 2 or head_dim & (head_dim - 1):
         return f"head_dim {head_dim} is not a power of two (the rotary kernel's halves)"

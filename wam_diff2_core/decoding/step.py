@@ -1,18 +1,9 @@
-"""One step of the static decoder: its fixed buffers, the forward, and the whole step.
-
-- :class:`StaticPrefix`: what the prefill leaves for the steps (each row's first response slot, prompt
-  validity, next MRoPE position);
-- :class:`StepBuffers`: the fixed-shape device inputs of one step shape (tokens, cache slots, MRoPE
-  cos/sin, mask), refilled in place once per block (:meth:`StepBuffers.fill`);
-- :func:`forward_step`: the denoise forward as a pure function of those buffers (no host reads);
-  :func:`eager_twin_step` is the same forward through transformers (the reference it must equal);
-- :func:`whole_step`: forward + token choice + the transfer rule + the "still masked?" flag, all on the
-  device in fixed shapes (:class:`BlockState` holds the block between steps): the function one CUDA
-  graph replays per step, so the host only reads the flag every ``mask_check_interval`` steps.
-  ``torch.compile(whole_step, fullgraph=True)`` traces it without a graph break (a CPU test proves it);
-- :func:`compiled_forward_step`: :func:`forward_step` through torch.compile (``engine.compile_forward``),
-  the forward a graph captures when the forward is compiled;
-- :func:`ar_step`: the B = 1 step, planned on the device from its counter (:class:`ARState`).
+"""One step of the static decoder: its fixed buffers (:class:`StepBuffers`, after the prefill's
+:class:`StaticPrefix`), the forward (:func:`forward_step`; :func:`eager_twin_step`, the reference it must
+equal; :func:`compiled_forward_step`), the whole denoising step (:func:`whole_step` over :class:`BlockState`:
+one CUDA graph per step, so the host reads only its "still masked?" flag, every ``mask_check_interval``
+steps; ``torch.compile(whole_step, fullgraph=True)`` traces it without a graph break, as a CPU test proves)
+and the B = 1 step (:func:`ar_step` over :class:`ARState`).
 
     state = decoder.begin(inputs, block_size=32, answer_slots=64)        # prefill (public API)
     buf = decoder.plan_step(state, [(0, 32)])                            # block 0's step buffers
