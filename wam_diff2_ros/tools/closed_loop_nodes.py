@@ -21,20 +21,19 @@ from wam_diff2_core.sim.sensors import DEMO_NOISE
 from wam_diff2_core.topics import CONTROLLER_NODE, PLANNER_NODE
 
 from ..optional_msgs import carla_msgs
+from .cli import ODOMETRY_SOURCES, ROLE, TIMINGS
 
 PLANNERS = ("inprocess", "subprocess", "oracle")
-ODOMETRY_SOURCES = ("true", "estimated")
-TIMINGS = ("lockstep", "leaderboard")
 
 
 @dataclass
 class RosLoopSettings:
-    role: str = "hero"                       # the leaderboard's role name
+    role: str = ROLE                         # the leaderboard's role name
     planner: str = "oracle"                  # inprocess | subprocess | oracle
     model_path: str = ""
     planner_parameters: dict[str, Any] = field(default_factory=dict)   # extra planner parameters (decoding.*, device)
     lockstep_n: int = 10
-    timing: str = "lockstep"
+    timing: str = TIMINGS[0]
     command_source: str = "world"            # world: the simulator publishes the command; route: the controller
     gains: ControllerGains = field(default_factory=ControllerGains)
     control_timeout_s: float = 1.0           # the leaderboard's wall wait for each control
@@ -42,7 +41,7 @@ class RosLoopSettings:
     ready_timeout_s: float = 900.0           # wall wait for the handshake (model load + warm-up)
     realtime_factor: float = 1.0             # leaderboard timing: at most this x real time
     domain_id: int | None = None             # None: ROS_DOMAIN_ID or 0
-    odometry: str = "true"                   # true: the simulator's odometry; estimated: the localization node's
+    odometry: str = ODOMETRY_SOURCES[0]      # true: the simulator's odometry; estimated: the localization node's
                                              # from the demo world's GNSS / IMU / speedometer
     sensor_noise: SensorNoise = DEMO_NOISE   # odometry estimated: the sensors' noise
     pacing: str = CONTROLLER_DEFAULTS["pacing"]   # the controller's pacing (hold | newest)
