@@ -1,17 +1,9 @@
 """The parts of the device check (``wam-diff2 verify-device``, scripts/device_check.sh) under one
 :class:`DeviceCheck`, each writing its rows as they are measured (:class:`Rows`), so a part stopped at its time
-bound leaves what it had:
-
-- ``forward``: one denoise forward per variant (plain, static eager, static in CUDA graphs) beside the memory
-  floor and the kernels it launches;
-- ``decode``: a greedy Block-32 decode at each ``mask_check_interval``, against the plain decoder;
-- ``frame``: camera frames through ``DrivingPolicy``, the warm-up and each stage timed (image conversion,
-  processor, vision tower, prefill, denoise, commit, parse), then N plan candidates per frame;
-- ``profile``: one graphed forward's replay time and the kernels of its eager twin by class (GPU busy time),
-  for each order of the SDPA pin;
-- ``compiled``: the compiled forward (Inductor, ``engine.compile_mode``) of one step shape: compile time,
-  tokens against plain, ms in CUDA graphs;
-- ``quant``: the token check and forward timings on quantized weights.
+bound leaves what it had. The parts, each function's docstring saying what it measures: ``forward``
+(:func:`time_block_forwards`), ``decode`` (:func:`measure_decode`), ``frame`` (:func:`measure_frames`),
+``profile`` (:func:`profile_forward`), ``compiled`` (:func:`measure_compiled`), ``quant``
+(:func:`check_quantized`).
 
     rows = Rows("forward", Path("out"))
     ok = time_block_forwards(device, torch.bfloat16, DeviceCheck(), rows)

@@ -1,10 +1,6 @@
-"""The token check of the fast decoding paths: every fast variant against the plain decoder.
-
-On a random model with head_dim 128 (the size of the 2B and 8B models, and of FlashInfer's prebuilt
-kernels), greedy and seeded sampling, Block-32 and AR, each variant warmed up as a node does, then two
-calls per batch size with other prompt lengths in the same key-span bucket (a graph captured by the first
-call is replayed by the second). float32 must be identical; bf16 gates on a teacher-forced check
-(:func:`teacher_forced`). What ``wam-diff2 verify-device`` runs as its tokens and quant parts.
+"""The token check of the fast decoding paths (``wam-diff2 verify-device``'s tokens and quant parts): every
+fast variant against the plain decoder (:func:`check_tokens`) on a random model with head_dim 128 (the size of
+the 2B and 8B models, and of FlashInfer's prebuilt kernels), greedy and seeded sampling, Block-32 and AR.
 
     rows, ok = check_tokens(torch.device("cpu"), perturb=False, new_tokens=64)
 """
@@ -82,7 +78,8 @@ def check_tokens(device, perturb: bool, new_tokens: int, seed: int = 0, quantiza
     """Fast variants against plain on a head_dim-128 random model: rows of the table, and ok.
 
     Each variant is warmed up as a node does, then decodes every case on two calls per batch size with
-    other prompt lengths (a compiled variant: its first case, single-sequence calls only;
+    other prompt lengths in the same key-span bucket (:func:`check_batches`; a compiled variant: its first
+    case, single-sequence calls only;
     :data:`COMPILED_CASES`). float32: tokens identical. bf16: the free-running agreement is reported, the
     gate is :func:`teacher_forced` (no flip at a clear margin). A graphed row also fails on any graph
     fallback and when it replayed no graph. ``quantization``: the model's linear layers quantized first
