@@ -98,8 +98,7 @@ def sample_tokens(logits: torch.Tensor, settings: DecodingSettings, banned: torc
     """
     logits = ban_tokens(logits.float(), banned)
     if settings.temperature == 0.0:
-        probs = torch.softmax(logits, dim=-1)
-        conf, tokens = probs.max(dim=-1)
+        conf, tokens = torch.softmax(logits, dim=-1).max(dim=-1)
         return tokens, conf
     greedy = sorted(set(greedy_rows))
     if greedy:
