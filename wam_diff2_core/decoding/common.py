@@ -86,10 +86,6 @@ class DecodeStats:
     commit_ms: float = 0.0
     retries: int = 0            # decodes repeated because the answer did not parse (the policy's parse_retry)
 
-    @property
-    def decode_ms(self) -> float:
-        return self.prefill_ms + self.denoise_ms + self.commit_ms
-
     def then_retried(self, retry: "DecodeStats") -> "DecodeStats":
         """This decode's cost plus a retry's; the answer (``tokens``) is the retry's."""
         return dataclasses.replace(

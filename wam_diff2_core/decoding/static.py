@@ -312,8 +312,7 @@ class StaticBlockDiffusionDecoder:
         schedule = transfer_schedule(size, settings.denoising_steps)
         # Random draws are consumed only by sequences that still need them (batch == single), so
         # the host must know those every step when sampling.
-        greedy = settings.temperature == 0
-        interval = settings.mask_check_interval if greedy else 1
+        interval = settings.mask_check_interval if settings.temperature == 0 else 1
         fused = self.engine.fused_commit
         stats = [DecodeStats(block_size=size) for _ in range(n)]
         done = [False] * n
@@ -370,8 +369,7 @@ class StaticBlockDiffusionDecoder:
         while every sequence still draws); the host reads the EOS flags every ``mask_check_interval``
         tokens (every token when sampling: only sequences still decoding draw random numbers)."""
         n, eos_id, limit = prefix.n, self.config.eos_token_id, settings.max_new_tokens
-        greedy = settings.temperature == 0
-        interval = settings.mask_check_interval if greedy else 1
+        interval = settings.mask_check_interval if settings.temperature == 0 else 1
         ar = self._ar_state(run)
         ar.reset(eos_id)                                        # rows beyond the batch stay done
         tokens, conf = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n),
