@@ -48,8 +48,9 @@ def declare_all(node, specs: Iterable[ParamSpec]) -> dict[str, str]:
 
     rejected: dict[str, str] = {}
     for spec in specs:
-        # no default: declared statically typed and unset
-        initial = spec.default if spec.default is not None else Parameter.Type.from_parameter_value(spec.kind())
+        # no default: declared statically typed and unset (a list spec is a string array, not list()'s BYTE_ARRAY)
+        unset = Parameter.Type.STRING_ARRAY if spec.kind is list else Parameter.Type.from_parameter_value(spec.kind())
+        initial = spec.default if spec.default is not None else unset
         try:
             node.declare_parameter(spec.name, initial, descriptor(spec))
         except Exception as exc:  # rclpy raises several exception types for a refused override

@@ -105,6 +105,24 @@ def test_descriptors_mark_ranges_units_and_read_only(node):
             assert re.search(r"_(s|m|deg|hz|ms|mps|mps2)$", spec.name), spec.name
 
 
+def test_an_unset_list_spec_is_a_string_array(context):
+    """List specs are ROS string arrays (config.check_value); unset, rclpy's list() guess would be BYTE_ARRAY."""
+    from rcl_interfaces.msg import ParameterType
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from wam_diff2_core.params.spec import ParamSpec
+    from wam_diff2_ros.parameters import declare_all
+
+    node = Node("unset_list_spec", context=context)
+    try:
+        assert declare_all(node, [ParamSpec("topics", None, "topics to take", type_=list)]) == {}
+        assert node.describe_parameter("topics").type == ParameterType.PARAMETER_STRING_ARRAY
+        assert node.set_parameters([Parameter("topics", value=["/a", "/b"])])[0].successful
+        assert read_all(node, [ParamSpec("topics", None, "", type_=list)]) == {"topics": ["/a", "/b"]}
+    finally:
+        node.destroy_node()
+
+
 def test_readme_parameter_table_matches_declared_parameters(declared):
     readme = (ROOT / "wam_diff2_ros" / "README.md").read_text()
     rows = re.findall(r"^\| `([^`]+)` \| ([^|]+) \| (`[^`]*`|unset: the checkpoint's) \|", readme, re.MULTILINE)
