@@ -31,9 +31,11 @@ SAMPLERS = ("multinomial", "inverse_cdf")
 # The driving policy decodes an answer that does not parse once more with this strategy ("none": never).
 PARSE_RETRIES = ("none", *STRATEGIES)
 DEFAULT_PARSE_RETRY = "sequential"
-# model dtypes a checkpoint may be loaded in (besides "auto"); the short names are aliases
+DEVICES = ("auto", "cpu", "cuda", "npu")      # where a model runs; "auto": cuda, then an Ascend npu, then cpu
+# model dtypes a checkpoint may be loaded in, exported in or trained in (besides "auto"); the short names are aliases
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-DTYPE_NAMES = ("float32", "bfloat16", "float16", *DTYPE_ALIASES)
+DTYPE_NAMES = (*FLOAT_DTYPES, *DTYPE_ALIASES)
 
 
 class ConfigError(ValueError):

@@ -32,7 +32,7 @@ from pathlib import Path
 from ..benchmark.kernel_count import add_kernel_counts
 from ..benchmark.timing import ForwardBench, measure_bandwidth, per_token, time_decodes, time_forwards, weight_bytes
 from ..benchmark.variants import available_variants, make_variant
-from ..config import add_threads_argument
+from ..config import DEVICES, FLOAT_DTYPES, add_threads_argument
 from ..model.random_model import SHAPES, build_random_model
 from .common import add_quantization_argument, apply_threads, cpu_name, format_table
 
@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 def add_arguments(p) -> None:
     p.add_argument("--shape", default="small", choices=sorted(SHAPES), help="random-weight model shape")
     p.add_argument("--model", default=None, help="a checkpoint directory instead of random weights")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"))
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.add_argument("--dtype", default="auto", choices=("auto", *FLOAT_DTYPES))
     p.add_argument("--prompt-lengths", type=int, nargs="+", default=[1024, 2048])
     p.add_argument("--block-size", type=int, default=None,
                    help="the Block-B compared with AR (default: the checkpoint's block size with --model, "

@@ -10,8 +10,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ..config import (DECODING_FIELDS, DEFAULT_PARSE_RETRY, ENGINE_FIELDS, PARSE_RETRIES, ConfigError, EngineSettings,
-                      add_threads_argument, field_type)
+from ..config import (DECODING_FIELDS, DEFAULT_PARSE_RETRY, DEVICES, ENGINE_FIELDS, FLOAT_DTYPES, PARSE_RETRIES,
+                      ConfigError, EngineSettings, add_threads_argument, field_type)
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +151,8 @@ def add_sample_path_arguments(parser) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--model", required=required, help="checkpoint directory (Qwen3-VL or WAM-Diff2), or a "
                         "Hugging Face hub id (ORG/NAME) already in the local cache")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"))
-    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument("--device", default="auto", choices=DEVICES)
+    parser.add_argument("--dtype", default="auto", choices=("auto", *FLOAT_DTYPES))
     parser.add_argument("--min-pixels", type=int, default=None, help="image pixel budget (default: the processor's)")
     parser.add_argument("--max-pixels", type=int, default=None)
 

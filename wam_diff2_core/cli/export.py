@@ -10,7 +10,7 @@ language model's linear layers are stored quantized (safetensors, no pickles; th
 """
 from __future__ import annotations
 
-from ..config import QUANTIZATIONS
+from ..config import FLOAT_DTYPES, QUANTIZATIONS
 
 HELP = "copy a checkpoint with its weights in another dtype"
 
@@ -18,7 +18,7 @@ HELP = "copy a checkpoint with its weights in another dtype"
 def add_arguments(p) -> None:
     p.add_argument("src", help="checkpoint directory")
     p.add_argument("dst", help="output directory (must not exist)")
-    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="bfloat16", choices=FLOAT_DTYPES)
     p.add_argument("--quantize", default="none", choices=QUANTIZATIONS,
                    help="store the language model's linear layers quantized (needs torchao; default none)")
 

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import IMPLEMENTATIONS, QUANTIZATIONS, add_threads_argument
+from ..config import DEVICES, FLOAT_DTYPES, IMPLEMENTATIONS, QUANTIZATIONS, add_threads_argument
 from .common import (add_decoding_arguments, add_sample_path_arguments, apply_threads, cpu_name, decoding_overrides,
                      format_table)
 
@@ -53,8 +53,8 @@ def add_arguments(p) -> None:
     add_sample_path_arguments(p)
     p.add_argument("--every", type=int, default=1, help="take every N-th planning sample")
     p.add_argument("--limit", type=int, default=None, help="at most this many planning samples (after --every)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"))
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.add_argument("--dtype", default="auto", choices=("auto", *FLOAT_DTYPES))
     p.add_argument("--implementation", default="auto", choices=IMPLEMENTATIONS, help="decoder of both models")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (per sample: seed + index)")
     add_threads_argument(p)

@@ -23,7 +23,8 @@ from typing import Any, Mapping
 
 import torch
 
-from ..config import DIFFUSION_CONFIG_FILE, QUANTIZATIONS, ConfigError, DiffusionConfig, read_diffusion_file
+from ..config import (DIFFUSION_CONFIG_FILE, FLOAT_DTYPES, QUANTIZATIONS, ConfigError, DiffusionConfig,
+                      read_diffusion_file)
 from .devices import DTYPES, resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
@@ -278,7 +279,7 @@ def stored_quantization(path: Path) -> dict | None:
     if not isinstance(block, dict) or block.get("method") not in QUANTIZATIONS[1:]:
         raise CheckpointError(f"{where}: quantization.method must be one of {', '.join(QUANTIZATIONS[1:])}, "
                               f"got {block.get('method') if isinstance(block, dict) else block!r}")
-    if block.get("dtype") not in ("float32", "bfloat16", "float16"):
+    if block.get("dtype") not in FLOAT_DTYPES:
         raise CheckpointError(f"{where}: quantization.dtype must be float32, bfloat16 or float16, "
                               f"got {block.get('dtype')!r}")
     return block

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import DTYPE_ALIASES, DTYPE_NAMES, ConfigError
+from ..config import DEVICES, DTYPE_ALIASES, DTYPE_NAMES, ConfigError
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -19,8 +19,8 @@ def resolve_device(device: str = "auto") -> torch.device:
             raise ConfigError("device: npu needs torch-npu and Ascend CANN (pip install .[npu])")
     elif device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device: {device} requested but CUDA is not available")
-    elif device.split(":")[0] not in ("cpu", "cuda", "npu"):
-        raise ConfigError(f"device: {device!r} is not one of auto, cpu, cuda, npu")
+    elif device.split(":")[0] not in DEVICES[1:]:
+        raise ConfigError(f"device: {device!r} is not one of {', '.join(DEVICES)}")
     return torch.device(device)
 
 

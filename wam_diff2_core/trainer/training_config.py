@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from ..config import ConfigError, check_value
+from ..config import DEVICES, FLOAT_DTYPES, ConfigError, check_value
 from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS, ALLOW_ABSOLUTE_IMAGE_PATHS_HELP
 from ..images import ImageLimits
 from ..model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
@@ -29,8 +29,7 @@ from .losses import KD_LOSSES
 RECIPES = ("finetune", "distill", "vision")
 ON_ERROR = ("skip", "fail")
 MIXED_PRECISION = ("auto", "bf16", "no")
-DEVICES = ("auto", "cpu", "cuda", "npu")
-DTYPES = ("float32", "bfloat16", "float16", "auto")
+DTYPES = (*FLOAT_DTYPES, "auto")
 _IMAGE_LIMITS = {f.name: f for f in dataclasses.fields(ImageLimits)}   # the image-size guard's defaults
 
 
