@@ -298,7 +298,8 @@ def run(args) -> int:
         if args.record is None and (args.record_topics or args.record_grace_s is not None
                                     or args.record_storage is not None):
             raise ReplayError("--record-topics, --record-grace-s and --record-storage need --record OUT_BAG")
-        # the --record options are None unless given: their defaults
+        # the --record options are None unless given: their defaults, on a copy (the caller's args stay as given)
+        args = argparse.Namespace(**vars(args))
         args.record_topics = args.record_topics or planner_record_topics(args.planner_node)
         args.record_storage = args.record_storage or RECORD_STORAGE
         args.record_grace_s = RECORD_GRACE_S if args.record_grace_s is None else args.record_grace_s
