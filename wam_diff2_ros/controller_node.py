@@ -74,9 +74,8 @@ class ControllerNode(Node):
         super().__init__(node_name, **kwargs)
         # an override rclpy refuses (wrong type, out of range) keeps the node up: it brakes and reports
         self._config_errors = list(declare_all(self, SPECS).values())
-        values = read_all(self, SPECS)
+        self._values = values = read_all(self, SPECS)
         self._config_errors += [str(e) for e in validate_values(values)]
-        self._values = values
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
@@ -196,8 +195,7 @@ class ControllerNode(Node):
         if not well_formed_stamp(msg.header.stamp):          # no tick to answer: its stamp names none
             self.counts["odometry_bad_stamp"] += 1
             return
-        odometry = ego_from_odometry(msg)
-        self._odometry = odometry
+        self._odometry = odometry = ego_from_odometry(msg)
         if self._values["tick_source"] == "odometry":
             self._tick(odometry.stamp_ns)
 
