@@ -99,8 +99,9 @@ def add_arguments(p) -> None:
     p.add_argument("--lane-width-m", type=float, default=None,
                    help="the PDM score's drivable area: a corridor this wide around the route, or the recorded drive "
                         f"without one (the bag has no map; default {DEFAULT_LANE_WIDTH_M:g})")
-    p.add_argument("--max-gap-s", type=float, default=0.5,
-                   help="longest odometry gap the recorded future is interpolated over (default 0.5)")
+    p.add_argument("--max-gap-s", type=float, default=EvalSettings.max_gap_s,
+                   help="longest odometry gap the recorded future is interpolated over "
+                        f"(default {EvalSettings.max_gap_s:g})")
 
     add_model_arguments(p, required=False)  # --compare needs no model; run() checks it for evaluation
     add_threads_argument(p)
