@@ -172,11 +172,6 @@ class BagPlayer:
     def _on_planner_status(self, msg) -> None:
         self.planner_status = (int(msg.state), str(msg.message))
 
-    def _start_spinning(self) -> None:
-        """Subscriptions (recording, planner status) need an executor: spin the node in a thread."""
-        if self._spinner is None and (self.recorder is not None or self.options.wait_for_planner):
-            self._spinner = SpinThread(self.node)
-
     def _stop_spinning(self) -> None:
         if self._spinner is not None:
             self._spinner.stop(destroy_node=False, timeout_s=DRAIN_TIMEOUT_S)
@@ -188,7 +183,8 @@ class BagPlayer:
         o = self.options
         publishers = {t: (self.clock_publisher if t == "/clock" else self.publishers[t]) for t in o.wait_for_subscribers}
         deadline = time.monotonic() + o.wait_timeout_s
-        self._start_spinning()
+        if self._spinner is None and (self.recorder is not None or o.wait_for_planner):
+            self._spinner = SpinThread(self.node)     # subscriptions (recording, planner status) need an executor
         while True:
             waiting = []
             no_subscriber = [t for t, p in publishers.items() if p.get_subscription_count() == 0]
