@@ -130,7 +130,7 @@ def test_torchrun_two_ranks_equal_one_process(cli_checkpoint, dataset, tmp_path)
     assert _infer(cli_checkpoint, dataset, single) == 0
     multi = tmp_path / "multi.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29617",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
            "-m", "wam_diff2_core.cli", "infer", "--model", str(cli_checkpoint), "--input", str(dataset / "eval.json"),
            "--output", str(multi), "--device", "cpu", "--max-new-tokens", "48"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
