@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Sequence
 
 import numpy as np
@@ -39,8 +40,7 @@ def road_option_name(value) -> str:
         code = -1 if int(value) == 255 else int(value)
         if code in _OPTION_BY_CODE:
             return _OPTION_BY_CODE[code]
-    text = str(value).strip().upper()
-    text = text[len("ROADOPTION."):] if text.startswith("ROADOPTION.") else text
+    text = str(value).strip().upper().removeprefix("ROADOPTION.")
     if text in ROAD_OPTIONS:
         return text
     raise ValueError(f"road option {value!r} is not a RoadOption name ({', '.join(ROAD_OPTIONS)}) or number "
@@ -184,10 +184,9 @@ def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: f
     i = int(np.argmin(distance))
     if distance[i] > settings.max_distance_m:
         return None
-    start = closest[i]
 
     # the route window: from the entry point, lookahead_m along the route
-    window, heading_change, remaining = [start], 0.0, settings.lookahead_m
+    window, heading_change, remaining = [closest[i]], 0.0, settings.lookahead_m
     for j in range(i, len(seg_vec)):
         if j > i:   # signed turn from segment j-1 to segment j (unwrapped over the window: U-turns add up)
             a, b = seg_vec[j - 1], seg_vec[j]
@@ -308,35 +307,32 @@ class EgoHistory:
 
     def __init__(self, max_samples: int):
         self.max_samples = max_samples
-        self._stamps: list[float] = []
-        self._samples: list[EgoSample] = []
+        self._samples: list[EgoSample] = []            # in stamp order
 
     def __len__(self) -> int:
         return len(self._samples)
 
     def clear(self) -> None:
-        self._stamps.clear()
         self._samples.clear()
 
     def add(self, sample: EgoSample) -> None:
         """Append; a sample older than the newest by over ``TIME_RESET_S`` (a replay restart) clears the buffer."""
-        if self._stamps and sample.stamp_s < self._stamps[-1] - TIME_RESET_S:
+        if self._samples and sample.stamp_s < self._samples[-1].stamp_s - TIME_RESET_S:
             self.clear()
-        i = bisect.bisect_left(self._stamps, sample.stamp_s)
-        if i < len(self._stamps) and self._stamps[i] == sample.stamp_s:
+        i = bisect.bisect_left(self._samples, sample.stamp_s, key=attrgetter("stamp_s"))
+        if i < len(self._samples) and self._samples[i].stamp_s == sample.stamp_s:
             self._samples[i] = sample
         else:
-            self._stamps.insert(i, sample.stamp_s)
             self._samples.insert(i, sample)
         if len(self._samples) > self.max_samples:
-            del self._stamps[0], self._samples[0]
+            del self._samples[0]
 
     def at(self, stamp_s: float, tolerance_s: float) -> EgoSample | None:
         """The state at ``stamp_s``: interpolated between neighbours, or the nearest sample when
         it lies within ``tolerance_s``; None when no sample is that close."""
         if not self._samples:
             return None
-        i = bisect.bisect_left(self._stamps, stamp_s)
+        i = bisect.bisect_left(self._samples, stamp_s, key=attrgetter("stamp_s"))
         if 0 < i < len(self._samples):
             before, after = self._samples[i - 1], self._samples[i]
             if min(stamp_s - before.stamp_s, after.stamp_s - stamp_s) <= tolerance_s:
