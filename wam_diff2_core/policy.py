@@ -30,7 +30,7 @@ from .model.checkpoint import LoadedModel, load_checkpoint
 from .model.prompt_encoding import encode_prompts
 from .outputs.parsing import DEFAULT_MAX_WAYPOINT_ABS_M, Box, parse_boxes, parse_waypoints, token_char_confidences
 from .outputs.prompts import (COMMANDS, DEFAULT_DETECTION_CLASSES, DEFAULT_DETECTION_EVERY_N_FRAMES,
-                              DETECTION_TEMPLATE, IMAGE_PLACEHOLDER, NUM_WAYPOINTS, TASKS, check_detection_every,
+                              DETECTION_TEMPLATE, NUM_WAYPOINTS, TASKS, chat_content, check_detection_every,
                               format_detection_prompt, format_planning_prompt)
 from .profiling import PeakMemory, StageTimes, timed_decode
 
@@ -126,10 +126,7 @@ class DrivingPolicy:
         self.loaded.config = self.decoder.config = self.loaded.config.with_settings(**overrides)
 
     def _conversation(self, text: str) -> list[dict[str, Any]]:
-        before, after = text.split(IMAGE_PLACEHOLDER, 1)
-        content = ([{"type": "text", "text": before}] if before else []) + [{"type": "image"}]
-        content += [{"type": "text", "text": after}] if after else []
-        return [{"role": "user", "content": content}]
+        return [{"role": "user", "content": chat_content(text, max_images=1)}]
 
     def step(self, frame_rgb: np.ndarray, ego: EgoMotion, command: str,
              generator: torch.Generator | None = None, scene: OnlineScene | None = None) -> PolicyOutput:

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 from ..images import DEFAULT_LIMITS, TOO_LARGE, ImageError, ImageLimits, load_rgb
 from ..outputs.parsing import format_waypoints
-from ..outputs.prompts import IMAGE_PLACEHOLDER, format_planning_prompt
+from ..outputs.prompts import IMAGE_PLACEHOLDER, chat_content, format_planning_prompt
 
 ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
 ALLOW_ABSOLUTE_IMAGE_PATHS = False        # the default of every entry point's flag / setting
@@ -204,15 +204,8 @@ def parse_sample(raw: dict[str, Any], data_root: str | Path = ".", index: int = 
         role = turn.get("from") if isinstance(turn, dict) else None
         if not isinstance(role, str) or role not in ROLES or not isinstance(turn.get("value"), str):
             raise bad(f"turn {t} needs 'from' in {sorted(ROLES)} and a string 'value', got {_short(turn)}")
-        pieces = turn["value"].split(IMAGE_PLACEHOLDER)
-        content: list[dict[str, Any]] = []
-        for j, piece in enumerate(pieces):
-            if j > 0:
-                content.append({"type": "image"})
-            if piece:
-                content.append({"type": "text", "text": piece})
-        placeholders += len(pieces) - 1
-        messages.append({"role": ROLES[role], "content": content})
+        placeholders += turn["value"].count(IMAGE_PLACEHOLDER)
+        messages.append({"role": ROLES[role], "content": chat_content(turn["value"])})
     if placeholders != len(images):
         raise bad(f"{placeholders} <image> placeholder(s) but {len(images)} image path(s)")
     root = Path(data_root)

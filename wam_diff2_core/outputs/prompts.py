@@ -86,6 +86,18 @@ def parse_planning_prompt(text: str) -> tuple[str, tuple[float, float], tuple[fl
     return m.group(1), (vx, vy), (ax, ay)
 
 
+def chat_content(text: str, max_images: int = -1) -> list[dict[str, str]]:
+    """``text`` as processor chat content: an image entry at each ``<image>`` (the first ``max_images``; -1: at
+    every one), the text around them as text entries (empty pieces left out)."""
+    content = []
+    for j, piece in enumerate(text.split(IMAGE_PLACEHOLDER, max_images)):
+        if j > 0:
+            content.append({"type": "image"})
+        if piece:
+            content.append({"type": "text", "text": piece})
+    return content
+
+
 def format_detection_prompt(classes: Sequence[str] = DEFAULT_DETECTION_CLASSES,
                             template: str = DETECTION_TEMPLATE) -> str:
     if IMAGE_PLACEHOLDER not in template:
