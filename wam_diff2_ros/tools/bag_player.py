@@ -31,6 +31,7 @@ from wam_diff2_core.evaluation.bags import Bag, BagError
 from ..conversions import ns_to_stamp
 from ..msg import PlannerStatus
 from ..optional_msgs import message_class
+from ..planner.interface import OUTPUT_TOPICS
 from ..qos import DEEP_RELIABLE_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS, keep_last_qos
 from ..spinning import SpinThread
 from .cli import RECORD_GRACE_S, RECORD_STORAGE
@@ -40,16 +41,13 @@ log = logging.getLogger("wam_diff2.replay")
 
 LATCHED_SUFFIXES = ("/waypoints", "/route", "/tf_static", "/camera_info", "/status", "/input/route")
 DRAIN_TIMEOUT_S = 5.0   # how long the end of playback waits for reliable readers to acknowledge
-
-# The planner node's name and the outputs --record takes by default (planner/interface.py's OUTPUT_TOPICS,
-# without their "~/").
 PLANNER_NODE = f"/{topics.PLANNER_NODE}"
-PLANNER_RECORD_OUTPUTS = ("output/trajectory", "output/detections", "status")
 
 
 def planner_record_topics(node: str = PLANNER_NODE) -> tuple[str, ...]:
-    """The planner outputs --record takes by default, for the planner node ``node`` (full name)."""
-    return tuple(f"{node.rstrip('/')}/{name}" for name in PLANNER_RECORD_OUTPUTS)
+    """The planner outputs --record takes by default (its trajectory, detections and status), for the planner
+    node ``node`` (full name)."""
+    return tuple(OUTPUT_TOPICS[key].replace("~", node.rstrip("/"), 1) for key in ("trajectory", "detections", "status"))
 
 
 DEFAULT_RECORD_TOPICS = planner_record_topics()
@@ -289,7 +287,9 @@ class BagPlayer:
 # ----------------------------------------------------------------------------- command line
 def run(args) -> int:
     """Play ``args.bag``; 0 when done, 2 with a one-line error for a bag or option that cannot be played."""
-    ros_args = ["--ros-args", *args.ros_args] if args.ros_args is not None else None
+    from rclpy.signals import SignalHandlerOptions
+
+    node = player = None
     try:
         if args.record is None and (args.record_topics or args.record_grace_s is not None
                                     or args.record_storage is not None):
@@ -300,17 +300,11 @@ def run(args) -> int:
         args.record_storage = args.record_storage or RECORD_STORAGE
         args.record_grace_s = RECORD_GRACE_S if args.record_grace_s is None else args.record_grace_s
         check_options(args)
-    except ReplayError as exc:
-        print(f"wam-diff2-ros replay: error: {exc}", file=sys.stderr)
-        return 2
-    # No rclpy signal handler: Ctrl-C is a KeyboardInterrupt in the playing loop (which sleeps in Python),
-    # and the context stays valid until the finally below, instead of being shut down from the signal
-    # while a publish is under way (which raised RCLError "publisher's context is invalid").
-    from rclpy.signals import SignalHandlerOptions
-    rclpy.init(args=list(ros_args) if ros_args else None, signal_handler_options=SignalHandlerOptions.NO)
-    node = None
-    player = None
-    try:
+        # No rclpy signal handler: Ctrl-C is a KeyboardInterrupt in the playing loop (which sleeps in Python),
+        # and the context stays valid until the finally below, instead of being shut down from the signal
+        # while a publish is under way (which raised RCLError "publisher's context is invalid").
+        rclpy.init(args=None if args.ros_args is None else ["--ros-args", *args.ros_args],
+                   signal_handler_options=SignalHandlerOptions.NO)
         node = Node("wam_diff2_replay")
         player = BagPlayer(node, args.bag, args)
         counts = sum(player.bag.topic_counts.get(t, 0) for t in player.publishers)
@@ -338,10 +332,7 @@ def run(args) -> int:
     except (BagError, ReplayError, RecordError) as exc:
         print(f"wam-diff2-ros replay: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("wam-diff2-ros replay: interrupted", file=sys.stderr)
-        return 130
-    finally:
+    finally:                            # Ctrl-C: after this, run_reporting_errors says "interrupted" (130)
         if player is not None:
             player.close()
         if node is not None:
