@@ -34,7 +34,7 @@ from ..benchmark.timing import ForwardBench, measure_bandwidth, per_token, time_
 from ..benchmark.variants import available_variants, make_variant
 from ..config import DEVICES, FLOAT_DTYPES, add_threads_argument
 from ..model.random_model import SHAPES, build_random_model
-from .common import add_quantization_argument, apply_threads, cpu_name, format_table
+from .common import add_quantization_argument, apply_threads, hardware_name, format_table
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def run(args) -> int:
         except (ConfigError, RuntimeError) as exc:
             log.warning("variant %s skipped: %s", name, exc)
     bandwidth = measure_bandwidth(device)
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    device_name = hardware_name(device)
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {dtype}, shape {shape}, "
           f"batch {bench.batch}, B={bench.block_size}, quantization {args.quantization}, "
           f"measured bandwidth {bandwidth / 1e9:.1f} GB/s, weights {weight_bytes(model) / 1e6:.1f} MB, "

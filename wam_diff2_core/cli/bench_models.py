@@ -137,7 +137,7 @@ def run(args) -> int:
     from ..benchmark.model_comparison import bench_samples, compare_models, read_sample_images
     from ..config import ConfigError
     from ..utils.atomic import atomic_directory, atomic_write_json
-    from .common import apply_threads, candidate_settings, cpu_name, format_table
+    from .common import apply_threads, candidate_settings, hardware_name, format_table
 
     if not args.model:
         raise ConfigError("--data needs --model (the block-diffusion checkpoint)")
@@ -187,7 +187,7 @@ def run(args) -> int:
             decoder, diffusion.tokenizer, own, samples, encoded[:len(samples)], pdm, candidates,
             f"{args.model}, its own settings: B = {own.block_size}, threshold {own.confidence_threshold:g}")
     device = loaded.device
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    device_name = hardware_name(device)
     print(f"device {device} ({device_name}, {torch.get_num_threads()} threads), {loaded.dtype}, "
           f"quantization {args.quantization}, {len(samples)} planning and {len(grounding)} grounding samples, model {args.model}, AR model "
           f"{models['ar']}" + ("" if args.ar_model else " (the diffusion model at B = 1)"))

@@ -158,8 +158,13 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
 
 
 # ----------------------------------------------------------------------------- benchmark output
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), for a benchmark's hardware line."""
+def hardware_name(device) -> str:
+    """The model name of ``device`` (a torch.device), for a benchmark's hardware line: the GPU's, else the
+    CPU's (/proc/cpuinfo)."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(device)
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

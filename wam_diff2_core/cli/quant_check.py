@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import DEVICES, FLOAT_DTYPES, IMPLEMENTATIONS, QUANTIZATIONS, add_threads_argument
-from .common import (add_decoding_arguments, add_sample_path_arguments, apply_threads, cpu_name, decoding_overrides,
+from .common import (add_decoding_arguments, add_sample_path_arguments, apply_threads, hardware_name, decoding_overrides,
                      format_table)
 
 HELP = "compare a quantized model with its float self on planning samples (exit 1 beyond tolerances)"
@@ -174,7 +174,7 @@ def run(args) -> int:
     checks = parity_checks(rows, tol)
 
     loaded = models["float"]
-    device_name = torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else cpu_name()
+    device_name = hardware_name(loaded.device)
     print(f"quant-check {args.model}: {args.quantization} vs float, {len(rows)} planning samples of {args.data}, "
           f"{loaded.device} ({device_name}, {torch.get_num_threads()} threads), {str(loaded.dtype).replace('torch.', '')}, decoder "
           f"{decoders['float'].__class__.__name__}; quantized weights (decoder linears, LM head, "

@@ -24,10 +24,12 @@ probe row NO fail (exit status 1).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
+from ..benchmark.device_timing import DeviceCheck
 from ..config import COMPILE_MODES, QUANTIZATIONS
 
 HELP = "verify the fast decoding paths on this device (tokens vs plain) and print the one table"
@@ -40,21 +42,25 @@ TARGETS = {"x_floor": 2.0, "x_floor_compiled": 1.5, "graph_speedup": 2.0, "ms_pe
 
 def add_arguments(p) -> None:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu", "npu"))
-    p.add_argument("--shape", default="2b", choices=("2b", "small", "tiny"), help="the benchmarked model's shape")
-    p.add_argument("--prompt-length", type=int, default=2048, help="prompt tokens before the timed forwards")
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--frames", type=int, default=10, help="camera frames timed through DrivingPolicy")
-    p.add_argument("--candidates", type=int, nargs="*", default=[],
+    p.add_argument("--shape", default=DeviceCheck.shape, choices=("2b", "small", "tiny"),
+                   help="the benchmarked model's shape")
+    p.add_argument("--prompt-length", type=int, default=DeviceCheck.prompt_length,
+                   help="prompt tokens before the timed forwards")
+    p.add_argument("--repeats", type=int, default=DeviceCheck.repeats)
+    p.add_argument("--frames", type=int, default=DeviceCheck.frames, help="camera frames timed through DrivingPolicy")
+    p.add_argument("--candidates", type=int, nargs="*", default=DeviceCheck.candidates,
                    help="plan candidate counts N > 1 also timed through DrivingPolicy (default none)")
-    p.add_argument("--frame-size", type=int, nargs=2, default=[1920, 1080], metavar=("WIDTH", "HEIGHT"),
+    p.add_argument("--frame-size", type=int, nargs=2, default=DeviceCheck.frame_size, metavar=("WIDTH", "HEIGHT"),
                    help="the camera frame (CI: a small one)")
-    p.add_argument("--new-tokens", type=int, default=128, help="tokens of the timed decode (and at most 96 per frame)")
-    p.add_argument("--check-tokens", type=int, default=64, help="tokens per answer in the token checks")
+    p.add_argument("--new-tokens", type=int, default=DeviceCheck.new_tokens,
+                   help="tokens of the timed decode (and at most 96 per frame)")
+    p.add_argument("--check-tokens", type=int, default=DeviceCheck.check_tokens,
+                   help="tokens per answer in the token checks")
     p.add_argument("--out", default=None, help="write <part>.jsonl (rows as measured) and verify.json here (a folder)")
     p.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
-    p.add_argument("--quantization", nargs="+", default=["int8"], choices=QUANTIZATIONS[1:],
-                   help="the quant part's methods (engine.quantization; default int8)")
-    p.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
+    p.add_argument("--quantization", nargs="+", default=DeviceCheck.quantization, choices=QUANTIZATIONS[1:],
+                   help=f"the quant part's methods (engine.quantization; default {' '.join(DeviceCheck.quantization)})")
+    p.add_argument("--compile-mode", default=DeviceCheck.compile_mode, choices=COMPILE_MODES,
                    help="the compiled part's Inductor mode (engine.compile_mode)")
     p.add_argument("--summary", default=None, metavar="OUT",
                    help="print the table of the rows a run left in OUT (its <part>.jsonl) and exit")
@@ -212,7 +218,7 @@ def run(args) -> int:
     from ..benchmark.token_check import check_tokens
     from ..candidate_selection import MAX_CANDIDATES
     from ..model.devices import resolve_device, resolve_dtype
-    from .common import cpu_name
+    from .common import hardware_name
 
     bad = [n for n in args.candidates if not 2 <= n <= MAX_CANDIDATES]
     if bad:
@@ -220,12 +226,9 @@ def run(args) -> int:
         return 2
     device = resolve_device(args.device)
     dtype = resolve_dtype("bfloat16" if device.type != "cpu" else "float32", device)
-    check = parts_of.DeviceCheck(shape=args.shape, prompt_length=args.prompt_length, repeats=args.repeats,
-                                 frames=args.frames, frame_size=tuple(args.frame_size), candidates=tuple(args.candidates),
-                                 new_tokens=args.new_tokens, check_tokens=args.check_tokens,
-                                 quantization=tuple(args.quantization), compile_mode=args.compile_mode)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    heading = (f"{device} ({name}), torch {torch.__version__}, flashinfer {flashinfer_version()}, torchao "
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(DeviceCheck) if hasattr(args, f.name)}
+    check = DeviceCheck(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
+    heading = (f"{device} ({hardware_name(device)}), torch {torch.__version__}, flashinfer {flashinfer_version()}, torchao "
                f"{torchao_version()}, shape {args.shape} {str(dtype).replace('torch.', '')}")
     print(f"verify-device: {heading}")
     out = Path(args.out) if args.out else None
