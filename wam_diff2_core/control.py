@@ -104,9 +104,6 @@ class PID:
         derivative = self.errors[-1] - self.errors[-2] if len(self.errors) >= 2 else 0.0
         return self.kp * error + self.ki * integral + self.kd * derivative
 
-    def reset(self) -> None:
-        self.errors.extend([0.0] * self.errors.maxlen)
-
 
 @dataclass
 class PoseHistory:

@@ -19,13 +19,13 @@ with position, heading, longitudinal speed, acceleration and heading rate: what 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from .geometry import path_headings
 from .outputs.prompts import WAYPOINT_DT_S
-from .utils.fields import setting
+from .utils.fields import check_positive, setting
 
 MIN_SEGMENT_M = 0.05        # path points closer than this to the last kept one are dropped
 
@@ -45,10 +45,7 @@ class ProfileLimits:
                                             "sqrt(a / curvature) (m/s^2)", low=1e-3, high=20.0)
 
     def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not (np.isfinite(value) and value > 0):
-                raise ValueError(f"{f.name}: must be a positive finite number, got {value!r}")
+        check_positive(self)
 
 
 @dataclass(frozen=True)

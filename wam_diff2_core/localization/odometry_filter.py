@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import collections
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..geometry import wrap_angle
-from ..utils.fields import setting
+from ..utils.fields import check_positive, setting
 from .georeference import degrees_to_metres
 from .measurements import LEADERBOARD_NOISE, MeasurementRefused, bounded, finite, gnss_noise, variance
 
@@ -67,10 +67,7 @@ class LocalizationSettings:
                                            low=1.0, high=10000.0)
 
     def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{f.name}: must be a positive number, got {value!r}")
+        check_positive(self)
 
 
 @dataclass

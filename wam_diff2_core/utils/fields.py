@@ -7,7 +7,8 @@ YAML key derived from one (``params.spec.field_specs``) never restates them.
 """
 from __future__ import annotations
 
-from dataclasses import field
+import math
+from dataclasses import field, fields
 from typing import Any
 
 
@@ -19,3 +20,11 @@ def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None, 
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def check_positive(settings: Any) -> None:
+    """ValueError naming the first field of the dataclass ``settings`` that is not a positive finite number."""
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{f.name}: must be a positive finite number, got {value!r}")
