@@ -80,14 +80,13 @@ def add_arguments(p) -> None:
 
 
 def settings_from_args(args):
-    from dataclasses import replace
-
     from ..config import ConfigError
     from ..sim.camera import CameraSettings
     from ..sim.episode import EpisodeSettings, RecoverySettings
     from ..sim.dataset_export import ExportSettings
     from ..sim.road import RouteSettings
     from ..sim.world import WorldSettings
+    from .common import config_errors
 
     for name in ("width", "height"):
         if getattr(args, name) < 16:
@@ -96,9 +95,9 @@ def settings_from_args(args):
         raise ConfigError(f"--min-visible-pixels must be >= 1, got {args.min_visible_pixels}")
     if not 10.0 <= args.fov_deg <= 150.0:
         raise ConfigError(f"--fov-deg must be in [10, 150], got {args.fov_deg}")
-    try:
-        camera = replace(CameraSettings(), width=args.width, height=args.height, horizontal_fov_deg=args.fov_deg,
-                         min_visible_pixels=args.min_visible_pixels)
+    with config_errors():       # the settings' own checks name the field
+        camera = CameraSettings(width=args.width, height=args.height, horizontal_fov_deg=args.fov_deg,
+                                min_visible_pixels=args.min_visible_pixels)
         limits = {k: getattr(args, f"recovery_{k}") for k in ("max_offset_m", "max_yaw_deg", "standstill_probability",
                                                                "slow_probability") if hasattr(args, f"recovery_{k}")}
         recovery = RecoverySettings(fraction=args.recovery_fraction, **limits)
@@ -109,8 +108,6 @@ def settings_from_args(args):
                                                "vqa_per_frame", "detection", "workers", "prompt_acceleration",
                                                "command_topic") if getattr(args, k) is not None}
         return ExportSettings(episode=episode, commands=tuple(args.commands), **given)
-    except ValueError as exc:   # the settings' own checks name the field
-        raise ConfigError(str(exc)) from exc
 
 
 def run(args) -> int:
