@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
@@ -130,9 +130,6 @@ class Spoiler:
             return good
         return str(self.rng.choice(["", " ", "\x00", "ü" * 300, "../../etc", "x" * 10000, "left", "STRAIGHT"]))
 
-    def array(self, values, spoil: Callable[[float], float]) -> list[float]:
-        return [spoil(v) for v in values]
-
 
 def spoil_point(s: Spoiler, p) -> None:
     p.x, p.y, p.z = s.f64(p.x), s.f64(p.y), s.f64(p.z)
@@ -176,7 +173,7 @@ def spoil_sensor(s: Spoiler, kind: str, good, tick_ns: int, previous_ns: int):
         fix = NavSatFix(header=header, latitude=s.f64(good.latitude), longitude=s.f64(good.longitude),
                         altitude=s.f64(good.altitude), position_covariance_type=s.integer(0, 0, 255))
         fix.status.status, fix.status.service = s.integer(-2, -128, 127), s.integer(1, 0, 65535)
-        fix.position_covariance = s.array([0.3 if i in (0, 4, 8) else 0.0 for i in range(9)], s.f64)
+        fix.position_covariance = [s.f64(0.3 if i in (0, 4, 8) else 0.0) for i in range(9)]
         if s.chance(0.1):                                        # a fix 1 km off: the gate's case
             fix.latitude, fix.longitude = good.latitude + 0.009, good.longitude
         return fix
@@ -186,7 +183,7 @@ def spoil_sensor(s: Spoiler, kind: str, good, tick_ns: int, previous_ns: int):
     spoil_point(s, imu.angular_velocity)
     spoil_point(s, imu.linear_acceleration)
     for name in ("orientation_covariance", "angular_velocity_covariance", "linear_acceleration_covariance"):
-        setattr(imu, name, s.array([1e-4 if i in (0, 4, 8) else 0.0 for i in range(9)], s.f64))
+        setattr(imu, name, [s.f64(1e-4 if i in (0, 4, 8) else 0.0) for i in range(9)])
     if s.chance(0.1):
         imu.orientation_covariance[0] = -1.0                     # "no orientation" (REP-145)
     return imu
@@ -200,8 +197,8 @@ def spoil_odometry(s: Spoiler, good: Odometry, tick_ns: int, previous_ns: int) -
     spoil_quaternion(s, msg.pose.pose.orientation)
     spoil_point(s, msg.twist.twist.linear)
     spoil_point(s, msg.twist.twist.angular)
-    msg.pose.covariance = s.array([0.0] * 36, s.f64)
-    msg.twist.covariance = s.array([0.0] * 36, s.f64)
+    msg.pose.covariance = [s.f64(0.0) for _ in range(36)]
+    msg.twist.covariance = [s.f64(0.0) for _ in range(36)]
     return msg
 
 
