@@ -28,14 +28,6 @@ class Pose2D:
     y: float
     yaw: float
 
-    def to_local(self, points: np.ndarray) -> np.ndarray:
-        """[N, 2] odometry-frame points -> this pose's ego frame."""
-        return world_to_ego(points, (self.x, self.y), self.yaw)
-
-    def to_world(self, points: np.ndarray) -> np.ndarray:
-        """[N, 2] ego-frame points -> the odometry frame."""
-        return ego_to_world(points, (self.x, self.y), self.yaw)
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -137,7 +129,8 @@ def shift_plan(plan: Plan, plan_pose: Pose2D, now_pose: Pose2D, elapsed_s: float
     """The plan's path in the current ego frame, resampled at elapsed + 0.5 s and + 1.0 s: [2, 2]."""
     times = WAYPOINT_DT_S * np.arange(len(plan.waypoints) + 1)                  # 0 = the ego at stamp
     path = np.vstack([[0.0, 0.0], plan.waypoints])
-    local = now_pose.to_local(plan_pose.to_world(path))
+    world = ego_to_world(path, (plan_pose.x, plan_pose.y), plan_pose.yaw)
+    local = world_to_ego(world, (now_pose.x, now_pose.y), now_pose.yaw)
     query = np.minimum(elapsed_s + np.array([WAYPOINT_DT_S, 2 * WAYPOINT_DT_S]), times[-1])
     return np.stack([np.interp(query, times, local[:, 0]), np.interp(query, times, local[:, 1])], axis=1)
 
