@@ -85,7 +85,7 @@ class PlannedFrame:
     inputs: FrameInputs
     ground_truth: np.ndarray        # [8, 2]
     baseline: np.ndarray            # [8, 2]
-    recorded_speeds: np.ndarray | None = None          # [8] recorded forward speed at +0.5 ... +4.0 s, m/s
+    recorded_speeds: np.ndarray     # [8] recorded forward speed at +0.5 ... +4.0 s, m/s
     obstacles: list[np.ndarray | None] | None = None   # per waypoint: other agents' boxes [N, 4, 2], ego frame
     recorded_collisions: list[bool | None] | None = None
     pdm: BagPdmInputs | None = None                    # the PDM score's scene (objects near the stamp)
@@ -168,7 +168,6 @@ class EvalRun:
         return total
 
 
-# ----------------------------------------------------------------------------- pass 1
 def _check_topics(bag: Bag, settings: EvalSettings) -> dict[str, str]:
     """role -> topic of the topics this bag provides; BagError for what is missing or mistyped."""
     t, used = settings.topics, {}
@@ -214,9 +213,8 @@ def plan_bag(bag: Bag, settings: EvalSettings) -> BagPlan:
     tracker = FrameInputTracker(settings.inputs, max_samples=2**62)
     odom_topic = used["odometry"]
     stamps, xy, yaw, speed = [], [], [], []
-    last_ns, n = None, 0
-    for _, _, msg in bag.messages([odom_topic]):
-        n += 1
+    last_ns = None
+    for n, (_, _, msg) in enumerate(bag.messages([odom_topic]), start=1):
         if isinstance(msg, Undecodable):
             plan.input_messages_skipped[f"{odom_topic}: {UNDECODABLE}"] += 1
             continue
@@ -332,14 +330,13 @@ def with_scores(result: FrameResult, planned: PlannedFrame, settings: EvalSettin
     """``result`` with the speed errors of its plan's speed profile and of the constant-speed baseline,
     and the collision flags and PDM scores of its plan, of the baseline and (PDM) of the recorded drive
     (when the bag has objects; the PDM score where objects lie near the frame's stamp)."""
-    if planned.recorded_speeds is not None:
-        # the speed the planner node starts its profile from, of the same odometry sample
-        speed = measured_speed(planned.inputs.odometry.vx)
-        result.recorded_speeds = planned.recorded_speeds
-        result.baseline_speed_errors = np.abs(speed - planned.recorded_speeds)
-        if result.predicted is not None:
-            result.speed_errors = profile_speed_errors(result.predicted, speed, planned.recorded_speeds,
-                                                       settings.profile_limits)
+    # the speed the planner node starts its profile from, of the same odometry sample
+    speed = measured_speed(planned.inputs.odometry.vx)
+    result.recorded_speeds = planned.recorded_speeds
+    result.baseline_speed_errors = np.abs(speed - planned.recorded_speeds)
+    if result.predicted is not None:
+        result.speed_errors = profile_speed_errors(result.predicted, speed, planned.recorded_speeds,
+                                                   settings.profile_limits)
     if planned.obstacles is None:
         return result
     recorded, footprint = planned.recorded_collisions, settings.footprint

@@ -6,6 +6,10 @@ Foxglove and ``ros2 bag`` read it without this package.
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -72,9 +76,6 @@ class BagStreamWriter:
     """
 
     def __init__(self, path: str | Path, *, storage: str = "mcap", typestore=None, overwrite: bool = False):
-        import threading
-        from concurrent.futures import ThreadPoolExecutor
-
         if storage not in STORAGES:
             raise BagError(f"storage: {storage!r} is not one of {', '.join(STORAGES)}")
         self.path = Path(path)
@@ -104,8 +105,6 @@ class BagStreamWriter:
 
     # -- on the writer thread
     def _open(self) -> None:
-        import tempfile
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.partial-", dir=self.path.parent))
         try:
@@ -123,8 +122,6 @@ class BagStreamWriter:
                 self._error = exc
 
     def _finish(self) -> Path:
-        import shutil
-
         try:
             if self._error is not None:
                 raise BagError(f"{self.path}: writing failed ({error_text(self._error)})") from self._error
@@ -137,8 +134,6 @@ class BagStreamWriter:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
     def _discard(self) -> None:
-        import shutil
-
         try:
             if self._writer is not None:
                 self._writer.close()

@@ -80,12 +80,11 @@ class Bag:
             self._reader.open()
         except Exception as exc:  # rosbags raises ReaderError, sqlite/apsw errors, OSError, KeyError ...
             raise BagError(f"{self.path}: cannot open the bag ({error_text(exc)}){_recover_hint(self.path)}") from None
-        conns = self._reader.connections
         self.storage = _storage_of(self.path)
         self.topic_types: dict[str, str] = {}
         self.topic_counts: dict[str, int] = {}
         self.topic_qos: dict[str, list] = {}
-        for c in conns:
+        for c in self._reader.connections:
             if c.topic in self.topic_types and self.topic_types[c.topic] != c.msgtype:
                 self.topic_types[c.topic] = "<several types>"
             else:
@@ -98,7 +97,6 @@ class Bag:
         self._typestore = None
         self._undecodable: dict[str, str] = {}
 
-    # -- types
     @property
     def typestore(self):
         """The bag's own definitions first, then Kilted's and this package's for what it lacks."""
@@ -141,7 +139,6 @@ class Bag:
             raise BagError(f"{self.path}: cannot decode {msgtype} on {topic!r}: {why}")
         return msgtype
 
-    # -- messages
     def raw_messages(self, topics: Iterable[str] | None = None) -> Iterator[tuple[str, int, str, bytes]]:
         """(topic, bag time ns, msgtype, CDR bytes) in storage order (by bag time per file)."""
         wanted = None if topics is None else set(topics)
@@ -153,8 +150,6 @@ class Bag:
             for conn, bag_time_ns, data in self._reader.messages(connections=conns):
                 read[conn.topic] += 1
                 yield conn.topic, bag_time_ns, conn.msgtype, data
-        except BagError:
-            raise
         except Exception as exc:
             done = sum(read.values())
             raise BagError(f"{self.path}: the bag is truncated or corrupt: reading stopped after {done} messages "

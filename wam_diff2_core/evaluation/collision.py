@@ -38,13 +38,12 @@ class EgoFootprint:
                                      self.length_m, self.width_m) for (x, y), h in zip(points, headings)])
 
 
-def obstacles_along(track: ObjectTrack, trajectory: EgoTrajectory, t_ns: int,
-                    offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> list[np.ndarray | None]:
+def obstacles_along(track: ObjectTrack, trajectory: EgoTrajectory, t_ns: int) -> list[np.ndarray | None]:
     """Per waypoint time: the recorded object boxes [N, 4, 2] in the ego frame at ``t_ns``, or
     None when no objects message lies within the track's offset of that time."""
     origin, yaw = trajectory.pose_at(t_ns)
     out: list[np.ndarray | None] = []
-    for dt in offsets_ns:
+    for dt in WAYPOINT_OFFSETS_NS:
         snapshot = track.at(t_ns + int(dt))
         if snapshot is None:
             out.append(None)

@@ -99,10 +99,9 @@ class ObjectTrack:
         return self.snapshots[best] if abs(int(self.stamps_ns[best]) - t_ns) <= self.max_offset_ns else None
 
 
-def object_array_msg(types: dict[str, type], header, objects: Sequence[dict[str, Any]]):
+def object_array_msg(t: dict[str, type], header, objects: Sequence[dict[str, Any]]):
     """An ``ObjectArray`` of ``objects`` (dicts: id, label, x, y, z, yaw, length_m, width_m,
-    height_m, vx, vy in the header's frame) from a typestore's classes ``types``."""
-    t = types
+    height_m, vx, vy in the header's frame) from a typestore's classes ``t``."""
     zero = msg.vector(t, 0.0, 0.0, 0.0)
     no_polygon = t["geometry_msgs/msg/Polygon"](points=[])
     return t[OBJECT_ARRAY_TYPE](header=header, objects=[t[OBJECT_TYPE](

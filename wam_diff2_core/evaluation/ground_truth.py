@@ -83,22 +83,22 @@ class EgoTrajectory:
             return float(self.speed[i])
         return float(self.speed[i] + (self.speed[i + 1] - self.speed[i]) * w)
 
-    def future_waypoints(self, t_ns: int, offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> np.ndarray:
-        """[len(offsets), 2] recorded positions at ``t + offset`` in the ego frame at ``t``."""
+    def future_waypoints(self, t_ns: int) -> np.ndarray:
+        """[8, 2] recorded positions at +0.5 ... +4.0 s in the ego frame at ``t_ns``."""
         origin, yaw = self.pose_at(t_ns)
-        future = np.stack([self.pose_at(t_ns + int(dt))[0] for dt in offsets_ns])   # [8, 2] odometry frame
+        future = np.stack([self.pose_at(t_ns + dt)[0] for dt in WAYPOINT_OFFSETS_NS])   # [8, 2] odometry frame
         return world_to_ego(future, origin, yaw)
 
-    def future_speeds(self, t_ns: int, offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> np.ndarray:
-        """[len(offsets)] recorded forward speeds at ``t + offset`` (m/s); NoFuture as :meth:`future_waypoints`."""
+    def future_speeds(self, t_ns: int) -> np.ndarray:
+        """[8] recorded forward speeds at +0.5 ... +4.0 s (m/s); NoFuture as :meth:`future_waypoints`."""
         self._bracket(t_ns)
-        return np.array([self.speed_at(t_ns + int(dt)) for dt in offsets_ns])
+        return np.array([self.speed_at(t_ns + dt) for dt in WAYPOINT_OFFSETS_NS])
 
 
-def constant_velocity_waypoints(velocity: Sequence[float], offsets_ns: Sequence[int] = WAYPOINT_OFFSETS_NS) -> np.ndarray:
+def constant_velocity_waypoints(velocity: Sequence[float]) -> np.ndarray:
     """The constant-velocity baseline: the ego keeps its ego-frame velocity; [8, 2] metres."""
     v = np.asarray(velocity, dtype=np.float64).reshape(1, 2)
-    t = np.asarray(offsets_ns, dtype=np.float64).reshape(-1, 1) / 1e9
+    t = np.asarray(WAYPOINT_OFFSETS_NS, dtype=np.float64).reshape(-1, 1) / 1e9
     return t * v
 
 

@@ -114,15 +114,10 @@ def profile_speed_errors(waypoints: np.ndarray, measured_speed_mps: float, recor
     """[8] |speed of the plan's speed profile - recorded speed| (m/s) at the waypoint times (0.5 ... 4 s):
     the profile the planner node publishes for ``waypoints`` [8, 2] from ``measured_speed_mps``."""
     profile = speed_profile(waypoints, measured_speed_mps, limits)
-    times = (np.arange(NUM_WAYPOINTS) + 1) * WAYPOINT_DT_S
-    return np.abs(np.interp(times, profile.t, profile.speed) - np.asarray(recorded_speeds, dtype=np.float64))
+    return np.abs(np.interp(WAYPOINT_TIMES_S, profile.t, profile.speed) - np.asarray(recorded_speeds, dtype=np.float64))
 
 
-def horizon_key(h: float) -> str:
-    return f"{h:g}s"
-
-
-STEPS = {horizon_key(h): int(round(h / WAYPOINT_DT_S)) for h in HORIZONS_S}   # horizon -> waypoints up to it
+STEPS = {f"{h:g}s": int(round(h / WAYPOINT_DT_S)) for h in HORIZONS_S}   # horizon key ("1s") -> waypoints up to it
 
 
 def trajectory_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[str, Any]:
@@ -134,7 +129,7 @@ def trajectory_metrics(errors: np.ndarray | Sequence[Sequence[float]]) -> dict[s
                 "l2_avg_to_t_mean_1_3s": None, "ade": None, "fde": None, "per_waypoint": [None] * NUM_WAYPOINTS}
     at_t = {h: float(e[:, k - 1].mean()) for h, k in STEPS.items()}
     avg_to_t = {h: float(e[:, :k].mean(axis=1).mean()) for h, k in STEPS.items()}
-    first3 = [horizon_key(h) for h in HORIZONS_S if h <= 3.0]
+    first3 = [k for k, h in zip(STEPS, HORIZONS_S) if h <= 3.0]
     return {"frames": int(len(e)), "l2_at_t": at_t, "l2_avg_to_t": avg_to_t,
             "l2_at_t_mean_1_3s": float(np.mean([at_t[k] for k in first3])),
             "l2_avg_to_t_mean_1_3s": float(np.mean([avg_to_t[k] for k in first3])),

@@ -26,7 +26,6 @@ FORMAT = "wam-diff2-eval-bag/1"
 
 def build_metrics(run, *, model: dict[str, Any], command: str = "", label: str = "",
                   record: str | None = None) -> dict[str, Any]:
-    summary = summarize(run.frames)
     return {
         "format": FORMAT,
         "label": label,
@@ -43,8 +42,8 @@ def build_metrics(run, *, model: dict[str, Any], command: str = "", label: str =
                   "odometry_frame": b.plan.odometry_frame} for b in run.bags],
         "counts": run.counts(),
         "record": record,
-        "detection": getattr(run, "detection", None),
-        **summary,
+        "detection": run.detection,
+        **summarize(run.frames),
         "complete": True,
     }
 
@@ -105,8 +104,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path, *, o
     if na == nb:
         na, nb = f"A: {na}", f"B: {nb}"
     key = lambda f: (Path(f.bag).name, f.stamp_ns)            # noqa: E731 - same bag copied elsewhere still pairs
-    valid_a = {key(f): f for f in fa if f.valid and f.predicted is not None}
-    valid_b = {key(f): f for f in fb if f.valid and f.predicted is not None}
+    valid_a, valid_b = ({key(f): f for f in frames if f.valid and f.predicted is not None} for frames in (fa, fb))
     common = sorted(set(valid_a) & set(valid_b))
     paired = {
         "frames": len(common),

@@ -11,11 +11,10 @@ from typing import Any, Iterable, Sequence
 from ..outputs.prompts import COMMANDS
 from ..profiling import stage_markdown
 from .bag_pdm import AREA_RECORDED_DRIVE, AREA_ROUTE
-from .metrics import (COLLISION_CONVENTIONS, CONVENTIONS, HORIZONS_S, PDM_SUBSCORES, SPEED_CONVENTION, WAYPOINT_TIMES_S,
-                      horizon_key)
+from .metrics import COLLISION_CONVENTIONS, CONVENTIONS, PDM_SUBSCORES, SPEED_CONVENTION, STEPS, WAYPOINT_TIMES_S
 from .report_plots import PLOTS
 
-HS = [horizon_key(h) for h in HORIZONS_S]
+HS = list(STEPS)     # the horizons' keys: "1s" ... "4s"
 AREA_LABELS = {AREA_ROUTE: "the route", AREA_RECORDED_DRIVE: "the recorded drive (no usable route)"}
 
 

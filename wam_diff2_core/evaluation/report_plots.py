@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .metrics import HORIZONS_S, WAYPOINT_TIMES_S, FrameResult, horizon_key
+from .metrics import HORIZONS_S, STEPS, WAYPOINT_TIMES_S, FrameResult
 
 PLOTS = {"per_waypoint": "per_waypoint_error.png", "bev": "bev_samples.png", "histogram": "error_histogram.png",
          "collision": "collision_rate.png", "detection": "detection_ap.png"}
@@ -65,10 +65,9 @@ def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
     """Collision rate at 1-4 s per run (collision_metrics), both conventions."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4), dpi=100, sharey=True)
-    hs = [horizon_key(h) for h in HORIZONS_S]
     for ax, (key, title) in zip(axes, (("at_t", "UniAD: at t"), ("avg_to_t", "VAD: averaged up to t"))):
         for name, c in runs.items():
-            values = [100 * c[key][h] if c[key][h] is not None else np.nan for h in hs]
+            values = [100 * c[key][h] if c[key][h] is not None else np.nan for h in STEPS]
             ax.plot(HORIZONS_S, values, marker="o", label=f"{name} ({c['frames']} frames)",
                     **({"linestyle": "--", "color": "grey"} if name == "constant velocity" else {}))
         ax.set_title(title, fontsize=9)
@@ -103,28 +102,21 @@ def plot_detection(scores: dict[str, Any], path: Path) -> None:
     save(fig, path)
 
 
-def sample_frames(frames: Sequence[FrameResult], n: int) -> list[FrameResult]:
-    """Up to ``n`` frames spread evenly over the run (valid plans preferred)."""
-    pool = [f for f in frames if f.valid] or list(frames)
-    if len(pool) <= n:
-        return list(pool)
-    return [pool[i] for i in np.linspace(0, len(pool) - 1, n).round().astype(int)]
-
-
 def plot_bev_samples(frames: Sequence[FrameResult], path: Path, n: int = 6) -> None:
     """Bird's-eye view (ego frame: forward up, left to the left) of predicted vs recorded futures."""
     plt = pyplot()
-    chosen = sample_frames(frames, max(1, n))
+    pool = [f for f in frames if f.valid] or list(frames)      # up to n frames spread evenly, valid plans first
+    n = max(1, n)
+    chosen = pool if len(pool) <= n else [pool[i] for i in np.linspace(0, len(pool) - 1, n).round().astype(int)]
     first_ns = {}
     for f in frames:
         first_ns[f.bag] = min(first_ns.get(f.bag, f.stamp_ns), f.stamp_ns)
     cols = min(3, max(1, len(chosen)))
     rows = max(1, -(-len(chosen) // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.6 * rows), dpi=100, squeeze=False)
-    for ax in axes.flat:
+    for ax in axes.flat[len(chosen):]:
         ax.set_axis_off()
     for ax, f in zip(axes.flat, chosen):
-        ax.set_axis_on()
         # plot (-y, x): forward is up, the ego's left is on the left
         for pts, style, name in ((f.ground_truth, dict(color="black", marker="o"), "recorded"),
                                  (f.baseline, dict(color="grey", linestyle="--", marker="."), "constant velocity"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -26,13 +26,6 @@ from .metrics import FrameResult
 log = logging.getLogger(__name__)
 
 POLICY_REJECTED = "policy_rejected"
-
-
-# ----------------------------------------------------------------------------- pass 2
-def _stats_dict(stats) -> dict[str, Any]:
-    """The decode statistics a policy reported ({} for none)."""
-    keys = (*DECODE_STATS_KEYS, "commit_forwards")
-    return {k: getattr(stats, k) for k in keys if getattr(stats, k, None) is not None}
 
 
 def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str, conversion_ms: float = 0.0) -> FrameResult:
@@ -50,8 +43,10 @@ def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str, con
             predicted = np.asarray(plan.waypoints, dtype=np.float64).reshape(NUM_WAYPOINTS, 2)
         else:
             valid, reason = False, f"bad_waypoints: expected finite [{NUM_WAYPOINTS}, 2], got {np.shape(plan.waypoints)}"
+    stats = {k: getattr(plan.stats, k) for k in (*DECODE_STATS_KEYS, "commit_forwards")
+             if getattr(plan.stats, k, None) is not None}
     return planned.result(bag_name, valid=valid, invalid_reason=reason, raw_text=str(plan.raw_text or ""),
-                          predicted=predicted, stats=_stats_dict(plan.stats), latency_ms=float(out.latency_ms),
+                          predicted=predicted, stats=stats, latency_ms=float(out.latency_ms),
                           stages=None if stages is None else stages.with_conversion(conversion_ms).as_dict())
 
 
@@ -99,9 +94,8 @@ def evaluate_bags(paths: Sequence[str | Path], policy, settings: EvalSettings | 
 
     settings = settings or EvalSettings()
     plans = plan_bags(paths, settings) if plans is None else plans
-    total = sum(len(p.planned) for p in plans)
     runs = []
-    with tqdm(total=total, desc="eval-bag", unit="frame", disable=not progress, dynamic_ncols=True) as bar:
+    with tqdm(total=sum(len(p.planned) for p in plans), desc="eval-bag", unit="frame", disable=not progress, dynamic_ncols=True) as bar:
         valid = [0, 0]
 
         def on_frame(result: FrameResult | None) -> None:
