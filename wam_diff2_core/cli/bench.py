@@ -45,15 +45,16 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default=None, help="a checkpoint directory instead of random weights")
     p.add_argument("--device", default="auto", choices=DEVICES)
     p.add_argument("--dtype", default="auto", choices=("auto", *FLOAT_DTYPES))
-    p.add_argument("--prompt-lengths", type=int, nargs="+", default=[1024, 2048])
+    p.add_argument("--prompt-lengths", type=int, nargs="+", default=list(ForwardBench.prompt_lengths))
     p.add_argument("--block-size", type=int, default=None,
                    help="the Block-B compared with AR (default: the checkpoint's block size with --model, "
                         "else the paper's 32)")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--tokens-per-forward", type=float, default=4.0,
-                   help="answer tokens fixed per denoise forward, measured on a trained model (default 4.0)")
-    p.add_argument("--new-tokens", type=int, default=64, help="tokens per decode in the decode table")
-    p.add_argument("--repeats", type=int, default=10, help="timed runs per measurement (median)")
+    p.add_argument("--batch", type=int, default=ForwardBench.batch)
+    p.add_argument("--tokens-per-forward", type=float, default=ForwardBench.tokens_per_forward,
+                   help="answer tokens fixed per denoise forward, measured on a trained model "
+                        f"(default {ForwardBench.tokens_per_forward})")
+    p.add_argument("--new-tokens", type=int, default=ForwardBench.new_tokens, help="tokens per decode in the decode table")
+    p.add_argument("--repeats", type=int, default=ForwardBench.repeats, help="timed runs per measurement (median)")
     p.add_argument("--variants", nargs="+", default=None,
                    help="subset of: plain static-sdpa static-sdpa-graph static-sdpa-compiled-graph "
                         "static-flashinfer static-flashinfer-graph (also static-sdpa-compiled: compiled, no graphs)")

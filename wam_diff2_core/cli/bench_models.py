@@ -137,7 +137,7 @@ def run(args) -> int:
     from ..benchmark.model_comparison import bench_samples, compare_models, read_sample_images
     from ..config import ConfigError
     from ..utils.atomic import atomic_directory, atomic_write_json
-    from .common import apply_threads, candidate_settings, hardware_name, format_table
+    from .common import apply_threads, candidate_settings, config_errors, format_table, hardware_name
 
     if not args.model:
         raise ConfigError("--data needs --model (the block-diffusion checkpoint)")
@@ -157,10 +157,8 @@ def run(args) -> int:
             raise ConfigError(f"--data has {len(grounding)} grounding samples: scoring them needs pycocotools "
                               f"({exc}; pinned in requirements/core.txt), or bench --tasks planning") from None
     from ..sim.pdm_scenes import DataSetPdm
-    try:
+    with config_errors("--data: "):
         pdm = DataSetPdm.for_data(args.data)
-    except ValueError as exc:
-        raise ConfigError(f"--data: {exc}") from exc
     from . import bench_candidates
     candidates = candidate_settings(args)
     if candidates is not None and (pdm is None or not samples):
