@@ -32,7 +32,7 @@ centre line are the scene's (none given: the ego never straddles lanes, is never
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -77,11 +77,21 @@ class PdmResult:
         return self.progress_m * self.nc * self.dac
 
     def with_reference(self, reference_progress_m: float) -> "PdmResult":
-        """This plan's score with another reference progress (EP and PDMS again; nothing is tracked again)."""
+        """This plan's score with another reference progress (nothing is tracked again): EP against it, and
+        PDMS = NC x DAC x (5 EP + 5 TTC + 2 C) / 12."""
         if not (math.isfinite(reference_progress_m) and reference_progress_m >= 0):
             raise ValueError(f"reference_progress_m must be finite and >= 0, got {reference_progress_m}")
-        return _combine(self.nc, self.dac, self.ttc, self.c, self.progress_m, float(reference_progress_m),
-                        self.collision_time_s, self.ttc_time_s, self.comfort, self.rollout)
+        reference_progress_m = float(reference_progress_m)
+        multiplier = self.nc * self.dac
+        progress = self.progress_m * multiplier
+        best = max(progress, reference_progress_m)
+        if best > PROGRESS_DISTANCE_THRESHOLD_M:
+            ep = progress / best
+        else:
+            ep = 1.0 if multiplier > 0 else 0.0
+        weights = EP_WEIGHT + TTC_WEIGHT + COMFORT_WEIGHT
+        weighted = (EP_WEIGHT * ep + TTC_WEIGHT * self.ttc + COMFORT_WEIGHT * self.c) / weights
+        return replace(self, ep=ep, pdms=multiplier * weighted, reference_progress_m=reference_progress_m)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rollout"}
@@ -197,9 +207,11 @@ def _score_rollout(rollout: EgoRollout, scene: PdmScene, vehicle: Vehicle) -> Pd
     centres = vehicle.centres(rollout.x, rollout.y, rollout.heading)
     progress = max(0.0, _progress_along(scene.centreline, centres[-1]) - _progress_along(scene.centreline, centres[0]))
     comfort = comfort_checks(rollout)
-    return _combine(nc, dac, ttc, 1.0 if all(comfort.values()) else 0.0, progress, 0.0,
-                    None if collision_step is None else collision_step * SIM_DT_S,
-                    None if ttc_step is None else ttc_step * SIM_DT_S, comfort, rollout)
+    return PdmResult(nc, dac, ttc, ep=0.0, c=1.0 if all(comfort.values()) else 0.0, pdms=0.0, progress_m=progress,
+                     reference_progress_m=0.0,
+                     collision_time_s=None if collision_step is None else collision_step * SIM_DT_S,
+                     ttc_time_s=None if ttc_step is None else ttc_step * SIM_DT_S, comfort=comfort,
+                     rollout=rollout).with_reference(0.0)
 
 
 def reference_progress(reference_plan, ego: EgoStart, scene: PdmScene, vehicle: Vehicle = Vehicle()) -> float:
@@ -211,22 +223,4 @@ def pdm_score(plan, ego: EgoStart, scene: PdmScene, reference_progress_m: float,
               vehicle: Vehicle = Vehicle()) -> PdmResult:
     """Track ``plan`` [8, 2] for 4 s and score it against ``reference_progress_m`` (:func:`reference_progress`);
     ValueError on a plan that is not 8 finite waypoints or a reference progress not finite and >= 0."""
-    if not (math.isfinite(reference_progress_m) and reference_progress_m >= 0):
-        raise ValueError(f"reference_progress_m must be finite and >= 0, got {reference_progress_m}")
     return _score_rollout(track_plan(plan, ego, vehicle), scene, vehicle).with_reference(reference_progress_m)
-
-
-def _combine(nc: float, dac: float, ttc: float, c: float, progress_m: float, reference_progress_m: float,
-             collision_time_s, ttc_time_s, comfort: dict[str, bool], rollout: EgoRollout) -> PdmResult:
-    """EP against the reference, and PDMS = NC x DAC x (5 EP + 5 TTC + 2 C) / 12."""
-    multiplier = nc * dac
-    progress = progress_m * multiplier
-    best = max(progress, reference_progress_m)
-    if best > PROGRESS_DISTANCE_THRESHOLD_M:
-        ep = progress / best
-    else:
-        ep = 1.0 if multiplier > 0 else 0.0
-    weighted = (EP_WEIGHT * ep + TTC_WEIGHT * ttc + COMFORT_WEIGHT * c) / (EP_WEIGHT + TTC_WEIGHT + COMFORT_WEIGHT)
-    return PdmResult(nc, dac, ttc, ep, c, multiplier * weighted, progress_m, reference_progress_m,
-                     collision_time_s, ttc_time_s, comfort, rollout)
-

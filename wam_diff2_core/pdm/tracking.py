@@ -166,6 +166,5 @@ def track_plan(plan, ego: EgoStart, vehicle: Vehicle = Vehicle()) -> EgoRollout:
                           v + accel * SIM_DT_S, accel,
                           min(max(new_steering, -MAX_STEERING_RAD), MAX_STEERING_RAD)])
         states.append(state)
-    s = np.array(states)                                                      # [41, 6]
-    return EgoRollout(np.arange(SIM_STEPS + 1) * SIM_DT_S, s[:, 0], s[:, 1], s[:, 2], s[:, 3], s[:, 4], s[:, 5])
+    return EgoRollout(np.arange(SIM_STEPS + 1) * SIM_DT_S, *np.array(states).T)    # states [41, 6]
 
