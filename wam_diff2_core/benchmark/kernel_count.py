@@ -82,19 +82,11 @@ def static_forward_kernels(decoder, inputs, block_size: int = 32, ops=None) -> d
     return counts
 
 
-def plain_forward_kernels(decoder, inputs, block_size: int, mask_id: int) -> dict[str, int]:
-    """Kernels of the plain decoder's forward (transformers over a DynamicCache) for AR and Block-``block_size``."""
-    with torch.no_grad():
-        prefix = decoder.prefill(inputs, block_size)
-    block = torch.full((inputs["input_ids"].shape[0], block_size), mask_id, device=inputs["input_ids"].device)
-    return {label: count_kernels(lambda q=queries: decoder.forward_block(prefix, block[:, :q], 0, keep=False)).total
-            for label, queries, _ in (("AR", 1, None), (f"Block-{block_size}", block_size, None))}
-
-
 def add_kernel_counts(rows: list[dict], variants: dict, config, bench, device) -> None:
     """Each forward row of timing.time_forwards gets ``kernels``: what one forward of its variant and step launches
     ("-" for a compiled forward, whose kernels Inductor generates, and where a variant cannot be counted), and
     ``layer_kernels``: the static decoder's layer ops (triton or torch)."""
+    from .timing import forward_steps
     from .variants import random_prompt
 
     counted: dict[tuple, object] = {}
@@ -103,12 +95,13 @@ def add_kernel_counts(rows: list[dict], variants: dict, config, bench, device) -
         key = (name, length)
         if key not in counted:
             decoder = variants[name]
-            inputs = random_prompt(config.vocab_size, bench.batch, length, bench.seed, device)
             if "-compiled" in name or "flashinfer" in name:     # Inductor's kernels; FlashInfer's calls bypass dispatch
                 counted[key] = {}
-            elif name == "plain":
-                counted[key] = plain_forward_kernels(decoder, inputs, bench.block_size, config.mask_token_id)
+            elif name == "plain":       # the timed forwards themselves: transformers over a DynamicCache
+                counted[key] = {step["step"]: count_kernels(fn).total
+                                for step, fn in forward_steps(name, decoder, config, bench, device, length)}
             else:
+                inputs = random_prompt(config.vocab_size, bench.batch, length, bench.seed, device)
                 counted[key] = {label: c["total"] for label, c in
                                 static_forward_kernels(decoder, inputs, bench.block_size).items()}
         row["kernels"] = counted[key].get(row["step"], "-")
