@@ -1,5 +1,5 @@
 """``eval-bag --predictions``: the boxes a planner node published (``Detection2DArray``), scored with COCO AP
-(:mod:`.detection`) against what the camera saw of the bag's objects at their stamp (:mod:`.detection_truth`),
+(:mod:`.detection`) against what the camera saw of the bag's objects at their stamp (:func:`pixel_truth`),
 every bag together, in stamp order; an invalid message scores no box.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ import numpy as np
 
 from ..geometry import CameraMount, PinholeCamera, yaw_from_quaternion
 from ..outputs.parsing import Box, BoxParse, ParseError
-from ..vehicle_projection import VehicleProjector
+from ..vehicle_projection import PixelBox, VehicleBox, VehicleProjector
 from .bags import Bag, BagError, Undecodable
+from .derived_objects import UNKNOWN_LABEL, ObjectSnapshot
 from .detection import DetectionImage, detection_scores
-from .detection_truth import pixel_truth
 from .ground_truth import NoFuture
 
 DETECTIONS_TYPE = "wam_diff2_ros/msg/Detection2DArray"
@@ -33,6 +33,20 @@ def mount_from_quaternion(translation: Sequence[float], q: Sequence[float]) -> C
     pitch = math.asin(max(-1.0, min(1.0, 2.0 * (w * y - z * x))))
     yaw = yaw_from_quaternion(x, y, z, w)
     return CameraMount(*(float(v) for v in translation), *(math.degrees(a) for a in (roll, pitch, yaw)))
+
+
+def pixel_truth(snapshot: ObjectSnapshot, ego_pose: tuple[float, float, float],
+                projector: VehicleProjector) -> list[PixelBox]:
+    """The objects of ``snapshot`` the camera sees from ``ego_pose`` (x, y, yaw of the rear axle in the
+    snapshot's frame), drawn and labelled as the demo world draws its vehicles, left to right; the world is
+    taken flat. ValueError when the snapshot has no heights."""
+    if snapshot.heights is None:
+        raise ValueError("pixel_truth: the object snapshot has no box heights (read it with objects_from_msg)")
+    labels = snapshot.labels or (UNKNOWN_LABEL,) * len(snapshot.ids)
+    objects = [VehicleBox(int(i), label, *(float(v) for v in box), float(h))
+               for i, box, h, label in zip(snapshot.ids, snapshot.boxes, snapshot.heights, labels)
+               if math.isfinite(h) and h > 0]
+    return projector.boxes(ego_pose, objects)
 
 
 def camera_projector(bag: Bag, plan) -> VehicleProjector:

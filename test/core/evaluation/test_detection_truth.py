@@ -1,4 +1,4 @@
-"""Detection ground truth from a bag's object boxes (evaluation/detection_truth.py) is the demo world's own
+"""Detection ground truth from a bag's object boxes (evaluation/bag_detection.py's pixel_truth) is the demo world's own
 labels: one derivation (vehicle_projection.VehicleProjector) behind both."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from wam_diff2_core.evaluation.bags import Bag
 from wam_diff2_core.evaluation.derived_objects import ObjectSnapshot, objects_from_msg
-from wam_diff2_core.evaluation.detection_truth import pixel_truth
+from wam_diff2_core.evaluation.bag_detection import pixel_truth
 from wam_diff2_core.sim.episode import EpisodeSettings, simulate_episode
 from wam_diff2_core.sim.episode_bags import EpisodeBagWriter
 from wam_diff2_core.vehicle_projection import VehicleProjector
