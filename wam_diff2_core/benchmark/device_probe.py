@@ -2,15 +2,16 @@
 (``wam-diff2 verify-device --parts probe``): library versions, SDPA with a boolean mask in bf16, and the
 token choice of a step under the capture rules.
 
-    rows, ok = probe(torch.device("cuda"))
+    ok = probe(torch.device("cuda"), Rows("probe"))
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def probe(device) -> tuple[list[dict], bool]:
-    """What the fast path relies on, checked before anything is timed: rows (what, result, ok) and ok.
+def probe(device, rows) -> bool:
+    """What the fast path relies on, checked before anything is timed: a row (what, result, ok) each added to
+    ``rows`` (a device_timing.Rows); whether every one is ok.
 
     - versions of torch, transformers and FlashInfer (or why FlashInfer cannot be used);
     - SDPA with a boolean mask [N, 1, Q, K] in bf16 under each backend alone (which ones accept it), and a
@@ -25,12 +26,12 @@ def probe(device) -> tuple[list[dict], bool]:
     from ..decoding.cuda_graphs import HostSyncCheck
     from ..decoding.sampling import draw_one, greedy_pick
 
-    rows, ok = [], True
+    ok = True
 
     def add(what, result, passed=True):
         nonlocal ok
         ok &= passed
-        rows.append({"what": what, "result": result, "ok": "yes" if passed else "NO"})
+        rows.add({"what": what, "result": result, "ok": "yes" if passed else "NO"})
 
     add("versions", f"torch {torch.__version__}, transformers {transformers.__version__}, "
                     f"CUDA {torch.version.cuda}; FlashInfer: {flashinfer_version()}")
@@ -92,7 +93,7 @@ def probe(device) -> tuple[list[dict], bool]:
             add("token choice under the capture rules (HostSyncCheck)", "no host sync")
     except Exception as exc:  # noqa: BLE001 - the row says what failed
         add("token choice under the capture rules", f"{type(exc).__name__}: {exc}", False)
-    return rows, ok
+    return ok
 
 
 def flashinfer_version() -> str:

@@ -225,11 +225,10 @@ def profile_forward(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
 
     from ..decoding import attention as attention_module
     from ..decoding.step import forward_step
-    from ..model.random_model import build_random_model
     from .kernel_count import count_kernels
 
     cuda = device.type == "cuda"
-    model, config = build_random_model(check.shape, device, dtype, check.seed, 24.0)
+    model, config = _timed_model(device, dtype, check)
     inputs = random_prompt(config.vocab_size, 1, check.prompt_length, check.seed, device)
     orders = {"efficient,cudnn": (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION),
               "cudnn,efficient": (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION)} if cuda else {"-": None}

@@ -242,10 +242,7 @@ def run(args) -> int:
         return all([parts_of.check_quantized(d, t, c, method, rows, unquantized) for method in c.quantization])
 
     def probe_part(d, t, c, rows):
-        probe_rows, probe_ok = probe(d)
-        for r in probe_rows:
-            rows.add(r)
-        return probe_ok
+        return probe(d, rows)
     runners = {"probe": probe_part, "tokens": tokens_part, "forward": parts_of.time_block_forwards, "decode": parts_of.measure_decode,
                "frame": parts_of.measure_frames, "profile": parts_of.profile_forward,
                "compiled": parts_of.measure_compiled, "quant": quant_part}
