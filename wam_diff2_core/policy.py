@@ -230,10 +230,10 @@ class DrivingPolicy:
         return s.replace(remasking_strategy=self.parse_retry)
 
     def _warmup_prompts(self):
-        """The warm-up image (grey, 64 x 64) and its prompts, one per task."""
+        """The warm-up image (grey, 64 x 64) and its prompts, {task: prompt} for this policy's tasks."""
         from PIL import Image
         prompts = {"plan": format_planning_prompt("straight", (0.0, 0.0), (0.0, 0.0)), "detect": self.detection_prompt}
-        return Image.fromarray(np.full((64, 64, 3), 128, np.uint8)), [prompts[task] for task in self.tasks]
+        return Image.fromarray(np.full((64, 64, 3), 128, np.uint8)), {task: prompts[task] for task in self.tasks}
 
     def startup_settings(self):
         """The decoding settings of the start-up decodes: this policy's, at most STARTUP_BLOCKS blocks long."""
@@ -244,8 +244,7 @@ class DrivingPolicy:
         """One decode (startup_settings) on a grey frame so the first real frame pays no one-off costs; with CUDA
         graphs or a compiled forward also every step shape of this policy's batch, captured / compiled now."""
         image, prompts = self._warmup_prompts()
-        self._decode(dict(zip(self.tasks, prompts)), image, self.startup_settings(), None, StageTimes(),
-                     self.candidates.count)
+        self._decode(prompts, image, self.startup_settings(), None, StageTimes(), self.candidates.count)
         if self.engine.cuda_graphs or self.engine.compile_forward:
             rows = len(self.tasks) + self.candidates.count - 1
             settings = self.settings if self.candidates.count == 1 else candidate_rows(
@@ -259,7 +258,7 @@ class DrivingPolicy:
         if self.engine.implementation == "plain":
             return None
         image, prompts = self._warmup_prompts()
-        inputs = self._inputs(prompts, image)
+        inputs = self._inputs(list(prompts.values()), image)
         fast_name = describe_engine(self.engine)
         plain_engine = self.engine.replace(implementation="plain", cuda_graphs=False, compile_forward=False,
                                            attention_backend="sdpa")
