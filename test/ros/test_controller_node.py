@@ -21,7 +21,6 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from nav_msgs.msg import Odometry, Path  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
@@ -34,6 +33,7 @@ from wam_diff2_core.params import controller as cp  # noqa: E402
 from wam_diff2_core.params.parameter_file import flatten  # noqa: E402
 from wam_diff2_ros import controller_node as cn  # noqa: E402
 from wam_diff2_ros.qos import LATCHED_QOS, LATEST_RELIABLE_QOS  # noqa: E402
+from wam_diff2_ros.spinning import SpinThread  # noqa: E402
 from wam_diff2_core.topics import controller_topics  # noqa: E402
 from wam_diff2_ros.controller_node import ControllerNode  # noqa: E402
 from wam_diff2_ros.conversions import ns_to_stamp, plan_from_trajectory  # noqa: E402
@@ -55,20 +55,6 @@ ROLES = (f"role{i}" for i in itertools.count())
 def context():
     with ros_context(5) as ctx:
         yield ctx
-
-
-class Spinning:
-    def __init__(self, node: Node):
-        self.node = node
-        self.executor = SingleThreadedExecutor(context=node.context)
-        self.executor.add_node(node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.executor.shutdown()
-        self.thread.join(5.0)
-        self.node.destroy_node()
 
 
 class SimProbe(Node):
@@ -127,7 +113,7 @@ def rig(context):
                                                             **params}.items()]
             node = ControllerNode(f"wam_diff2_controller_{role}", context=context, parameter_overrides=overrides)
             probe = SimProbe(context, role)
-            started.extend([Spinning(node), Spinning(probe)])
+            started.extend([SpinThread(node), SpinThread(probe)])
             t = probe.topics
             assert wait_for(lambda: probe.count_subscribers(t["odometry"]) and probe.count_subscribers(t["trajectory"])
                             and probe.count_publishers(f"/wam_diff2_controller_{role}/output/control")
@@ -341,7 +327,7 @@ def test_leaderboard_status_is_latched_true_only_after_the_planner_is_ready(rig,
     late = Node("late_leaderboard", context=context)
     got = []
     late.create_subscription(Bool, probe.topics["leaderboard_status"], lambda m: got.append(m.data), LATCHED_QOS)
-    spinning = Spinning(late)
+    spinning = SpinThread(late)
     try:
         assert wait_for(lambda: got, WAIT_S) == [True]
     finally:
@@ -377,7 +363,7 @@ def test_without_carla_msgs_the_carla_consumer_gets_no_ready_but_an_error(rig, c
     late = Node("late_leaderboard_no_carla", context=context)
     got = []
     late.create_subscription(Bool, probe.topics["leaderboard_status"], lambda m: got.append(m.data), LATCHED_QOS)
-    spinning = Spinning(late)
+    spinning = SpinThread(late)
     try:
         assert wait_for(lambda: late.count_publishers(probe.topics["leaderboard_status"]) > 0, WAIT_S)
         time.sleep(1.0)

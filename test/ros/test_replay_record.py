@@ -23,6 +23,7 @@ rclpy = pytest.importorskip("rclpy", reason="needs the ROS 2 wheels (bash script
 
 from wam_diff2_core.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bags import Bag  # noqa: E402
+from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from test.support.scenes import straight_scene, write_scene_bag  # noqa: E402
 from wam_diff2_ros.tools.bag_player import DEFAULT_RECORD_TOPICS, PLANNER_NODE  # noqa: E402
 from test.support.ros_helpers import planner_command, running, unique_domain_id  # noqa: E402
@@ -33,10 +34,6 @@ ROLE = "/carla/ego_vehicle"
 TOPICS = {"image": f"{ROLE}/rgb_front/image", "odometry": f"{ROLE}/odometry", "route": f"{ROLE}/waypoints",
           "camera_info": f"{ROLE}/rgb_front/camera_info"}
 TRAJECTORY = f"{PLANNER_NODE}/output/trajectory"
-
-
-def ns(stamp) -> int:
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
 def replay(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -105,7 +102,7 @@ def test_replay_into_the_planner_records_its_answers_and_eval_bag_scores_them(ti
                  "--no-progress"]) == 0
     bag = synth / "bags" / "mcap" / "e0000"
     with Bag(bag) as b:
-        image_stamps = [ns(m.header.stamp) for _, _, m in b.messages([TOPICS["image"]])]
+        image_stamps = [stamp_ns(m.header.stamp) for _, _, m in b.messages([TOPICS["image"]])]
     assert len(image_stamps) == 6
 
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN), OMP_NUM_THREADS="1")
@@ -126,10 +123,10 @@ def test_replay_into_the_planner_records_its_answers_and_eval_bag_scores_them(ti
         trajectories = list(rec.messages([TRAJECTORY]))
         status = [m for _, _, m in rec.messages([f"{PLANNER_NODE}/status"])]
     assert status and status[-1].state == 2                                  # READY (latched)
-    stamps = [ns(m.header.stamp) for _, _, m in trajectories]
+    stamps = [stamp_ns(m.header.stamp) for _, _, m in trajectories]
     assert stamps and len(set(stamps)) == len(stamps) and set(stamps) <= set(image_stamps)   # one per answered frame
     for _, log_ns, m in trajectories:   # answered after the image arrived (playback time), invalid (random model)
-        assert log_ns >= ns(m.header.stamp) - 50_000_000 and not m.valid and m.stats.block_size == 1
+        assert log_ns >= stamp_ns(m.header.stamp) - 50_000_000 and not m.valid and m.stats.block_size == 1
 
     ev = tmp_path / "eval"
     assert main(["eval-bag", str(bag), "--predictions", str(out), "--out", str(ev), "--no-progress"]) == 0

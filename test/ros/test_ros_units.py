@@ -23,6 +23,7 @@ from wam_diff2_core.outputs.parsing import Box  # noqa: E402
 from wam_diff2_core.policy import TaskResult  # noqa: E402
 from wam_diff2_ros import conversions as conv  # noqa: E402
 from wam_diff2_ros.keep_latest import LatestSlot, LatestWorker  # noqa: E402
+from wam_diff2_ros.spinning import wait_until  # noqa: E402
 from test.support.ros_helpers import image_msg, odometry_msg, route_msg  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -71,29 +72,20 @@ def test_worker_processes_the_newest_survives_errors_and_stops():
     worker.start()
     for item in ("bad", "a"):
         worker.slot.put(item)
-        assert wait_until(lambda: item in done + errors)
+        assert wait_until(lambda: item in done + errors, 5.0)
     worker.slot.put("slow")
     assert entered.wait(5.0)
     worker.request_stop()
     assert worker.join(0.05) is False and worker.still_running() and worker.stopping()   # inside "slow"
     release.set()
-    assert wait_until(lambda: not worker.still_running())
+    assert wait_until(lambda: not worker.still_running(), 5.0)
     assert done == ["a", "slow"] and errors == ["bad"]
     worker.slot.put("left over")                 # a restart begins on an empty slot, open again
     worker.start()
     worker.slot.put("b")
-    assert wait_until(lambda: "b" in done) and "left over" not in done
+    assert wait_until(lambda: "b" in done, 5.0) and "left over" not in done
     worker.request_stop()
     assert worker.join(1.0)
-
-
-def wait_until(condition, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 # ----------------------------------------------------------------------------- inputs

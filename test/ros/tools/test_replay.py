@@ -20,6 +20,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 from wam_diff2_ros.tools.cli import main  # noqa: E402
 from wam_diff2_core.evaluation.bag_types import default_typestore  # noqa: E402
 from wam_diff2_core.evaluation.bag_writer import write_bag  # noqa: E402
+from wam_diff2_core.frame_inputs import stamp_ns  # noqa: E402
 from test.support.scenes import scene_messages, scene_topic_types, straight_scene, \
     write_scene_bag  # noqa: E402
 from test.support.ros_helpers import unique_domain_id  # noqa: E402
@@ -30,10 +31,6 @@ IMAGE, ODOM, ROUTE = ("/carla/ego_vehicle/rgb_front/image", "/carla/ego_vehicle/
                       "/carla/ego_vehicle/waypoints")
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
-
-def ns(stamp) -> int:
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
 class Listener:
@@ -92,14 +89,14 @@ def test_replay_publishes_recorded_stamps_in_order_with_timing_clock_and_latched
     finally:
         listener.close()
 
-    assert [ns(m.header.stamp) for _, m in images] == scene.camera_times_ns()
-    assert [ns(m.header.stamp) for _, m in odometry] == scene.odometry_times_ns()
+    assert [stamp_ns(m.header.stamp) for _, m in images] == scene.camera_times_ns()
+    assert [stamp_ns(m.header.stamp) for _, m in odometry] == scene.odometry_times_ns()
     assert images[5][1].encoding == "bgra8" and bytes(images[5][1].data[:8]) != bytes(8)
     span = images[-1][0] - images[0][0]                     # 2 s of bag at rate 2
     assert 0.7 < span < 1.6, span
     gaps = [b[0] - a[0] for a, b in zip(images, images[1:])]
     assert sorted(gaps)[len(gaps) // 2] == pytest.approx(0.05, abs=0.03)
-    clock_ns = [ns(m.clock) for _, m in clock]
+    clock_ns = [stamp_ns(m.clock) for _, m in clock]
     assert clock_ns == sorted(clock_ns) and len(clock_ns) > 50
     assert clock_ns[0] >= 1000 * 10**9 - 10**8 and clock_ns[-1] == scene.camera_times_ns()[-1]
     # the clock is set to each message's time as it goes out (the arrival order across two topics is
@@ -152,7 +149,7 @@ def test_a_bags_tf_is_replayed_as_the_real_tf2_msgs_type(tmp_path):
     bag = write_bag(tmp_path / "bag", {"/tf": "tf2_msgs/msg/TFMessage"}, messages, typestore=store)
     proc, received = replay_and_receive(bag, "/tf", tf2_msgs.TFMessage, len(stamps), rate=5)
     assert "skipped /tf" not in proc.stderr
-    assert [ns(m.transforms[0].header.stamp) for m in received] == stamps
+    assert [stamp_ns(m.transforms[0].header.stamp) for m in received] == stamps
     assert [(m.transforms[0].header.frame_id, m.transforms[0].child_frame_id, m.transforms[0].transform.translation.x)
             for m in received] == [("map", "hero", float(k)) for k in range(5)]
 
@@ -200,7 +197,7 @@ def test_a_demo_bags_objects_are_replayed_as_the_real_derived_object_msgs_type(t
     assert recorded and any(len(m.objects) for _, m in recorded)
     proc, received = replay_and_receive(bag, objects, derived_object_msgs.ObjectArray, len(recorded), rate=4)
     assert f"skipped {objects}" not in proc.stderr and "not importable" not in proc.stderr
-    assert [ns(m.header.stamp) for m in received] == [ns(m.header.stamp) for _, m in recorded]
+    assert [stamp_ns(m.header.stamp) for m in received] == [stamp_ns(m.header.stamp) for _, m in recorded]
     first = next(k for k, (_, m) in enumerate(recorded) if len(m.objects))
     got, want = received[first].objects[0], recorded[first][1].objects[0]
     assert (got.id, got.pose.position.x, got.twist.linear.x, list(got.shape.dimensions)) == \
