@@ -105,8 +105,7 @@ class GroundTexture:
         self.x_min, self.y_max = x0, y1
         width = int(math.ceil((x1 - x0) / self.resolution_m))
         height = int(math.ceil((y1 - y0) / self.resolution_m))
-        self.image = self._draw(road, palette, width, height, rng)
-        self.levels = [self.image]
+        self.levels = [self._draw(road, palette, width, height, rng)]
         while min(self.levels[-1].shape[:2]) > 8 and len(self.levels) < 6:
             h, w = self.levels[-1].shape[:2]
             self.levels.append(cv2.resize(self.levels[-1], (w // 2, h // 2), interpolation=cv2.INTER_AREA))

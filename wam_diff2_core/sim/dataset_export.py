@@ -8,6 +8,7 @@ episode, never by frame: the last ``round(episodes * val_fraction)`` (at least o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -252,11 +253,6 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
                          {str(w.path.relative_to(root)): dict(w.counts) for w in writers})
 
 
-def _export_episode_job(args) -> EpisodeResult:
-    root, index, split, settings = args
-    return export_episode(Path(root), index, split, settings)
-
-
 def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = False, progress: bool = True,
            command_line: list[str] | None = None) -> dict:
     """Generate ``settings.episodes`` episodes into ``out_dir``; returns the manifest."""
@@ -278,11 +274,11 @@ def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = F
                 import multiprocessing
                 from concurrent.futures import ProcessPoolExecutor
 
-                jobs = [(str(tmp), i, splits[i], settings) for i in range(settings.episodes)]
+                job = functools.partial(export_episode, tmp, settings=settings)      # (index, split) -> result
                 context = multiprocessing.get_context("spawn")   # no fork of a process that may hold torch threads
                 with ProcessPoolExecutor(settings.workers, mp_context=context) as pool:
                     try:
-                        for result in pool.map(_export_episode_job, jobs):
+                        for result in pool.map(job, splits, splits.values()):
                             results.append(result)
                             bar.update(es.frames)
                     except BaseException:

@@ -48,14 +48,11 @@ def _agent_tracks(samples: list[list[VehicleBox]], origin: np.ndarray, yaw: floa
         last, last_k = vehicle, 0
         for k in range(OBSERVATION_SAMPLES):
             box = next((b for b in samples[k] if b.id == vehicle.id), None) if k < len(samples) else None
-            if box is None:
-                ahead = (k - last_k) * SIM_DT_S * last.speed
-                xy.append((last.x + ahead * math.cos(last.yaw), last.y + ahead * math.sin(last.yaw)))
-                heading.append(last.yaw)
-                continue
-            last, last_k = box, k
-            xy.append((box.x, box.y))
-            heading.append(box.yaw)
+            if box is not None:
+                last, last_k = box, k
+            ahead = (k - last_k) * SIM_DT_S * last.speed                    # 0 on a sample's own box
+            xy.append((last.x + ahead * math.cos(last.yaw), last.y + ahead * math.sin(last.yaw)))
+            heading.append(last.yaw)
         tracks.append(AgentTrack(xy=world_to_ego(np.array(xy), origin, yaw), yaw=np.array(heading) - yaw,
                                  length_m=vehicle.length_m, width_m=vehicle.width_m, kind="vehicle",
                                  name=f"{vehicle.label} {vehicle.id}"))

@@ -185,7 +185,6 @@ class CurveSpan:
 class RoadMap:
     """Everything static in an episode's world."""
     settings: RoadSettings
-    pieces: list[Piece]
     centreline: Path2D
     lane: Path2D                  # the ego lane (the route the ego drives), right of the centreline
     oncoming: Path2D              # the other lane, driven the other way
@@ -287,9 +286,8 @@ def build_road(pieces: Sequence[Piece], settings: RoadSettings, start_xy: Sequen
             away = stub.offset(-settings.lane_width_m / 2)               # right of the outward direction
             towards = stub.offset(settings.lane_width_m / 2).reversed()  # drives into the box
             stub_lanes.append((towards, away))
-    return RoadMap(settings=settings, pieces=list(pieces), centreline=centreline, lane=lane, oncoming=oncoming,
-                   crossings=crossings, curves=curves, stubs=stubs, in_crossing=np.concatenate(inside),
-                   stub_lanes=stub_lanes)
+    return RoadMap(settings=settings, centreline=centreline, lane=lane, oncoming=oncoming, crossings=crossings,
+                   curves=curves, stubs=stubs, in_crossing=np.concatenate(inside), stub_lanes=stub_lanes)
 
 
 # ----------------------------------------------------------------------------- random routes

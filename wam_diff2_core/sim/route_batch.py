@@ -32,12 +32,9 @@ class RouteBatch:
     plots: bool = True
 
     def __post_init__(self) -> None:
-        if self.routes < 1:
-            raise ValueError(f"routes: {self.routes} (give at least 1)")
-        if self.first_route < 0:
-            raise ValueError(f"first_route: {self.first_route} (give 0 or more)")
-        if self.lockstep_n < 1:
-            raise ValueError(f"lockstep_n: {self.lockstep_n} (give 1 or more)")
+        for name, low in (("routes", 1), ("first_route", 0), ("lockstep_n", 1)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}: {getattr(self, name)} (give at least {low})")
 
     @property
     def indices(self) -> range:

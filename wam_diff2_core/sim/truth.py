@@ -18,8 +18,6 @@ import numpy as np
 from ..geometry import RouteCommandSettings, command_from_route
 from .road import RoadMap
 
-COMMAND_SOURCES = ("crossing", "route")
-
 
 @dataclass(frozen=True)
 class CommandSettings:

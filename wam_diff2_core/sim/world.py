@@ -112,7 +112,7 @@ class World:
         saved = (self.ego, self.lane_s, self.tick, self.time_s, self.traffic)
         self.traffic = [replace(v) for v in self.traffic]
         if ego is not None:
-            replace_ego(self, ego)
+            self.ego, self.lane_s = ego, self.road.lane.project((ego.x, ego.y))[0]
         start = self.ego
         try:
             for k in range(1, ticks + 1):
@@ -240,8 +240,7 @@ class World:
 
 # ----------------------------------------------------------------------------- spawning
 def _random_shape(rng: np.random.Generator):
-    names = list(TRAFFIC_MIX)
-    return VEHICLE_SHAPES[names[int(rng.choice(len(names), p=np.array(list(TRAFFIC_MIX.values()))))]]
+    return VEHICLE_SHAPES[rng.choice(list(TRAFFIC_MIX), p=np.array(list(TRAFFIC_MIX.values())))]
 
 
 def _spawn_traffic(rng: np.random.Generator, road: RoadMap, settings: WorldSettings, ego_cruise: float,
@@ -293,9 +292,3 @@ def _spawn_traffic(rng: np.random.Generator, road: RoadMap, settings: WorldSetti
                 parked=True)
             s_front -= shape.length_m + float(rng.uniform(1.5, 4.0))
     return vehicles
-
-
-def replace_ego(world: World, ego: EgoState) -> None:
-    """Put the ego somewhere else (tests, log replay) and re-anchor its lane progress."""
-    world.ego = ego
-    world.lane_s = world.road.lane.project((ego.x, ego.y))[0]
