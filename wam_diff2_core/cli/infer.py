@@ -113,9 +113,7 @@ def run(args) -> int:
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a line cut by a kill: redo that sample
             log.info("resuming: %d samples already decoded", len(done))
-        elif partial.exists():
-            partial.unlink()
-        # Rewrite the partial file without any torn last line before appending.
+        # Rewrite the partial file (without --resume: empty) without any torn last line before appending.
         atomic_write_text(partial, "".join(json.dumps(r) + "\n" for r in done.values()))
 
         apply_threads(args)
