@@ -82,15 +82,6 @@ def resolve_checkpoint_path(spec: str | Path) -> Path:
             "'*.json' '*.jinja' '*.txt'  (huggingface_hub < 1.0: huggingface-cli download ...)") from None
 
 
-def checkpoint_format(path: str | Path) -> str:
-    """``wam_diff2`` (the authors' label) or ``qwen3_vl``, as config.json says (read_model_config checks it)."""
-    try:
-        model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
-    except (OSError, json.JSONDecodeError, AttributeError) as exc:
-        raise CheckpointError(f"{Path(path) / 'config.json'}: cannot read it ({exc})") from exc
-    return "wam_diff2" if model_type == "wam_diff2" else "qwen3_vl"
-
-
 def count_parameters(model_config) -> int:
     """Parameters of the model a config describes, without allocating its weights (meta device)."""
     from transformers import Qwen3VLForConditionalGeneration
@@ -180,8 +171,7 @@ def check_files(path: Path) -> None:
             raise CheckpointError(f"{path}: no {what} ({' or '.join(files)})")
 
 
-REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json",
-                     "video_preprocessor_config.json")
+REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json", *PROCESSOR_FILES, "video_preprocessor_config.json")
 
 
 def warn_about_remote_code(path: Path) -> None:
@@ -227,8 +217,9 @@ def load_checkpoint(path: str | Path, *, device: str = "auto", dtype: str = "aut
     if not processor.chat_template:       # every prompt goes through it: fail here, not on every sample
         raise CheckpointError(f"{path}: no chat template (chat_template.jinja, or chat_template in the "
                               "processor's or tokenizer's config): prompts cannot be built")
+    checkpoint_format = json.loads((path / "config.json").read_text())["model_type"]    # one of ACCEPTED_MODEL_TYPES
     diffusion = DiffusionConfig.resolve(path, processor.tokenizer, model_config, overrides,
-                                        checkpoint_format=checkpoint_format(path))
+                                        checkpoint_format=checkpoint_format)
     if quantization not in QUANTIZATIONS:
         raise ConfigError(f"quantization: {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     stored = stored_quantization(path)
@@ -280,6 +271,6 @@ def stored_quantization(path: Path) -> dict | None:
         raise CheckpointError(f"{where}: quantization.method must be one of {', '.join(QUANTIZATIONS[1:])}, "
                               f"got {block.get('method') if isinstance(block, dict) else block!r}")
     if block.get("dtype") not in FLOAT_DTYPES:
-        raise CheckpointError(f"{where}: quantization.dtype must be float32, bfloat16 or float16, "
-                              f"got {block.get('dtype')!r}")
+        raise CheckpointError(f"{where}: quantization.dtype must be {', '.join(FLOAT_DTYPES[:-1])} or "
+                              f"{FLOAT_DTYPES[-1]}, got {block.get('dtype')!r}")
     return block

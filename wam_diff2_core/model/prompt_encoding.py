@@ -30,9 +30,7 @@ def encode_prompts(processor, conversations: Sequence[list[dict[str, Any]]], ima
     texts = [processor.apply_chat_template(c, add_generation_prompt=add_generation_prompt, tokenize=False)
              for c in conversations]
     flat = [im for ims in images for im in ims]
-    kwargs: dict[str, Any] = {}
     size = pixel_size(min_pixels, max_pixels, getattr(processor.image_processor, "size", None))
-    if size is not None:
-        kwargs["size"] = size
+    kwargs = {} if size is None else {"size": size}
     processor.tokenizer.padding_side = "left"
     return processor(text=texts, images=flat or None, return_tensors="pt", padding=True, **kwargs)
