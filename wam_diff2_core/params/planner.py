@@ -146,19 +146,19 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
     if errors:
         return errors
 
-    if not DEVICE_PATTERN.match(values.get("device", "auto")):
+    values = {**DEFAULTS, **values}
+    if not DEVICE_PATTERN.match(values["device"]):
         errors.append(ParamError(("device",), f"device: {values['device']!r} is not auto, cpu, cuda[:N] or npu[:N]"))
-    low, high = values.get("image.min_pixels", 0), values.get("image.max_pixels", 0)
+    low, high = values["image.min_pixels"], values["image.max_pixels"]
     if low and high and low > high:
         errors.append(ParamError(("image.min_pixels", "image.max_pixels"),
                                  f"image.min_pixels: {low} is above image.max_pixels {high}"))
-    classes = values.get("detection_classes", DEFAULTS["detection_classes"])
-    if "detect" in TASKS[values.get("tasks", "plan")] and (not classes or not all(c.strip() for c in classes)):
+    classes, tasks = values["detection_classes"], TASKS[values["tasks"]]
+    if "detect" in tasks and (not classes or not all(c.strip() for c in classes)):
         errors.append(ParamError(("detection_classes", "tasks"),
                                  f"detection_classes: {list(classes)!r} must be non-empty names when detecting"))
-    every = values.get("detection_every_n_frames", DEFAULT_DETECTION_EVERY_N_FRAMES)
     try:
-        check_detection_every(every, TASKS[values.get("tasks", "plan")])
+        check_detection_every(values["detection_every_n_frames"], tasks)
     except ValueError as exc:
         errors.append(ParamError(("detection_every_n_frames", "tasks"), str(exc)))
     try:
@@ -167,7 +167,7 @@ def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
         errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(DECODING_PREFIX)),
                                  f"{DECODING_PREFIX}{exc}"))
     try:
-        engine_settings({**DEFAULTS, **values})
+        engine_settings(values)
     except ConfigError as exc:
         errors.append(ParamError(tuple(s.name for s in SPECS if s.name.startswith(ENGINE_PREFIX)),
                                  f"{ENGINE_PREFIX}{exc}"))
