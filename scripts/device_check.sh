@@ -24,7 +24,6 @@ OUT_DIR=${OUT:-device_check_out}
 DEVICE=${DEVICE:-cuda}
 SHAPE=${SHAPE:-2b}
 PARTS=${PARTS:-"probe:15 tests:40 tokens:45 forward:40 decode:20 frame:40 profile:25 compiled:40 quant:20"}
-RAW=$(mktemp -d)
 mkdir -p "$OUT_DIR"
 . scripts/device_parts.sh
 device_wheels "${WHEELS:-gpu_wheels}"

@@ -1,14 +1,21 @@
 # What the device calls share (scripts/device_check.sh, scripts/device_ros.sh): sourced, not run. They set PY (the
-# interpreter) and RAW (the raw results folder) first; run_part sets status=1 when a part does not pass.
+# interpreter) first; sourcing makes RAW (the raw results folder) and the unpacked wheels' folder in one scratch
+# folder that is removed when the calling script exits (all of it is in the tarballs by then); run_part sets
+# status=1 when a part does not pass.
 #
 #   . scripts/device_parts.sh
 #   device_wheels gpu_wheels                              # pure-Python wheels onto PYTHONPATH, never installed
 #   run_part tokens 45 "$OUT_DIR/check.tar.gz" "$PY" -m wam_diff2_core.cli verify-device --parts tokens ...
 
+SCRATCH=$(mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
+RAW=$SCRATCH/raw
+mkdir -p "$RAW"
+
 device_wheels() {       # the wheels in $1 unpacked onto PYTHONPATH (the checkout first), offline Hugging Face
     local extra="" wheel
     if compgen -G "$1/*.whl" > /dev/null; then
-        extra=$(mktemp -d)
+        extra=$SCRATCH/wheels
         for wheel in "$1"/*.whl; do
             "$PY" -m zipfile -e "$wheel" "$extra" || { echo "cannot unpack $wheel" >&2; exit 2; }
         done

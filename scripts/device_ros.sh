@@ -53,7 +53,6 @@ DOMAIN_BASE=${DOMAIN_BASE:-150}           # the node parts' DDS domains: DOMAIN_
 PACING_DOMAIN=${PACING_DOMAIN:-$((DOMAIN_BASE + 10))}   # the pacing runs': from PACING_DOMAIN, one per process
 PARTS=${PARTS:-"prefix:10 msgs:70 node-random:175 node-demo:90 pacing:120"}
 RESERVE_S=10                              # kept for the summary and the last pack
-RAW=$(mktemp -d)
 mkdir -p "$OUT_DIR"
 . scripts/device_parts.sh
 device_wheels "$WHEELS"                   # the project's other device wheels (pure Python)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import zipfile
 
 from test.support import REPO_ROOT as ROOT
 
@@ -18,9 +19,9 @@ SMALL = ["--prompt-length", "64", "--repeats", "2", "--frames", "2", "--frame-si
 CPU_PARTS = "probe:60 tests:240 tokens:240 forward:120 decode:120 frame:240 profile:60 compiled:300 quant:240"
 
 
-def _device_check(tmp_path, parts: str, *extra):
+def _device_check(tmp_path, parts: str, *extra, wheels: str = "none"):
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "DEVICE": "cpu", "SHAPE": "tiny",
-           "PARTS": parts, "WHEELS": str(tmp_path / "none"), "OMP_NUM_THREADS": "1"}
+           "PARTS": parts, "WHEELS": str(tmp_path / wheels), "OMP_NUM_THREADS": "1"}
     return subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh"), *SMALL, *extra], env=env,
                           capture_output=True, text=True, timeout=1800)
 
@@ -88,9 +89,17 @@ def test_device_check_runs_every_part_on_cpu(tmp_path):
         assert row in summary, summary
 
 
-def test_a_part_stopped_at_its_bound_leaves_its_rows_and_fails_the_run(tmp_path):
-    done = _device_check(tmp_path, "probe:60 tokens:3 decode:60")       # 3 s: the tokens part is still importing
+def test_a_part_stopped_at_its_bound_leaves_its_rows_and_fails_the_run(tmp_path, monkeypatch):
+    """... and the script's scratch (the raw rows, the unpacked wheels) is gone with it: all of it is packed."""
+    (tmp_path / "wheels").mkdir()
+    with zipfile.ZipFile(tmp_path / "wheels" / "probe-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("scratch_probe.py", "")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    done = _device_check(tmp_path, "probe:60 tokens:3 decode:60", wheels="wheels")   # 3 s: tokens still importing
     assert done.returncode == 1, done.stdout + done.stderr
+    assert "wheels from" in done.stdout
+    assert [name for name in os.listdir(tmp_path / "tmp") if name.startswith("tmp.")] == []   # mktemp's; not torch's
     assert "probe: passed after" in done.stdout and "tokens: STOPPED at its bound" in done.stdout
     assert "decode: passed after" in done.stdout and "device_check: FAILED" in done.stdout
     raw = _packed(tmp_path)
