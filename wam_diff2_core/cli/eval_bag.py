@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError, add_threads_argument
-from ..evaluation.bag_pdm import DEFAULT_LANE_WIDTH_M
 from ..evaluation.bag_plan import EvalSettings
 from ..evaluation.bags import BagTopics
 from ..evaluation.collision import EgoFootprint
@@ -96,9 +95,9 @@ def add_arguments(p) -> None:
     for f in dataclasses.fields(EgoFootprint):
         e.add_argument("--ego-" + f.name.replace("_", "-"), dest="ego_" + f.name, type=float, default=None,
                        help=f"default {f.default} (a CARLA bag: --ego-centre-ahead-m 0, and the ego's size)")
-    p.add_argument("--lane-width-m", type=float, default=None,
+    p.add_argument("--lane-width-m", type=float, default=EvalSettings.lane_width_m,
                    help="the PDM score's drivable area: a corridor this wide around the route, or the recorded drive "
-                        f"without one (the bag has no map; default {DEFAULT_LANE_WIDTH_M:g})")
+                        f"without one (the bag has no map; default {EvalSettings.lane_width_m:g})")
     p.add_argument("--max-gap-s", type=float, default=EvalSettings.max_gap_s,
                    help="longest odometry gap the recorded future is interpolated over "
                         f"(default {EvalSettings.max_gap_s:g})")
@@ -118,10 +117,8 @@ def _apply_params_file(args) -> dict:
     ``--device auto``) from --params-file: every parameter of ``node_params.FLAG_PARAMETERS``
     (a YAML integer for a float parameter as a float; "" or 0 where that means "none", e.g.
     image.min_pixels, stays unset; a value of the wrong type is refused later, naming it)."""
-    try:
+    with config_errors("--params-file "):
         node = read_node_params(args.params_file) if args.params_file else {}
-    except ConfigError as exc:
-        raise ConfigError(f"--params-file {exc}") from None
     for name in node_params.FLAG_PARAMETERS:
         spec, dest = node_params.SPECS_BY_NAME[name], node_params.cli_dest(name)
         current, value = getattr(args, dest), node.get(name)
@@ -139,7 +136,6 @@ def _settings(args, node: dict) -> EvalSettings:
     values = {**node_params.DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
     if values["default_command"] == NO_DEFAULT_COMMAND:
         values["default_command"] = None
-    lane = {} if args.lane_width_m is None else {"lane_width_m": args.lane_width_m}
     with config_errors():
         return EvalSettings(
             topics=BagTopics.carla(args.role, args.camera, **{role: getattr(args, role + "_topic") for role in TOPICS}),
@@ -149,7 +145,7 @@ def _settings(args, node: dict) -> EvalSettings:
             inputs=node_params.input_settings(values),
             profile_limits=node_params.given_profile_limits(node, f"--params-file {args.params_file}"),
             image_limits=image_limits(args), every=args.every, max_frames=args.max_frames, max_gap_s=args.max_gap_s,
-            **lane)
+            lane_width_m=args.lane_width_m)
 
 
 def _model_info(policy, args) -> dict:
