@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from ..topics import (DEFAULT_CAMERA, DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_SPEEDOMETER, CONTROLLER_NODE,
                       LOCALIZATION_NODE, PLANNER_NODE, carla_topic_parts)
+from ..utils.atomic import atomic_write_text
 from .controller import DEFAULTS as CONTROLLER_DEFAULTS
 from .localization import DEFAULTS as LOCALIZATION_DEFAULTS
 from .planner import DEFAULTS as PLANNER_DEFAULTS
@@ -244,7 +245,4 @@ class MetricLog:
             self.write()
 
     def write(self) -> None:
-        partial = self.path + ".partial"
-        with open(partial, "w") as f:
-            json.dump(self.steps, f)
-        os.replace(partial, self.path)
+        atomic_write_text(self.path, json.dumps(self.steps))
