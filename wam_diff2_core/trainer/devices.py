@@ -15,13 +15,6 @@ from .training_data import BatchPlan
 log = logging.getLogger(__name__)
 
 
-def resolve_mixed_precision(setting: str, device: str) -> str:
-    if setting != "auto":
-        return setting
-    bf16 = device == "npu" or (device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    return "bf16" if bf16 else "no"
-
-
 def apply_tf32(enabled: bool, device: str) -> bool:
     """``train.tf32``: float32 matrix products on CUDA in TF32 (process-wide, as torch's flag is). Returns whether
     it was applied: only when asked for and on CUDA (TF32 is a CUDA tensor-core format)."""
@@ -43,8 +36,12 @@ def make_accelerator(cfg: TrainingConfig, device: str, plan: BatchPlan):
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs, DistributedType
 
+    mixed_precision = cfg.train.mixed_precision
+    if mixed_precision == "auto":
+        bf16 = device == "npu" or (device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        mixed_precision = "bf16" if bf16 else "no"
     acc = Accelerator(
-        cpu=device == "cpu", mixed_precision=resolve_mixed_precision(cfg.train.mixed_precision, device),
+        cpu=device == "cpu", mixed_precision=mixed_precision,
         gradient_accumulation_steps=plan.accumulation_steps,
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.train.find_unused_parameters)])
     if acc.distributed_type == DistributedType.DEEPSPEED:

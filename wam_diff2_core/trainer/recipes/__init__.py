@@ -46,7 +46,6 @@ def run(cfg: TrainingConfig, *, resume: bool = False) -> Path:
     skipped with --resume, so a stopped curriculum continues where it stopped)."""
     if not cfg.curriculum.block_sizes:
         return run_stage(cfg, resume=resume)
-    final = None
     stages = curriculum_stages(cfg)
     for i, stage in enumerate(stages, 1):
         log.info("curriculum stage %d/%d: B = %d from %s -> %s", i, len(stages), stage.diffusion.block_size,

@@ -136,7 +136,6 @@ class FinetuneRecipe:
                             progress.get("total_steps"))
             log.info("resumed %s at step %d", resume_from, self.step)
         if acc.is_main_process:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
             if resume_from is not None:
                 truncate_metrics(self.run_dir, self.step)
