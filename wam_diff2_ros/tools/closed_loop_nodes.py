@@ -12,12 +12,10 @@ import yaml
 from rclpy.parameter import Parameter
 
 from wam_diff2_core.control import ControllerGains
-from wam_diff2_core.localization.measurements import SensorNoise
 from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS, GAINS_PREFIX
 from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
 from wam_diff2_core.params.parameter_file import nested
 from wam_diff2_core.sim.episode_bags import topic_names
-from wam_diff2_core.sim.sensors import DEMO_NOISE
 from wam_diff2_core.topics import CONTROLLER_NODE, PLANNER_NODE
 
 from ..optional_msgs import carla_msgs
@@ -39,11 +37,9 @@ class RosLoopSettings:
     control_timeout_s: float = 1.0           # the leaderboard's wall wait for each control
     plan_timeout_s: float = 300.0            # lockstep timing: wall wait for a planning tick's trajectory
     ready_timeout_s: float = 900.0           # wall wait for the handshake (model load + warm-up)
-    realtime_factor: float = 1.0             # leaderboard timing: at most this x real time
     domain_id: int | None = None             # None: ROS_DOMAIN_ID or 0
     odometry: str = ODOMETRY_SOURCES[0]      # true: the simulator's odometry; estimated: the localization node's
                                              # from the demo world's GNSS / IMU / speedometer
-    sensor_noise: SensorNoise = DEMO_NOISE   # odometry estimated: the sensors' noise
     pacing: str = CONTROLLER_DEFAULTS["pacing"]   # the controller's pacing (hold | newest)
     planner_slowdown: float = 1.0            # inprocess: each plan takes this many times as long (a test hook:
                                              # it sleeps (slowdown - 1) x its decode time), to measure pacing

@@ -6,8 +6,7 @@ Like the leaderboard, the loop starts after the latched ``leaderboard_status`` T
 every topic is matched at both ends: a lost image would shift the lockstep planner's count), then waits up
 to ``control_timeout_s`` of wall time for each tick's control (none: the empty control) and applies it.
 Timing ``lockstep`` also waits for each planning tick's trajectory (results do not depend on how fast the
-model runs); ``leaderboard`` ticks no faster than ``realtime_factor`` x real time, so a slow planner's plans
-go stale.
+model runs); ``leaderboard`` ticks no faster than real time, so a slow planner's plans go stale.
 """
 from __future__ import annotations
 
@@ -224,7 +223,7 @@ class RosClosedLoop:
         counts_before = dict(self.controller.counts)
         planner_before = self.planner_counts()
         stats = {"control_timeouts": 0, "plan_timeouts": 0, "control_wait_ms": [], "plan_wait_ms": []}
-        sensors = route_sensors(run.settings.seed, run.index, st.sensor_noise) if sim.estimated else None
+        sensors = route_sensors(run.settings.seed, run.index) if sim.estimated else None
         errors: list[tuple[float, float]] = []          # estimated odometry: (position m, heading rad) per tick
         missing_estimates = 0
         wall0 = time.monotonic()
@@ -270,7 +269,7 @@ class RosClosedLoop:
                 _count_plans(run, sim.take_until("trajectory", stamp))    # leaderboard timing: what arrived
             run.apply(msg if msg is not None else _Applied())
             if st.timing == "leaderboard":
-                due = wall0 + run.tick * run.dt_ns / 1e9 / st.realtime_factor
+                due = wall0 + run.tick * run.dt_ns / 1e9
                 time.sleep(max(0.0, due - time.monotonic()))
         waits, plan_waits = stats.pop("control_wait_ms"), stats.pop("plan_wait_ms")
         extra = {"loop": "ros", "planner": st.planner, "timing": st.timing, "lockstep_n": st.lockstep_n,
