@@ -85,10 +85,8 @@ class Bag:
         self.topic_counts: dict[str, int] = {}
         self.topic_qos: dict[str, list] = {}
         for c in self._reader.connections:
-            if c.topic in self.topic_types and self.topic_types[c.topic] != c.msgtype:
-                self.topic_types[c.topic] = "<several types>"
-            else:
-                self.topic_types.setdefault(c.topic, c.msgtype)
+            known = self.topic_types.get(c.topic, c.msgtype)
+            self.topic_types[c.topic] = c.msgtype if known == c.msgtype else "<several types>"
             self.topic_counts[c.topic] = self.topic_counts.get(c.topic, 0) + c.msgcount
             self.topic_qos.setdefault(c.topic, list(getattr(c.ext, "offered_qos_profiles", []) or []))
         self.start_ns = self._reader.start_time if self._reader.message_count else 0

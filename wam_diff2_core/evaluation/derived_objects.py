@@ -63,22 +63,15 @@ class ObjectSnapshot:
 
 
 def objects_from_msg(msg) -> ObjectSnapshot:
-    """An ``ObjectArray`` -> boxes on the ground. BOX dimensions are [x, y, z] = length, width,
-    height; a CYLINDER [height, radius] becomes a 2r square. Non-finite objects are dropped."""
-    ids, boxes, heights, labels, unsupported = [], [], [], [], 0
-    for obj in msg.objects:
-        box = object_ground_box(obj)
-        if box is None:
-            unsupported += 1
-            continue
-        *row, height = box
-        ids.append(int(obj.id))
-        boxes.append(row)
-        heights.append(height)
-        labels.append(LABELS.get(int(obj.classification), UNKNOWN_LABEL))
+    """An ``ObjectArray`` -> boxes on the ground (``candidate_selection.object_ground_box``: BOX or CYLINDER);
+    the objects without a finite box of either shape are counted as ``unsupported`` and left out."""
+    shaped = [(obj, object_ground_box(obj)) for obj in msg.objects]
+    kept = [(obj, box) for obj, box in shaped if box is not None]      # box: x, y, yaw, length, width, height
     return ObjectSnapshot(stamp_ns(msg.header.stamp), str(msg.header.frame_id),
-                          np.asarray(ids, dtype=np.int64), np.asarray(boxes, dtype=np.float64).reshape(-1, 5),
-                          unsupported, np.asarray(heights, dtype=np.float64), tuple(labels))
+                          np.asarray([int(obj.id) for obj, _ in kept], dtype=np.int64),
+                          np.asarray([box[:5] for _, box in kept], dtype=np.float64).reshape(-1, 5),
+                          len(shaped) - len(kept), np.asarray([box[5] for _, box in kept], dtype=np.float64),
+                          tuple(LABELS.get(int(obj.classification), UNKNOWN_LABEL) for obj, _ in kept))
 
 
 class ObjectTrack:

@@ -37,7 +37,7 @@ class DetectionImage:
     answer: BoxParse            # not ok: the answer did not parse (its image scores no box)
 
 
-def _check_box(box: object, what: str) -> Box:
+def _check_box(box: object, what: str) -> None:
     if not isinstance(box, Box):
         raise ValueError(f"{what}: expected a parsing.Box, got {type(box).__name__}")
     if not isinstance(box.label, str) or not box.label:
@@ -49,7 +49,6 @@ def _check_box(box: object, what: str) -> Box:
         raise ValueError(f"{what}: needs x_max > x_min and y_max > y_min, got {corners}")
     if not (isinstance(box.score, numbers.Real) and math.isfinite(box.score)):
         raise ValueError(f"{what}: the score must be a finite number, got {box.score!r}")
-    return box
 
 
 def _checked(images: Sequence[DetectionImage]) -> list[DetectionImage]:

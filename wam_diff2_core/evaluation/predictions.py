@@ -91,18 +91,16 @@ def predictions_run_bag(plan: BagPlan, settings: EvalSettings, predictions_path:
         info = {"path": str(pb.path), "storage": pb.storage, "topic": topic}
         by_stamp = pb.by_stamp(topic, counts)
     run = BagRun(plan)
-    bag_name = plan.bag["path"]
-    planned_stamps = set()
     for planned in plan.planned:
-        planned_stamps.add(planned.stamp_ns)
         msg = by_stamp.get(planned.stamp_ns)
         if msg is None:
             run.skipped_at_run[NOT_PUBLISHED] += 1
             continue
-        frame = with_scores(frame_from_trajectory(msg, planned, bag_name), planned, settings)
+        frame = with_scores(frame_from_trajectory(msg, planned, plan.bag["path"]), planned, settings)
         counts["matched"] += 1
         counts["command_differs"] += frame.command != planned.inputs.command
         run.frames.append(frame)
+    planned_stamps = {p.stamp_ns for p in plan.planned}
     for t_ns in by_stamp:
         if t_ns not in planned_stamps:
             counts["unscored_frame" if t_ns in plan.image_stamps else "unmatched_stamp"] += 1
