@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..geometry import path_headings
+from ..geometry import path_headings, wrap_angle
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 from .scene import SIM_DT_S, SIM_STEPS, EgoStart, Vehicle
 
@@ -81,10 +81,6 @@ def reference_poses(plan: np.ndarray) -> np.ndarray:
                      np.interp(t, times, headings)], axis=1)
 
 
-def _wrap(angle):
-    return (np.asarray(angle) + np.pi) % (2.0 * np.pi) - np.pi
-
-
 def speed_and_curvature_profiles(poses: np.ndarray, dt: float = SIM_DT_S) -> tuple[np.ndarray, np.ndarray]:
     """([M] speed, [M] curvature) of the M steps between ``poses`` [M + 1, 3], by nuPlan's regularised
     least squares: each displacement = dt x speed x (cos, sin)(heading) with speed = v0 + integrated
@@ -110,7 +106,7 @@ def speed_and_curvature_profiles(poses: np.ndarray, dt: float = SIM_DT_S) -> tup
     c = dt * speed[:, None] * coefficients
     penalty = LQR_CURVATURE_RATE_PENALTY * np.eye(m)
     penalty[0, 0] = LQR_INITIAL_CURVATURE_PENALTY
-    solution = np.linalg.pinv(c.T @ c + penalty) @ c.T @ _wrap(steps[:, 2])
+    solution = np.linalg.pinv(c.T @ c + penalty) @ c.T @ wrap_angle(steps[:, 2])
     return speed, coefficients @ solution
 
 
@@ -140,8 +136,8 @@ def _lqr_step(state: np.ndarray, reference: np.ndarray, speed_profile: np.ndarra
         a_total = step @ a_total
         b_total = step @ b_total + np.array([0.0, 0.0, SIM_DT_S])
         g_total = step @ g_total + np.array([0.0, -v_k * k_k * SIM_DT_S, 0.0])
-    error = a_total @ np.array([lateral, _wrap(heading - rh), steering]) + g_total
-    error[1:] = _wrap(error[1:])
+    error = a_total @ np.array([lateral, wrap_angle(heading - rh), steering]) + g_total
+    error[1:] = wrap_angle(error[1:])
     q = np.diag(LQR_Q_LATERAL)
     rate = -(b_total @ q @ error) / (b_total @ q @ b_total + LQR_R_LATERAL)
     return float(accel), float(rate)
@@ -162,7 +158,7 @@ def track_plan(plan, ego: EgoStart, vehicle: Vehicle = Vehicle()) -> EgoRollout:
         wanted = steering + SIM_DT_S * rate_cmd
         new_steering = steering + SIM_DT_S / (SIM_DT_S + STEERING_TIME_CONSTANT_S) * (wanted - steering)
         state = np.array([x + v * math.cos(heading) * SIM_DT_S, y + v * math.sin(heading) * SIM_DT_S,
-                          float(_wrap(heading + v * math.tan(steering) / vehicle.wheelbase_m * SIM_DT_S)),
+                          float(wrap_angle(heading + v * math.tan(steering) / vehicle.wheelbase_m * SIM_DT_S)),
                           v + accel * SIM_DT_S, accel,
                           min(max(new_steering, -MAX_STEERING_RAD), MAX_STEERING_RAD)])
         states.append(state)

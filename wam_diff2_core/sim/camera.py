@@ -78,8 +78,7 @@ class Palette:
         yellow_centre = rng.random() < 0.3
         return cls(sky_top=scaled((rng.uniform(70, 120), rng.uniform(120, 160), rng.uniform(190, 235))),
                    sky_horizon=scaled((rng.uniform(175, 210), rng.uniform(195, 220), rng.uniform(215, 240))),
-                   haze=scaled((185, 195, 205)),
-                   grass=scaled(green), asphalt=scaled((grey, grey, grey + 3)),
+                   haze=scaled((185, 195, 205)), grass=scaled(green), asphalt=scaled((grey, grey, grey + 3)),
                    marking=scaled((235, 235, 230)),
                    centre_marking=scaled((230, 190, 40) if yellow_centre else (235, 235, 230)))
 

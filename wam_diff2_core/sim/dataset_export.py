@@ -165,13 +165,12 @@ def encode_image(rgb: np.ndarray, settings: ExportSettings) -> bytes:
 def frame_samples(truth, image_path: str, width: int, height: int, settings: ExportSettings) -> list[dict]:
     """The samples of one frame in the authors' format."""
     stem = sample_stem(settings.seed, truth.episode, truth.frame)
-    velocity = truth.velocity
     acceleration = truth.acceleration_estimated if settings.prompt_acceleration == "estimated" else truth.acceleration
 
     def sample(task: str, prompt: str, answer: str) -> dict:
         return make_sample(f"{stem}-{task}", DATASOURCE, task, image_path, prompt, answer)
 
-    out = [planning_sample(f"{stem}-plan", DATASOURCE, image_path, truth.command, velocity, acceleration,
+    out = [planning_sample(f"{stem}-plan", DATASOURCE, image_path, truth.command, truth.velocity, acceleration,
                            truth.waypoints)]
     if settings.detection:
         out.append(sample("detect", format_detection_prompt(), json.dumps(truth.qwen_boxes(width, height))))

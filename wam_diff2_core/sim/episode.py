@@ -192,10 +192,6 @@ class Episode:
     recoveries: dict[int, Recovery] = field(default_factory=dict)   # frame -> its displaced copy
     traffic: list[list[VehicleBox]] = field(default_factory=list)   # per tick: the traffic (bags' objects)
 
-    @property
-    def num_frames(self) -> int:
-        return self.settings.frames
-
     def future_waypoints(self, tick: int) -> np.ndarray:
         """[8, 2] the ego's positions at +0.5 ... +4.0 s, in the ego frame at ``tick``."""
         step = self.settings.waypoint_ticks
@@ -240,7 +236,7 @@ class Episode:
         return self.renderer.render(self.recoveries[frame].pose, self.snapshots[frame])
 
     def frames(self) -> Iterator[Frame]:
-        for i in range(self.num_frames):
+        for i in range(self.settings.frames):
             rendering = self.render(i)
             yield Frame(rendering.rgb, rendering.vehicle_ids, self.truth(i, rendering.boxes))
 

@@ -91,8 +91,8 @@ def _inputs(road: RoadMap, pose: tuple[float, float, float], lane_s: float, samp
 
 
 def _frame_tick(episode: Episode, frame: int) -> int:
-    if not 0 <= frame < episode.num_frames:
-        raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.num_frames - 1})")
+    if not 0 <= frame < episode.settings.frames:
+        raise ValueError(f"frame {frame} is not in the episode (0 ... {episode.settings.frames - 1})")
     return episode.settings.frame_tick(frame)
 
 

@@ -51,7 +51,7 @@ class DemoSensors:
     def read(self, ego: EgoState) -> SensorReading:
         n, rng = self.noise, self.rng
         lat, lon = self.reference.to_geo(ego.x, ego.y)
-        ax, ay = ego.acceleration_ego()
+        ax, ay = ego.acceleration, ego.speed * ego.yaw_rate           # ego frame: dv/dt, centripetal
         return SensorReading(
             latitude_deg=lat + rng.normal(0.0, n.gnss_deg), longitude_deg=lon + rng.normal(0.0, n.gnss_deg),
             yaw=wrap_angle(ego.yaw + rng.normal(0.0, n.compass_rad)),

@@ -78,10 +78,6 @@ class EgoState:
     acceleration: float = 0.0          # m/s^2 longitudinal, over the last step
     yaw_rate: float = 0.0              # rad/s over the last step
 
-    def acceleration_ego(self) -> tuple[float, float]:
-        """(ax, ay) in the ego frame: dv/dt forward, v * yaw rate (centripetal) sideways."""
-        return self.acceleration, self.speed * self.yaw_rate
-
 
 @dataclass(frozen=True)
 class Actuation:
