@@ -93,7 +93,7 @@ def add_arguments(p) -> None:
     e = p.add_argument_group("ego box for the collision rate and the PDM score (default: the demo world's ego, "
                              "odometry at the rear axle)")
     for f in dataclasses.fields(EgoFootprint):
-        e.add_argument("--ego-" + f.name.replace("_", "-"), dest="ego_" + f.name, type=float, default=None,
+        e.add_argument("--ego-" + f.name.replace("_", "-"), dest="ego_" + f.name, type=float, default=f.default,
                        help=f"default {f.default} (a CARLA bag: --ego-centre-ahead-m 0, and the ego's size)")
     p.add_argument("--lane-width-m", type=float, default=EvalSettings.lane_width_m,
                    help="the PDM score's drivable area: a corridor this wide around the route, or the recorded drive "
@@ -140,8 +140,8 @@ def _settings(args, node: dict) -> EvalSettings:
         return EvalSettings(
             topics=BagTopics.carla(args.role, args.camera, **{role: getattr(args, role + "_topic") for role in TOPICS}),
             required=frozenset(role.replace("_", " ") for role in TOPICS[2:] if getattr(args, role + "_topic")),
-            footprint=EgoFootprint(**{f.name: getattr(args, "ego_" + f.name) for f in dataclasses.fields(EgoFootprint)
-                                      if getattr(args, "ego_" + f.name) is not None}),
+            footprint=EgoFootprint(**{f.name: getattr(args, "ego_" + f.name)
+                                      for f in dataclasses.fields(EgoFootprint)}),
             inputs=node_params.input_settings(values),
             profile_limits=node_params.given_profile_limits(node, f"--params-file {args.params_file}"),
             image_limits=image_limits(args), every=args.every, max_frames=args.max_frames, max_gap_s=args.max_gap_s,
