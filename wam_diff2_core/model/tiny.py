@@ -27,14 +27,13 @@ QWEN_SPECIAL_TOKENS = (
     "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
     "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
 )
-QWEN_PLAIN_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
-                           "<think>", "</think>")
 # The real Qwen3 id layout: 151643 byte-level BPE tokens, then the specials (151643 <|endoftext|> ...
 # 151655 <|image_pad|>), then these plain added tokens up to 151668; the LM head has 151936 rows.
 QWEN_BPE_SIZE = 151643
 QWEN_LAYOUT_PLAIN_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
                                   "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
                                   "<tool_response>", "</tool_response>", "<think>", "</think>")
+QWEN_PLAIN_ADDED_TOKENS = tuple(t for t in QWEN_LAYOUT_PLAIN_ADDED_TOKENS if not t.startswith("<|"))
 QWEN_LM_HEAD_ROWS = 151936
 
 # A Qwen3-VL style chat template: images and videos become vision-start/pad/end triples.

@@ -94,9 +94,8 @@ class FinetuneRecipe:
         resume_from = self._check_run_dir()
         if self.finished:
             return
-        init_path = resume_from or Path(cfg.model.path)
         torch.manual_seed(cfg.train.seed)
-        self.hf_model, self.processor, self.diffusion = self._load_student(init_path)
+        self.hf_model, self.processor, self.diffusion = self._load_student(resume_from or Path(cfg.model.path))
         self.pad_multiple = self.block_size         # responses are padded to this multiple (distill: lcm(B_s, B_t))
         self.setup_extra()
         self.dataset = SampleDataset(
