@@ -32,7 +32,7 @@ CLOSED_LOOP_HELP = ("drive demo-world routes with the planner and controller nod
 PROG = "wam-diff2-ros"
 RECORD_STORAGE, RECORD_GRACE_S = "mcap", 2.0     # replay --record's (None on the command line unless given)
 # closed-loop's, also RosLoopSettings' (closed_loop_nodes.py, which needs rclpy); the first choice is the default
-ROLE, TIMINGS, ODOMETRY_SOURCES = "hero", ("lockstep", "leaderboard"), ("true", "estimated")
+TIMINGS, ODOMETRY_SOURCES = ("lockstep", "leaderboard"), ("true", "estimated")
 
 
 def add_replay_arguments(p) -> None:
@@ -78,6 +78,7 @@ def add_replay_arguments(p) -> None:
 def add_closed_loop_arguments(p) -> None:
     from wam_diff2_core.cli.closed_loop import add_route_arguments
     from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS, PACINGS
+    from wam_diff2_core.params.leaderboard import ROLE_NAME
     add_route_arguments(p)
     p.add_argument("--timing", choices=TIMINGS, default=TIMINGS[0],
                    help="lockstep waits for each planning tick's trajectory; leaderboard waits only for the "
@@ -98,7 +99,7 @@ def add_closed_loop_arguments(p) -> None:
     p.add_argument("--planner-slowdown", type=float, default=1.0,
                    help="in-process planner: each plan takes this many times as long (it sleeps the difference); "
                         "to measure how pacing keeps scores independent of the planner's speed")
-    p.add_argument("--role", default=ROLE, help="CARLA role name of the topics (default %(default)s)")
+    p.add_argument("--role", default=ROLE_NAME, help="CARLA role name of the topics (default %(default)s)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS domain (default: ROS_DOMAIN_ID or 0)")
 
 

@@ -13,20 +13,20 @@ from rclpy.parameter import Parameter
 
 from wam_diff2_core.control import ControllerGains
 from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS, GAINS_PREFIX
-from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, launch_values, resolve_nodes
+from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, ROLE_NAME, launch_values, resolve_nodes
 from wam_diff2_core.params.parameter_file import nested
 from wam_diff2_core.sim.episode_bags import topic_names
 from wam_diff2_core.topics import CONTROLLER_NODE, PLANNER_NODE
 
 from ..optional_msgs import carla_msgs
-from .cli import ODOMETRY_SOURCES, ROLE, TIMINGS
+from .cli import ODOMETRY_SOURCES, TIMINGS
 
 PLANNERS = ("inprocess", "subprocess", "oracle")
 
 
 @dataclass
 class RosLoopSettings:
-    role: str = ROLE                         # the leaderboard's role name
+    role: str = ROLE_NAME                    # the leaderboard's role name
     planner: str = "oracle"                  # inprocess | subprocess | oracle
     model_path: str = ""
     planner_parameters: dict[str, Any] = field(default_factory=dict)   # extra planner parameters (decoding.*, device)
