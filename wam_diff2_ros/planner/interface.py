@@ -52,7 +52,7 @@ OUTPUT_TYPES = {"path": Path, "path_odom": Path, "trajectory": Trajectory, "dete
                 **({"autoware_trajectory": autoware_msgs.Trajectory} if autoware_msgs is not None else {})}
 
 
-def input_qos(name: str, image_reliability: str = "best_effort") -> QoSProfile:
+def input_qos(name: str, image_reliability: str) -> QoSProfile:
     """The QoS of the input ``name`` (an INPUT_TOPICS key): streams sensor data (best effort, keep last 5),
     images by the ``image_reliability`` parameter, the route latched; commands are few and must not be lost."""
     if name in ("image", "image_compressed"):

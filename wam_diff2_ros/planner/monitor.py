@@ -18,7 +18,7 @@ STAGE_WINDOW = 100           # frames in the diagnostics' per-stage p50 / p95
 
 
 class PlannerMonitor:
-    def __init__(self, logger, warn_throttle_s: float, stage_window: int = STAGE_WINDOW):
+    def __init__(self, logger, warn_throttle_s: float):
         self.warn_throttle_s = warn_throttle_s
         self._logger = logger
         self._lock = threading.Lock()
@@ -28,7 +28,7 @@ class PlannerMonitor:
         self._last_image_ns: int | None = None
         self._last_plan: LastPlan | None = None
         self._last_stats: dict[str, Any] = {}
-        self._recent_stages: collections.deque = collections.deque(maxlen=stage_window)   # StageTimes, newest last
+        self._recent_stages: collections.deque = collections.deque(maxlen=STAGE_WINDOW)   # StageTimes, newest last
 
     def count(self, key: str, n: int = 1) -> None:
         with self._lock:
