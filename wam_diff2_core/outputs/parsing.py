@@ -275,7 +275,6 @@ def parse_boxes(text: str | None, source_size: tuple[int, int],
     found, value, start = _find_json(text)
     if not found:
         return BoxParse(error=ParseError(INVALID_JSON, f"no JSON list or object in {_preview(text)}"))
-    spans = None
     if isinstance(value, dict):
         value, spans = [value], _element_spans(text, start, 1)
     elif isinstance(value, list):
