@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import logging
 import platform
 from pathlib import Path
 from typing import Any
 
 from ..config import (DECODING_FIELDS, DEFAULT_PARSE_RETRY, DEVICES, ENGINE_FIELDS, FLOAT_DTYPES, PARSE_RETRIES,
                       ConfigError, EngineSettings, add_threads_argument, field_type)
-
-log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager

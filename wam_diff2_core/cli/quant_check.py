@@ -22,7 +22,6 @@ settings. ``--json`` writes every number and the per-sample rows.
 from __future__ import annotations
 
 import json
-import logging
 import statistics
 import sys
 import time
@@ -35,7 +34,6 @@ from .common import (add_decoding_arguments, add_sample_path_arguments, apply_th
                      format_table)
 
 HELP = "compare a quantized model with its float self on planning samples (exit 1 beyond tolerances)"
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

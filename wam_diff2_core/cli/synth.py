@@ -11,7 +11,6 @@ the output path. See wam_diff2_core/sim/README.md for the world, the camera and 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -20,7 +19,6 @@ from ..outputs.prompts import COMMANDS
 from ..vehicle_projection import MIN_VISIBLE_PIXELS
 
 HELP = "generate synthetic driving scenes (JSON samples and rosbag2 bags)"
-log = logging.getLogger(__name__)
 
 
 def _formats(text: str) -> tuple[str, ...]:
