@@ -78,7 +78,7 @@ def _timed_model(device, dtype, check: DeviceCheck):
     return model, config.with_settings(block_size=32)
 
 
-def _timed_variants(model, config, device, names) -> dict:
+def _timed_variants(model, config, names) -> dict:
     variants = {}
     for name in names:
         try:
@@ -122,7 +122,7 @@ def time_block_forwards(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
     """The forward part: the 2B-shaped model's forwards, plain / static eager / static graphed side by side."""
     model, config = _timed_model(device, dtype, check)
     names = [v for v in available_variants(device) if "-compiled" not in v]
-    forward_rows(model, config, device, _timed_variants(model, config, device, names), check, rows)
+    forward_rows(model, config, device, _timed_variants(model, config, names), check, rows)
     return True
 
 
@@ -314,7 +314,7 @@ def check_quantized(device, dtype, check: DeviceCheck, method: str, rows: Rows,
     report = quantize_language_model(model, method)
     rows.add({"method": method, "weights": report.describe()})
     names = [v for v in available_variants(device) if v != "plain" and "flashinfer" not in v and "-compiled" not in v]
-    variants = _timed_variants(model, config, device, names)
+    variants = _timed_variants(model, config, names)
     before = {(r["variant"], r["step"]): r["ms"] for r in unquantized if "ms" in r}
     timed = forward_rows(model, config, device, variants, check, Rows("scratch"))
     for r in timed:
