@@ -107,10 +107,6 @@ def _read_anno(path: Path) -> dict[str, Any]:
     return anno
 
 
-def clip_name(clip: Path, src: Path) -> str:
-    return "-".join(clip.relative_to(src).parts) if clip != src else clip.name
-
-
 def convert_clip(clip: Path, name: str, out: Path, frame_rate_hz: float = FRAME_RATE_HZ,
                  on_frame: Callable[[], None] = lambda: None) -> tuple[list[dict], ClipReport]:
     """One clip's planning samples (images copied under ``out``) and its report."""
@@ -179,7 +175,7 @@ def convert(src: str | Path, out: str | Path, *, frame_rate_hz: float = FRAME_RA
     report_path = out / "report.json"
     previous = json.loads(report_path.read_text()) if resume and report_path.exists() else {"clips": {}}
     reports: dict[str, Any] = dict(previous.get("clips", {}))
-    names = {clip: clip_name(clip, src) for clip in clips}
+    names = {clip: "-".join(clip.relative_to(src).parts) if clip != src else clip.name for clip in clips}
     todo = [c for c in clips if not (out / "parts" / f"{names[c]}.jsonl").exists()]
     total = sum(len(_frame_ids(c)) for c in todo)
     with tqdm(total=total, desc="convert-data bench2drive", unit="frame", disable=not progress,
