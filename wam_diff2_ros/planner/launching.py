@@ -59,12 +59,13 @@ def two_planners(argument: Callable[[str], Any]) -> list[tuple[str, dict[str, An
         f"{ns}_{name}" if name == "model_path" else name)), remappings) for namespace in TWO_PLANNERS]
 
 
-def bridge_remappings(argument: Callable[[str], Any],
-                      inputs: Sequence[str] = ("image", "camera_info", "odometry", "route")) -> list[tuple[str, list]]:
-    """The planner's ``inputs`` remapped onto carla-ros-bridge's topics of the ``role_name`` and ``camera_id``
-    arguments (each target a list of literal pieces and argument values, as launch substitutions take it)."""
+def bridge_remappings(argument: Callable[[str], Any]) -> list[tuple[str, list]]:
+    """The planner's image, camera_info, odometry and route remapped onto carla-ros-bridge's topics of the
+    ``role_name`` and ``camera_id`` arguments (each target a list of literal pieces and argument values, as launch
+    substitutions take it)."""
     role, camera = argument("role_name"), argument("camera_id")
-    return [(f"~/input/{name}", list(carla_topic_parts(name, role, camera))) for name in inputs]
+    return [(f"~/input/{name}", list(carla_topic_parts(name, role, camera)))
+            for name in ("image", "camera_info", "odometry", "route")]
 
 
 # ----------------------------------------------------------------------------- launch actions
@@ -83,8 +84,7 @@ def declare_planner_arguments(share: str, names: Sequence[str] = tuple(ARGUMENT_
             for name in names]
 
 
-def planner_node(parameters: Mapping[str, Any], remappings: Sequence[tuple[str, Any]] = (),
-                 namespace: Any = None, name: Any = PLANNER_NODE):
+def planner_node(parameters: Mapping[str, Any], remappings: Sequence[tuple[str, Any]] = (), namespace: Any = None):
     """The planner's ``LifecycleNode``: ``params_file``, then ``parameters`` (launch substitutions
     typed as the parameter table types them), inputs remapped by ``remappings`` (``~/input/...`` ->
     topic), in ``namespace`` (default: the ``namespace`` argument)."""
@@ -96,7 +96,7 @@ def planner_node(parameters: Mapping[str, Any], remappings: Sequence[tuple[str, 
     return LifecycleNode(
         package=PACKAGE,
         executable=EXECUTABLE,
-        name=name,
+        name=PLANNER_NODE,
         namespace=launch_argument("namespace") if namespace is None else namespace,
         output="screen",
         parameters=[launch_argument("params_file"), typed],

@@ -30,9 +30,9 @@ class PlannerMonitor:
         self._last_stats: dict[str, Any] = {}
         self._recent_stages: collections.deque = collections.deque(maxlen=STAGE_WINDOW)   # StageTimes, newest last
 
-    def count(self, key: str, n: int = 1) -> None:
+    def count(self, key: str) -> None:
         with self._lock:
-            self._counts[key] += n
+            self._counts[key] += 1
 
     def counts(self) -> dict[str, int]:
         with self._lock:

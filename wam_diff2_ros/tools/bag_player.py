@@ -57,7 +57,7 @@ class ReplayError(Exception):
     """The bag or the options cannot be played; the message says why."""
 
 
-def qos_for(topic: str, recorded: Sequence[Any], latched: Sequence[str] = ()) -> QoSProfile:
+def qos_for(topic: str, recorded: Sequence[Any], latched: Sequence[str]) -> QoSProfile:
     """The recorded offered QoS (reliability, durability) when the bag has one; otherwise by topic name."""
     from rosbags.interfaces import QosDurability, QosReliability
 

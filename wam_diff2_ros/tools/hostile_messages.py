@@ -151,8 +151,8 @@ def route_points(s: Spoiler, start_xy: tuple[float, float], yaw: float) -> list[
     return [(s.f64(start_xy[0] + 10.0 * k * c), s.f64(start_xy[1] + 10.0 * k * sn)) for k in range(n)]
 
 
-def path_msg(points: list[tuple[float, float]], frame_id: str = "map") -> Path:
-    header = Header(frame_id=frame_id)
+def path_msg(points: list[tuple[float, float]]) -> Path:
+    header = Header(frame_id="map")
     return Path(header=header, poses=[PoseStamped(header=header, pose=pose_msg(x, y, 0.0)) for x, y in points])
 
 
