@@ -58,18 +58,17 @@ def comfort_checks(rollout: EgoRollout) -> dict[str, bool]:
     def within(values, low, high):
         return bool(((values > low) & (values < high)).all())
 
-    smooth_lon = _local_polynomial(lon, ACCEL_SMOOTHING_WINDOW, 2, 0, SIM_DT_S)
-    smooth_mag = _local_polynomial(np.hypot(lon, lat), ACCEL_SMOOTHING_WINDOW, 2, 0, SIM_DT_S)
+    def fit(values, window, order, deriv):
+        return _local_polynomial(values, window, order, deriv, SIM_DT_S)
+
+    smooth_lon = fit(lon, ACCEL_SMOOTHING_WINDOW, 2, 0)
+    smooth_mag = fit(np.hypot(lon, lat), ACCEL_SMOOTHING_WINDOW, 2, 0)
     return {
-        "lon_acceleration": within(_local_polynomial(lon, n, 2, 0, SIM_DT_S), MIN_LON_ACCEL_MPS2, MAX_LON_ACCEL_MPS2),
-        "lat_acceleration": within(_local_polynomial(lat, n, 2, 0, SIM_DT_S), -MAX_ABS_LAT_ACCEL_MPS2,
-                                   MAX_ABS_LAT_ACCEL_MPS2),
-        "jerk": within(_local_polynomial(smooth_mag, n, 2, 1, SIM_DT_S), -MAX_ABS_JERK_MPS3, MAX_ABS_JERK_MPS3),
-        "lon_jerk": within(_local_polynomial(smooth_lon, n, 2, 1, SIM_DT_S), -MAX_ABS_LON_JERK_MPS3,
-                           MAX_ABS_LON_JERK_MPS3),
-        "yaw_acceleration": within(_local_polynomial(yaw, YAW_WINDOW, 3, 2, SIM_DT_S), -MAX_ABS_YAW_ACCEL_RPS2,
-                                   MAX_ABS_YAW_ACCEL_RPS2),
-        "yaw_rate": within(_local_polynomial(yaw, YAW_WINDOW, 2, 1, SIM_DT_S), -MAX_ABS_YAW_RATE_RPS,
-                           MAX_ABS_YAW_RATE_RPS),
+        "lon_acceleration": within(fit(lon, n, 2, 0), MIN_LON_ACCEL_MPS2, MAX_LON_ACCEL_MPS2),
+        "lat_acceleration": within(fit(lat, n, 2, 0), -MAX_ABS_LAT_ACCEL_MPS2, MAX_ABS_LAT_ACCEL_MPS2),
+        "jerk": within(fit(smooth_mag, n, 2, 1), -MAX_ABS_JERK_MPS3, MAX_ABS_JERK_MPS3),
+        "lon_jerk": within(fit(smooth_lon, n, 2, 1), -MAX_ABS_LON_JERK_MPS3, MAX_ABS_LON_JERK_MPS3),
+        "yaw_acceleration": within(fit(yaw, YAW_WINDOW, 3, 2), -MAX_ABS_YAW_ACCEL_RPS2, MAX_ABS_YAW_ACCEL_RPS2),
+        "yaw_rate": within(fit(yaw, YAW_WINDOW, 2, 1), -MAX_ABS_YAW_RATE_RPS, MAX_ABS_YAW_RATE_RPS),
     }
 

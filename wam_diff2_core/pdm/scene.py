@@ -102,8 +102,7 @@ class AgentTrack:
         until it stands (it never reverses); speed 0: parked."""
         t = np.arange(OBSERVATION_SAMPLES) * SIM_DT_S
         if acceleration_mps2 < 0 and speed_mps > 0:
-            stop_s = speed_mps / -acceleration_mps2
-            t = np.minimum(t, stop_s)
+            t = np.minimum(t, speed_mps / -acceleration_mps2)                 # stands from then on
         distance = speed_mps * t + 0.5 * acceleration_mps2 * t * t
         direction = np.array([math.cos(yaw), math.sin(yaw)])
         return cls(xy=np.array([x, y]) + distance[:, None] * direction, yaw=np.full(len(t), float(yaw)), **kw)

@@ -166,12 +166,11 @@ def _score_rollout(rollout: EgoRollout, scene: PdmScene, vehicle: Vehicle) -> Pd
         for i, agent in enumerate(agents):
             if i in excused or not _overlaps(corners[step], agent.corners(step)):
                 continue
-            centre = agent.xy[step]
             if abs(rollout.speed[step]) <= COLLISION_STOPPED_SPEED_MPS:
                 at_fault = False                                               # the ego stood
             elif agent.initial_speed_mps <= COLLISION_STOPPED_SPEED_MPS:
                 at_fault = True                                                # it stood
-            elif _relative_angle(pose, centre) > math.radians(AGENT_BEHIND_DEG):
+            elif _relative_angle(pose, agent.xy[step]) > math.radians(AGENT_BEHIND_DEG):
                 at_fault = False                                               # hit from behind
             elif boxes_overlap(corners[step][[0, 3]], agent.corners(step)):
                 at_fault = True                                                # the ego's front edge hit it

@@ -22,7 +22,8 @@ from ..geometry import world_to_ego
 from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
 from ..pdm.score import PdmInputs, PdmResult, reference_progress
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
-from .episode import Episode
+from .dataset_export import planning_sample_frame, settings_from_manifest
+from .episode import Episode, simulate_episode
 from .road import RoadMap
 from .vehicles import BicycleParams
 from .world import VehicleBox, World
@@ -169,8 +170,6 @@ class DataSetPdm:
     """
 
     def __init__(self, root: str | Path, keep_episodes: int = 2):
-        from .dataset_export import settings_from_manifest
-
         path = Path(root) / "manifest.json"
         try:
             self.settings = settings_from_manifest(json.loads(path.read_text()))
@@ -188,8 +187,6 @@ class DataSetPdm:
 
     def _frame_of(self, sample_id: str) -> tuple[Episode, int] | None:
         """(episode, frame) of a planning sample of this data set; None for an id it did not write."""
-        from .dataset_export import planning_sample_frame
-
         where = planning_sample_frame(sample_id)
         if where is None or where[0] != self.settings.seed or where[1] >= self.settings.episodes \
                 or where[2] >= self.settings.episode.frames:
@@ -205,8 +202,6 @@ class DataSetPdm:
 
     def _episode(self, index: int) -> Episode:
         """Episode ``index`` of this data set, simulated again (the latest ``keep_episodes`` are kept)."""
-        from .episode import simulate_episode
-
         if index not in self._episodes:
             while len(self._episodes) >= self.keep_episodes:
                 self._episodes.pop(next(iter(self._episodes)))

@@ -40,12 +40,10 @@ class Path2D:
             seg_heading = np.arctan2(seg[:, 1], seg[:, 0])
             headings = np.concatenate([seg_heading[:1], seg_heading])
             # the tangent at an inner point: the mean of the two segment directions
-            inner = np.angle(np.exp(1j * seg_heading[:-1]) + np.exp(1j * seg_heading[1:]))
-            headings[1:-1] = inner
+            headings[1:-1] = np.angle(np.exp(1j * seg_heading[:-1]) + np.exp(1j * seg_heading[1:]))
         self.headings = np.unwrap(np.asarray(headings, dtype=np.float64))   # [N], continuous
         # curvature per point from the heading change over the neighbouring segments
-        dh = np.diff(self.headings)
-        seg_curv = dh / self.segment_lengths
+        seg_curv = np.diff(self.headings) / self.segment_lengths
         curv = np.zeros(len(points))
         curv[:-1] += seg_curv
         curv[1:] += seg_curv
@@ -326,8 +324,8 @@ def _far_from(candidate: RoadMap, previous: RoadMap | None, clearance: float, se
     # recent road right behind the new piece is allowed to be close: it is where we come from
     keep = previous.centreline.s < previous.centreline.length - clearance - 2 * settings.crossing_half_size_m
     old = np.concatenate([previous.centreline.points[keep][::4]] + [s.points[::4] for s in previous.stubs])
-    new = [candidate.centreline.points[old_n:][::4]] + [s.points[::4] for s in candidate.stubs[len(previous.stubs):]]
-    new = np.concatenate(new)
+    new = np.concatenate([candidate.centreline.points[old_n:][::4]]
+                         + [s.points[::4] for s in candidate.stubs[len(previous.stubs):]])
     if len(old) == 0 or len(new) == 0:
         return True
     d2 = ((new[:, None, :] - old[None, :, :]) ** 2).sum(-1)

@@ -82,14 +82,12 @@ def plot_route(run: RouteRun, path: str | Path) -> None:
     w = road.settings.lane_width_m
     fig, ax = plt.subplots(figsize=(7, 7), dpi=110)
     for offset, style in ((w, "-"), (-w, "-"), (0.0, "--")):
-        edge = road.centreline.offset(offset).points
-        ax.plot(edge[:, 0], edge[:, 1], style, color="0.55", lw=0.8)
+        ax.plot(*road.centreline.offset(offset).points.T, style, color="0.55", lw=0.8)
     for stub in road.stubs:
         for offset in (w, -w):
-            edge = stub.offset(offset).points
-            ax.plot(edge[:, 0], edge[:, 1], "-", color="0.75", lw=0.6)
+            ax.plot(*stub.offset(offset).points.T, "-", color="0.75", lw=0.6)
     route = road.lane.interpolate(np.linspace(run.start_s, run.end_s, 200))[0]
-    ax.plot(route[:, 0], route[:, 1], color="tab:blue", lw=6, alpha=0.15, label="route")
+    ax.plot(*route.T, color="tab:blue", lw=6, alpha=0.15, label="route")
     if run.trace:
         trace = np.array([(x, y, v) for x, y, v, _ in run.trace])
         sc = ax.scatter(trace[:, 0], trace[:, 1], c=trace[:, 2], s=2, cmap="viridis", label="ego (speed)")
@@ -105,12 +103,8 @@ def plot_route(run: RouteRun, path: str | Path) -> None:
     ax.plot(*route[0], "g^", ms=9, label="start")
     ax.plot(*route[-1], "rs", ms=8, label="route end")
     lo, hi = route.min(0) - 25.0, route.max(0) + 25.0
-    ax.set_xlim(lo[0], hi[0])
-    ax.set_ylim(lo[1], hi[1])
-    ax.set_aspect("equal")
+    ax.set(xlim=(lo[0], hi[0]), ylim=(lo[1], hi[1]), aspect="equal", xlabel="x (m)", ylabel="y (m)")
     ax.set_title(f"route {run.index} (seed {run.settings.seed}): {result.termination}, RC "
                  f"{100 * result.route_completion:.0f} %, DS {100 * result.driving_score:.0f}", fontsize=9)
     ax.legend(fontsize=7, loc="best")
-    ax.set_xlabel("x (m)")
-    ax.set_ylabel("y (m)")
     save(fig, path)
