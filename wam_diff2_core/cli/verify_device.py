@@ -26,11 +26,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import time
 from pathlib import Path
 
+from ..benchmark import device_timing as parts_of
+from ..benchmark.device_probe import flashinfer_version, probe, torchao_version
 from ..benchmark.device_timing import DeviceCheck
+from ..benchmark.kernel_count import FORWARD_TARGET
+from ..benchmark.token_check import check_tokens
 from ..config import COMPILE_MODES, QUANTIZATIONS
+from .common import format_table, hardware_name
 
 HELP = "verify the fast decoding paths on this device (tokens vs plain) and print the one table"
 PARTS = ("probe", "tokens", "forward", "decode", "frame", "profile", "compiled", "quant")
@@ -82,8 +88,6 @@ def _failed(part: str, rows: list[dict]) -> bool:
 
 def summary_rows(parts: dict[str, list[dict]]) -> list[dict]:
     """The one table from each part's rows: each figure with its target and whether it is met."""
-    from ..benchmark.kernel_count import FORWARD_TARGET
-
     rows = []
     skipped = {part: r["skipped"] for part, part_rows in parts.items() if part != "quant"
                for r in part_rows if "skipped" in r}
@@ -152,7 +156,6 @@ def summary_rows(parts: dict[str, list[dict]]) -> list[dict]:
             add("policy warm-up (graphs captured)", f"{r['warmup_s']:.1f} s ({r['decoder']}, layer ops {r['layer_kernels']})")
     timed = [r for r in frames if "frame" in r]
     if timed:
-        import statistics
         ms = sorted(r["ms"] for r in timed)
         p50 = statistics.median(ms)
         add(f"{timed[0]['size']} frame -> trajectory", f"p50 {p50:.1f} ms, p95 {ms[round(0.95 * (len(ms) - 1))]:.1f} ms",
@@ -194,12 +197,10 @@ def summary_rows(parts: dict[str, list[dict]]) -> list[dict]:
 
 
 def read_parts(out: Path) -> dict[str, list[dict]]:
-    from ..benchmark.device_timing import Rows
-    return {part: Rows.read(out / f"{part}.jsonl") for part in PARTS if (out / f"{part}.jsonl").exists()}
+    return {part: parts_of.Rows.read(out / f"{part}.jsonl") for part in PARTS if (out / f"{part}.jsonl").exists()}
 
 
 def print_summary(parts: dict[str, list[dict]], heading: str) -> bool:
-    from .common import format_table
     print(f"\nverify-device summary ({heading})")
     print(format_table(summary_rows(parts), [("what", "what", ""), ("value", "value", ""), ("target", "target", ""),
                                               ("met", "met", "")]))
@@ -213,12 +214,8 @@ def run(args) -> int:
         return 0 if ok else 1
     import torch
 
-    from ..benchmark import device_timing as parts_of
-    from ..benchmark.device_probe import flashinfer_version, probe, torchao_version
-    from ..benchmark.token_check import check_tokens
     from ..candidate_selection import MAX_CANDIDATES
     from ..model.devices import resolve_device, resolve_dtype
-    from .common import hardware_name
 
     bad = [n for n in args.candidates if not 2 <= n <= MAX_CANDIDATES]
     if bad:
