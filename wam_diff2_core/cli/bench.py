@@ -34,7 +34,8 @@ from ..benchmark.timing import ForwardBench, measure_bandwidth, per_token, time_
 from ..benchmark.variants import available_variants, make_variant
 from ..config import DEVICES, FLOAT_DTYPES, add_threads_argument
 from ..model.random_model import SHAPES, build_random_model
-from .common import add_quantization_argument, apply_threads, hardware_name, format_table
+from . import bench_models
+from .common import add_quantization_argument, apply_threads, format_table, hardware_name
 
 HELP = "benchmark decoding: per-forward time vs bandwidth floor, ms/token, plain vs static"
 log = logging.getLogger(__name__)
@@ -65,13 +66,11 @@ def add_arguments(p) -> None:
     add_threads_argument(p)
     add_quantization_argument(p)
     p.add_argument("--json", default=None, help="also write every number here")
-    from . import bench_models
     bench_models.add_arguments(p)
 
 
 def run(args) -> int:
     if args.data:
-        from . import bench_models
         return bench_models.run(args)
     import torch
 

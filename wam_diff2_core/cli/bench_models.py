@@ -14,13 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..benchmark.model_comparison import DEFAULT_THRESHOLD, SWEEP_BLOCK, TASKS
+from ..benchmark.model_comparison import (DEFAULT_THRESHOLD, SWEEP_BLOCK, TASKS, bench_samples, compare_models,
+                                          read_sample_images)
+from ..config import ConfigError
 from ..evaluation.metrics import PDM_SUBSCORES, WAYPOINT_TIMES_S
+from . import bench_candidates
+from .common import (add_candidate_arguments, add_sample_path_arguments, apply_threads, candidate_settings,
+                     config_errors, format_table, hardware_name)
 
 
 def add_arguments(p) -> None:
-    from .common import add_candidate_arguments, add_sample_path_arguments
-
     g = p.add_argument_group("model comparison mode (with --data)")
     g.add_argument("--data", default=None,
                    help="planning and grounding samples (JSON/JSONL): compare --ar-model (B=1) with --model's "
@@ -110,8 +113,6 @@ GROUNDING_COLUMNS = [("label", "config", ""), ("samples", "samples", ""), ("pars
 
 def print_grounding_tables(results: list[dict[str, Any]]) -> None:
     """COCO scores of the grounding answers per configuration, then AP@[.5:.95] per class with ground truth."""
-    from .common import format_table
-
     rows = [{"label": r["label"], **r["grounding"], **r["grounding"]["coco"],
              **{f"vehicles_{k}": r["grounding"]["coco"]["vehicles"][k] for k in ("ap", "ap50")}} for r in results]
     coco = results[0]["grounding"]["coco"]
@@ -134,10 +135,7 @@ def run(args) -> int:
 
     import torch
 
-    from ..benchmark.model_comparison import bench_samples, compare_models, read_sample_images
-    from ..config import ConfigError
     from ..utils.atomic import atomic_directory, atomic_write_json
-    from .common import apply_threads, candidate_settings, config_errors, format_table, hardware_name
 
     if not args.model:
         raise ConfigError("--data needs --model (the block-diffusion checkpoint)")
@@ -159,7 +157,6 @@ def run(args) -> int:
     from ..sim.pdm_scenes import DataSetPdm
     with config_errors("--data: "):
         pdm = DataSetPdm.for_data(args.data)
-    from . import bench_candidates
     candidates = candidate_settings(args)
     if candidates is not None and (pdm is None or not samples):
         raise ConfigError("--candidates: the selection comparison needs planning samples of a demo-world data set "
