@@ -207,9 +207,8 @@ class Episode:
         leader = self.leaders[frame]
         lanes = {v.id: v.lane for v in self.snapshots[frame]}
         labels = {v.id: v.label for v in self.snapshots[frame]}
-        visible_ids = {b.id for b in boxes}
         leader_label = labels.get(leader.vehicle_id) if leader is not None else None
-        visible_leader = leader is not None and leader.vehicle_id in visible_ids
+        visible_leader = leader is not None and leader.vehicle_id in {b.id for b in boxes}
         qa = {
             "lead": answer_lead(leader_label if visible_leader else None, leader.gap_m if visible_leader else None),
             "road": answer_road(self.road, float(tr.lane_s[tick])),

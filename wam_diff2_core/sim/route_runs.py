@@ -268,12 +268,9 @@ class RouteRun:
     def done(self) -> bool:
         return self.termination is not None
 
-    def route_completion(self) -> float:
-        progress = min(self.world.lane_s, self.end_s) - self.start_s - self.off_lane_m
-        return float(np.clip(progress / (self.end_s - self.start_s), 0.0, 1.0))
-
     def result(self, extra: dict[str, Any] | None = None) -> RouteResult:
-        rc = self.route_completion()
+        progress = min(self.world.lane_s, self.end_s) - self.start_s - self.off_lane_m   # no credit off the lane
+        rc = float(np.clip(progress / (self.end_s - self.start_s), 0.0, 1.0))
         ip = COLLISION_PENALTY ** len(self.collisions)
         speeds = [s for _, _, s, _ in self.trace]
         completed = self.termination == "completed"
