@@ -16,12 +16,6 @@ from .derived_objects import installed_msg_dirs, object_types
 PACKAGE = "wam_diff2_ros"
 
 
-def package_msg_dir() -> Path | None:
-    """This package's ``msg/`` folder: the source tree, else an installed ``share/<pkg>/msg``."""
-    candidates = [Path(__file__).resolve().parents[2] / "msg", *installed_msg_dirs(PACKAGE)]
-    return next((c for c in candidates if c.is_dir() and any(c.glob("*.msg"))), None)
-
-
 @lru_cache(maxsize=1)
 def default_types() -> dict[str, Any]:
     """Kilted's standard message types, carla-ros-bridge's ``derived_object_msgs`` when installed (see
@@ -33,7 +27,9 @@ def default_types() -> dict[str, Any]:
         types.update(object_types())
     except LookupError:       # only writing needs them: a recorded bag carries its own definitions
         pass
-    msg_dir = package_msg_dir()
+    # this package's msg/ folder: the source tree's, else an installed share/<pkg>/msg
+    candidates = [Path(__file__).resolve().parents[2] / "msg", *installed_msg_dirs(PACKAGE)]
+    msg_dir = next((c for c in candidates if c.is_dir() and any(c.glob("*.msg"))), None)
     if msg_dir is not None:
         for path in sorted(msg_dir.glob("*.msg")):
             types.update(get_types_from_msg(path.read_text(), f"{PACKAGE}/msg/{path.stem}"))

@@ -19,6 +19,9 @@ from ..topics import DEFAULT_CAMERA, DEFAULT_COMMAND_TOPIC, DEFAULT_ROLE, carla_
 from .bag_types import default_types, types_from_connection
 
 STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
+RECOVER_HINTS = {   # storage -> how a damaged bag may be recovered (the end of its error messages)
+    "mcap": "; an mcap file cut off by a killed recorder can be repaired with `mcap recover` or `ros2 bag reindex`",
+    "sqlite3": "; a damaged .db3 may be partly recovered with `sqlite3 FILE .recover` and `ros2 bag reindex`"}
 
 
 class BagError(Exception):
@@ -75,12 +78,13 @@ class Bag:
         from rosbags.rosbag2 import Reader
 
         self.path = resolve_bag_path(path)
+        self.storage = _storage_of(self.path)
+        self._recover_hint = RECOVER_HINTS.get(self.storage, "")
         try:
             self._reader = Reader(self.path)
             self._reader.open()
         except Exception as exc:  # rosbags raises ReaderError, sqlite/apsw errors, OSError, KeyError ...
-            raise BagError(f"{self.path}: cannot open the bag ({error_text(exc)}){_recover_hint(self.path)}") from None
-        self.storage = _storage_of(self.path)
+            raise BagError(f"{self.path}: cannot open the bag ({error_text(exc)}){self._recover_hint}") from None
         self.topic_types: dict[str, str] = {}
         self.topic_counts: dict[str, int] = {}
         self.topic_qos: dict[str, list] = {}
@@ -151,12 +155,12 @@ class Bag:
         except Exception as exc:
             done = sum(read.values())
             raise BagError(f"{self.path}: the bag is truncated or corrupt: reading stopped after {done} messages "
-                           f"({error_text(exc)}){_recover_hint(self.path)}") from None
+                           f"({error_text(exc)}){self._recover_hint}") from None
         short = {t: (n, self.topic_counts.get(t, 0)) for t, n in read.items() if n < self.topic_counts.get(t, 0)}
         if short:
             detail = ", ".join(f"{t}: {n} of {want}" for t, (n, want) in sorted(short.items()))
             raise BagError(f"{self.path}: the bag is truncated: fewer messages than its index lists ({detail})"
-                           f"{_recover_hint(self.path)}")
+                           f"{self._recover_hint}")
 
     def deserialize(self, data: bytes, msgtype: str):
         return self.typestore.deserialize_cdr(data, msgtype)
@@ -222,12 +226,3 @@ def error_text(exc: BaseException) -> str:
     """The exception's text (its type's name when it has none), cut to 300 characters for an error message."""
     text = str(exc).strip() or type(exc).__name__
     return text if len(text) < 300 else text[:297] + "..."
-
-
-def _recover_hint(path: Path) -> str:
-    kind = _storage_of(path) if path.exists() else "unknown"
-    if kind == "mcap":
-        return "; an mcap file cut off by a killed recorder can be repaired with `mcap recover` or `ros2 bag reindex`"
-    if kind == "sqlite3":
-        return "; a damaged .db3 may be partly recovered with `sqlite3 FILE .recover` and `ros2 bag reindex`"
-    return ""

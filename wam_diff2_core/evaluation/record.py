@@ -33,13 +33,6 @@ TRAJECTORY_TYPE = "wam_diff2_ros/msg/Trajectory"
 PATH_TYPE = "nav_msgs/msg/Path"
 
 
-def stage_times_message(types, frame: FrameResult):
-    """The frame's stage times as ``StageTimes`` (stamped with the image stamp; zeros when none)."""
-    st = StageTimes.from_dict(frame.stages or {})
-    values = {k: (v if isinstance(v, str) else float(v)) for k, v in dataclasses.asdict(st).items()}
-    return types["wam_diff2_ros/msg/StageTimes"](header=msg.header(types, frame.stamp_ns, ""), **values)
-
-
 def trajectory_message(types, frame: FrameResult, ego_frame: str):
     """A ``Trajectory`` message (rosbags class) for one evaluated frame."""
     points = []
@@ -49,9 +42,12 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
             duration = types["builtin_interfaces/msg/Duration"](sec=int(dt_ns // NS_PER_S), nanosec=int(dt_ns % NS_PER_S))
             points.append(types["wam_diff2_ros/msg/TrajectoryPoint"](time_from_start=duration, x=float(x), y=float(y),
                                                                      heading=float(heading), speed=float(speed)))
+    stages = {k: (v if isinstance(v, str) else float(v))       # zeros when the frame has none
+              for k, v in dataclasses.asdict(StageTimes.from_dict(frame.stages or {})).items()}
     stats = types["wam_diff2_ros/msg/DecodeStats"](
         **{k: (float if k.endswith("_ms") else int)(frame.stats.get(k, 0)) for k in DECODE_STATS_KEYS},
-        latency_ms=float(frame.latency_ms), stages=stage_times_message(types, frame))
+        latency_ms=float(frame.latency_ms),
+        stages=types["wam_diff2_ros/msg/StageTimes"](header=msg.header(types, frame.stamp_ns, ""), **stages))
     return types[TRAJECTORY_TYPE](header=msg.header(types, frame.stamp_ns, ego_frame), points=points,
                                   command=frame.command, valid=bool(frame.valid),
                                   invalid_reason=frame.invalid_reason, raw_text=frame.raw_text, stats=stats,
