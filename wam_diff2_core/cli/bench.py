@@ -32,7 +32,7 @@ from pathlib import Path
 from ..benchmark.kernel_count import add_kernel_counts
 from ..benchmark.timing import ForwardBench, measure_bandwidth, per_token, time_decodes, time_forwards, weight_bytes
 from ..benchmark.variants import available_variants, make_variant
-from ..config import DEVICES, FLOAT_DTYPES, add_threads_argument
+from ..config import DEVICES, FLOAT_DTYPES, ConfigError, add_threads_argument
 from ..model.random_model import SHAPES, build_random_model
 from . import bench_models
 from .common import add_quantization_argument, apply_threads, format_table, hardware_name
@@ -74,7 +74,6 @@ def run(args) -> int:
         return bench_models.run(args)
     import torch
 
-    from ..config import ConfigError
     from ..model.checkpoint import load_checkpoint
     from ..model.devices import resolve_device, resolve_dtype
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from ..config import add_threads_argument
+from ..config import ConfigError, EngineSettings, add_threads_argument
 from .common import (add_candidate_arguments, add_decoding_arguments, add_model_arguments, add_parse_retry_argument,
-                     add_quantization_argument, config_errors)
+                     add_quantization_argument, candidate_settings, config_errors, driving_policy)
 
 HELP = "drive demo-world routes in closed loop (policy + controller, no ROS) and report a driving score"
 
@@ -68,7 +68,6 @@ def add_arguments(p) -> None:
 def route_batch(args):
     """The RouteBatch the route options (:func:`add_route_arguments`) describe, ConfigError naming a bad one;
     ``wam-diff2-ros closed-loop`` takes the same options and builds its batch here too."""
-    from ..config import ConfigError, EngineSettings
     from ..control import ControllerGains
     from ..sim.direct_loop import demo_world_gains
     from ..sim.route_batch import RouteBatch
@@ -99,14 +98,12 @@ def print_summary(out: str, batch, summary: dict[str, Any], notes: Sequence[str]
 
 def run(args) -> int:
     from ..candidate_selection import CandidateSettings
-    from ..config import ConfigError
     from ..sim.direct_loop import drive_direct
     from ..sim.expert_labels import ExpertLabels
     from ..sim.protocol import check_training_route_seed
     from ..sim.route_batch import drive_routes, write_summary
     from ..sim.route_planners import ExpertOracle, PolicyPlanner
     from ..utils.atomic import atomic_directory
-    from .common import candidate_settings, driving_policy
 
     batch = route_batch(args)
     candidates = candidate_settings(args)

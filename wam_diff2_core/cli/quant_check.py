@@ -29,9 +29,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import DEVICES, FLOAT_DTYPES, IMPLEMENTATIONS, QUANTIZATIONS, add_threads_argument
-from .common import (add_decoding_arguments, add_sample_path_arguments, apply_threads, hardware_name, decoding_overrides,
-                     format_table)
+from ..config import (DEVICES, FLOAT_DTYPES, IMPLEMENTATIONS, QUANTIZATIONS, ConfigError, EngineSettings,
+                      add_threads_argument)
+from .common import (add_decoding_arguments, add_sample_path_arguments, apply_threads, decoding_overrides, format_table,
+                     hardware_name)
 
 HELP = "compare a quantized model with its float self on planning samples (exit 1 beyond tolerances)"
 
@@ -135,7 +136,6 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from ..config import ConfigError, EngineSettings
     from ..data.samples import SampleError, load_images
     from ..decoding import make_decoder
     from ..model.checkpoint import load_checkpoint

@@ -11,14 +11,16 @@ paper's measure of how well a teacher's distribution suits a student; K = 5).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..config import ConfigError, add_threads_argument
+from ..trainer.losses import KD_LOSSES, LossSettings
+from .common import add_model_arguments, add_sample_path_arguments, apply_threads
+
 HELP = "fixed-noise validation loss on held-out samples (and a teacher's top-5 overlap with the model)"
 
 
 def add_arguments(p) -> None:
-    from ..trainer.losses import KD_LOSSES
-    from ..config import add_threads_argument
-    from .common import add_model_arguments, add_sample_path_arguments
-
     add_model_arguments(p)
     add_threads_argument(p)
     p.add_argument("--data", required=True, help="samples (the authors' JSON / JSONL)")
@@ -37,13 +39,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from ..config import ConfigError
     from ..model.checkpoint import load_checkpoint
     from ..trainer.evaluate import validation_loss
-    from ..trainer.losses import LossSettings
-    from .common import apply_threads
 
     for name in ("rounds", "limit", "top_k", "block_size", "teacher_block_size"):
         value = getattr(args, name)
