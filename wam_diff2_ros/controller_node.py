@@ -79,7 +79,7 @@ class ControllerNode(Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
-        self.topics = controller_topics(values["role_name"], values["planner_name"])
+        self.topics = t = controller_topics(values["role_name"], values["planner_name"])
         self.controller = WaypointController(gains_from(self._usable(values)))
         self.route = RouteTracker(route_settings_from(self._usable(values)))
         self.state = ControllerState()
@@ -91,7 +91,6 @@ class ControllerNode(Node):
         self._held: tuple[int, int, float] | None = None   # pacing hold: (tick, planning frame, wall start)
         self._hold_timer = None
 
-        t = self.topics
         # controls depth 1, reliable: the leaderboard's control subscriber's QoS
         self._control_pub = self.create_publisher(VehicleControl, t["control"], LATEST_RELIABLE_QOS)
         self._carla_pub = None

@@ -88,8 +88,7 @@ class PlannerMonitor:
                 self._counts["detections_valid" if detections.valid else "detection_parse_failures"] += 1
             self._counts["answers_retried"] += sum(r.stats.retries > 0 for r in (plan, detections) if r is not None)
             stats = (plan or detections).stats
-            self._last_stats = {"forwards": stats.forwards, "denoise_steps": stats.denoise_steps,
-                                "tokens": stats.tokens, "block_size": stats.block_size,
+            self._last_stats = {**{k: getattr(stats, k) for k in ("forwards", "denoise_steps", "tokens", "block_size")},
                                 "policy_ms": round(out.latency_ms, 1), "processing_ms": round(processing_ms, 1),
                                 **extra_stats}
             if out.stages is not None:

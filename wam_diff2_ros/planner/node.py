@@ -100,10 +100,8 @@ class PlannerNode(LifecycleNode):
         self._outputs = {key: self.create_lifecycle_publisher(kind, OUTPUT_TOPICS[key], LATEST_RELIABLE_QOS)
                          for key, kind in OUTPUT_TYPES.items()}
         self._publish_status()
-        self._autostart_timer = None
-        if settings["autostart"]:
-            # one shot, once the executor spins, so the node answers lifecycle queries while loading
-            self._autostart_timer = self.create_timer(0.0, self._autostart)
+        # one shot, once the executor spins, so the node answers lifecycle queries while loading
+        self._autostart_timer = self.create_timer(0.0, self._autostart) if settings["autostart"] else None
 
     def _subscribe_inputs(self, settings: PlannerSettings) -> dict[str, Any]:
         image = "image_compressed" if settings["image_transport"] == "compressed" else "image"

@@ -111,7 +111,7 @@ class RosClosedLoop:
     def _start_planner(self, domain: int) -> None:
         st = self.settings
         if st.planner == "oracle":
-            with self.sim._lock:
+            with self.sim._cond:
                 self.sim.planner_ready_at = time.monotonic()     # the oracle is the planner: READY now
             self.sim.oracle_status_pub.publish(PlannerStatus(state=PlannerStatus.READY, model_path="oracle",
                                                              message="the demo world's expert (an oracle)"))

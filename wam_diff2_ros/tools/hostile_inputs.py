@@ -273,8 +273,7 @@ def fuzz_localization(context, messages: int, seed: int, role: str = "fuzz_loc")
 
 
 def _recovery_verdict(report: FuzzReport, right: list[bool], final_ok: bool, detail: str) -> None:
-    first = next((i for i in range(len(right)) if all(right[i:])), None) if right else None
-    report.recovery_ticks = first
+    report.recovery_ticks = first = next((i for i in range(len(right)) if all(right[i:])), None)
     report.recovered = (len(right) == RECOVERY_TICKS and first is not None
                         and first <= RECOVERY_TICKS - RECOVERY_CHECKED_TICKS and final_ok)
     report.recovery_detail = detail

@@ -119,8 +119,7 @@ class SimulatorNode(Node):
         self.control_topics = c = controller_topics(role)
         self.localization_topics = loc = localization_topics(role)
         self.role, self.bridge, self.estimated = role, bridge, odometry == "estimated"
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._cond = threading.Condition(threading.Lock())
         self.received: dict[str, dict[int, Any]] = {      # what arrived, by kind and stamp, until taken
             kind: {} for kind in ("control", "carla_control", "estimate", "trajectory")}
         self.ready_at: float | None = None          # wall time of the leaderboard status True
@@ -176,7 +175,7 @@ class SimulatorNode(Node):
 
     def take_until(self, kind: str, stamp: int) -> list[Any]:
         """The ``kind`` messages stamped up to ``stamp``, dropped."""
-        with self._lock:
+        with self._cond:
             store = self.received[kind]
             self.received[kind] = {k: v for k, v in store.items() if k > stamp}
             return [v for k, v in store.items() if k <= stamp]
