@@ -89,10 +89,6 @@ class EpisodeSettings:
     def horizon_ticks(self) -> int:
         return int(round(NUM_WAYPOINTS * WAYPOINT_DT_S / self.dt_s))
 
-    @property
-    def waypoint_ticks(self) -> int:
-        return int(round(WAYPOINT_DT_S / self.dt_s))
-
     def frame_tick(self, frame: int) -> int:
         return self.warmup_ticks + frame * self.frame_stride
 
@@ -184,7 +180,6 @@ class Episode:
     index: int
     settings: EpisodeSettings
     road: RoadMap
-    palette: Palette
     track: EgoTrack
     snapshots: list[list[VehicleBox]]      # per frame: the traffic
     leaders: list[Leader | None]           # per frame
@@ -194,7 +189,7 @@ class Episode:
 
     def future_waypoints(self, tick: int) -> np.ndarray:
         """[8, 2] the ego's positions at +0.5 ... +4.0 s, in the ego frame at ``tick``."""
-        step = self.settings.waypoint_ticks
+        step = int(round(WAYPOINT_DT_S / self.settings.dt_s))
         future = np.arange(1, NUM_WAYPOINTS + 1) * step + tick
         points = np.stack([self.track.x[future], self.track.y[future]], 1)
         return world_to_ego(points, self.track.pose(tick)[:2], self.track.yaw[tick])
@@ -255,8 +250,7 @@ def make_world(seed: int, index: int, settings: EpisodeSettings) -> tuple[World,
 
 def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeSettings()) -> Episode:
     world, rng = make_world(seed, index, settings)
-    palette = Palette.random(rng)
-    renderer = Renderer(world.road, settings.camera, palette, rng)
+    renderer = Renderer(world.road, settings.camera, Palette.random(rng), rng)
     n = settings.total_ticks
     frame_ticks = {settings.frame_tick(i) for i in range(settings.frames)}
     egos, lane_s, accel_est, traffic, leaders = [], [], [], [], []
@@ -279,8 +273,7 @@ def simulate_episode(seed: int, index: int, settings: EpisodeSettings = EpisodeS
                      **{k: np.array([getattr(e, k) for e in egos], dtype=np.float64)
                         for k in ("x", "y", "yaw", "speed", "acceleration", "yaw_rate", "steer_angle")})
     snapshots = [traffic[settings.frame_tick(i)] for i in range(settings.frames)]
-    return Episode(seed, index, settings, world.road, palette, track, snapshots, leaders, renderer, recoveries,
-                   traffic)
+    return Episode(seed, index, settings, world.road, track, snapshots, leaders, renderer, recoveries, traffic)
 
 
 def _recovery(world: World, rng: np.random.Generator, settings: RecoverySettings) -> Recovery:

@@ -34,7 +34,6 @@ class PolicyPlanner:
 
     def __init__(self, policy):
         self.policy = policy
-        self.last_reason = ""
 
     def __call__(self, run: RouteRun) -> Plan:
         candidates = self.policy.candidates
@@ -42,7 +41,6 @@ class PolicyPlanner:
         out = self.policy.step(run.render(), EgoMotion(velocity=(run.speed, 0.0), acceleration=run.acceleration),
                                run.command(), scene=scene)
         plan = out.plan
-        self.last_reason = plan.invalid_reason
         run.plans_retried += int(plan.stats.retries > 0)
         if candidates.count > 1:
             run.valid_candidates.append(sum(c.valid for c in out.plan_candidates))   # before any parse retry
