@@ -18,8 +18,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ..config import DecodingSettings
-from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS
+import numpy as np
+
+from ..config import ConfigError, DecodingSettings
+from ..data.samples import ALLOW_ABSOLUTE_IMAGE_PATHS, SampleError, iter_samples, load_images
+from ..evaluation.ground_truth import constant_velocity_waypoints
+from ..evaluation.metrics import pdm_entry, pdm_means, trajectory_metrics, waypoint_errors
+from ..outputs.parsing import parse_boxes, parse_waypoints, token_char_confidences
+from ..outputs.prompts import is_grounding_prompt, parse_planning_prompt
 from ..profiling import PeakMemory, StageTimes, stage_summary, timed_decode
 
 log = logging.getLogger(__name__)
@@ -47,11 +53,6 @@ def bench_samples(data: str, data_root: str | None, limit: int | None, every: in
     waypoints is a planning sample, one whose prompt asks for ``bbox_2d`` boxes (with one image) a
     grounding sample (its answer is read as boxes once its image is loaded: :func:`grounding_truth`).
     ConfigError when there is neither."""
-    from ..config import ConfigError
-    from ..data.samples import SampleError, iter_samples
-    from ..outputs.parsing import parse_waypoints
-    from ..outputs.prompts import is_grounding_prompt
-
     path = Path(data)
     if not path.is_file():
         raise ConfigError(f"--data {path}: no such file")
@@ -98,8 +99,6 @@ def grounding_truth(sample, image):
     """The ground truth of a grounding sample, its answer read as boxes on ``image`` (a BoxParse, in
     pixels: objects it cannot use, malformed or of no area, are its ``dropped``), or a string saying why
     its answer is not a grounding answer."""
-    from ..outputs.parsing import parse_boxes
-
     truth = parse_boxes(sample.answer or "", image.size)
     return truth if truth.ok else f"ground truth is not a grounding answer ({truth.error})"
 
@@ -119,8 +118,6 @@ def _median(values) -> float | None:
 def pdm_row(pdm, sample_id: str, waypoints) -> dict[str, Any] | None:
     """A sample's PDM score and sub-scores (``waypoints`` None: the answer did not parse, PDMS 0);
     None when ``pdm`` is None or does not know the sample."""
-    from ..evaluation.metrics import pdm_entry
-
     if pdm is None or pdm.inputs(sample_id) is None:
         return None
     return pdm_entry(None if waypoints is None else pdm.score(sample_id, waypoints))
@@ -129,10 +126,6 @@ def pdm_row(pdm, sample_id: str, waypoints) -> dict[str, Any] | None:
 def _l2_summary(errors: list) -> dict[str, Any]:
     """L2 at 4 s (median and mean) and per waypoint over per-sample waypoint errors [[8]]
     (metrics.trajectory_metrics)."""
-    import numpy as np
-
-    from ..evaluation.metrics import trajectory_metrics
-
     traj = trajectory_metrics(np.array(errors) if errors else np.zeros((0, 8)))
     return {"l2_4s_median": _median(e[-1] for e in errors), "l2_4s_mean": traj["l2_at_t"]["4s"],
             "per_waypoint": traj["per_waypoint"]}
@@ -141,8 +134,6 @@ def _l2_summary(errors: list) -> dict[str, Any]:
 def summarize(label: str, block: int, threshold, model: str, rows: list[dict]) -> dict[str, Any]:
     """Medians over samples + L2 over the parsed ones (:func:`_l2_summary`) + the PDM score
     means where the rows carry them (``pdm``)."""
-    from ..evaluation.metrics import pdm_means
-
     errors = [r["errors"] for r in rows if r["errors"] is not None]
     return {
         "label": label, "block_size": block, "confidence_threshold": threshold, "model": model,
@@ -187,10 +178,6 @@ def constant_velocity_baseline(samples, pdm=None) -> dict[str, Any]:
     """L2 of the constant-velocity extrapolation of each sample's prompt velocity (the floor a
     planner must beat), over the samples whose prompt is the planning prompt; its PDM score with
     ``pdm`` (a :class:`~wam_diff2_core.sim.pdm_scenes.DataSetPdm`)."""
-    from ..evaluation.ground_truth import constant_velocity_waypoints
-    from ..evaluation.metrics import pdm_means, waypoint_errors
-    from ..outputs.prompts import parse_planning_prompt
-
     errors, scores = [], []
     for sample, truth in samples:
         telemetry = parse_planning_prompt(sample.prompt_text)
@@ -241,9 +228,6 @@ def decode_row(decoder, tokenizer, sample_id: str, inputs, truth, settings, seed
                image_ms: float = 0.0, processor_ms: float = 0.0) -> dict[str, Any]:
     """One planning sample under one configuration: its answer, errors against ``truth`` [8, 2], decode
     statistics and stage times."""
-    from ..evaluation.metrics import waypoint_errors
-    from ..outputs.parsing import parse_waypoints
-
     text, plan, fields = timed_answer(decoder, tokenizer, inputs, settings, seed,
                                       lambda answer, _: parse_waypoints(answer), image_ms, processor_ms)
     return {"id": sample_id, "text": text, "parse_error": None if plan.ok else str(plan.error),
@@ -257,8 +241,6 @@ def ground_row(decoder, tokenizer, sample_id: str, inputs, image_size: tuple[int
     """(row, BoxParse) of one grounding sample under one configuration: its answer read as boxes on an
     image of ``image_size`` (width, height) pixels, each scored by the decoder's confidence in its coordinates
     (parsing.span_confidence), decode statistics and stage times."""
-    from ..outputs.parsing import parse_boxes, token_char_confidences
-
     def parse(answer: str, tokens):
         confidence = token_char_confidences(tokenizer, *tokens, answer) if tokens else None
         return parse_boxes(answer, image_size, char_confidence=confidence)
@@ -288,8 +270,6 @@ def read_sample_images(samples, grounding, skipped: list[dict]) -> SampleSet:
     """The :class:`SampleSet` of :func:`bench_samples`' ``samples`` and ``grounding``; a sample whose
     images cannot be read, or whose answer is not a grounding answer on its image, is appended to
     ``skipped`` ({id, reason}) instead."""
-    from ..data.samples import SampleError, load_images
-
     images, image_ms, truth_boxes = {}, {}, {}
     for s in [*(s for s, _ in samples), *grounding]:
         try:
