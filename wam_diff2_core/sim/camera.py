@@ -202,7 +202,6 @@ class Renderer:
         is_ground = below & (distance <= st.max_range_m)
         sky[below & ~is_ground] = np.asarray(self.palette.haze, np.float32)
         self.background = np.clip(sky, 0, 255).astype(np.uint8)
-        self.is_ground = is_ground
 
         # texel footprint of each ground pixel: how far the ground point moves to the next row/column
         far = np.where(is_ground[..., None], ground, np.nan)

@@ -62,7 +62,7 @@ class EpisodeBagWriter:
         from rosbags.typesys import Stores, get_typestore
 
         self.path = Path(path)
-        self.role, self.camera, self.mount = role, camera, mount
+        self.camera, self.mount = camera, mount
         self.frames = {"map": "map", "ego": role, "camera": f"{role}/rgb_front"}
         self.typestore = get_typestore(Stores.ROS2_KILTED)
         self.typestore.register(object_types())     # carla-ros-bridge's derived_object_msgs, as installed

@@ -267,7 +267,7 @@ def _spawn_traffic(rng: np.random.Generator, road: RoadMap, settings: WorldSetti
                 start = float(rng.uniform(0.5, max(1.0, duration_s)))
                 factor = float(rng.choice([0.0, 0.0, 0.3, 0.6]))
                 events = (SpeedEvent(start, start + float(rng.uniform(2.0, 7.0)), factor),)
-            speed = min(cruise, anticipated_speed_limit(road.lane, s, cruise, st.lateral_accel_mps2, 2.0))
+            speed = anticipated_speed_limit(road.lane, s, cruise, st.lateral_accel_mps2, st.idm.comfort_decel_mps2)
             add(shape=shape, path_name="lane", s=s, speed=speed, cruise_mps=cruise, events=events)
             s_rear = s + shape.length_m / 2 + float(rng.uniform(*st.lead_spacing_m))
 
@@ -277,7 +277,7 @@ def _spawn_traffic(rng: np.random.Generator, road: RoadMap, settings: WorldSetti
     while s < oncoming.length - 10.0:
         shape = _random_shape(rng)
         cruise = ego_cruise * float(rng.uniform(0.7, 1.1))
-        speed = min(cruise, anticipated_speed_limit(oncoming, s, cruise, st.lateral_accel_mps2, 2.0))
+        speed = anticipated_speed_limit(oncoming, s, cruise, st.lateral_accel_mps2, st.idm.comfort_decel_mps2)
         add(shape=shape, path_name="oncoming", s=s, speed=speed, cruise_mps=cruise)
         s += shape.length_m + float(rng.uniform(*st.oncoming_spacing_m))
 
