@@ -81,8 +81,7 @@ def bag_detection_images(source: str | Path, plan, predictions: str | Path,
     images, objects = [], plan.objects
     with Bag(source) as bag:
         projector = camera_projector(bag, plan)
-    for t_ns in sorted(answers):
-        msg = answers[t_ns]
+    for t_ns, msg in sorted(answers.items()):
         if t_ns not in plan.image_stamps:
             counts["unmatched_stamp"] += 1
             continue

@@ -6,6 +6,7 @@ Foxglove and ``ros2 bag`` read it without this package.
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import threading
@@ -134,14 +135,11 @@ class BagStreamWriter:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
     def _discard(self) -> None:
-        try:
+        with contextlib.suppress(Exception):    # a writer that failed half-way: the folder goes anyway
             if self._writer is not None:
                 self._writer.close()
-        except Exception:   # a writer that failed half-way: the folder goes anyway
-            pass
         self._writer = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
     def _end(self, fn):
         """Run ``fn`` (finish or discard) once, then let the writer thread go."""

@@ -38,11 +38,10 @@ def run_frame(policy, rgb: np.ndarray, planned: PlannedFrame, bag_name: str, con
         raise ValueError("the policy was not asked to plan (tasks must include 'plan')")
     predicted = None
     valid, reason = bool(plan.valid), str(plan.invalid_reason or "")
-    if valid:
-        if is_finite_waypoints(plan.waypoints):
-            predicted = np.asarray(plan.waypoints, dtype=np.float64).reshape(NUM_WAYPOINTS, 2)
-        else:
-            valid, reason = False, f"bad_waypoints: expected finite [{NUM_WAYPOINTS}, 2], got {np.shape(plan.waypoints)}"
+    if valid and is_finite_waypoints(plan.waypoints):
+        predicted = np.asarray(plan.waypoints, dtype=np.float64).reshape(NUM_WAYPOINTS, 2)
+    elif valid:
+        valid, reason = False, f"bad_waypoints: expected finite [{NUM_WAYPOINTS}, 2], got {np.shape(plan.waypoints)}"
     stats = {k: getattr(plan.stats, k) for k in (*DECODE_STATS_KEYS, "commit_forwards")
              if getattr(plan.stats, k, None) is not None}
     return planned.result(bag_name, valid=valid, invalid_reason=reason, raw_text=str(plan.raw_text or ""),
