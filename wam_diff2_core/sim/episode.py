@@ -20,6 +20,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ..frame_inputs import InputSettings
 from ..geometry import AccelerationEstimator, world_to_ego
 from ..outputs.parsing import BOX_SCALE
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
@@ -73,7 +74,7 @@ class EpisodeSettings:
     world: WorldSettings = field(default_factory=WorldSettings)
     camera: CameraSettings = field(default_factory=CameraSettings)
     command: CommandSettings = field(default_factory=CommandSettings)
-    estimator_time_constant_s: float = 0.5   # AccelerationEstimator, as the planner node runs it
+    estimator_time_constant_s: float = InputSettings().acceleration_time_constant_s   # as the planner node's
     recovery: RecoverySettings = field(default_factory=RecoverySettings)
 
     def __post_init__(self):
