@@ -11,7 +11,7 @@ line + a width, :meth:`Area.corridor`), not a map; the ego is any box and wheelb
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Sequence
 
 import numpy as np
@@ -38,11 +38,9 @@ class EgoStart:
     steering_angle_rad: float = 0.0
 
     def __post_init__(self):
-        values = (self.speed_mps, self.acceleration_mps2, self.steering_angle_rad)
-        if not all(math.isfinite(float(v)) for v in values):
-            raise ValueError(f"EgoStart must be finite: speed_mps={self.speed_mps}, "
-                             f"acceleration_mps2={self.acceleration_mps2}, "
-                             f"steering_angle_rad={self.steering_angle_rad}")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not all(math.isfinite(float(v)) for v in values.values()):
+            raise ValueError("EgoStart must be finite: " + ", ".join(f"{k}={v}" for k, v in values.items()))
 
 
 @dataclass(frozen=True)
