@@ -16,6 +16,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from ..candidate_selection import CandidateSettings
+from ..config import ConfigError, DiffusionConfig
+from ..geometry import EgoMotion
+from ..model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from ..model.random_model import SHAPES, VISION_2B, build_random_model
+from .kernel_count import add_kernel_counts, count_kernels
 from .timing import ForwardBench, interleaved_times, measure_bandwidth, time_forwards
 from .token_check import check_tokens
 from .variants import available_variants, make_variant, random_prompt
@@ -73,7 +81,6 @@ def eager_twin(variant: str) -> str:
 
 def _timed_model(device, dtype, check: DeviceCheck):
     """(model, config at Block-32): the random model of ``check.shape`` that the parts time."""
-    from ..model.random_model import build_random_model
     model, config = build_random_model(check.shape, device, dtype, check.seed, 24.0)
     return model, config.with_settings(block_size=32)
 
@@ -93,8 +100,6 @@ def forward_rows(model, config, device, variants: dict, check: DeviceCheck, rows
     """Block-32 and AR forwards of ``variants``: graphed ones warmed first (a row each with its seconds), then
     the timings (graphs / eager against the eager twin when it was timed too), saved before the kernels are
     counted (a row each: ``kernels_of``); returns the timing rows with their kernels."""
-    from .kernel_count import add_kernel_counts
-
     bench = check.bench()
     for name, decoder in variants.items():
         if "-graph" in name:
@@ -161,11 +166,7 @@ def measure_decode(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
 def frame_policy(device, dtype, check: DeviceCheck, candidates: int = 1):
     """A DrivingPolicy over a random model of ``check.shape`` with the Qwen token layout and, for ``2b``, the real
     vision tower's shape (a random model's answers do not parse: this times the decode, not the parsing)."""
-    from ..candidate_selection import CandidateSettings
-    from ..config import DiffusionConfig
     from ..model.checkpoint import LoadedModel
-    from ..model.prompt_encoding import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
-    from ..model.random_model import SHAPES, VISION_2B, build_random_model
     from ..model.tiny import build_processor, build_tokenizer
     from ..policy import DrivingPolicy
 
@@ -188,10 +189,6 @@ def measure_frames(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
     """The frame part: the policy's warm-up (as the node's configure runs it), then ``frames`` camera frames ->
     trajectories, one row each with its stage times; then per candidate count N one row, N rows in one batched
     decode (its p50 beside one candidate's)."""
-    import numpy as np
-
-    from ..geometry import EgoMotion
-
     width, height = check.frame_size
     frame = np.random.default_rng(check.seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
     ego = EgoMotion((5.0, 0.0), (0.0, 0.0))
@@ -225,7 +222,6 @@ def profile_forward(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
 
     from ..decoding import attention as attention_module
     from ..decoding.step import forward_step
-    from .kernel_count import count_kernels
 
     cuda = device.type == "cuda"
     model, config = _timed_model(device, dtype, check)
@@ -300,7 +296,6 @@ def check_quantized(device, dtype, check: DeviceCheck, method: str, rows: Rows,
     ``shape`` model quantized, each beside the same variant's unquantized ms (``unquantized``: the forward part's
     rows, when that part ran). A missing torchao is a skipped row with the reason, not a failure (the machine
     may lack it; device_check.sh carries its wheel from gpu_wheels/)."""
-    from ..config import ConfigError
     from ..model.quantization import quantize_language_model, require_torchao
 
     try:

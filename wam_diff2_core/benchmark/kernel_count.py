@@ -19,6 +19,9 @@ from typing import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .timing import forward_steps, step_shapes
+from .variants import random_prompt
+
 # The default fast path's kernels per layer (AR step, Block-B step) and per 2B forward (28 layers), bounded on CPU
 # by test/core/decoding/test_kernel_budget.py and printed beside the counts by verify-device.
 LAYER_BUDGET = {"AR": 9, "Block": 10}
@@ -62,7 +65,6 @@ def static_forward_kernels(decoder, inputs, block_size: int = 32, ops=None) -> d
     ops to count through, by default those the decoder calls (with the torch implementation, each of their aten
     ops); ``layer_ops.ops`` counts each fused op as the one kernel the Triton implementation launches."""
     from ..decoding.step import forward_step
-    from .timing import step_shapes
 
     with torch.no_grad():
         state = decoder.begin(inputs, block_size, answer_slots=2 * block_size)
@@ -86,9 +88,6 @@ def add_kernel_counts(rows: list[dict], variants: dict, config, bench, device) -
     """Each forward row of timing.time_forwards gets ``kernels``: what one forward of its variant and step launches
     ("-" for a compiled forward, whose kernels Inductor generates, and where a variant cannot be counted), and
     ``layer_kernels``: the static decoder's layer ops (triton or torch)."""
-    from .timing import forward_steps
-    from .variants import random_prompt
-
     counted: dict[tuple, object] = {}
     for row in rows:
         name, length = row["variant"], row["prompt"]

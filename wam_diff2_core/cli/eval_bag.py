@@ -22,9 +22,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..config import ConfigError, add_threads_argument
-from ..evaluation.bag_plan import EvalSettings
-from ..evaluation.bags import BagTopics
+from ..config import ConfigError, EngineSettings, add_threads_argument
+from ..evaluation.bag_plan import EvalSettings, plan_bags
+from ..evaluation.bags import BagError, BagTopics
 from ..evaluation.collision import EgoFootprint
 from ..params import planner as node_params
 from ..params.parameter_file import read_node_params
@@ -164,8 +164,6 @@ def _params_path(args) -> str | None:
 
 
 def run(args) -> int:
-    from ..evaluation.bags import BagError
-
     try:
         if args.compare:
             return _compare(args)
@@ -178,7 +176,6 @@ def run(args) -> int:
 
 def _evaluate(args) -> int:
     """Score the bags: a model's plans, or with --predictions what a planner node published (no model)."""
-    from ..evaluation.bag_plan import plan_bags
     from ..evaluation.report import write_run_report
 
     from_node = args.predictions is not None
@@ -209,7 +206,6 @@ def _evaluate(args) -> int:
         run = evaluate_predictions(args.bags, args.predictions, settings, topic=args.trajectory_topic, plans=plans)
         model = predictions_source(run, _params_path(args))
     else:
-        from ..config import EngineSettings
         from ..evaluation.runner import evaluate_bags
 
         extra = {} if args.max_waypoint_abs_m is None else {"max_waypoint_abs_m": args.max_waypoint_abs_m}

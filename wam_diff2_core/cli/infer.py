@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..outputs.parsing import parse_boxes, parse_waypoints, token_char_confidences
 from ..profiling import PeakMemory, StageTimes, stage_summary, stage_table, timed_decode
 from .common import (add_decoding_arguments, add_engine_arguments, add_image_limit_arguments, add_model_arguments,
                      add_sample_path_arguments, apply_threads, config_errors, decoding_overrides, engine_settings,
@@ -50,8 +51,6 @@ def add_arguments(p) -> None:
 
 def _parsed_fields(text: str, sample, images, mode: str, char_confidence=lambda: None) -> dict:
     """The parsed answer's fields; ``char_confidence()``: the answer's per-character confidences (boxes only)."""
-    from ..outputs.parsing import parse_boxes, parse_waypoints
-
     if mode == "auto":
         prompt = json.dumps(sample.raw.get("conversations", ""))
         mode = "waypoints" if "waypoints" in prompt else "boxes" if "bbox_2d" in prompt else "none"
@@ -203,7 +202,6 @@ def _error_record(exc) -> dict:
 def _decode(ready, loaded, decoder, tokenizer, args, encode_prompts, stages: StageTimes) -> list[dict]:
     """Decode a batch; its stage times are added to ``stages``."""
     from ..decoding.sampling import seeded_generators
-    from ..outputs.parsing import token_char_confidences
 
     t = time.perf_counter()
     try:
