@@ -292,8 +292,7 @@ def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = F
                 counts[f"{split}_samples"] = len(samples)
                 counts[f"{split}_frames"] = sum(len(r.frames) for r in results if r.split == split)
             counts["samples_by_task"] = dict(Counter(s["task"] for r in results for s in r.samples))
-        with open(tmp / "frames.jsonl", "w") as f:
-            f.writelines(json.dumps(record) + "\n" for r in results for record in r.frames)
+        (tmp / "frames.jsonl").write_text("".join(json.dumps(record) + "\n" for r in results for record in r.frames))
         camera = es.camera.camera()
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -318,7 +317,5 @@ def export(out_dir: str | Path, settings: ExportSettings, *, overwrite: bool = F
             "episode_seconds": [round(r.seconds, 3) for r in results],
             "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
         }
-        with open(tmp / "manifest.json", "w") as f:
-            json.dump(manifest, f, indent=2, default=str)
-            f.write("\n")
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     return manifest
