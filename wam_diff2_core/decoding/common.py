@@ -87,13 +87,11 @@ class DecodeStats:
     retries: int = 0            # decodes repeated because the answer did not parse (the policy's parse_retry)
 
     def then_retried(self, retry: "DecodeStats") -> "DecodeStats":
-        """This decode's cost plus a retry's; the answer (``tokens``) is the retry's."""
-        return dataclasses.replace(
-            retry, forwards=self.forwards + retry.forwards, denoise_steps=self.denoise_steps + retry.denoise_steps,
-            commit_forwards=self.commit_forwards + retry.commit_forwards, blocks=self.blocks + retry.blocks,
-            steps_per_block=self.steps_per_block + retry.steps_per_block,
-            prefill_ms=self.prefill_ms + retry.prefill_ms, denoise_ms=self.denoise_ms + retry.denoise_ms,
-            commit_ms=self.commit_ms + retry.commit_ms, retries=self.retries + retry.retries + 1)
+        """This decode's cost plus a retry's (every count summed, the retry counted); the answer (``tokens``) and
+        ``block_size`` are the retry's."""
+        summed = {f.name: getattr(self, f.name) + getattr(retry, f.name) for f in dataclasses.fields(self)
+                  if f.name not in ("block_size", "tokens")}
+        return dataclasses.replace(retry, **summed | {"retries": summed["retries"] + 1})
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -49,7 +49,6 @@ class BlockDiffusionDecoder:
         self.device = next(model.parameters()).device
         self.banned = torch.tensor(config.banned_token_ids, dtype=torch.long, device=self.device)
 
-    # ---------------------------------------------------------------- prefill
     def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int,
                 prompt_rows: Sequence[int] | None = None) -> Prefix:
         """One forward over the batch's prompts; with ``prompt_rows`` (common.check_rows) the prefix then has
@@ -87,7 +86,6 @@ class BlockDiffusionDecoder:
             prefix.cache.crop(-length)
         return out.logits
 
-    # ---------------------------------------------------------------- generate
     @torch.no_grad()
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
                  generators: Sequence[torch.Generator | None] | None = None,
@@ -102,10 +100,8 @@ class BlockDiffusionDecoder:
         timer = PhaseTimer(self.device)
         with timer("prefill"):
             prefix = self.prefill(inputs, settings.block_size, prompt_rows)
-        if settings.block_size == 1:
-            result = self._generate_ar(prefix, settings, generators, timer, greedy_rows)
-        else:
-            result = self._generate_blocks(prefix, settings, generators, timer, greedy_rows)
+        decode = self._generate_ar if settings.block_size == 1 else self._generate_blocks
+        result = decode(prefix, settings, generators, timer, greedy_rows)
         timer.stamp(result.stats)
         return result
 

@@ -83,6 +83,11 @@ class _Run:
             value = self.memo[key] = make()
         return value
 
+    def fixed_copy(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        """``value`` copied into the fixed tensor ``name`` of its shape (the same every call of a cache and row
+        count): a step graph reads it at the address it captured."""
+        return self.fixed(("prefix", name, tuple(value.shape)), partial(torch.empty_like, value)).copy_(value)
+
 
 @dataclass
 class DecodeState:
@@ -96,7 +101,6 @@ class DecodeState:
         return self.run.rows
 
 
-# ---------------------------------------------------------------------------------- decoder
 class StaticBlockDiffusionDecoder:
     """Block-diffusion (and B = 1 autoregressive) decoding over a static KV cache; see module doc."""
 
@@ -111,8 +115,6 @@ class StaticBlockDiffusionDecoder:
         self.layer_kernels = resolve_layer_kernels(engine.layer_kernels, device, model.dtype, head_dim)
         self.text = QwenTextForward(model, self.layer_kernels)
         self.device = self.text.device
-        if engine.attention_backend == "flashinfer" and self.device.type != "cuda":
-            raise ConfigError(f"attention_backend: flashinfer needs a CUDA device (model is on {self.device})")
         self.banned = torch.tensor(config.banned_token_ids, dtype=torch.long, device=self.device)
         self.choices = TokenChoices(self.banned, self.device)
         # ``graph_emulation``: the graphed path on any device, each graph a kept closure (cuda_graphs.py;
@@ -120,11 +122,16 @@ class StaticBlockDiffusionDecoder:
         self.graphs = StepGraphs(self.device, enabled=engine.cuda_graphs or graph_emulation, emulate=graph_emulation,
                                  compiles=engine.compile_forward)
         self._compiled_forward = compiled_forward_step(engine.compile_mode) if engine.compile_forward else None
-        self.attention = make_attention(engine.attention_backend, self.text, self.graphs.enabled)
+        if engine.attention_backend == "flashinfer":
+            from .attention_flashinfer import FlashInferAttention
+            self.attention: AttentionBackend = FlashInferAttention(self.text, use_cuda_graph=self.graphs.enabled)
+        else:
+            self.attention = SdpaAttention(self.text.num_heads // self.text.num_kv_heads)
         # SDPA attends to slots [0, span): the exact span eagerly (bit-exact with the plain path), a
         # multiple of GRAPH_SPAN_BUCKET under graphs (one graph per bucket, not one per block).
         # ``span_bucket`` forces a bucket for every call (tests run the graph-shaped step on CPU).
         self.span_bucket = span_bucket
+        self.graph_span_bucket = GRAPH_SPAN_BUCKET if span_bucket is None else span_bucket
         self.cache: StaticKVCache | None = None          # eager calls (grows between calls only)
         self.graph_cache: StaticKVCache | None = None    # graphed calls (allocated once)
         self._memo: WeakKeyDictionary[StaticKVCache, dict] = WeakKeyDictionary()   # _Run.memo, by cache
@@ -134,7 +141,6 @@ class StaticBlockDiffusionDecoder:
         """Model forwards after the prefill, all calls."""
         return self.graphs.forwards
 
-    # ------------------------------------------------------------ cache and execution mode
     def _new_cache(self, rows: int, slots: int, graphed: bool = False) -> StaticKVCache:
         t = self.text
         cache = StaticKVCache(t.num_layers, rows, slots, t.num_kv_heads, t.head_dim, t.dtype, self.device,
@@ -155,15 +161,13 @@ class StaticBlockDiffusionDecoder:
                 if self.graph_cache is None:
                     self.graph_cache = self._new_cache(self.engine.max_graph_batch, self.engine.max_context_tokens,
                                                        graphed=True)
-                bucket = GRAPH_SPAN_BUCKET if self.span_bucket is None else self.span_bucket
-                return _Run(self.graph_cache, self._memo[self.graph_cache], rows, self.graphs.enabled, bucket,
-                            compiled)
+                return _Run(self.graph_cache, self._memo[self.graph_cache], rows, self.graphs.enabled,
+                            self.graph_span_bucket, compiled)
         if self.cache is None or not self.cache.fits(n, slots):
             old = self.cache                         # grow to cover both calls, never shrink
             self.cache = self._new_cache(max(n, old.rows if old else 0), max(slots, old.slots if old else 0))
         return _Run(self.cache, self._memo[self.cache], n, False, self.span_bucket or 0)
 
-    # ------------------------------------------------------------ prefill
     def prefill(self, inputs: Mapping[str, torch.Tensor], block_size: int, run: _Run,
                 prompt_rows: Sequence[int] | None = None) -> StaticPrefix:
         """The prompts through the text forward, K/V into cache rows [0, prompts); with ``prompt_rows``
@@ -188,25 +192,22 @@ class StaticBlockDiffusionDecoder:
             cache.copy_rows(index, length)          # packed prompts lie inside slots [0, T) too
             valid, next_position, last_logits = valid[index], next_position[index], last_logits[index]
             lengths = [lengths[i] for i in prompt_rows]
-        n = valid.shape[0]
+        n, rows = valid.shape[0], run.rows
 
         # Rows beyond the batch (a graph bucket) get an empty prompt; their outputs are never read.
-        rows, slots = run.rows, cache.slots
-        base = ([length] * n) if plan.select is None else list(lengths)
-        base += [length] * (rows - n)
-        slot = torch.arange(slots, device=self.device)
-        prompt_valid = torch.zeros(rows, slots, dtype=torch.bool, device=self.device)
+        prompt_valid = torch.zeros(rows, cache.slots, dtype=torch.bool, device=self.device)
         if plan.select is None:
+            base = [length] * rows
             prompt_valid[:n, :length] = valid
-        else:
-            prompt_valid[:n] = slot.unsqueeze(0) < torch.tensor(lengths, device=self.device).unsqueeze(1)
-        next_pos = torch.zeros(rows, dtype=next_position.dtype, device=self.device)
-        next_pos[:n] = next_position
-        return StaticPrefix(n=n, base=base, base_t=_fixed(run, "base", torch.tensor(base, device=self.device)),
-                            prompt_valid=_fixed(run, "prompt_valid", prompt_valid),
-                            next_position=_fixed(run, "next_position", next_pos), last_logits=last_logits)
+        else:                                       # packed: row i's prompt in slots [0, P_i)
+            base = lengths + [length] * (rows - n)
+            slot = torch.arange(cache.slots, device=self.device)
+            prompt_valid[:n] = slot < torch.tensor(lengths, device=self.device).unsqueeze(1)
+        next_pos = torch.nn.functional.pad(next_position, (0, rows - n))       # [R], 0 beyond the batch
+        return StaticPrefix(n=n, base=base, base_t=run.fixed_copy("base", torch.tensor(base, device=self.device)),
+                            prompt_valid=run.fixed_copy("prompt_valid", prompt_valid),
+                            next_position=run.fixed_copy("next_position", next_pos), last_logits=last_logits)
 
-    # ------------------------------------------------------------ one step's inputs
     def _plan(self, run: _Run, prefix: StaticPrefix, segments: Sequence[tuple[int, int]]) -> StepBuffers:
         """Fill the fixed buffers of a step over response ``segments`` [(offset, length)]; built once
         per block (per token for AR). Returns the buffers the step (or its graph) reads."""
@@ -252,9 +253,9 @@ class StaticBlockDiffusionDecoder:
 
     def _ar_step(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, ar: ARState, pick) -> torch.Tensor:
         """One AR token (:func:`ar_step`, one graph while the choice graphs); [R] "EOS produced?" after it."""
-        return self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar, prefix.base_t,
-                                    prefix.prompt_valid, prefix.next_position, self.config.eos_token_id,
-                                    whole=pick.whole("ar"), mutable=ar.tensors(), generators=pick.generators)
+        return self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar, prefix,
+                                    self.config.eos_token_id, whole=pick.whole("ar"), mutable=ar.tensors(),
+                                    generators=pick.generators)
 
     def _block_state(self, run: _Run, size: int) -> BlockState:
         return run.fixed(("block", run.rows, size), partial(BlockState.empty, run.rows, size, self.device))
@@ -262,7 +263,6 @@ class StaticBlockDiffusionDecoder:
     def _ar_state(self, run: _Run) -> ARState:
         return run.fixed(("ar", run.rows), partial(ARState.empty, run.rows, run.cache.slots, self.device))
 
-    # ------------------------------------------------------------ public single-step API
     def begin(self, inputs: Mapping[str, torch.Tensor], block_size: int, answer_slots: int) -> DecodeState:
         """Allocate (a graph bucket, or an eager cache of the batch) and prefill: the state that
         :meth:`plan_step` and :meth:`forward` work on (what ``generate`` does before its loop)."""
@@ -280,7 +280,6 @@ class StaticBlockDiffusionDecoder:
         """One forward (a CUDA graph replay when the state is graphed): logits [R, out_rows, V]."""
         return self.graphs.run_step(self._step_forward(state.run, buf))
 
-    # ------------------------------------------------------------ generate
     @torch.no_grad()
     def generate(self, inputs: Mapping[str, torch.Tensor], settings: DecodingSettings | None = None,
                  generators: Sequence[torch.Generator | None] | None = None,
@@ -297,10 +296,8 @@ class StaticBlockDiffusionDecoder:
             prefix = self.prefill(inputs, size, run, prompt_rows)
         generators, bound = self.choices.bind(run.graphed, run.rows, settings, generators)
         with bound:
-            if size == 1:
-                result = self._generate_ar(run, prefix, settings, generators, timer, greedy_rows)
-            else:
-                result = self._generate_blocks(run, prefix, settings, generators, timer, greedy_rows)
+            decode = self._generate_ar if size == 1 else self._generate_blocks
+            result = decode(run, prefix, settings, generators, timer, greedy_rows)
         timer.stamp(result.stats)
         return result
 
@@ -399,7 +396,6 @@ class StaticBlockDiffusionDecoder:
                                      tokens=end, steps_per_block=[1] * produced))
         return DecodeOutput(sequences=sequences, finished=finished, stats=stats, confidences=confidences)
 
-    # ------------------------------------------------------------ warm-up
     @torch.no_grad()
     def warmup(self, batch_sizes: Sequence[int] = (1,), prompt_tokens: int | None = None,
                settings: DecodingSettings | None = None) -> dict[str, Any]:
@@ -410,8 +406,7 @@ class StaticBlockDiffusionDecoder:
         (the default) warms prompt lengths that reach every key-span bucket up to ``max_context_tokens``
         (:meth:`_warmup_lengths`), so a decode never captures; a length warms only the spans of that
         prompt. Sampling graphs are those of seeded requests (per-sequence generators) and are kept per
-        batch size, greedy ones per batch bucket: warm the batch sizes that will come. The steps are
-        the decode loops' own methods (:meth:`_block_step`, :meth:`_ar_step`)."""
+        batch size, greedy ones per batch bucket: warm the batch sizes that will come."""
         settings = settings or self.config.settings
         size = settings.block_size
         shapes = [[(0, 1)]] if size == 1 else [[(0, size)], [(0, size), (size, size)]]
@@ -452,22 +447,6 @@ class StaticBlockDiffusionDecoder:
         bucket (top - B). Without graphs (or with a backend whose graphs ignore spans) one typical length."""
         if not (self.graphs.enabled or self._compiled_forward) or self.attention.name != "sdpa":
             return [WARMUP_PROMPT_TOKENS]
-        bucket = GRAPH_SPAN_BUCKET if self.span_bucket is None else self.span_bucket
-        limit = self.engine.max_context_tokens
+        bucket, limit = self.graph_span_bucket, self.engine.max_context_tokens
         lengths = {top - back for top in range(bucket, limit + 1, bucket) for back in (2 * size, size)}
         return sorted(p for p in lengths if 1 <= p and p + 2 * size <= limit)
-
-
-def make_attention(name: str, text: QwenTextForward, cuda_graphs: bool) -> AttentionBackend:
-    if name == "sdpa":
-        return SdpaAttention(text.num_heads // text.num_kv_heads)
-    if name == "flashinfer":
-        from .attention_flashinfer import FlashInferAttention
-        return FlashInferAttention(text, use_cuda_graph=cuda_graphs)
-    raise ConfigError(f"attention_backend: {name!r} is not one of sdpa, flashinfer")
-
-
-def _fixed(run: _Run, name: str, value: torch.Tensor) -> torch.Tensor:
-    """``value`` copied into the run's fixed tensor ``name`` (its shape is the same every call of a cache and
-    row count): a step graph reads it at the address it captured."""
-    return run.fixed(("prefix", name, tuple(value.shape)), partial(torch.empty_like, value)).copy_(value)

@@ -167,7 +167,6 @@ def eager_twin_step(model, cache: StaticKVCache, buf: StepBuffers, rows: int) ->
     return out.logits[:, queries - buf.out_rows:]
 
 
-# ---------------------------------------------------------------------------------- the whole step
 @dataclass(frozen=True)
 class TransferRule:
     """The host constants one whole step bakes in (part of its CUDA graph's key): the strategy and
@@ -241,7 +240,6 @@ def whole_step(forward: Callable[[], torch.Tensor], pick, buf: StepBuffers, bloc
     return pending_rows(block.tokens, block.tokens == rule.mask_id, rule.eos_id)
 
 
-# ---------------------------------------------------------------------------------- the AR step
 @dataclass
 class ARState:
     """An autoregressive (B = 1) decode in fixed device buffers that :func:`ar_step` reads and writes."""
@@ -269,14 +267,14 @@ class ARState:
 
 
 def ar_step(forward: Callable[[], torch.Tensor], pick, text: QwenTextForward, buf: StepBuffers, ar: ARState,
-            base: torch.Tensor, prompt_valid: torch.Tensor, next_position: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """One AR step on the device: token ``t`` of the answer into its cache slot ``base + t`` (position
-    ``next_position + t``, attending to the prompt and response slots [0, t]), the forward, token
+            prefix: StaticPrefix, eos_id: int) -> torch.Tensor:
+    """One AR step on the device: token ``t`` of the answer into its cache slot ``prefix.base_t + t`` (position
+    ``prefix.next_position + t``, attending to the prompt and response slots [0, t]), the forward, token
     ``t + 1`` chosen (``pick``) and written, ``t`` advanced; returns [R] "EOS produced?". The step's
     plan (slots, positions, cos/sin, mask) is computed here from the device counter, so with
     :func:`sampling.greedy_pick` one CUDA graph replays every token of a key-span bucket with no host work."""
-    rows = ar.out.shape[0]
-    t = ar.t
+    rows, t = ar.out.shape[0], ar.t
+    base, prompt_valid, next_position = prefix.base_t, prefix.prompt_valid, prefix.next_position
     buf.tokens.copy_(ar.out.gather(1, t.expand(rows, 1)))
     buf.slots.copy_((base + t).unsqueeze(1))
     buf.positions.copy_((next_position + t).view(1, rows, 1).expand(3, rows, 1))

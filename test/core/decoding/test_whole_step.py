@@ -161,8 +161,7 @@ def test_ar_step_compiles_with_no_graph_break_and_greedy_ar_is_nothing_but_ar_st
     ar.out[:, 0] = 7
     prefix = state.prefix
     forward = lambda: forward_step(static.text, state.run.cache, static.attention, buf)   # noqa: E731
-    args = (forward, greedy_pick(static.banned), static.text, buf, ar, prefix.base_t, prefix.prompt_valid,
-            prefix.next_position, cfg.eos_token_id)
+    args = (forward, greedy_pick(static.banned), static.text, buf, ar, prefix, cfg.eos_token_id)
     start = [t.clone() for t in ar.tensors()]
     torch._dynamo.reset()
     with torch.no_grad():
