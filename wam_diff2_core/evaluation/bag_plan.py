@@ -28,7 +28,7 @@ from .bag_pdm import DEFAULT_LANE_WIDTH_M, BagPdmInputs, bag_pdm_inputs, check_l
 from .bags import Bag, BagError, BagTopics, Undecodable
 from .collision import EgoFootprint, collision_flags, counted, obstacles_along
 from .derived_objects import ObjectTrack, objects_from_msg
-from .ground_truth import EgoTrajectory, NoFuture, constant_velocity_waypoints
+from .ground_truth import MAX_GAP_S, EgoTrajectory, NoFuture, constant_velocity_waypoints
 from .metrics import FrameResult, pdm_entry, profile_speed_errors
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class EvalSettings:
     topics: BagTopics = field(default_factory=BagTopics.carla)
     every: int = 1                      # evaluate every N-th camera frame (after dropping bad stamps)
     max_frames: int | None = None       # per bag, after thinning; None = all
-    max_gap_s: float = 0.5              # longest odometry gap interpolated over for the ground truth
+    max_gap_s: float = MAX_GAP_S        # longest odometry gap interpolated over for the ground truth
     max_backward_jump_s: float = TIME_RESET_S   # a stamp further back is a second run in one bag: an error
     image_limits: ImageLimits = field(default_factory=ImageLimits)   # larger frames: skipped as image_too_large
     footprint: EgoFootprint = field(default_factory=EgoFootprint)   # the ego box (collision check, PDM score)

@@ -15,6 +15,7 @@ from ..geometry import world_to_ego, wrap_angle
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S
 
 WAYPOINT_OFFSETS_NS = tuple(round((k + 1) * WAYPOINT_DT_S * 1e9) for k in range(NUM_WAYPOINTS))   # 0.5 ... 4.0 s
+MAX_GAP_S = 0.5     # the longest odometry gap interpolated over, by default (eval-bag --max-gap-s)
 
 # NoFuture codes
 BEYOND_END = "insufficient_future"     # the recording ends before +4 s
@@ -32,7 +33,7 @@ class EgoTrajectory:
     """Recorded ego poses in the odometry frame, strictly increasing in time, and optionally the
     recorded forward speed at each (m/s, the odometry twist's x: negative when reversing)."""
 
-    def __init__(self, stamps_ns: Sequence[int], xy: np.ndarray, yaw: Sequence[float], max_gap_s: float = 0.5,
+    def __init__(self, stamps_ns: Sequence[int], xy: np.ndarray, yaw: Sequence[float], max_gap_s: float = MAX_GAP_S,
                  speed: Sequence[float] | None = None):
         self.stamps_ns = np.asarray(stamps_ns, dtype=np.int64)                  # [N]
         self.xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)              # [N, 2]

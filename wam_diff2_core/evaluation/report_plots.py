@@ -102,7 +102,7 @@ def plot_detection(scores: dict[str, Any], path: Path) -> None:
     save(fig, path)
 
 
-def plot_bev_samples(frames: Sequence[FrameResult], path: Path, n: int = 6) -> None:
+def plot_bev_samples(frames: Sequence[FrameResult], path: Path, n: int) -> None:
     """Bird's-eye view (ego frame: forward up, left to the left) of predicted vs recorded futures."""
     plt = pyplot()
     pool = [f for f in frames if f.valid] or list(frames)      # up to n frames spread evenly, valid plans first
