@@ -98,9 +98,7 @@ def probe(device, rows) -> bool:
 
 def flashinfer_version() -> str:
     from ..decoding.attention_flashinfer import flashinfer_problem, import_flashinfer
-    if flashinfer_problem():
-        return flashinfer_problem()
-    return getattr(import_flashinfer(), "__version__", "installed")
+    return flashinfer_problem() or getattr(import_flashinfer(), "__version__", "installed")
 
 
 def torchao_version() -> str:
