@@ -16,7 +16,6 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..geometry import ego_to_world, path_headings
-from ..outputs.prompts import WAYPOINT_DT_S
 from ..profiling import StageTimes
 from ..speed_profile import waypoint_states
 from . import bag_messages as msg
@@ -57,12 +56,11 @@ def trajectory_message(types, frame: FrameResult, ego_frame: str):
 
 def path_message(types, t0_ns: int, points_xy: np.ndarray, frame_id: str, start_yaw: float = 0.0,
                  origin_xy=(0.0, 0.0)):
-    """``nav_msgs/Path``: pose k stamped t0 + k * 0.5 s, oriented along the path."""
+    """``nav_msgs/Path`` of the plan's 8 points, stamped t0 + 0.5 ... 4.0 s, oriented along the path."""
     pts = np.asarray(points_xy, dtype=np.float64).reshape(-1, 2)
     headings = path_headings(pts - np.asarray(origin_xy), start_yaw)   # direction from the previous point
     return msg.path(types, msg.header(types, t0_ns, frame_id),
-                    [(t0_ns + int(round(k * WAYPOINT_DT_S * 1e9)), x, y, yaw)
-                     for k, ((x, y), yaw) in enumerate(zip(pts, headings), start=1)])
+                    [(t0_ns + dt_ns, x, y, yaw) for dt_ns, (x, y), yaw in zip(WAYPOINT_OFFSETS_NS, pts, headings)])
 
 
 def record_predictions(out_path: str | Path, frames: list[FrameResult], trajectory=None, *, odometry_frame: str = "",

@@ -87,10 +87,9 @@ def plot_detection(scores: dict[str, Any], path: Path) -> None:
     """AP@[.5:.95], AP50 and AP75 overall and per class (bag_detection's COCO scores)."""
     plt = pyplot()
     groups = {"all": scores, **scores["per_class"], **({"vehicles": scores["vehicles"]} if scores["vehicles"]["truth"] else {})}
-    keys = (("ap", "AP@[.5:.95]"), ("ap50", "AP50"), ("ap75", "AP75"))
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(groups), 3.2), dpi=100)
     x = np.arange(len(groups))
-    for i, (key, name) in enumerate(keys):
+    for i, (key, name) in enumerate((("ap", "AP@[.5:.95]"), ("ap50", "AP50"), ("ap75", "AP75"))):
         values = [100 * g[key] if g.get(key) is not None else np.nan for g in groups.values()]
         ax.bar(x + (i - 1) * 0.27, values, width=0.27, label=name)
     ax.set_xticks(x, list(groups))
