@@ -82,7 +82,6 @@ class FlashInferAttention(AttentionBackend):
         self._prompt_wrapper = None
         self._wrappers: dict[tuple, object] = {}     # step shape -> wrapper (fixed buffers under graphs)
 
-    # ------------------------------------------------------------------ page tables
     def _host(self, values: list[int]) -> torch.Tensor:
         """int32 host tensor of ``values`` (pinned on CUDA, so a copy from it to the device is asynchronous)."""
         tensor = torch.tensor(values, dtype=torch.int32)
@@ -99,7 +98,6 @@ class FlashInferAttention(AttentionBackend):
         return dict(num_qo_heads=t.num_heads, num_kv_heads=t.num_kv_heads, head_dim_qk=t.head_dim,
                     page_size=cache.page_size, sm_scale=t.scaling, q_data_type=t.dtype, kv_data_type=t.dtype)
 
-    # ------------------------------------------------------------------ prompt prefill
     def begin_prompt(self, plan, cache) -> None:
         lengths, size = plan.lengths, plan.block_size
         if self._prompt_wrapper is None:
@@ -122,7 +120,6 @@ class FlashInferAttention(AttentionBackend):
         full[rows, tokens] = out
         return full
 
-    # ------------------------------------------------------------------ denoise steps
     def graph_key(self, buf) -> tuple:
         return (self.name, tuple(buf.tokens.shape), tuple(e - s for s, e in buf.segments))
 
@@ -135,24 +132,22 @@ class FlashInferAttention(AttentionBackend):
         key = self._wrapper_key(buf, cache)
         wrapper = self._wrappers.get(key)
         if wrapper is None:
+            fixed = {}                  # a graph-mode wrapper's index buffers, sized for the graph cache
             if key[-1]:
                 per_row = cache.slots // cache.page_size
                 i32 = dict(dtype=torch.int32, device=self.device)
-                wrapper = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-                    self.workspace, "NHD", use_cuda_graph=True,
-                    qo_indptr_buf=torch.zeros(requests + 1, **i32),
-                    paged_kv_indptr_buf=torch.zeros(requests + 1, **i32),
-                    paged_kv_indices_buf=torch.zeros(requests * per_row, **i32),
-                    paged_kv_last_page_len_buf=torch.zeros(requests, **i32))
-            else:
-                wrapper = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
-            self._wrappers[key] = wrapper
+                fixed = dict(use_cuda_graph=True, qo_indptr_buf=torch.zeros(requests + 1, **i32),
+                             paged_kv_indptr_buf=torch.zeros(requests + 1, **i32),
+                             paged_kv_indices_buf=torch.zeros(requests * per_row, **i32),
+                             paged_kv_last_page_len_buf=torch.zeros(requests, **i32))
+            wrapper = self._wrappers[key] = self.flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                self.workspace, "NHD", **fixed)
         return wrapper
 
     def begin(self, buf, cache) -> None:
         """Plan the step's attention (host side, once per block): request (row, segment) has the
         segment's queries and the row's visible slots [0, kv_lengths[row][segment])."""
-        rows, queries = buf.tokens.shape
+        rows = buf.tokens.shape[0]
         requests = [(r, buf.kv_lengths[r][j]) for r in range(rows) for j in range(len(buf.segments))]
         sizes = [stop - start for start, stop in buf.segments] * rows
         qo_indptr = self._host(list(accumulate(sizes, initial=0)))

@@ -153,7 +153,8 @@ class BlockDiffusionDecoder:
 
     def _generate_ar(self, prefix: Prefix, settings: DecodingSettings, generators, timer: PhaseTimer,
                      greedy_rows: Sequence[int] = ()) -> DecodeOutput:
-        """B = 1: causal next-token decoding; each forward writes one token into the cache."""
+        """B = 1: causal next-token decoding; each forward writes one token into the cache. Every token sampled
+        is booked as a block of one step; a sequence's forwards are its tokens sampled but the last."""
         n, eos_id = prefix.valid.shape[0], self.config.eos_token_id
         stats = [DecodeStats(block_size=1) for _ in range(n)]
         done = [False] * n
@@ -163,25 +164,12 @@ class BlockDiffusionDecoder:
         for t in range(settings.max_new_tokens):
             rows = [i for i in range(n) if not done[i]]
             with timer("denoise"):
-                tokens, conf = sample_tokens(logits, settings, self.banned, generators, rows, greedy_rows)
-            tokens = tokens[:, 0]
-            values, probs = tokens.tolist(), conf[:, 0].tolist()
-            for i in rows:
-                stats[i].steps_per_block.append(1)
-                stats[i].denoise_steps += 1
-                stats[i].blocks += 1
-                if values[i] == eos_id:
-                    done[i] = True
-                else:
-                    answer[i].append(values[i])
-                    confidences[i].append(probs[i])
+                tokens, conf = sample_tokens(logits, settings, self.banned, generators, rows, greedy_rows)  # [N, 1]
+            record_block(tokens.tolist(), conf.tolist(), [1] * n, rows, eos_id, stats, answer, confidences, done)
             if all(done) or t == settings.max_new_tokens - 1:
                 break
-            for i in range(n):
-                if not done[i]:
-                    stats[i].forwards += 1
             with timer("denoise"):
-                logits = self.forward_block(prefix, tokens.unsqueeze(1), t, keep=True)
-        for i in range(n):
-            stats[i].tokens = len(answer[i])
+                logits = self.forward_block(prefix, tokens, t, keep=True)
+        for stat, row in zip(stats, answer):
+            stat.tokens, stat.forwards = len(row), stat.denoise_steps - 1
         return DecodeOutput(sequences=answer, finished=done, stats=stats, confidences=confidences)

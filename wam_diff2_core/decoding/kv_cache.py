@@ -38,9 +38,6 @@ class StaticKVCache:
     def slots(self) -> int:
         return self.k.shape[2]
 
-    def fits(self, rows: int, slots: int) -> bool:
-        return rows <= self.rows and slots <= self.slots
-
     def read(self, layer: int, rows: int, span: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of slots [0, span) as SDPA wants them: [rows, kv_heads, span, head_dim] views."""
         return self.k[layer, :rows, :span].transpose(1, 2), self.v[layer, :rows, :span].transpose(1, 2)

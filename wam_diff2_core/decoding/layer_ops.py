@@ -129,7 +129,6 @@ DIRECT = SimpleNamespace(rms_norm=_rms_norm, add_rms_norm=_add_rms_norm, qk_norm
                          swiglu=_swiglu)
 
 
-# ---------------------------------------------------------------------------------- choosing the kernels
 @dataclass(frozen=True)
 class LayerKernels:
     """Which implementation the layer ops run (``triton``), and why (logged, reported by the warm-up)."""

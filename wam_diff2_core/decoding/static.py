@@ -163,7 +163,7 @@ class StaticBlockDiffusionDecoder:
                                                        graphed=True)
                 return _Run(self.graph_cache, self._memo[self.graph_cache], rows, self.graphs.enabled,
                             self.graph_span_bucket, compiled)
-        if self.cache is None or not self.cache.fits(n, slots):
+        if self.cache is None or n > self.cache.rows or slots > self.cache.slots:
             old = self.cache                         # grow to cover both calls, never shrink
             self.cache = self._new_cache(max(n, old.rows if old else 0), max(slots, old.slots if old else 0))
         return _Run(self.cache, self._memo[self.cache], n, False, self.span_bucket or 0)

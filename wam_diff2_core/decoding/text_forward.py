@@ -156,7 +156,11 @@ class QwenTextForward:
                                          layer.eps, triton)
             delta = self._mlp(layer, x, ops, triton)
             if deepstack is not None and deepstack[1] is not None and i < len(deepstack[1]):
-                hidden = _add_deepstack(hidden + delta, deepstack[0], deepstack[1][i])
+                # DeepStack: the vision tower's intermediate features added at the visual positions after the
+                # first layers (as transformers' Qwen3VLTextModel does)
+                visual, features = deepstack[0], deepstack[1][i]
+                hidden = hidden + delta
+                hidden[visual, :] = hidden[visual, :] + features.to(hidden.device, hidden.dtype)
                 delta = None
         start = length - (length if last is None else last)
         if delta is None:
@@ -174,14 +178,6 @@ class QwenTextForward:
         else:
             gate, up = mlp.gate_proj(x), mlp.up_proj(x)
         return mlp.down_proj(ops.swiglu(gate, up, triton))
-
-
-def _add_deepstack(hidden: torch.Tensor, visual_mask: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """DeepStack: the vision tower's intermediate features are added at the visual positions after
-    the first layers (as transformers' Qwen3VLTextModel does)."""
-    hidden = hidden.clone()
-    hidden[visual_mask, :] = hidden[visual_mask, :] + features.to(hidden.device, hidden.dtype)
-    return hidden
 
 
 class _TextInputsReady(Exception):
