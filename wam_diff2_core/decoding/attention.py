@@ -134,7 +134,7 @@ class SdpaAttention(AttentionBackend):
              shared: list[torch.Tensor]) -> torch.Tensor:
         outs = []
         with sdpa_step_backends(q.device):       # here, so every caller of a step runs the same kernels
-            for group, bias in zip(buf.groups, shared):  # one SDPA call per distinct key span (see _plan)
+            for group, bias in zip(buf.groups, shared):  # one SDPA call per distinct key span (StepBuffers.fill)
                 k, v = cache.read(layer, q.shape[0], group.span)
                 outs.append(grouped_sdpa(q[:, :, group.start:group.stop], k, v, bias, attn.scaling))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)

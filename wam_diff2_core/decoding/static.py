@@ -208,31 +208,32 @@ class StaticBlockDiffusionDecoder:
                             prompt_valid=run.fixed_copy("prompt_valid", prompt_valid),
                             next_position=run.fixed_copy("next_position", next_pos), last_logits=last_logits)
 
-    def _plan(self, run: _Run, prefix: StaticPrefix, segments: Sequence[tuple[int, int]]) -> StepBuffers:
-        """Fill the fixed buffers of a step over response ``segments`` [(offset, length)]; built once
-        per block (per token for AR). Returns the buffers the step (or its graph) reads."""
-        rows, text = run.rows, self.text
+    def plan_step(self, state: DecodeState, segments: Sequence[tuple[int, int]]) -> StepBuffers:
+        """The fixed buffers of one forward over response ``segments`` [(offset, length)], filled once per block
+        (per token for AR): [(kB, B)] a denoise step of block k, [((k-1)B, B), (kB, B)] the fused commit + step,
+        [(t, 1)] an AR step. Write the step's tokens into ``buffers.tokens`` [R, queries]."""
+        run, text = state.run, self.text
         queries = sum(length for _, length in segments)
-        buf = run.fixed((rows, tuple(length for _, length in segments)),
-                        partial(StepBuffers.empty, rows, queries, run.cache.slots, segments[-1][1], text.head_dim,
+        buf = run.fixed((run.rows, tuple(length for _, length in segments)),
+                        partial(StepBuffers.empty, run.rows, queries, run.cache.slots, segments[-1][1], text.head_dim,
                                 text.dtype, self.device))
-        buf.fill(text, prefix, segments, partial(self._key_span, run, prefix))
+        buf.fill(text, state.prefix, segments, partial(self._key_span, state))
         self.attention.begin(buf, run.cache)
         return buf
 
-    def _plan_token(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, t: int) -> None:
+    def _plan_token(self, state: DecodeState, buf: StepBuffers, t: int) -> None:
         """The host's part of the AR step feeding answer token ``t`` (:func:`ar_step` plans the rest from
         its device counter): only what the host knows without reading the device, the key span of token
         ``t`` (a graph key) and, for FlashInfer, the plan."""
-        buf.groups = (QueryGroup(0, 1, self._key_span(run, prefix, t + 1)),)
-        buf.kv_lengths = [[b + t + 1] for b in prefix.base]
-        self.attention.begin(buf, run.cache)
+        buf.groups = (QueryGroup(0, 1, self._key_span(state, t + 1)),)
+        buf.kv_lengths = [[b + t + 1] for b in state.prefix.base]
+        self.attention.begin(buf, state.run.cache)
 
     @staticmethod
-    def _key_span(run: _Run, prefix: StaticPrefix, end: int) -> int:
+    def _key_span(state: DecodeState, end: int) -> int:
         """Cache slots [0, span) a step attends to when response slots [0, end) are visible: exact
         eagerly, rounded up to the run's span bucket under graphs (a graph key)."""
-        span = max(prefix.base) + end
+        span, run = max(state.prefix.base) + end, state.run
         if run.span_bucket:
             span = min(run.cache.slots, -(-span // run.span_bucket) * run.span_bucket)
         return span
@@ -251,11 +252,11 @@ class StaticBlockDiffusionDecoder:
         return self.graphs.run_step(self._step_forward(run, buf), whole_step, pick.fn, buf, block, rule,
                                     whole=pick.whole(rule), mutable=block.tensors(), generators=pick.generators)
 
-    def _ar_step(self, run: _Run, prefix: StaticPrefix, buf: StepBuffers, ar: ARState, pick) -> torch.Tensor:
+    def _ar_step(self, state: DecodeState, buf: StepBuffers, ar: ARState, pick) -> torch.Tensor:
         """One AR token (:func:`ar_step`, one graph while the choice graphs); [R] "EOS produced?" after it."""
-        return self.graphs.run_step(self._step_forward(run, buf), ar_step, pick.fn, self.text, buf, ar, prefix,
-                                    self.config.eos_token_id, whole=pick.whole("ar"), mutable=ar.tensors(),
-                                    generators=pick.generators)
+        return self.graphs.run_step(self._step_forward(state.run, buf), ar_step, pick.fn, self.text, buf, ar,
+                                    state.prefix, self.config.eos_token_id, whole=pick.whole("ar"),
+                                    mutable=ar.tensors(), generators=pick.generators)
 
     def _block_state(self, run: _Run, size: int) -> BlockState:
         return run.fixed(("block", run.rows, size), partial(BlockState.empty, run.rows, size, self.device))
@@ -269,12 +270,6 @@ class StaticBlockDiffusionDecoder:
         n, length = inputs["input_ids"].shape
         run = self._begin(n, length + answer_slots)
         return DecodeState(run, self.prefill(inputs, block_size, run))
-
-    def plan_step(self, state: DecodeState, segments: Sequence[tuple[int, int]]) -> StepBuffers:
-        """The fixed buffers of one forward over response ``segments`` [(offset, length)]: [(kB, B)] a
-        denoise step of block k, [((k-1)B, B), (kB, B)] the fused commit + step, [(t, 1)] an AR step.
-        Write the step's tokens into ``buffers.tokens`` [R, queries]."""
-        return self._plan(state.run, state.prefix, segments)
 
     def forward(self, state: DecodeState, buf: StepBuffers) -> torch.Tensor:
         """One forward (a CUDA graph replay when the state is graphed): logits [R, out_rows, V]."""
@@ -293,17 +288,17 @@ class StaticBlockDiffusionDecoder:
         run = self._begin(n, length + answer_slots)
         timer = PhaseTimer(self.device)
         with timer("prefill"):
-            prefix = self.prefill(inputs, size, run, prompt_rows)
+            state = DecodeState(run, self.prefill(inputs, size, run, prompt_rows))
         generators, bound = self.choices.bind(run.graphed, run.rows, settings, generators)
         with bound:
             decode = self._generate_ar if size == 1 else self._generate_blocks
-            result = decode(run, prefix, settings, generators, timer, greedy_rows)
+            result = decode(state, settings, generators, timer, greedy_rows)
         timer.stamp(result.stats)
         return result
 
-    def _generate_blocks(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
-                         generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
-        n, rows, size = prefix.n, run.rows, settings.block_size
+    def _generate_blocks(self, state: DecodeState, settings: DecodingSettings, generators, timer: PhaseTimer,
+                         greedy_rows: Sequence[int]) -> DecodeOutput:
+        run, n, size = state.run, state.prefix.n, settings.block_size
         mask_id, eos_id = self.config.mask_token_id, self.config.eos_token_id
         n_blocks = -(-settings.max_new_tokens // size)
         schedule = transfer_schedule(size, settings.denoising_steps)
@@ -320,12 +315,12 @@ class StaticBlockDiffusionDecoder:
         for k in range(n_blocks):
             live = [i for i in range(n) if not done[i]]
             block.tokens.fill_(mask_id)
-            block.tokens[[i for i in range(rows) if i >= n or done[i]]] = eos_id   # nothing to fill there
+            block.tokens[[i for i in range(run.rows) if i >= n or done[i]]] = eos_id   # nothing to fill there
             block.steps.zero_()
             block.conf.fill_(1.0)
             if previous is not None and not fused:
                 with timer("commit"):
-                    buf = self._plan(run, prefix, [((k - 1) * size, size)])
+                    buf = self.plan_step(state, [((k - 1) * size, size)])
                     buf.tokens.copy_(previous)
                     self.graphs.run_step(self._step_forward(run, buf))
                 for i in live:
@@ -339,11 +334,11 @@ class StaticBlockDiffusionDecoder:
                             break
                     if step == 0 and previous is not None and fused:
                         # Commit of block k-1 + first step of block k: one forward, 2B queries.
-                        buf = self._plan(run, prefix, [((k - 1) * size, size), (k * size, size)])
+                        buf = self.plan_step(state, [((k - 1) * size, size), (k * size, size)])
                         buf.tokens[:, :size].copy_(previous)
                     else:
                         if step_buf is None:
-                            step_buf = self._plan(run, prefix, [(k * size, size)])
+                            step_buf = self.plan_step(state, [(k * size, size)])
                         buf = step_buf
                     pick = self.choices.pick(settings, generators, [i for i in range(n) if active[i]], n,
                                              greedy_rows)
@@ -360,21 +355,21 @@ class StaticBlockDiffusionDecoder:
             previous = block.tokens.clone()
         return finish_blocks(answer, confidences, stats, done, settings.max_new_tokens)
 
-    def _generate_ar(self, run: _Run, prefix: StaticPrefix, settings: DecodingSettings,
-                     generators, timer: PhaseTimer, greedy_rows: Sequence[int] = ()) -> DecodeOutput:
+    def _generate_ar(self, state: DecodeState, settings: DecodingSettings, generators, timer: PhaseTimer,
+                     greedy_rows: Sequence[int]) -> DecodeOutput:
         """B = 1: causal next-token decoding, one :func:`ar_step` per token (a whole-step graph, sampling
         while every sequence still draws); the host reads the EOS flags every ``mask_check_interval``
         tokens (every token when sampling: only sequences still decoding draw random numbers)."""
-        n, eos_id, limit = prefix.n, self.config.eos_token_id, settings.max_new_tokens
+        n, eos_id, limit = state.prefix.n, self.config.eos_token_id, settings.max_new_tokens
         interval = settings.mask_check_interval if settings.temperature == 0 else 1
-        ar = self._ar_state(run)
+        ar = self._ar_state(state.run)
         ar.reset(eos_id)                                        # rows beyond the batch stay done
-        tokens, conf = sample_tokens(prefix.last_logits.unsqueeze(1), settings, self.banned, generators, range(n),
-                                     greedy_rows)
+        tokens, conf = sample_tokens(state.prefix.last_logits.unsqueeze(1), settings, self.banned, generators,
+                                     range(n), greedy_rows)
         ar.out[:n, 0] = tokens[:, 0]
         ar.conf[:n, 0] = conf[:, 0]
         ar.done[:n] = tokens[:, 0] == eos_id
-        buf = self._plan(run, prefix, [(0, 1)])
+        buf = self.plan_step(state, [(0, 1)])
         with timer("denoise"):
             for t in range(limit - 1):                          # feed token t, choose token t + 1
                 if t % interval == 0:
@@ -383,8 +378,8 @@ class StaticBlockDiffusionDecoder:
                         break
                 pick = self.choices.pick(settings, generators, [i for i in range(n) if not done[i]], n,
                                          greedy_rows)
-                self._plan_token(run, prefix, buf, t)
-                self._ar_step(run, prefix, buf, ar, pick)
+                self._plan_token(state, buf, t)
+                self._ar_step(state, buf, ar, pick)
         sequences, finished, confidences, stats = [], [], [], []
         for row, probs in zip(ar.out[:n, :limit].tolist(), ar.conf[:n, :limit].tolist()):
             end = row.index(eos_id) if eos_id in row else limit
@@ -417,21 +412,21 @@ class StaticBlockDiffusionDecoder:
         for batch in batch_sizes:
             for length in lengths:
                 prompt = torch.full((batch, length), eos_id, dtype=torch.long)
-                run = self._begin(batch, length + 2 * size)
-                prefix = self.prefill({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, size, run)
+                state = self.begin({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, size, 2 * size)
+                run = state.run
                 generators, bound = self.choices.bind(run.graphed, run.rows, settings,
                                                       [torch.Generator(device=self.device) for _ in range(batch)])
                 with bound:
                     pick = self.choices.pick(settings, generators, range(batch), batch)
                     for segments in shapes:
-                        buf = self._plan(run, prefix, segments)
+                        buf = self.plan_step(state, segments)
                         if settings.temperature > 0:
                             self.graphs.run_step(self._step_forward(run, buf))
                         if size == 1:                                  # the AR whole step, from token 0
                             ar = self._ar_state(run)
                             ar.reset(eos_id)
-                            self._plan_token(run, prefix, buf, 0)
-                            self._ar_step(run, prefix, buf, ar, pick)
+                            self._plan_token(state, buf, 0)
+                            self._ar_step(state, buf, ar, pick)
                             continue
                         block = self._block_state(run, size)
                         for rule in sorted(rules, key=lambda r: r.count):

@@ -237,9 +237,9 @@ def test_step_function_equals_eager_twin(tiny_model, span_bucket):
     static = StaticBlockDiffusionDecoder(tiny_model.model, cfg, STATIC, span_bucket=span_bucket)
     size = 8
     with torch.no_grad():
-        run = static._begin(3, batch["input_ids"].shape[1] + 256)
-        prefix = static.prefill(batch, size, run)
-        buf = static._plan(run, prefix, [(size, size)])          # block 1, as if block 0 were committed
+        state = static.begin(batch, size, answer_slots=256)
+        run, prefix = state.run, state.prefix
+        buf = static.plan_step(state, [(size, size)])            # block 1, as if block 0 were committed
         first = prefix.base[0]
         for layer in range(run.cache.k.shape[0]):                # fill block 0's slots with something
             run.cache.k[layer, :, first:first + size] = run.cache.k[layer, :, first - size:first]
