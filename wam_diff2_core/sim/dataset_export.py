@@ -34,6 +34,7 @@ from ..utils.atomic import atomic_directory
 from .bench2drive_clips import B2DClipWriter
 from .episode_bags import TOPIC_TYPES, EpisodeBagWriter, topic_names
 from .episode import EpisodeSettings, simulate_episode
+from .road import PUBLISHED_ROUTE_SPACING_M
 from .truth import QUESTIONS, vqa_prompt
 
 DEFAULT_FORMATS = ("json",) + STORAGES
@@ -220,7 +221,7 @@ def export_episode(root: Path, index: int, split: str, settings: ExportSettings,
                                                         command_topic=settings.command_topic))
                    for storage in STORAGES if storage in settings.formats]
         for w in writers:
-            w.write_route(start_ns, episode.road.lane.resampled(2.0))
+            w.write_route(start_ns, episode.road.lane.resampled(PUBLISHED_ROUTE_SPACING_M))
         for tick in range(es.total_ticks):
             stamp_ns = start_ns + tick * tick_ns
             for w in writers:

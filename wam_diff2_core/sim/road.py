@@ -19,6 +19,7 @@ import numpy as np
 from ..geometry import box_corners
 
 TURNS = ("left", "straight", "right")
+PUBLISHED_ROUTE_SPACING_M = 2.0     # metres between the points of the route as published (Path, CarlaRoute, bag)
 
 
 # ----------------------------------------------------------------------------- polylines

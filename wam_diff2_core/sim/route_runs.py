@@ -31,6 +31,7 @@ from .episode import EpisodeSettings, episode_rng
 from .truth import CommandSettings, route_command
 from .pdm_scenes import world_pdm_inputs
 from .protocol import DEFAULT_ROUTE_SEED
+from .road import PUBLISHED_ROUTE_SPACING_M
 from .world import World, WorldSettings
 
 COLLISION_PENALTY = 0.60          # leaderboard: collision with a vehicle
@@ -185,19 +186,19 @@ class RouteRun:
         ego = self.world.ego
         return route_command(self.world.road, self.world.lane_s, (ego.x, ego.y, ego.yaw), self.settings.command)[0]
 
-    def route_xy(self, spacing_m: float = 2.0) -> np.ndarray:
-        """The route as published (a Path): the ego lane every ``spacing_m``, to the route end + 60 m."""
+    def route_xy(self) -> np.ndarray:
+        """The route as published (a Path): the ego lane every PUBLISHED_ROUTE_SPACING_M, to the route end + 60 m."""
         lane = self.world.road.lane
         end = min(lane.length, self.end_s + self.settings.command.crossing_distance_m)
-        s = np.arange(0.0, end, spacing_m)
+        s = np.arange(0.0, end, PUBLISHED_ROUTE_SPACING_M)
         return lane.interpolate(np.append(s, end))[0]
 
-    def route_with_options(self, spacing_m: float = 2.0) -> tuple[np.ndarray, list[str]]:
+    def route_with_options(self) -> tuple[np.ndarray, list[str]]:
         """The route as a CarlaRoute carries it: points (the crossings' entries and exits among them), a RoadOption
         each (the turn from a crossing's entry to its exit, LANEFOLLOW elsewhere)."""
         lane = self.world.road.lane
         end = min(lane.length, self.end_s + self.settings.command.crossing_distance_m)
-        stations = set(np.arange(0.0, end, spacing_m).tolist()) | {end}
+        stations = set(np.arange(0.0, end, PUBLISHED_ROUTE_SPACING_M).tolist()) | {end}
         spans = [(c.lane_s_entry, c.lane_s_exit, c.turn.upper()) for c in self.world.road.crossings]
         stations |= {s for a, b, _ in spans for s in (a, b) if s < end}
         stations = np.array(sorted(stations))
