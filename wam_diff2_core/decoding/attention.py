@@ -61,14 +61,13 @@ class AttentionBackend(Protocol):
     packed_prompts: bool        # the cache stores prompts packed rather than left-padded (PromptPlan.of)
 
     def begin_prompt(self, plan: PromptPlan, cache: StaticKVCache) -> None:
-        """Plan the prefill's attention (host side, once per call); by default nothing to plan."""
+        """Plan the prefill's attention (host side, once per call)."""
 
     def prompt(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, plan: PromptPlan) -> torch.Tensor:
         """Prefill attention of ``layer``: q [N, H, T, D] -> [N, T, H, D], over the K/V just stored."""
 
     def begin(self, buf: StepBuffers, cache: StaticKVCache) -> None:
-        """Plan a step's attention (host side, once per block, per token in AR; outside any graph); by default
-        nothing to plan."""
+        """Plan a step's attention (host side, once per block, per token in AR; outside any graph)."""
 
     def graph_key(self, buf: StepBuffers) -> tuple:
         """What a CUDA graph of a step over ``buf`` depends on (part of its key)."""
@@ -103,8 +102,7 @@ def sdpa_step_backends(device: torch.device) -> AbstractContextManager:
 class SdpaAttention(AttentionBackend):
     """torch SDPA over cache slots [0, span). The prefill goes through transformers' own
     ``sdpa_attention_forward`` (the plain path's dispatch); a step folds grouped heads into the query axis
-    instead (:func:`grouped_sdpa`: no copy of K/V per query head), the same numbers (tests pin the tokens).
-    Nothing to plan: ``begin_prompt`` and ``begin`` are the protocol's."""
+    instead (:func:`grouped_sdpa`: no copy of K/V per query head), the same numbers (tests pin the tokens)."""
 
     name = "sdpa"
     packed_prompts = False      # the cache keeps prompts left-padded, like the plain path's cache
@@ -114,9 +112,15 @@ class SdpaAttention(AttentionBackend):
         self._sdpa = sdpa_attention_forward
         self.query_groups = query_groups        # query heads per K/V head
 
+    def begin_prompt(self, plan: PromptPlan, cache: StaticKVCache) -> None:
+        pass
+
     def prompt(self, layer: int, attn, q: torch.Tensor, cache: StaticKVCache, plan: PromptPlan) -> torch.Tensor:
         k, v = cache.read(layer, q.shape[0], plan.length)
         return self._sdpa(attn, q, k, v, plan.mask, dropout=0.0, scaling=attn.scaling)[0]
+
+    def begin(self, buf: StepBuffers, cache: StaticKVCache) -> None:
+        pass
 
     def graph_key(self, buf: StepBuffers) -> tuple:
         return (self.name, tuple(buf.tokens.shape), buf.segments, buf.groups)
