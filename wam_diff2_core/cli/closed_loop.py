@@ -18,6 +18,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from ..config import ConfigError, EngineSettings, add_threads_argument
+from ..sim.protocol import LOCKSTEP_N
 from .common import (add_candidate_arguments, add_decoding_arguments, add_model_arguments, add_parse_retry_argument,
                      add_quantization_argument, candidate_settings, config_errors, driving_policy)
 
@@ -39,7 +40,8 @@ def add_route_arguments(p) -> None:
     p.add_argument("--command-source", choices=("world", "route"), default="world",
                    help="world: the demo world's command rule (its training labels); route: tracked from the "
                         "route with RoadOptions (this loop) or a Path (over ROS) by wam_diff2_core.routes")
-    p.add_argument("--lockstep-n", type=int, default=10, help="plan on every N-th tick (default 10: 2 Hz)")
+    p.add_argument("--lockstep-n", type=int, default=LOCKSTEP_N,
+                   help=f"plan on every N-th tick (default {LOCKSTEP_N}: {20 // LOCKSTEP_N} Hz)")
     p.add_argument("--steer-gain-scale", type=float, default=None,
                    help="scale of the steering PID gains (default: CARLA's 70 deg / the demo car's 0.6 rad "
                         "max wheel angle, about 2.04; 1 = TransFuser's gains as in CARLA)")

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..control import ControllerGains, Plan, WaypointController
+from .protocol import LOCKSTEP_N
 from .route_runs import RouteResult, RouteRun
 from .vehicles import BicycleParams
 
@@ -20,7 +21,7 @@ CARLA_MAX_STEER_RAD = math.radians(70.0)   # CARLA wheel physics: default max_st
 
 
 def drive_direct(run: RouteRun, planner: Callable[[RouteRun], Plan], gains: ControllerGains | None = None,
-                 lockstep_n: int = 10, on_tick: Callable[[RouteRun], None] | None = None) -> RouteResult:
+                 lockstep_n: int = LOCKSTEP_N, on_tick: Callable[[RouteRun], None] | None = None) -> RouteResult:
     """Ordered as the ROS loop in lockstep timing: each tick the controller answers with the newest plan so far;
     every ``lockstep_n``-th tick the planner then plans on that tick's frame, followed from the next tick on."""
     if lockstep_n < 1:

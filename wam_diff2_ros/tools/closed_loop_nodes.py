@@ -16,6 +16,7 @@ from wam_diff2_core.params.controller import DEFAULTS as CONTROLLER_DEFAULTS, GA
 from wam_diff2_core.params.leaderboard import AGENT_ARGUMENTS, ROLE_NAME, launch_values, resolve_nodes
 from wam_diff2_core.params.parameter_file import nested
 from wam_diff2_core.sim.episode_bags import topic_names
+from wam_diff2_core.sim.protocol import LOCKSTEP_N
 from wam_diff2_core.topics import CONTROLLER_NODE, PLANNER_NODE
 
 from ..optional_msgs import carla_msgs
@@ -30,7 +31,7 @@ class RosLoopSettings:
     planner: str = "oracle"                  # inprocess | subprocess | oracle
     model_path: str = ""
     planner_parameters: dict[str, Any] = field(default_factory=dict)   # extra planner parameters (decoding.*, device)
-    lockstep_n: int = 10
+    lockstep_n: int = LOCKSTEP_N
     timing: str = TIMINGS[0]
     command_source: str = "world"            # world: the simulator publishes the command; route: the controller
     gains: ControllerGains = field(default_factory=ControllerGains)
