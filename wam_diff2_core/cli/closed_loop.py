@@ -18,7 +18,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from ..config import ConfigError, EngineSettings, add_threads_argument
-from ..sim.protocol import LOCKSTEP_N
+from ..sim.protocol import LOCKSTEP_N, ROUTE_LENGTH_M
 from .common import (add_candidate_arguments, add_decoding_arguments, add_model_arguments, add_parse_retry_argument,
                      add_quantization_argument, candidate_settings, config_errors, driving_policy)
 
@@ -35,7 +35,7 @@ def add_route_arguments(p) -> None:
     p.add_argument("--routes", type=int, default=10, help="number of routes (default 10)")
     p.add_argument("--first-route", type=int, default=0, help="index of the first route (default 0)")
     p.add_argument("--seed", type=int, default=None, help="route seed (default: the selection set's first, sim.protocol.DEFAULT_ROUTE_SEED)")
-    p.add_argument("--route-length-m", type=float, default=None, help="route length (default 200 m)")
+    p.add_argument("--route-length-m", type=float, default=None, help=f"route length (default {ROUTE_LENGTH_M:g} m)")
     p.add_argument("--traffic", action="store_true", help="traffic on the routes (default: none)")
     p.add_argument("--command-source", choices=("world", "route"), default="world",
                    help="world: the demo world's command rule (its training labels); route: tracked from the "

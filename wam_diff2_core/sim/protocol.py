@@ -45,6 +45,7 @@ REPORT = ScoringSet("report", "runs/report_set", "train.json",
                     every=5, route_seeds=(8001, 8002))
 SETS = {s.name: s for s in (SELECTION, REPORT)}
 DEFAULT_ROUTE_SEED = SELECTION.route_seeds[0]     # closed-loop's default routes: choices look at them
+ROUTE_LENGTH_M = 200.0  # closed-loop's default routes: their length (m)
 LOCKSTEP_N = 10         # the closed loops plan on every N-th 20 Hz tick (2 Hz), in process and over DDS
 # One held-out drive (synth seed; the demo models trained on seed 0's drives) that `make demo`, the benches in
 # scripts/ and the examples plan on; what it shows is no figure of either set.

@@ -30,7 +30,7 @@ from .camera import CameraSettings, Palette, Renderer
 from .episode import EpisodeSettings, episode_rng
 from .truth import CommandSettings, route_command
 from .pdm_scenes import world_pdm_inputs
-from .protocol import DEFAULT_ROUTE_SEED
+from .protocol import DEFAULT_ROUTE_SEED, ROUTE_LENGTH_M
 from .road import PUBLISHED_ROUTE_SPACING_M
 from .world import World, WorldSettings
 
@@ -41,7 +41,7 @@ COMMAND_SOURCES = ("world", "route")
 @dataclass(frozen=True)
 class ClosedLoopSettings:
     seed: int = DEFAULT_ROUTE_SEED         # routes are (seed, 0), (seed, 1), ...
-    route_length_m: float = 200.0
+    route_length_m: float = ROUTE_LENGTH_M
     traffic: bool = False
     command_source: str = "world"          # world: the demo world's command rule (its training labels);
                                            # route: a RouteTracker on the route with RoadOptions

@@ -24,7 +24,7 @@ from ..geometry import wrap_angle
 from ..localization.georeference import GeoReference
 from ..localization.measurements import LEADERBOARD_NOISE, SensorNoise
 from ..localization.odometry_filter import LocalizationSettings, OdometryFilter
-from .protocol import DEFAULT_ROUTE_SEED
+from .protocol import DEFAULT_ROUTE_SEED, ROUTE_LENGTH_M
 from .vehicles import EgoState
 
 GRAVITY_MPS2 = 9.81
@@ -90,7 +90,7 @@ def error_summary(position_m, heading_rad) -> dict[str, float]:
             **_spread("heading_deg", np.degrees(np.asarray(heading_rad)))}
 
 
-def expert_drive_errors(seed: int, routes: int, route_length_m: float = 200.0, traffic: bool = True,
+def expert_drive_errors(seed: int, routes: int, route_length_m: float = ROUTE_LENGTH_M, traffic: bool = True,
                         noise: SensorNoise = DEMO_NOISE, settings: LocalizationSettings = LocalizationSettings(),
                         reference: GeoReference = GeoReference()) -> dict[str, float]:
     """The filter on the demo world's expert drive of routes (seed, 0 .. routes-1), one fresh filter per
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_ROUTE_SEED,
                         help=f"route seed (default {DEFAULT_ROUTE_SEED}: the closed loop's default routes)")
     parser.add_argument("--routes", type=int, default=10)
-    parser.add_argument("--route-length-m", type=float, default=200.0)
+    parser.add_argument("--route-length-m", type=float, default=ROUTE_LENGTH_M)
     parser.add_argument("--no-traffic", action="store_true")
     args = parser.parse_args(argv)
     s = expert_drive_errors(args.seed, args.routes, args.route_length_m, traffic=not args.no_traffic)
