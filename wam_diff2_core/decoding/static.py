@@ -84,8 +84,7 @@ class _Run:
         return value
 
     def fixed_copy(self, name: str, value: torch.Tensor) -> torch.Tensor:
-        """``value`` copied into the fixed tensor ``name`` of its shape (the same every call of a cache and row
-        count): a step graph reads it at the address it captured."""
+        """``value`` copied into the fixed tensor ``name`` of its shape (:meth:`fixed`; the same every call)."""
         return self.fixed(("prefix", name, tuple(value.shape)), partial(torch.empty_like, value)).copy_(value)
 
 
