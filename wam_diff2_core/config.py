@@ -408,20 +408,22 @@ def read_diffusion_file(checkpoint_dir: str | Path) -> dict:
     return data
 
 
-def write_diffusion_file(checkpoint_dir: str | Path, *, block_size: int, mask_token_id: int,
-                         eos_token_id: int, decoding: DecodingSettings | None = None,
-                         camera: dict[str, Any] | None = None) -> Path:
-    """Write the diffusion settings beside a checkpoint (decoding defaults minus block_size; ``camera``:
-    the camera block the model was trained with, ``camera_rig.CameraRig.as_dict()``, when known)."""
-    decoding = decoding or DecodingSettings()
-    payload = {
+def diffusion_file_payload(*, block_size: int, mask_token_id: int | None, eos_token_id: int,
+                           decoding: DecodingSettings | None = None, camera: dict[str, Any] | None = None) -> dict:
+    """What diffusion_config.json holds (decoding defaults minus block_size; no mask id when None; ``camera``: the
+    camera block the model was trained with, ``camera_rig.CameraRig.as_dict()``, when known)."""
+    return {
         "format_version": 1,
         "block_size": int(block_size),
-        "mask_token_id": int(mask_token_id),
+        **({} if mask_token_id is None else {"mask_token_id": int(mask_token_id)}),
         "eos_token_id": int(eos_token_id),
-        "decoding": {k: v for k, v in dataclasses.asdict(decoding).items() if k != "block_size"},
+        "decoding": {k: v for k, v in dataclasses.asdict(decoding or DecodingSettings()).items() if k != "block_size"},
         **({"camera": dict(camera)} if camera is not None else {}),
     }
+
+
+def write_diffusion_file(checkpoint_dir: str | Path, **payload: Any) -> Path:
+    """Write :func:`diffusion_file_payload` (``payload``: its arguments) beside a checkpoint."""
     path = Path(checkpoint_dir) / DIFFUSION_CONFIG_FILE
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path.write_text(json.dumps(diffusion_file_payload(**payload), indent=2) + "\n")
     return path

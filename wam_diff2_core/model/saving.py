@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-from ..config import DIFFUSION_CONFIG_FILE, DiffusionConfig, read_diffusion_file
+from ..config import DIFFUSION_CONFIG_FILE, diffusion_file_payload, read_diffusion_file
 from ..utils.atomic import atomic_directory
 from .checkpoint import load_checkpoint
 
@@ -30,19 +30,21 @@ def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat1
     ``diffusion_config.json``'s ``quantization`` block."""
     src = Path(src)
     loaded = load_checkpoint(src, device="cpu", dtype=dtype, quantization=quantize)
+    quantized = loaded.quantization != "none"
     with atomic_directory(dst) as tmp:
-        if loaded.quantization == "none":
-            save_checkpoint(loaded.model, loaded.processor, tmp)
+        # quantized: the config alone through save_pretrained, the weights as torchao writes them
+        save_checkpoint(loaded.model.config if quantized else loaded.model, loaded.processor, tmp)
+        if not quantized:
             if (src / DIFFUSION_CONFIG_FILE).is_file():
                 shutil.copyfile(src / DIFFUSION_CONFIG_FILE, tmp / DIFFUSION_CONFIG_FILE)
             return Path(dst)
         from .quantization import INT4_GROUP_SIZE, save_quantized_weights
 
-        loaded.model.config.save_pretrained(tmp)
-        loaded.processor.save_pretrained(tmp)
-        add_legacy_fields(tmp)
         save_quantized_weights(loaded.model, tmp)
-        settings = read_diffusion_file(src) or _diffusion_payload(loaded.config)
+        # without diffusion_config.json, the settings the checkpoint resolves to (the file replaces the format's)
+        c = loaded.config
+        settings = read_diffusion_file(src) or diffusion_file_payload(
+            block_size=c.block_size, mask_token_id=c.mask_token_id, eos_token_id=c.eos_token_id, decoding=c.settings)
         import torchao
         settings["quantization"] = {
             "method": loaded.quantization, "dtype": str(loaded.dtype).replace("torch.", ""),
@@ -51,15 +53,6 @@ def export_checkpoint(src: str | Path, dst: str | Path, *, dtype: str = "bfloat1
             **({"group_size": INT4_GROUP_SIZE} if loaded.quantization == "int4" else {})}
         (tmp / DIFFUSION_CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n")
     return Path(dst)
-
-
-def _diffusion_payload(config: DiffusionConfig) -> dict:
-    """The settings a checkpoint without diffusion_config.json resolves to, as that file would hold them (a
-    quantized export needs the file for its quantization block, and the file replaces the format's defaults)."""
-    import dataclasses
-    return {"format_version": 1, "block_size": config.block_size, "eos_token_id": config.eos_token_id,
-            **({} if config.mask_token_id is None else {"mask_token_id": config.mask_token_id}),
-            "decoding": {k: v for k, v in dataclasses.asdict(config.settings).items() if k != "block_size"}}
 
 
 def add_legacy_fields(out: str | Path) -> None:
