@@ -68,7 +68,6 @@ def fallback_key(reason: str) -> str:
     return reason.split(" (")[0].strip().replace(" ", "_") or "none"
 
 
-# ----------------------------------------------------------------------------- the node
 class ControllerNode(Node):
     def __init__(self, node_name: str = CONTROLLER_NODE, **kwargs: Any):
         super().__init__(node_name, **kwargs)
@@ -127,7 +126,6 @@ class ControllerNode(Node):
                                f"-> {self._control_pub.topic_name}"
                                + (f" and {t['carla_control']}" if self._carla_pub else ""))
 
-    # ------------------------------------------------------------------ parameters
     def _usable(self, values: dict) -> dict:
         """``values`` with the refused ones at their defaults."""
         bad = {e.split(":")[0] for e in self._config_errors}
@@ -147,7 +145,6 @@ class ControllerNode(Node):
         if any(n.startswith(ROUTE_PREFIX) for n in names):
             self.route.settings = route_settings_from(self._usable(values))
 
-    # ------------------------------------------------------------------ inputs
     def _on_trajectory(self, msg: Trajectory) -> None:
         self.counts["plans_received"] += 1
         if not well_formed_stamp(msg.header.stamp):
@@ -204,7 +201,6 @@ class ControllerNode(Node):
             return
         self._tick(stamp_ns(msg.clock))
 
-    # ------------------------------------------------------------------ the tick
     def _tick(self, tick_ns: int) -> None:
         last = self.state.last_tick_ns
         if last is not None and tick_ns <= last:

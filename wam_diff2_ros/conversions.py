@@ -37,7 +37,6 @@ WAYPOINT_DT_NS = int(round(WAYPOINT_DT_S * NS_PER_S))
 UNOBSERVED_VARIANCE = 1e6          # covariance of what a 2-D filter does not estimate (z, roll, pitch, ...)
 
 
-# ----------------------------------------------------------------------------- time
 def ns_to_stamp(ns: int) -> Time:
     return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
 
@@ -52,7 +51,6 @@ def well_formed_stamp(stamp) -> bool:
     return 0 <= int(stamp.nanosec) < NS_PER_S
 
 
-# ----------------------------------------------------------------------------- inputs
 def camera_info_to_camera(msg: CameraInfo) -> PinholeCamera:
     """Intrinsics from the K matrix. Raises ValueError when unusable."""
     k = [float(v) for v in msg.k]
@@ -125,7 +123,6 @@ def gnss_covariance(msg: NavSatFix) -> np.ndarray | None:
     return np.array([[cov[0], cov[1]], [cov[3], cov[4]]], dtype=np.float64)
 
 
-# ----------------------------------------------------------------------------- outputs
 _CASTS = {"float": float, "double": float, "boolean": bool, "string": str}
 _INTEGER = re.compile(r"u?int(8|16|32|64)")
 

@@ -51,7 +51,6 @@ def _mean_max(window: Sequence[float], fmt: str) -> tuple[str, str]:
     return (format(np.mean(window), fmt), format(max(window), fmt)) if window else ("none", "none")
 
 
-# ----------------------------------------------------------------------------- controller
 @dataclass
 class ControllerState:
     """What the controller node keeps between ticks and reports (its one thread writes it)."""
@@ -97,7 +96,6 @@ def controller_diagnostic_status(node_name: str, state: ControllerState, values:
         **{k: str(v) for k, v in sorted(state.counts.items())}})
 
 
-# ----------------------------------------------------------------------------- localization
 @dataclass
 class LocalizationState:
     """What the localization node keeps beside its filter and reports (its one thread writes it)."""

@@ -131,7 +131,6 @@ class LocalizationNode(Node):
             self.get_logger().error("bad parameters, publishing no odometry: " + "; ".join(self._config_errors))
         self.get_logger().info(f"localizing from {t['gnss']} + {t['imu']} + {t['speedometer']} -> {t['odometry']}")
 
-    # ------------------------------------------------------------------ parameters
     def _on_set_parameters(self, changed: list) -> SetParametersResult:
         proposed = {**self._values, **{p.name: p.value for p in changed if p.name in SPECS_BY_NAME}}
         try:
@@ -154,7 +153,6 @@ class LocalizationNode(Node):
             self.state.route_start_error = ""
             self.get_logger().info(f"georeference {reference.lat_deg:.9f} / {reference.lon_deg:.9f}: filter restarted")
 
-    # ------------------------------------------------------------------ inputs
     def _on_gnss(self, msg: NavSatFix) -> None:
         try:
             check_stamp(msg.header.stamp)
@@ -294,7 +292,6 @@ class LocalizationNode(Node):
             self._warned_at[key] = now
             self.get_logger().warning(text)
 
-    # ------------------------------------------------------------------ diagnostics
     def diagnostic_status(self) -> DiagnosticStatus:
         return localization_diagnostic_status(self.get_name(), self.state, self.ekf, self._values, self._config_errors,
                                               self._speedometer_type_error())

@@ -9,7 +9,6 @@ from typing import Any, Iterable
 from wam_diff2_core.params.spec import CONFIGURE, START, ParamSpec
 
 
-# ----------------------------------------------------------------------------- ROS descriptors
 def _constraints(spec: ParamSpec) -> str:
     parts = []
     if spec.choices is not None:
@@ -72,7 +71,6 @@ def read_all(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
     return values
 
 
-# ----------------------------------------------------------------------------- another node's parameters
 def set_remote_parameters(node, target: str, values: dict[str, Any], timeout_s: float = 10.0) -> None:
     """Set ``values`` on the node named ``target`` (``/wam_diff2_localization``) at once (its
     ``set_parameters_atomically`` service: all or none, one change seen), from ``node``, which another

@@ -154,7 +154,6 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     parser.add_argument("--max-pixels", type=int, default=None)
 
 
-# ----------------------------------------------------------------------------- benchmark output
 def hardware_name(device) -> str:
     """The model name of ``device`` (a torch.device), for a benchmark's hardware line: the GPU's, else the
     CPU's (/proc/cpuinfo)."""

@@ -68,7 +68,6 @@ def bridge_remappings(argument: Callable[[str], Any]) -> list[tuple[str, list]]:
             for name in ("image", "camera_info", "odometry", "route")]
 
 
-# ----------------------------------------------------------------------------- launch actions
 def launch_argument(name: str):
     from launch.substitutions import LaunchConfiguration
     return LaunchConfiguration(name)

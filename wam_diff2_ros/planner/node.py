@@ -114,7 +114,6 @@ class PlannerNode(LifecycleNode):
                     callback_group=self._image_group if name == image else self._state_group)
                 for name, callback in callbacks.items() if name in INPUT_TYPES}
 
-    # ------------------------------------------------------------------ parameters
     def _on_set_parameters(self, changed: list) -> SetParametersResult:
         loaded_as = self._lifecycle if self._policy is not None or self._loading else None
         reason = rejected_change(self._settings.values, {p.name: p.value for p in changed}, loaded_as)
@@ -130,7 +129,6 @@ class PlannerNode(LifecycleNode):
         if any(p.name in ("mode", "lockstep_every_n_images") for p in changed):
             self._image_count = itertools.count()
 
-    # ------------------------------------------------------------------ lifecycle
     def _autostart(self) -> None:
         self._autostart_timer.cancel()
         if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
@@ -209,7 +207,6 @@ class PlannerNode(LifecycleNode):
         if not self._worker.join(timeout_s):
             self.get_logger().warning(f"the worker is still decoding after {timeout_s} s; not waiting for it")
 
-    # ------------------------------------------------------------------ input callbacks (store only)
     def _on_image(self, msg) -> None:
         self._monitor.image_received(stamp_ns(msg.header.stamp), time.monotonic())
         settings = self._settings
@@ -261,7 +258,6 @@ class PlannerNode(LifecycleNode):
     def counts(self) -> dict[str, int]:
         return self._monitor.counts()
 
-    # ------------------------------------------------------------------ worker
     def _frame_failed(self, exc: Exception) -> bool:
         """The worker survives anything one frame does, unless the node shut down (Ctrl-C) mid-frame."""
         if not self.context.ok():
@@ -328,7 +324,6 @@ class PlannerNode(LifecycleNode):
         self._monitor.frame_published(out, inputs.command, processing_ms,
                                       candidate_stats(out, self._inputs.candidates), time.monotonic())
 
-    # ------------------------------------------------------------------ status and diagnostics
     def _set_model_state(self, state: int, message: str) -> None:
         with self._lock:
             self._model_state, self._model_message = state, message

@@ -284,7 +284,6 @@ class BagPlayer:
         self.bag.close()
 
 
-# ----------------------------------------------------------------------------- command line
 def run(args) -> int:
     """Play ``args.bag``; 0 when done, 2 with a one-line error for a bag or option that cannot be played."""
     from rclpy.signals import SignalHandlerOptions

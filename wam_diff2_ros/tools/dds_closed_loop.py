@@ -79,7 +79,6 @@ class RosClosedLoop:
         self.launched: dict[str, Any] = {}  # bridge: the launch file's nodes by name (ResolvedNode)
         self._files: tempfile.TemporaryDirectory | None = None     # bridge: the nodes' parameter files
 
-    # ------------------------------------------------------------------ set-up
     def __enter__(self) -> "RosClosedLoop":
         st = self.settings
         domain = st.domain_id if st.domain_id is not None else int(os.environ.get("ROS_DOMAIN_ID", "0"))
@@ -210,7 +209,6 @@ class RosClosedLoop:
             self._files.cleanup()
             self._files = None
 
-    # ------------------------------------------------------------------ one route
     def run_route(self, run: RouteRun) -> RouteResult:
         st, sim = self.settings, self.sim
         oracle = ExpertOracle() if st.planner == "oracle" else None
@@ -301,7 +299,6 @@ class RosClosedLoop:
         return {} if self.planner_node is None else self.planner_node.counts()
 
 
-# ----------------------------------------------------------------------------- command line
 def planner_parameters(args, engine) -> dict[str, Any]:
     """The planner parameters the command's options set, by the planner table's names (model_path
     apart; options not given leave the node's own, so the checkpoint's decoding settings apply)."""

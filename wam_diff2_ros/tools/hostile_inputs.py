@@ -48,7 +48,6 @@ RECOVERY_CHECKED_TICKS = 20        # ... of which the last ones must all be answ
 RECOVERY_POSITION_M = 2.0          # odometry this close to the truth counts as recovered
 
 
-# ----------------------------------------------------------------------------- running a node
 @dataclass
 class FuzzReport:
     node: str
@@ -190,7 +189,6 @@ def _play(report: FuzzReport, node: Node, probe: _Probe, pubs: dict[str, Any], s
             spinner.stop()
 
 
-# ----------------------------------------------------------------------------- localization
 def _odometry_problem(msg: Odometry) -> str:
     p, o = msg.pose.pose.position, msg.pose.pose.orientation
     v, w = msg.twist.twist.linear, msg.twist.twist.angular
@@ -279,7 +277,6 @@ def _recovery_verdict(report: FuzzReport, right: list[bool], final_ok: bool, det
     report.recovery_detail = detail
 
 
-# ----------------------------------------------------------------------------- controller
 def _control_problem(msg) -> str:
     values = (msg.throttle, msg.steer, msg.brake)
     if not (np.isfinite(values).all() and 0.0 <= msg.throttle <= 1.0 and -1.0 <= msg.steer <= 1.0

@@ -33,7 +33,6 @@ INT32_MIN, INT32_MAX, UINT32_MAX = -2 ** 31, 2 ** 31 - 1, 2 ** 32 - 1
 SPECIAL_F64 = (math.nan, math.inf, -math.inf, 1e308, -1e308, -0.0, 0.0, 5e-324, -1e-300, 1e15, -1e15)
 
 
-# ----------------------------------------------------------------------------- the good inputs
 class Phases:
     """Alternating good and hostile phases over the demo world's expert drive, one timeline of ticks."""
 
@@ -78,7 +77,6 @@ def route_ahead(run: RouteRun) -> Path:
     return path_msg([(ego.x + 10.0 * k * math.cos(ego.yaw), ego.y + 10.0 * k * math.sin(ego.yaw)) for k in range(5)])
 
 
-# ----------------------------------------------------------------------------- values
 class Spoiler:
     """Random and adversarial replacements for message fields, from one seeded generator."""
 
@@ -164,7 +162,6 @@ def carla_route_msg(s: Spoiler, points: list[tuple[float, float]]):
     return carla_msgs.CarlaRoute(header=Header(frame_id="map"), poses=poses, road_options=options)
 
 
-# ----------------------------------------------------------------------------- spoiled messages
 def spoil_sensor(s: Spoiler, kind: str, good, tick_ns: int, previous_ns: int):
     header = Header(stamp=s.stamp(tick_ns, previous_ns), frame_id=s.text(good.header.frame_id))
     if kind == "speed":

@@ -35,7 +35,6 @@ from ..optional_msgs import carla_msgs
 from ..qos import BRIDGE_QOS, KEEP_ALL_QOS, LATCHED_QOS, LATEST_RELIABLE_QOS, RECEIVE_QOS
 
 
-# ----------------------------------------------------------------------------- messages
 def sensor_frame(topic: str) -> str:
     """The bridge's frame of a sensor: its topic without the bridge's namespace (``<role>/<sensor id>``)."""
     return topic.removeprefix(CARLA_NAMESPACE + "/")
@@ -109,7 +108,6 @@ def camera_messages(run: RouteRun, header: Header) -> tuple[CameraInfo, Image]:
                        step=4 * bgra.shape[1], data=bgra.tobytes())
 
 
-# ----------------------------------------------------------------------------- the node
 class SimulatorNode(Node):
     """The simulator's DDS face: sensors out, controls in, plus the oracle's planner topics."""
 
@@ -158,7 +156,6 @@ class SimulatorNode(Node):
         self.create_subscription(Bool, c["leaderboard_status"], self._on_ready, LATCHED_QOS)
         self.create_subscription(PlannerStatus, c["planner_status"], self._on_planner_status, LATCHED_QOS)
 
-    # ---- receiving
     def _keeper(self, kind: str) -> Callable[[Any], None]:
         def keep(msg) -> None:
             with self._cond:
@@ -204,7 +201,6 @@ class SimulatorNode(Node):
         with self._cond:
             return self._cond.wait_for(predicate, timeout_s)
 
-    # ---- publishing
     def publish_route(self, run: RouteRun) -> None:
         if self.bridge:
             route, gnss_route = carla_route_messages(run)
