@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from .config import DIFFUSION_CONFIG_FILE, ConfigError
@@ -57,9 +57,6 @@ class CameraRig:
             return cls(**values)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 PRESETS: dict[str, CameraRig] = {

@@ -409,16 +409,16 @@ def read_diffusion_file(checkpoint_dir: str | Path) -> dict:
 
 
 def diffusion_file_payload(*, block_size: int, mask_token_id: int | None, eos_token_id: int,
-                           decoding: DecodingSettings | None = None, camera: dict[str, Any] | None = None) -> dict:
+                           decoding: DecodingSettings | None = None, camera: Any = None) -> dict:
     """What diffusion_config.json holds (decoding defaults minus block_size; no mask id when None; ``camera``: the
-    camera block the model was trained with, ``camera_rig.CameraRig.as_dict()``, when known)."""
+    ``camera_rig.CameraRig`` the model was trained with, when known)."""
     return {
         "format_version": 1,
         "block_size": int(block_size),
         **({} if mask_token_id is None else {"mask_token_id": int(mask_token_id)}),
         "eos_token_id": int(eos_token_id),
         "decoding": {k: v for k, v in dataclasses.asdict(decoding or DecodingSettings()).items() if k != "block_size"},
-        **({"camera": dict(camera)} if camera is not None else {}),
+        **({"camera": dataclasses.asdict(camera)} if camera is not None else {}),
     }
 
 

@@ -3,6 +3,7 @@ down); checkpoints load for inference; accumulation, frozen parts and activation
 keep the objective; atomic checkpoints; on-policy regeneration; bad samples are reported."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -219,7 +220,7 @@ def test_a_trained_checkpoint_keeps_the_camera_block_of_the_model_it_started_fro
     start = tmp_path / "start"
     shutil.copytree(tiny_checkpoint, start)
     config = json.loads((start / "diffusion_config.json").read_text())
-    (start / "diffusion_config.json").write_text(json.dumps({**config, "camera": PRESETS["demo"].as_dict()}))
+    (start / "diffusion_config.json").write_text(json.dumps({**config, "camera": dataclasses.asdict(PRESETS["demo"])}))
     final = run_stage(shipped("block8", start, data_file, tmp_path / "run", **{"train.max_steps": 1}))
     assert read_camera_block(final) == PRESETS["demo"]
     assert read_camera_block(tiny_checkpoint) is None and read_camera_block(block4_run) is None

@@ -345,7 +345,7 @@ class FinetuneRecipe:
                 rig = read_camera_block(self.cfg.model.path) if Path(self.cfg.model.path).is_dir() else None
                 write_diffusion_file(out, block_size=self.block_size, mask_token_id=self.diffusion.mask_token_id,
                                      eos_token_id=self.diffusion.eos_token_id, decoding=self.diffusion.settings,
-                                     camera=rig.as_dict() if rig is not None else None)
+                                     camera=rig)
 
     def save_checkpoint(self, resumable: bool = True) -> Path:
         """``checkpoints/step-N/`` (resumable: + trainer state), else ``final/``; written under its partial name
