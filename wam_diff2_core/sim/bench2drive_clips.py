@@ -42,8 +42,7 @@ class B2DClipWriter:
 
     def annotation(self, truth) -> dict:
         x, y, yaw = truth.pose
-        estimated = self.settings.prompt_acceleration == "estimated"
-        forward, left = truth.acceleration_estimated if estimated else truth.acceleration
+        forward, left = self.settings.prompt_acceleration_of(truth)
         code = ROAD_OPTION.get(truth.command, STRAIGHT_AT_CROSSING if truth.command_source == "crossing"
                                else LANE_FOLLOW)
         others = self.episode.traffic[truth.tick]

@@ -91,6 +91,10 @@ class ExportSettings:
         if not self.command_topic.startswith("/"):
             raise ValueError(f"command_topic must be an absolute topic name, got {self.command_topic!r}")
 
+    def prompt_acceleration_of(self, truth) -> tuple[float, float]:
+        """The (forward, left) acceleration a frame's prompt gives (``prompt_acceleration``)."""
+        return truth.acceleration_estimated if self.prompt_acceleration == "estimated" else truth.acceleration
+
 
 def validation_episodes(episodes: int, fraction: float) -> list[int]:
     if episodes < 2 or fraction <= 0:
@@ -166,13 +170,12 @@ def encode_image(rgb: np.ndarray, settings: ExportSettings) -> bytes:
 def frame_samples(truth, image_path: str, width: int, height: int, settings: ExportSettings) -> list[dict]:
     """The samples of one frame in the authors' format."""
     stem = sample_stem(settings.seed, truth.episode, truth.frame)
-    acceleration = truth.acceleration_estimated if settings.prompt_acceleration == "estimated" else truth.acceleration
 
     def sample(task: str, prompt: str, answer: str) -> dict:
         return make_sample(f"{stem}-{task}", DATASOURCE, task, image_path, prompt, answer)
 
-    out = [planning_sample(f"{stem}-plan", DATASOURCE, image_path, truth.command, truth.velocity, acceleration,
-                           truth.waypoints)]
+    out = [planning_sample(f"{stem}-plan", DATASOURCE, image_path, truth.command, truth.velocity,
+                           settings.prompt_acceleration_of(truth), truth.waypoints)]
     if settings.detection:
         out.append(sample("detect", format_detection_prompt(), json.dumps(truth.qwen_boxes(width, height))))
     if settings.vqa_per_frame:
