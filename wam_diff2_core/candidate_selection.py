@@ -132,8 +132,8 @@ class TrackedObject:
     yaw: float
     vx: float = 0.0
     vy: float = 0.0
-    length_m: float = 4.5
-    width_m: float = 1.85
+    length_m: float = AgentTrack.length_m      # the PDM agent's default box
+    width_m: float = AgentTrack.width_m
     age_s: float = 0.0
     kind: str = "vehicle"
     name: str = ""
