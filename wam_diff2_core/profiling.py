@@ -30,12 +30,15 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 STAGES = ("image", "processor", "vision", "prefill", "denoise", "commit", "parse")
 STAGE_LABELS = {"image": "image conversion", "processor": "processor", "vision": "vision encoder",
                 "prefill": "prefill (text)", "denoise": "denoise", "commit": "commit", "parse": "parse",
                 "other": "other", "total": "frame -> trajectory"}
+LATENCY_PERCENTILES = (50, 90, 99)
 
 
 @dataclass
@@ -172,21 +175,23 @@ def timed_decode(decoder, tokenizer, inputs, stages: StageTimes, settings=None, 
     return decoded, texts
 
 
+def distribution(values: Iterable[float], percentiles: Sequence[int] = LATENCY_PERCENTILES) -> dict[str, Any]:
+    """Count, mean, ``percentiles`` (numpy's linear interpolation) and max of the finite ``values`` (None without)."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
+    if len(v) == 0:
+        return {"count": 0, "mean": None, **{f"p{p}": None for p in percentiles}, "max": None}
+    return {"count": int(len(v)), "mean": float(v.mean()),
+            **{f"p{p}": float(np.percentile(v, p)) for p in percentiles}, "max": float(v.max())}
+
+
 def stage_summary(stages: Sequence[dict[str, Any] | StageTimes]) -> dict[str, Any] | None:
     """Per stage (:data:`STAGES`, then ``other`` and ``total``): count, mean, p50, p95, max in ms over
     the frames (numpy's linear-interpolation percentiles); the largest memory peak (MB) and its
     kind. None without stage times."""
-    import numpy as np
-
     rows = [s.as_dict() if isinstance(s, StageTimes) else s for s in stages if s]
     if not rows:
         return None
-    table = {}
-    for name in (*STAGES, "other", "total"):
-        v = np.asarray([r[f"{name}_ms"] for r in rows if r.get(f"{name}_ms") is not None], dtype=np.float64)
-        table[name] = ({"count": len(v), "mean": float(v.mean()), "p50": float(np.percentile(v, 50)),
-                        "p95": float(np.percentile(v, 95)), "max": float(v.max())} if len(v) else
-                       {"count": 0, "mean": None, "p50": None, "p95": None, "max": None})
+    table = {name: distribution((r.get(f"{name}_ms") for r in rows), (50, 95)) for name in (*STAGES, "other", "total")}
     kinds = sorted({r.get("memory_kind", "") for r in rows} - {""})
     peaks = [r["peak_memory_mb"] for r in rows if r.get("peak_memory_mb")]
     return {"frames": len(rows), "ms": table, "peak_memory_mb": max(peaks) if peaks else None,

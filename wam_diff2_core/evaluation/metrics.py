@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..outputs.prompts import COMMANDS, NUM_WAYPOINTS, WAYPOINT_DT_S
-from ..profiling import stage_summary
+from ..profiling import distribution, stage_summary
 from ..speed_profile import ProfileLimits, speed_profile
 
 HORIZONS_S = (1.0, 2.0, 3.0, 4.0)
@@ -35,7 +35,6 @@ SPEED_CONVENTION = ("Absolute difference at time t between the speed of the plan
                     "node publishes on ~/output/autoware_trajectory: from the ego's measured speed, within the "
                     "node's trajectory.* limits) and the recorded odometry's forward speed, mean and median over "
                     "the frames with a valid plan; the constant-speed baseline holds the measured speed")
-LATENCY_PERCENTILES = (50, 90, 99)
 PDM_SUBSCORES = ("nc", "dac", "ttc", "ep", "c")
 
 
@@ -177,14 +176,6 @@ def pdm_means(scores: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
     return {"pdm_samples": len(scored), "pdm_parsed": len(parsed),
             "pdms": sum(s["pdms"] for s in scored) / len(scored) if scored else None,
             **{k: sum(s[k] for s in parsed) / len(parsed) if parsed else None for k in PDM_SUBSCORES}}
-
-
-def distribution(values: Iterable[float], percentiles: Sequence[int] = LATENCY_PERCENTILES) -> dict[str, Any]:
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
-    if len(v) == 0:
-        return {"count": 0, "mean": None, **{f"p{p}": None for p in percentiles}, "max": None}
-    return {"count": int(len(v)), "mean": float(v.mean()),
-            **{f"p{p}": float(np.percentile(v, p)) for p in percentiles}, "max": float(v.max())}
 
 
 def group_summary(frames: Sequence[FrameResult]) -> dict[str, Any]:
