@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..candidate_selection import DEFAULT_LANE_WIDTH_M, OnlineScene, TrackedObject, online_scene
+from ..candidate_selection import (CORRIDOR_AHEAD_M, CORRIDOR_BEHIND_M, DEFAULT_LANE_WIDTH_M, OnlineScene,
+                                   TrackedObject, online_scene)
 from ..geometry import VehicleBox as EgoBox
 from ..geometry import world_to_ego
 from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
@@ -27,9 +28,6 @@ from .episode import Episode, simulate_episode
 from .road import RoadMap
 from .vehicles import BicycleParams
 from .world import VehicleBox, World
-
-ROUTE_BEHIND_M = 30.0      # route kept behind the ego (progress is clipped at 0 anyway)
-ROUTE_AHEAD_M = 200.0      # ... and ahead: more than 4 s at the world's top cruise speed, plus the ego's length
 
 
 def _samples_every(dt_s: float) -> int:
@@ -70,13 +68,13 @@ def _inputs(road: RoadMap, pose: tuple[float, float, float], lane_s: float, samp
     def local(points: np.ndarray) -> np.ndarray:
         return world_to_ego(points, origin, yaw)
 
-    window = (road.lane.s >= lane_s - ROUTE_BEHIND_M) & (road.lane.s <= lane_s + ROUTE_AHEAD_M)   # [N]
+    window = (road.lane.s >= lane_s - CORRIDOR_BEHIND_M) & (road.lane.s <= lane_s + CORRIDOR_AHEAD_M)   # [N]
     width = road.settings.lane_width_m
     route = local(road.lane.points[window])
     oncoming = local(road.oncoming.points[::-1][window])      # oncoming is the offset centreline, reversed
     lanes = [Area.corridor(route, width), Area.corridor(oncoming, width)]
     drivable = Area.corridor(local(road.centreline.points[window]), 2 * width)
-    reach = ROUTE_AHEAD_M + road.settings.stub_length_m
+    reach = CORRIDOR_AHEAD_M + road.settings.stub_length_m
     for stub, (towards, away) in zip(road.stubs, road.stub_lanes):
         if np.hypot(*(stub.points[0] - origin)) <= reach:
             drivable = drivable | Area.corridor(local(stub.points), 2 * width)
