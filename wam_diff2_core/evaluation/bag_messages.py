@@ -11,9 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..frame_inputs import NS_PER_S
 from ..geometry import quaternion_from_yaw
-
-NS_PER_S = 1_000_000_000
 
 
 def stamp(T, t_ns: int):

@@ -15,12 +15,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..frame_inputs import NS_PER_S
 from ..geometry import ego_to_world, path_headings
 from ..profiling import StageTimes
 from ..speed_profile import waypoint_states
 from . import bag_messages as msg
 from .bag_plan import DECODE_STATS_KEYS
-from .bag_messages import NS_PER_S
 from .bag_types import default_typestore
 from .bag_writer import write_bag
 from .bags import BagError

@@ -21,14 +21,13 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from ...outputs.parsing import parse_boxes
+from ...outputs.parsing import BOX_SCALE, parse_boxes
 from ...outputs.prompts import is_grounding_prompt
 from ..training_data import Example
 from .finetune import FinetuneRecipe
 
 POSITIVE_WEIGHT = 5.0          # a cell holding a box centre, against the many that hold none
 HEAD_FILE = "vision_head.safetensors"   # in a resumable checkpoint's trainer state
-BOX_SCALE = 1000.0              # bbox_2d coordinates are on 0..1000 of the image
 
 
 @dataclass
