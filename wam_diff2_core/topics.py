@@ -16,6 +16,7 @@ import re
 import sys
 from typing import Any
 
+PACKAGE = "wam_diff2_ros"                                  # the ROS package (its nodes, msg/, launch/)
 DEFAULT_ROLE = "ego_vehicle"                              # carla-ros-bridge's default role name
 PLANNER_NODE = "wam_diff2_planner"                        # the planner node's default name
 CONTROLLER_NODE = "wam_diff2_controller"                  # the controller node's default name

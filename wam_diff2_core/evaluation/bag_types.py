@@ -11,9 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..topics import PACKAGE
 from .derived_objects import installed_msg_dirs, object_types
-
-PACKAGE = "wam_diff2_ros"
 
 
 @lru_cache(maxsize=1)

@@ -17,12 +17,12 @@ from typing import Any, Mapping
 
 from ..topics import (DEFAULT_CAMERA, DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_SPEEDOMETER, CONTROLLER_NODE,
                       LOCALIZATION_NODE, PLANNER_NODE, carla_topic_parts)
+from ..topics import PACKAGE as PACKAGE    # the launch file and the agent read it here
 from ..utils.atomic import atomic_write_text
 from .controller import DEFAULTS as CONTROLLER_DEFAULTS
 from .localization import DEFAULTS as LOCALIZATION_DEFAULTS
 from .planner import DEFAULTS as PLANNER_DEFAULTS
 
-PACKAGE = "wam_diff2_ros"
 ROLE_NAME = "hero"                                     # the leaderboard's ego role
 CAMERA_ID, GNSS_ID, IMU_ID, SPEEDOMETER_ID = DEFAULT_CAMERA, DEFAULT_GNSS, DEFAULT_IMU, DEFAULT_SPEEDOMETER
 
