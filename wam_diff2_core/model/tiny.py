@@ -57,13 +57,12 @@ TINY_MAX_PIXELS = 128 * 128
 
 def _corpus(rng: random.Random, n: int = 3000) -> list[str]:
     """Text like the prompts and answers the package handles, so BPE learns useful merges."""
-    from ..outputs.prompts import format_planning_prompt
-    commands = ("left", "straight", "right")
+    from ..outputs.prompts import COMMANDS, format_planning_prompt
     labels = ("car", "truck", "pedestrian", "bus", "bicycle", "traffic light")
     lines = []
     for _ in range(n):
         num = lambda s: round(rng.uniform(-s, s), 2)  # noqa: E731
-        lines.append(format_planning_prompt(rng.choice(commands), (num(15), num(2)), (num(3), num(3))))
+        lines.append(format_planning_prompt(rng.choice(COMMANDS), (num(15), num(2)), (num(3), num(3))))
         lines.append(",".join(f"{num(40):.2f}" for _ in range(16)))
         box = [rng.randint(0, 1000) for _ in range(4)]
         lines.append('[{"bbox_2d": [%d, %d, %d, %d], "label": "%s"}]' % (*box, rng.choice(labels)))

@@ -10,6 +10,8 @@ import json
 import random
 from pathlib import Path
 
+from ..outputs.prompts import COMMANDS
+
 
 def _planning_answer(rng: random.Random, waypoints: int) -> str:
     x, y, out = 0.0, 0.0, []
@@ -22,12 +24,11 @@ def _planning_answer(rng: random.Random, waypoints: int) -> str:
 
 def tiny_records(num_samples: int = 4, seed: int = 0, waypoints: int = 4) -> list[dict]:
     rng = random.Random(seed)
-    commands = ("left", "straight", "right")
     records = []
     for i in range(num_samples):
         kind = ("planning", "detection", "vqa")[i % 3] if i >= 2 else "planning"
         if kind == "planning":
-            human = (f"Here is a front-view image: <image>\nThe navigation information is: {commands[i % 3]}\n"
+            human = (f"Here is a front-view image: <image>\nThe navigation information is: {COMMANDS[i % 3]}\n"
                      f"The current velocity is: ({rng.uniform(0, 9):.2f},0.00)")
             answer = _planning_answer(rng, waypoints)
         elif kind == "detection":
