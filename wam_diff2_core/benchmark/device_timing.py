@@ -258,19 +258,17 @@ def profile_forward(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
     return True
 
 
+# a GPU kernel's class by what its name contains, the first class that matches
+KERNEL_CLASSES = (("gemm", ("gemm", "gemv", "cutlass", "xmma", "splitk", "cublas", "nvjet")),
+                  ("attention", ("fmha", "attention", "flash", "cudnn", "sdpa")),
+                  ("fused ops (triton)", ("_kernel", "triton")),
+                  ("copy/index", ("index", "scatter", "gather", "copy", "cat", "fill")),
+                  ("reduce", ("reduce", "softmax")))
+
+
 def _kernel_class(name: str) -> str:
     n = name.lower()
-    if any(s in n for s in ("gemm", "gemv", "cutlass", "xmma", "splitk", "cublas", "nvjet")):
-        return "gemm"
-    if any(s in n for s in ("fmha", "attention", "flash", "cudnn", "sdpa")):
-        return "attention"
-    if any(s in n for s in ("_kernel", "triton")):
-        return "fused ops (triton)"
-    if any(s in n for s in ("index", "scatter", "gather", "copy", "cat", "fill")):
-        return "copy/index"
-    if "reduce" in n or "softmax" in n:
-        return "reduce"
-    return "elementwise/other"
+    return next((label for label, parts in KERNEL_CLASSES if any(s in n for s in parts)), "elementwise/other")
 
 
 def measure_compiled(device, dtype, check: DeviceCheck, rows: Rows) -> bool:
@@ -309,9 +307,8 @@ def check_quantized(device, dtype, check: DeviceCheck, method: str, rows: Rows,
     report = quantize_language_model(model, method)
     rows.add({"method": method, "weights": report.describe()})
     names = [v for v in available_variants(device) if v != "plain" and "flashinfer" not in v and "-compiled" not in v]
-    variants = _timed_variants(model, config, names)
     before = {(r["variant"], r["step"]): r["ms"] for r in unquantized if "ms" in r}
-    timed = forward_rows(model, config, device, variants, check, Rows("scratch"))
+    timed = forward_rows(model, config, device, _timed_variants(model, config, names), check, Rows("scratch"))
     for r in timed:
         r["x_unquantized"] = r["ms"] / before[(r["variant"], r["step"])] if (r["variant"], r["step"]) in before else "-"
         rows.add({"method": method, **r})

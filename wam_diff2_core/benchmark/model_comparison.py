@@ -36,9 +36,7 @@ DEFAULT_THRESHOLD = DecodingSettings().confidence_threshold   # the Block-B rows
 
 def configurations(block_sizes, thresholds) -> list[tuple[str, int, float | None]]:
     """(label, block size, threshold) in table order: AR, Block-B at 0.9, Block-32 at each threshold."""
-    out = [("AR", 1, None)]
-    for b in block_sizes:
-        out.append((f"Block-{b} t={DEFAULT_THRESHOLD:g}", b, DEFAULT_THRESHOLD))
+    out = [("AR", 1, None), *((f"Block-{b} t={DEFAULT_THRESHOLD:g}", b, DEFAULT_THRESHOLD) for b in block_sizes)]
     for t in thresholds:
         label = f"Block-{SWEEP_BLOCK} t={t:g}"
         if label not in [c[0] for c in out]:

@@ -89,7 +89,6 @@ def forward_steps(name, decoder, config, bench: ForwardBench, device, length: in
     import torch
     size, batch = bench.block_size, bench.batch
     inputs = random_prompt(config.vocab_size, batch, length, bench.seed, device)
-    shapes = step_shapes(size, fused=name != "plain")
     steps = []
     with torch.no_grad():
         if name == "plain":
@@ -97,7 +96,7 @@ def forward_steps(name, decoder, config, bench: ForwardBench, device, length: in
             block = torch.full((batch, size), config.mask_token_id, device=device)
         else:
             state = decoder.begin(inputs, size, answer_slots=4 * size)
-        for label, queries, segments in shapes:
+        for label, queries, segments in step_shapes(size, fused=name != "plain"):
             if name == "plain":   # transformers forward on a DynamicCache, cropped back
                 fn = (lambda q=queries: decoder.forward_block(prefix, block[:, :q], 0, keep=False))
             else:

@@ -96,9 +96,8 @@ def run(args) -> int:
     bench = ForwardBench(prompt_lengths=tuple(args.prompt_lengths), block_size=config.block_size, batch=args.batch,
                          seed=args.seed, repeats=args.repeats, tokens_per_forward=args.tokens_per_forward,
                          new_tokens=args.new_tokens)
-    names = args.variants or available_variants(device)
     variants = {}
-    for name in names:
+    for name in args.variants or available_variants(device):
         try:
             variants[name] = make_variant(name, model, config)
         except (ConfigError, RuntimeError) as exc:

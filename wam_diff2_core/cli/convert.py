@@ -21,6 +21,5 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ..model.ar_to_diffusion import convert_to_diffusion
 
-    path = convert_to_diffusion(args.src, args.dst, block_size=args.block_size)
-    print(f"wrote {path}")
+    print(f"wrote {convert_to_diffusion(args.src, args.dst, block_size=args.block_size)}")
     return 0

@@ -114,8 +114,7 @@ def run(args) -> int:
 
     if args.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {args.seed}")
-    settings = settings_from_args(args)
-    manifest = export(args.output, settings, overwrite=args.overwrite, progress=args.progress,
+    manifest = export(args.output, settings_from_args(args), overwrite=args.overwrite, progress=args.progress,
                       command_line=[os.path.basename(sys.argv[0]), *sys.argv[1:]])
     counts = manifest["counts"]
     parts = [f"{counts['episodes']} episodes", f"{counts['frames']} frames"]
