@@ -53,10 +53,7 @@ def plot_per_waypoint(runs: dict[str, dict[str, Any]], path: Path) -> None:
 
 def per_waypoint_axes(ax, title: str, drawn: bool, empty: str) -> None:
     """Labels, ticks and grid of a per-waypoint error plot; its legend, or ``empty`` when nothing was ``drawn``."""
-    ax.set_xlabel("time ahead (s)")
-    ax.set_ylabel("mean L2 error (m)")
-    ax.set_title(title)
-    ax.set_xticks(WAYPOINT_TIMES_S)
+    ax.set(xlabel="time ahead (s)", ylabel="mean L2 error (m)", title=title, xticks=WAYPOINT_TIMES_S)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8) if drawn else no_data(ax, empty)
 
@@ -71,13 +68,11 @@ def plot_collision_rates(runs: dict[str, dict[str, Any]], path: Path) -> None:
             ax.plot(HORIZONS_S, values, marker="o", label=f"{name} ({c['frames']} frames)",
                     **({"linestyle": "--", "color": "grey"} if name == "constant velocity" else {}))
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("time ahead (s)")
-        ax.set_xticks(HORIZONS_S)
+        ax.set(xlabel="time ahead (s)", xticks=HORIZONS_S)
         ax.grid(alpha=0.3)
     highest = max([100 * v for c in runs.values() for key in ("at_t", "avg_to_t") for v in c[key].values()
                    if v is not None] or [0.0])
-    axes[0].set_ylim(0.0, max(1.0, 1.15 * highest))          # a rate: from 0, at least up to 1 %
-    axes[0].set_ylabel("collision rate (%)")
+    axes[0].set(ylim=(0.0, max(1.0, 1.15 * highest)), ylabel="collision rate (%)")   # a rate: from 0, at least 1 %
     axes[0].legend(fontsize=8)
     fig.suptitle("Planned ego box overlapping another agent", fontsize=9)
     save(fig, path)
@@ -92,9 +87,7 @@ def plot_detection(scores: dict[str, Any], path: Path) -> None:
     for i, (key, name) in enumerate((("ap", "AP@[.5:.95]"), ("ap50", "AP50"), ("ap75", "AP75"))):
         values = [100 * g[key] if g.get(key) is not None else np.nan for g in groups.values()]
         ax.bar(x + (i - 1) * 0.27, values, width=0.27, label=name)
-    ax.set_xticks(x, list(groups))
-    ax.set_ylim(0, 100)
-    ax.set_ylabel("%")
+    ax.set(xticks=x, xticklabels=list(groups), ylim=(0, 100), ylabel="%")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"The node's boxes against the bag's objects ({scores['images']} frames)", fontsize=9)
@@ -156,8 +149,7 @@ def plot_error_histogram(frames: Sequence[FrameResult], path: Path) -> None:
             ax.legend(fontsize=8)
         else:
             no_data(ax, "no valid plans to score")
-        ax.set_xlabel(name)
-        ax.set_ylabel("frames")
+        ax.set(xlabel=name, ylabel="frames")
         ax.grid(alpha=0.3)
     fig.suptitle(f"Per-frame errors over {len(valid)} frames with a valid plan", fontsize=9)
     save(fig, path)
