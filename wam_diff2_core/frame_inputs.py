@@ -55,7 +55,6 @@ class InputSkip(Exception):
         self.code, self.message = code, message
 
 
-# ----------------------------------------------------------------------------- message fields
 def stamp_ns(stamp) -> int:
     """``builtin_interfaces/Time`` -> integer nanoseconds."""
     return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
@@ -83,7 +82,6 @@ def image_msg_to_rgb(msg, limits: ImageLimits = DEFAULT_LIMITS) -> np.ndarray:
     return image_to_rgb(msg.data, int(msg.height), int(msg.width), str(msg.encoding), int(msg.step), limits)
 
 
-# ----------------------------------------------------------------------------- the tracker
 @dataclass(frozen=True)
 class InputSettings:
     """The planner node's input parameters (same names, same defaults as ``config/planner.yaml``)."""

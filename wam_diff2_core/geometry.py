@@ -62,7 +62,6 @@ def command_from_road_option(value: str) -> str:
                          ) from None
 
 
-# ----------------------------------------------------------------------------- transforms
 def wrap_angle(angle: float) -> float:
     """An angle in radians wrapped into [-pi, pi)."""
     return (angle + math.pi) % (2.0 * math.pi) - math.pi
@@ -144,7 +143,6 @@ def boxes_overlap(a: np.ndarray, b: np.ndarray) -> bool:
     return True
 
 
-# ----------------------------------------------------------------------------- route -> command
 @dataclass(frozen=True)
 class RouteCommandSettings:
     """The geometric rule of :func:`command_from_route`; the nodes' ``route.*`` parameters."""
@@ -222,7 +220,6 @@ def command_from_route(route_xy: np.ndarray, ego_xy: Sequence[float], ego_yaw: f
     return "straight"
 
 
-# ----------------------------------------------------------------------------- ego state
 @dataclass(frozen=True)
 class EgoMotion:
     """Ego motion in the ego frame (x forward, y left): what the policy is told about the car."""
@@ -342,7 +339,6 @@ class EgoHistory:
         return nearest if abs(nearest.stamp_s - stamp_s) <= tolerance_s else None
 
 
-# ----------------------------------------------------------------------------- camera
 @dataclass(frozen=True)
 class PinholeCamera:
     """Intrinsics in pixels for an image of ``width`` x ``height``."""

@@ -202,7 +202,6 @@ class RouteTracker:
         return self.command
 
 
-# ----------------------------------------------------------------------------- messages (duck-typed)
 def route_from_path_msg(msg) -> np.ndarray:
     """``nav_msgs/Path`` (a live ROS 2 message or a rosbags one; its ``poses``: PoseStamped[], or Pose[]) -> [N, 2]
     points in its frame."""

@@ -139,7 +139,6 @@ UNSET_NOTE = ("decoding.* are unset: the checkpoint's diffusion_config.json appl
               "format's default. Uncomment to override (the package defaults are shown).")
 
 
-# ----------------------------------------------------------------------------- validation
 def validate_values(values: Mapping[str, Any]) -> list[ParamError]:
     """Every problem with a set of parameter values (unknown names are ignored), each naming its parameters."""
     errors = check_values(SPECS, values)

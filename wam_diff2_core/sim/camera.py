@@ -90,7 +90,6 @@ class Rendering:
     boxes: list[PixelBox]    # visible vehicles, left to right
 
 
-# ----------------------------------------------------------------------------- texture
 class GroundTexture:
     """The episode's roads from above, with mip levels; texel (r, c) of level 0 centres on
     map point (x_min + (c + .5) res, y_max - (r + .5) res)."""

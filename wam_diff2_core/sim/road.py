@@ -22,7 +22,6 @@ TURNS = ("left", "straight", "right")
 PUBLISHED_ROUTE_SPACING_M = 2.0     # metres between the points of the route as published (Path, CarlaRoute, bag)
 
 
-# ----------------------------------------------------------------------------- polylines
 class Path2D:
     """A dense polyline, the lanes vehicles follow: ``points`` [N, 2] metres, ``headings`` [N] radians (the
     tangents; from the points when not given), arc length ``s`` [N] and curvature [N]."""
@@ -122,7 +121,6 @@ class Path2D:
         return self.interpolate(np.linspace(0.0, self.length, n))[0]
 
 
-# ----------------------------------------------------------------------------- pieces
 @dataclass(frozen=True)
 class Straight:
     length_m: float
@@ -289,7 +287,6 @@ def build_road(pieces: Sequence[Piece], settings: RoadSettings, start_xy: Sequen
                    curves=curves, stubs=stubs, in_crossing=np.concatenate(inside), stub_lanes=stub_lanes)
 
 
-# ----------------------------------------------------------------------------- random routes
 @dataclass(frozen=True)
 class RouteSettings:
     """How random routes are drawn (lengths in metres, angles in degrees)."""

@@ -24,7 +24,6 @@ from ..geometry import DEMO_EGO_BOX, DEMO_EGO_WHEELBASE_M, VehicleBox
 from .road import Path2D
 
 
-# ----------------------------------------------------------------------------- shapes
 @dataclass(frozen=True)
 class VehicleShape:
     label: str            # detection class (DEFAULT_DETECTION_CLASSES)
@@ -42,7 +41,6 @@ VEHICLE_SHAPES = {
 TRAFFIC_MIX = {"car": 0.6, "suv": 0.2, "truck": 0.12, "bus": 0.08}
 
 
-# ----------------------------------------------------------------------------- ego
 @dataclass(frozen=True)
 class BicycleParams:
     wheelbase_m: float = DEMO_EGO_WHEELBASE_M
@@ -116,7 +114,6 @@ class KinematicBicycle:
                         acceleration=(v1 - v0) / dt, yaw_rate=dyaw / dt)
 
 
-# ----------------------------------------------------------------------------- longitudinal
 def speed_step(speed: float, accel: float, dt: float) -> tuple[float, float]:
     """(distance, speed) after ``dt`` s at ``accel`` from ``speed``: braking to a stop within the step stops
     there (no reversing)."""
@@ -162,7 +159,6 @@ def anticipated_speed_limit(path: Path2D, s: float, cruise_mps: float, lateral_a
     return min(cruise_mps, math.sqrt(max(0.0, float(profile[i]) - 2.0 * decel_mps2 * s)))
 
 
-# ----------------------------------------------------------------------------- traffic
 @dataclass(frozen=True)
 class SpeedEvent:
     """Between ``start_s`` and ``end_s`` (sim time) the vehicle wants ``factor`` x its cruise speed."""

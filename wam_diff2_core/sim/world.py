@@ -238,7 +238,6 @@ class World:
         self.traffic = kept
 
 
-# ----------------------------------------------------------------------------- spawning
 def _random_shape(rng: np.random.Generator):
     return VEHICLE_SHAPES[rng.choice(list(TRAFFIC_MIX), p=np.array(list(TRAFFIC_MIX.values())))]
 
