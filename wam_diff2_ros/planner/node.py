@@ -88,11 +88,10 @@ class PlannerNode(LifecycleNode):
 
         self._image_group = MutuallyExclusiveCallbackGroup()
         self._state_group = MutuallyExclusiveCallbackGroup()
-        self._timer_group = MutuallyExclusiveCallbackGroup()
         self._status_pub = self.create_publisher(PlannerStatus, OUTPUT_TOPICS["status"], LATCHED_QOS)
         self.publish_diagnostics = publish_periodically(self, OUTPUT_TOPICS["diagnostics"],
                                                         settings["diagnostics_period_s"], self.diagnostic_status,
-                                                        callback_group=self._timer_group)
+                                                        callback_group=MutuallyExclusiveCallbackGroup())
         # Subscriptions and (lifecycle) publishers live as long as the node: destroying entities on
         # cleanup races the executor's wait-set (rclpy raised InvalidHandle in the multi-threaded one's
         # spin thread). Inputs are ignored while nothing is active; outputs publish only when active.

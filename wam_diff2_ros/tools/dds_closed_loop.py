@@ -142,8 +142,7 @@ class RosClosedLoop:
     def _handshake(self) -> None:
         """Wait, like the leaderboard's agent, for the latched True on the ``leaderboard_status`` topic."""
         st, t0 = self.settings, time.monotonic()
-        ready = self.sim.wait(lambda: self.sim.ready_at is not None, st.ready_timeout_s)
-        if not ready:
+        if not self.sim.wait(lambda: self.sim.ready_at is not None, st.ready_timeout_s):
             raise TimeoutError(f"no True on {self.sim.control_topics['leaderboard_status']} within "
                                f"{st.ready_timeout_s} s (planner: {st.planner})")
         if self._process is not None and self._process.poll() is not None:
