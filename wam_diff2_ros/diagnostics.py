@@ -19,8 +19,7 @@ from wam_diff2_core.localization.odometry_filter import OdometryFilter, V, X, Y,
 
 from .msg import PlannerStatus
 
-STATE_NAMES = {PlannerStatus.UNCONFIGURED: "UNCONFIGURED", PlannerStatus.LOADING: "LOADING",
-               PlannerStatus.READY: "READY", PlannerStatus.ERROR: "ERROR"}
+STATE_NAMES = {getattr(PlannerStatus, name): name for name in ("UNCONFIGURED", "LOADING", "READY", "ERROR")}
 WINDOW = 200                       # recent plans, ticks and holds the means and maxima run over
 LOCALIZATION_SENSORS = ("gnss", "imu", "speed")
 # Fixes the gate refuses in a row before /diagnostics warns: one is an outlier the gate is there for,
