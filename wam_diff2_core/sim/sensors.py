@@ -23,7 +23,7 @@ import numpy as np
 from ..geometry import wrap_angle
 from ..localization.georeference import GeoReference
 from ..localization.measurements import LEADERBOARD_NOISE, SensorNoise
-from ..localization.odometry_filter import LocalizationSettings, OdometryFilter
+from ..localization.odometry_filter import OdometryFilter
 from .protocol import DEFAULT_ROUTE_SEED, ROUTE_LENGTH_M
 from .vehicles import EgoState
 
@@ -60,10 +60,9 @@ class DemoSensors:
             speed_mps=max(0.0, ego.speed + rng.normal(0.0, n.speed_mps)))
 
 
-def route_sensors(seed: int, index: int, noise: SensorNoise = DEMO_NOISE,
-                  reference: GeoReference = GeoReference()) -> DemoSensors:
+def route_sensors(seed: int, index: int) -> DemoSensors:
     """The sensors of route (seed, index): their noise is a function of the route, like the route itself."""
-    return DemoSensors(noise, reference, np.random.default_rng([seed, index, 7]))
+    return DemoSensors(rng=np.random.default_rng([seed, index, 7]))
 
 
 def feed(ekf: OdometryFilter, reference: GeoReference, t: float, reading: SensorReading) -> None:
@@ -90,9 +89,8 @@ def error_summary(position_m, heading_rad) -> dict[str, float]:
             **_spread("heading_deg", np.degrees(np.asarray(heading_rad)))}
 
 
-def expert_drive_errors(seed: int, routes: int, route_length_m: float = ROUTE_LENGTH_M, traffic: bool = True,
-                        noise: SensorNoise = DEMO_NOISE, settings: LocalizationSettings = LocalizationSettings(),
-                        reference: GeoReference = GeoReference()) -> dict[str, float]:
+def expert_drive_errors(seed: int, routes: int, route_length_m: float = ROUTE_LENGTH_M,
+                        traffic: bool = True) -> dict[str, float]:
     """The filter on the demo world's expert drive of routes (seed, 0 .. routes-1), one fresh filter per
     route, errors on every tick once the filter is ready; also the speed error and the raw GNSS position error."""
     from .route_runs import ClosedLoopSettings, RouteRun      # the routes the closed loop drives
@@ -100,18 +98,17 @@ def expert_drive_errors(seed: int, routes: int, route_length_m: float = ROUTE_LE
     position, heading, raw, speed = [], [], [], []
     for index in range(routes):
         run = RouteRun(index, ClosedLoopSettings(seed=seed, route_length_m=route_length_m, traffic=traffic))
-        sensors = route_sensors(seed, index, noise, reference)
-        ekf = OdometryFilter(settings)
+        sensors, ekf = route_sensors(seed, index), OdometryFilter()
         limit = run.settings.route_timeout_s / run.settings.world.dt_s
         while run.world.lane_s < run.end_s and run.world.tick < limit:
             reading = sensors.read(run.world.ego)
-            feed(ekf, reference, run.stamp_s, reading)
+            feed(ekf, sensors.reference, run.stamp_s, reading)
             if ekf.ready:
                 p, h = pose_errors(ekf, run.world.ego)
                 position.append(p)
                 heading.append(h)
                 speed.append(abs(ekf.state.speed - run.world.ego.speed))
-                gx, gy = reference.to_local(reading.latitude_deg, reading.longitude_deg)
+                gx, gy = sensors.reference.to_local(reading.latitude_deg, reading.longitude_deg)
                 raw.append(math.hypot(gx - run.world.ego.x, gy - run.world.ego.y))
             run.world.step()                                   # the expert drives
     return {**error_summary(position, heading), **_spread("speed_mps", speed), **_spread("gnss_raw_m", raw)}
