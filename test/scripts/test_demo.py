@@ -121,7 +121,7 @@ def test_demo_model_completes_a_short_route_in_closed_loop():
     run = RouteRun(CI_ROUTE, ClosedLoopSettings(route_length_m=60.0))
     policy = DrivingPolicy.from_checkpoint(MODELS["block32"], device="cpu")
     result = drive_direct(run, PolicyPlanner(policy), demo_world_gains())
-    assert result.termination == "completed", result.to_json()
+    assert result.termination == "completed", result
     assert result.lane_departures == 0 and result.collisions == []
 
 

@@ -70,6 +70,6 @@ def write_summary(batch: RouteBatch, out: Path, results: Sequence[RouteResult], 
                             "lockstep_n": batch.lockstep_n, "planner": batch.planner,
                             "quantization": batch.engine.quantization, "gains": dataclasses.asdict(batch.gains),
                             "routes": list(batch.indices)},
-               "summary": summary, "results": [r.to_json() for r in results], **(record or {})}
+               "summary": summary, "results": [dataclasses.asdict(r) for r in results], **(record or {})}
     (Path(out) / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
     return summary

@@ -13,7 +13,6 @@ The score is leaderboard-like, and ``RouteResult.termination`` says how the rout
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -93,9 +92,6 @@ class RouteResult:
     max_throttle_on_fallback: float       # must be 0: the controller never accelerates without a plan
     wall_s: float
     extra: dict[str, Any] = field(default_factory=dict)   # loop-specific statistics (e.g. ROS timing)
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 class ControlLike(Protocol):

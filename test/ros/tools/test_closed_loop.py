@@ -352,7 +352,7 @@ def test_ros_loop_plays_the_leaderboard_bridge_and_the_demo_model_completes_a_sh
     with RosClosedLoop(settings) as loop:
         result = loop.run_route(RouteRun(0, ClosedLoopSettings(route_length_m=60.0)))
         _bridge_checks(loop)
-    assert result.termination == "completed", result.to_json()
+    assert result.termination == "completed", result
     assert result.lane_departures == 0 and result.collisions == []
     assert result.extra["control_timeouts"] == 0 and result.extra["plan_timeouts"] == 0
     assert result.plans == math.ceil(result.ticks / 10) and result.plans_valid >= result.plans - 1
@@ -410,6 +410,6 @@ def test_two_bridge_stacks_on_different_evaluator_ports_do_not_cross_talk():
     assert not errors, errors
     for port in ports:
         result, counts, control_publishers = results[port]
-        assert result.termination == "completed" and result.lane_departures == 0, (port, result.to_json())
+        assert result.termination == "completed" and result.lane_departures == 0, (port, result)
         assert counts["routes_received"] == 1 and control_publishers == 1
         assert result.extra["localization"]["position_p95_m"] < 0.5        # its own world's sensors only
