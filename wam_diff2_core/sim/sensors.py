@@ -28,7 +28,6 @@ from .protocol import DEFAULT_ROUTE_SEED, ROUTE_LENGTH_M
 from .vehicles import EgoState
 
 GRAVITY_MPS2 = 9.81
-# the leaderboard's noise where CARLA has some; where CARLA is exact (orientation, speed), a little
 DEMO_NOISE = replace(LEADERBOARD_NOISE, compass_rad=0.01, speed_mps=0.05)
 
 
