@@ -109,6 +109,20 @@ def test_with_only_the_venv_activated_the_tools_command_works():
     assert out.returncode == 0 and out.stdout.strip() == f"wam-diff2 {__version__}", out.stderr
 
 
+def test_the_tools_help_needs_no_opencv_and_states_the_loop_defaults():
+    """``wam-diff2-ros --help`` works anywhere: the closed loop's options come without the demo world (cv2)."""
+    from wam_diff2_core.sim.protocol import LOCKSTEP_N, ROUTE_LENGTH_M
+    from wam_diff2_core.sim.world import WorldSettings
+
+    code = ("import sys; sys.modules['cv2'] = None; sys.argv = ['wam-diff2-ros', 'closed-loop', '--help']; "
+            "from wam_diff2_ros.tools.cli import main; sys.exit(main())")
+    out = run([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = " ".join(out.stdout.split())
+    hz = round(1.0 / (WorldSettings().dt_s * LOCKSTEP_N))
+    assert f"(default {LOCKSTEP_N}: {hz} Hz)" in text and f"(default {ROUTE_LENGTH_M:g} m)" in text, text
+
+
 def test_without_rclpy_the_nodes_stop_with_one_line():
     code = ("import sys; sys.modules['rclpy'] = None; sys.argv = ['wam-diff2-planner']; "
             "from wam_diff2_ros.entry_point import planner; sys.exit(planner())")

@@ -18,7 +18,6 @@ import dataclasses
 from typing import Any, Sequence
 
 from ..config import ConfigError, EngineSettings, add_threads_argument
-from ..sim.protocol import LOCKSTEP_N, ROUTE_LENGTH_M
 from .common import (add_candidate_arguments, add_decoding_arguments, add_model_arguments, add_parse_retry_argument,
                      add_quantization_argument, candidate_settings, config_errors, driving_policy)
 
@@ -35,13 +34,12 @@ def add_route_arguments(p) -> None:
     p.add_argument("--routes", type=int, default=10, help="number of routes (default 10)")
     p.add_argument("--first-route", type=int, default=0, help="index of the first route (default 0)")
     p.add_argument("--seed", type=int, default=None, help="route seed (default: the selection set's first, sim.protocol.DEFAULT_ROUTE_SEED)")
-    p.add_argument("--route-length-m", type=float, default=None, help=f"route length (default {ROUTE_LENGTH_M:g} m)")
+    p.add_argument("--route-length-m", type=float, default=None, help="route length (default 200 m)")
     p.add_argument("--traffic", action="store_true", help="traffic on the routes (default: none)")
     p.add_argument("--command-source", choices=("world", "route"), default="world",
                    help="world: the demo world's command rule (its training labels); route: tracked from the "
                         "route with RoadOptions (this loop) or a Path (over ROS) by wam_diff2_core.routes")
-    p.add_argument("--lockstep-n", type=int, default=LOCKSTEP_N,
-                   help=f"plan on every N-th tick (default {LOCKSTEP_N}: {20 // LOCKSTEP_N} Hz)")
+    p.add_argument("--lockstep-n", type=int, default=None, help="plan on every N-th tick (default 10: 2 Hz)")
     p.add_argument("--steer-gain-scale", type=float, default=None,
                    help="scale of the steering PID gains (default: CARLA's 70 deg / the demo car's 0.6 rad "
                         "max wheel angle, about 2.04; 1 = TransFuser's gains as in CARLA)")
@@ -72,6 +70,7 @@ def route_batch(args):
     ``wam-diff2-ros closed-loop`` takes the same options and builds its batch here too."""
     from ..control import ControllerGains
     from ..sim.direct_loop import demo_world_gains
+    from ..sim.protocol import LOCKSTEP_N
     from ..sim.route_batch import RouteBatch
     from ..sim.route_runs import ClosedLoopSettings
 
@@ -84,7 +83,8 @@ def route_batch(args):
                                       pdm_score=args.pdm_score, **overrides)
         return RouteBatch(settings, demo_world_gains(ControllerGains(), args.steer_gain_scale), engine,
                           planner="oracle" if args.oracle else args.model, first_route=args.first_route,
-                          routes=args.routes, lockstep_n=args.lockstep_n, plots=not args.no_plots)
+                          routes=args.routes, lockstep_n=LOCKSTEP_N if args.lockstep_n is None else args.lockstep_n,
+                          plots=not args.no_plots)
 
 
 def print_summary(out: str, batch, summary: dict[str, Any], notes: Sequence[str] = (), wrote: str = "") -> None:
