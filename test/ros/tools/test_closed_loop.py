@@ -92,8 +92,11 @@ def test_cli_writes_a_summary_and_a_plot_per_route(tmp_path, capsys):
     capsys.readouterr()
     assert main(["closed-loop", "--routes", "1", "--out", str(tmp_path / "x")]) == 2
     assert "give exactly one of --model CKPT or --oracle" in capsys.readouterr().err
-    assert main(["closed-loop", "--oracle", "--routes", "0", "--out", str(tmp_path / "x")]) == 2
-    assert "routes: 0 (give at least 1)" in capsys.readouterr().err
+    for option, value, error in (("--routes", "0", "routes: 0 (give at least 1)"),
+                                 ("--first-route", "-1", "first_route: -1 (give at least 0)"),
+                                 ("--lockstep-n", "0", "lockstep_n: 0 (give at least 1)")):
+        assert main(["closed-loop", "--oracle", option, value, "--out", str(tmp_path / "x")]) == 2
+        assert error in capsys.readouterr().err
     assert main(["closed-loop", "--oracle", "--threads", "-1", "--out", str(tmp_path / "y")]) == 2
     assert "cpu_threads: -1 is below 0" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
