@@ -12,8 +12,7 @@ import os
 from typing import Any, Callable, Mapping, Sequence
 
 from wam_diff2_core.params import planner as params
-from wam_diff2_core.params.leaderboard import PACKAGE
-from wam_diff2_core.topics import PLANNER_NODE, carla_topic_parts
+from wam_diff2_core.topics import PACKAGE, PLANNER_NODE, carla_topic_parts
 
 EXECUTABLE = "wam-diff2-planner"
 # launch arguments that set the planner parameter of the same name
