@@ -23,7 +23,7 @@
 #   pacing      scripts/pacing_runs.py: docs/carla.md's `wam-diff2-ros closed-loop ... --timing leaderboard --bridge
 #               --pacing hold --planner-slowdown {1,3}`, ${PACING_ROUTES:-10} routes of ${PACING_ROUTE_M:-60} m with
 #               the demo model, ${PACING_CHUNK:-2} routes per process, ${PACING_JOBS:-10} processes at a time
-# Then scripts/device_ros_summary.py: the table (with the issue's targets on CUDA). ${OUT:-device_ros_out}/ gets two
+# Then scripts/device_ros_summary.py: the table (with the H200 targets on CUDA). ${OUT:-device_ros_out}/ gets two
 # files (a device call brings back at most eight): device_ros.tar.gz (each part's rows, logs, the pacing runs'
 # summaries, status.txt), packed after every part, and summary.txt at the end.
 # Exit status 1 if a part fails or is stopped at its bound (targets missed are figures, not failures).

@@ -6,7 +6,7 @@ parts wrote (whatever they wrote before a bound stopped them).
 Node rows (scripts/node_rate.py, node-*.jsonl): camera -> trajectory p50 / p95 from the stamps, the node's own
 decode p50, where the frames went (planned, dropped by keep-latest, skipped, lost on the wire, not accounted for),
 configure -> active, peak memory. Pacing (scripts/pacing_runs.py, pacing/): route completion per slowdown, per route
-and paired. On CUDA each figure is set against the issue's H200 targets: the 2B shape's p50 at most 60 ms, no frame
+and paired. On CUDA each figure is set against the H200 targets: the 2B shape's p50 at most 60 ms, no frame
 dropped beyond the keep-latest policy, configure -> active at most 60 s, and the same route completion at full
 speed and 3x slower within the paired interval.
 """
