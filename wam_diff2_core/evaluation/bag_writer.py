@@ -123,9 +123,10 @@ class BagStreamWriter:
                 self._error = exc
 
     def _finish(self) -> Path:
+        if self._error is not None:
+            self._discard()                     # the storage's files closed too, not only removed
+            raise BagError(f"{self.path}: writing failed ({error_text(self._error)})") from self._error
         try:
-            if self._error is not None:
-                raise BagError(f"{self.path}: writing failed ({error_text(self._error)})") from self._error
             self._writer.close()
             if self.path.exists():
                 shutil.rmtree(self.path) if self.path.is_dir() else self.path.unlink()

@@ -7,7 +7,9 @@ invalid answer and a "valid" answer with the wrong number of points. No ROS need
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ from test.support.trajectory_messages import TOPIC, TYPE, trajectory
 from wam_diff2_core.cli import main
 from wam_diff2_core.evaluation.bag_types import default_typestore
 from wam_diff2_core.evaluation.bag_writer import BagStreamWriter, write_bag
-from wam_diff2_core.evaluation.bags import Bag
+from wam_diff2_core.evaluation.bags import Bag, BagError
 from wam_diff2_core.evaluation.bag_plan import EvalSettings, plan_bag
 from wam_diff2_core.evaluation.predictions import NOT_PUBLISHED, evaluate_predictions
 from test.support.scenes import START_NS, straight_scene, write_scene_bag
@@ -203,3 +205,18 @@ def test_stream_writer_is_atomic(tmp_path):
         with BagStreamWriter(tmp_path / "out2") as w:
             w.add_topic("/t", "acme_msgs/msg/Thing")
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_failed_write_fails_the_close_and_leaves_no_file_open(tmp_path):
+    """(sqlite3: mcap's writer cannot close after a failed chunk; its file goes with the writer object)"""
+    String = default_typestore().types["std_msgs/msg/String"]
+    with pytest.raises(BagError, match="writing failed"):
+        with BagStreamWriter(tmp_path / "out", storage="sqlite3") as w:
+            w.add_topic("/a", "std_msgs/msg/String")
+            w.write("/a", 2**70, String(data="x"))          # a stamp the storage cannot hold
+    assert list(tmp_path.iterdir()) == []
+    open_files = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):                  # the listing's own descriptor is gone by now
+            open_files.append(os.readlink(f"/proc/self/fd/{fd}"))
+    assert not [f for f in open_files if f.startswith(str(tmp_path))], open_files
