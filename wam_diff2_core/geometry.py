@@ -106,7 +106,7 @@ def path_headings(points: np.ndarray, start_yaw: float = 0.0) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class VehicleBox:
+class EgoBox:
     """A vehicle's bounding box seen from its rear axle (the demo world's odometry origin)."""
 
     length_m: float
@@ -119,7 +119,7 @@ class VehicleBox:
         return self.length_m / 2 - self.rear_overhang_m
 
 
-DEMO_EGO_BOX = VehicleBox(length_m=4.7, width_m=1.9, rear_overhang_m=0.95)   # the demo world's ego car
+DEMO_EGO_BOX = EgoBox(length_m=4.7, width_m=1.9, rear_overhang_m=0.95)       # the demo world's ego car
 DEMO_EGO_WHEELBASE_M = 2.8                                                    # ... and its wheelbase
 
 

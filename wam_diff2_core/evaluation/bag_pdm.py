@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..candidate_selection import DEFAULT_LANE_WIDTH_M, check_lane_width, corridor_line, ego_start
-from ..geometry import VehicleBox, world_to_ego, wrap_angle
+from ..geometry import EgoBox, world_to_ego, wrap_angle
 from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, PdmScene, Vehicle
 from ..pdm.score import PdmInputs, reference_progress
 from .collision import EgoFootprint
@@ -75,7 +75,7 @@ def bag_pdm_inputs(track: ObjectTrack, trajectory: EgoTrajectory, route_xy: np.n
         line, area = corridor_line(trajectory.xy, anchor, yaw), AREA_RECORDED_DRIVE
     centreline = world_to_ego(line, origin, yaw)
     scene = PdmScene(centreline=centreline, drivable=Area.corridor(centreline, width), agents=agents)
-    vehicle = Vehicle(VehicleBox(footprint.length_m, footprint.width_m,
+    vehicle = Vehicle(EgoBox(footprint.length_m, footprint.width_m,
                                  footprint.length_m / 2 - footprint.centre_ahead_m))
     yaw_rate = wrap_angle(trajectory.pose_at(t_ns + round(SIM_DT_S * 1e9))[1] - yaw) / SIM_DT_S
     ego = ego_start(float(velocity[0]), float(acceleration[0]), yaw_rate, vehicle)

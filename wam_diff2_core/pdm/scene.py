@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..geometry import DEMO_EGO_BOX, DEMO_EGO_WHEELBASE_M, VehicleBox, box_corners
+from ..geometry import DEMO_EGO_BOX, DEMO_EGO_WHEELBASE_M, EgoBox, box_corners
 
 # NAVSIM v1.1's time grid: navsim/planning/script/config/pdm_scoring/default_scoring_parameters.yaml
 # (proposal_sampling) and metric_cache_processor.py (the observation spans 5 s at 0.1 s)
@@ -47,7 +47,7 @@ class EgoStart:
 class Vehicle:
     """The ego's box around its rear axle and its wheelbase (default: the demo world's car)."""
 
-    box: VehicleBox = DEMO_EGO_BOX
+    box: EgoBox = DEMO_EGO_BOX
     wheelbase_m: float = DEMO_EGO_WHEELBASE_M
 
     def corners(self, x: np.ndarray, y: np.ndarray, heading: np.ndarray) -> np.ndarray:

@@ -18,8 +18,7 @@ import numpy as np
 
 from ..candidate_selection import (CORRIDOR_AHEAD_M, CORRIDOR_BEHIND_M, DEFAULT_LANE_WIDTH_M, OnlineScene,
                                    TrackedObject, online_scene)
-from ..geometry import VehicleBox as EgoBox
-from ..geometry import world_to_ego
+from ..geometry import EgoBox, world_to_ego
 from ..pdm.scene import OBSERVATION_SAMPLES, SIM_DT_S, AgentTrack, Area, EgoStart, PdmScene, Vehicle
 from ..pdm.score import PdmInputs, PdmResult, reference_progress
 from ..outputs.prompts import NUM_WAYPOINTS, WAYPOINT_DT_S

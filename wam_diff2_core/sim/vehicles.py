@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..control import VehicleControl
-from ..geometry import DEMO_EGO_BOX, DEMO_EGO_WHEELBASE_M, VehicleBox
+from ..geometry import DEMO_EGO_BOX, DEMO_EGO_WHEELBASE_M, EgoBox
 from .road import Path2D
 
 
@@ -62,7 +62,7 @@ class BicycleParams:
     @property
     def centre_from_axle_m(self) -> float:
         """Rear axle -> centre of the bounding box (forward)."""
-        return VehicleBox(self.length_m, self.width_m, self.rear_overhang_m).centre_from_axle_m
+        return EgoBox(self.length_m, self.width_m, self.rear_overhang_m).centre_from_axle_m
 
 
 @dataclass(frozen=True)
