@@ -46,10 +46,11 @@ fi
 # this checkout's: numpy's headers are linked from a copy in the cache, which outlives this venv (another checkout's
 # build follows the same link).
 py_include=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-np_include=${WAM_DIFF2_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wam-diff2}/numpy-include/$("$py" -c 'import numpy; print(numpy.__version__)')
+read -r np_version np_headers < <("$py" -c 'import numpy; print(numpy.__version__, numpy.get_include())')
+np_include=${WAM_DIFF2_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wam-diff2}/numpy-include/$np_version
 if [ ! -d "$np_include" ]; then
   mkdir -p "$(dirname "$np_include")"
-  cp -r "$("$py" -c 'import numpy; print(numpy.get_include())')" "$np_include.$$" && mv "$np_include.$$" "$np_include"
+  cp -r "$np_headers" "$np_include.$$" && mv "$np_include.$$" "$np_include"
 fi
 quirk=/opt/python/cp311-cp311
 for pair in "$quirk/include/python3.11=$py_include" \

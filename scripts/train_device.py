@@ -85,7 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--episodes", type=int, default=None, help="synth episodes (default: the protocol's)")
     g.add_argument("--frames", type=int, default=None, help="camera frames per episode (default: the protocol's)")
     g.add_argument("--synth-workers", type=int, default=os.cpu_count() or 1, help="synth processes")
-    g = p.add_argument_group("model (default: the shipped demo models' language model, a vision tower of depth 4, width 128)")
+    g = p.add_argument_group("model (default: the shipped demo models' language model, a vision tower of depth 4, "
+                             "width 128)")
     g.add_argument("--hidden-size", type=int, default=256)
     g.add_argument("--layers", type=int, default=4)
     g.add_argument("--vision-depth", type=int, default=4)

@@ -54,7 +54,8 @@ def add_arguments(p) -> None:
     p.add_argument("--tokens-per-forward", type=float, default=ForwardBench.tokens_per_forward,
                    help="answer tokens fixed per denoise forward, measured on a trained model "
                         f"(default {ForwardBench.tokens_per_forward})")
-    p.add_argument("--new-tokens", type=int, default=ForwardBench.new_tokens, help="tokens per decode in the decode table")
+    p.add_argument("--new-tokens", type=int, default=ForwardBench.new_tokens,
+                   help="tokens per decode in the decode table")
     p.add_argument("--repeats", type=int, default=ForwardBench.repeats, help="timed runs per measurement (median)")
     p.add_argument("--variants", nargs="+", default=None,
                    help="subset of: plain static-sdpa static-sdpa-graph static-sdpa-compiled-graph "

@@ -225,8 +225,8 @@ def run(args) -> int:
     dtype = resolve_dtype("bfloat16" if device.type != "cpu" else "float32", device)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(DeviceCheck) if hasattr(args, f.name)}
     check = DeviceCheck(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
-    heading = (f"{device} ({hardware_name(device)}), torch {torch.__version__}, flashinfer {flashinfer_version()}, torchao "
-               f"{torchao_version()}, shape {args.shape} {str(dtype).replace('torch.', '')}")
+    heading = (f"{device} ({hardware_name(device)}), torch {torch.__version__}, flashinfer {flashinfer_version()}, "
+               f"torchao {torchao_version()}, shape {args.shape} {str(dtype).replace('torch.', '')}")
     print(f"verify-device: {heading}")
     out = Path(args.out) if args.out else None
     parts, ok, t0 = {}, True, time.perf_counter()

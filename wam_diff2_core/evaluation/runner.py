@@ -94,7 +94,8 @@ def evaluate_bags(paths: Sequence[str | Path], policy, settings: EvalSettings | 
     settings = settings or EvalSettings()
     plans = plan_bags(paths, settings) if plans is None else plans
     runs = []
-    with tqdm(total=sum(len(p.planned) for p in plans), desc="eval-bag", unit="frame", disable=not progress, dynamic_ncols=True) as bar:
+    with tqdm(total=sum(len(p.planned) for p in plans), desc="eval-bag", unit="frame", disable=not progress,
+              dynamic_ncols=True) as bar:
         valid = [0, 0]
 
         def on_frame(result: FrameResult | None) -> None:

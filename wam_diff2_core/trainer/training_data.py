@@ -152,7 +152,8 @@ class SampleDataset(torch.utils.data.Dataset):
                                     min_pixels=self.min_pixels, max_pixels=self.max_pixels)
             if self.max_length:     # the training row: P + R for B = 1, else P + 2 L (clean and noisy copies)
                 r = len(example.response_ids)
-                length = example.prefix_length + (r if self.block_size == 1 else 2 * padded_length(r, self.pad_multiple))
+                length = example.prefix_length + (r if self.block_size == 1
+                                                  else 2 * padded_length(r, self.pad_multiple))
                 if length > self.max_length:
                     raise sample.error(f"{length} tokens is more than data.max_length {self.max_length}")
         except SampleError as exc:

@@ -208,7 +208,8 @@ def test_stream_writer_is_atomic(tmp_path):
 
 
 def test_a_failed_write_fails_the_close_and_leaves_no_file_open(tmp_path):
-    """(sqlite3: mcap's writer cannot close after a failed chunk; its file goes with the writer object)"""
+    """A write the storage refuses fails close(), and no file of the bag stays open (sqlite3: mcap's writer cannot
+    close after a failed chunk; its file goes with the writer object)."""
     String = default_typestore().types["std_msgs/msg/String"]
     with pytest.raises(BagError, match="writing failed"):
         with BagStreamWriter(tmp_path / "out", storage="sqlite3") as w:
